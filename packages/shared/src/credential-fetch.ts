@@ -1,0 +1,105 @@
+/**
+ * Fetching a delivered credential's values, as every holder does it (the node agent and the
+ * client SDK alike): a {@link CredentialFetchRequest} on `subjects.credentialFetch` carrying
+ * the holder's public xkey, and a reply whose values are sealed to that key.
+ */
+import { RequestError, TimeoutError, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
+import type { KeyPair } from "@nats-io/nkeys";
+import { z } from "zod";
+import { ErrorCodes, MeshError, errorMessage, type ErrorCode } from "./errors.js";
+import { openFrom } from "./crypto.js";
+import { CredentialFetchReply, type CredentialFetchRequest } from "./schemas/events.js";
+import { subjects } from "./subjects.js";
+
+/** The values of one generation of a grant, key → value (`username`, `password`, …). Secret: never log them. */
+export const CredentialValues = z.record(z.string(), z.string());
+export type CredentialValues = z.infer<typeof CredentialValues>;
+
+/** Which credential to fetch: one generation of a grant, for one part on one node. */
+export type CredentialFetchTarget = Omit<CredentialFetchRequest, "recipient">;
+
+export interface FetchCredentialOptions {
+  /** How long to wait for the provisioner's reply; default 5 s. */
+  timeoutMs?: number;
+  /** Headers to send (e.g. `traceHeaders()` so the provisioner's span joins the holder's trace). */
+  headers?: MsgHdrs;
+}
+
+/** A fetched, opened credential. */
+export interface FetchedCredential {
+  generation: number;
+  values: CredentialValues;
+}
+
+/**
+ * Requests generation `target.generation` of `target.grant` for `target.part` on
+ * `target.node`, sealed to `key`'s public xkey, and opens it with `key`.
+ *
+ * Throws a {@link MeshError}: `Unavailable` (retryable) when no provisioner answers in time;
+ * the provisioner's own error (code, message, retryable as it said) when it refuses; `Decrypt`
+ * when the reply does not open with `key`; `Internal` when the reply is malformed or carries
+ * another generation than the one asked for. The values never appear in an error message.
+ */
+export async function fetchCredential(
+  nc: NatsConnection,
+  target: CredentialFetchTarget,
+  key: KeyPair,
+  opts: FetchCredentialOptions = {},
+): Promise<FetchedCredential> {
+  const req: CredentialFetchRequest = { ...target, recipient: key.getPublicKey() };
+  let body: unknown;
+  try {
+    const m = await nc.request(subjects.credentialFetch, JSON.stringify(req), {
+      timeout: opts.timeoutMs ?? 5_000,
+      ...(opts.headers ? { headers: opts.headers } : {}),
+    });
+    body = m.json();
+  } catch (e) {
+    if (e instanceof RequestError || e instanceof TimeoutError) {
+      const noResponders = e instanceof RequestError && e.isNoResponders();
+      throw new MeshError(
+        ErrorCodes.Unavailable,
+        noResponders
+          ? `no provisioner answers on ${subjects.credentialFetch}; start mesh-provisioner (or meshctl up) and the credential is fetched again`
+          : `the provisioner did not answer ${subjects.credentialFetch} in time; it is asked again`,
+        { retryable: true, cause: e },
+      );
+    }
+    if (e instanceof SyntaxError) {
+      throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialFetch} is not JSON`, { retryable: true, cause: e });
+    }
+    throw new MeshError(ErrorCodes.Unavailable, `fetching credential ${target.grant} failed: ${errorMessage(e)}`, { retryable: true, cause: e });
+  }
+  const reply = CredentialFetchReply.safeParse(body);
+  if (!reply.success) {
+    throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialFetch} does not match its schema`, { retryable: true });
+  }
+  if (!reply.data.ok) {
+    const { code, message, retryable } = reply.data.error;
+    const known = (Object.values(ErrorCodes) as string[]).includes(code) ? (code as ErrorCode) : ErrorCodes.Internal;
+    throw new MeshError(known, `the provisioner refused credential ${target.grant} generation ${target.generation} for ${target.part}@${target.node}: ${message}`, {
+      retryable,
+    });
+  }
+  if (reply.data.generation !== target.generation) {
+    throw new MeshError(
+      ErrorCodes.Internal,
+      `asked for generation ${target.generation} of ${target.grant} but the provisioner sent generation ${reply.data.generation}`,
+      { retryable: false },
+    );
+  }
+  let opened: unknown;
+  try {
+    opened = openFrom(key, reply.data.sender, reply.data.sealed);
+  } catch (e) {
+    if (e instanceof MeshError) throw e;
+    // No cause attached: a JSON parse error quotes its input, and the input is secret.
+    throw new MeshError(ErrorCodes.Decrypt, `credential ${target.grant} generation ${target.generation} did not open: the sealed reply is malformed`);
+  }
+  const values = CredentialValues.safeParse(opened);
+  if (!values.success) {
+    // Do not echo the parse error: zod may quote the input, and the input is secret.
+    throw new MeshError(ErrorCodes.Internal, `credential ${target.grant} generation ${target.generation} is not a map of string values`, { retryable: false });
+  }
+  return { generation: reply.data.generation, values: values.data };
+}

@@ -1,0 +1,48 @@
+/**
+ * Named errors with a stable code, a message that says what to do, a cause, and whether a
+ * retry can help. A reply to a bad request carries `{code, message}`, never a timeout.
+ */
+export const ErrorCodes = {
+  InvalidManifest: "InvalidManifest",
+  InvalidName: "InvalidName",
+  InvalidRequest: "InvalidRequest",
+  NotFound: "NotFound",
+  Conflict: "Conflict",
+  ProviderUnreachable: "ProviderUnreachable",
+  ProviderRejected: "ProviderRejected",
+  ProviderMisconfigured: "ProviderMisconfigured",
+  MasterKey: "MasterKey",
+  Decrypt: "Decrypt",
+  /** No instance of the service that answers a request is running (no responders, or a timeout). */
+  Unavailable: "Unavailable",
+  Internal: "Internal",
+} as const;
+export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes];
+
+export class MeshError extends Error {
+  override readonly name = "MeshError";
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly options: { retryable?: boolean; cause?: unknown } = {},
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+  }
+  /** Whether trying again later can succeed (a network blip) or not (a bad name). */
+  get retryable(): boolean {
+    return this.options.retryable ?? false;
+  }
+  toJSON(): { code: ErrorCode; message: string; retryable: boolean } {
+    return { code: this.code, message: this.message, retryable: this.retryable };
+  }
+}
+
+export function isMeshError(e: unknown, code?: ErrorCode): e is MeshError {
+  return e instanceof MeshError && (code === undefined || e.code === code);
+}
+
+/** The message of anything thrown, for logs and conditions. */
+export function errorMessage(e: unknown): string {
+  if (e instanceof Error) return e.message;
+  return String(e);
+}

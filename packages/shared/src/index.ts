@@ -1,0 +1,30 @@
+/**
+ * @mesh/shared — the one place for schemas, subjects, bucket names, conditions, errors,
+ * logging, tracing, crypto and NATS plumbing used by every other package.
+ */
+export * from "./names.js";
+export * from "./kinds.js";
+export * from "./subjects.js";
+export * from "./errors.js";
+export * from "./duration.js";
+export * from "./conditions.js";
+export * from "./schemas/manifest.js";
+export * from "./schemas/grant.js";
+export {
+  ApplyRequest,
+  ApplyReply,
+  AppliedDocument,
+  Delivery,
+  CredentialFetchRequest,
+  CredentialFetchReply,
+  ErrorReply,
+  NodeRecord,
+} from "./schemas/events.js";
+export * from "./module-state.js";
+export * from "./delivery.js";
+export * from "./crypto.js";
+export * from "./credential-fetch.js";
+export * from "./logger.js";
+export * from "./tracing.js";
+export * from "./keyed-queue.js";
+export * from "./nats.js";

@@ -1,0 +1,19 @@
+/**
+ * The kinds of resource a requirement can ask for. A kind outside this list is refused at
+ * apply time (a typo must not turn into a silent `NoProvider`).
+ */
+export const Kinds = {
+  PostgresDatabase: "postgres.database",
+  Secret: "secret",
+  MariadbDatabase: "mariadb.database",
+  RedisUser: "redis.user",
+  RabbitmqVhost: "rabbitmq.vhost",
+  NatsUser: "nats.user",
+  KvBucket: "kv.bucket",
+  ObjectStore: "object.store",
+} as const;
+export type Kind = (typeof Kinds)[keyof typeof Kinds];
+export const KIND_LIST = Object.values(Kinds) as [Kind, ...Kind[]];
+
+/** The built-in provider of `secret`: it needs no external system and is always installed. */
+export const BUILTIN_SECRET_PROVIDER = "builtin-secret";

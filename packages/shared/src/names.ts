@@ -1,0 +1,18 @@
+/**
+ * Names of modules, parts, requirements, providers and nodes.
+ *
+ * One rule for all of them, strict on purpose: a name ends up in KV keys, NATS subjects,
+ * file paths and SQL identifiers, so it may hold only lower-case letters, digits and
+ * single inner hyphens, start with a letter, and be at most 40 characters long.
+ * Nothing that passes this check can break out of any of those contexts.
+ */
+export const NAME_PATTERN = /^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,39}$/;
+
+/** What a user is told when a name is refused. */
+export const NAME_RULE =
+  "must be 1-40 characters of lower-case letters, digits and inner hyphens, starting with a letter";
+
+/** True when `name` may be used as a module, part, requirement, provider or node name. */
+export function isValidName(name: string): boolean {
+  return NAME_PATTERN.test(name);
+}

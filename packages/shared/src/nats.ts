@@ -1,0 +1,280 @@
+/**
+ * NATS and JetStream plumbing shared by every process: connecting, the store (KV buckets and
+ * streams), JSON records with compare-and-set, and level-triggered consumption of changes.
+ */
+import { connect, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
+import {
+  AckPolicy,
+  DeliverPolicy,
+  JetStreamApiError,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+} from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import type { z } from "zod";
+import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
+import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
+import { KeyedQueue } from "./keyed-queue.js";
+import type { Logger } from "./logger.js";
+
+export type { NatsConnection, KV, JetStreamClient, JetStreamManager, JsMsg };
+
+export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222";
+
+/** Connects to NATS with unlimited reconnects; the error says which URL failed and what to check. */
+export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_NATS_URL, opts: Partial<ConnectionOptions> = {}): Promise<NatsConnection> {
+  try {
+    return await connect({ servers: url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 500, ...opts });
+  } catch (e) {
+    throw new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `cannot connect to NATS at ${url}: ${errorMessage(e)}. Start a nats-server with JetStream (nats-server -js) or set NATS_URL.`,
+      { cause: e, retryable: true },
+    );
+  }
+}
+
+/** The mesh's KV buckets and streams, opened (and created when missing). */
+export interface Store {
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  kv: Record<keyof typeof Buckets, KV>;
+}
+
+/**
+ * Opens the store, creating buckets and streams that do not exist yet; safe to call from
+ * every process at once. `replicas` is 1 on one server, 3 on a cluster (`MESH_REPLICAS`).
+ */
+export async function openStore(nc: NatsConnection, replicas = Number(process.env.MESH_REPLICAS || 1)): Promise<Store> {
+  const jsm = await jetstreamManager(nc, { timeout: 10_000 }).catch((e: unknown) => {
+    throw new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `the NATS server at ${nc.getServer()} has no JetStream: start it with -js (see deploy/nats-server.conf). ${errorMessage(e)}`,
+      { cause: e },
+    );
+  });
+  const js = jetstream(nc, { timeout: 10_000 });
+  const kvm = new Kvm(js);
+  const kv = {} as Record<keyof typeof Buckets, KV>;
+  for (const [name, bucket] of Object.entries(Buckets) as Array<[keyof typeof Buckets, BucketName]>) {
+    // History: grants and credentials keep earlier revisions for diagnosis.
+    const history = name === "credentials" || name === "grants" ? 16 : 5;
+    kv[name] = await kvm.create(bucket, { history, replicas, storage: StorageType.File });
+  }
+  await ensureStream(jsm, {
+    name: Streams.deliveries,
+    subjects: [subjects.deliveriesAll],
+    retention: RetentionPolicy.Limits,
+    // The latest few deliveries of each grant to each part; older ones are superseded.
+    max_msgs_per_subject: 4,
+    num_replicas: replicas,
+    storage: StorageType.File,
+    duplicate_window: 120_000_000_000,
+  });
+  return { nc, js, jsm, kv };
+}
+
+async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamManager["streams"]["add"]>[0]): Promise<void> {
+  try {
+    await jsm.streams.info(cfg.name!);
+  } catch (e) {
+    if (e instanceof JetStreamApiError && e.code === 404) {
+      try {
+        await jsm.streams.add(cfg);
+      } catch (e2) {
+        // Another process created it first.
+        if (!(e2 instanceof JetStreamApiError && e2.code === 400)) throw e2;
+      }
+      return;
+    }
+    throw e;
+  }
+}
+
+/** True when a KV write failed because the revision moved (compare-and-set conflict). */
+export function isCasConflict(e: unknown): boolean {
+  return e instanceof JetStreamApiError && (e.code === 10071 || /wrong last sequence/.test(e.message));
+}
+
+/** A JSON record read from KV, with the revision to update it against. */
+export interface Record_<T> {
+  value: T;
+  revision: number;
+}
+
+/** Reads and validates a JSON record; undefined when the key is missing or deleted. */
+export async function readJson<T>(kv: KV, key: string, schema: z.ZodType<T>): Promise<Record_<T> | undefined> {
+  const e = await kv.get(key);
+  if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
+  const parsed = schema.safeParse(e.json());
+  if (!parsed.success) {
+    throw new MeshError(ErrorCodes.Internal, `record ${key} does not match its schema: ${parsed.error.issues[0]?.message}`);
+  }
+  return { value: parsed.data, revision: e.revision };
+}
+
+/**
+ * Read-modify-write with compare-and-set. `fn` gets the current value (undefined when
+ * missing) and returns the next one, or undefined to write nothing. Conflicts are retried
+ * with a fresh read; `fn` must therefore be pure. Returns what is stored in the end.
+ */
+export async function mutateJson<T>(
+  kv: KV,
+  key: string,
+  schema: z.ZodType<T>,
+  fn: (current: T | undefined) => T | undefined,
+  attempts = 20,
+): Promise<T | undefined> {
+  for (let i = 0; ; i++) {
+    const cur = await readJson(kv, key, schema);
+    const next = fn(cur?.value);
+    if (next === undefined) return cur?.value;
+    const data = JSON.stringify(next);
+    try {
+      if (cur) await kv.update(key, data, cur.revision);
+      else await kv.create(key, data);
+      return next;
+    } catch (e) {
+      if (!isCasConflict(e) || i >= attempts) throw e;
+      await new Promise((r) => setTimeout(r, Math.random() * 5 * (i + 1)));
+    }
+  }
+}
+
+/** Every value of a bucket matching `filter`, validated. */
+export async function listJson<T>(kv: KV, schema: z.ZodType<T>, filter = ">"): Promise<Array<Record_<T> & { key: string }>> {
+  const keys: string[] = [];
+  for await (const k of await kv.keys(filter)) keys.push(k);
+  const out: Array<Record_<T> & { key: string }> = [];
+  await Promise.all(
+    keys.map(async (key) => {
+      const r = await readJson(kv, key, schema);
+      if (r) out.push({ ...r, key });
+    }),
+  );
+  return out.sort((a, b) => a.key.localeCompare(b.key));
+}
+
+/** A running consumption; `stop()` ends it, `closed` settles when it has ended. */
+export interface Consumption {
+  stop(): Promise<void>;
+  closed: Promise<void>;
+}
+
+/**
+ * Level-triggered consumption of a stream through a durable pull consumer shared by every
+ * instance of a service (so instances split the work). Each message names a key; `onKey`
+ * reads the current state itself. A message is acknowledged once its key was handled, and
+ * redelivered with back-off when handling failed, so nothing is lost when a process dies.
+ */
+export async function consumeKeys(opts: {
+  store: Store;
+  stream: string;
+  durable: string;
+  filter: string;
+  /** Extracts the key from a message subject; undefined skips the message. */
+  keyOf: (subject: string) => string | undefined;
+  queue: KeyedQueue;
+  log: Logger;
+  deliverPolicy?: DeliverPolicy;
+}): Promise<Consumption> {
+  const { store, stream, durable, filter, keyOf, queue, log } = opts;
+  const cfg = {
+    durable_name: durable,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: opts.deliverPolicy ?? DeliverPolicy.LastPerSubject,
+    filter_subject: filter,
+    ack_wait: 60_000_000_000,
+    max_ack_pending: 1_000,
+  };
+  try {
+    await store.jsm.consumers.add(stream, cfg);
+  } catch (e) {
+    // An existing durable with another start policy keeps its own; that is fine.
+    if (!(e instanceof JetStreamApiError)) throw e;
+  }
+  const consumer = await store.js.consumers.get(stream, durable);
+  const messages = await consumer.consume({ max_messages: 256 });
+  const closed = (async () => {
+    for await (const m of messages) {
+      const key = keyOf(m.subject);
+      if (key === undefined) {
+        m.ack();
+        continue;
+      }
+      queue.enqueue(key).then(
+        () => m.ack(),
+        (e: unknown) => {
+          const delay = Math.min(30_000, 500 * 2 ** Math.min(m.info.deliveryCount, 6));
+          log.warn({ key, err: errorMessage(e), retryInMs: delay }, "reconcile failed; will retry");
+          m.nak(delay);
+        },
+      );
+    }
+  })();
+  return {
+    async stop() {
+      await messages.close();
+      await closed.catch(() => undefined);
+    },
+    closed,
+  };
+}
+
+/** The key of a KV change message: the part of the subject after `$KV.<bucket>.`. */
+export function kvKeyOf(bucket: string): (subject: string) => string | undefined {
+  const prefix = `$KV.${bucket}.`;
+  return (subject) => (subject.startsWith(prefix) ? subject.slice(prefix.length) : undefined);
+}
+
+/** The JetStream stream that backs a KV bucket. */
+export function kvStream(bucket: string): string {
+  return `KV_${bucket}`;
+}
+
+/** The subject filter of every key of a KV bucket, or of the keys matching `keyFilter`. */
+export function kvFilter(bucket: string, keyFilter = ">"): string {
+  return `$KV.${bucket}.${keyFilter}`;
+}
+
+/**
+ * Answers requests on `subject` in a queue group with JSON; a handler that throws gets a
+ * structured error reply (`{ok:false, error:{code,message,retryable}}`), never a timeout.
+ */
+export function serveJson(
+  nc: NatsConnection,
+  subject: string,
+  queue: string,
+  log: Logger,
+  handler: (body: unknown, msg: { headers?: import("@nats-io/transport-node").MsgHdrs }) => Promise<unknown>,
+): { stop(): Promise<void> } {
+  const sub = nc.subscribe(subject, { queue });
+  void (async () => {
+    for await (const m of sub) {
+      void (async () => {
+        let body: unknown;
+        try {
+          body = m.data.length ? m.json() : {};
+        } catch {
+          m.respond(JSON.stringify({ ok: false, error: { code: ErrorCodes.InvalidRequest, message: "the request body is not JSON", retryable: false } }));
+          return;
+        }
+        try {
+          const reply = await handler(body, { headers: m.headers });
+          m.respond(JSON.stringify(reply));
+        } catch (e) {
+          const err = e instanceof MeshError ? e.toJSON() : { code: ErrorCodes.Internal, message: errorMessage(e), retryable: true };
+          if (!(e instanceof MeshError)) log.error({ err: errorMessage(e), subject }, "request handler failed");
+          m.respond(JSON.stringify({ ok: false, error: err }));
+        }
+      })();
+    }
+  })();
+  return { stop: () => sub.drain() };
+}

@@ -1,0 +1,89 @@
+/**
+ * Messages on the wire: requests, replies and events. JSON Schemas of these are generated
+ * into `schemas/` at the repository root for modules written in other languages.
+ */
+import { z } from "zod";
+import { KIND_LIST } from "../kinds.js";
+
+/** Request on `mesh.api.apply`: documents as decoded from YAML or JSON. */
+export const ApplyRequest = z.object({
+  documents: z.array(z.unknown()),
+  /** Where the documents came from (a file name), for messages. */
+  source: z.string().optional(),
+});
+export type ApplyRequest = z.infer<typeof ApplyRequest>;
+
+export const AppliedDocument = z.object({
+  kind: z.enum(["Provider", "Module"]),
+  name: z.string(),
+  /** `created`, `updated` or `unchanged`. */
+  action: z.enum(["created", "updated", "unchanged"]),
+});
+export type AppliedDocument = z.infer<typeof AppliedDocument>;
+
+export const Problem = z.object({ document: z.number(), path: z.string(), message: z.string() });
+
+/** Reply to an apply: everything accepted, or nothing stored and every problem listed. */
+export const ApplyReply = z.discriminatedUnion("ok", [
+  z.object({ ok: z.literal(true), accepted: z.array(AppliedDocument) }),
+  z.object({ ok: z.literal(false), problems: z.array(Problem) }),
+]);
+export type ApplyReply = z.infer<typeof ApplyReply>;
+
+/**
+ * Event on `mesh.delivery.<node>.<module>.<part>.<requirement>` (stream MESH_DELIVERIES):
+ * generation `generation` of a grant is ready for that part. It carries no secret value;
+ * the holder fetches the values with a {@link CredentialFetchRequest}.
+ */
+export const Delivery = z.object({
+  grant: z.string(),
+  module: z.string(),
+  requirement: z.string(),
+  part: z.string(),
+  node: z.string(),
+  kind: z.enum(KIND_LIST),
+  provider: z.string(),
+  generation: z.number().int().positive(),
+  publishedAt: z.string(),
+});
+export type Delivery = z.infer<typeof Delivery>;
+
+/**
+ * Request on `mesh.api.credential.fetch`: the values of one generation of a grant, for a part
+ * the grant is delivered to. `recipient` is the caller's curve25519 public key (an nkeys
+ * xkey): the values come back sealed to it, so nothing between sees them.
+ */
+export const CredentialFetchRequest = z.object({
+  grant: z.string(),
+  part: z.string(),
+  node: z.string(),
+  generation: z.number().int().positive(),
+  recipient: z.string(),
+});
+export type CredentialFetchRequest = z.infer<typeof CredentialFetchRequest>;
+
+export const ErrorReply = z.object({ code: z.string(), message: z.string(), retryable: z.boolean() });
+export type ErrorReply = z.infer<typeof ErrorReply>;
+
+export const CredentialFetchReply = z.discriminatedUnion("ok", [
+  z.object({
+    ok: z.literal(true),
+    generation: z.number().int().positive(),
+    /** Public xkey of the sender, needed to open `sealed`. */
+    sender: z.string(),
+    /** Base64 of the sealed JSON object of binding values (key → string). */
+    sealed: z.string(),
+  }),
+  z.object({ ok: z.literal(false), error: ErrorReply }),
+]);
+export type CredentialFetchReply = z.infer<typeof CredentialFetchReply>;
+
+/** The record of an agent, written when it starts and refreshed while it runs. */
+export const NodeRecord = z.object({
+  node: z.string(),
+  agent: z.string(),
+  bindingsRoot: z.string(),
+  startedAt: z.string(),
+  seenAt: z.string(),
+});
+export type NodeRecord = z.infer<typeof NodeRecord>;

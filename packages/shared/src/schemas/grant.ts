@@ -1,0 +1,67 @@
+/**
+ * Grants and module states, the records the services share through KV.
+ */
+import { z } from "zod";
+import { Condition } from "../conditions.js";
+import { KIND_LIST } from "../kinds.js";
+
+/** A part that a grant is delivered to: installed, and naming the requirement. */
+export const GrantTarget = z.object({ part: z.string(), node: z.string() });
+export type GrantTarget = z.infer<typeof GrantTarget>;
+
+/** What one holder (a part on a node) has been delivered. Key in {@link Grant.holders}: `<node>/<part>`. */
+export const HolderState = z.object({
+  generation: z.number().int().nonnegative(),
+  deliveredAt: z.string(),
+});
+export type HolderState = z.infer<typeof HolderState>;
+
+export const Grant = z.object({
+  /** `<module>/<requirement>`. */
+  id: z.string(),
+  module: z.string(),
+  requirement: z.string(),
+  kind: z.enum(KIND_LIST),
+  /** Parts that name the requirement (installed or not). */
+  parts: z.array(z.string()),
+  /** Installed parts that name it: where it is delivered. Empty: not provisioned. */
+  targets: z.array(GrantTarget),
+  /** The provider chosen by the resolver, or null when none can be. */
+  provider: z.string().nullable(),
+  /** Current credential generation; 0 until first provisioned. */
+  generation: z.number().int().nonnegative(),
+  /** Non-secret description of the resource (names of the role and database…), set by the provisioner. */
+  resource: z.record(z.string(), z.string()).default({}),
+  holders: z.record(z.string(), HolderState).default({}),
+  conditions: z.array(Condition),
+});
+export type Grant = z.infer<typeof Grant>;
+
+export const ModuleStates = {
+  NothingRequired: "NothingRequired",
+  Pending: "Pending",
+  Ready: "Ready",
+  Degraded: "Degraded",
+  Unsatisfiable: "Unsatisfiable",
+} as const;
+export type ModuleState = (typeof ModuleStates)[keyof typeof ModuleStates];
+
+/** The resolver's record of a processed module. Its absence means: never processed. */
+export const ModuleStatus = z.object({
+  module: z.string(),
+  state: z.enum(Object.values(ModuleStates) as [ModuleState, ...ModuleState[]]),
+  /** One sentence on why the module is in this state. */
+  message: z.string(),
+  requirements: z.number().int().nonnegative(),
+  /** KV revision of the manifest this state was derived from. */
+  manifestRevision: z.number().int().nonnegative(),
+  processedAt: z.string(),
+  /** When the state last changed. */
+  since: z.string(),
+});
+export type ModuleStatus = z.infer<typeof ModuleStatus>;
+
+/** Holder key in {@link Grant.holders}. */
+export function holderKey(node: string, part: string): string {
+  return `${node}/${part}`;
+}

@@ -1,0 +1,174 @@
+/**
+ * The manifest documents a user applies: `Provider` and `Module`.
+ *
+ * Validation lists every problem by path (`requires[0].kind: required`), and a file is
+ * accepted only as a whole: {@link parseManifestText} returns documents or problems, never both.
+ */
+import { z } from "zod";
+import { parseAllDocuments } from "yaml";
+import { NAME_RULE, NAME_PATTERN } from "../names.js";
+import { KIND_LIST } from "../kinds.js";
+
+export const Name = z.string().regex(NAME_PATTERN, { message: NAME_RULE });
+
+const AdminCredential = z
+  .strictObject({
+    username: z.string().min(1).max(63),
+    /** Name of an environment variable of the provisioner that holds the admin password. */
+    passwordEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "must be an environment variable name" }).optional(),
+    /** Path of a file, readable by the provisioner, that holds the admin password. */
+    passwordFile: z.string().min(1).optional(),
+  })
+  .refine((a) => !(a.passwordEnv && a.passwordFile), {
+    message: "give passwordEnv or passwordFile, not both",
+  });
+
+export const ProviderDoc = z.strictObject({
+  kind: z.literal("Provider"),
+  name: Name,
+  serves: z.array(z.enum(KIND_LIST)).min(1),
+  node: Name,
+  endpoint: z.url({ message: "must be a URL such as postgres://127.0.0.1:5432" }),
+  admin: AdminCredential.optional(),
+  installed: z.boolean().default(true),
+});
+export type ProviderDoc = z.infer<typeof ProviderDoc>;
+
+export const PartDoc = z.strictObject({
+  name: Name,
+  node: Name,
+  installed: z.boolean().default(true),
+});
+export type PartDoc = z.infer<typeof PartDoc>;
+
+export const RequirementDoc = z.strictObject({
+  name: Name,
+  kind: z.enum(KIND_LIST),
+  /** Parts that need it; all parts of the module when left out. */
+  parts: z.array(Name).min(1).optional(),
+});
+export type RequirementDoc = z.infer<typeof RequirementDoc>;
+
+export const ModuleDoc = z
+  .strictObject({
+    kind: z.literal("Module"),
+    name: Name,
+    parts: z.array(PartDoc).default([]),
+    requires: z.array(RequirementDoc).default([]),
+  })
+  .superRefine((m, ctx) => {
+    const partNames = new Set<string>();
+    m.parts.forEach((p, i) => {
+      if (partNames.has(p.name)) ctx.addIssue({ code: "custom", path: ["parts", i, "name"], message: `duplicate part ${p.name}` });
+      partNames.add(p.name);
+    });
+    const reqNames = new Set<string>();
+    m.requires.forEach((r, i) => {
+      if (reqNames.has(r.name)) ctx.addIssue({ code: "custom", path: ["requires", i, "name"], message: `duplicate requirement ${r.name}` });
+      reqNames.add(r.name);
+      (r.parts ?? []).forEach((p, j) => {
+        if (!partNames.has(p)) {
+          ctx.addIssue({ code: "custom", path: ["requires", i, "parts", j], message: `names no part of module ${m.name}: ${p}` });
+        }
+      });
+    });
+    if (m.requires.length > 0 && m.parts.length === 0) {
+      ctx.addIssue({ code: "custom", path: ["parts"], message: "a module with requirements needs at least one part to deliver them to" });
+    }
+  });
+export type ModuleDoc = z.infer<typeof ModuleDoc>;
+
+export const ManifestDoc = z.discriminatedUnion("kind", [ProviderDoc, ModuleDoc]);
+export type ManifestDoc = z.infer<typeof ManifestDoc>;
+
+/** One problem of a rejected file: which document, where in it, and what is wrong. */
+export interface Problem {
+  /** 0-based index of the document in its file (or request). */
+  document: number;
+  /** Path inside the document, like `requires[0].kind`; empty for the document itself. */
+  path: string;
+  message: string;
+}
+
+export type ParseResult = { ok: true; documents: ManifestDoc[] } | { ok: false; problems: Problem[] };
+
+/** Formats a zod path as users write it: `requires[0].kind`. */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const p of path) {
+    if (typeof p === "number") out += `[${p}]`;
+    else out += out ? `.${String(p)}` : String(p);
+  }
+  return out;
+}
+
+function issueMessage(iss: z.core.$ZodIssue): string {
+  if ((iss.code === "invalid_type" || iss.code === "invalid_value") && "input" in iss && iss.input === undefined) return "required";
+  if (iss.code === "invalid_union" && (iss as { discriminator?: string }).discriminator === "kind") {
+    return "kind must be Provider or Module";
+  }
+  if (iss.code === "unrecognized_keys") return `unknown field${iss.keys.length > 1 ? "s" : ""}: ${iss.keys.join(", ")}`;
+  return iss.message;
+}
+
+/**
+ * Validates documents already decoded from YAML or JSON. Every problem of every document is
+ * listed; the result holds documents only when there is none. Two documents of the same kind
+ * and name in one file are a problem too.
+ */
+export function validateDocuments(raw: readonly unknown[]): ParseResult {
+  const problems: Problem[] = [];
+  const documents: ManifestDoc[] = [];
+  const seen = new Map<string, number>();
+  raw.forEach((doc, index) => {
+    const r = ManifestDoc.safeParse(doc, { reportInput: true });
+    if (!r.success) {
+      for (const iss of r.error.issues) problems.push({ document: index, path: formatPath(iss.path), message: issueMessage(iss) });
+      return;
+    }
+    const id = `${r.data.kind}/${r.data.name}`;
+    const first = seen.get(id);
+    if (first !== undefined) {
+      problems.push({ document: index, path: "name", message: `${id} is also defined by document ${first}` });
+      return;
+    }
+    seen.set(id, index);
+    documents.push(r.data);
+  });
+  if (raw.length === 0) problems.push({ document: 0, path: "", message: "no documents" });
+  return problems.length ? { ok: false, problems } : { ok: true, documents };
+}
+
+/**
+ * Parses a manifest file: YAML with one or more documents separated by `---`, or JSON (a
+ * single document or an array of documents). Syntax errors are problems like any other.
+ */
+export function parseManifestText(text: string): ParseResult {
+  const trimmed = text.trimStart();
+  if (trimmed.startsWith("{") || trimmed.startsWith("[")) {
+    try {
+      const value: unknown = JSON.parse(text);
+      return validateDocuments(Array.isArray(value) ? value : [value]);
+    } catch (e) {
+      return { ok: false, problems: [{ document: 0, path: "", message: `not valid JSON: ${(e as Error).message}` }] };
+    }
+  }
+  const docs = parseAllDocuments(text);
+  const list = Array.isArray(docs) ? docs : [docs];
+  const problems: Problem[] = [];
+  const values: unknown[] = [];
+  list.forEach((d, i) => {
+    for (const err of d.errors) problems.push({ document: i, path: "", message: `not valid YAML: ${err.message.split("\n")[0]}` });
+    const v: unknown = d.toJS();
+    if (v !== null && v !== undefined) values.push(v);
+  });
+  if (problems.length) return { ok: false, problems };
+  return validateDocuments(values);
+}
+
+/** One line per problem, the way the CLI prints them. */
+export function formatProblems(problems: readonly Problem[], source?: string): string {
+  return problems
+    .map((p) => `${source ? `${source}: ` : ""}document ${p.document}${p.path ? `: ${p.path}` : ""}: ${p.message}`)
+    .join("\n");
+}

@@ -1,0 +1,73 @@
+/**
+ * A test's own nats-server (Debian's package) with JetStream, on a free port, with a
+ * temporary store. The PID recorded is the server's own; stop() ends only that process.
+ * Never touches the shared server on 4222.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort, waitForPort } from "./ports.js";
+
+export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN || "/usr/sbin/nats-server";
+
+export interface NatsServer {
+  port: number;
+  url: string;
+  storeDir: string;
+  pid: number;
+  /** Stops the server (SIGTERM, then SIGKILL) and, unless `keepStore`, removes its store. */
+  stop(opts?: { keepStore?: boolean }): Promise<void>;
+  /** Kills the server at once (SIGKILL), as a crash would. */
+  kill(): Promise<void>;
+  /** Starts it again on the same port with the same store. */
+  restart(): Promise<void>;
+}
+
+export async function startNatsServer(opts: { port?: number; storeDir?: string } = {}): Promise<NatsServer> {
+  const port = opts.port ?? (await freePort());
+  const storeDir = opts.storeDir ?? mkdtempSync(join(tmpdir(), "mesh-nats-"));
+  let proc: ChildProcess;
+
+  const launch = async () => {
+    proc = spawn(NATS_SERVER_BIN, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", storeDir], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    proc.stderr!.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+    const exited = new Promise<never>((_, reject) =>
+      proc.once("exit", (code) => reject(new Error(`nats-server exited (${code}) before listening: ${stderr}`))),
+    );
+    await Promise.race([waitForPort(port), exited]);
+    proc.removeAllListeners("exit");
+  };
+
+  const waitExit = (signal: NodeJS.Signals, graceMs: number) =>
+    new Promise<void>((resolve) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+      const t = setTimeout(() => proc.kill("SIGKILL"), graceMs);
+      proc.once("exit", () => (clearTimeout(t), resolve()));
+      proc.kill(signal);
+    });
+
+  await launch();
+  const server: NatsServer = {
+    port,
+    url: `nats://127.0.0.1:${port}`,
+    storeDir,
+    get pid() {
+      return proc.pid!;
+    },
+    async stop(o = {}) {
+      await waitExit("SIGTERM", 5_000);
+      if (!o.keepStore) rmSync(storeDir, { recursive: true, force: true });
+    },
+    async kill() {
+      await waitExit("SIGKILL", 0);
+    },
+    async restart() {
+      await launch();
+    },
+  };
+  return server;
+}

@@ -1,0 +1,27 @@
+import { defineConfig } from "vitest/config";
+import { fileURLToPath } from "node:url";
+
+const src = (p: string) => fileURLToPath(new URL(p, import.meta.url));
+
+// Workspace packages resolve to their sources, so tests never run against a stale build.
+export default defineConfig({
+  resolve: {
+    alias: {
+      "@mesh/shared": src("./packages/shared/src/index.ts"),
+      "@mesh/providers": src("./packages/providers/src/index.ts"),
+      "@mesh/client": src("./packages/client/src/index.ts"),
+      "@mesh/resolver": src("./services/resolver/src/index.ts"),
+      "@mesh/provisioner": src("./services/provisioner/src/index.ts"),
+      "@mesh/agent": src("./services/agent/src/index.ts"),
+    },
+  },
+  test: {
+    include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "test/**/*.test.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // Integration tests start their own servers; two cores, so keep files from piling up.
+    maxWorkers: 2,
+    minWorkers: 1,
+    reporters: ["default"],
+  },
+});
