@@ -1,0 +1,32 @@
+/**
+ * @mesh/providers — the adapters that make resources exist on providers, all behind
+ * {@link ProviderAdapter}, and the registry that picks one per kind.
+ */
+export type {
+  AdapterFactory,
+  BindingValues,
+  CreateRequest,
+  CreateResult,
+  DeleteRequest,
+  GrantRef,
+  LoginRequest,
+  LoginResult,
+  ObserveRequest,
+  ObserveResult,
+  ProviderAdapter,
+  ProviderConfig,
+  SecretMaterial,
+} from "./adapter.js";
+export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
+export { createSecretAdapter, SECRET_BYTES } from "./secret.js";
+export { createPostgresAdapter, LOGIN_TIMEOUT_MS, PASSWORD_BYTES } from "./postgres.js";
+export {
+  PG_IDENTIFIER,
+  baseName,
+  checkIdentifier,
+  loginRoleName,
+  postgresNames,
+  quoteIdentifier,
+  type PostgresNames,
+} from "./postgres-identifiers.js";
+export { checkGrantRef } from "./grant-ref.js";

@@ -1,0 +1,374 @@
+/**
+ * The adapter of kind `postgres.database`: a database and the login roles that own it,
+ * made through the provider's admin connection.
+ *
+ * Layout per grant (see DESIGN.md, "Overlap per backend"): a NOLOGIN group role `<base>` owns
+ * database `<base>`; login role `<base>_a` serves odd generations and `<base>_b` even ones.
+ * Both are members of the group with `ALTER ROLE … SET role = '<base>'`, so whatever either
+ * creates is owned by the group and usable by the other: a rotation can stage generation k+1
+ * beside k. Roles carry the comment `mesh grant <module>/<requirement>` and the database must
+ * be owned by the group, so the adapter never takes over an object the mesh did not make.
+ *
+ * Passwords are sent as SCRAM-SHA-256 verifiers, never in plaintext, and never appear in an
+ * error message.
+ */
+import pg from "pg";
+import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret } from "@mesh/shared";
+import type {
+  AdapterFactory,
+  CreateResult,
+  DeleteRequest,
+  LoginRequest,
+  LoginResult,
+  ObserveRequest,
+  ObserveResult,
+  ProviderAdapter,
+  ProviderConfig,
+  CreateRequest,
+} from "./adapter.js";
+import { checkGrantRef } from "./grant-ref.js";
+import { loginRoleName, postgresNames, quoteIdentifier as qi } from "./postgres-identifiers.js";
+import { scramSha256Verifier } from "./scram.js";
+
+const { Client, Pool, escapeLiteral } = pg;
+
+/** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
+export const PASSWORD_BYTES = 24;
+/** How long a {@link ProviderAdapter.login} may take, connect and `select 1` together. */
+export const LOGIN_TIMEOUT_MS = 3_000;
+/** How long connecting the admin connection may take. */
+export const ADMIN_CONNECT_TIMEOUT_MS = 5_000;
+
+/** Makes the `postgres.database` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
+export const createPostgresAdapter: AdapterFactory = (provider) => new PostgresAdapter(provider);
+
+interface Endpoint {
+  host: string;
+  port: number;
+  adminDatabase: string;
+}
+
+type PgError = Error & { code?: string; errors?: unknown[] };
+
+/** The comment that marks a role as the mesh's for one grant. */
+const markerOf = (module: string, requirement: string) => `mesh grant ${module}/${requirement}`;
+
+class PostgresAdapter implements ProviderAdapter {
+  readonly kinds = [Kinds.PostgresDatabase] as const;
+  private readonly endpoint: Endpoint;
+  private readonly adminUser: string;
+  private pool: pg.Pool | undefined;
+
+  constructor(private readonly provider: ProviderConfig) {
+    this.endpoint = parseEndpoint(provider);
+    this.adminUser = provider.admin?.username ?? "postgres";
+  }
+
+  generate() {
+    return { password: generateSecret(PASSWORD_BYTES) };
+  }
+
+  async observe(req: ObserveRequest): Promise<ObserveResult> {
+    checkGrantRef(req.grant);
+    const { module, requirement, generation } = req.grant;
+    const names = postgresNames(module, requirement);
+    const role = loginRoleName(names.group, generation);
+    return this.admin(`observe ${module}/${requirement}`, async (c) => {
+      const marker = markerOf(module, requirement);
+      const roles = await readRoles(c, [names.group, role]);
+      const owner = await databaseOwner(c, names.database);
+      const details: Record<string, string> = {};
+      const conflicts: string[] = [];
+      const ours = (name: string) => {
+        const r = roles.get(name);
+        if (r && r.comment !== marker) conflicts.push(`role ${name} exists but is not the mesh's for ${module}/${requirement}`);
+        return r?.comment === marker;
+      };
+      const groupOk = ours(names.group);
+      const roleOk = ours(role);
+      const dbOk = groupOk && owner === names.group;
+      if (owner !== undefined && owner !== names.group) conflicts.push(`database ${names.database} is owned by ${owner}`);
+      if (groupOk) details.group = names.group;
+      if (dbOk) details.database = names.database;
+      if (roleOk) {
+        details.role = role;
+        if (!roles.get(role)!.canLogin) details.roleLogin = "disabled";
+      }
+      if (conflicts.length > 0) details.conflict = conflicts.join("; ");
+      return { exists: groupOk && dbOk && roleOk, details };
+    });
+  }
+
+  async create(req: CreateRequest): Promise<CreateResult> {
+    checkGrantRef(req.grant);
+    const { module, requirement, generation } = req.grant;
+    const names = postgresNames(module, requirement);
+    const role = loginRoleName(names.group, generation);
+    const password = req.secret.password;
+    if (typeof password !== "string" || password === "") {
+      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${module}/${requirement} has no password; make it with generate()`);
+    }
+    const marker = markerOf(module, requirement);
+    await this.admin(`create ${module}/${requirement}`, async (c) => {
+      await ensureRole(c, names.group, marker);
+      const { rows } = await c.query<{ rolsuper: boolean }>("select rolsuper from pg_roles where rolname = current_user");
+      // A non-superuser admin (CREATEROLE, CREATEDB) must be a member of the group to make it the owner.
+      if (!rows[0]?.rolsuper) await c.query(`GRANT ${qi(names.group)} TO CURRENT_USER`);
+      await ensureDatabase(c, names.database, names.group);
+      await ensureRole(c, role, marker);
+      await c.query(`GRANT ${qi(names.group)} TO ${qi(role)}`);
+      await c.query(`ALTER ROLE ${qi(role)} SET role = ${escapeLiteral(names.group)}`);
+      // LOGIN last: a role is never able to log in before it has its password and membership.
+      await c.query(`ALTER ROLE ${qi(role)} LOGIN PASSWORD ${escapeLiteral(passwordForServer(password))}`);
+    });
+    const { host, port } = this.endpoint;
+    const hostInUri = host.includes(":") ? `[${host}]` : host;
+    const enc = encodeURIComponent;
+    return {
+      resource: { database: names.database, group: names.group, role },
+      bindings: {
+        type: "postgresql",
+        provider: this.provider.name,
+        host,
+        port: String(port),
+        database: names.database,
+        username: role,
+        password,
+        uri: `postgresql://${enc(role)}:${enc(password)}@${hostInUri}:${port}/${enc(names.database)}`,
+      },
+    };
+  }
+
+  async delete(req: DeleteRequest): Promise<void> {
+    checkGrantRef(req.grant);
+    const { module, requirement } = req.grant;
+    const names = postgresNames(module, requirement);
+    const marker = markerOf(module, requirement);
+    await this.admin(`delete ${module}/${requirement}`, async (c) => {
+      const roles = await readRoles(c, [names.group, ...names.logins]);
+      const ours = (name: string) => roles.get(name)?.comment === marker;
+      // Only what carries the grant's marker goes; anything else of that name is left alone.
+      if (ours(names.group) && (await databaseOwner(c, names.database)) === names.group) {
+        await c.query(`DROP DATABASE IF EXISTS ${qi(names.database)} WITH (FORCE)`);
+      }
+      for (const role of names.logins) if (ours(role)) await c.query(`DROP ROLE IF EXISTS ${qi(role)}`);
+      if (ours(names.group)) await c.query(`DROP ROLE IF EXISTS ${qi(names.group)}`);
+    });
+  }
+
+  async login(req: LoginRequest): Promise<LoginResult> {
+    const b = req.bindings;
+    const lacking = ["host", "port", "database", "username", "password"].filter((k) => !b[k]);
+    if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
+    const where = `${b.host}:${b.port}`;
+    const client = new Client({
+      host: b.host,
+      port: Number(b.port),
+      database: b.database,
+      user: b.username,
+      password: b.password,
+      connectionTimeoutMillis: LOGIN_TIMEOUT_MS,
+      query_timeout: LOGIN_TIMEOUT_MS,
+      application_name: "mesh-login-check",
+    });
+    client.on("error", () => {}); // a late socket error must not crash the process; the call below reports it
+    try {
+      await client.connect();
+      await client.query("select 1");
+      return { ok: true };
+    } catch (e) {
+      return classifyLogin(e, where, b.username!, b.database!);
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
+  async close(): Promise<void> {
+    const pool = this.pool;
+    this.pool = undefined;
+    await pool?.end();
+  }
+
+  /** Runs `fn` on an admin connection; maps every failure to a MeshError that says what to do. */
+  private async admin<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient | undefined;
+    let failed = false;
+    try {
+      client = await this.adminPool().connect();
+      return await fn(client);
+    } catch (e) {
+      failed = true;
+      throw this.adminError(what, e);
+    } finally {
+      client?.release(failed); // a client that failed is not reused
+    }
+  }
+
+  private adminPool(): pg.Pool {
+    if (!this.pool) {
+      const { host, port, adminDatabase } = this.endpoint;
+      this.pool = new Pool({
+        host,
+        port,
+        database: adminDatabase,
+        user: this.adminUser,
+        password: this.provider.admin?.password,
+        max: 4,
+        idleTimeoutMillis: 30_000,
+        connectionTimeoutMillis: ADMIN_CONNECT_TIMEOUT_MS,
+        allowExitOnIdle: true,
+        application_name: "mesh-provisioner",
+      });
+      this.pool.on("error", () => {}); // an idle connection dropped by the server; the next use reconnects
+    }
+    return this.pool;
+  }
+
+  private adminError(what: string, e: unknown): MeshError {
+    if (e instanceof MeshError) return e;
+    const code = (e as PgError).code;
+    const at = `PostgreSQL provider ${this.provider.name} at ${this.provider.endpoint}`;
+    const why = errorMessage(e) || code || "unknown error";
+    if (isUnreachable(e)) {
+      return new MeshError(
+        ErrorCodes.ProviderUnreachable,
+        `${at} is unreachable (${why}), so could not ${what}; check that the server runs, listens on that address and accepts connections from this node`,
+        { retryable: true, cause: e },
+      );
+    }
+    if (code?.startsWith("28")) {
+      return new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${at} rejected the admin user ${JSON.stringify(this.adminUser)} (${why}), so could not ${what}; check admin.username and the password given by the provider's admin.passwordEnv or admin.passwordFile`,
+        { cause: e },
+      );
+    }
+    if (code === "42501") {
+      return new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${at}: the admin user ${JSON.stringify(this.adminUser)} lacks a privilege to ${what} (${why}); it needs superuser, or CREATEROLE, CREATEDB and pg_signal_backend`,
+        { cause: e },
+      );
+    }
+    // Serialization failures, lock and resource shortages pass; other refusals need a person.
+    const retryable = ["40", "53", "55"].some((c) => code?.startsWith(c));
+    return new MeshError(ErrorCodes.ProviderRejected, `${at} refused to ${what}: ${why}${code ? ` (SQLSTATE ${code})` : ""}`, {
+      retryable,
+      cause: e,
+    });
+  }
+}
+
+function parseEndpoint(provider: ProviderConfig): Endpoint {
+  const bad = (why: string) =>
+    new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: endpoint ${JSON.stringify(provider.endpoint)} ${why}; give one such as postgres://127.0.0.1:5432`,
+    );
+  let url: URL;
+  try {
+    url = new URL(provider.endpoint);
+  } catch {
+    throw bad("is not a URL");
+  }
+  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") throw bad("is not a postgres:// URL");
+  if (!url.hostname) throw bad("names no host");
+  return {
+    host: url.hostname.replace(/^\[(.*)\]$/, "$1"),
+    port: url.port ? Number(url.port) : 5432,
+    adminDatabase: decodeURIComponent(url.pathname.replace(/^\//, "")) || "postgres",
+  };
+}
+
+/** What the server stores: a SCRAM verifier for the printable-ASCII passwords the mesh makes. */
+function passwordForServer(password: string): string {
+  // Other passwords go as they are: the verifier would need SASLprep to match what clients send.
+  return /^[\x21-\x7e]+$/.test(password) ? scramSha256Verifier(password) : password;
+}
+
+interface RoleRow {
+  comment: string | null;
+  canLogin: boolean;
+}
+
+async function readRoles(c: pg.PoolClient, names: string[]): Promise<Map<string, RoleRow>> {
+  const { rows } = await c.query<{ rolname: string; comment: string | null; rolcanlogin: boolean }>(
+    "select rolname, shobj_description(oid, 'pg_authid') as comment, rolcanlogin from pg_roles where rolname = any($1::text[])",
+    [names],
+  );
+  return new Map(rows.map((r) => [r.rolname, { comment: r.comment, canLogin: r.rolcanlogin }]));
+}
+
+async function databaseOwner(c: pg.PoolClient, name: string): Promise<string | undefined> {
+  const { rows } = await c.query<{ owner: string }>("select pg_get_userbyid(datdba) as owner from pg_database where datname = $1", [name]);
+  return rows[0]?.owner;
+}
+
+/** True for "already exists", including the unique-index error of two creators racing. */
+const isDuplicate = (e: unknown) => ["42710", "42P04", "23505"].includes((e as PgError).code ?? "");
+
+/** Makes NOLOGIN role `name` marked with `marker` unless it exists; refuses a role of that name not so marked. */
+async function ensureRole(c: pg.PoolClient, name: string, marker: string): Promise<void> {
+  if (!(await readRoles(c, [name])).has(name)) {
+    try {
+      // Role and marker in one transaction, so no other provisioner sees the role unmarked.
+      await c.query("BEGIN");
+      await c.query(`CREATE ROLE ${qi(name)} NOLOGIN`);
+      await c.query(`COMMENT ON ROLE ${qi(name)} IS ${escapeLiteral(marker)}`);
+      await c.query("COMMIT");
+    } catch (e) {
+      await c.query("ROLLBACK").catch(() => {});
+      if (!isDuplicate(e)) throw e;
+    }
+  }
+  const comment = (await readRoles(c, [name])).get(name)?.comment;
+  if (comment !== marker) {
+    throw new MeshError(
+      ErrorCodes.Conflict,
+      `PostgreSQL role ${name} already exists and was not made by the mesh for this grant (its comment is ${JSON.stringify(comment ?? null)}, expected ${JSON.stringify(marker)}); drop or rename that role, or rename the requirement`,
+    );
+  }
+}
+
+/** Makes database `name` owned by `group` unless it exists; refuses one of that name owned by anyone else. */
+async function ensureDatabase(c: pg.PoolClient, name: string, group: string): Promise<void> {
+  let owner = await databaseOwner(c, name);
+  if (owner === undefined) {
+    try {
+      await c.query(`CREATE DATABASE ${qi(name)} OWNER ${qi(group)}`); // never inside a transaction
+    } catch (e) {
+      if (!isDuplicate(e)) throw e;
+    }
+    owner = await databaseOwner(c, name);
+  }
+  if (owner !== group) {
+    throw new MeshError(
+      ErrorCodes.Conflict,
+      `PostgreSQL database ${name} already exists and is owned by ${owner ?? "nobody"}, not by the mesh's role ${group}; drop or rename that database, or rename the requirement`,
+    );
+  }
+  // Only the grant's roles may connect (PUBLIC may, by default).
+  await c.query(`REVOKE ALL ON DATABASE ${qi(name)} FROM PUBLIC`);
+}
+
+const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "EPIPE"]);
+
+/** True when `e` says the server could not be reached or is not accepting connections now. */
+function isUnreachable(e: unknown): boolean {
+  const err = e as PgError;
+  const code = err?.code ?? "";
+  if (NETWORK_CODES.has(code) || code.startsWith("08") || code.startsWith("57P") || code === "53300") return true;
+  if (Array.isArray(err?.errors) && err.errors.some(isUnreachable)) return true;
+  return /timeout|Connection terminated/i.test(errorMessage(e));
+}
+
+function classifyLogin(e: unknown, where: string, user: string, database: string): LoginResult {
+  const code = (e as PgError).code ?? "";
+  const why = errorMessage(e) || code;
+  if (code === "3D000") return { ok: false, reason: "missing", message: `database ${database} does not exist at ${where}` };
+  if (code === "28000" && /does not exist/.test(why)) return { ok: false, reason: "missing", message: `role ${user} does not exist at ${where}` };
+  if (code.startsWith("28") || code === "42501" || /SASL|SCRAM/.test(why)) {
+    return { ok: false, reason: "rejected", message: `PostgreSQL at ${where} rejected ${user}: ${why}` };
+  }
+  return { ok: false, reason: "unreachable", message: `cannot log in to PostgreSQL at ${where}: ${why}` };
+}

@@ -1,0 +1,29 @@
+import { describe, expect, it } from "vitest";
+import { ErrorCodes, Kinds, isMeshError } from "@mesh/shared";
+import { adapterKinds, createAdapter } from "./registry.js";
+
+const provider = { name: "p", node: "node-a", endpoint: "postgres://127.0.0.1:5432" };
+
+describe("createAdapter", () => {
+  it.each([Kinds.Secret, Kinds.PostgresDatabase])("makes an adapter serving %s", async (kind) => {
+    const adapter = createAdapter(kind, provider);
+    expect(adapter.kinds).toContain(kind);
+    await adapter.close();
+  });
+
+  it("refuses a kind without an adapter, naming the kinds that have one", () => {
+    expect(adapterKinds).toEqual([Kinds.PostgresDatabase, Kinds.Secret]);
+    try {
+      createAdapter(Kinds.RedisUser, provider);
+      expect.unreachable();
+    } catch (e) {
+      expect(isMeshError(e, ErrorCodes.ProviderMisconfigured)).toBe(true);
+      expect((e as Error).message).toContain("redis.user");
+      expect((e as Error).message).toContain("postgres.database, secret");
+    }
+  });
+
+  it("refuses a postgres provider whose endpoint is not a postgres URL", () => {
+    expect(() => createAdapter(Kinds.PostgresDatabase, { ...provider, endpoint: "http://x" })).toThrow(/postgres:\/\//);
+  });
+});

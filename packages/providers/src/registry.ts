@@ -1,0 +1,36 @@
+/**
+ * Which adapter serves which kind: the one place a kind is mapped to its adapter factory.
+ */
+import { ErrorCodes, Kinds, MeshError, type Kind } from "@mesh/shared";
+import type { AdapterFactory, ProviderAdapter, ProviderConfig } from "./adapter.js";
+import { createPostgresAdapter } from "./postgres.js";
+import { createSecretAdapter } from "./secret.js";
+
+const factories: Partial<Record<Kind, AdapterFactory>> = {
+  [Kinds.Secret]: createSecretAdapter,
+  [Kinds.PostgresDatabase]: createPostgresAdapter,
+};
+
+/** The kinds that have an adapter, in a stable order. */
+export const adapterKinds: readonly Kind[] = Object.keys(factories).sort() as Kind[];
+
+/** True when `kind` has an adapter. */
+export function hasAdapter(kind: string): kind is Kind {
+  return Object.hasOwn(factories, kind);
+}
+
+/**
+ * Makes the adapter for `kind` on `provider`. Throws MeshError `ProviderMisconfigured` (not
+ * retryable) for a kind without an adapter, naming the kinds that have one, and whatever the
+ * factory throws for a provider it cannot use (a malformed endpoint).
+ */
+export function createAdapter(kind: string, provider: ProviderConfig): ProviderAdapter {
+  const factory = hasAdapter(kind) ? factories[kind] : undefined;
+  if (!factory) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name} serves ${JSON.stringify(kind)}, but this mesh has no adapter for that kind yet; kinds with an adapter: ${adapterKinds.join(", ")}`,
+    );
+  }
+  return factory(provider);
+}

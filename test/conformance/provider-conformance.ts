@@ -1,0 +1,208 @@
+/**
+ * The contract of {@link ProviderAdapter}, as tests every adapter's test file registers against
+ * its real backend (after Vault's dbplugin test helpers): idempotent create, an observe that
+ * never mutates, a delete of what is gone that succeeds, a login that proves a credential and
+ * classifies failures, and names refused before they reach the backend.
+ */
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorCodes, isMeshError, type ErrorCode } from "@mesh/shared";
+import type { BindingValues, GrantRef, ProviderAdapter } from "@mesh/providers";
+
+/** The name the issue requires every adapter to refuse. */
+export const INJECTION_NAME = 'x"; DROP ROLE postgres; --';
+
+export interface ConformanceOptions {
+  /**
+   * Whether the adapter keeps state in an external system (a role, a database). The built-in
+   * `secret` adapter does not: its resource always exists and delete has nothing to undo, so
+   * the checks of "missing before create / after delete" do not apply and a stateless check runs.
+   */
+  stateful: boolean;
+  /** The given, working bindings made wrong in their secret part (a changed password). */
+  wrongCredential(bindings: BindingValues): BindingValues;
+  /** For adapters with an external system: the same kind on a provider nobody listens for. */
+  unreachable?: {
+    makeAdapter(): ProviderAdapter;
+    /** The given, working bindings pointed at an address nobody listens on. */
+    bindings(bindings: BindingValues): BindingValues;
+  };
+}
+
+/** A grant of its own for each test, so tests share no state. */
+export function freshGrant(generation = 1): GrantRef {
+  return { module: `conf-${randomBytes(4).toString("hex")}`, requirement: "res", generation };
+}
+
+/** Awaits `p` and asserts it rejects with a MeshError of `code`; returns the error. */
+export async function expectMeshError(p: Promise<unknown>, code: ErrorCode) {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e, `expected MeshError ${code}`).toBeDefined();
+  expect(isMeshError(e, code), `expected MeshError ${code}, got ${String(e)}`).toBe(true);
+  return e as Error;
+}
+
+/** Registers the conformance tests of an adapter, made by `makeAdapter` once per suite. */
+export function describeProviderConformance(
+  name: string,
+  makeAdapter: () => ProviderAdapter | Promise<ProviderAdapter>,
+  opts: ConformanceOptions,
+): void {
+  describe(`${name} conformance`, () => {
+    let adapter: ProviderAdapter;
+    beforeAll(async () => {
+      adapter = await makeAdapter();
+    });
+    afterAll(async () => {
+      await adapter?.close();
+    });
+
+    const create = (grant: GrantRef, secret = adapter.generate()) => adapter.create({ grant, secret });
+
+    it("generates fresh secret material each time", () => {
+      const a = adapter.generate();
+      const b = adapter.generate();
+      expect(Object.keys(a).length).toBeGreaterThan(0);
+      for (const v of Object.values(a)) expect(v.length).toBeGreaterThanOrEqual(20);
+      expect(a).not.toEqual(b);
+    });
+
+    it("create is idempotent: twice with the same secret gives the same result, which still logs in", async () => {
+      const grant = freshGrant();
+      const secret = adapter.generate();
+      const first = await create(grant, secret);
+      const second = await create(grant, secret);
+      expect(second).toEqual(first);
+      expect(await adapter.login({ bindings: second.bindings })).toEqual({ ok: true });
+      expect((await adapter.observe({ grant })).exists).toBe(true);
+      await adapter.delete({ grant });
+    });
+
+    it("the created credential logs in, and a wrong one is rejected", async () => {
+      const grant = freshGrant();
+      const { bindings } = await create(grant);
+      expect(await adapter.login({ bindings })).toEqual({ ok: true });
+      const wrong = await adapter.login({ bindings: opts.wrongCredential(bindings) });
+      expect(wrong).toMatchObject({ ok: false, reason: "rejected" });
+      await adapter.delete({ grant });
+    });
+
+    it("creating generation 2 keeps generation 1 logging in (the overlap a rotation needs)", async () => {
+      const grant = freshGrant(1);
+      const g1 = await create(grant);
+      const g2 = await create({ ...grant, generation: 2 });
+      expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
+      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+      await adapter.delete({ grant });
+    });
+
+    it("delete of what never existed succeeds, and so does deleting twice", async () => {
+      const grant = freshGrant();
+      await adapter.delete({ grant });
+      await create(grant);
+      await adapter.delete({ grant });
+      await adapter.delete({ grant });
+    });
+
+    it("refuses the injection name, and a bad generation, in every verb", async () => {
+      const secret = adapter.generate();
+      for (const grant of [
+        { module: INJECTION_NAME, requirement: "res", generation: 1 },
+        { module: "conf", requirement: INJECTION_NAME, generation: 1 },
+      ]) {
+        await expectMeshError(adapter.create({ grant, secret }), ErrorCodes.InvalidName);
+        await expectMeshError(adapter.observe({ grant }), ErrorCodes.InvalidName);
+        await expectMeshError(adapter.delete({ grant }), ErrorCodes.InvalidName);
+      }
+      await expectMeshError(adapter.create({ grant: freshGrant(0), secret }), ErrorCodes.InvalidRequest);
+    });
+
+    if (opts.stateful) {
+      it("observe never mutates: missing before create, and still missing after observing", async () => {
+        const grant = freshGrant();
+        expect((await adapter.observe({ grant })).exists).toBe(false);
+        expect((await adapter.observe({ grant })).exists).toBe(false);
+        const { resource } = await create(grant);
+        const seen = await adapter.observe({ grant });
+        expect(seen.exists).toBe(true);
+        for (const v of Object.values(resource)) expect(Object.values(seen.details)).toContain(v);
+        // Generation 2 was never created; observing it must not create it either.
+        const g2 = { ...grant, generation: 2 };
+        expect((await adapter.observe({ grant: g2 })).exists).toBe(false);
+        expect((await adapter.observe({ grant: g2 })).exists).toBe(false);
+        await adapter.delete({ grant });
+      });
+
+      it("create with a new secret for the same generation converges: the new one logs in, the old one is rejected", async () => {
+        const grant = freshGrant();
+        const before = await create(grant);
+        const after = await create(grant);
+        expect(after.resource).toEqual(before.resource);
+        expect(await adapter.login({ bindings: after.bindings })).toEqual({ ok: true });
+        expect(await adapter.login({ bindings: before.bindings })).toMatchObject({ ok: false, reason: "rejected" });
+        await adapter.delete({ grant });
+      });
+
+      it("after delete, the credential no longer logs in and observe says the resource does not exist", async () => {
+        const grant = freshGrant();
+        const { bindings } = await create(grant);
+        await adapter.delete({ grant });
+        const result = await adapter.login({ bindings });
+        expect(result.ok).toBe(false);
+        expect(["missing", "rejected"]).toContain(!result.ok && result.reason);
+        expect((await adapter.observe({ grant })).exists).toBe(false);
+      });
+    } else {
+      it("is stateless: the resource always exists and delete leaves a credential working", async () => {
+        const grant = freshGrant();
+        expect((await adapter.observe({ grant })).exists).toBe(true);
+        const { bindings } = await create(grant);
+        await adapter.delete({ grant });
+        expect((await adapter.observe({ grant })).exists).toBe(true);
+        expect(await adapter.login({ bindings })).toEqual({ ok: true });
+      });
+    }
+
+    const unreachable = opts.unreachable;
+    if (unreachable) {
+      describe("an unreachable provider", () => {
+        let dead: ProviderAdapter;
+        beforeAll(() => {
+          dead = unreachable.makeAdapter();
+        });
+        afterAll(async () => {
+          await dead?.close();
+        });
+
+        it("login says unreachable", async () => {
+          const grant = freshGrant();
+          const { bindings } = await create(grant);
+          const result = await adapter.login({ bindings: unreachable.bindings(bindings) });
+          expect(result).toMatchObject({ ok: false, reason: "unreachable" });
+          await adapter.delete({ grant });
+        });
+
+        it("create, observe and delete fail as ProviderUnreachable, retryable, naming the endpoint", async () => {
+          const grant = freshGrant();
+          const secret = dead.generate();
+          for (const call of [dead.create({ grant, secret }), dead.observe({ grant }), dead.delete({ grant })]) {
+            const e = await expectMeshError(call, ErrorCodes.ProviderUnreachable);
+            expect(isMeshError(e) && e.retryable).toBe(true);
+            expect(e.message).toMatch(/unreachable.*check/);
+            for (const v of Object.values(secret)) expect(e.message).not.toContain(v);
+          }
+        });
+
+        it("names are refused before any connection is tried", async () => {
+          const grant = { module: INJECTION_NAME, requirement: "res", generation: 1 };
+          await expectMeshError(dead.create({ grant, secret: dead.generate() }), ErrorCodes.InvalidName);
+          await expectMeshError(dead.observe({ grant }), ErrorCodes.InvalidName);
+          await expectMeshError(dead.delete({ grant }), ErrorCodes.InvalidName);
+        });
+      });
+    }
+  });
+}

@@ -1,0 +1,236 @@
+/**
+ * A test's own PostgreSQL with scram-sha-256 authentication, so a wrong password really fails
+ * (the machine's shared server on 5432 trusts local connections and proves nothing).
+ *
+ * `initdb` and `postgres` run as the `postgres` OS user when the tests run as root (PostgreSQL
+ * refuses to run as root), in a temporary directory that holds the data directory and the
+ * unix socket. The server listens on 127.0.0.1 on a free port. The PID recorded is the
+ * postmaster's own; stop() and kill() end only that process (and, for kill, its children).
+ * start() again reuses the same data directory and port, so a test can stop a server and
+ * bring it back with everything it held.
+ */
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { randomBytes } from "node:crypto";
+import pg from "pg";
+import { freePort } from "./ports.js";
+
+const run = promisify(execFile);
+
+export interface Postgres {
+  host: string;
+  port: number;
+  /** `postgres://127.0.0.1:<port>`, as a Provider document's `endpoint`. */
+  endpoint: string;
+  adminUser: string;
+  adminPassword: string;
+  /** The temporary directory: data directory, socket and logs live under it. */
+  baseDir: string;
+  dataDir: string;
+  /** The postmaster's PID while running, else undefined. */
+  readonly pid: number | undefined;
+  /** Runs one statement as the admin (a fresh connection each time) and returns its result (`.rows`). */
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<pg.QueryResult<R>>;
+  /** Starts the server again on the same port and data directory; resolves when it answers queries. No-op if running. */
+  start(): Promise<void>;
+  /** Fast shutdown (SIGINT), SIGKILL after 10 s; removes the temporary directory unless `keepData`. Idempotent. */
+  stop(opts?: { keepData?: boolean }): Promise<void>;
+  /** Kills the postmaster and its children at once (SIGKILL), as a crash would; the data stays. */
+  kill(): Promise<void>;
+}
+
+/** Directory of the PostgreSQL server binaries: `$PG_BIN`, the newest /usr/lib/postgresql/N/bin, or PATH. */
+export function postgresBinDir(): string {
+  if (process.env.PG_BIN) return process.env.PG_BIN;
+  const root = "/usr/lib/postgresql";
+  const versions = existsSync(root)
+    ? readdirSync(root)
+        .filter((v) => existsSync(join(root, v, "bin", "initdb")))
+        .sort((a, b) => Number(b) - Number(a))
+    : [];
+  if (versions[0]) return join(root, versions[0], "bin");
+  for (const dir of (process.env.PATH ?? "").split(":")) {
+    if (dir && existsSync(join(dir, "initdb")) && existsSync(join(dir, "postgres"))) return dir;
+  }
+  throw new Error(
+    "PostgreSQL server binaries (initdb, postgres) not found in $PG_BIN, /usr/lib/postgresql/*/bin or PATH; " +
+      "install them with `apt-get install -y postgresql` (Debian/Ubuntu) or point PG_BIN at their directory",
+  );
+}
+
+/** uid/gid to run PostgreSQL as: the `postgres` user when we are root, else ourselves. */
+async function runAs(): Promise<{ uid: number; gid: number } | undefined> {
+  if (process.getuid?.() !== 0) return undefined;
+  try {
+    const uid = Number((await run("id", ["-u", "postgres"])).stdout.trim());
+    const gid = Number((await run("id", ["-g", "postgres"])).stdout.trim());
+    return { uid, gid };
+  } catch {
+    throw new Error("running as root, but there is no `postgres` OS user to run PostgreSQL as; install the `postgresql` package, which creates it");
+  }
+}
+
+/** Starts a fresh PostgreSQL; see {@link Postgres}. */
+export async function startPostgres(opts: { adminUser?: string } = {}): Promise<Postgres> {
+  const bin = postgresBinDir();
+  const user = await runAs();
+  const adminUser = opts.adminUser ?? "postgres";
+  const adminPassword = randomBytes(18).toString("base64url");
+  const baseDir = mkdtempSync(join(tmpdir(), "mesh-pg-"));
+  const dataDir = join(baseDir, "data");
+  if (user) chownSync(baseDir, user.uid, user.gid);
+
+  const pwfile = join(baseDir, "pwfile");
+  writeFileSync(pwfile, `${adminPassword}\n`, { mode: 0o600 });
+  if (user) chownSync(pwfile, user.uid, user.gid);
+  try {
+    await run(
+      join(bin, "initdb"),
+      ["-D", dataDir, "-U", adminUser, "--auth=scram-sha-256", `--pwfile=${pwfile}`, "--encoding=UTF8", "--locale=C", "--no-sync"],
+      { ...user, cwd: baseDir, env: { ...process.env, LC_ALL: "C" } },
+    );
+  } catch (e) {
+    rmSync(baseDir, { recursive: true, force: true });
+    const err = e as { stderr?: string; message: string };
+    throw new Error(`initdb failed: ${err.stderr || err.message}`);
+  } finally {
+    rmSync(pwfile, { force: true });
+  }
+
+  const port = await freePort();
+  const host = "127.0.0.1";
+  let proc: ChildProcess | undefined;
+  let log = "";
+
+  const connect = () =>
+    new pg.Client({ host, port, user: adminUser, password: adminPassword, database: "postgres", connectionTimeoutMillis: 3_000 });
+
+  const query: Postgres["query"] = async (sql, params) => {
+    const c = connect();
+    c.on("error", () => {});
+    try {
+      await c.connect();
+      return await c.query(sql, params);
+    } finally {
+      await c.end().catch(() => {});
+    }
+  };
+
+  const exitOf = (p: ChildProcess) =>
+    new Promise<void>((resolve) => (p.exitCode !== null || p.signalCode !== null ? resolve() : p.once("exit", () => resolve())));
+
+  const start = async () => {
+    if (proc && proc.exitCode === null && proc.signalCode === null) return;
+    const args = ["-D", dataDir, "-p", String(port), "-c", `listen_addresses=${host}`, "-c", `unix_socket_directories=${baseDir}`];
+    // Small and quick: tests need neither durability against power loss nor many connections.
+    args.push("-c", "fsync=off", "-c", "shared_buffers=16MB", "-c", "max_connections=40", "-c", "log_min_messages=warning");
+    const p = spawn(join(bin, "postgres"), args, { ...user, cwd: baseDir, stdio: ["ignore", "ignore", "pipe"] });
+    proc = p;
+    log = "";
+    p.stderr!.on("data", (d: Buffer) => (log = (log + d.toString()).slice(-4000)));
+    let exited = false;
+    void exitOf(p).then(() => (exited = true));
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if (exited) throw new Error(`postgres exited (${p.exitCode ?? p.signalCode}) before accepting connections: ${log}`);
+      try {
+        await query("select 1");
+        return;
+      } catch (e) {
+        if (Date.now() > deadline) {
+          p.kill("SIGKILL");
+          throw new Error(`postgres did not accept connections on ${host}:${port} within 30 s (${(e as Error).message}): ${log}`);
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  };
+
+  /** Whether `pid` runs (a zombie does not: nothing may reap it in a container without init). */
+  const isAlive = (pid: number): boolean => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+    } catch {
+      return false;
+    }
+  };
+
+  /** PIDs whose parent is `pid`, from /proc. */
+  const childrenOf = (pid: number): number[] =>
+    readdirSync("/proc")
+      .filter((d) => /^\d+$/.test(d))
+      .filter((d) => {
+        try {
+          // The fields after the command name (which may hold spaces) start with state, ppid.
+          const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+          return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid;
+        } catch {
+          return false;
+        }
+      })
+      .map(Number);
+
+  // A test process that ends without stop() must not leave its server running.
+  const onExit = () => {
+    if (proc && proc.exitCode === null && proc.signalCode === null) proc.kill("SIGQUIT");
+  };
+  process.on("exit", onExit);
+
+  await start().catch((e: unknown) => {
+    process.off("exit", onExit);
+    rmSync(baseDir, { recursive: true, force: true });
+    throw e;
+  });
+  return {
+    host,
+    port,
+    endpoint: `postgres://${host}:${port}`,
+    adminUser,
+    adminPassword,
+    baseDir,
+    dataDir,
+    get pid() {
+      return proc && proc.exitCode === null && proc.signalCode === null ? proc.pid : undefined;
+    },
+    query,
+    start,
+    async stop(o = {}) {
+      const p = proc;
+      if (p) {
+        const exited = exitOf(p);
+        if (p.exitCode === null && p.signalCode === null) {
+          p.kill("SIGINT");
+          const t = setTimeout(() => p.kill("SIGKILL"), 10_000);
+          await exited;
+          clearTimeout(t);
+        }
+      }
+      if (!o.keepData) {
+        process.off("exit", onExit);
+        rmSync(baseDir, { recursive: true, force: true });
+      }
+    },
+    async kill() {
+      const p = proc;
+      if (!p || p.exitCode !== null || p.signalCode !== null) return;
+      const children = childrenOf(p.pid!);
+      const exited = exitOf(p);
+      p.kill("SIGKILL");
+      for (const c of children) {
+        try {
+          process.kill(c, "SIGKILL");
+        } catch {
+          /* already gone */
+        }
+      }
+      await exited;
+      // The next start needs the old backends gone (they hold the shared memory).
+      const deadline = Date.now() + 5_000;
+      while (children.some(isAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    },
+  };
+}
