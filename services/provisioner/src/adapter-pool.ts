@@ -1,0 +1,62 @@
+/**
+ * One adapter per provider, reused across reconciles (it holds the admin connection pool),
+ * replaced when the provider's document changes. The admin password is resolved here, in the
+ * provisioner's own environment, and never stored.
+ */
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { BUILTIN_SECRET_PROVIDER, ErrorCodes, MeshError, type Kind, type ProviderDoc } from "@mesh/shared";
+import { createAdapter, type ProviderAdapter, type ProviderConfig } from "@mesh/providers";
+
+/** The provider's configuration with its admin password read from the env var or file it names. */
+export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env): ProviderConfig {
+  const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint };
+  if (!doc.admin) return cfg;
+  let password: string | undefined;
+  if (doc.admin.passwordEnv) {
+    password = env[doc.admin.passwordEnv];
+    if (password === undefined) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `provider ${doc.name}: the environment variable ${doc.admin.passwordEnv} (admin.passwordEnv) is not set for the provisioner; set it where the provisioner runs`,
+      );
+    }
+  } else if (doc.admin.passwordFile) {
+    try {
+      password = readFileSync(doc.admin.passwordFile, "utf8").replace(/\r?\n$/, "");
+    } catch (e) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `provider ${doc.name}: cannot read admin.passwordFile ${doc.admin.passwordFile} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); make it readable by the provisioner`,
+        { cause: e },
+      );
+    }
+  }
+  cfg.admin = password === undefined ? { username: doc.admin.username } : { username: doc.admin.username, password };
+  return cfg;
+}
+
+export class AdapterPool {
+  private readonly adapters = new Map<string, { fingerprint: string; adapter: ProviderAdapter }>();
+
+  constructor(private readonly env: NodeJS.ProcessEnv = process.env) {}
+
+  /** The adapter for `kind` at provider `doc` (undefined doc: the built-in secret provider). */
+  get(kind: Kind, doc: ProviderDoc | undefined): ProviderAdapter {
+    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
+    const key = `${cfg.name}/${kind}`;
+    // A hash, so the admin password is not kept as a map key in the clear.
+    const fingerprint = createHash("sha256").update(JSON.stringify(cfg)).digest("hex");
+    const cur = this.adapters.get(key);
+    if (cur && cur.fingerprint === fingerprint) return cur.adapter;
+    if (cur) void cur.adapter.close();
+    const adapter = createAdapter(kind, cfg);
+    this.adapters.set(key, { fingerprint, adapter });
+    return adapter;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.adapters.values()].map((a) => a.adapter.close()));
+    this.adapters.clear();
+  }
+}

@@ -1,0 +1,137 @@
+/**
+ * Reconciling one grant: make its resource exist with a credential, record it, and announce
+ * the generation to every target that does not hold it yet. Level-triggered: it reads the
+ * grant and acts on what it says, whatever event woke it.
+ */
+import {
+  BUILTIN_SECRET_PROVIDER,
+  Grant,
+  MeshError,
+  ProviderDoc,
+  errorMessage,
+  isTrue,
+  mutateJson,
+  readJson,
+  setCondition,
+  subjects,
+  traceHeaders,
+  undelivered,
+  withDeliveredCondition,
+  type Delivery,
+  type Logger,
+  type Store,
+} from "@mesh/shared";
+import type { AdapterPool } from "./adapter-pool.js";
+import type { CredentialStore } from "./credential-store.js";
+
+export interface ProvisionDeps {
+  store: Store;
+  credentials: CredentialStore;
+  adapters: AdapterPool;
+  log: Logger;
+}
+
+/** The generation a grant should be provisioned at, or undefined when it is provisioned. */
+export function targetGeneration(g: Grant): number | undefined {
+  if (g.generation === 0) return 1;
+  if (g.resource.provider !== g.provider) return g.generation + 1; // moved to another provider
+  if (!isTrue(g.conditions, "Provisioned")) return g.generation; // retry the same generation
+  return undefined;
+}
+
+/** Reconciles the grant stored under `key` (`<module>.<requirement>`). Throws to be retried. */
+export async function reconcileGrant(deps: ProvisionDeps, key: string): Promise<void> {
+  const { store, log } = deps;
+  const found = await readJson(store.kv.grants, key, Grant);
+  if (!found) return;
+  const grant = found.value;
+  if (!isTrue(grant.conditions, "Resolved") || !grant.provider) return;
+  if (grant.targets.length === 0) {
+    await setProvisioned(store, key, {
+      status: "False",
+      reason: "NoInstalledPart",
+      message: `not provisioned: none of the parts that need it (${grant.parts.join(", ")}) is installed`,
+    });
+    return;
+  }
+  const generation = targetGeneration(grant);
+  let current = grant;
+  if (generation !== undefined) {
+    const glog = log.child({ grant: grant.id, provider: grant.provider, generation });
+    try {
+      current = (await provision(deps, grant, generation)) ?? grant;
+      glog.info({ resource: current.resource }, "provisioned");
+    } catch (e) {
+      glog.warn({ err: errorMessage(e) }, "provisioning failed");
+      await setProvisioned(store, key, { status: "False", reason: "ProvisionFailed", message: `provider ${grant.provider}: ${errorMessage(e)}` });
+      throw e;
+    }
+  }
+  await announce(store, current, log);
+}
+
+async function provision(deps: ProvisionDeps, grant: Grant, generation: number): Promise<Grant | undefined> {
+  const { store, credentials, adapters } = deps;
+  const doc =
+    grant.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, grant.provider!, ProviderDoc))?.value;
+  if (grant.provider !== BUILTIN_SECRET_PROVIDER && !doc) {
+    throw new MeshError("NotFound", `provider ${grant.provider} is not registered any more`, { retryable: true });
+  }
+  const adapter = adapters.get(grant.kind, doc);
+  const secret = await credentials.ensure(grant, generation, grant.provider!, () => adapter.generate());
+  const result = await adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret });
+  await credentials.setBindings(grant.module, grant.requirement, generation, result.bindings);
+  const resource = { ...result.resource, provider: grant.provider! };
+  const what = Object.entries(result.resource).map(([k, v]) => `${k} ${v}`).join(", ");
+  return mutateJson(store.kv.grants, `${grant.module}.${grant.requirement}`, Grant, (cur) => {
+    if (!cur || cur.provider !== grant.provider) return undefined; // re-resolved meanwhile: the next reconcile acts on it
+    const next: Grant = {
+      ...cur,
+      generation: Math.max(cur.generation, generation),
+      resource,
+      conditions: setCondition(cur.conditions, {
+        type: "Provisioned",
+        status: "True",
+        reason: "Provisioned",
+        message: `generation ${generation} on ${grant.provider}${what ? `: ${what}` : ""}`,
+      }),
+    };
+    next.conditions = withDeliveredCondition(next);
+    return next;
+  });
+}
+
+async function setProvisioned(store: Store, key: string, c: { status: "True" | "False"; reason: "NoInstalledPart" | "ProvisionFailed"; message: string }): Promise<void> {
+  await mutateJson(store.kv.grants, key, Grant, (cur) => {
+    if (!cur) return undefined;
+    const conditions = setCondition(cur.conditions, { type: "Provisioned", ...c });
+    return conditions === cur.conditions ? undefined : { ...cur, conditions };
+  });
+}
+
+/**
+ * Publishes a Delivery for every target that does not hold the current generation. The
+ * message id makes repeats within the stream's duplicate window free; agents are idempotent
+ * beyond it.
+ */
+async function announce(store: Store, grant: Grant, log: Logger): Promise<void> {
+  if (!isTrue(grant.conditions, "Provisioned") || grant.generation === 0) return;
+  for (const t of undelivered(grant)) {
+    const d: Delivery = {
+      grant: grant.id,
+      module: grant.module,
+      requirement: grant.requirement,
+      part: t.part,
+      node: t.node,
+      kind: grant.kind,
+      provider: grant.provider!,
+      generation: grant.generation,
+      publishedAt: new Date().toISOString(),
+    };
+    await store.js.publish(subjects.delivery(t.node, grant.module, t.part, grant.requirement), JSON.stringify(d), {
+      msgID: `${grant.id}:g${grant.generation}:${t.node}:${t.part}`,
+      headers: traceHeaders(),
+    });
+    log.debug({ grant: grant.id, node: t.node, part: t.part, generation: grant.generation }, "delivery announced");
+  }
+}

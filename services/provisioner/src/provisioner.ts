@@ -1,0 +1,57 @@
+/**
+ * The provisioner service: reconciles grants as they change, and serves credential values to
+ * their holders. Several instances share the durable consumer (and so the work); writes use
+ * compare-and-set, and resources are created idempotently, so two instances on one grant
+ * converge.
+ */
+import {
+  Buckets,
+  KeyedQueue,
+  QueueGroups,
+  consumeKeys,
+  kvFilter,
+  kvKeyOf,
+  kvStream,
+  serveJson,
+  subjects,
+  type Logger,
+  type MasterKey,
+  type Store,
+} from "@mesh/shared";
+import { AdapterPool } from "./adapter-pool.js";
+import { CredentialStore } from "./credential-store.js";
+import { handleCredentialFetch } from "./fetch.js";
+import { reconcileGrant } from "./provision.js";
+
+export interface Provisioner {
+  /** Reconciles one grant now (key `<module>.<requirement>`). */
+  reconcile(key: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startProvisioner(opts: { store: Store; masterKey: MasterKey; log: Logger; env?: NodeJS.ProcessEnv }): Promise<Provisioner> {
+  const { store, log } = opts;
+  const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
+  const adapters = new AdapterPool(opts.env ?? process.env);
+  const deps = { store, credentials, adapters, log };
+  const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
+  const api = serveJson(store.nc, subjects.credentialFetch, QueueGroups.provisioner, log, (body) => handleCredentialFetch(store, credentials, body));
+  const consumer = await consumeKeys({
+    store,
+    stream: kvStream(Buckets.grants),
+    durable: "provisioner",
+    filter: kvFilter(Buckets.grants),
+    keyOf: kvKeyOf(Buckets.grants),
+    queue,
+    log,
+  });
+  log.info({ masterKey: opts.masterKey.id }, "provisioner started");
+  return {
+    reconcile: (key) => queue.enqueue(key),
+    async stop() {
+      await api.stop();
+      await consumer.stop();
+      await adapters.close();
+    },
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * The apply request: validate every document, then store all of them or none.
+ */
+import {
+  ApplyRequest,
+  ErrorCodes,
+  MeshError,
+  ModuleDoc,
+  ProviderDoc,
+  validateDocuments,
+  type AppliedDocument,
+  type ApplyReply,
+  type ManifestDoc,
+  type Store,
+} from "@mesh/shared";
+
+/**
+ * Handles one apply: a request that fails validation stores nothing and gets every problem
+ * back; a valid one is stored document by document (each write is idempotent, so a retry
+ * after a failure half-way converges to the same state).
+ */
+export async function handleApply(store: Store, body: unknown): Promise<ApplyReply> {
+  const req = ApplyRequest.safeParse(body);
+  if (!req.success) {
+    throw new MeshError(ErrorCodes.InvalidRequest, `not an apply request: ${req.error.issues.map((i) => i.message).join("; ")}`);
+  }
+  const result = validateDocuments(req.data.documents);
+  if (!result.ok) return { ok: false, problems: result.problems };
+  const accepted: AppliedDocument[] = [];
+  for (const doc of result.documents) accepted.push(await storeDocument(store, doc));
+  return { ok: true, accepted };
+}
+
+async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDocument> {
+  const kv = doc.kind === "Module" ? store.kv.manifests : store.kv.providers;
+  const schema = doc.kind === "Module" ? ModuleDoc : ProviderDoc;
+  const before = await kv.get(doc.name);
+  const data = JSON.stringify(doc);
+  if (before && before.operation === "PUT" && before.length > 0) {
+    const prev = schema.safeParse(before.json());
+    if (prev.success && JSON.stringify(prev.data) === data) return { kind: doc.kind, name: doc.name, action: "unchanged" };
+    await kv.put(doc.name, data);
+    return { kind: doc.kind, name: doc.name, action: "updated" };
+  }
+  await kv.put(doc.name, data);
+  return { kind: doc.kind, name: doc.name, action: "created" };
+}

@@ -1,0 +1,88 @@
+import { describe, expect, it } from "vitest";
+import { getCondition, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { applyResolution, chooseProvider, resolveModule } from "./resolve.js";
+
+const pg = (name: string, node: string, installed = true): ProviderDoc => ({
+  kind: "Provider",
+  name,
+  serves: ["postgres.database"],
+  node,
+  endpoint: "postgres://127.0.0.1:5432",
+  installed,
+});
+
+const shop: ModuleDoc = {
+  kind: "Module",
+  name: "shop",
+  parts: [
+    { name: "api", node: "node-a", installed: true },
+    { name: "worker", node: "node-b", installed: false },
+  ],
+  requires: [
+    { name: "db", kind: "postgres.database", parts: ["api"] },
+    { name: "session-key", kind: "secret", parts: ["api", "worker"] },
+    { name: "jobs", kind: "postgres.database", parts: ["worker"] },
+    { name: "all", kind: "secret" },
+  ],
+};
+
+describe("chooseProvider", () => {
+  const t = [{ part: "api", node: "node-b" }];
+  it.each([
+    { name: "no candidate", providers: [], current: null, provider: null, reason: "NoProvider" },
+    { name: "only uninstalled", providers: [pg("p1", "node-a", false)], current: null, provider: null, reason: "ProviderNotInstalled" },
+    { name: "installed one", providers: [pg("p1", "node-a", false), pg("p2", "node-a")], current: null, provider: "p2", reason: "ProviderSelected" },
+    { name: "same node preferred", providers: [pg("p1", "node-a"), pg("p2", "node-b")], current: null, provider: "p2", reason: "ProviderSelected" },
+    { name: "current kept", providers: [pg("p1", "node-a"), pg("p2", "node-b")], current: "p1", provider: "p1", reason: "ProviderSelected" },
+    { name: "current uninstalled moves", providers: [pg("p1", "node-a", false), pg("p2", "node-c")], current: "p1", provider: "p2", reason: "ProviderSelected" },
+  ])("$name", ({ providers, current, provider, reason }) => {
+    const r = chooseProvider("postgres.database", t, providers, current);
+    expect(r.provider).toBe(provider);
+    expect(r.resolved.reason).toBe(reason);
+    expect(r.resolved.status).toBe(provider ? "True" : "False");
+  });
+
+  it("names the uninstalled providers", () => {
+    const r = chooseProvider("postgres.database", t, [pg("pg-main", "node-a", false)], null);
+    expect(r.resolved.message).toContain("pg-main (node node-a)");
+    expect(r.resolved.message).toContain("installed: true");
+  });
+
+  it("serves secrets with the built-in provider", () => {
+    expect(chooseProvider("secret", t, [], null).provider).toBe("builtin-secret");
+  });
+});
+
+describe("resolveModule", () => {
+  const rs = resolveModule(shop, [pg("pg-main", "node-a")]);
+  const by = new Map(rs.map((r) => [r.requirement, r]));
+  it("targets only installed parts that name the requirement", () => {
+    expect(by.get("db")!.targets).toEqual([{ part: "api", node: "node-a" }]);
+    expect(by.get("session-key")!.targets).toEqual([{ part: "api", node: "node-a" }]);
+    expect(by.get("jobs")!.targets).toEqual([]);
+    expect(by.get("jobs")!.parts).toEqual(["worker"]);
+  });
+  it("gives a requirement without parts to every part", () => {
+    expect(by.get("all")!.parts).toEqual(["api", "worker"]);
+  });
+});
+
+describe("applyResolution", () => {
+  const [db] = resolveModule(shop, [pg("pg-main", "node-a")]);
+  it("creates a grant with its Resolved condition", () => {
+    const g = applyResolution(undefined, db!)!;
+    expect(g.id).toBe("shop/db");
+    expect(g.generation).toBe(0);
+    expect(getCondition(g.conditions, "Resolved")).toMatchObject({ status: "True", reason: "ProviderSelected" });
+  });
+  it("writes nothing when nothing changed", () => {
+    const g = applyResolution(undefined, db!)!;
+    expect(applyResolution(g, db!)).toBeUndefined();
+  });
+  it("keeps what the provisioner and agents recorded", () => {
+    const g = { ...applyResolution(undefined, db!)!, generation: 3, resource: { role: "shop_db_a" }, holders: { "node-a/api": { generation: 3, deliveredAt: "t" } } };
+    const [again] = resolveModule(shop, [pg("pg-main", "node-a"), pg("other", "node-a")], new Map([["db", "pg-main"]]));
+    const next = applyResolution(g, { ...again!, targets: [] });
+    expect(next).toMatchObject({ generation: 3, resource: { role: "shop_db_a" }, provider: "pg-main" });
+  });
+});

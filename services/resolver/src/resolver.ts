@@ -1,0 +1,71 @@
+/**
+ * The resolver service: serves `apply`, and reconciles a module whenever its manifest, any
+ * provider, or one of its grants changes. Several instances share the work through durable
+ * consumers; compare-and-set on every write keeps them from undoing each other.
+ */
+import {
+  Buckets,
+  KeyedQueue,
+  QueueGroups,
+  kvFilter,
+  kvKeyOf,
+  kvStream,
+  consumeKeys,
+  serveJson,
+  subjects,
+  type Logger,
+  type Store,
+} from "@mesh/shared";
+import { handleApply } from "./apply.js";
+import { ProviderCatalog, reconcileModule } from "./reconcile.js";
+
+export interface Resolver {
+  /** Reconciles one module now (also what the consumers do); for tests and tools. */
+  reconcile(module: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startResolver(opts: { store: Store; log: Logger }): Promise<Resolver> {
+  const { store, log } = opts;
+  const catalog = new ProviderCatalog(store);
+  const modules = new KeyedQueue((name) => reconcileModule(store, catalog, name, log.child({ module: name })), 16);
+  // A provider change may affect any module: re-resolve them all.
+  const providers = new KeyedQueue(async () => {
+    const names: string[] = [];
+    for await (const k of await store.kv.manifests.keys()) names.push(k);
+    await Promise.all(names.map((n) => modules.enqueue(n)));
+  }, 1);
+
+  const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body));
+  const consumers = await Promise.all([
+    consumeKeys({ store, stream: kvStream(Buckets.manifests), durable: "resolver-manifests", filter: kvFilter(Buckets.manifests), keyOf: kvKeyOf(Buckets.manifests), queue: modules, log }),
+    consumeKeys({
+      store,
+      stream: kvStream(Buckets.providers),
+      durable: "resolver-providers",
+      filter: kvFilter(Buckets.providers),
+      // Every provider change collapses onto one key: "all modules".
+      keyOf: (s) => (kvKeyOf(Buckets.providers)(s) ? "*" : undefined),
+      queue: providers,
+      log,
+    }),
+    consumeKeys({
+      store,
+      stream: kvStream(Buckets.grants),
+      durable: "resolver-grants",
+      filter: kvFilter(Buckets.grants),
+      // A grant changed: its module's state may have changed.
+      keyOf: (s) => kvKeyOf(Buckets.grants)(s)?.split(".")[0],
+      queue: modules,
+      log,
+    }),
+  ]);
+  log.info("resolver started");
+  return {
+    reconcile: (module) => modules.enqueue(module),
+    async stop() {
+      await api.stop();
+      await Promise.all(consumers.map((c) => c.stop()));
+    },
+  };
+}
