@@ -30,3 +30,5 @@ export {
   type PostgresNames,
 } from "./postgres-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";
+export { CredentialStore, CredentialRecord, type CredentialValues } from "./credential-store.js";
+export { AdapterPool, providerConfig } from "./adapter-pool.js";

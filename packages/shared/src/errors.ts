@@ -7,6 +7,8 @@ export const ErrorCodes = {
   InvalidName: "InvalidName",
   InvalidRequest: "InvalidRequest",
   NotFound: "NotFound",
+  /** A module has no state because the resolver has never processed a manifest of it (meshctl exit code 3). */
+  NotProcessed: "NotProcessed",
   Conflict: "Conflict",
   ProviderUnreachable: "ProviderUnreachable",
   ProviderRejected: "ProviderRejected",

@@ -16,3 +16,13 @@ export const NAME_RULE =
 export function isValidName(name: string): boolean {
   return NAME_PATTERN.test(name);
 }
+
+/** The longest name {@link NAME_PATTERN} accepts. */
+export const NAME_MAX_LENGTH = 40;
+
+/**
+ * {@link NAME_PATTERN} without look-ahead, for regular-expression engines that have none
+ * (Go's RE2, Rust's regex). It accepts the same names when combined with a maximum length
+ * of {@link NAME_MAX_LENGTH}; the JSON Schemas in `schemas/` carry it in that form.
+ */
+export const NAME_PATTERN_PORTABLE = "^[a-z](?:-?[a-z0-9])*$";

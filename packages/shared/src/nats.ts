@@ -55,7 +55,7 @@ export async function openStore(nc: NatsConnection, replicas = Number(process.en
   const jsm = await jetstreamManager(nc, { timeout: 10_000 }).catch((e: unknown) => {
     throw new MeshError(
       ErrorCodes.ProviderUnreachable,
-      `the NATS server at ${nc.getServer()} has no JetStream: start it with -js (see deploy/nats-server.conf). ${errorMessage(e)}`,
+      `the NATS server at ${nc.getServer()} has no JetStream: start it with -js (see deploy/nats/single.conf). ${errorMessage(e)}`,
       { cause: e },
     );
   });
@@ -84,12 +84,13 @@ async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamMana
   try {
     await jsm.streams.info(cfg.name!);
   } catch (e) {
-    if (e instanceof JetStreamApiError && e.code === 404) {
+    // `status` is the HTTP-like code (404); `code` is JetStream's own (10059 stream not found).
+    if (e instanceof JetStreamApiError && (e.status === 404 || e.code === 10059)) {
       try {
         await jsm.streams.add(cfg);
       } catch (e2) {
         // Another process created it first.
-        if (!(e2 instanceof JetStreamApiError && e2.code === 400)) throw e2;
+        if (!(e2 instanceof JetStreamApiError && (e2.status === 400 || e2.code === 10058))) throw e2;
       }
       return;
     }

@@ -15,7 +15,7 @@ import {
   type CredentialFetchReply,
   type Store,
 } from "@mesh/shared";
-import type { CredentialStore } from "./credential-store.js";
+import type { CredentialStore } from "@mesh/providers";
 
 // The provisioner's sealing key: ephemeral, one per process; its public half travels with each reply.
 const sender = createSealingKey();

@@ -21,8 +21,7 @@ import {
   type Logger,
   type Store,
 } from "@mesh/shared";
-import type { AdapterPool } from "./adapter-pool.js";
-import type { CredentialStore } from "./credential-store.js";
+import type { AdapterPool, CredentialStore } from "@mesh/providers";
 
 export interface ProvisionDeps {
   store: Store;

@@ -18,8 +18,7 @@ import {
   type MasterKey,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool } from "./adapter-pool.js";
-import { CredentialStore } from "./credential-store.js";
+import { AdapterPool, CredentialStore } from "@mesh/providers";
 import { handleCredentialFetch } from "./fetch.js";
 import { reconcileGrant } from "./provision.js";
 

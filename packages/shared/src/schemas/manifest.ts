@@ -121,18 +121,19 @@ export function validateDocuments(raw: readonly unknown[]): ParseResult {
   const documents: ManifestDoc[] = [];
   const seen = new Map<string, number>();
   raw.forEach((doc, index) => {
+    // Duplicates are found on the raw identity, so they are reported even beside other problems.
+    const { kind, name } = (typeof doc === "object" && doc !== null ? doc : {}) as { kind?: unknown; name?: unknown };
+    if (typeof kind === "string" && typeof name === "string") {
+      const id = `${kind}/${name}`;
+      const first = seen.get(id);
+      if (first !== undefined) problems.push({ document: index, path: "name", message: `${id} is also defined by document ${first}` });
+      else seen.set(id, index);
+    }
     const r = ManifestDoc.safeParse(doc, { reportInput: true });
     if (!r.success) {
       for (const iss of r.error.issues) problems.push({ document: index, path: formatPath(iss.path), message: issueMessage(iss) });
       return;
     }
-    const id = `${r.data.kind}/${r.data.name}`;
-    const first = seen.get(id);
-    if (first !== undefined) {
-      problems.push({ document: index, path: "name", message: `${id} is also defined by document ${first}` });
-      return;
-    }
-    seen.set(id, index);
     documents.push(r.data);
   });
   if (raw.length === 0) problems.push({ document: 0, path: "", message: "no documents" });

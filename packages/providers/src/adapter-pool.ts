@@ -6,7 +6,8 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { BUILTIN_SECRET_PROVIDER, ErrorCodes, MeshError, type Kind, type ProviderDoc } from "@mesh/shared";
-import { createAdapter, type ProviderAdapter, type ProviderConfig } from "@mesh/providers";
+import type { ProviderAdapter, ProviderConfig } from "./adapter.js";
+import { createAdapter } from "./registry.js";
 
 /** The provider's configuration with its admin password read from the env var or file it names. */
 export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env): ProviderConfig {

@@ -17,7 +17,7 @@ import {
   type KV,
   type MasterKey,
 } from "@mesh/shared";
-import type { BindingValues, SecretMaterial } from "@mesh/providers";
+import type { BindingValues, SecretMaterial } from "./adapter.js";
 
 const EncryptedSchema = z.object({
   alg: z.literal("aes-256-gcm"),

@@ -1,0 +1,49 @@
+import { describe, expect, it } from "vitest";
+import { KeyedQueue } from "./keyed-queue.js";
+
+const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
+
+describe("KeyedQueue", () => {
+  it("never runs one key twice at once, and runs again for adds made during a run", async () => {
+    let running = 0;
+    let maxRunning = 0;
+    let runs = 0;
+    const q = new KeyedQueue(async () => {
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      runs++;
+      await tick();
+      running--;
+    });
+    const first = q.enqueue("k");
+    await tick(1);
+    const during = [q.enqueue("k"), q.enqueue("k"), q.enqueue("k")];
+    await Promise.all([first, ...during]);
+    expect(maxRunning).toBe(1);
+    expect(runs).toBe(2); // adds during a run collapse into one more run
+    expect(q.size).toBe(0);
+  });
+
+  it("bounds concurrency across keys", async () => {
+    let running = 0;
+    let max = 0;
+    const q = new KeyedQueue(async () => {
+      running++;
+      max = Math.max(max, running);
+      await tick();
+      running--;
+    }, 3);
+    await Promise.all(Array.from({ length: 20 }, (_, i) => q.enqueue(`k${i}`)));
+    expect(max).toBe(3);
+  });
+
+  it("rejects the waiters of a failed run and keeps going", async () => {
+    let fail = true;
+    const q = new KeyedQueue(async () => {
+      if (fail) throw new Error("boom");
+    });
+    await expect(q.enqueue("k")).rejects.toThrow("boom");
+    fail = false;
+    await expect(q.enqueue("k")).resolves.toBeUndefined();
+  });
+});

@@ -1,0 +1,104 @@
+import { describe, expect, it } from "vitest";
+import fc from "fast-check";
+import { parseManifestText, validateDocuments } from "./manifest.js";
+import { isValidName } from "../names.js";
+
+const shop = `
+kind: Provider
+name: pg-main
+serves: [postgres.database]
+node: node-a
+endpoint: postgres://127.0.0.1:5432
+admin: { username: postgres, passwordEnv: PG_ADMIN_PASSWORD }
+---
+kind: Module
+name: shop
+parts:
+  - { name: api, node: node-a }
+  - { name: worker, node: node-b, installed: false }
+requires:
+  - { name: db, kind: postgres.database, parts: [api] }
+  - { name: session-key, kind: secret, parts: [api, worker] }
+`;
+
+describe("parseManifestText", () => {
+  it("accepts the example with defaults filled in", () => {
+    const r = parseManifestText(shop);
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.documents).toHaveLength(2);
+    expect(r.documents[0]).toMatchObject({ kind: "Provider", installed: true });
+    expect(r.documents[1]).toMatchObject({ kind: "Module", parts: [{ installed: true }, { installed: false }] });
+  });
+
+  it("accepts JSON, one document or an array", () => {
+    expect(parseManifestText(`{"kind":"Module","name":"empty"}`)).toMatchObject({ ok: true, documents: [{ name: "empty", requires: [] }] });
+    expect(parseManifestText(`[{"kind":"Module","name":"a"},{"kind":"Module","name":"b"}]`)).toMatchObject({ ok: true });
+  });
+
+  it("lists every problem by path, in every document", () => {
+    const r = parseManifestText(`
+kind: Module
+name: shop
+parts: [{ name: api, node: node-a }]
+requires:
+  - { name: db, parts: [api] }
+  - { name: 'x"; DROP ROLE postgres; --', kind: secret }
+---
+kind: Provider
+name: pg
+serves: [postgres.databse]
+node: node-a
+endpoint: not a url
+extra: 1
+`);
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    const lines = r.problems.map((p) => `${p.document}:${p.path}:${p.message}`);
+    expect(lines).toContain("0:requires[0].kind:required");
+    expect(lines.some((l) => l.startsWith("0:requires[1].name:"))).toBe(true);
+    expect(lines.some((l) => l.startsWith("1:serves[0]:"))).toBe(true);
+    expect(lines.some((l) => l.startsWith("1:endpoint:"))).toBe(true);
+    expect(lines).toContain("1::unknown field: extra");
+  });
+
+  it("checks references between parts and requirements", () => {
+    const r = validateDocuments([
+      { kind: "Module", name: "m", parts: [{ name: "api", node: "n" }, { name: "api", node: "n" }], requires: [{ name: "db", kind: "secret", parts: ["nope"] }] },
+    ]);
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(r.problems.map((p) => p.path)).toEqual(["parts[1].name", "requires[0].parts[0]"]);
+  });
+
+  it("refuses a module with requirements and no part, and duplicate documents", () => {
+    const r = validateDocuments([
+      { kind: "Module", name: "m", requires: [{ name: "k", kind: "secret" }] },
+      { kind: "Module", name: "m" },
+    ]);
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(r.problems.map((p) => `${p.document}:${p.path}`)).toEqual(["0:parts", "1:name"]);
+  });
+
+  it("reports YAML syntax errors and empty files", () => {
+    expect(parseManifestText("kind: [unclosed")).toMatchObject({ ok: false });
+    expect(parseManifestText("")).toMatchObject({ ok: false, problems: [{ message: "no documents" }] });
+    expect(parseManifestText("{not json")).toMatchObject({ ok: false });
+  });
+});
+
+describe("names", () => {
+  it.each(["a", "shop", "session-key", "node-1", "a".repeat(40)])("accepts %s", (n) => expect(isValidName(n)).toBe(true));
+  it.each(["", "A", "1a", "a-", "a--b", "a_b", "a.b", "a/b", "a".repeat(41), 'x"; DROP ROLE postgres; --', "a b", "é"])(
+    "refuses %j",
+    (n) => expect(isValidName(n)).toBe(false),
+  );
+  it("never accepts a character that is special in a subject, a path, SQL or a shell", () => {
+    fc.assert(
+      fc.property(fc.string(), (s) => {
+        if (isValidName(s)) expect(s).toMatch(/^[a-z0-9-]+$/);
+      }),
+    );
+  });
+});

@@ -1,0 +1,200 @@
+/**
+ * JSON Schemas of the mesh's documents, messages and records, generated from the zod schemas
+ * of packages/shared, for modules written in other languages. `npm run schemas` writes them
+ * to `schemas/`; test/schemas-in-sync.test.ts checks that the checked-in files are current.
+ * Both call {@link generateSchemas}, so there is one way to produce them.
+ */
+import { fileURLToPath } from "node:url";
+import type { z } from "zod";
+import {
+  ApplyReply,
+  ApplyRequest,
+  Buckets,
+  CredentialFetchReply,
+  CredentialFetchRequest,
+  CredentialValues,
+  Delivery,
+  ErrorReply,
+  Grant,
+  ModuleDoc,
+  ModuleStatus,
+  NAME_MAX_LENGTH,
+  NAME_PATTERN,
+  NAME_PATTERN_PORTABLE,
+  NodeRecord,
+  ProviderDoc,
+  Streams,
+  subjects,
+} from "../packages/shared/src/index.js";
+
+/** The folder the schemas are checked in to: `schemas/` at the repository root. */
+export const SCHEMAS_DIR = fileURLToPath(new URL("../schemas/", import.meta.url));
+
+/**
+ * One schema to generate.
+ *
+ * `io` says which side of the zod schema is described:
+ * - `input` for what a module sends or writes (manifest documents, requests): fields with a
+ *   default are optional, and unknown fields are allowed wherever the mesh ignores them;
+ * - `output` for what the mesh sends or stores (replies, events, records): fields with a
+ *   default are always present. Unknown fields are allowed there too, so a reader keeps
+ *   working when the mesh adds a field.
+ */
+export interface SchemaEntry {
+  name: string;
+  schema: z.ZodType;
+  io: "input" | "output";
+  description: string;
+}
+
+/** Every schema written to `schemas/<name>.schema.json`. */
+export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
+  {
+    name: "ProviderDoc",
+    schema: ProviderDoc,
+    io: "input",
+    description: "A Provider manifest document: something that can satisfy requirements of the kinds it serves.",
+  },
+  {
+    name: "ModuleDoc",
+    schema: ModuleDoc,
+    io: "input",
+    description:
+      "A Module manifest document: its parts and their nodes, and its requirements. Also checked by the resolver, " +
+      "beyond this schema: part and requirement names are unique, a requirement names only parts of the module, " +
+      "and a module with requirements has at least one part.",
+  },
+  {
+    name: "ApplyRequest",
+    schema: ApplyRequest,
+    io: "input",
+    description: `Request on ${subjects.apply}: manifest documents (each a ProviderDoc or a ModuleDoc) to store, all or none.`,
+  },
+  {
+    name: "ApplyReply",
+    schema: ApplyReply,
+    io: "output",
+    description: `Reply to a request on ${subjects.apply}: ok true with what was accepted, or ok false with every problem and nothing stored.`,
+  },
+  {
+    name: "Delivery",
+    schema: Delivery,
+    io: "output",
+    description:
+      `Event on ${subjects.deliveriesAll.replace(">", "<node>.<module>.<part>.<requirement>")} ` +
+      `(stream ${Streams.deliveries}): a generation of a grant is ready for a part. It carries no secret value; ` +
+      "fetch the values with a CredentialFetchRequest.",
+  },
+  {
+    name: "CredentialFetchRequest",
+    schema: CredentialFetchRequest,
+    io: "input",
+    description:
+      `Request on ${subjects.credentialFetch}: the values of one generation of a grant for one part on one node. ` +
+      "recipient is the caller's public curve25519 key (an nkeys xkey, starting with X).",
+  },
+  {
+    name: "CredentialFetchReply",
+    schema: CredentialFetchReply,
+    io: "output",
+    description:
+      `Reply to a request on ${subjects.credentialFetch}: ok true with the values sealed to the recipient key ` +
+      "(sealed is base64; open it with the recipient's key and the sender's public xkey, and parse the JSON as " +
+      "CredentialValues), or ok false with an error.",
+  },
+  {
+    name: "CredentialValues",
+    schema: CredentialValues,
+    io: "output",
+    description:
+      "The plaintext inside CredentialFetchReply.sealed: one string per binding key (type, provider, host, port, " +
+      "database, username, password, uri, value, ...). Secret: never log it.",
+  },
+  {
+    name: "ErrorReply",
+    schema: ErrorReply,
+    io: "output",
+    description:
+      "The error in a reply {ok: false, error: ...}. Any request to the mesh can be answered this way (a malformed " +
+      "request, an internal failure), besides the failures its own reply schema lists. code is stable; retryable " +
+      "says whether the same request may succeed later.",
+  },
+  {
+    name: "Grant",
+    schema: Grant,
+    io: "output",
+    description: `A grant as stored in KV bucket ${Buckets.grants} under the key <module>.<requirement>: the mesh's claim that a requirement is satisfied.`,
+  },
+  {
+    name: "ModuleStatus",
+    schema: ModuleStatus,
+    io: "output",
+    description: `The state of a processed module, as stored in KV bucket ${Buckets.modules} under the module's name. No record means never processed.`,
+  },
+  {
+    name: "NodeRecord",
+    schema: NodeRecord,
+    io: "output",
+    description: `The record of a node's agent, as stored in KV bucket ${Buckets.nodes} under the node's name.`,
+  },
+];
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** Keys that open a schema file, in this order, so a reader sees first what it describes. */
+const LEADING_KEYS = ["$schema", "title", "description"];
+
+/**
+ * A copy of `value` with the keys of every object in code-point order (at the root, the
+ * {@link LEADING_KEYS} first), so the files do not depend on how zod orders its output.
+ */
+function sortKeys(value: Json, root = false): Json {
+  if (Array.isArray(value)) return value.map((v) => sortKeys(v));
+  if (value !== null && typeof value === "object") {
+    const keys = Object.keys(value).sort();
+    const ordered = root ? [...LEADING_KEYS.filter((k) => k in value), ...keys.filter((k) => !LEADING_KEYS.includes(k))] : keys;
+    const out: { [key: string]: Json } = {};
+    for (const k of ordered) out[k] = sortKeys(value[k]!);
+    return out;
+  }
+  return value;
+}
+
+/** The JSON Schema of one entry, as an object. */
+export function toJsonSchema(entry: SchemaEntry): Record<string, unknown> {
+  const generated = entry.schema.toJSONSchema({
+    io: entry.io,
+    target: "draft-2020-12",
+    // Refinements (e.g. "passwordEnv or passwordFile, not both") have no JSON Schema form and
+    // are left out; everything else the shared schemas use is representable, so anything new
+    // that is not must fail here rather than silently become "any".
+    unrepresentable: "throw",
+    override: ({ zodSchema, jsonSchema }) => {
+      const def = zodSchema._zod.def as { type: string; catchall?: unknown };
+      // zod strips unknown keys from plain objects; in output mode it therefore emits
+      // additionalProperties: false. Readers in other languages must accept fields added later.
+      if (def.type === "object" && def.catchall === undefined && entry.io === "output") {
+        delete jsonSchema.additionalProperties;
+      }
+      // The name rule uses look-ahead, which Go's and Rust's regex engines lack.
+      if (def.type === "string" && jsonSchema.pattern === NAME_PATTERN.source) {
+        jsonSchema.pattern = NAME_PATTERN_PORTABLE;
+        jsonSchema.maxLength = NAME_MAX_LENGTH;
+      }
+    },
+  }) as Record<string, unknown>;
+  return { ...generated, title: entry.name, description: entry.description };
+}
+
+/**
+ * Every schema file's name (`<name>.schema.json`) and exact content: keys sorted, two-space
+ * indentation, a trailing newline. Pure and deterministic: the same zod schemas give the
+ * same bytes.
+ */
+export function generateSchemas(): Map<string, string> {
+  const files = new Map<string, string>();
+  for (const entry of SCHEMA_ENTRIES) {
+    files.set(`${entry.name}.schema.json`, JSON.stringify(sortKeys(toJsonSchema(entry) as Json, true), null, 2) + "\n");
+  }
+  return files;
+}
