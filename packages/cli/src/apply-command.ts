@@ -1,0 +1,126 @@
+/**
+ * `meshctl apply -f FILE…`: validate the files here, then send all their documents in one
+ * request to the resolver, which stores all of them or none.
+ */
+import { ApplyReply, ErrorReply, subjects, type AppliedDocument, type NatsConnection } from "@mesh/shared";
+import { CliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
+import {
+  formatFileProblems,
+  loadManifestFiles,
+  locateDocument,
+  type FileProblem,
+  type FileReader,
+  type ManifestFile,
+} from "./manifest-files.js";
+import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
+import type { Output } from "./output.js";
+import { makeStyle } from "./style.js";
+
+/** How long meshctl waits for the resolver's reply to an apply. */
+export const APPLY_TIMEOUT_MS = 10_000;
+
+export interface ApplyOptions {
+  /** Files to apply; `-` is standard input. */
+  files: string[];
+  json?: boolean;
+  timeoutMs?: number;
+  reader?: FileReader;
+}
+
+/** The resolver's answer: everything stored, or nothing stored and the problems. */
+export type ApplyOutcome = { ok: true; accepted: AppliedDocument[] } | { ok: false; problems: FileProblem[] };
+
+/** What to tell a user when nothing answers on the apply subject. */
+export function resolverNotRunningMessage(url: string): string {
+  return [
+    `no resolver answers at ${url}: the resolver is not running, so nothing was applied.`,
+    "Start the whole mesh on this machine with:  npx meshctl up -f FILE",
+    `or only the resolver with:                  NATS_URL=${url} node services/resolver/dist/main.js`,
+  ].join("\n");
+}
+
+/**
+ * Sends validated files in one apply request. Documents are numbered across the files in
+ * order; problems in the reply are mapped back to their file. A missing resolver, a timeout
+ * or an error reply is a {@link CliError} that says what to do.
+ */
+export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS): Promise<ApplyOutcome> {
+  const documents = files.flatMap((f) => f.documents);
+  const source = files.map((f) => f.source).join(", ");
+  const server = nc.getServer();
+  const url = server.includes("://") ? server : `nats://${server}`;
+  let body: unknown;
+  try {
+    const reply = await nc.request(subjects.apply, JSON.stringify({ documents, source }), { timeout: timeoutMs });
+    body = reply.json();
+  } catch (e) {
+    if (isNoResponders(e)) throw new CliError(resolverNotRunningMessage(url), undefined, { cause: e });
+    if (isRequestTimeout(e)) {
+      throw new CliError(
+        [
+          `the resolver did not answer within ${Math.round(timeoutMs / 1000)} s.`,
+          "It may be overloaded or stuck: look at its log (.mesh/logs/resolver.log under meshctl up).",
+          "The documents may or may not be stored; applying the same files again is safe.",
+        ].join("\n"),
+        undefined,
+        { cause: e },
+      );
+    }
+    throw new CliError(`the apply request failed: ${rootMessage(e)}`, undefined, { cause: e });
+  }
+  const parsed = ApplyReply.safeParse(body);
+  if (parsed.success) {
+    if (parsed.data.ok) return { ok: true, accepted: parsed.data.accepted };
+    return {
+      ok: false,
+      problems: parsed.data.problems.map((p) => ({ ...locateDocument(files, p.document), path: p.path, message: p.message })),
+    };
+  }
+  const error = ErrorReply.safeParse((body as { error?: unknown } | null)?.error);
+  if (error.success) {
+    const retry = error.data.retryable ? " Trying again later may succeed." : "";
+    throw new CliError(`the resolver refused the request (${error.data.code}): ${error.data.message}.${retry}`);
+  }
+  throw new CliError("the resolver sent a reply meshctl does not understand; are meshctl and the resolver of the same version?");
+}
+
+/** `module/shop created`, one line per document. */
+export function formatAccepted(accepted: readonly AppliedDocument[], color = false): string {
+  const s = makeStyle(color);
+  return accepted
+    .map((a) => {
+      const action = a.action === "unchanged" ? s.dim(a.action) : s.ok(a.action);
+      return `${a.kind.toLowerCase()}/${a.name} ${action}`;
+    })
+    .join("\n");
+}
+
+/**
+ * Prints an apply outcome and returns the exit code. With `json` the outcome goes to standard
+ * output as JSON; problems are listed on standard error either way.
+ */
+export function reportApply(outcome: ApplyOutcome, json: boolean, out: Output): number {
+  if (json) out.out(JSON.stringify(outcome, null, 2));
+  if (outcome.ok) {
+    if (json) return ExitCodes.Ok;
+    if (outcome.accepted.length) out.out(formatAccepted(outcome.accepted, out.color));
+    return ExitCodes.Ok;
+  }
+  out.err(formatFileProblems(outcome.problems));
+  out.err("rejected: nothing was applied.");
+  return ExitCodes.Failure;
+}
+
+/**
+ * The apply command. Reads and checks the files first: when any has a problem, they are
+ * listed on standard error and nothing is sent (`connect` is not even called). Returns the
+ * exit code: 0 when applied, 1 when rejected.
+ */
+export async function runApply(connect: () => Promise<NatsConnection>, opts: ApplyOptions, out: Output): Promise<number> {
+  const loaded = await loadManifestFiles(opts.files, opts.reader);
+  if (!loaded.ok) return reportApply({ ok: false, problems: loaded.problems }, Boolean(opts.json), out);
+  const nc = await connect();
+  const outcome = await sendApply(nc, loaded.files, opts.timeoutMs);
+  return reportApply(outcome, Boolean(opts.json), out);
+}

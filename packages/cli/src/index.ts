@@ -1,0 +1,50 @@
+/**
+ * @mesh/cli — meshctl's commands as functions (each takes its inputs and an output and
+ * returns the exit code), so tests and other tools can call them without a process.
+ */
+export { ExitCodes, type ExitCode } from "./exit-codes.js";
+export { CliError, isCliError } from "./cli-error.js";
+export { bufferOutput, processOutput, type Output, type BufferedOutput } from "./output.js";
+export { connectForCli, openStoreForCli, natsUrlFrom, natsUnreachableMessage, noJetStreamMessage } from "./connect.js";
+export {
+  loadManifestFiles,
+  formatFileProblems,
+  locateDocument,
+  nodesOfParts,
+  sourceName,
+  processReader,
+  type FileProblem,
+  type FileReader,
+  type LoadResult,
+  type ManifestFile,
+} from "./manifest-files.js";
+export {
+  runApply,
+  sendApply,
+  reportApply,
+  formatAccepted,
+  resolverNotRunningMessage,
+  APPLY_TIMEOUT_MS,
+  type ApplyOptions,
+  type ApplyOutcome,
+} from "./apply-command.js";
+export {
+  buildStatusReport,
+  loadStatus,
+  notProcessedError,
+  toStatusGrant,
+  type StatusReport,
+  type StatusModule,
+  type StatusGrant,
+  type NotProcessedError,
+} from "./status-report.js";
+export { formatStatus, formatModule, formatNotProcessed, ageOf } from "./status-format.js";
+export { runStatus, type StatusOptions } from "./status-command.js";
+export { explainModule, RequirementStates, type Explanation, type ExplainInput, type RequirementExplanation, type RequirementState } from "./explain.js";
+export { formatExplanation } from "./explain-format.js";
+export { runExplain, loadExplanation, type ExplainOptions } from "./explain-command.js";
+export { runUp, chooseNodes, serviceSpecs, waitForResolver, displayPath, DEFAULT_NODE, type UpOptions } from "./up-command.js";
+export { Supervisor, type ServiceSpec, type ChildEvent, type SupervisorOptions } from "./supervisor.js";
+export { startLiveStatus, moduleChangeLines, grantChangeLines, formatSnapshot, clock, type LiveStatus, type MeshSnapshot } from "./live-status.js";
+export { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
+export { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";

@@ -1,0 +1,140 @@
+/**
+ * The all-in-one's live status: the modules and grants kept current from KV watches, shown
+ * as a redrawn screen on a terminal, or as one line per change otherwise.
+ */
+import { Grant, ModuleStatus, type KV, type Store } from "@mesh/shared";
+import type { Output } from "./output.js";
+import { formatStatus } from "./status-format.js";
+import { buildStatusReport } from "./status-report.js";
+
+/** `HH:MM:SS` of a time, local. */
+export function clock(d: Date): string {
+  return d.toTimeString().slice(0, 8);
+}
+
+/** Lines describing how a module's record changed (`shop Ready: all requirements are satisfied`). Pure. */
+export function moduleChangeLines(prev: ModuleStatus | undefined, next: ModuleStatus | undefined): string[] {
+  if (!next) return prev ? [`${prev.module} removed`] : [];
+  if (prev && prev.state === next.state && prev.message === next.message) return [];
+  return [`${next.module} ${next.state}${next.message ? `: ${next.message}` : ""}`];
+}
+
+/** Lines describing how a grant changed, one per condition that moved (`shop/db Provisioned=True Provisioned: …`). Pure. */
+export function grantChangeLines(prev: Grant | undefined, next: Grant | undefined): string[] {
+  if (!next) return prev ? [`${prev.id} removed`] : [];
+  const lines: string[] = [];
+  for (const c of next.conditions) {
+    const before = prev?.conditions.find((p) => p.type === c.type);
+    if (before && before.status === c.status && before.reason === c.reason && before.message === c.message) continue;
+    lines.push(`${next.id} ${c.type}=${c.status} ${c.reason}${c.message ? `: ${c.message}` : ""}`);
+  }
+  for (const p of prev?.conditions ?? []) {
+    if (!next.conditions.some((c) => c.type === p.type)) lines.push(`${next.id} ${p.type} cleared`);
+  }
+  if (prev && prev.generation !== next.generation && !lines.length) lines.push(`${next.id} generation ${next.generation}`);
+  return lines;
+}
+
+/** The current picture, as the watches have seen it. */
+export interface MeshSnapshot {
+  modules: Map<string, ModuleStatus>;
+  grants: Map<string, Grant>;
+}
+
+/** The status text of a snapshot (same form as `meshctl status`). */
+export function formatSnapshot(s: MeshSnapshot, opts: { now?: Date; color?: boolean; width?: number } = {}): string {
+  return formatStatus(buildStatusReport([...s.modules.values()], [...s.grants.values()]), opts);
+}
+
+/** A running live status; `stop()` ends the watches. */
+export interface LiveStatus {
+  stop(): void;
+  /** Adds a line to the events shown (child exits…); printed at once when not a terminal. */
+  event(line: string): void;
+}
+
+async function follow<T>(
+  kv: KV,
+  schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } },
+  onChange: (key: string, value: T | undefined) => void,
+): Promise<{ stop(): void }> {
+  const iter = await kv.watch({ key: ">" });
+  void (async () => {
+    for await (const e of iter) {
+      if (e.operation !== "PUT" || e.length === 0) {
+        onChange(e.key, undefined);
+        continue;
+      }
+      let raw: unknown;
+      try {
+        raw = e.json();
+      } catch {
+        continue;
+      }
+      const r = schema.safeParse(raw);
+      if (r.success) onChange(e.key, r.data);
+    }
+    // A watch ends when the connection closes; the live status then stops changing.
+  })().catch(() => undefined);
+  return { stop: () => iter.stop() };
+}
+
+/**
+ * Watches `mesh-modules` and `mesh-grants` and shows every change. On a terminal the screen
+ * is redrawn (at most every 100 ms, and every 5 s so ages move) under `header`; otherwise
+ * each change is a line `<time> <what changed>`.
+ */
+export async function startLiveStatus(store: Store, out: Output, header: () => string[]): Promise<LiveStatus> {
+  const snap: MeshSnapshot = { modules: new Map(), grants: new Map() };
+  const events: string[] = [];
+  let timer: NodeJS.Timeout | undefined;
+  const redraw = () => {
+    timer = undefined;
+    const lines = [
+      ...header(),
+      "",
+      formatSnapshot(snap, { color: out.color, width: out.columns }),
+      ...(events.length ? ["", ...events.slice(-5)] : []),
+      "",
+      "Ctrl-C stops the mesh.",
+    ];
+    out.raw("\x1b[H\x1b[2J" + lines.join("\n") + "\n");
+  };
+  const changed = () => {
+    if (out.isTTY && !timer) timer = setTimeout(redraw, 100);
+  };
+  const print = (lines: string[]) => {
+    if (out.isTTY) return;
+    const t = clock(new Date());
+    for (const l of lines) out.out(`${t} ${l}`);
+  };
+  const modules = await follow(store.kv.modules, ModuleStatus, (key, value) => {
+    print(moduleChangeLines(snap.modules.get(key), value));
+    if (value) snap.modules.set(key, value);
+    else snap.modules.delete(key);
+    changed();
+  });
+  const grants = await follow(store.kv.grants, Grant, (key, value) => {
+    print(grantChangeLines(snap.grants.get(key), value));
+    if (value) snap.grants.set(key, value);
+    else snap.grants.delete(key);
+    changed();
+  });
+  const ticker = out.isTTY ? setInterval(changed, 5_000) : undefined;
+  if (out.isTTY) redraw();
+  return {
+    stop() {
+      modules.stop();
+      grants.stop();
+      if (timer) clearTimeout(timer);
+      if (ticker) clearInterval(ticker);
+    },
+    event(line) {
+      const l = `${clock(new Date())} ${line}`;
+      if (out.isTTY) {
+        events.push(l);
+        changed();
+      } else out.out(l);
+    },
+  };
+}

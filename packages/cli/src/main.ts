@@ -1,0 +1,104 @@
+#!/usr/bin/env node
+/**
+ * meshctl, the operator's command. This file only wires commander to the command
+ * functions; each of them takes its inputs and an output and returns the exit code.
+ */
+import { Command, Option } from "commander";
+import { errorMessage, type NatsConnection } from "@mesh/shared";
+import { runApply } from "./apply-command.js";
+import { isCliError } from "./cli-error.js";
+import { connectForCli, natsUrlFrom, openStoreForCli } from "./connect.js";
+import { runExplain } from "./explain-command.js";
+import { ExitCodes } from "./exit-codes.js";
+import { processOutput } from "./output.js";
+import { runStatus } from "./status-command.js";
+import { runUp } from "./up-command.js";
+
+const out = processOutput();
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+/** Runs a command with a lazily opened NATS connection, prints a CliError's message, exits with the code. */
+async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => Promise<number>): Promise<never> {
+  const url = natsUrlFrom(program.opts<{ server?: string }>().server);
+  let nc: NatsConnection | undefined;
+  const connect = async () => (nc ??= await connectForCli(url));
+  let code: number;
+  try {
+    code = await fn(connect, url);
+  } catch (e) {
+    if (isCliError(e)) {
+      out.err(`meshctl: ${e.message}`);
+      code = e.exitCode;
+    } else {
+      out.err(`meshctl: unexpected error: ${errorMessage(e)}`);
+      code = ExitCodes.Failure;
+    }
+  }
+  await (nc as NatsConnection | undefined)?.close().catch(() => undefined);
+  process.exit(code);
+}
+
+const program = new Command("meshctl")
+  .description("Operate the provisioning mesh: apply manifests, see what is satisfied and why, run it all locally.")
+  .addOption(new Option("-s, --server <url>", "NATS server URL(s), comma-separated; default nats://127.0.0.1:4222").env("NATS_URL"))
+  .showHelpAfterError()
+  // Wrong usage exits 2 (commander's own default is 1, which meshctl keeps for failures).
+  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
+  .addHelpText(
+    "after",
+    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed.",
+  );
+
+program
+  .command("apply")
+  .description("validate manifest files here, then store all their documents (or none) through the resolver")
+  .requiredOption("-f, --filename <file>", "a YAML or JSON manifest file; - for standard input; repeatable", collect, [])
+  .option("--json", "print the outcome as JSON")
+  .action((o: { filename: string[]; json?: boolean }) =>
+    run((connect) => runApply(connect, { files: o.filename, json: o.json }, out)),
+  );
+
+program
+  .command("status")
+  .description("processed modules, their state, and each grant with provider, generation and conditions")
+  .argument("[module]", "only this module")
+  .option("--json", 'print {"modules":[…]} as JSON')
+  .action((module: string | undefined, o: { json?: boolean }) =>
+    run(async (connect, url) => runStatus(await openStoreForCli(await connect(), url), { module, json: o.json }, out)),
+  );
+
+program
+  .command("explain")
+  .description("for each requirement of a module, why it is or is not satisfied and what would satisfy it")
+  .argument("<module>", "the module")
+  .option("--json", "print the explanation as JSON")
+  .action((module: string, o: { json?: boolean }) =>
+    run(async (connect, url) => runExplain(await openStoreForCli(await connect(), url), { module, json: o.json }, out)),
+  );
+
+program
+  .command("up")
+  .description("run the whole mesh on this machine (NATS, resolver, provisioner, agents), apply files, show a live status until Ctrl-C")
+  .option("-f, --filename <file>", "a manifest file to apply once the mesh runs; repeatable", collect, [])
+  .option("--nodes <list>", "comma-separated nodes to run an agent for (default: the nodes of the applied parts, else node-a)")
+  .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
+  .action((o: { filename: string[]; nodes?: string; bindings: string }) =>
+    run(async (_connect, url) => {
+      const stop = new AbortController();
+      let signals = 0;
+      const onSignal = () => {
+        // The first signal stops everything in order; a second one kills at once (runUp's
+        // exit hook SIGKILLs what it started).
+        if (++signals === 1) stop.abort();
+        else {
+          out.err("killing everything at once");
+          process.exit(130);
+        }
+      };
+      for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
+      const nodes = o.nodes?.split(",").map((n) => n.trim()).filter(Boolean);
+      return runUp({ files: o.filename, natsUrl: url, bindings: o.bindings, ...(nodes ? { nodes } : {}) }, out, stop.signal);
+    }),
+  );
+
+await program.parseAsync(process.argv);

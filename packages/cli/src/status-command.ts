@@ -1,0 +1,33 @@
+/**
+ * `meshctl status [MODULE] [--json]`: processed modules, their state, and each grant with
+ * provider, generation and conditions, read straight from KV.
+ */
+import type { Store } from "@mesh/shared";
+import { ExitCodes } from "./exit-codes.js";
+import type { Output } from "./output.js";
+import { formatStatus } from "./status-format.js";
+import { loadStatus } from "./status-report.js";
+
+export interface StatusOptions {
+  module?: string;
+  json?: boolean;
+  now?: Date;
+}
+
+/**
+ * Prints the status and returns the exit code: 0, or 3 when `module` has never been
+ * processed (then the JSON form is `{"modules":[],"error":{…}}`).
+ */
+export async function runStatus(store: Store, opts: StatusOptions, out: Output): Promise<number> {
+  const now = opts.now ?? new Date();
+  const report = await loadStatus(store, opts.module, now);
+  const code = report.error ? ExitCodes.NotProcessed : ExitCodes.Ok;
+  if (opts.json) {
+    out.out(JSON.stringify(report, null, 2));
+    return code;
+  }
+  const text = formatStatus(report, { now, color: out.color, width: out.columns });
+  if (report.error) out.err(text);
+  else out.out(text);
+  return code;
+}

@@ -1,0 +1,186 @@
+/**
+ * What `meshctl status` reports: processed modules with their grants, read from KV. The
+ * shape of {@link StatusReport} is what `--json` prints; fields may be added, never renamed.
+ */
+import {
+  ErrorCodes,
+  Grant,
+  ModuleStatus,
+  NAME_RULE,
+  formatAge,
+  isValidName,
+  keys,
+  listJson,
+  readJson,
+  type Condition,
+  type Store,
+} from "@mesh/shared";
+import { CliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
+
+/** One grant of a module, as reported. */
+export interface StatusGrant {
+  /** `<module>/<requirement>`. */
+  id: string;
+  requirement: string;
+  kind: string;
+  /** Parts that name the requirement. */
+  parts: string[];
+  /** Installed parts it is delivered to, with their node. */
+  targets: Array<{ part: string; node: string }>;
+  provider: string | null;
+  generation: number;
+  /** Non-secret names of the resource (role, database…). */
+  resource: Record<string, string>;
+  /** What each holder (`<node>/<part>`) has been delivered. */
+  holders: Record<string, { generation: number; deliveredAt: string }>;
+  conditions: Condition[];
+}
+
+/** One processed module, as reported. */
+export interface StatusModule {
+  module: string;
+  state: string;
+  /** Why the module is in this state. */
+  message: string;
+  /** When the state last changed. */
+  since: string;
+  processedAt: string;
+  grants: StatusGrant[];
+}
+
+/** Why a module has no state. */
+export interface NotProcessedError {
+  code: typeof ErrorCodes.NotProcessed;
+  module: string;
+  message: string;
+  /** What is known beyond that: a stored but unprocessed manifest, or none at all. */
+  hint: string;
+  manifestStored: boolean;
+}
+
+/** The whole report; `--json` prints it as is. */
+export interface StatusReport {
+  modules: StatusModule[];
+  /** Modules whose manifest is stored but that the resolver has not processed (yet). */
+  unprocessed?: string[];
+  error?: NotProcessedError;
+}
+
+/** The report entry of a grant. */
+export function toStatusGrant(g: Grant): StatusGrant {
+  return {
+    id: g.id,
+    requirement: g.requirement,
+    kind: g.kind,
+    parts: g.parts,
+    targets: g.targets,
+    provider: g.provider,
+    generation: g.generation,
+    resource: g.resource,
+    holders: g.holders,
+    conditions: g.conditions,
+  };
+}
+
+/**
+ * The report of processed modules (sorted by name), each with its grants (sorted by
+ * requirement). `storedManifests` are names with a stored manifest; those without a module
+ * record are listed as `unprocessed`. Pure.
+ */
+export function buildStatusReport(
+  modules: readonly ModuleStatus[],
+  grants: readonly Grant[],
+  storedManifests: readonly string[] = [],
+): StatusReport {
+  const byModule = new Map<string, Grant[]>();
+  for (const g of grants) byModule.set(g.module, [...(byModule.get(g.module) ?? []), g]);
+  const processed = new Set(modules.map((m) => m.module));
+  const report: StatusReport = {
+    modules: [...modules]
+      .sort((a, b) => a.module.localeCompare(b.module))
+      .map((m) => ({
+        module: m.module,
+        state: m.state,
+        message: m.message,
+        since: m.since,
+        processedAt: m.processedAt,
+        grants: (byModule.get(m.module) ?? [])
+          .slice()
+          .sort((a, b) => a.requirement.localeCompare(b.requirement))
+          .map(toStatusGrant),
+      })),
+  };
+  const unprocessed = storedManifests.filter((n) => !processed.has(n)).sort();
+  if (unprocessed.length) report.unprocessed = unprocessed;
+  return report;
+}
+
+/** The message and hint for a module that has never been processed. */
+export function notProcessedError(module: string, stored: { storedAt?: Date } | undefined, now = new Date()): NotProcessedError {
+  const message = `no manifest of module ${module} has been processed`;
+  if (stored) {
+    const age = stored.storedAt ? ` ${formatAge(now.getTime() - stored.storedAt.getTime())} ago` : "";
+    return {
+      code: ErrorCodes.NotProcessed,
+      module,
+      message,
+      manifestStored: true,
+      hint:
+        `a manifest of ${module} was stored${age}, but the resolver has not processed it yet; ` +
+        "if this lasts, the resolver is not running: start the mesh with npx meshctl up, or the resolver alone with node services/resolver/dist/main.js",
+    };
+  }
+  return {
+    code: ErrorCodes.NotProcessed,
+    module,
+    message,
+    manifestStored: false,
+    hint: `no manifest of ${module} is stored either; apply one with: npx meshctl apply -f FILE`,
+  };
+}
+
+/** Refuses a module name that cannot exist (exit 2) before it reaches a KV key. */
+export function checkModuleName(module: string): void {
+  if (!isValidName(module)) {
+    throw new CliError(`${JSON.stringify(module)} is not a module name: a name ${NAME_RULE}`, ExitCodes.Usage);
+  }
+}
+
+/** Names of every stored manifest. */
+export async function storedManifestNames(store: Store): Promise<string[]> {
+  const names: string[] = [];
+  for await (const k of await store.kv.manifests.keys()) names.push(k);
+  return names;
+}
+
+/** When the manifest of `module` was stored, or undefined when none is. */
+export async function storedManifest(store: Store, module: string): Promise<{ storedAt: Date } | undefined> {
+  const e = await store.kv.manifests.get(module);
+  if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
+  return { storedAt: e.created };
+}
+
+/**
+ * Reads the report from the store: every processed module, or only `module`. A module that
+ * was never processed gives a report with no modules and an {@link NotProcessedError}.
+ */
+export async function loadStatus(store: Store, module?: string, now = new Date()): Promise<StatusReport> {
+  if (module !== undefined) {
+    checkModuleName(module);
+    const status = await readJson(store.kv.modules, module, ModuleStatus);
+    if (!status) return { modules: [], error: notProcessedError(module, await storedManifest(store, module), now) };
+    const grants = await listJson(store.kv.grants, Grant, keys.grantsOf(module));
+    return buildStatusReport([status.value], grants.map((g) => g.value));
+  }
+  const [modules, grants, manifests] = await Promise.all([
+    listJson(store.kv.modules, ModuleStatus),
+    listJson(store.kv.grants, Grant),
+    storedManifestNames(store),
+  ]);
+  return buildStatusReport(
+    modules.map((m) => m.value),
+    grants.map((g) => g.value),
+    manifests,
+  );
+}

@@ -1,0 +1,57 @@
+/**
+ * Colours for terminals, and plain text for everything else. A {@link Style} with colour off
+ * returns its input unchanged, so formatting code never branches on the terminal.
+ */
+
+export interface Style {
+  ok(text: string): string;
+  bad(text: string): string;
+  warn(text: string): string;
+  dim(text: string): string;
+  bold(text: string): string;
+}
+
+const wrap = (open: number, close: number) => (t: string) => `\x1b[${open}m${t}\x1b[${close}m`;
+
+/** ANSI colours when `color` is true, identity functions otherwise. */
+export function makeStyle(color: boolean): Style {
+  if (!color) {
+    const id = (t: string) => t;
+    return { ok: id, bad: id, warn: id, dim: id, bold: id };
+  }
+  return { ok: wrap(32, 39), bad: wrap(31, 39), warn: wrap(33, 39), dim: wrap(2, 22), bold: wrap(1, 22) };
+}
+
+/** Length of `text` as shown, ANSI colour codes not counted. */
+export function visibleLength(text: string): number {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/\x1b\[[0-9;]*m/g, "").length;
+}
+
+/** Pads `text` with spaces to `width` visible columns. */
+export function pad(text: string, width: number): string {
+  const n = visibleLength(text);
+  return n >= width ? text : text + " ".repeat(width - n);
+}
+
+/**
+ * Breaks plain `text` into lines of at most `width` characters at spaces (a word longer than
+ * `width` is cut), each prefixed with `indent`.
+ */
+export function wrapText(text: string, width: number, indent = ""): string[] {
+  const room = Math.max(10, width - indent.length);
+  const lines: string[] = [];
+  let line = "";
+  for (let word of text.split(/\s+/).filter(Boolean)) {
+    while (word.length > room) {
+      if (line) (lines.push(line), (line = ""));
+      lines.push(word.slice(0, room));
+      word = word.slice(room);
+    }
+    if (!line) line = word;
+    else if (line.length + 1 + word.length <= room) line += " " + word;
+    else (lines.push(line), (line = word));
+  }
+  if (line) lines.push(line);
+  return lines.map((l) => indent + l);
+}

@@ -1,0 +1,73 @@
+/**
+ * Records for the CLI's unit tests: grants and module states as the services write them.
+ * Not part of the package's public surface.
+ */
+import type { Condition, Grant, ModuleStatus, NodeRecord, ProviderDoc } from "@mesh/shared";
+
+export const NOW = new Date("2025-06-01T12:00:00.000Z");
+/** An ISO time `s` seconds before {@link NOW}. */
+export const ago = (s: number) => new Date(NOW.getTime() - s * 1000).toISOString();
+
+export function cond(type: Condition["type"], status: Condition["status"], reason: Condition["reason"], message: string, age = 5): Condition {
+  return { type, status, reason, message, observedAt: ago(age) };
+}
+
+export function grant(over: Partial<Grant> & Pick<Grant, "requirement">): Grant {
+  return {
+    id: `shop/${over.requirement}`,
+    module: "shop",
+    kind: "postgres.database",
+    parts: ["api"],
+    targets: [{ part: "api", node: "node-a" }],
+    provider: "pg-main",
+    generation: 0,
+    resource: {},
+    holders: {},
+    conditions: [],
+    ...over,
+  };
+}
+
+export function moduleStatus(over: Partial<ModuleStatus> = {}): ModuleStatus {
+  return {
+    module: "shop",
+    state: "Pending",
+    message: "waiting for db",
+    requirements: 2,
+    manifestRevision: 3,
+    processedAt: ago(10),
+    since: ago(120),
+    ...over,
+  };
+}
+
+export const pgMain: ProviderDoc = {
+  kind: "Provider",
+  name: "pg-main",
+  serves: ["postgres.database"],
+  node: "node-a",
+  endpoint: "postgres://127.0.0.1:5432",
+  admin: { username: "postgres" },
+  installed: true,
+};
+
+export const nodeA: NodeRecord = {
+  node: "node-a",
+  agent: "agent-1",
+  bindingsRoot: "/srv/mesh/bindings/node-a",
+  startedAt: ago(600),
+  seenAt: ago(3),
+};
+
+/** A grant provisioned at generation 1 and delivered to api on node-a. */
+export const readyDb = grant({
+  requirement: "db",
+  generation: 1,
+  resource: { database: "shop_db", role: "shop_db_a" },
+  holders: { "node-a/api": { generation: 1, deliveredAt: ago(30) } },
+  conditions: [
+    cond("Resolved", "True", "ProviderSelected", "provider pg-main (node node-a)", 60),
+    cond("Provisioned", "True", "Provisioned", "database shop_db with role shop_db_a, generation 1", 40),
+    cond("Delivered", "True", "Delivered", "generation 1 delivered to api@node-a", 30),
+  ],
+});

@@ -1,0 +1,64 @@
+import { describe, expect, it } from "vitest";
+import { chooseNodes, displayPath, serviceSpecs } from "./up-command.js";
+import { loopbackAddress } from "./local-nats.js";
+import { upPaths } from "./paths.js";
+import type { ManifestFile } from "./manifest-files.js";
+
+const files: ManifestFile[] = [
+  {
+    source: "shop.yaml",
+    documents: [
+      {
+        kind: "Module",
+        name: "shop",
+        parts: [
+          { name: "api", node: "node-a", installed: true },
+          { name: "worker", node: "node-b", installed: false },
+        ],
+        requires: [],
+      },
+    ],
+  },
+];
+
+describe("chooseNodes", () => {
+  it("takes --nodes, else the nodes of the applied parts, else node-a", () => {
+    expect(chooseNodes(["x", "y", "x"], files)).toEqual(["x", "y"]);
+    expect(chooseNodes(undefined, files)).toEqual(["node-a", "node-b"]);
+    expect(chooseNodes([], [])).toEqual(["node-a"]);
+  });
+});
+
+describe("serviceSpecs", () => {
+  it("runs resolver, provisioner and one agent per node with its own bindings root and log", () => {
+    const paths = upPaths({ cwd: "/work/demo" });
+    const specs = serviceSpecs({ root: "/opt/mesh/", paths, natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"] });
+    expect(specs.map((s) => s.name)).toEqual(["resolver", "provisioner", "agent node-a", "agent node-b"]);
+    expect(specs[0]!.script).toBe("/opt/mesh/services/resolver/dist/main.js");
+    expect(specs[3]).toMatchObject({
+      script: "/opt/mesh/services/agent/dist/main.js",
+      logFile: "/work/demo/.mesh/logs/agent-node-b.log",
+      env: {
+        NATS_URL: "nats://127.0.0.1:4222",
+        MESH_NODE: "node-b",
+        MESH_BINDINGS_ROOT: "/work/demo/.mesh/bindings/node-b",
+        MESH_MASTER_KEY_FILE: "/work/demo/.mesh/master.key",
+      },
+    });
+    expect(upPaths({ cwd: "/w", bindings: "/srv/b" }).bindings).toBe("/srv/b");
+  });
+});
+
+describe("loopbackAddress and displayPath", () => {
+  it("recognises a single loopback URL only", () => {
+    expect(loopbackAddress("nats://127.0.0.1:4222")).toEqual({ host: "127.0.0.1", port: 4222 });
+    expect(loopbackAddress("nats://localhost")).toEqual({ host: "127.0.0.1", port: 4222 });
+    expect(loopbackAddress("127.0.0.1:14222")).toEqual({ host: "127.0.0.1", port: 14222 });
+    expect(loopbackAddress("nats://10.0.0.5:4222")).toBeUndefined();
+    expect(loopbackAddress("nats://127.0.0.1:4222,nats://127.0.0.1:4223")).toBeUndefined();
+  });
+  it("shows paths inside the working directory relative to it", () => {
+    expect(displayPath("/w", "/w/.mesh/logs")).toBe(".mesh/logs");
+    expect(displayPath("/w", "/srv/b")).toBe("/srv/b");
+  });
+});

@@ -1,0 +1,256 @@
+/**
+ * `meshctl up`: the whole mesh on this machine in one process tree. It uses the NATS server
+ * at the URL or starts one, runs the resolver, the provisioner and one agent per node as
+ * child processes (their logs under `.mesh/logs/`), applies the given files once the resolver
+ * answers, and shows a live status until Ctrl-C; then it stops everything it started.
+ */
+import { existsSync, mkdirSync } from "node:fs";
+import { join, relative, isAbsolute } from "node:path";
+import { NAME_RULE, connectNats, isValidName, subjects, type NatsConnection } from "@mesh/shared";
+import { reportApply, sendApply } from "./apply-command.js";
+import { CliError } from "./cli-error.js";
+import { natsUnreachableMessage, openStoreForCli } from "./connect.js";
+import { ExitCodes } from "./exit-codes.js";
+import { startLiveStatus, type LiveStatus } from "./live-status.js";
+import { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
+import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
+import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
+import type { Output } from "./output.js";
+import { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
+import { Supervisor, type ChildEvent, type ServiceSpec } from "./supervisor.js";
+
+/** The node an agent runs for when neither `--nodes` nor the applied parts name one. */
+export const DEFAULT_NODE = "node-a";
+
+export interface UpOptions {
+  /** Manifest files to apply once the mesh runs. */
+  files: string[];
+  /** Nodes to run an agent for; default: those named by the parts in `files`, else node-a. */
+  nodes?: string[];
+  /** Bindings root; each agent writes under `<bindings>/<node>/`. Default `.mesh/bindings`. */
+  bindings?: string;
+  natsUrl: string;
+  /** Directory relative paths are taken from (default: the working directory). */
+  cwd?: string;
+  /** State directory (default `.mesh`). */
+  stateDir?: string;
+  /** Master key file handed to the provisioner (default `.mesh/master.key`, or `MESH_MASTER_KEY_FILE`). */
+  masterKeyFile?: string;
+  /** Repository root holding `services/` (default: this installation's). */
+  root?: string;
+  reader?: FileReader;
+  /** How long to wait for the resolver to answer (default 60 s). */
+  resolverWaitMs?: number;
+  /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
+  graceMs?: number;
+}
+
+/** The nodes the all-in-one runs an agent for. */
+export function chooseNodes(given: readonly string[] | undefined, files: readonly ManifestFile[]): string[] {
+  if (given?.length) return [...new Set(given)];
+  const named = nodesOfParts(files);
+  return named.length ? named : [DEFAULT_NODE];
+}
+
+/** The services of the all-in-one, with their environment and log files. */
+export function serviceSpecs(opts: { root: string; paths: UpPaths; natsUrl: string; nodes: readonly string[] }): ServiceSpec[] {
+  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey };
+  const log = (name: string) => join(opts.paths.logs, `${name}.log`);
+  return [
+    { name: "resolver", script: serviceMain("resolver", opts.root), env: { ...common }, logFile: log("resolver") },
+    { name: "provisioner", script: serviceMain("provisioner", opts.root), env: { ...common }, logFile: log("provisioner") },
+    ...opts.nodes.map((node) => ({
+      name: `agent ${node}`,
+      script: serviceMain("agent", opts.root),
+      env: { ...common, MESH_NODE: node, MESH_BINDINGS_ROOT: join(opts.paths.bindings, node) },
+      logFile: log(`agent-${node}`),
+    })),
+  ];
+}
+
+/** A path as shown to the user: relative to `cwd` when inside it. */
+export function displayPath(cwd: string, p: string): string {
+  const r = relative(cwd, p);
+  return r && !r.startsWith("..") && !isAbsolute(r) ? r : p;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
+  });
+}
+
+/**
+ * Waits until something answers on the apply subject: an apply with no documents is
+ * rejected by the resolver without storing anything, so any reply means it runs.
+ */
+export async function waitForResolver(
+  nc: NatsConnection,
+  opts: { timeoutMs: number; signal: AbortSignal; onWait: (elapsedMs: number) => void },
+): Promise<boolean> {
+  const start = Date.now();
+  let lastNote = 0;
+  while (!opts.signal.aborted) {
+    try {
+      await nc.request(subjects.apply, JSON.stringify({ documents: [], source: "meshctl up (is the resolver running?)" }), { timeout: 2_000 });
+      return true;
+    } catch (e) {
+      if (!isNoResponders(e) && !isRequestTimeout(e)) throw new CliError(`cannot reach the resolver: ${rootMessage(e)}`, undefined, { cause: e });
+    }
+    const elapsed = Date.now() - start;
+    if (elapsed > opts.timeoutMs) return false;
+    if (elapsed - lastNote >= 5_000) {
+      opts.onWait(elapsed);
+      lastNote = elapsed;
+    }
+    await sleep(250, opts.signal);
+  }
+  return false;
+}
+
+/**
+ * The up command. Returns when `stop` is aborted (exit code 0) or when the mesh cannot run
+ * (1: bad files, no NATS and no nats-server to start, services not built, a resolver that
+ * never answers, a service that keeps failing at start). Everything it started is stopped
+ * before it returns.
+ */
+export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Promise<number> {
+  const cwd = opts.cwd ?? process.cwd();
+  const paths = upPaths({ cwd, state: opts.stateDir, bindings: opts.bindings, masterKeyFile: opts.masterKeyFile ?? process.env.MESH_MASTER_KEY_FILE });
+  const show = (p: string) => displayPath(cwd, p);
+
+  let files: ManifestFile[] = [];
+  if (opts.files.length) {
+    const loaded = await loadManifestFiles(opts.files, opts.reader);
+    if (!loaded.ok) {
+      out.err(formatFileProblems(loaded.problems));
+      out.err("rejected: nothing was started or applied.");
+      return ExitCodes.Failure;
+    }
+    files = loaded.files;
+  }
+  const nodes = chooseNodes(opts.nodes, files);
+  const badNode = nodes.find((n) => !isValidName(n));
+  if (badNode !== undefined) throw new CliError(`--nodes: ${JSON.stringify(badNode)} is not a node name: a name ${NAME_RULE}`, ExitCodes.Usage);
+
+  const root = opts.root ?? repoRoot();
+  const probeUrl = opts.natsUrl;
+  const missing = [...new Set(serviceSpecs({ root, paths, natsUrl: probeUrl, nodes }).map((s) => s.script))].filter((s) => !existsSync(s));
+  if (missing.length) {
+    throw new CliError(`the services are not built (missing ${missing.map(show).join(", ")}); build them with: npm run build`);
+  }
+  mkdirSync(paths.logs, { recursive: true });
+  mkdirSync(paths.bindings, { recursive: true });
+
+  // Internal end: a stop signal (exit 0) or a failure while running (exit 1).
+  let finish!: (code: number) => void;
+  const finished = new Promise<number>((resolve) => (finish = resolve));
+  const onStop = () => finish(ExitCodes.Ok);
+  stop.addEventListener("abort", onStop, { once: true });
+  if (stop.aborted) return ExitCodes.Ok;
+  const quit = new AbortController();
+  void finished.then(() => quit.abort());
+
+  let nats: StartedNats | undefined;
+  let nc: NatsConnection | undefined;
+  let live: LiveStatus | undefined;
+  const notify = (line: string) => (live ? live.event(line) : out.err(line));
+  const supervisor = new Supervisor({
+    onEvent: (e: ChildEvent) => {
+      if (e.type === "exited") {
+        const how = e.signal ? `was killed by ${e.signal}` : `exited with code ${e.code}`;
+        notify(`${e.name} ${how}; restarting it in ${Math.round(e.restartInMs / 1000)} s. Its log: ${show(e.logFile)}`);
+      } else {
+        notify(`${e.name} failed ${e.quickExits} times right after starting; stopping the mesh. Its log: ${show(e.logFile)}`);
+        finish(ExitCodes.Failure);
+      }
+    },
+  });
+  // If meshctl itself dies, its children must not live on.
+  const emergency = () => {
+    supervisor.killNow();
+    nats?.killNow();
+  };
+  process.once("exit", emergency);
+
+  try {
+    let url = probeUrl;
+    try {
+      nc = await connectNats(url, { timeout: 2_000 });
+      out.out(`using the NATS server at ${url}`);
+    } catch (e) {
+      const local = loopbackAddress(url);
+      if (!local) throw new CliError(`${natsUnreachableMessage(url, rootMessage(e))}\n(meshctl up starts a server itself only for a loopback URL such as nats://127.0.0.1:4222.)`);
+      const bin = findNatsServer();
+      if (!bin) {
+        throw new CliError(
+          `no NATS server answers at ${url}, and nats-server is not installed, so meshctl up cannot start one.\n` +
+            "Install it with: apt-get install nats-server\n(or set NATS_URL to a running nats-server with JetStream)",
+        );
+      }
+      const logFile = join(paths.logs, "nats-server.log");
+      out.out(
+        `no NATS server answers at ${url}; starting one: ${bin} -a ${local.host} -p ${local.port} -js -sd ${show(paths.nats)}` +
+          ` (JetStream store in ${show(paths.nats)}, log in ${show(logFile)})`,
+      );
+      nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: paths.nats, logFile });
+      url = nats.url;
+      try {
+        nc = await connectNats(url, { timeout: 5_000 });
+      } catch (e2) {
+        throw new CliError(`started nats-server, but cannot connect to ${url}: ${rootMessage(e2)}; see ${show(logFile)}`);
+      }
+    }
+    const store = await openStoreForCli(nc, url);
+
+    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes });
+    const started: string[] = [];
+    for (const spec of specs) started.push(`${spec.name} (pid ${await supervisor.start(spec)})`);
+    out.out(`started ${started.join(", ")}`);
+    out.out(`logs: ${show(paths.logs)}/ (${specs.map((s) => s.logFile.slice(paths.logs.length + 1)).join(", ")})`);
+    out.out(`bindings: ${show(paths.bindings)}/<node>/<module>/<part>/<requirement>/   master key: ${show(paths.masterKey)}`);
+
+    out.out("waiting for the resolver…");
+    const up = await waitForResolver(nc, {
+      timeoutMs: opts.resolverWaitMs ?? 60_000,
+      signal: quit.signal,
+      onWait: (ms) => out.out(`still waiting for the resolver (${Math.round(ms / 1000)} s)…`),
+    });
+    if (!up) {
+      if (quit.signal.aborted) return await finished;
+      throw new CliError(`the resolver did not answer within ${Math.round((opts.resolverWaitMs ?? 60_000) / 1000)} s; see its log: ${show(join(paths.logs, "resolver.log"))}`);
+    }
+
+    const applied: string[] = [];
+    if (files.length) {
+      const outcome = await sendApply(nc, files);
+      const code = reportApply(outcome, false, out);
+      if (code !== ExitCodes.Ok) return code;
+      if (outcome.ok) applied.push(...outcome.accepted.map((a) => `${a.kind.toLowerCase()}/${a.name} ${a.action}`));
+    }
+
+    const header = () => [
+      `mesh up on ${url}${nats ? ` (nats-server started here, store ${show(paths.nats)})` : ""}`,
+      `services: ${specs.map((s) => s.name).join(", ")}; logs in ${show(paths.logs)}/`,
+      `bindings: ${show(paths.bindings)}/<node>/<module>/<part>/<requirement>/`,
+      ...(applied.length ? [`applied: ${applied.join(", ")}`] : []),
+    ];
+    if (!out.isTTY) out.out("live status (one line per change; Ctrl-C stops the mesh):");
+    live = await startLiveStatus(store, out, header);
+    return await finished;
+  } finally {
+    stop.removeEventListener("abort", onStop);
+    live?.stop();
+    const anything = supervisor.running().length > 0 || nats !== undefined;
+    if (anything) out.err("stopping the mesh… (Ctrl-C again kills everything at once)");
+    await supervisor.stop(opts.graceMs ?? 5_000);
+    await nc?.close().catch(() => undefined);
+    if (nats) {
+      await nats.stop(opts.graceMs ?? 5_000);
+      out.err(`stopped nats-server (its store stays in ${show(paths.nats)})`);
+    }
+    process.off("exit", emergency);
+    if (anything) out.err("stopped.");
+  }
+}
