@@ -3,15 +3,16 @@
  * client SDK alike): a {@link CredentialFetchRequest} on `subjects.credentialFetch` carrying
  * the holder's public xkey, and a reply whose values are sealed to that key.
  */
-import { RequestError, TimeoutError, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
+import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import type { KeyPair } from "@nats-io/nkeys";
 import { z } from "zod";
-import { ErrorCodes, MeshError, errorMessage, type ErrorCode } from "./errors.js";
+import { ErrorCodes, MeshError } from "./errors.js";
 import { openFrom } from "./crypto.js";
 import { CredentialFetchReply, type CredentialFetchRequest } from "./schemas/events.js";
 import { subjects } from "./subjects.js";
+import { errorFromReply, requestJson } from "./request-json.js";
 
-/** The values of one generation of a grant, key → value (`username`, `password`, …). Secret: never log them. */
+/** The binding values of one generation of a grant, key → value (`type`, `username`, `password`, …). Secret: never log them. */
 export const CredentialValues = z.record(z.string(), z.string());
 export type CredentialValues = z.infer<typeof CredentialValues>;
 
@@ -47,39 +48,16 @@ export async function fetchCredential(
   opts: FetchCredentialOptions = {},
 ): Promise<FetchedCredential> {
   const req: CredentialFetchRequest = { ...target, recipient: key.getPublicKey() };
-  let body: unknown;
-  try {
-    const m = await nc.request(subjects.credentialFetch, JSON.stringify(req), {
-      timeout: opts.timeoutMs ?? 5_000,
-      ...(opts.headers ? { headers: opts.headers } : {}),
-    });
-    body = m.json();
-  } catch (e) {
-    if (e instanceof RequestError || e instanceof TimeoutError) {
-      const noResponders = e instanceof RequestError && e.isNoResponders();
-      throw new MeshError(
-        ErrorCodes.Unavailable,
-        noResponders
-          ? `no provisioner answers on ${subjects.credentialFetch}; start mesh-provisioner (or meshctl up) and the credential is fetched again`
-          : `the provisioner did not answer ${subjects.credentialFetch} in time; it is asked again`,
-        { retryable: true, cause: e },
-      );
-    }
-    if (e instanceof SyntaxError) {
-      throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialFetch} is not JSON`, { retryable: true, cause: e });
-    }
-    throw new MeshError(ErrorCodes.Unavailable, `fetching credential ${target.grant} failed: ${errorMessage(e)}`, { retryable: true, cause: e });
-  }
+  const body = await requestJson(nc, subjects.credentialFetch, req, {
+    service: "provisioner",
+    timeoutMs: opts.timeoutMs ?? 5_000,
+    ...(opts.headers ? { headers: opts.headers } : {}),
+  });
+  const refused = errorFromReply(body, `the provisioner refused credential ${target.grant} generation ${target.generation} for ${target.part}@${target.node}: `);
+  if (refused) throw refused;
   const reply = CredentialFetchReply.safeParse(body);
-  if (!reply.success) {
+  if (!reply.success || !reply.data.ok) {
     throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialFetch} does not match its schema`, { retryable: true });
-  }
-  if (!reply.data.ok) {
-    const { code, message, retryable } = reply.data.error;
-    const known = (Object.values(ErrorCodes) as string[]).includes(code) ? (code as ErrorCode) : ErrorCodes.Internal;
-    throw new MeshError(known, `the provisioner refused credential ${target.grant} generation ${target.generation} for ${target.part}@${target.node}: ${message}`, {
-      retryable,
-    });
   }
   if (reply.data.generation !== target.generation) {
     throw new MeshError(

@@ -4,8 +4,6 @@
  */
 import { connect, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
 import {
-  AckPolicy,
-  DeliverPolicy,
   JetStreamApiError,
   jetstream,
   jetstreamManager,
@@ -19,7 +17,6 @@ import { Kvm, type KV } from "@nats-io/kv";
 import type { z } from "zod";
 import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
-import { KeyedQueue } from "./keyed-queue.js";
 import type { Logger } from "./logger.js";
 
 export type { NatsConnection, KV, JetStreamClient, JetStreamManager, JsMsg };
@@ -166,66 +163,6 @@ export async function listJson<T>(kv: KV, schema: z.ZodType<T>, filter = ">"): P
 export interface Consumption {
   stop(): Promise<void>;
   closed: Promise<void>;
-}
-
-/**
- * Level-triggered consumption of a stream through a durable pull consumer shared by every
- * instance of a service (so instances split the work). Each message names a key; `onKey`
- * reads the current state itself. A message is acknowledged once its key was handled, and
- * redelivered with back-off when handling failed, so nothing is lost when a process dies.
- */
-export async function consumeKeys(opts: {
-  store: Store;
-  stream: string;
-  durable: string;
-  filter: string;
-  /** Extracts the key from a message subject; undefined skips the message. */
-  keyOf: (subject: string) => string | undefined;
-  queue: KeyedQueue;
-  log: Logger;
-  deliverPolicy?: DeliverPolicy;
-}): Promise<Consumption> {
-  const { store, stream, durable, filter, keyOf, queue, log } = opts;
-  const cfg = {
-    durable_name: durable,
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: opts.deliverPolicy ?? DeliverPolicy.LastPerSubject,
-    filter_subject: filter,
-    ack_wait: 60_000_000_000,
-    max_ack_pending: 1_000,
-  };
-  try {
-    await store.jsm.consumers.add(stream, cfg);
-  } catch (e) {
-    // An existing durable with another start policy keeps its own; that is fine.
-    if (!(e instanceof JetStreamApiError)) throw e;
-  }
-  const consumer = await store.js.consumers.get(stream, durable);
-  const messages = await consumer.consume({ max_messages: 256 });
-  const closed = (async () => {
-    for await (const m of messages) {
-      const key = keyOf(m.subject);
-      if (key === undefined) {
-        m.ack();
-        continue;
-      }
-      queue.enqueue(key).then(
-        () => m.ack(),
-        (e: unknown) => {
-          const delay = Math.min(30_000, 500 * 2 ** Math.min(m.info.deliveryCount, 6));
-          log.warn({ key, err: errorMessage(e), retryInMs: delay }, "reconcile failed; will retry");
-          m.nak(delay);
-        },
-      );
-    }
-  })();
-  return {
-    async stop() {
-      await messages.close();
-      await closed.catch(() => undefined);
-    },
-    closed,
-  };
 }
 
 /** The key of a KV change message: the part of the subject after `$KV.<bucket>.`. */

@@ -1,0 +1,66 @@
+/**
+ * Declaring a module's (or a provider's) manifest from TypeScript: the same request on the
+ * same subject that `meshctl apply` sends, and that a module in any language can send with a
+ * plain NATS client.
+ */
+import {
+  ApplyReply,
+  ErrorCodes,
+  MeshError,
+  errorFromReply,
+  formatProblems,
+  parseManifestText,
+  requestJson,
+  subjects,
+  validateDocuments,
+  type ApplyRequest,
+  type NatsConnection,
+  type Problem,
+} from "@mesh/shared";
+
+/** A manifest the mesh refused, with every problem by document and path. Nothing of it was stored. */
+export class ManifestRejectedError extends MeshError {
+  constructor(
+    readonly problems: readonly Problem[],
+    source?: string,
+  ) {
+    super(ErrorCodes.InvalidManifest, `the manifest${source ? ` ${source}` : ""} was rejected, nothing was stored:\n${formatProblems(problems, source)}`);
+  }
+}
+
+/** True when `e` is a {@link ManifestRejectedError}. */
+export function isManifestRejectedError(e: unknown): e is ManifestRejectedError {
+  return e instanceof ManifestRejectedError;
+}
+
+export interface DeclareOptions {
+  /** Where the documents come from (a file name), shown in messages. */
+  source?: string;
+  /** How long to wait for the resolver; default 10 s. */
+  timeoutMs?: number;
+}
+
+/** What the mesh accepted: each document with `created`, `updated` or `unchanged`. */
+export type Declared = Extract<ApplyReply, { ok: true }>;
+
+/**
+ * Declares manifest documents — decoded objects, or the text of a YAML/JSON manifest file —
+ * with an apply request on `mesh.api.apply`. They are validated here first, and again by the
+ * resolver, which stores all of them or none.
+ *
+ * Throws {@link ManifestRejectedError} listing every problem when the manifest is invalid;
+ * a {@link MeshError} `Unavailable` (retryable) when no resolver answers; the resolver's own
+ * error otherwise.
+ */
+export async function declare(nc: NatsConnection, manifest: readonly unknown[] | string, opts: DeclareOptions = {}): Promise<Declared> {
+  const parsed = typeof manifest === "string" ? parseManifestText(manifest) : validateDocuments(manifest);
+  if (!parsed.ok) throw new ManifestRejectedError(parsed.problems, opts.source);
+  const req: ApplyRequest = { documents: parsed.documents, ...(opts.source ? { source: opts.source } : {}) };
+  const body = await requestJson(nc, subjects.apply, req, { service: "resolver", timeoutMs: opts.timeoutMs ?? 10_000 });
+  const refused = errorFromReply(body, "the resolver refused the manifest: ");
+  if (refused) throw refused;
+  const reply = ApplyReply.safeParse(body);
+  if (!reply.success) throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.apply} does not match its schema`);
+  if (!reply.data.ok) throw new ManifestRejectedError(reply.data.problems, opts.source);
+  return reply.data;
+}

@@ -1,0 +1,13 @@
+/**
+ * @mesh/client — the SDK a TypeScript module uses. It wraps the same NATS subjects a module in
+ * any language can use with a plain NATS client: declare a manifest, and watch a part's
+ * credentials as an async iterator.
+ */
+export { declare, ManifestRejectedError, isManifestRejectedError, type DeclareOptions, type Declared } from "./declare.js";
+export {
+  watchCredentials,
+  type CredentialWatch,
+  type CredentialUpdate,
+  type WatchCredentialsOptions,
+} from "./watch-credentials.js";
+export { MeshError, isMeshError, ErrorCodes, type ErrorCode, type Problem, type CredentialValues } from "@mesh/shared";

@@ -1,0 +1,222 @@
+/**
+ * A part's credentials as an async iterator: the current generation of each grant first,
+ * then every new one. The SDK is a holder of its own: it reads the same deliveries a node
+ * agent reads (an ordered consumer, so nothing is kept on the server) and fetches each
+ * generation sealed to a key made for this watch.
+ */
+import {
+  Delivery,
+  ErrorCodes,
+  MeshError,
+  NAME_RULE,
+  Streams,
+  createSealingKey,
+  errorMessage,
+  fetchCredential,
+  isMeshError,
+  isValidName,
+  orderedMessages,
+  subjects,
+  type CredentialValues,
+  type JsMsg,
+  type MessageStream,
+  type NatsConnection,
+} from "@mesh/shared";
+
+/** Which credentials to watch: every requirement of a part, or one. */
+export interface WatchCredentialsOptions {
+  module: string;
+  part: string;
+  /** Only this requirement's credential; all of the part's when left out. */
+  requirement?: string;
+  /** How long to wait for the provisioner per fetch; default 5 s. */
+  fetchTimeoutMs?: number;
+  /**
+   * Called for a delivery whose values cannot be fetched and that a retry cannot help (say,
+   * the part is no longer a target of the grant). When given, the watch goes on. When not
+   * given, such a failure of the newest delivery the watch knows of ends the watch with the
+   * error; for an older one (a newer delivery is waiting) it is passed over.
+   */
+  onError?: (error: MeshError, delivery: Delivery) => void;
+}
+
+/** One generation of one grant's credential. `values` is secret: never log it. */
+export interface CredentialUpdate {
+  /** Grant id, `<module>/<requirement>`. */
+  grant: string;
+  requirement: string;
+  generation: number;
+  values: CredentialValues;
+}
+
+/**
+ * A running watch: iterate it with `for await`. `stop()` ends it (the iteration finishes);
+ * `closed` resolves when it has ended, with the error that ended it if any (it never rejects).
+ */
+export interface CredentialWatch extends AsyncIterable<CredentialUpdate> {
+  stop(): Promise<void>;
+  readonly closed: Promise<void | Error>;
+}
+
+const RETRY_MAX_MS = 10_000;
+
+/**
+ * Watches the credentials of `part` of `module` (one `requirement`, or all). Yields the
+ * current generation of each grant first, then every newer one, never an older one after a
+ * newer. Fetch failures a retry can help (no provisioner running yet) are retried with
+ * back-off until they succeed or the watch is stopped.
+ *
+ * Throws `InvalidName` at once for a bad module, part or requirement name.
+ */
+export async function watchCredentials(nc: NatsConnection, opts: WatchCredentialsOptions): Promise<CredentialWatch> {
+  for (const [what, name] of [["module", opts.module], ["part", opts.part], ["requirement", opts.requirement]] as const) {
+    if (name !== undefined && !isValidName(name)) throw new MeshError(ErrorCodes.InvalidName, `${what} ${JSON.stringify(name)} ${NAME_RULE}`);
+  }
+  const filter =
+    opts.requirement === undefined
+      ? subjects.deliveriesForPart(opts.module, opts.part)
+      : subjects.deliveriesForPartRequirement(opts.module, opts.part, opts.requirement);
+  const messages = await orderedMessages(nc, { stream: Streams.deliveries, filter });
+  return new Watch(nc, messages, opts);
+}
+
+class Watch implements CredentialWatch {
+  readonly closed: Promise<void | Error>;
+  private readonly key = createSealingKey();
+  private readonly buffer: CredentialUpdate[] = [];
+  private waiter: { resolve: (r: IteratorResult<CredentialUpdate>) => void; reject: (e: Error) => void } | undefined;
+  private done = false;
+  private error: Error | undefined;
+  private wake: (() => void) | undefined;
+  /** Newest generation yielded per grant. */
+  private readonly yielded = new Map<string, number>();
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly messages: MessageStream,
+    private readonly opts: WatchCredentialsOptions,
+  ) {
+    this.closed = this.pump().then(
+      () => this.finish(),
+      (e: unknown) => this.finish(e instanceof Error ? e : new Error(errorMessage(e))),
+    );
+  }
+
+  private async pump(): Promise<void> {
+    for await (const m of this.messages) {
+      if (this.done) break;
+      const update = await this.handle(m);
+      if (update && !this.done) this.push(update);
+    }
+    const ended = await this.messages.closed();
+    if (ended instanceof Error && !this.done) throw ended;
+  }
+
+  /** The update a message stands for; undefined when there is none to yield. */
+  private async handle(m: JsMsg): Promise<CredentialUpdate | undefined> {
+    const parsed = Delivery.safeParse(safeJson(m));
+    if (!parsed.success) return undefined;
+    const d = parsed.data;
+    // Only what the subject filter promised: this module's part (and requirement).
+    if (d.module !== this.opts.module || d.part !== this.opts.part || (this.opts.requirement !== undefined && d.requirement !== this.opts.requirement)) {
+      return undefined;
+    }
+    if ((this.yielded.get(d.grant) ?? 0) >= d.generation) return undefined;
+    for (let attempt = 1; !this.done; attempt++) {
+      try {
+        const fetched = await fetchCredential(this.nc, { grant: d.grant, part: d.part, node: d.node, generation: d.generation }, this.key, {
+          timeoutMs: this.opts.fetchTimeoutMs ?? 5_000,
+        });
+        this.yielded.set(d.grant, fetched.generation);
+        return { grant: d.grant, requirement: d.requirement, generation: fetched.generation, values: fetched.values };
+      } catch (e) {
+        if (isMeshError(e) && !e.retryable) {
+          if (this.opts.onError) this.opts.onError(e, d);
+          else if (m.info.pending === 0) throw e;
+          return undefined;
+        }
+        await this.sleep(Math.min(RETRY_MAX_MS, 250 * 2 ** Math.min(attempt, 6)));
+      }
+    }
+    return undefined;
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(done, ms);
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  private push(u: CredentialUpdate): void {
+    if (this.waiter) {
+      const w = this.waiter;
+      this.waiter = undefined;
+      w.resolve({ value: u, done: false });
+    } else {
+      this.buffer.push(u);
+    }
+  }
+
+  private finish(error?: Error): void | Error {
+    const wasDone = this.done;
+    this.done = true;
+    this.wake?.();
+    if (!wasDone) void this.messages.close();
+    if (error) this.error = error;
+    const w = this.waiter;
+    this.waiter = undefined;
+    if (w && error) {
+      // The error reaches the iteration here, once.
+      this.error = undefined;
+      w.reject(error);
+    } else if (w) {
+      w.resolve({ value: undefined, done: true });
+    }
+    return error;
+  }
+
+  async stop(): Promise<void> {
+    if (!this.done) {
+      this.done = true;
+      this.wake?.();
+      await this.messages.close();
+    }
+    await this.closed;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<CredentialUpdate> {
+    return {
+      next: () => {
+        const u = this.buffer.shift();
+        if (u) return Promise.resolve({ value: u, done: false });
+        if (this.done) {
+          if (this.error) {
+            const e = this.error;
+            // Thrown once; the iteration is over after it.
+            this.error = undefined;
+            return Promise.reject(e);
+          }
+          return Promise.resolve({ value: undefined, done: true });
+        }
+        return new Promise((resolve, reject) => (this.waiter = { resolve, reject }));
+      },
+      return: async () => {
+        await this.stop();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+}
+
+function safeJson(m: JsMsg): unknown {
+  try {
+    return m.json();
+  } catch {
+    return undefined;
+  }
+}

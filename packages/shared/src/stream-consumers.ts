@@ -1,0 +1,156 @@
+/**
+ * Consuming stream messages one by one, for holders of deliveries: a durable pull consumer
+ * with explicit ack whose messages are handled in order per key (the node agent), and an
+ * ordered, ephemeral consumer for a reader that keeps no state on the server (the SDK).
+ * {@link consumeKeys} is the level-triggered form for reconcilers, built on the same consumer.
+ */
+import { AckPolicy, JetStreamApiError, jetstream, type JsMsg } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { errorMessage } from "./errors.js";
+import type { Logger } from "./logger.js";
+import type { Consumption, Store } from "./nats.js";
+import type { KeyedQueue } from "./keyed-queue.js";
+
+/** Where a new consumer starts: every stored message, the last of each subject, or only new ones. */
+export type StartAt = "all" | "last_per_subject" | "new";
+
+/** What to do with a handled message: acknowledge it, have it redelivered later, or drop it for good. */
+export type Disposition = "ack" | "retry" | "term";
+
+/** Back-off before a failed message comes back: 0.5 s, doubling per delivery, at most 30 s. */
+export function retryDelayMs(deliveryCount: number): number {
+  return Math.min(30_000, 500 * 2 ** Math.min(Math.max(deliveryCount - 1, 0), 6));
+}
+
+/**
+ * Consumes `filter` of `stream` through the durable pull consumer `durable` (created when
+ * missing, starting at `startAt`, default `last_per_subject`; an existing one keeps its
+ * position, so messages published while the process was away are handled when it is back).
+ *
+ * Messages with the same key (`keyOf`, default the subject) are handled one at a time, in the
+ * order the server delivered them; different keys run concurrently. A message is acknowledged,
+ * redelivered after {@link retryDelayMs} (`retry`, or when `handle` throws), or terminated
+ * (`term`) as `handle` says. A message that comes back after a retry may arrive after newer
+ * messages of its key, so handlers compare versions rather than trust arrival order.
+ * `stop()` stops fetching and waits for the messages in work to be settled.
+ */
+export async function consumeMessages(opts: {
+  store: Store;
+  stream: string;
+  durable: string;
+  filter: string;
+  handle: (m: JsMsg) => Promise<Disposition>;
+  log: Logger;
+  keyOf?: (m: JsMsg) => string;
+  startAt?: StartAt;
+  /** How long a message may be in work before the server redelivers it; default 60 s. */
+  ackWaitMs?: number;
+  maxAckPending?: number;
+}): Promise<Consumption> {
+  const { store, stream, durable, filter, handle, log } = opts;
+  const keyOf = opts.keyOf ?? ((m: JsMsg) => m.subject);
+  try {
+    await store.jsm.consumers.add(stream, {
+      durable_name: durable,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: opts.startAt ?? "last_per_subject",
+      filter_subject: filter,
+      ack_wait: (opts.ackWaitMs ?? 60_000) * 1_000_000,
+      max_ack_pending: opts.maxAckPending ?? 256,
+    });
+  } catch (e) {
+    // An existing durable keeps its configuration and its position; that is the point.
+    if (!(e instanceof JetStreamApiError)) throw e;
+  }
+  const consumer = await store.js.consumers.get(stream, durable);
+  const messages = await consumer.consume({ max_messages: 64 });
+  const tails = new Map<string, Promise<void>>();
+
+  const settle = async (m: JsMsg): Promise<void> => {
+    let d: Disposition;
+    try {
+      d = await handle(m);
+    } catch (e) {
+      log.warn({ subject: m.subject, err: errorMessage(e) }, "handling a message failed; it comes back later");
+      d = "retry";
+    }
+    try {
+      if (d === "ack") await m.ackAck();
+      else if (d === "term") m.term();
+      else m.nak(retryDelayMs(m.info.deliveryCount));
+    } catch (e) {
+      // Not acknowledged: the server redelivers it after ack_wait, and handling is idempotent.
+      log.warn({ subject: m.subject, err: errorMessage(e) }, "could not settle a message with the server");
+    }
+  };
+
+  const closed = (async () => {
+    for await (const m of messages) {
+      const key = keyOf(m);
+      const next = (tails.get(key) ?? Promise.resolve()).then(() => settle(m));
+      tails.set(key, next);
+      void next.finally(() => {
+        if (tails.get(key) === next) tails.delete(key);
+      });
+    }
+  })();
+
+  return {
+    async stop() {
+      await messages.close();
+      await closed.catch(() => undefined);
+      while (tails.size) await Promise.allSettled([...tails.values()]);
+    },
+    closed,
+  };
+}
+
+/** Messages of an ordered consumer; `close()` ends it. */
+export type MessageStream = AsyncIterable<JsMsg> & {
+  close(): Promise<void | Error>;
+  closed(): Promise<void | Error>;
+};
+
+/**
+ * Reads `filter` of `stream` through an ordered consumer: ephemeral, no acks, in stream order,
+ * recreated by the client after a gap or a reconnect. Starts at `startAt` (default
+ * `last_per_subject`: the latest message of every subject, then every new one).
+ */
+export async function orderedMessages(nc: NatsConnection, opts: { stream: string; filter: string; startAt?: StartAt }): Promise<MessageStream> {
+  const consumer = await jetstream(nc).consumers.get(opts.stream, {
+    filter_subjects: opts.filter,
+    deliver_policy: opts.startAt ?? "last_per_subject",
+  });
+  return consumer.consume();
+}
+
+/**
+ * Level-triggered consumption for reconcilers (controller-runtime style): each message only
+ * names a key (`keyOf` of its subject; undefined skips it), and the key goes to `queue`, which
+ * collapses repeats and never works on one key twice at once; the handler reads the current
+ * state itself. The message is acknowledged once its key was handled and comes back with
+ * back-off when handling failed, so nothing is lost when a process dies. A durable consumer
+ * shared by every instance of a service splits the work between them.
+ */
+export function consumeKeys(opts: {
+  store: Store;
+  stream: string;
+  durable: string;
+  filter: string;
+  keyOf: (subject: string) => string | undefined;
+  queue: KeyedQueue;
+  log: Logger;
+}): Promise<Consumption> {
+  const { keyOf, queue } = opts;
+  return consumeMessages({
+    ...opts,
+    // No ordering per key here: the queue collapses and serialises keys itself.
+    keyOf: (m) => String(m.seq),
+    maxAckPending: 1_000,
+    handle: async (m) => {
+      const key = keyOf(m.subject);
+      if (key !== undefined) await queue.enqueue(key);
+      return "ack";
+    },
+  });
+}

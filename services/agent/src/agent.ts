@@ -1,0 +1,191 @@
+/**
+ * The node agent: the holder of credentials for the parts placed on its node. It consumes the
+ * deliveries for its node durably, fetches each delivered generation sealed to its own xkey,
+ * writes the binding files atomically, and records itself as a holder in the grant.
+ */
+import { hostname } from "node:os";
+import {
+  Delivery,
+  ErrorCodes,
+  Grant,
+  MeshError,
+  NAME_RULE,
+  Streams,
+  consumeMessages,
+  createSealingKey,
+  errorMessage,
+  fetchCredential,
+  grantId,
+  isMeshError,
+  isValidName,
+  keys,
+  mutateJson,
+  readJson,
+  subjects,
+  traceHeaders,
+  withSpan,
+  type Disposition,
+  type JsMsg,
+  type NodeRecord,
+} from "@mesh/shared";
+import type { AgentOptions } from "./agent-options.js";
+import { DEFAULT_GRACE_MS, bindingGeneration, pruneBinding, writeBinding } from "./bindings-writer.js";
+import { planDelivery, recordDeliveryFailure, recordHolder } from "./delivery-plan.js";
+import { startProber } from "./prober.js";
+
+/** A running agent. */
+export interface Agent {
+  /** Stops consuming, waits for the delivery in work to be settled, removes replaced files. Idempotent. */
+  stop(): Promise<void>;
+  /** Settles when the agent has stopped (rejects if its consumer failed). */
+  closed: Promise<void>;
+}
+
+/** The durable consumer name of a node's agent. */
+export function agentDurable(node: string): string {
+  return `agent-${node}`;
+}
+
+/**
+ * Starts the agent of `node`: registers the node in KV `nodes` (refreshing `seenAt`), and
+ * delivers every credential published for the parts on this node, including those published
+ * while it was not running. Deliveries of one grant to one part are applied in order and
+ * never move a holder back to an older generation. Values are never logged.
+ *
+ * Throws `InvalidName` for a node name that is not a valid name.
+ */
+export async function startAgent(opts: AgentOptions): Promise<Agent> {
+  const { store, node, bindingsRoot } = opts;
+  if (!isValidName(node)) throw new MeshError(ErrorCodes.InvalidName, `node name ${JSON.stringify(node)} ${NAME_RULE}`);
+  const log = opts.log.child({ node });
+  const graceMs = opts.graceMs ?? DEFAULT_GRACE_MS;
+  const key = createSealingKey();
+
+  const startedAt = new Date().toISOString();
+  const nodeRecord = (): NodeRecord => ({
+    node,
+    agent: `${hostname()}/${process.pid}`,
+    bindingsRoot,
+    startedAt,
+    seenAt: new Date().toISOString(),
+  });
+  await store.kv.nodes.put(node, JSON.stringify(nodeRecord()));
+  const heartbeat = setInterval(() => {
+    store.kv.nodes.put(node, JSON.stringify(nodeRecord())).catch((e: unknown) => log.warn({ err: errorMessage(e) }, "could not refresh the node record"));
+  }, opts.heartbeatMs ?? 10_000);
+  heartbeat.unref();
+
+  // Replaced generations' directories, removed once their grace has passed.
+  const prunes = new Map<string, { timer: NodeJS.Timeout; run: (graceMs: number) => void }>();
+  const schedulePrune = (d: Delivery) => {
+    const id = `${d.module}/${d.part}/${d.requirement}`;
+    clearTimeout(prunes.get(id)?.timer);
+    const run = (grace: number) => {
+      prunes.delete(id);
+      try {
+        pruneBinding(bindingsRoot, d.module, d.part, d.requirement, { graceMs: grace });
+      } catch (e) {
+        log.warn({ grant: d.grant, part: d.part, err: errorMessage(e) }, "could not remove replaced binding files");
+      }
+    };
+    const timer = setTimeout(() => run(graceMs), graceMs + 50);
+    timer.unref();
+    prunes.set(id, { timer, run });
+  };
+
+  const deliver = async (m: JsMsg): Promise<Disposition> => {
+    let d: Delivery;
+    try {
+      d = Delivery.parse(m.json());
+    } catch {
+      log.error({ subject: m.subject, seq: m.seq }, "a message on the delivery stream is not a Delivery; dropped");
+      return "term";
+    }
+    const names = [d.node, d.module, d.part, d.requirement];
+    if (!names.every(isValidName) || d.node !== node || d.grant !== grantId(d.module, d.requirement) || m.subject !== subjects.delivery(d.node, d.module, d.part, d.requirement)) {
+      log.error({ subject: m.subject, grant: d.grant, part: d.part }, "a Delivery does not match its subject; dropped");
+      return "term";
+    }
+    const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation });
+    return withSpan("agent", "deliver", { "mesh.grant": d.grant, "mesh.part": d.part, "mesh.node": node, "mesh.generation": d.generation }, m.headers, async (span) => {
+      try {
+        const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
+        const local = bindingGeneration(bindingsRoot, d.module, d.part, d.requirement);
+        const plan = planDelivery(d, grant?.value, local);
+        span.setAttribute("mesh.plan", plan.action);
+        if (plan.action === "ignore") {
+          dlog.info({ reason: plan.reason }, "delivery ignored");
+          return "ack";
+        }
+        if (plan.action === "skip") {
+          dlog.debug({ reason: plan.reason }, "delivery skipped");
+          return "ack";
+        }
+        if (plan.action === "apply") {
+          const fetched = await fetchCredential(
+            store.nc,
+            { grant: d.grant, part: d.part, node, generation: d.generation },
+            key,
+            { timeoutMs: opts.fetchTimeoutMs ?? 5_000, headers: traceHeaders() },
+          );
+          const written = writeBinding(
+            { root: bindingsRoot, module: d.module, part: d.part, requirement: d.requirement, generation: fetched.generation, values: fetched.values },
+            { graceMs },
+          );
+          if (written.retained) schedulePrune(d);
+          if (written.envCollisions.length) {
+            dlog.warn({ names: written.envCollisions, envFile: written.envFile }, "some env names are produced twice; the first is kept");
+          }
+          dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");
+        }
+        await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => recordHolder(g, node, d.part, d.generation, new Date()));
+        dlog.info("delivery recorded");
+        prober.probeSoon(d.module, d.part, d.requirement);
+        return "ack";
+      } catch (e) {
+        const retryable = !isMeshError(e) || e.retryable;
+        span.setStatus({ code: 2, message: errorMessage(e) });
+        if (retryable) {
+          dlog.warn({ err: errorMessage(e), attempt: m.info.deliveryCount }, "delivery failed; it is retried");
+          return "retry";
+        }
+        dlog.error({ err: errorMessage(e), code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded on the grant");
+        await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) =>
+          recordDeliveryFailure(g, node, d.part, d.generation, errorMessage(e), new Date()),
+        ).catch((e2: unknown) => dlog.warn({ err: errorMessage(e2) }, "could not record the failure on the grant"));
+        return "term";
+      }
+    });
+  };
+
+  // Before consuming: a delivery asks it to probe the new binding.
+  const prober = startProber({ store, node, bindingsRoot, log, ...(opts.probeIntervalMs ? { intervalMs: opts.probeIntervalMs } : {}) });
+  const consumption = await consumeMessages({
+    store,
+    stream: Streams.deliveries,
+    durable: agentDurable(node),
+    filter: subjects.deliveriesForNode(node),
+    handle: deliver,
+    log,
+  });
+  log.info({ bindingsRoot }, `agent for node ${node} writing under ${bindingsRoot}`);
+
+  let stopping: Promise<void> | undefined;
+  return {
+    stop() {
+      stopping ??= (async () => {
+        clearInterval(heartbeat);
+        await prober.stop();
+        await consumption.stop();
+        for (const p of [...prunes.values()]) {
+          clearTimeout(p.timer);
+          // Stopping: leave no replaced values behind until some later write.
+          p.run(0);
+        }
+        log.info("agent stopped");
+      })();
+      return stopping;
+    },
+    closed: consumption.closed,
+  };
+}

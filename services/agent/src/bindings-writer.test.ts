@@ -1,0 +1,261 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync, mkdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Worker } from "node:worker_threads";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { isMeshError } from "@mesh/shared";
+import { bindingGeneration, envName, pruneBinding, quoteEnvValue, renderPartEnv, writeBinding } from "./bindings-writer.js";
+
+let root: string;
+beforeEach(() => {
+  root = mkdtempSync(join(tmpdir(), "mesh-bindings-"));
+});
+afterEach(() => {
+  rmSync(root, { recursive: true, force: true });
+});
+
+const db = (generation: number, password: string) => ({
+  root,
+  module: "shop",
+  part: "api",
+  requirement: "db",
+  generation,
+  values: { type: "postgresql", provider: "pg-main", username: "shop_db_a", password, database: "shop_db" },
+});
+
+const mode = (p: string) => statSync(p).mode & 0o777;
+
+describe("writeBinding", () => {
+  it("writes one file per key under <root>/<module>/<part>/<requirement> with private modes", () => {
+    const r = writeBinding(db(1, "s3cret"));
+    const dir = join(root, "shop", "api", "db");
+    expect(r.path).toBe(dir);
+    expect(r.changed).toBe(true);
+    expect(lstatSync(dir).isSymbolicLink()).toBe(true);
+    expect(readlinkSync(dir)).toMatch(/^\.db-g1-[A-Za-z0-9]{6}$/);
+    expect(readdirSync(dir).sort()).toEqual(["database", "password", "provider", "type", "username"]);
+    expect(readFileSync(join(dir, "password"), "utf8")).toBe("s3cret");
+    expect(readFileSync(join(dir, "type"), "utf8")).toBe("postgresql");
+    expect(mode(join(dir, "password"))).toBe(0o600);
+    expect(mode(dir)).toBe(0o700); // the hidden directory, through the link
+    expect(mode(join(root, "shop"))).toBe(0o700);
+    expect(mode(join(root, "shop", "api"))).toBe(0o700);
+    expect(bindingGeneration(root, "shop", "api", "db")).toBe(1);
+  });
+
+  it("replaces a previous generation; its directory stays for the grace, then goes", () => {
+    const t0 = Date.now();
+    const at = (ms: number) => ({ now: new Date(t0 + ms), graceMs: 1_000 });
+    const r1 = writeBinding(db(1, "one"), at(0));
+    expect(r1.retained).toBe(false);
+    const first = readlinkSync(join(root, "shop", "api", "db"));
+    const r2 = writeBinding(db(2, "two"), at(10));
+    expect(r2.changed).toBe(true);
+    expect(r2.retained).toBe(true);
+    expect(readFileSync(join(root, "shop", "api", "db", "password"), "utf8")).toBe("two");
+    expect(bindingGeneration(root, "shop", "api", "db")).toBe(2);
+    expect(existsSync(join(root, "shop", "api", first))).toBe(true);
+    // Within the grace, pruning keeps it; after, it is removed.
+    expect(pruneBinding(root, "shop", "api", "db", at(500))).toBe(true);
+    expect(existsSync(join(root, "shop", "api", first))).toBe(true);
+    expect(pruneBinding(root, "shop", "api", "db", at(1_100))).toBe(false);
+    expect(existsSync(join(root, "shop", "api", first))).toBe(false);
+    // A later write removes replaced directories whose grace has passed.
+    const second = readlinkSync(join(root, "shop", "api", "db"));
+    writeBinding(db(3, "three"), at(2_000));
+    const third = readlinkSync(join(root, "shop", "api", "db"));
+    expect(existsSync(join(root, "shop", "api", second))).toBe(true);
+    writeBinding(db(4, "four"), at(3_500));
+    expect(existsSync(join(root, "shop", "api", second))).toBe(false);
+    expect(existsSync(join(root, "shop", "api", third))).toBe(true);
+    pruneBinding(root, "shop", "api", "db", { graceMs: 0 });
+    // Only the link, its one hidden directory and the env file remain.
+    const entries = readdirSync(join(root, "shop", "api")).sort();
+    expect(entries).toHaveLength(3);
+    expect(entries).toContain("db");
+    expect(entries).toContain("part.env");
+    expect(readFileSync(join(root, "shop", "api", "db", "password"), "utf8")).toBe("four");
+  });
+
+  it("prunes nothing that is not its own, and tolerates a missing binding", () => {
+    expect(pruneBinding(root, "nope", "api", "db")).toBe(false);
+    writeBinding(db(1, "one"));
+    writeBinding({ ...db(1, "x"), requirement: "cache" });
+    writeBinding(db(2, "two"));
+    pruneBinding(root, "shop", "api", "db", { graceMs: 0 });
+    expect(readFileSync(join(root, "shop", "api", "cache", "password"), "utf8")).toBe("x");
+    expect(readdirSync(join(root, "shop", "api")).filter((e) => e.startsWith("."))).toHaveLength(2);
+  });
+
+  it("is idempotent for the same generation and values", () => {
+    writeBinding(db(3, "same"));
+    const target = readlinkSync(join(root, "shop", "api", "db"));
+    const r = writeBinding(db(3, "same"));
+    expect(r.changed).toBe(false);
+    expect(readlinkSync(join(root, "shop", "api", "db"))).toBe(target);
+  });
+
+  it("rewrites the same generation when the files on disk no longer match", () => {
+    writeBinding(db(3, "same"));
+    const target = readlinkSync(join(root, "shop", "api", "db"));
+    rmSync(join(root, "shop", "api", target, "password"));
+    const r = writeBinding(db(3, "same"));
+    expect(r.changed).toBe(true);
+    expect(readFileSync(join(root, "shop", "api", "db", "password"), "utf8")).toBe("same");
+  });
+
+  it("removes leftovers of interrupted writes", () => {
+    const partDir = join(root, "shop", "api");
+    mkdirSync(join(partDir, ".db-g7-abcDEF"), { recursive: true });
+    writeFileSync(join(partDir, ".db.link-abc"), "x");
+    writeFileSync(join(partDir, ".part.env.tmp-123"), "x");
+    // An interrupted write's directory goes once its grace (counted from its mtime) has passed.
+    writeBinding(db(8, "x"), { now: new Date(Date.now() + 5_000) });
+    expect(existsSync(join(partDir, ".db.link-abc"))).toBe(false);
+    expect(existsSync(join(partDir, ".db-g7-abcDEF"))).toBe(false);
+    expect(existsSync(join(partDir, ".part.env.tmp-123"))).toBe(false);
+  });
+
+  it("replaces a plain directory left at the requirement path", () => {
+    mkdirSync(join(root, "shop", "api", "db"), { recursive: true });
+    writeFileSync(join(root, "shop", "api", "db", "stale"), "x");
+    writeBinding(db(1, "p"));
+    expect(lstatSync(join(root, "shop", "api", "db")).isSymbolicLink()).toBe(true);
+    expect(existsSync(join(root, "shop", "api", "db", "stale"))).toBe(false);
+  });
+
+  it("never leaves the path missing while 200 generations are swapped under a reader", async () => {
+    writeBinding(db(1, "g1"));
+    const file = join(root, "shop", "api", "db", "password");
+    // A reader on its own thread, so it really runs while this thread swaps.
+    const worker = new Worker(
+      `const { readFileSync } = require("node:fs");
+       const { parentPort, workerData } = require("node:worker_threads");
+       let reads = 0, missing = 0, bad = 0, stop = false;
+       parentPort.on("message", () => { stop = true; });
+       (function loop() {
+         const until = Date.now() + 20;
+         while (Date.now() < until) {
+           try { const v = readFileSync(workerData, "utf8"); reads++; if (!/^g\\d+$/.test(v)) bad++; }
+           catch (e) { if (e.code === "ENOENT") missing++; else bad++; }
+         }
+         if (stop) parentPort.postMessage({ reads, missing, bad }); else setImmediate(loop);
+       })();`,
+      { eval: true, workerData: file },
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    for (let g = 2; g <= 201; g++) writeBinding(db(g, `g${g}`));
+    const result = await new Promise<{ reads: number; missing: number; bad: number }>((resolve) => {
+      worker.once("message", resolve);
+      worker.postMessage("stop");
+    });
+    await worker.terminate();
+    expect(result.reads).toBeGreaterThan(200);
+    expect(result.missing).toBe(0);
+    expect(result.bad).toBe(0);
+    expect(readFileSync(file, "utf8")).toBe("g201");
+    // Replaced generations stay for their grace; pruning without one leaves only the current.
+    pruneBinding(root, "shop", "api", "db", { graceMs: 0 });
+    expect(readdirSync(join(root, "shop", "api")).filter((e) => e.startsWith(".db-g"))).toHaveLength(1);
+  });
+
+  it("regenerates part.env from every requirement of the part", () => {
+    writeBinding(db(1, "pw"));
+    writeBinding({ root, module: "shop", part: "api", requirement: "session-key", generation: 1, values: { type: "secret", provider: "builtin-secret", value: "k3y" } });
+    const env = readFileSync(join(root, "shop", "api", "part.env"), "utf8");
+    const lines = env.split("\n").filter((l) => l && !l.startsWith("#"));
+    expect(lines).toEqual([
+      "DB_DATABASE='shop_db'",
+      "DB_PASSWORD='pw'",
+      "DB_PROVIDER='pg-main'",
+      "DB_TYPE='postgresql'",
+      "DB_USERNAME='shop_db_a'",
+      "SESSION_KEY_PROVIDER='builtin-secret'",
+      "SESSION_KEY_TYPE='secret'",
+      "SESSION_KEY_VALUE='k3y'",
+    ]);
+    expect(mode(join(root, "shop", "api", "part.env"))).toBe(0o600);
+    // A new generation of one requirement is reflected, the other stays.
+    writeBinding(db(2, "pw2"));
+    const env2 = readFileSync(join(root, "shop", "api", "part.env"), "utf8");
+    expect(env2).toContain("DB_PASSWORD='pw2'\n");
+    expect(env2).toContain("SESSION_KEY_VALUE='k3y'\n");
+    expect(env2).not.toContain("'pw'");
+  });
+
+  it("writes an env file that sh reads back exactly, awkward values included", () => {
+    const awkward = `it's "quoted" $HOME \`id\` back\\slash\nsecond line`;
+    writeBinding({ root, module: "m", part: "p", requirement: "r", generation: 1, values: { plain: "a b  c", awkward } });
+    const envFile = join(root, "m", "p", "part.env");
+    const out = execFileSync("sh", ["-c", `set -a; . "$1"; printf '%s\\0%s' "$R_PLAIN" "$R_AWKWARD"`, "sh", envFile], { encoding: "utf8", env: {} });
+    expect(out).toBe(`a b  c\0${awkward}`);
+  });
+
+  it.each([
+    ["module", { module: "../etc" }],
+    ["module", { module: "Shop" }],
+    ["part", { part: "api/../../x" }],
+    ["part", { part: "." }],
+    ["requirement", { requirement: ".." }],
+    ["requirement", { requirement: "db.x" }],
+    ["binding key", { values: { "../passwd": "x" } }],
+    ["binding key", { values: { "a/b": "x" } }],
+    ["binding key", { values: { ".hidden": "x" } }],
+    ["binding key", { values: { Password: "x" } }],
+  ])("refuses a bad %s (%j) and writes nothing", (what, patch) => {
+    let err: unknown;
+    try {
+      writeBinding({ ...db(1, "x"), ...patch });
+    } catch (e) {
+      err = e;
+    }
+    expect(isMeshError(err, "InvalidName")).toBe(true);
+    expect((err as Error).message).toContain(what);
+    expect(readdirSync(root)).toEqual([]);
+  });
+
+  it("refuses a bad generation and a NUL in a value without quoting the value", () => {
+    expect(() => writeBinding(db(0, "x"))).toThrow(/generation/);
+    expect(() => writeBinding(db(1.5, "x"))).toThrow(/generation/);
+    let err: unknown;
+    try {
+      writeBinding(db(1, "sec\0ret"));
+    } catch (e) {
+      err = e;
+    }
+    expect(isMeshError(err, "InvalidRequest")).toBe(true);
+    expect((err as Error).message).not.toContain("sec");
+    expect(readdirSync(root)).toEqual([]);
+  });
+});
+
+describe("env rendering", () => {
+  it.each([
+    ["db", "password", "DB_PASSWORD"],
+    ["session-key", "value", "SESSION_KEY_VALUE"],
+    ["a2", "x_y-z", "A2_X_Y_Z"],
+  ])("names %s + %s as %s", (req, key, name) => {
+    expect(envName(req, key)).toBe(name);
+  });
+
+  it.each([
+    ["plain", "'plain'"],
+    ["", "''"],
+    ["a$b`c\\d\"e", "'a$b`c\\d\"e'"],
+    ["it's", `"it's"`],
+    [`it's $x "y" \`z\` \\`, `"it's \\$x \\"y\\" \\\`z\\\` \\\\"`],
+  ])("quotes %j as %s", (value, quoted) => {
+    expect(quoteEnvValue(value)).toBe(quoted);
+  });
+
+  it("keeps the first of two colliding names and reports it", () => {
+    const r = renderPartEnv([
+      { requirement: "a-b", values: new Map([["c", "1"]]) },
+      { requirement: "a", values: new Map([["b-c", "2"]]) },
+    ]);
+    expect(r.collisions).toEqual(["A_B_C"]);
+    expect(r.text).toContain("A_B_C='2'\n");
+    expect(r.text).not.toContain("'1'");
+  });
+});

@@ -1,0 +1,23 @@
+/**
+ * @mesh/agent — the node agent: holds the credentials of the parts on its node and writes
+ * them as servicebinding.io files.
+ */
+export { startAgent, agentDurable, type Agent } from "./agent.js";
+export type { AgentOptions } from "./agent-options.js";
+export {
+  writeBinding,
+  pruneBinding,
+  bindingPath,
+  bindingGeneration,
+  envName,
+  quoteEnvValue,
+  renderPartEnv,
+  BINDING_KEY_PATTERN,
+  PART_ENV_FILE,
+  DEFAULT_GRACE_MS,
+  type BindingWrite,
+  type BindingWriteResult,
+} from "./bindings-writer.js";
+export { planDelivery, recordHolder, recordDeliveryFailure, isTarget, type DeliveryPlan } from "./delivery-plan.js";
+export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PROBE_INTERVAL_MS, type Prober, type ProberOptions } from "./prober.js";
+export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";

@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+/**
+ * mesh-agent: the agent of one node.
+ *
+ *     mesh-agent --node NAME [--bindings DIR]
+ *
+ * Environment: `NATS_URL` (default nats://127.0.0.1:4222), `MESH_NODE` (or `--node`),
+ * `MESH_BINDINGS_ROOT` (or `--bindings`, default /var/lib/mesh/bindings), `MESH_LOG_LEVEL`,
+ * `MESH_PROBE_INTERVAL` (default `10s`: how often the agent logs in with what it delivered and
+ * checks that providers answer from this node).
+ * Exits 2 on a usage error, 1 when it cannot start, 0 after SIGINT/SIGTERM.
+ */
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { NAME_RULE, connectNats, createLogger, errorMessage, isValidName, openStore, parseDuration } from "@mesh/shared";
+import { startAgent } from "./agent.js";
+
+const USAGE = "usage: mesh-agent --node NAME [--bindings DIR]   (or MESH_NODE, MESH_BINDINGS_ROOT; NATS_URL)";
+const DEFAULT_BINDINGS_ROOT = "/var/lib/mesh/bindings";
+
+function usageError(message: string): never {
+  process.stderr.write(`mesh-agent: ${message}\n${USAGE}\n`);
+  process.exit(2);
+}
+
+let args: { node?: string; bindings?: string; help?: boolean };
+try {
+  args = parseArgs({
+    options: { node: { type: "string" }, bindings: { type: "string" }, help: { type: "boolean", short: "h" } },
+    strict: true,
+    allowPositionals: false,
+  }).values;
+} catch (e) {
+  usageError(errorMessage(e));
+}
+if (args.help) {
+  process.stdout.write(`${USAGE}\n`);
+  process.exit(0);
+}
+const node = args.node ?? process.env.MESH_NODE;
+if (!node) usageError("no node name: give --node NAME or set MESH_NODE to the name this node has in the manifests");
+if (!isValidName(node)) usageError(`node name ${JSON.stringify(node)} ${NAME_RULE}`);
+const bindingsRoot = resolve(args.bindings ?? process.env.MESH_BINDINGS_ROOT ?? DEFAULT_BINDINGS_ROOT);
+
+const log = createLogger("agent");
+try {
+  const nc = await connectNats();
+  const store = await openStore(nc);
+  // MESH_PROBE_INTERVAL: between probes of the bindings held here and of providers' reachability (default 10s).
+  const probeIntervalMs = process.env.MESH_PROBE_INTERVAL ? parseDuration(process.env.MESH_PROBE_INTERVAL) : undefined;
+  const agent = await startAgent({ store, node, bindingsRoot, log, ...(probeIntervalMs ? { probeIntervalMs } : {}) });
+  const shutdown = async (signal: string) => {
+    log.info({ signal }, "agent stopping");
+    await agent.stop();
+    await nc.drain();
+    process.exit(0);
+  };
+  process.once("SIGINT", () => void shutdown("SIGINT"));
+  process.once("SIGTERM", () => void shutdown("SIGTERM"));
+  agent.closed.catch((e: unknown) => {
+    log.fatal({ err: errorMessage(e) }, "the agent's delivery consumer failed");
+    process.exit(1);
+  });
+} catch (e) {
+  log.fatal({ err: errorMessage(e) }, "agent could not start");
+  process.stderr.write(`mesh-agent: ${errorMessage(e)}\n`);
+  process.exit(1);
+}

@@ -1,0 +1,257 @@
+/**
+ * The node agent against a real nats-server: deliveries become binding files, holders and the
+ * `Delivered` condition are recorded, generations replace each other, deliveries survive the
+ * agent being down, and no value reaches the log. The provisioner's credential source is
+ * stood in for by test/harness/credential-responder.ts (real crypto, subjects and schemas).
+ */
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  Grant,
+  NodeRecord,
+  Streams,
+  connectNats,
+  createLogger,
+  getCondition,
+  keys,
+  mutateJson,
+  openStore,
+  readJson,
+  subjects,
+  traceHeaders,
+  type Delivery,
+  type Kind,
+  type NatsConnection,
+  type Store,
+} from "@mesh/shared";
+import { agentDurable, bindingGeneration, startAgent, type Agent } from "@mesh/agent";
+import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { LogCapture } from "./harness/log-capture.js";
+import { waitFor } from "./harness/wait.js";
+import { credentialResponder, type CredentialResponder } from "./harness/credential-responder.js";
+
+const NODE = "node-a";
+const GRACE_MS = 300;
+
+let nats: NatsServer;
+let nc: NatsConnection;
+let store: Store;
+let root: string;
+let responder: CredentialResponder;
+let agent: Agent | undefined;
+const logs = new LogCapture();
+const secrets: string[] = [];
+
+/** A fresh secret value, remembered so the log can be searched for it. */
+function secret(label: string): string {
+  const v = `${label}-${randomBytes(12).toString("hex")}`;
+  secrets.push(v);
+  return v;
+}
+
+const dbValues = (password: string) => ({
+  type: "postgresql",
+  provider: "pg-main",
+  host: "127.0.0.1",
+  port: "5432",
+  database: "shop_db",
+  username: "shop_db_a",
+  password,
+  uri: `postgresql://shop_db_a:${password}@127.0.0.1:5432/shop_db`,
+});
+
+async function putGrant(module: string, requirement: string, kind: Kind, targets: Grant["targets"], generation: number): Promise<void> {
+  const now = new Date().toISOString();
+  const grant: Grant = {
+    id: `${module}/${requirement}`,
+    module,
+    requirement,
+    kind,
+    parts: targets.map((t) => t.part),
+    targets,
+    provider: kind === "secret" ? "builtin-secret" : "pg-main",
+    generation,
+    resource: {},
+    holders: {},
+    conditions: [
+      { type: "Resolved", status: "True", reason: "ProviderSelected", message: "test", observedAt: now },
+      { type: "Provisioned", status: "True", reason: "Provisioned", message: "test", observedAt: now },
+    ],
+  };
+  await store.kv.grants.put(keys.grant(module, requirement), JSON.stringify(grant));
+}
+
+async function bumpGeneration(module: string, requirement: string, generation: number): Promise<void> {
+  await mutateJson(store.kv.grants, keys.grant(module, requirement), Grant, (g) => (g ? { ...g, generation } : undefined));
+}
+
+async function grant(module: string, requirement: string): Promise<Grant | undefined> {
+  return (await readJson(store.kv.grants, keys.grant(module, requirement), Grant))?.value;
+}
+
+/** Publishes a Delivery; returns its stream sequence. */
+async function publishDelivery(d: { module: string; requirement: string; part: string; kind: Kind; generation: number; node?: string }): Promise<number> {
+  const delivery: Delivery = {
+    grant: `${d.module}/${d.requirement}`,
+    module: d.module,
+    requirement: d.requirement,
+    part: d.part,
+    node: d.node ?? NODE,
+    kind: d.kind,
+    provider: d.kind === "secret" ? "builtin-secret" : "pg-main",
+    generation: d.generation,
+    publishedAt: new Date().toISOString(),
+  };
+  const ack = await store.js.publish(subjects.delivery(delivery.node, d.module, d.part, d.requirement), JSON.stringify(delivery), { headers: traceHeaders() });
+  return ack.seq;
+}
+
+/** Waits until the agent's consumer has acknowledged everything up to `seq`. */
+async function waitAcked(seq: number): Promise<void> {
+  await waitFor(`the agent to acknowledge stream sequence ${seq}`, async () => {
+    const ci = await store.jsm.consumers.info(Streams.deliveries, agentDurable(NODE));
+    return ci.ack_floor.stream_seq >= seq && ci.num_ack_pending === 0 && ci.num_pending === 0;
+  });
+}
+
+const read = (...p: string[]) => readFileSync(join(root, ...p), "utf8");
+
+function start(): Promise<Agent> {
+  return startAgent({ store, node: NODE, bindingsRoot: root, log: createLogger("agent", { destination: logs, level: "debug" }), graceMs: GRACE_MS });
+}
+
+beforeAll(async () => {
+  nats = await startNatsServer();
+  nc = await connectNats(nats.url);
+  store = await openStore(nc);
+  root = mkdtempSync(join(tmpdir(), "mesh-agent-test-"));
+  // The stand-in provisioner logs elsewhere: this test's log assertions are about the agent.
+  responder = credentialResponder(store, createLogger("test-provisioner", { destination: new LogCapture() }));
+});
+
+afterAll(async () => {
+  await agent?.stop();
+  await responder?.stop();
+  await nc?.close();
+  await nats?.stop();
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+
+describe("agent", () => {
+  const pw1 = secret("pw1");
+  const pw2 = secret("pw2");
+  const pw3 = secret("pw3");
+  const sessionKey = secret("session");
+
+  it("registers its node and writes a delivered credential's files", async () => {
+    await putGrant("shop", "db", "postgres.database", [{ part: "api", node: NODE }], 1);
+    await responder.put("shop", "db", 1, dbValues(pw1));
+    agent = await start();
+    const rec = await readJson(store.kv.nodes, NODE, NodeRecord);
+    expect(rec?.value).toMatchObject({ node: NODE, bindingsRoot: root });
+    expect(logs.text).toContain(`agent for node ${NODE} writing under ${root}`);
+
+    await publishDelivery({ module: "shop", requirement: "db", part: "api", kind: "postgres.database", generation: 1 });
+    await waitFor("the password file", () => existsSync(join(root, "shop/api/db/password")) && read("shop/api/db/password") === pw1);
+    expect(readdirSync(join(root, "shop/api/db")).sort()).toEqual(["database", "host", "password", "port", "provider", "type", "uri", "username"]);
+    expect(read("shop/api/db/type")).toBe("postgresql");
+    expect(read("shop/api/db/username")).toBe("shop_db_a");
+    expect(read("shop/api/db/uri")).toBe(dbValues(pw1).uri);
+    expect(read("shop/api/part.env")).toContain(`DB_PASSWORD='${pw1}'\n`);
+  });
+
+  it("records itself as holder and sets Delivered", async () => {
+    const g = await waitFor("the holder to be recorded", async () => {
+      const g = await grant("shop", "db");
+      return g?.holders["node-a/api"]?.generation === 1 ? g : undefined;
+    });
+    expect(getCondition(g.conditions, "Delivered")).toMatchObject({ status: "True", reason: "Delivered" });
+  });
+
+  it("replaces the first generation with the second, and removes the first's files after the grace", async () => {
+    const first = readdirSync(join(root, "shop/api")).filter((e) => e.startsWith(".db-g1-"));
+    expect(first).toHaveLength(1);
+    await responder.put("shop", "db", 2, dbValues(pw2));
+    await bumpGeneration("shop", "db", 2);
+    const seq = await publishDelivery({ module: "shop", requirement: "db", part: "api", kind: "postgres.database", generation: 2 });
+    await waitFor("generation 2 on disk", () => read("shop/api/db/password") === pw2);
+    expect(bindingGeneration(root, "shop", "api", "db")).toBe(2);
+    expect(read("shop/api/part.env")).toContain(`DB_PASSWORD='${pw2}'\n`);
+    await waitAcked(seq);
+    const g = await grant("shop", "db");
+    expect(g?.holders["node-a/api"]?.generation).toBe(2);
+    expect(getCondition(g!.conditions, "Delivered")?.status).toBe("True");
+    await waitFor("generation 1's directory to be removed", () => !existsSync(join(root, "shop/api", first[0]!)));
+  });
+
+  it("does not move a holder back when an older generation's delivery comes again", async () => {
+    const seq = await publishDelivery({ module: "shop", requirement: "db", part: "api", kind: "postgres.database", generation: 1 });
+    await waitAcked(seq);
+    expect(read("shop/api/db/password")).toBe(pw2);
+    expect((await grant("shop", "db"))?.holders["node-a/api"]?.generation).toBe(2);
+  });
+
+  it("acknowledges and ignores, with a log line, a delivery to a part that is not a target", async () => {
+    const seq = await publishDelivery({ module: "shop", requirement: "db", part: "worker", kind: "postgres.database", generation: 2 });
+    await waitAcked(seq);
+    expect(existsSync(join(root, "shop/worker"))).toBe(false);
+    const line = logs.lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === "delivery ignored" && l.part === "worker");
+    expect(line).toMatchObject({ grant: "shop/db", generation: 2 });
+    expect(String(line?.reason)).toContain("no longer a target");
+  });
+
+  it("retries while no provisioner answers, and delivers once one does", async () => {
+    await responder.stop();
+    await putGrant("shop", "session-key", "secret", [{ part: "api", node: NODE }], 1);
+    await responder.put("shop", "session-key", 1, { type: "secret", provider: "builtin-secret", value: sessionKey });
+    await publishDelivery({ module: "shop", requirement: "session-key", part: "api", kind: "secret", generation: 1 });
+    await waitFor("a failed attempt in the log", () => logs.lines.some((l) => l.includes("delivery failed; it is retried") && l.includes("shop/session-key")));
+    expect(existsSync(join(root, "shop/api/session-key"))).toBe(false);
+    responder.start();
+    await waitFor("the session key file", () => existsSync(join(root, "shop/api/session-key/value")) && read("shop/api/session-key/value") === sessionKey, 30_000);
+    const env = read("shop/api/part.env");
+    expect(env).toContain(`SESSION_KEY_VALUE='${sessionKey}'\n`);
+    expect(env).toContain(`DB_PASSWORD='${pw2}'\n`);
+  });
+
+  it("records a delivery that cannot succeed as Delivered=False/DeliveryFailed, and does not retry it", async () => {
+    await putGrant("shop", "broken", "secret", [{ part: "api", node: NODE }], 1);
+    // A key that would leave the binding directory: the writer refuses it.
+    await responder.put("shop", "broken", 1, { "../escape": secret("broken") });
+    const seq = await publishDelivery({ module: "shop", requirement: "broken", part: "api", kind: "secret", generation: 1 });
+    const g = await waitFor("the failure on the grant", async () => {
+      const g = await grant("shop", "broken");
+      return getCondition(g?.conditions ?? [], "Delivered")?.reason === "DeliveryFailed" ? g : undefined;
+    });
+    expect(getCondition(g.conditions, "Delivered")?.message).toContain(`node ${NODE}`);
+    expect(g.holders).toEqual({});
+    await waitAcked(seq);
+    expect(existsSync(join(root, "shop/api/broken"))).toBe(false);
+    expect(existsSync(join(root, "escape"))).toBe(false);
+    expect(existsSync(join(root, "shop/api/escape"))).toBe(false);
+  });
+
+  it("gets a delivery published while it was stopped once it is back (durable)", async () => {
+    await agent!.stop();
+    await agent!.closed;
+    agent = undefined;
+    await responder.put("shop", "db", 3, dbValues(pw3));
+    await bumpGeneration("shop", "db", 3);
+    const seq = await publishDelivery({ module: "shop", requirement: "db", part: "api", kind: "postgres.database", generation: 3 });
+    await new Promise((r) => setTimeout(r, 500));
+    expect(read("shop/api/db/password")).toBe(pw2);
+    agent = await start();
+    await waitFor("generation 3 after the restart", () => read("shop/api/db/password") === pw3);
+    await waitAcked(seq);
+    expect((await grant("shop", "db"))?.holders["node-a/api"]?.generation).toBe(3);
+  });
+
+  it("never logs a secret value", () => {
+    expect(logs.lines.some((l) => l.includes('"binding written"'))).toBe(true);
+    expect(secrets.length).toBeGreaterThanOrEqual(4);
+    for (const s of secrets) expect(logs.text).not.toContain(s);
+  });
+});

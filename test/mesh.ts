@@ -1,0 +1,96 @@
+/**
+ * A whole mesh in the test process: its own nats-server, the store, resolver, provisioner and
+ * one agent per node, each with a logger whose lines are kept for assertions.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  ApplyReply,
+  ModuleStatus,
+  Grant,
+  connectNats,
+  createLogger,
+  keys,
+  openStore,
+  parseMasterKey,
+  readJson,
+  subjects,
+  type NatsConnection,
+  type Store,
+} from "@mesh/shared";
+import { startResolver, type Resolver } from "@mesh/resolver";
+import { startProvisioner, type Provisioner } from "@mesh/provisioner";
+import { startAgent } from "@mesh/agent";
+import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { LogCapture } from "./harness/log-capture.js";
+import { waitFor } from "./harness/wait.js";
+import { randomBytes } from "node:crypto";
+
+export interface TestMesh {
+  nats: NatsServer;
+  nc: NatsConnection;
+  store: Store;
+  logs: LogCapture;
+  bindingsRoot: string;
+  resolver: Resolver;
+  provisioner: Provisioner;
+  apply(documents: unknown[]): Promise<ApplyReply>;
+  moduleStatus(name: string): Promise<ModuleStatus | undefined>;
+  grant(module: string, requirement: string): Promise<Grant | undefined>;
+  waitForState(module: string, state: ModuleStatus["state"], timeoutMs?: number): Promise<ModuleStatus>;
+  stop(): Promise<void>;
+}
+
+export async function startTestMesh(opts: { nodes?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<TestMesh> {
+  const nats = await startNatsServer();
+  const nc = await connectNats(nats.url);
+  const store = await openStore(nc);
+  const logs = new LogCapture();
+  const logger = (service: string) => createLogger(service, { destination: logs, level: "debug" });
+  const bindingsRoot = mkdtempSync(join(tmpdir(), "mesh-bindings-"));
+  const resolver = await startResolver({ store, log: logger("resolver") });
+  const provisioner = await startProvisioner({
+    store,
+    masterKey: parseMasterKey(randomBytes(32).toString("hex")),
+    log: logger("provisioner"),
+    env: opts.env ?? process.env,
+  });
+  const agents = await Promise.all(
+    (opts.nodes ?? ["node-a"]).map((node) => startAgent({ store, node, bindingsRoot: join(bindingsRoot, node), log: logger("agent") })),
+  );
+  const mesh: TestMesh = {
+    nats,
+    nc,
+    store,
+    logs,
+    bindingsRoot,
+    resolver,
+    provisioner,
+    async apply(documents) {
+      const m = await nc.request(subjects.apply, JSON.stringify({ documents }), { timeout: 10_000 });
+      return ApplyReply.parse(m.json());
+    },
+    async moduleStatus(name) {
+      return (await readJson(store.kv.modules, name, ModuleStatus))?.value;
+    },
+    async grant(module, requirement) {
+      return (await readJson(store.kv.grants, keys.grant(module, requirement), Grant))?.value;
+    },
+    waitForState(module, state, timeoutMs = 20_000) {
+      return waitFor(`module ${module} to be ${state}`, async () => {
+        const s = await mesh.moduleStatus(module);
+        return s?.state === state ? s : undefined;
+      }, timeoutMs);
+    },
+    async stop() {
+      await Promise.all(agents.map((a) => a.stop()));
+      await provisioner.stop();
+      await resolver.stop();
+      await nc.close();
+      await nats.stop();
+      rmSync(bindingsRoot, { recursive: true, force: true });
+    },
+  };
+  return mesh;
+}
