@@ -13,6 +13,8 @@ export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN || "/usr/sbin/nats-se
 
 export interface NatsServer {
   port: number;
+  /** HTTP monitoring port (`/varz`, `/connz`, `/jsz`). */
+  monitorPort: number;
   url: string;
   storeDir: string;
   pid: number;
@@ -26,11 +28,12 @@ export interface NatsServer {
 
 export async function startNatsServer(opts: { port?: number; storeDir?: string } = {}): Promise<NatsServer> {
   const port = opts.port ?? (await freePort());
+  const monitorPort = await freePort();
   const storeDir = opts.storeDir ?? mkdtempSync(join(tmpdir(), "mesh-nats-"));
   let proc: ChildProcess;
 
   const launch = async () => {
-    proc = spawn(NATS_SERVER_BIN, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", storeDir], {
+    proc = spawn(NATS_SERVER_BIN, ["-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort), "-js", "-sd", storeDir], {
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";
@@ -53,6 +56,7 @@ export async function startNatsServer(opts: { port?: number; storeDir?: string }
   await launch();
   const server: NatsServer = {
     port,
+    monitorPort,
     url: `nats://127.0.0.1:${port}`,
     storeDir,
     get pid() {

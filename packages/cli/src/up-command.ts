@@ -117,7 +117,7 @@ export async function waitForResolver(
  */
 export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Promise<number> {
   const cwd = opts.cwd ?? process.cwd();
-  const paths = upPaths({ cwd, state: opts.stateDir, bindings: opts.bindings, masterKeyFile: opts.masterKeyFile ?? process.env.MESH_MASTER_KEY_FILE });
+  const paths = upPaths({ cwd, state: opts.stateDir, bindings: opts.bindings, masterKeyFile: opts.masterKeyFile ?? (process.env.MESH_MASTER_KEY_FILE || undefined) });
   const show = (p: string) => displayPath(cwd, p);
 
   let files: ManifestFile[] = [];
