@@ -13,6 +13,8 @@ export default defineConfig({
       "@mesh/resolver": src("./services/resolver/src/index.ts"),
       "@mesh/provisioner": src("./services/provisioner/src/index.ts"),
       "@mesh/agent": src("./services/agent/src/index.ts"),
+      "@mesh/verifier": src("./services/verifier/src/index.ts"),
+      "@mesh/rotator": src("./services/rotator/src/index.ts"),
     },
   },
   test: {

@@ -22,7 +22,12 @@ import {
   NAME_PATTERN,
   NAME_PATTERN_PORTABLE,
   NodeRecord,
+  ProbeReport,
   ProviderDoc,
+  ReachabilityRecord,
+  Verification,
+  VerifyReply,
+  VerifyRequest,
   Streams,
   subjects,
 } from "../packages/shared/src/index.js";
@@ -136,6 +141,36 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     schema: NodeRecord,
     io: "output",
     description: `The record of a node's agent, as stored in KV bucket ${Buckets.nodes} under the node's name.`,
+  },
+  {
+    name: "VerifyRequest",
+    schema: VerifyRequest,
+    io: "input",
+    description: `Request on ${subjects.verify}: check a grant now (meshctl verify). With repair: true, drift found is repaired once even under repair: report.`,
+  },
+  {
+    name: "VerifyReply",
+    schema: VerifyReply,
+    io: "output",
+    description: "The verifier's reply to a VerifyRequest: the grant's Verified condition after the check, its verification record, and the repair made, if any.",
+  },
+  {
+    name: "Verification",
+    schema: Verification,
+    io: "output",
+    description: `The verifier's record of a grant, as stored in KV bucket ${Buckets.verifications} under <module>.<requirement>: its last check and the probes of its holders' agents.`,
+  },
+  {
+    name: "ProbeReport",
+    schema: ProbeReport,
+    io: "input",
+    description: `Event on ${subjects.probeReportsAll.replace(">", "<node>.<module>.<part>.<requirement>")} (core NATS): an agent logged in from its node with the values delivered to a part, and says how that went.`,
+  },
+  {
+    name: "ReachabilityRecord",
+    schema: ReachabilityRecord,
+    io: "output",
+    description: `Whether a provider's endpoint accepts connections from a node, as its agent sees it, stored in KV bucket ${Buckets.reachability} under <node>.<provider>.`,
   },
 ];
 

@@ -16,12 +16,14 @@ import {
   parseMasterKey,
   readJson,
   subjects,
+  type MasterKey,
   type NatsConnection,
   type Store,
 } from "@mesh/shared";
 import { startResolver, type Resolver } from "@mesh/resolver";
 import { startProvisioner, type Provisioner } from "@mesh/provisioner";
 import { startAgent } from "@mesh/agent";
+import { startVerifier, type Verifier } from "@mesh/verifier";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
 import { waitFor } from "./harness/wait.js";
@@ -35,6 +37,10 @@ export interface TestMesh {
   bindingsRoot: string;
   resolver: Resolver;
   provisioner: Provisioner;
+  /** The master key credentials are encrypted under (for tests that act as a rotation would). */
+  masterKey: MasterKey;
+  /** Started with the `verifier` option. */
+  verifier?: Verifier;
   apply(documents: unknown[]): Promise<ApplyReply>;
   moduleStatus(name: string): Promise<ModuleStatus | undefined>;
   grant(module: string, requirement: string): Promise<Grant | undefined>;
@@ -42,7 +48,16 @@ export interface TestMesh {
   stop(): Promise<void>;
 }
 
-export async function startTestMesh(opts: { nodes?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<TestMesh> {
+export interface TestMeshOptions {
+  nodes?: string[];
+  env?: NodeJS.ProcessEnv;
+  /** Also start a verifier, checking each grant every `intervalMs` (default 1 s). */
+  verifier?: { intervalMs?: number };
+  /** The agents' probe interval (default: theirs, 10 s). */
+  probeIntervalMs?: number;
+}
+
+export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMesh> {
   const nats = await startNatsServer();
   const nc = await connectNats(nats.url);
   const store = await openStore(nc);
@@ -50,15 +65,21 @@ export async function startTestMesh(opts: { nodes?: string[]; env?: NodeJS.Proce
   const logger = (service: string) => createLogger(service, { destination: logs, level: "debug" });
   const bindingsRoot = mkdtempSync(join(tmpdir(), "mesh-bindings-"));
   const resolver = await startResolver({ store, log: logger("resolver") });
+  const masterKey = parseMasterKey(randomBytes(32).toString("hex"));
   const provisioner = await startProvisioner({
     store,
-    masterKey: parseMasterKey(randomBytes(32).toString("hex")),
+    masterKey,
     log: logger("provisioner"),
     env: opts.env ?? process.env,
   });
   const agents = await Promise.all(
-    (opts.nodes ?? ["node-a"]).map((node) => startAgent({ store, node, bindingsRoot: join(bindingsRoot, node), log: logger("agent") })),
+    (opts.nodes ?? ["node-a"]).map((node) =>
+      startAgent({ store, node, bindingsRoot: join(bindingsRoot, node), log: logger("agent"), ...(opts.probeIntervalMs ? { probeIntervalMs: opts.probeIntervalMs } : {}) }),
+    ),
   );
+  const verifier = opts.verifier
+    ? await startVerifier({ store, masterKey, log: logger("verifier"), env: opts.env ?? process.env, intervalMs: opts.verifier.intervalMs ?? 1_000 })
+    : undefined;
   const mesh: TestMesh = {
     nats,
     nc,
@@ -67,6 +88,8 @@ export async function startTestMesh(opts: { nodes?: string[]; env?: NodeJS.Proce
     bindingsRoot,
     resolver,
     provisioner,
+    masterKey,
+    ...(verifier ? { verifier } : {}),
     async apply(documents) {
       const m = await nc.request(subjects.apply, JSON.stringify({ documents }), { timeout: 10_000 });
       return ApplyReply.parse(m.json());
@@ -84,6 +107,7 @@ export async function startTestMesh(opts: { nodes?: string[]; env?: NodeJS.Proce
       }, timeoutMs);
     },
     async stop() {
+      await verifier?.stop();
       await Promise.all(agents.map((a) => a.stop()));
       await provisioner.stop();
       await resolver.stop();

@@ -99,6 +99,23 @@ export function describeProviderConformance(
       await adapter.delete({ grant });
     });
 
+    it("a staged generation and the current one both log in; after retire only the new one does", async () => {
+      const grant = freshGrant(1);
+      const g1 = await create(grant);
+      const g2 = await create({ ...grant, generation: 2 });
+      expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
+      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+      await adapter.retire({ grant: { ...grant, generation: 1 } });
+      await adapter.retire({ grant: { ...grant, generation: 1 } }); // idempotent
+      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+      if (opts.stateful) expect(await adapter.login({ bindings: g1.bindings })).toMatchObject({ ok: false, reason: "rejected" });
+      // Staging generation 3 brings the retired role back with the new secret.
+      const g3 = await create({ ...grant, generation: 3 });
+      expect(await adapter.login({ bindings: g3.bindings })).toEqual({ ok: true });
+      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+      await adapter.delete({ grant });
+    });
+
     it("delete of what never existed succeeds, and so does deleting twice", async () => {
       const grant = freshGrant();
       await adapter.delete({ grant });

@@ -74,7 +74,7 @@ async function runAs(): Promise<{ uid: number; gid: number } | undefined> {
 }
 
 /** Starts a fresh PostgreSQL; see {@link Postgres}. */
-export async function startPostgres(opts: { adminUser?: string } = {}): Promise<Postgres> {
+export async function startPostgres(opts: { adminUser?: string; /** The server's max_connections; default 40. */ maxConnections?: number } = {}): Promise<Postgres> {
   const bin = postgresBinDir();
   const user = await runAs();
   const adminUser = opts.adminUser ?? "postgres";
@@ -126,7 +126,7 @@ export async function startPostgres(opts: { adminUser?: string } = {}): Promise<
     if (proc && proc.exitCode === null && proc.signalCode === null) return;
     const args = ["-D", dataDir, "-p", String(port), "-c", `listen_addresses=${host}`, "-c", `unix_socket_directories=${baseDir}`];
     // Small and quick: tests need neither durability against power loss nor many connections.
-    args.push("-c", "fsync=off", "-c", "shared_buffers=16MB", "-c", "max_connections=40", "-c", "log_min_messages=warning");
+    args.push("-c", "fsync=off", "-c", "shared_buffers=16MB", "-c", `max_connections=${opts.maxConnections ?? 40}`, "-c", "log_min_messages=warning");
     const p = spawn(join(bin, "postgres"), args, { ...user, cwd: baseDir, stdio: ["ignore", "ignore", "pipe"] });
     proc = p;
     log = "";

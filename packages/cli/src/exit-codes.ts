@@ -8,5 +8,17 @@ export const ExitCodes = {
   Usage: 2,
   /** The module named has never been processed by the resolver: it has no state at all. */
   NotProcessed: 3,
+  /** `meshctl verify`: the grant was checked and is not verified (the output says why). */
+  NotVerified: 4,
+  /** The grant (`rotate`) or rotation (`trace`) named does not exist. */
+  NotFound: 5,
+  /** `meshctl rotate`: a rotation of the grant is already running (the message names it). */
+  AlreadyRotating: 6,
+  /** The service that must answer is not running (`rotate`: the rotator); the message says how to start it. */
+  ServiceUnavailable: 7,
+  /** `meshctl rotate --wait`: the rotation is Stalled, holders missing (named); it commits by itself when they confirm. */
+  RotationStalled: 8,
+  /** `meshctl rotate --wait`: no outcome within the wait (the rotator may be down or slow). */
+  WaitTimedOut: 9,
 } as const;
 export type ExitCode = (typeof ExitCodes)[keyof typeof ExitCodes];

@@ -48,3 +48,25 @@ export { Supervisor, type ServiceSpec, type ChildEvent, type SupervisorOptions }
 export { startLiveStatus, moduleChangeLines, grantChangeLines, formatSnapshot, clock, type LiveStatus, type MeshSnapshot } from "./live-status.js";
 export { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 export { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
+export { runVerify, formatVerify, VERIFY_TIMEOUT_MS, type VerifyOptions } from "./verify-command.js";
+export { runRotate, followRotation, rotatorNotRunningMessage, alreadyRotatingError, ROTATE_REQUEST_TIMEOUT_MS, WAIT_GRACE_MS, type RotateOptions } from "./rotate-command.js";
+export { runTrace, type TraceOptions } from "./trace-command.js";
+export { findRotation, latestRotation, type FoundRotation } from "./rotation-records.js";
+export {
+  summarizeRotation,
+  rotationProgress,
+  progressLine,
+  formatStarted,
+  formatOutcome,
+  traceRotation,
+  formatTrace,
+  type RotationSummary,
+  type RotationProgress,
+  type RotationTrace,
+  type TraceHolder,
+  type TraceEvent,
+} from "./rotation-view.js";
+export { toStatusRotation, type StatusRotation } from "./status-report.js";
+export { formatRotationLine } from "./status-format.js";
+export { checkGrantArg } from "./rotate-command.js";
+export { checkRotationArg } from "./trace-command.js";

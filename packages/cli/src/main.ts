@@ -4,15 +4,18 @@
  * functions; each of them takes its inputs and an output and returns the exit code.
  */
 import { Command, Option } from "commander";
-import { errorMessage, type NatsConnection } from "@mesh/shared";
+import { errorMessage, parseDuration, type NatsConnection } from "@mesh/shared";
 import { runApply } from "./apply-command.js";
-import { isCliError } from "./cli-error.js";
+import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { runExplain } from "./explain-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput } from "./output.js";
+import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { runStatus } from "./status-command.js";
+import { checkRotationArg, runTrace } from "./trace-command.js";
 import { runUp } from "./up-command.js";
+import { runVerify } from "./verify-command.js";
 
 const out = processOutput();
 const collect = (value: string, previous: string[]) => [...previous, value];
@@ -46,7 +49,7 @@ const program = new Command("meshctl")
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
   .addHelpText(
     "after",
-    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed.",
+    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed, 4 (verify) the grant is not verified,\n5 no such grant or rotation, 6 (rotate) a rotation of the grant is already running,\n7 the service that must answer is not running, 8 (rotate --wait) the rotation stalled,\n9 (rotate --wait) no outcome in time.",
   );
 
 program
@@ -74,6 +77,49 @@ program
   .option("--json", "print the explanation as JSON")
   .action((module: string, o: { json?: boolean }) =>
     run(async (connect, url) => runExplain(await openStoreForCli(await connect(), url), { module, json: o.json }, out)),
+  );
+
+program
+  .command("verify")
+  .description("check a grant now, from the verifier and from its holders' nodes, and print the result")
+  .argument("<grant>", "the grant: <module>/<requirement>")
+  .option("--repair", "repair drift found now, even when the requirement says repair: report")
+  .option("--json", "print the result as JSON")
+  .action((grant: string, o: { repair?: boolean; json?: boolean }) =>
+    run((connect) => runVerify(connect, { grant, repair: o.repair, json: o.json }, out)),
+  );
+
+program
+  .command("rotate")
+  .description("move every holder of a grant to a new generation; the old one is retired only when all of them confirmed")
+  .argument("<grant>", "the grant: <module>/<requirement>")
+  .option("--wait", "show a live confirmed N/M holders line until the rotation is Committed or Stalled")
+  .option("--timeout <duration>", "how long holders have to confirm before the rotation is Stalled (e.g. 90s, 10m; default the rotator's, 5m)")
+  .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…]} as JSON')
+  .action((grant: string, o: { wait?: boolean; timeout?: string; json?: boolean }) =>
+    run(async (connect, url) => {
+      checkGrantArg(grant);
+      let timeoutMs: number | undefined;
+      try {
+        timeoutMs = o.timeout === undefined ? undefined : parseDuration(o.timeout);
+      } catch (e) {
+        throw new CliError(`--timeout: ${errorMessage(e)}`, ExitCodes.Usage);
+      }
+      if (timeoutMs === 0) throw new CliError("--timeout: must be longer than 0", ExitCodes.Usage);
+      return runRotate(await openStoreForCli(await connect(), url), { grant, wait: o.wait, json: o.json, ...(timeoutMs ? { timeoutMs } : {}) }, out);
+    }),
+  );
+
+program
+  .command("trace")
+  .description("a rotation's fan-out as a timeline: per holder, broadcast received, applied, confirmed")
+  .argument("<rotation>", "the rotation: <module>/<requirement>#<generation> (or <module>/<requirement> for its latest)")
+  .option("--json", "print the timeline as JSON")
+  .action((rotation: string, o: { json?: boolean }) =>
+    run(async (connect, url) => {
+      checkRotationArg(rotation);
+      return runTrace(await openStoreForCli(await connect(), url), { rotation, json: o.json }, out);
+    }),
   );
 
 program

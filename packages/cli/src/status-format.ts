@@ -3,7 +3,7 @@
  * per condition with its message wrapped beneath. Fits 80 columns; colours only when asked.
  * Pure.
  */
-import { formatAge } from "@mesh/shared";
+import { describeLastCheck, formatAge } from "@mesh/shared";
 import type { NotProcessedError, StatusGrant, StatusModule, StatusReport } from "./status-report.js";
 import { makeStyle, pad, wrapText, type Style } from "./style.js";
 
@@ -45,12 +45,40 @@ function formatGrant(g: StatusGrant, o: Required<FormatOptions>, s: Style, reaso
     `parts ${g.parts.join(",") || "-"}`,
   ].join("  ");
   const lines = [head];
+  if (g.rotation) lines.push(...formatRotationLine(g.rotation, o, s));
   for (const c of g.conditions) {
-    lines.push(`    ${pad(c.type, 12)} ${pad(styleStatus(c.status, c.reason, s), 7)} ${pad(c.reason, reasonWidth)}  ${s.dim(ageOf(c.observedAt, o.now))}`);
+    // Verified: the age of the last check and where from, not of the last change.
+    const age =
+      c.type === "Verified" && g.verification
+        ? describeLastCheck(c.status === "True", { at: g.verification.lastCheckedAt, from: g.verification.lastCheckedFrom }, o.now.getTime())
+        : ageOf(c.observedAt, o.now);
+    lines.push(`    ${pad(c.type, 12)} ${pad(styleStatus(c.status, c.reason, s), 7)} ${pad(c.reason, reasonWidth)}  ${s.dim(age)}`);
     if (c.message) lines.push(...wrapText(c.message, o.width, "      "));
+  }
+  const repairs = g.repairs ?? [];
+  if (repairs.length) {
+    lines.push(`    ${s.bold("repairs")} ${s.dim(`(${repairs.length > 3 ? `last 3 of ${repairs.length}; ` : ""}--json has all)`)}`);
+    for (const r of repairs.slice(-3).reverse()) {
+      const head = `${ageOf(r.at, o.now)} ${r.outcome} by ${r.by}${r.requested ? " on request" : ""}`;
+      lines.push(...wrapText(`${head}: ${r.message}`, o.width, "      "));
+    }
   }
   if (g.conditions.length === 0) lines.push(`    ${s.dim("no condition yet")}`);
   return lines;
+}
+
+/**
+ * A grant's running rotation: `rotating 2→3: confirmed 1/2 holders`, and for a Stalled one the
+ * holders it waits for.
+ */
+export function formatRotationLine(r: NonNullable<StatusGrant["rotation"]>, o: { width: number }, s: Style): string[] {
+  const head = `    ${s.bold(`rotating ${r.from}→${r.to}`)}: confirmed ${r.confirmed}/${r.total} holder${r.total === 1 ? "" : "s"}`;
+  if (r.state !== "Stalled") return [`${head}  ${s.dim(`${r.state}, ${r.id}`)}`];
+  const shown = r.missing.slice(0, 10).join(", ") + (r.missing.length > 10 ? ` and ${r.missing.length - 10} more` : "");
+  return [
+    `${head}  ${s.bad("Stalled")} ${s.dim(r.id)}`,
+    ...wrapText(`missing: ${shown}; generation ${r.from} keeps working, and the rotation commits by itself when they confirm (meshctl trace ${r.id})`, o.width, "      "),
+  ];
 }
 
 /** The lines of one module. */

@@ -7,13 +7,18 @@ import {
   Grant,
   ModuleStatus,
   NAME_RULE,
+  Rotation,
+  Verification,
   formatAge,
+  isRotationRunning,
   isValidName,
   keys,
   listJson,
   readJson,
   type Condition,
+  type RepairEvent,
   type Store,
+  lastCheck,
 } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -35,6 +40,59 @@ export interface StatusGrant {
   /** What each holder (`<node>/<part>`) has been delivered. */
   holders: Record<string, { generation: number; deliveredAt: string }>;
   conditions: Condition[];
+  /** The verifier's last checks, when it has checked the grant. */
+  verification?: StatusVerification;
+  /** The verifier's repairs of the grant, oldest first (the newest 20). */
+  repairs?: RepairEvent[];
+  /** The rotation of the grant that is running (not yet Committed), when there is one. */
+  rotation?: StatusRotation;
+}
+
+/** A running (or Stalled) rotation of a grant, as `meshctl status` reports it. */
+export interface StatusRotation {
+  /** `<module>/<requirement>#<to>`, what `meshctl trace` takes. */
+  id: string;
+  from: number;
+  to: number;
+  state: Rotation["state"];
+  /** Holders that confirmed, of `total`. */
+  confirmed: number;
+  total: number;
+  /** Holders that have not confirmed, sorted. */
+  missing: string[];
+  requestedAt: string;
+  /** Past it, a rotation still waiting is Stalled. */
+  deadline: string;
+}
+
+/** The report entry of a running rotation; undefined for none or a Committed one. */
+export function toStatusRotation(r: Rotation | undefined): StatusRotation | undefined {
+  if (!isRotationRunning(r)) return undefined;
+  const entries = Object.entries(r.holders);
+  const missing = entries.filter(([, p]) => p.c === undefined).map(([h]) => h).sort();
+  return {
+    id: r.id,
+    from: r.from,
+    to: r.to,
+    state: r.state,
+    confirmed: entries.length - missing.length,
+    total: entries.length,
+    missing,
+    requestedAt: r.requestedAt,
+    deadline: r.deadline,
+  };
+}
+
+/** What the verifier last saw of a grant. */
+export interface StatusVerification {
+  /** The most recent check from anywhere, and where from (`verifier` or a node): "verified 3 s ago from node-a". */
+  lastCheckedAt: string;
+  lastCheckedFrom: string;
+  /** The verifier's own last check. */
+  checkedAt: string;
+  checkedBy: string;
+  /** Agents' probes by holder `<node>/<part>`. */
+  probes: Verification["probes"];
 }
 
 /** One processed module, as reported. */
@@ -68,7 +126,15 @@ export interface StatusReport {
 }
 
 /** The report entry of a grant. */
-export function toStatusGrant(g: Grant): StatusGrant {
+export function toStatusGrant(g: Grant, v?: Verification, now = new Date(), r?: Rotation): StatusGrant {
+  const verification: StatusVerification | undefined = v && {
+    lastCheckedAt: lastCheck(g, v, now.getTime()).at,
+    lastCheckedFrom: lastCheck(g, v, now.getTime()).from,
+    checkedAt: v.checkedAt,
+    checkedBy: v.checkedBy,
+    probes: v.probes,
+  };
+  const rotation = toStatusRotation(r);
   return {
     id: g.id,
     requirement: g.requirement,
@@ -80,6 +146,9 @@ export function toStatusGrant(g: Grant): StatusGrant {
     resource: g.resource,
     holders: g.holders,
     conditions: g.conditions,
+    ...(verification ? { verification } : {}),
+    ...(g.repairs?.length ? { repairs: g.repairs } : {}),
+    ...(rotation ? { rotation } : {}),
   };
 }
 
@@ -92,6 +161,9 @@ export function buildStatusReport(
   modules: readonly ModuleStatus[],
   grants: readonly Grant[],
   storedManifests: readonly string[] = [],
+  verifications: ReadonlyMap<string, Verification> = new Map(),
+  now = new Date(),
+  rotations: ReadonlyMap<string, Rotation> = new Map(),
 ): StatusReport {
   const byModule = new Map<string, Grant[]>();
   for (const g of grants) byModule.set(g.module, [...(byModule.get(g.module) ?? []), g]);
@@ -108,7 +180,7 @@ export function buildStatusReport(
         grants: (byModule.get(m.module) ?? [])
           .slice()
           .sort((a, b) => a.requirement.localeCompare(b.requirement))
-          .map(toStatusGrant),
+          .map((g) => toStatusGrant(g, verifications.get(g.id), now, rotations.get(g.id))),
       })),
   };
   const unprocessed = storedManifests.filter((n) => !processed.has(n)).sort();
@@ -170,17 +242,36 @@ export async function loadStatus(store: Store, module?: string, now = new Date()
     checkModuleName(module);
     const status = await readJson(store.kv.modules, module, ModuleStatus);
     if (!status) return { modules: [], error: notProcessedError(module, await storedManifest(store, module), now) };
-    const grants = await listJson(store.kv.grants, Grant, keys.grantsOf(module));
-    return buildStatusReport([status.value], grants.map((g) => g.value));
+    const [grants, verifications, rotations] = await Promise.all([
+      listJson(store.kv.grants, Grant, keys.grantsOf(module)),
+      listJson(store.kv.verifications, Verification, keys.grantsOf(module)),
+      listJson(store.kv.rotations, Rotation, keys.grantsOf(module)),
+    ]);
+    return buildStatusReport([status.value], grants.map((g) => g.value), [], byGrant(verifications), now, rotationsByGrant(rotations));
   }
-  const [modules, grants, manifests] = await Promise.all([
+  const [modules, grants, manifests, verifications, rotations] = await Promise.all([
     listJson(store.kv.modules, ModuleStatus),
     listJson(store.kv.grants, Grant),
     storedManifestNames(store),
+    listJson(store.kv.verifications, Verification),
+    listJson(store.kv.rotations, Rotation),
   ]);
   return buildStatusReport(
     modules.map((m) => m.value),
     grants.map((g) => g.value),
     manifests,
+    byGrant(verifications),
+    now,
+    rotationsByGrant(rotations),
   );
+}
+
+/** Verification records by grant id. */
+function byGrant(records: ReadonlyArray<{ value: Verification }>): Map<string, Verification> {
+  return new Map(records.map((r) => [r.value.grant, r.value]));
+}
+
+/** Rotation records by grant id. */
+function rotationsByGrant(records: ReadonlyArray<{ value: Rotation }>): Map<string, Rotation> {
+  return new Map(records.map((r) => [r.value.grant, r.value]));
 }

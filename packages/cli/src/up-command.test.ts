@@ -33,9 +33,9 @@ describe("serviceSpecs", () => {
   it("runs resolver, provisioner and one agent per node with its own bindings root and log", () => {
     const paths = upPaths({ cwd: "/work/demo" });
     const specs = serviceSpecs({ root: "/opt/mesh/", paths, natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"] });
-    expect(specs.map((s) => s.name)).toEqual(["resolver", "provisioner", "agent node-a", "agent node-b"]);
+    expect(specs.map((s) => s.name)).toEqual(["resolver", "provisioner", "verifier", "rotator", "agent node-a", "agent node-b"]);
     expect(specs[0]!.script).toBe("/opt/mesh/services/resolver/dist/main.js");
-    expect(specs[3]).toMatchObject({
+    expect(specs.at(-1)).toMatchObject({
       script: "/opt/mesh/services/agent/dist/main.js",
       logFile: "/work/demo/.mesh/logs/agent-node-b.log",
       env: {

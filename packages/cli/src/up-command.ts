@@ -59,6 +59,8 @@ export function serviceSpecs(opts: { root: string; paths: UpPaths; natsUrl: stri
   return [
     { name: "resolver", script: serviceMain("resolver", opts.root), env: { ...common }, logFile: log("resolver") },
     { name: "provisioner", script: serviceMain("provisioner", opts.root), env: { ...common }, logFile: log("provisioner") },
+    { name: "verifier", script: serviceMain("verifier", opts.root), env: { ...common }, logFile: log("verifier") },
+    { name: "rotator", script: serviceMain("rotator", opts.root), env: { ...common }, logFile: log("rotator") },
     ...opts.nodes.map((node) => ({
       name: `agent ${node}`,
       script: serviceMain("agent", opts.root),

@@ -11,3 +11,4 @@ export {
   type WatchCredentialsOptions,
 } from "./watch-credentials.js";
 export { MeshError, isMeshError, ErrorCodes, type ErrorCode, type Problem, type CredentialValues } from "@mesh/shared";
+export { holdCredential, type CredentialHolder, type HeldCredential, type HoldCredentialOptions } from "./hold-credential.js";

@@ -8,6 +8,7 @@
  *   the given credential), never fails because it exists;
  * - `observe` never mutates anything;
  * - `delete` of what is already gone succeeds;
+ * - `retire` ends one generation and leaves the other working;
  * - `login` proves a credential from the outside, as a holder would, and classifies failure;
  * - every name that reaches the backend is validated and quoted; nothing from a manifest is
  *   ever spliced into a command unquoted.
@@ -65,6 +66,12 @@ export interface DeleteRequest {
   grant: Omit<GrantRef, "generation">;
 }
 
+/** Retire one generation of a grant: it stops logging in; the other generation is untouched. */
+export interface RetireRequest {
+  /** `generation` is the one to retire. */
+  grant: GrantRef;
+}
+
 export interface LoginRequest {
   bindings: BindingValues;
 }
@@ -83,6 +90,12 @@ export interface ProviderAdapter {
   create(req: CreateRequest): Promise<CreateResult>;
   delete(req: DeleteRequest): Promise<void>;
   login(req: LoginRequest): Promise<LoginResult>;
+  /**
+   * Makes generation `req.grant.generation` stop working, after a rotation committed the next
+   * one; idempotent (retiring what is retired or gone succeeds) and never touches the other
+   * generation. Only the rotator calls it, and only once every holder confirmed the next one.
+   */
+  retire(req: RetireRequest): Promise<void>;
   /** Releases connections; the adapter is not used after. */
   close(): Promise<void>;
 }

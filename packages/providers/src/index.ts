@@ -15,6 +15,7 @@ export type {
   ObserveResult,
   ProviderAdapter,
   ProviderConfig,
+  RetireRequest,
   SecretMaterial,
 } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";

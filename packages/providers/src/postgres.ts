@@ -18,6 +18,7 @@ import type {
   AdapterFactory,
   CreateResult,
   DeleteRequest,
+  RetireRequest,
   LoginRequest,
   LoginResult,
   ObserveRequest,
@@ -156,6 +157,24 @@ class PostgresAdapter implements ProviderAdapter {
     });
   }
 
+  /**
+   * Retires the login role of `req.grant.generation`: `NOLOGIN`, then its open sessions are
+   * ended. Only a role carrying the grant's marker is touched; a missing one is fine.
+   */
+  async retire(req: RetireRequest): Promise<void> {
+    checkGrantRef(req.grant);
+    const { module, requirement, generation } = req.grant;
+    const names = postgresNames(module, requirement);
+    const role = loginRoleName(names.group, generation);
+    const marker = markerOf(module, requirement);
+    await this.admin(`retire generation ${generation} of ${module}/${requirement}`, async (c) => {
+      const r = (await readRoles(c, [role])).get(role);
+      if (!r || r.comment !== marker) return;
+      await c.query(`ALTER ROLE ${qi(role)} NOLOGIN`);
+      await c.query("select pg_terminate_backend(pid) from pg_stat_activity where usename = $1 and pid <> pg_backend_pid()", [role]);
+    });
+  }
+
   async login(req: LoginRequest): Promise<LoginResult> {
     const b = req.bindings;
     const lacking = ["host", "port", "database", "username", "password"].filter((k) => !b[k]);
@@ -193,13 +212,20 @@ class PostgresAdapter implements ProviderAdapter {
   private async admin<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
     let client: pg.PoolClient | undefined;
     let failed = false;
+    // A checked-out client has no error listener of the pool's: the server ending the session
+    // between two queries (a restart) would otherwise be an uncaught exception.
+    const onError = () => {
+      failed = true;
+    };
     try {
       client = await this.adminPool().connect();
+      client.on("error", onError);
       return await fn(client);
     } catch (e) {
       failed = true;
       throw this.adminError(what, e);
     } finally {
+      client?.off("error", onError);
       client?.release(failed); // a client that failed is not reused
     }
   }

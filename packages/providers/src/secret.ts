@@ -34,6 +34,11 @@ export const createSecretAdapter: AdapterFactory = (provider: ProviderConfig): P
     checkGrantRef(req.grant);
   },
 
+  async retire(req): Promise<void> {
+    // Nothing to do on a backend: holders stop accepting the old value once they confirmed the new one.
+    checkGrantRef(req.grant);
+  },
+
   async login(req): Promise<LoginResult> {
     const value = req.bindings.value;
     return typeof value === "string" && value !== ""

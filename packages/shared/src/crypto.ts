@@ -13,6 +13,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "n
 import { dirname } from "node:path";
 import { createCurve, fromCurveSeed, type KeyPair } from "@nats-io/nkeys";
 import { ErrorCodes, MeshError } from "./errors.js";
+import { SealingKeyPair } from "./sealing-key.js";
 
 /** A 32-byte master key and a short id of it (not secret: a hash prefix) for messages. */
 export interface MasterKey {
@@ -110,14 +111,17 @@ export function generateSecret(bytes = 32): string {
   return randomBytes(bytes).toString("base64url");
 }
 
-/** A curve25519 key pair for sealing values in transit. */
+/**
+ * A curve25519 key pair for sealing values in transit (nkeys format; its public key and the
+ * box key shared with each peer are computed once, see {@link SealingKeyPair}).
+ */
 export function createSealingKey(): KeyPair {
-  return createCurve();
+  return new SealingKeyPair(createCurve());
 }
 
 /** Rebuilds a sealing key pair from its seed (as kept in a holder's state file). */
 export function sealingKeyFromSeed(seed: string): KeyPair {
-  return fromCurveSeed(new TextEncoder().encode(seed));
+  return new SealingKeyPair(fromCurveSeed(new TextEncoder().encode(seed)));
 }
 
 /** Seals a JSON value to `recipient`'s public xkey; returns base64. */

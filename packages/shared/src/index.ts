@@ -10,6 +10,9 @@ export * from "./duration.js";
 export * from "./conditions.js";
 export * from "./schemas/manifest.js";
 export * from "./schemas/grant.js";
+export * from "./schemas/verification.js";
+export * from "./schemas/rotation.js";
+export * from "./verification.js";
 export {
   ApplyRequest,
   ApplyReply,
@@ -30,3 +33,4 @@ export * from "./tracing.js";
 export * from "./keyed-queue.js";
 export * from "./nats.js";
 export * from "./stream-consumers.js";
+export * from "./service-main.js";

@@ -74,6 +74,25 @@ export async function openStore(nc: NatsConnection, replicas = Number(process.en
     storage: StorageType.File,
     duplicate_window: 120_000_000_000,
   });
+  await ensureStream(jsm, {
+    name: Streams.rotations,
+    subjects: [subjects.rotationBroadcastsAll],
+    retention: RetentionPolicy.Limits,
+    // The latest broadcast of each grant: what an SDK holder that was away reads when it is back.
+    max_msgs_per_subject: 1,
+    num_replicas: replicas,
+    storage: StorageType.File,
+    duplicate_window: 120_000_000_000,
+  });
+  await ensureStream(jsm, {
+    name: Streams.confirmations,
+    subjects: [subjects.rotationConfirmsAll],
+    retention: RetentionPolicy.Limits,
+    max_age: 7 * 24 * 3_600 * 1_000_000_000,
+    num_replicas: replicas,
+    storage: StorageType.File,
+    duplicate_window: 120_000_000_000,
+  });
   return { nc, js, jsm, kv };
 }
 

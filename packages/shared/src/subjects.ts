@@ -19,18 +19,32 @@ export const Buckets = {
   modules: "mesh-modules",
   /** Agents that have registered, key: node name. */
   nodes: "mesh-nodes",
+  /** The verifier's record of each grant (last check, agents' probes), key: `<module>.<requirement>`. */
+  verifications: "mesh-verifications",
+  /** Whether each provider answers from each node, as its agent sees it, key: `<node>.<provider>`. */
+  reachability: "mesh-reachability",
+  /** The rotation of each grant (the latest, running or committed), key: `<module>.<requirement>`. */
+  rotations: "mesh-rotations",
+  /** SDK holder instances, key: `<module>.<requirement>.<node>.<part>.<instance>`. */
+  holders: "mesh-holders",
 } as const;
 export type BucketName = (typeof Buckets)[keyof typeof Buckets];
 
 export const Streams = {
   /** Delivery notifications to holders (no secret values in them). */
   deliveries: "MESH_DELIVERIES",
+  /** Rotation broadcasts to SDK holders, the last per grant kept (no secret values in them). */
+  rotations: "MESH_ROTATIONS",
+  /** Holders' confirmations of rotations, consumed durably by the rotator. */
+  confirmations: "MESH_CONFIRMATIONS",
 } as const;
 
 /** Queue groups, so that several instances of a service share the work. */
 export const QueueGroups = {
   resolver: "mesh-resolver",
   provisioner: "mesh-provisioner",
+  verifier: "mesh-verifier",
+  rotator: "mesh-rotator",
 } as const;
 
 function checked(...parts: string[]): string {
@@ -54,6 +68,31 @@ export const subjects = {
   /** Deliveries of one requirement to one part of a module, on whatever node it runs (an SDK holder narrowed to one grant). */
   deliveriesForPartRequirement: (module: string, part: string, requirement: string) =>
     `mesh.delivery.*.${checked(module, part, requirement)}`,
+  /** Request: check a grant now ({@link VerifyRequest}). Served by the verifier. */
+  verify: "mesh.api.verify",
+  /** Event: an agent's probe of one grant for one part on its node ({@link ProbeReport}). */
+  probeReport: (node: string, module: string, part: string, requirement: string) =>
+    `mesh.probe.report.${checked(node, module, part, requirement)}`,
+  /** Every probe report (the verifier's subscription). */
+  probeReportsAll: "mesh.probe.report.>",
+  /** Request: the agent of `node` probes now ({@link ProbeRequest}). */
+  probeRequest: (node: string) => `mesh.probe.request.${checked(node)}`,
+  /** Request: rotate a grant ({@link RotateRequest}). Served by the rotator. */
+  rotate: "mesh.api.rotate",
+  /** Event: a rotation of one grant started ({@link RotationBroadcast}); SDK holders of the grant read it. */
+  rotationBroadcast: (module: string, requirement: string) => `mesh.rotation.broadcast.${checked(module, requirement)}`,
+  /** Wildcard of all rotation broadcasts, the MESH_ROTATIONS stream's subject space. */
+  rotationBroadcastsAll: "mesh.rotation.broadcast.>",
+  /** Event: a holder confirms a rotation of one grant ({@link Confirmation}). */
+  rotationConfirm: (module: string, requirement: string) => `mesh.rotation.confirm.${checked(module, requirement)}`,
+  /**
+   * Event: a rotation's new values sealed to one SDK holder instance ({@link SealedHolderValues}).
+   * Plain NATS, in no stream (nothing at rest); only that instance subscribes to it.
+   */
+  holderValues: (module: string, requirement: string, node: string, part: string, instance: string) =>
+    `mesh.rotation.values.${checked(module, requirement, node, part, instance)}`,
+  /** Wildcard of all confirmations, the MESH_CONFIRMATIONS stream's subject space. */
+  rotationConfirmsAll: "mesh.rotation.confirm.>",
   /** The delivery subject of one grant to one part on one node. */
   delivery: (node: string, module: string, part: string, requirement: string) =>
     `mesh.delivery.${checked(node, module, part, requirement)}`,
@@ -77,6 +116,12 @@ export const keys = {
     `${checked(module, requirement)}.g${generation}`,
   /** Prefix filter of all generations of one grant's credential. */
   credentialsOf: (module: string, requirement: string) => `${checked(module, requirement)}.>`,
+  /** Reachability of `provider` from `node`. */
+  reachability: (node: string, provider: string) => checked(node, provider),
+  /** An SDK holder instance of a grant. */
+  holder: (module: string, requirement: string, node: string, part: string, instance: string) => checked(module, requirement, node, part, instance),
+  /** Filter of every SDK holder instance of one grant. */
+  holdersOf: (module: string, requirement: string) => `${checked(module, requirement)}.>`,
   /** Filter of every grant of one module. */
   grantsOf: (module: string) => `${checked(module)}.*`,
 } as const;

@@ -3,7 +3,7 @@
  * Only `@opentelemetry/api` here: without an SDK registered these are cheap no-ops; a process
  * that exports spans registers one in its main.
  */
-import { context, propagation, trace, type Context, type Span, type TextMapGetter, type TextMapSetter } from "@opentelemetry/api";
+import { context, propagation, trace, type Context, type Span, type TextMapGetter, type TextMapPropagator, type TextMapSetter, type TracerProvider } from "@opentelemetry/api";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 
 const setter: TextMapSetter<MsgHdrs> = {
@@ -63,4 +63,15 @@ export async function withSpan<T>(
       span.end();
     }
   });
+}
+
+/**
+ * Registers a tracer provider and a propagator with the API instance the mesh's packages use.
+ * An SDK may bring its own (older) copy of `@opentelemetry/api`, whose globals the mesh's copy
+ * does not see; registering through this function avoids that. Returns false if one was set.
+ */
+export function registerTracing(provider: unknown, propagator: unknown): boolean {
+  const ok = trace.setGlobalTracerProvider(provider as TracerProvider);
+  propagation.setGlobalPropagator(propagator as TextMapPropagator);
+  return ok;
 }

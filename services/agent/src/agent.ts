@@ -24,12 +24,14 @@ import {
   subjects,
   traceHeaders,
   withSpan,
+  type CredentialValues,
   type Disposition,
   type JsMsg,
   type NodeRecord,
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
-import { DEFAULT_GRACE_MS, bindingGeneration, pruneBinding, writeBinding } from "./bindings-writer.js";
+import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, pruneBinding, writeBinding } from "./bindings-writer.js";
+import { confirmRotation, isRotationDue } from "./rotation-confirm.js";
 import { planDelivery, recordDeliveryFailure, recordHolder } from "./delivery-plan.js";
 import { startProber } from "./prober.js";
 
@@ -106,7 +108,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       log.error({ subject: m.subject, grant: d.grant, part: d.part }, "a Delivery does not match its subject; dropped");
       return "term";
     }
-    const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation });
+    const receivedAt = new Date();
+    const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation, ...(d.rotation ? { rotation: d.rotation } : {}) });
     return withSpan("agent", "deliver", { "mesh.grant": d.grant, "mesh.part": d.part, "mesh.node": node, "mesh.generation": d.generation }, m.headers, async (span) => {
       try {
         const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
@@ -117,10 +120,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           dlog.info({ reason: plan.reason }, "delivery ignored");
           return "ack";
         }
-        if (plan.action === "skip") {
+        const rotationDue = isRotationDue(d, grant?.value);
+        if (plan.action === "skip" && !rotationDue) {
           dlog.debug({ reason: plan.reason }, "delivery skipped");
           return "ack";
         }
+        let values: CredentialValues | undefined;
         if (plan.action === "apply") {
           const fetched = await fetchCredential(
             store.nc,
@@ -137,9 +142,15 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
             dlog.warn({ names: written.envCollisions, envFile: written.envFile }, "some env names are produced twice; the first is kept");
           }
           dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");
+          values = fetched.values;
         }
         await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => recordHolder(g, node, d.part, d.generation, new Date()));
         dlog.info("delivery recorded");
+        if (rotationDue) {
+          // Written before a crash: fetch the values again to prove them.
+          values ??= (await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, { timeoutMs: opts.fetchTimeoutMs ?? 5_000 })).values;
+          await confirmRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, d.requirement), receivedAt, log: dlog });
+        }
         prober.probeSoon(d.module, d.part, d.requirement);
         return "ack";
       } catch (e) {

@@ -21,3 +21,4 @@ export {
 export { planDelivery, recordHolder, recordDeliveryFailure, isTarget, type DeliveryPlan } from "./delivery-plan.js";
 export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PROBE_INTERVAL_MS, type Prober, type ProberOptions } from "./prober.js";
 export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";
+export { confirmRotation, isRotationDue, runOnRotate, ON_ROTATE_TIMEOUT_MS } from "./rotation-confirm.js";

@@ -12,7 +12,7 @@
  */
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { NAME_RULE, connectNats, createLogger, errorMessage, isValidName, openStore, parseDuration } from "@mesh/shared";
+import { NAME_RULE, errorMessage, isValidName, parseDuration, runService } from "@mesh/shared";
 import { startAgent } from "./agent.js";
 
 const USAGE = "usage: mesh-agent --node NAME [--bindings DIR]   (or MESH_NODE, MESH_BINDINGS_ROOT; NATS_URL)";
@@ -42,27 +42,11 @@ if (!node) usageError("no node name: give --node NAME or set MESH_NODE to the na
 if (!isValidName(node)) usageError(`node name ${JSON.stringify(node)} ${NAME_RULE}`);
 const bindingsRoot = resolve(args.bindings ?? process.env.MESH_BINDINGS_ROOT ?? DEFAULT_BINDINGS_ROOT);
 
-const log = createLogger("agent");
+// MESH_PROBE_INTERVAL: between probes of the bindings held here and of providers' reachability (default 10s).
+let probeIntervalMs: number | undefined;
 try {
-  const nc = await connectNats();
-  const store = await openStore(nc);
-  // MESH_PROBE_INTERVAL: between probes of the bindings held here and of providers' reachability (default 10s).
-  const probeIntervalMs = process.env.MESH_PROBE_INTERVAL ? parseDuration(process.env.MESH_PROBE_INTERVAL) : undefined;
-  const agent = await startAgent({ store, node, bindingsRoot, log, ...(probeIntervalMs ? { probeIntervalMs } : {}) });
-  const shutdown = async (signal: string) => {
-    log.info({ signal }, "agent stopping");
-    await agent.stop();
-    await nc.drain();
-    process.exit(0);
-  };
-  process.once("SIGINT", () => void shutdown("SIGINT"));
-  process.once("SIGTERM", () => void shutdown("SIGTERM"));
-  agent.closed.catch((e: unknown) => {
-    log.fatal({ err: errorMessage(e) }, "the agent's delivery consumer failed");
-    process.exit(1);
-  });
+  probeIntervalMs = process.env.MESH_PROBE_INTERVAL ? parseDuration(process.env.MESH_PROBE_INTERVAL) : undefined;
 } catch (e) {
-  log.fatal({ err: errorMessage(e) }, "agent could not start");
-  process.stderr.write(`mesh-agent: ${errorMessage(e)}\n`);
-  process.exit(1);
+  usageError(`MESH_PROBE_INTERVAL: ${errorMessage(e)}`);
 }
+await runService("agent", ({ store, log }) => startAgent({ store, node, bindingsRoot, log, ...(probeIntervalMs ? { probeIntervalMs } : {}) }));

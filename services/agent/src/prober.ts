@@ -78,7 +78,7 @@ export function probeResultOf(
   const message =
     login.reason === "unreachable"
       ? `provider ${ctx.provider} cannot be reached from node ${ctx.node}: ${login.message}`
-      : `provider ${ctx.provider} refuses the delivered generation ${ctx.generation}: ${login.message}`;
+      : `provider ${ctx.provider} refuses generation ${ctx.generation} as delivered to node ${ctx.node}: ${login.message}`;
   return { ...base, ok: false, reason, message };
 }
 
@@ -214,11 +214,18 @@ export function startProber(opts: ProberOptions): Prober {
   };
 
   const publish = (reports: ProbeReport[]) => {
+    // A probe that ends after stop() (or after the connection closed) has no one to tell.
+    if (stopped || store.nc.isClosed()) return;
     for (const r of reports) {
       const id = parseGrantId(r.grant)!;
-      store.nc.publish(subjects.probeReport(node, id.module, r.part, id.requirement), JSON.stringify(r));
+      try {
+        store.nc.publish(subjects.probeReport(node, id.module, r.part, id.requirement), JSON.stringify(r));
+      } catch (e) {
+        log.debug({ grant: r.grant, err: errorMessage(e) }, "probe report not published");
+      }
     }
   };
+  const soon = new Set<Promise<void>>();
 
   const probeReachability = async () => {
     const providers = await listJson(store.kv.providers, ProviderDoc);
@@ -278,7 +285,11 @@ export function startProber(opts: ProberOptions): Prober {
         } catch (e) {
           reply = { ok: false, error: { code: ErrorCodes.InvalidRequest, message: errorMessage(e), retryable: false } };
         }
-        m.respond(JSON.stringify(reply));
+        try {
+          m.respond(JSON.stringify(reply));
+        } catch {
+          // the connection closed meanwhile: nobody waits for the answer
+        }
       })();
     }
   })();
@@ -290,7 +301,9 @@ export function startProber(opts: ProberOptions): Prober {
     },
     probeSoon(module, part, requirement) {
       if (stopped) return;
-      void probeBindings([{ module, part, requirement }]).then(publish, (e: unknown) => log.warn({ err: errorMessage(e) }, "probe after delivery failed"));
+      const p = probeBindings([{ module, part, requirement }]).then(publish, (e: unknown) => log.warn({ err: errorMessage(e) }, "probe after delivery failed"));
+      soon.add(p);
+      void p.finally(() => soon.delete(p));
     },
     async stop() {
       if (stopped) return;
@@ -299,6 +312,7 @@ export function startProber(opts: ProberOptions): Prober {
       await sub.drain().catch(() => undefined);
       await serving.catch(() => undefined);
       await round.catch(() => undefined);
+      await Promise.allSettled([...soon]);
       await Promise.all([...adapters.values()].map((a) => a.adapter.close().catch(() => undefined)));
       adapters.clear();
     },

@@ -7,6 +7,7 @@ import {
   ErrorCodes,
   Grant,
   MeshError,
+  RotationStates,
   createSealingKey,
   keys,
   parseGrantId,
@@ -28,15 +29,16 @@ export async function handleCredentialFetch(store: Store, credentials: Credentia
   const req = parsed.data;
   const id = parseGrantId(req.grant);
   if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>)`);
-  const grant = await readJson(store.kv.grants, keys.grant(id.module, id.requirement), Grant);
+  const grant = await readGrant(store, credentials, keys.grant(id.module, id.requirement));
   if (!grant) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist`);
   if (!grant.value.targets.some((t) => t.part === req.part && t.node === req.node)) {
     throw new MeshError(ErrorCodes.NotFound, `part ${req.part} on node ${req.node} is not a holder of grant ${req.grant}`);
   }
-  if (req.generation > grant.value.generation) {
+  // During a rotation the staged generation is served too: holders apply it before the commit.
+  if (req.generation > grant.value.generation && !(await isStaged(store, credentials, id.module, id.requirement, req.generation))) {
     throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} has no generation ${req.generation} yet (current: ${grant.value.generation})`, { retryable: true });
   }
-  const cred = await credentials.read(id.module, id.requirement, req.generation);
+  const cred = await readBindings(credentials, id.module, id.requirement, req.generation);
   if (!cred?.bindings) {
     throw new MeshError(ErrorCodes.NotFound, `generation ${req.generation} of ${req.grant} is not applied yet`, { retryable: true });
   }
@@ -47,4 +49,75 @@ export async function handleCredentialFetch(store: Store, credentials: Credentia
     throw new MeshError(ErrorCodes.InvalidRequest, "recipient is not a curve25519 public key (an nkeys xkey starting with X)", { cause: e });
   }
   return { ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed };
+}
+
+/** How long decrypted binding values of one generation are kept to answer a fan-out of fetches. */
+export const BINDINGS_CACHE_MS = 2_000;
+const STAGED_CACHE_MS = 60_000;
+const CACHE_LIMIT = 1_000;
+
+type Bindings = { bindings?: Record<string, string> } | undefined;
+/** Per credential store (so per provisioner, never across meshes in one process). */
+const caches = new WeakMap<CredentialStore, {
+  // `<grant key>#<generation>` → when it was seen staged. A generation once staged stays valid
+  // (a rotation never goes back; committed, the grant's generation has caught up with it).
+  staged: Map<string, number>;
+  // `<credential key>` → decrypted bindings, briefly: a rotation's holders all ask at once.
+  bindings: Map<string, { at: number; value: Promise<Bindings> }>;
+  // `<grant key>` → the read of it in flight.
+  grants: Map<string, ReturnType<typeof readJson<Grant>>>;
+}>();
+const cachesOf = (c: CredentialStore) => {
+  let x = caches.get(c);
+  if (!x) caches.set(c, (x = { staged: new Map(), bindings: new Map(), grants: new Map() }));
+  return x;
+};
+
+function remember<V>(m: Map<string, V>, k: string, v: V): void {
+  if (m.size >= CACHE_LIMIT) m.delete(m.keys().next().value!);
+  m.set(k, v);
+}
+
+/** The binding values of a generation, decrypted once per {@link BINDINGS_CACHE_MS} (concurrent asks share one read). */
+function readBindings(credentials: CredentialStore, module: string, requirement: string, generation: number): Promise<Bindings> {
+  const { bindings } = cachesOf(credentials);
+  const k = keys.credential(module, requirement, generation);
+  const hit = bindings.get(k);
+  if (hit && Date.now() - hit.at < BINDINGS_CACHE_MS) return hit.value;
+  const value = credentials.read(module, requirement, generation).then((c) => (c?.bindings ? { bindings: c.bindings } : undefined));
+  remember(bindings, k, { at: Date.now(), value });
+  // Only complete values are kept: a generation not applied yet, or a failed read, is asked again.
+  value.then(
+    (v) => v === undefined && bindings.delete(k),
+    () => bindings.delete(k),
+  );
+  return value;
+}
+
+/**
+ * The grant, read once for every fetch that arrives while a read of it is in flight (a
+ * rotation's holders all ask at once): never older than that read, never kept after it.
+ */
+function readGrant(store: Store, credentials: CredentialStore, key: string): Promise<Awaited<ReturnType<typeof readJson<Grant>>>> {
+  const { grants } = cachesOf(credentials);
+  const inFlight = grants.get(key);
+  if (inFlight) return inFlight;
+  const p = readJson(store.kv.grants, key, Grant).finally(() => grants.delete(key));
+  grants.set(key, p);
+  return p;
+}
+
+/** True when a running rotation of the grant stages `generation` (remembered once seen). */
+async function isStaged(store: Store, credentials: CredentialStore, module: string, requirement: string, generation: number): Promise<boolean> {
+  const { staged } = cachesOf(credentials);
+  const k = `${keys.grant(module, requirement)}#${generation}`;
+  const seen = staged.get(k);
+  if (seen !== undefined && Date.now() - seen < STAGED_CACHE_MS) return true;
+  // Only the two fields needed: the record lists every holder, and is large at fan-out.
+  const e = await store.kv.rotations.get(keys.grant(module, requirement));
+  if (!e || e.operation !== "PUT" || e.length === 0) return false;
+  const r = e.json() as { state?: unknown; to?: unknown } | null;
+  const yes = typeof r?.state === "string" && r.state !== RotationStates.Committed && r.to === generation;
+  if (yes) remember(staged, k, Date.now());
+  return yes;
 }

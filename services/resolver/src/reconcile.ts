@@ -19,6 +19,7 @@ import {
   type Store,
 } from "@mesh/shared";
 import { applyResolution, resolveModule } from "./resolve.js";
+import type { ReachabilityCatalog } from "./reachability.js";
 
 /**
  * The providers catalog, read once per change of the providers bucket rather than once per
@@ -43,7 +44,13 @@ export class ProviderCatalog {
 }
 
 /** Reconciles module `name`. Idempotent: a second run with nothing changed writes nothing. */
-export async function reconcileModule(store: Store, catalog: ProviderCatalog, name: string, log: Logger): Promise<void> {
+export async function reconcileModule(
+  store: Store,
+  catalog: ProviderCatalog,
+  name: string,
+  log: Logger,
+  reachability?: ReachabilityCatalog,
+): Promise<void> {
   const manifest = await readJson(store.kv.manifests, name, ModuleDoc);
   const existing = await listJson(store.kv.grants, Grant, keys.grantsOf(name));
   if (!manifest) {
@@ -55,7 +62,7 @@ export async function reconcileModule(store: Store, catalog: ProviderCatalog, na
   }
   const providers = await catalog.current();
   const current = new Map(existing.map((g) => [g.value.requirement, g.value.provider]));
-  const resolutions = resolveModule(manifest.value, providers, current);
+  const resolutions = resolveModule(manifest.value, providers, current, (await reachability?.current()) ?? []);
   const grants: Grant[] = [];
   for (const r of resolutions) {
     const g = await mutateJson(store.kv.grants, keys.grant(r.module, r.requirement), Grant, (cur) => applyResolution(cur, r));

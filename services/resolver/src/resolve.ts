@@ -14,7 +14,11 @@ import {
   type Kind,
   type ModuleDoc,
   type ProviderDoc,
+  type ReachabilityRecord,
+  type RepairPolicy,
+  type VerifyPolicy,
 } from "@mesh/shared";
+import { unreachableFrom } from "./reachability.js";
 
 /** The built-in provider of `secret`: always registered, always installed, on every node. */
 export const builtinSecretProvider: ProviderDoc = {
@@ -35,6 +39,10 @@ export interface Resolution {
   targets: GrantTarget[];
   provider: string | null;
   resolved: Omit<Condition, "observedAt">;
+  /** The requirement's `verify:` policy, copied onto the grant for the verifier. */
+  verify?: VerifyPolicy;
+  /** The requirement's `repair:` policy, copied onto the grant for the verifier. */
+  repair?: RepairPolicy;
 }
 
 /** Every provider that can serve `kind`, built-ins included, sorted by name. */
@@ -51,12 +59,18 @@ export function candidatesFor(kind: Kind, providers: readonly ProviderDoc[]): Pr
  * - Otherwise the installed candidate on the node of the first target wins, then any
  *   installed candidate, by name: deterministic, so every resolver instance agrees.
  * - No candidate: `NoProvider`; candidates but none installed: `ProviderNotInstalled`, naming them.
+ * - Agents' `reachability` reports: a new choice prefers a provider that no target's node
+ *   reports unreachable. When the provider kept or chosen cannot be reached from a target's
+ *   node, the result is `ProviderUnreachable` naming the nodes, and `provider` still names it
+ *   (a grant never moves because of a network fault, which would mean a new, empty resource);
+ *   the requirement moves on by itself when the agent reports the provider reachable again.
  */
 export function chooseProvider(
   kind: Kind,
   targets: readonly GrantTarget[],
   providers: readonly ProviderDoc[],
   current: string | null | undefined,
+  reachability: readonly ReachabilityRecord[] = [],
 ): Pick<Resolution, "provider" | "resolved"> {
   const candidates = candidatesFor(kind, providers);
   if (candidates.length === 0) {
@@ -83,10 +97,22 @@ export function chooseProvider(
       },
     };
   }
-  const chosen =
-    installed.find((p) => p.name === current) ??
-    installed.find((p) => targets.length > 0 && p.node === targets[0]!.node) ??
-    installed[0]!;
+  const reachable = installed.filter((p) => unreachableFrom(p.name, targets, reachability).length === 0);
+  const pick = (among: ProviderDoc[]) => among.find((p) => targets.length > 0 && p.node === targets[0]!.node) ?? among[0];
+  const chosen = installed.find((p) => p.name === current) ?? pick(reachable) ?? pick(installed)!;
+  const blocked = unreachableFrom(chosen.name, targets, reachability);
+  if (blocked.length > 0) {
+    const nodes = blocked.map((r) => `node ${r.node}`).join(", ");
+    return {
+      provider: chosen.name,
+      resolved: {
+        type: "Resolved",
+        status: "False",
+        reason: "ProviderUnreachable",
+        message: `provider ${chosen.name} (node ${chosen.node}) cannot be reached from ${nodes}, where parts that need it run: ${blocked.map((r) => r.message).join("; ")}; make ${blocked[0]!.address} reachable from there (routes, firewall, the address in the provider's endpoint)`,
+      },
+    };
+  }
   const where = chosen.name === BUILTIN_SECRET_PROVIDER ? "built in" : `node ${chosen.node}`;
   return {
     provider: chosen.name,
@@ -99,6 +125,7 @@ export function resolveModule(
   manifest: ModuleDoc,
   providers: readonly ProviderDoc[],
   current: ReadonlyMap<string, string | null> = new Map(),
+  reachability: readonly ReachabilityRecord[] = [],
 ): Resolution[] {
   const partByName = new Map(manifest.parts.map((p) => [p.name, p]));
   return manifest.requires.map((req) => {
@@ -113,7 +140,9 @@ export function resolveModule(
       kind: req.kind,
       parts,
       targets,
-      ...chooseProvider(req.kind, targets, providers, current.get(req.name)),
+      ...chooseProvider(req.kind, targets, providers, current.get(req.name), reachability),
+      ...(req.verify ? { verify: req.verify } : {}),
+      ...(req.repair ? { repair: req.repair } : {}),
     };
   });
 }
@@ -148,6 +177,11 @@ export function applyResolution(current: Grant | undefined, r: Resolution, now =
     targets: r.targets,
     provider: r.provider,
     conditions: setCondition(base.conditions, r.resolved, now),
+    // The verifier's policies as the manifest says now; one left out is removed (undefined is
+    // not stored). Spread over `base`, so a field keeps its place and an unchanged grant
+    // compares equal below.
+    verify: r.verify,
+    repair: r.repair,
   };
   // Holders that are no longer targets stop counting for delivery.
   next.conditions = withDeliveredCondition(next, now);

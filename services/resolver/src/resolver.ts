@@ -18,6 +18,7 @@ import {
 } from "@mesh/shared";
 import { handleApply } from "./apply.js";
 import { ProviderCatalog, reconcileModule } from "./reconcile.js";
+import { ReachabilityCatalog } from "./reachability.js";
 
 export interface Resolver {
   /** Reconciles one module now (also what the consumers do); for tests and tools. */
@@ -28,7 +29,8 @@ export interface Resolver {
 export async function startResolver(opts: { store: Store; log: Logger }): Promise<Resolver> {
   const { store, log } = opts;
   const catalog = new ProviderCatalog(store);
-  const modules = new KeyedQueue((name) => reconcileModule(store, catalog, name, log.child({ module: name })), 16);
+  const reachability = new ReachabilityCatalog(store);
+  const modules = new KeyedQueue((name) => reconcileModule(store, catalog, name, log.child({ module: name }), reachability), 16);
   // A provider change may affect any module: re-resolve them all.
   const providers = new KeyedQueue(async () => {
     const names: string[] = [];
@@ -46,6 +48,16 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
       filter: kvFilter(Buckets.providers),
       // Every provider change collapses onto one key: "all modules".
       keyOf: (s) => (kvKeyOf(Buckets.providers)(s) ? "*" : undefined),
+      queue: providers,
+      log,
+    }),
+    consumeKeys({
+      store,
+      stream: kvStream(Buckets.reachability),
+      durable: "resolver-reachability",
+      filter: kvFilter(Buckets.reachability),
+      // A provider became (un)reachable from a node: any module may be affected, as for a provider change.
+      keyOf: (s) => (kvKeyOf(Buckets.reachability)(s) ? "*" : undefined),
       queue: providers,
       log,
     }),

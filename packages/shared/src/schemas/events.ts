@@ -45,6 +45,8 @@ export const Delivery = z.object({
   provider: z.string(),
   generation: z.number().int().positive(),
   publishedAt: z.string(),
+  /** Set when the generation is staged by a rotation (its id): the holder confirms once it applied it. */
+  rotation: z.string().optional(),
 });
 export type Delivery = z.infer<typeof Delivery>;
 

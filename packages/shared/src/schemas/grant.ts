@@ -4,6 +4,7 @@
 import { z } from "zod";
 import { Condition } from "../conditions.js";
 import { KIND_LIST } from "../kinds.js";
+import { RepairEvent, RepairPolicy, VerifyPolicy } from "./verification.js";
 
 /** A part that a grant is delivered to: installed, and naming the requirement. */
 export const GrantTarget = z.object({ part: z.string(), node: z.string() });
@@ -34,6 +35,12 @@ export const Grant = z.object({
   resource: z.record(z.string(), z.string()).default({}),
   holders: z.record(z.string(), HolderState).default({}),
   conditions: z.array(Condition),
+  /** The requirement's `verify:` policy, copied by the resolver (absent: the verifier's default interval). */
+  verify: VerifyPolicy.optional(),
+  /** The requirement's `repair:` policy, copied by the resolver (absent: `auto`). */
+  repair: RepairPolicy.optional(),
+  /** The verifier's repairs of this grant, oldest first, at most REPAIR_HISTORY_LIMIT (the newest). */
+  repairs: z.array(RepairEvent).optional(),
 });
 export type Grant = z.infer<typeof Grant>;
 

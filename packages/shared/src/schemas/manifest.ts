@@ -5,9 +5,11 @@
  * accepted only as a whole: {@link parseManifestText} returns documents or problems, never both.
  */
 import { z } from "zod";
+import { RotatePolicy } from "./rotation.js";
 import { parseAllDocuments } from "yaml";
 import { NAME_RULE, NAME_PATTERN } from "../names.js";
 import { KIND_LIST } from "../kinds.js";
+import { RepairPolicy, VerifyPolicy } from "./verification.js";
 
 export const Name = z.string().regex(NAME_PATTERN, { message: NAME_RULE });
 
@@ -38,6 +40,12 @@ export const PartDoc = z.strictObject({
   name: Name,
   node: Name,
   installed: z.boolean().default(true),
+  /**
+   * Command the node agent runs (with `sh -c`) after writing a rotated credential and before
+   * confirming, e.g. a reload; it must exit 0 within 60 s. Env: MESH_GRANT, MESH_GENERATION,
+   * MESH_BINDING_PATH, MESH_MODULE, MESH_PART, MESH_REQUIREMENT.
+   */
+  onRotate: z.string().min(1).optional(),
 });
 export type PartDoc = z.infer<typeof PartDoc>;
 
@@ -46,6 +54,12 @@ export const RequirementDoc = z.strictObject({
   kind: z.enum(KIND_LIST),
   /** Parts that need it; all parts of the module when left out. */
   parts: z.array(Name).min(1).optional(),
+  /** How often the verifier re-checks the grant: `{ every: 30s }`; default `MESH_VERIFY_INTERVAL` (10 s). */
+  verify: VerifyPolicy.optional(),
+  /** What the verifier does about drift: `auto` (default) repairs it, `report` only records it. */
+  repair: RepairPolicy.optional(),
+  /** How often the rotator rotates the grant: `{ every: 30d }`; never when left out. */
+  rotate: RotatePolicy.optional(),
 });
 export type RequirementDoc = z.infer<typeof RequirementDoc>;
 

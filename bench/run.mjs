@@ -1,0 +1,50 @@
+#!/usr/bin/env node
+/**
+ * Runs every benchmark in this folder (`*.bench.ts`), one after another, each in its own
+ * process (from sources, through tsx, with `--expose-gc`), and prints what each prints. A
+ * benchmark prints its figures beside a baseline measured in the same run; none asserts a
+ * time. `npm run bench -- NAME…` runs only the files whose name contains one of the NAMEs.
+ * Each runs with the open-files soft limit raised to the hard limit.
+ * Exits non-zero when a benchmark failed to run.
+ */
+import { spawnSync } from "node:child_process";
+import { readdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, "..");
+const only = process.argv.slice(2);
+const files = readdirSync(here)
+  .filter((f) => f.endsWith(".bench.ts"))
+  .filter((f) => only.length === 0 || only.some((o) => f.includes(o)))
+  .sort();
+if (files.length === 0) {
+  console.error(only.length ? `no benchmark matches ${only.join(", ")} in bench/` : "no benchmark (*.bench.ts) in bench/");
+  process.exit(1);
+}
+const tsx = join(root, "node_modules", ".bin", "tsx");
+const failed = [];
+for (const f of files) {
+  console.log(`\n=== ${f} ===`);
+  const t0 = Date.now();
+  // Through sh, to raise the open-files limit to the hard one first (5,000 holders need about
+  // 10,300: both ends of each NATS connection are on this machine).
+  const cmd = [tsx, "--tsconfig", join(root, "test/harness/tsconfig.sources.json"), "--expose-gc", join(here, f)];
+  const r = spawnSync("sh", ["-c", 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"', "sh", ...cmd], {
+    cwd: root,
+    stdio: "inherit",
+    env: { ...process.env, MESH_LOG_LEVEL: process.env.MESH_LOG_LEVEL ?? "warn" },
+  });
+  const took = ((Date.now() - t0) / 1000).toFixed(1);
+  if (r.status !== 0) {
+    failed.push(f);
+    console.log(`=== ${f} failed (${r.error?.message ?? `exit ${r.status ?? r.signal}`}) after ${took} s ===`);
+  } else {
+    console.log(`=== ${f} done in ${took} s ===`);
+  }
+}
+if (failed.length) {
+  console.error(`\n${failed.length} benchmark(s) failed: ${failed.join(", ")}`);
+  process.exit(1);
+}

@@ -1,0 +1,197 @@
+/**
+ * `meshctl rotate GRANT [--wait] [--timeout DUR] [--json]`: asks the rotator to move every
+ * holder of a grant to a new generation. With `--wait`, follows the rotation record (a KV
+ * watch, no polling) with a live `confirmed N/M holders` line until it is Committed or Stalled.
+ */
+import {
+  ErrorCodes,
+  Grant,
+  RotateReply,
+  Rotation,
+  RotationStates,
+  errorFromReply,
+  isRotationRunning,
+  keys,
+  parseGrantId,
+  readJson,
+  subjects,
+  type Store,
+} from "@mesh/shared";
+import { CliError } from "./cli-error.js";
+import { ExitCodes, type ExitCode } from "./exit-codes.js";
+import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
+import type { Output } from "./output.js";
+import { findRotation } from "./rotation-records.js";
+import { formatOutcome, formatStarted, progressLine, rotationProgress, summarizeRotation } from "./rotation-view.js";
+
+/** How long meshctl waits for the rotator's reply: it stages the new generation on the provider first. */
+export const ROTATE_REQUEST_TIMEOUT_MS = 30_000;
+/** With `--wait`, how long past the rotation's deadline meshctl still waits for the rotator to record Stalled. */
+export const WAIT_GRACE_MS = 15_000;
+
+export interface RotateOptions {
+  /** `<module>/<requirement>`. */
+  grant: string;
+  /** Follow the rotation until it is Committed or Stalled. */
+  wait?: boolean;
+  /** How long holders have to confirm before the rotation is Stalled (default: the rotator's, 5 min). */
+  timeoutMs?: number;
+  json?: boolean;
+  /** How long to wait for the rotator's reply; default {@link ROTATE_REQUEST_TIMEOUT_MS}. */
+  requestTimeoutMs?: number;
+  /** With `wait`, how long past the deadline to keep waiting; default {@link WAIT_GRACE_MS}. */
+  graceMs?: number;
+}
+
+/** What to tell a user when nothing answers on the rotate subject. */
+export function rotatorNotRunningMessage(url: string): string {
+  return [
+    `no rotator answers at ${url}: the rotator is not running, so nothing was rotated.`,
+    "Start the whole mesh on this machine with:  npx meshctl up",
+    `or only the rotator with:                   NATS_URL=${url} node services/rotator/dist/main.js`,
+    "(it needs the provisioner's master key: MESH_MASTER_KEY_FILE), or the mesh-rotator systemd unit.",
+  ].join("\n");
+}
+
+/** The refusal for a grant that is already rotating, naming the running rotation. */
+export function alreadyRotatingError(r: Rotation): CliError {
+  const p = rotationProgress(r);
+  return new CliError(
+    `grant ${r.grant} is already rotating: rotation ${r.id} (generation ${r.from} → ${r.to}) is ${r.state}, ${p.confirmed}/${p.total} holders confirmed.\n` +
+      `Wait for it (meshctl rotate ${r.grant} --wait does not start another; use meshctl trace ${r.id} or meshctl status ${r.grant.split("/")[0]}).`,
+    ExitCodes.AlreadyRotating,
+  );
+}
+
+function serverUrl(store: Store): string {
+  const server = store.nc.getServer();
+  return server.includes("://") ? server : `nats://${server}`;
+}
+
+/** Sends the rotate request; every failure is a {@link CliError} with its own exit code. */
+async function requestRotation(store: Store, opts: RotateOptions): Promise<Rotation> {
+  const id = parseGrantId(opts.grant)!;
+  const key = keys.grant(id.module, id.requirement);
+  const timeout = opts.requestTimeoutMs ?? ROTATE_REQUEST_TIMEOUT_MS;
+  let body: unknown;
+  try {
+    const m = await store.nc.request(subjects.rotate, JSON.stringify({ grant: opts.grant, ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}) }), { timeout });
+    body = m.json();
+  } catch (e) {
+    if (isNoResponders(e)) throw new CliError(rotatorNotRunningMessage(serverUrl(store)), ExitCodes.ServiceUnavailable, { cause: e });
+    if (isRequestTimeout(e)) {
+      throw new CliError(
+        `the rotator did not answer within ${Math.round(timeout / 1000)} s; it may be stuck staging the new generation on the provider (see its log).\n` +
+          `The rotation may have started anyway: meshctl status ${id.module} shows it.`,
+        ExitCodes.ServiceUnavailable,
+        { cause: e },
+      );
+    }
+    throw new CliError(`the rotate request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
+  }
+  const refused = errorFromReply(body);
+  if (refused) {
+    const codes: Partial<Record<string, ExitCode>> = { [ErrorCodes.NotFound]: ExitCodes.NotFound, [ErrorCodes.InvalidRequest]: ExitCodes.Usage };
+    if (refused.code === ErrorCodes.Conflict) {
+      // Conflict is "already rotating" or "not provisioned yet": the record tells them apart.
+      const cur = (await readJson(store.kv.rotations, key, Rotation))?.value;
+      if (isRotationRunning(cur)) throw alreadyRotatingError(cur);
+    }
+    const retry = refused.retryable ? " Trying again later may succeed." : "";
+    throw new CliError(`the rotator refused: ${refused.message}.${retry}`, codes[refused.code] ?? ExitCodes.Failure, { cause: refused });
+  }
+  const parsed = RotateReply.safeParse(body);
+  if (!parsed.success || !parsed.data.ok) {
+    throw new CliError("the rotator sent a reply meshctl does not understand; are meshctl and the rotator of the same version?");
+  }
+  return parsed.data.rotation;
+}
+
+/**
+ * Follows the record of rotation `r` until it is Committed or Stalled, or `untilMs` passes.
+ * `onChange` sees every version of the record. Returns the last version seen and whether it
+ * ended by time.
+ */
+export async function followRotation(store: Store, r: Rotation, untilMs: number, onChange: (r: Rotation) => void): Promise<{ rotation: Rotation; timedOut: boolean }> {
+  const key = keys.grant(r.module, r.requirement);
+  const watch = await store.kv.rotations.watch({ key });
+  let last = r;
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    watch.stop();
+  }, Math.max(0, untilMs - Date.now()));
+  try {
+    for await (const e of watch) {
+      if (e.operation !== "PUT") continue;
+      const parsed = Rotation.safeParse(e.json());
+      if (!parsed.success) continue;
+      let cur = parsed.data;
+      // A newer rotation replaced the record: ours committed before it (only a committed one is replaced).
+      if (cur.id !== r.id) cur = (await findRotation(store, r.id))?.rotation ?? { ...last, state: RotationStates.Committed };
+      last = cur;
+      onChange(cur);
+      if (cur.state === RotationStates.Committed || cur.state === RotationStates.Stalled) break;
+    }
+  } finally {
+    clearTimeout(timer);
+    watch.stop();
+  }
+  return { rotation: last, timedOut: timedOut && last.state !== RotationStates.Committed && last.state !== RotationStates.Stalled };
+}
+
+/** Refuses (exit 2) an argument that is not a grant id, before anything connects. */
+export function checkGrantArg(grant: string): { module: string; requirement: string } {
+  const id = parseGrantId(grant);
+  if (!id) throw new CliError(`${JSON.stringify(grant)} is not a grant id: give <module>/<requirement>, as meshctl status lists them`, ExitCodes.Usage);
+  return id;
+}
+
+/**
+ * Runs the command. Exit codes: 0 started (or, with `wait`, Committed); 2 not a grant id;
+ * 5 no such grant; 6 a rotation of it is already running (named); 7 no rotator answers
+ * (with how to start one); 8 (`wait`) Stalled, the missing holders named; 9 (`wait`) no
+ * outcome in time; 1 anything else the rotator refused (its message says why).
+ */
+export async function runRotate(store: Store, opts: RotateOptions, out: Output): Promise<number> {
+  const id = checkGrantArg(opts.grant);
+  const key = keys.grant(id.module, id.requirement);
+  // Checked here too so these answers do not depend on a rotator running; the rotator checks again.
+  if (!(await readJson(store.kv.grants, key, Grant))) {
+    throw new CliError(`grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`, ExitCodes.NotFound);
+  }
+  const running = (await readJson(store.kv.rotations, key, Rotation))?.value;
+  if (isRotationRunning(running)) throw alreadyRotatingError(running);
+
+  const started = await requestRotation(store, opts);
+  if (!opts.wait) {
+    if (opts.json) out.out(JSON.stringify(summarizeRotation(started), null, 2));
+    else out.out([formatStarted(started), `follow it with: meshctl status ${id.module}   or   meshctl trace ${started.id}`].join("\n"));
+    return ExitCodes.Ok;
+  }
+
+  if (!opts.json) out.out(formatStarted(started));
+  let shown = "";
+  const show = (r: Rotation) => {
+    if (opts.json) return;
+    const line = progressLine(r);
+    if (line === shown) return;
+    shown = line;
+    if (out.isTTY) out.raw(`\r\x1b[2K${line}`);
+    else out.out(line);
+  };
+  const until = Date.parse(started.deadline) + (opts.graceMs ?? WAIT_GRACE_MS);
+  const { rotation, timedOut } = await followRotation(store, started, until, show);
+  if (!opts.json && out.isTTY && shown) out.raw("\n");
+  if (opts.json) out.out(JSON.stringify(summarizeRotation(rotation), null, 2));
+  else out.out(formatOutcome(rotation, { color: out.color, width: out.columns }).join("\n"));
+  if (rotation.state === RotationStates.Committed) return ExitCodes.Ok;
+  if (rotation.state === RotationStates.Stalled) return ExitCodes.RotationStalled;
+  if (timedOut) {
+    out.err(
+      `meshctl: rotation ${rotation.id} has no outcome ${Math.round((opts.graceMs ?? WAIT_GRACE_MS) / 1000)} s past its deadline ${rotation.deadline}: ` +
+        `the rotator may be down or overloaded (see its log). The rotation goes on when it runs; meshctl status ${id.module} shows it.`,
+    );
+  }
+  return ExitCodes.WaitTimedOut;
+}

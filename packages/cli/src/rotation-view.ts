@@ -1,0 +1,225 @@
+/**
+ * What meshctl shows of a rotation record: the `--json` summary of `meshctl rotate`, the
+ * progress line, the outcome, and the per-holder timeline of `meshctl trace`. Pure: every
+ * function reads only the {@link Rotation} it is given (times in it are offsets from
+ * `requestedAt`, in milliseconds).
+ */
+import { RotationStates, type Rotation } from "@mesh/shared";
+import { makeStyle, wrapText } from "./style.js";
+
+/** One holder in a {@link RotationSummary}: `confirmedAt` is null while it has not confirmed. */
+export interface SummaryHolder {
+  holder: string;
+  confirmedAt: string | null;
+}
+
+/**
+ * What `meshctl rotate --json` prints. The first seven fields are the documented contract;
+ * fields may be added, never renamed.
+ */
+export interface RotationSummary {
+  rotation: string;
+  grant: string;
+  from: number;
+  to: number;
+  state: Rotation["state"];
+  /** Every holder that must confirm, sorted by id. */
+  holders: SummaryHolder[];
+  /** Holders that have not confirmed yet, sorted. */
+  missing: string[];
+  requestedAt: string;
+  deadline: string;
+  committedAt?: string;
+  trigger: Rotation["trigger"];
+}
+
+/** Progress counts of a rotation. */
+export interface RotationProgress {
+  confirmed: number;
+  total: number;
+  missing: string[];
+}
+
+/** The absolute ISO time of an offset `ms` from the rotation's start; undefined for no offset. */
+export function atOffset(r: Rotation, ms: number | undefined): string | undefined {
+  if (ms === undefined) return undefined;
+  const start = Date.parse(r.requestedAt);
+  return Number.isNaN(start) ? undefined : new Date(start + ms).toISOString();
+}
+
+/** How many holders confirmed, of how many, and which are missing (sorted). */
+export function rotationProgress(r: Rotation): RotationProgress {
+  const entries = Object.entries(r.holders);
+  const missing = entries.filter(([, p]) => p.c === undefined).map(([h]) => h).sort();
+  return { confirmed: entries.length - missing.length, total: entries.length, missing };
+}
+
+/** The `--json` form of a rotation. */
+export function summarizeRotation(r: Rotation): RotationSummary {
+  const holders = Object.keys(r.holders)
+    .sort()
+    .map((holder) => ({ holder, confirmedAt: atOffset(r, r.holders[holder]?.c) ?? null }));
+  return {
+    rotation: r.id,
+    grant: r.grant,
+    from: r.from,
+    to: r.to,
+    state: r.state,
+    holders,
+    missing: rotationProgress(r).missing,
+    requestedAt: r.requestedAt,
+    deadline: r.deadline,
+    ...(r.committedAt ? { committedAt: r.committedAt } : {}),
+    trigger: r.trigger,
+  };
+}
+
+/** `confirmed 37/40 holders`. */
+export function progressLine(r: Rotation): string {
+  const p = rotationProgress(r);
+  return `confirmed ${p.confirmed}/${p.total} holder${p.total === 1 ? "" : "s"}`;
+}
+
+/** A short list of holders: the first `max`, then how many more. */
+export function listHolders(holders: readonly string[], max = 10): string {
+  const shown = holders.slice(0, max).join(", ");
+  return holders.length > max ? `${shown} and ${holders.length - max} more` : shown;
+}
+
+/** Milliseconds as `850 ms` or `12.3 s`. */
+export function formatDurationMs(ms: number): string {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** The line `meshctl rotate` prints once the rotator accepted the request. */
+export function formatStarted(r: Rotation): string {
+  const n = Object.keys(r.holders).length;
+  const who = n === 0 ? "no holder has to confirm" : `${n} holder${n === 1 ? "" : "s"} must confirm by ${r.deadline}`;
+  return `rotation ${r.id} started: grant ${r.grant}, generation ${r.from} → ${r.to}; ${who}`;
+}
+
+/**
+ * What happened, for the end of `meshctl rotate --wait` (and for a rotation found running):
+ * committed with how long it took, stalled naming who is missing and what that means, or still
+ * in progress. Lines, wrapped at `width`.
+ */
+export function formatOutcome(r: Rotation, opts: { color?: boolean; width?: number } = {}): string[] {
+  const s = makeStyle(opts.color ?? false);
+  const width = opts.width ?? 80;
+  const p = rotationProgress(r);
+  if (r.state === RotationStates.Committed) {
+    const took = r.committedAt ? ` in ${formatDurationMs(Date.parse(r.committedAt) - Date.parse(r.requestedAt))}` : "";
+    return wrapText(
+      `${s.ok("Committed")}: rotation ${r.id}, ${p.confirmed}/${p.total} holders confirmed${took}; grant ${r.grant} is on generation ${r.to}, generation ${r.from} is retired`,
+      width,
+    );
+  }
+  if (r.state === RotationStates.Stalled) {
+    return [
+      ...wrapText(
+        `${s.bad("Stalled")}: rotation ${r.id}, ${p.missing.length} of ${p.total} holders have not confirmed generation ${r.to} since the deadline ${r.deadline}: ${listHolders(p.missing)}`,
+        width,
+      ),
+      ...wrapText(
+        `Generation ${r.from} keeps working. Bring those holders back (their agent or application); the rotation commits by itself once they confirm. meshctl trace ${r.id} shows each holder's progress.`,
+        width,
+      ),
+    ];
+  }
+  return wrapText(`${s.warn(r.state)}: rotation ${r.id}, ${progressLine(r)}; missing ${listHolders(p.missing) || "none"}`, width);
+}
+
+/** One event of a holder's timeline: when, as an offset from the rotation's start and absolute. */
+export interface TraceEvent {
+  offsetMs: number;
+  at: string;
+}
+
+/** One holder's line of the fan-out. */
+export interface TraceHolder {
+  holder: string;
+  /** The broadcast (or delivery) reached the holder. */
+  received: TraceEvent | null;
+  /** The holder applied the new generation (files written or application switched, login proved). */
+  applied: TraceEvent | null;
+  /** The rotator accepted its confirmation. */
+  confirmed: TraceEvent | null;
+}
+
+/** What `meshctl trace --json` prints. */
+export interface RotationTrace {
+  rotation: string;
+  grant: string;
+  from: number;
+  to: number;
+  state: Rotation["state"];
+  requestedAt: string;
+  deadline: string;
+  committedAt?: string;
+  traceparent?: string;
+  /** The rotation's own states, in order. */
+  states: Array<{ state: string } & TraceEvent>;
+  /** Holders ordered by confirmation (those that have not confirmed last, by id). */
+  holders: TraceHolder[];
+  missing: string[];
+  refused: Rotation["refused"];
+}
+
+function event(r: Rotation, ms: number | undefined): TraceEvent | null {
+  const at = atOffset(r, ms);
+  return ms === undefined || at === undefined ? null : { offsetMs: ms, at };
+}
+
+/** The fan-out of a rotation as recorded, for `meshctl trace`. */
+export function traceRotation(r: Rotation): RotationTrace {
+  const start = Date.parse(r.requestedAt);
+  const holders = Object.entries(r.holders)
+    .sort(([a, pa], [b, pb]) => (pa.c ?? Infinity) - (pb.c ?? Infinity) || a.localeCompare(b))
+    .map(([holder, p]) => ({ holder, received: event(r, p.r), applied: event(r, p.a), confirmed: event(r, p.c) }));
+  return {
+    rotation: r.id,
+    grant: r.grant,
+    from: r.from,
+    to: r.to,
+    state: r.state,
+    requestedAt: r.requestedAt,
+    deadline: r.deadline,
+    ...(r.committedAt ? { committedAt: r.committedAt } : {}),
+    ...(r.traceparent ? { traceparent: r.traceparent } : {}),
+    states: r.history.map((h) => ({ state: h.state, offsetMs: Math.max(0, Date.parse(h.at) - start), at: h.at })),
+    holders,
+    missing: rotationProgress(r).missing,
+    refused: r.refused,
+  };
+}
+
+/** `+1.234 s` (always seconds with milliseconds, so a column of them lines up). */
+function offset(ms: number): string {
+  return `+${(ms / 1000).toFixed(3)} s`;
+}
+
+/** The timeline as text: the rotation's states, then one block per holder. */
+export function formatTrace(t: RotationTrace, opts: { color?: boolean; width?: number } = {}): string {
+  const s = makeStyle(opts.color ?? false);
+  const width = opts.width ?? 80;
+  const lines = [
+    `${s.bold(`rotation ${t.rotation}`)}  generation ${t.from} → ${t.to}  ${t.state}`,
+    `  started ${t.requestedAt}, deadline ${t.deadline}${t.traceparent ? `\n  traceparent ${t.traceparent}` : ""}`,
+    "",
+    s.bold("rotator"),
+  ];
+  const row = (label: string, e: TraceEvent | null) =>
+    e ? `    ${label.padEnd(20)}${offset(e.offsetMs).padStart(12)}  ${s.dim(e.at)}` : `    ${label.padEnd(20)}${"-".padStart(12)}`;
+  for (const st of t.states) lines.push(row(st.state, st));
+  for (const h of t.holders) {
+    lines.push("", `${s.bold(h.holder)}${h.confirmed ? "" : `  ${s.bad("not confirmed")}`}`);
+    lines.push(row("broadcast received", h.received), row("applied", h.applied), row("confirmed", h.confirmed));
+  }
+  if (t.holders.length === 0) lines.push("", "no holder had to confirm (none held the grant when the rotation started)");
+  if (t.missing.length) lines.push("", ...wrapText(`not confirmed: ${listHolders(t.missing)}`, width));
+  if (t.refused.length) {
+    lines.push("", s.bold("refused confirmations"));
+    for (const x of t.refused) lines.push(...wrapText(`${x.at} ${x.holder}: ${x.reason}`, width, "    "));
+  }
+  return lines.join("\n");
+}

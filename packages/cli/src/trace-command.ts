@@ -1,0 +1,48 @@
+/**
+ * `meshctl trace ROTATION [--json]`: the fan-out of a rotation as its record holds it — the
+ * rotator's states, then per holder when the broadcast reached it, when it applied the new
+ * generation, and when its confirmation was accepted (offsets from the start and absolute times).
+ */
+import { parseGrantId, parseRotationId, type Store } from "@mesh/shared";
+import { CliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
+import type { Output } from "./output.js";
+import { findRotation, latestRotation } from "./rotation-records.js";
+import { formatTrace, traceRotation } from "./rotation-view.js";
+
+export interface TraceOptions {
+  /** `<module>/<requirement>#<generation>`, or `<module>/<requirement>` for the grant's latest rotation. */
+  rotation: string;
+  json?: boolean;
+}
+
+/** Refuses (exit 2) an argument that is neither a rotation id nor a grant id; returns the grant id. */
+export function checkRotationArg(rotation: string): string {
+  const grant = parseRotationId(rotation)?.grant ?? rotation;
+  if (!parseGrantId(grant)) {
+    throw new CliError(
+      `${JSON.stringify(rotation)} is not a rotation id: give <module>/<requirement>#<generation> as meshctl rotate prints it, or <module>/<requirement> for the grant's latest rotation`,
+      ExitCodes.Usage,
+    );
+  }
+  return grant;
+}
+
+/**
+ * Prints the timeline and returns 0; 2 when the argument is not a rotation or grant id, 5 when
+ * no such rotation is recorded (the message names the grant's latest one, if any).
+ */
+export async function runTrace(store: Store, opts: TraceOptions, out: Output): Promise<number> {
+  const grant = checkRotationArg(opts.rotation);
+  const found = await findRotation(store, opts.rotation);
+  if (!found) {
+    const latest = await latestRotation(store, grant);
+    const hint = latest
+      ? `the mesh keeps only the latest rotations of a grant; grant ${grant}'s latest is ${latest.id} (${latest.state}): meshctl trace ${latest.id}`
+      : `grant ${grant} has never been rotated; start one with: meshctl rotate ${grant}`;
+    throw new CliError(`no rotation ${opts.rotation} is recorded: ${hint}`, ExitCodes.NotFound);
+  }
+  const t = traceRotation(found.rotation);
+  out.out(opts.json ? JSON.stringify(t, null, 2) : formatTrace(t, { color: out.color, width: out.columns }));
+  return ExitCodes.Ok;
+}

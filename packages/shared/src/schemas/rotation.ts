@@ -1,0 +1,217 @@
+/**
+ * Rotation records and messages: moving every holder of a grant from generation k to k+1.
+ * The rotator owns {@link Rotation} (KV `mesh-rotations`, key `<module>.<requirement>`, one
+ * per grant, compare-and-set on its revision); holders send {@link Confirmation}s on
+ * `subjects.rotationConfirm` (stream MESH_CONFIRMATIONS); SDK holders register a
+ * {@link HolderRegistration} (KV `mesh-holders`) and read {@link RotationBroadcast}s.
+ */
+import { z } from "zod";
+import { KIND_LIST } from "../kinds.js";
+import { DURATION_PATTERN } from "../duration.js";
+
+/** A requirement's `rotate:` schedule: `{ every: 30d }` rotates the grant that often (counted from its current generation). */
+export const RotatePolicy = z.strictObject({
+  every: z.string().regex(DURATION_PATTERN, { message: "must be a duration such as 12h, 30d" }),
+});
+export type RotatePolicy = z.infer<typeof RotatePolicy>;
+
+/** States of a rotation. `Committed` is the only terminal one; `Stalled` goes on to `Committed` by itself. */
+export const RotationStates = {
+  /** Generation k+1 is written (encrypted, write-ahead) and staged on the provider beside k: both log in. */
+  Staged: "Staged",
+  /** k+1 was announced to every holder (per-part Deliveries, the SDK broadcast). */
+  Broadcast: "Broadcast",
+  /** Waiting for every holder's confirmation; the grant's `Rotating` condition says how many are in. */
+  AwaitingHolders: "AwaitingHolders",
+  /** Past the deadline with holders missing (named in `Rotating`); k still works; commits when they confirm. */
+  Stalled: "Stalled",
+  /** Every holder confirmed, k retired, the grant is on k+1. */
+  Committed: "Committed",
+} as const;
+export type RotationState = (typeof RotationStates)[keyof typeof RotationStates];
+
+/**
+ * One holder's progress, in milliseconds since the rotation's `requestedAt` (compact, because a
+ * rotation may have thousands of holders): `r` broadcast received, `a` applied (files written /
+ * application switched, and the login proved), `c` confirmation accepted by the rotator.
+ */
+export const HolderProgress = z.object({
+  r: z.number().optional(),
+  a: z.number().optional(),
+  c: z.number().optional(),
+});
+export type HolderProgress = z.infer<typeof HolderProgress>;
+
+/** A confirmation the rotator refused (kept so operators see forged or stray confirmations). */
+export const RefusedConfirmation = z.object({ holder: z.string(), at: z.string(), reason: z.string() });
+export type RefusedConfirmation = z.infer<typeof RefusedConfirmation>;
+
+export const Rotation = z.object({
+  /** `<module>/<requirement>#<to>`: what `meshctl trace` takes. */
+  id: z.string(),
+  grant: z.string(),
+  module: z.string(),
+  requirement: z.string(),
+  kind: z.enum(KIND_LIST),
+  provider: z.string(),
+  from: z.number().int().positive(),
+  to: z.number().int().positive(),
+  state: z.enum(Object.values(RotationStates) as [RotationState, ...RotationState[]]),
+  requestedAt: z.string(),
+  /** Past this, a rotation still awaiting holders is `Stalled`. */
+  deadline: z.string(),
+  /**
+   * Every holder that must confirm, by holder id: `<node>/<part>` for a node agent,
+   * `<node>/<part>/<instance>` for an SDK instance.
+   */
+  holders: z.record(z.string(), HolderProgress),
+  /** Newest last, at most {@link REFUSED_LIMIT}. */
+  refused: z.array(RefusedConfirmation).default([]),
+  /** Non-secret names of what k+1 is on the provider (role…), recorded on the grant at commit. */
+  resource: z.record(z.string(), z.string()).default({}),
+  /** W3C traceparent of the rotation's span: every holder's span is its child. */
+  traceparent: z.string().optional(),
+  /** When each state was entered, in order. */
+  history: z.array(z.object({ state: z.string(), at: z.string() })).default([]),
+  committedAt: z.string().optional(),
+  /** Why it was requested: `manual` (meshctl rotate) or `schedule`. */
+  trigger: z.enum(["manual", "schedule"]).default("manual"),
+});
+export type Rotation = z.infer<typeof Rotation>;
+
+/** The most refused confirmations a rotation record keeps. */
+export const REFUSED_LIMIT = 20;
+
+/** Request on `subjects.rotate`: start rotating a grant. */
+export const RotateRequest = z.object({
+  /** `<module>/<requirement>`. */
+  grant: z.string(),
+  /** How long holders have to confirm before the rotation is `Stalled`; default the rotator's (5 min). */
+  timeoutMs: z.number().int().positive().optional(),
+  trigger: z.enum(["manual", "schedule"]).optional(),
+});
+export type RotateRequest = z.infer<typeof RotateRequest>;
+
+/** Reply to a rotate request: the rotation as recorded, or an error (a running one is named in it). */
+export const RotateReply = z.discriminatedUnion("ok", [
+  z.object({ ok: z.literal(true), rotation: Rotation }),
+  z.object({ ok: z.literal(false), error: z.object({ code: z.string(), message: z.string(), retryable: z.boolean() }) }),
+]);
+export type RotateReply = z.infer<typeof RotateReply>;
+
+/**
+ * Event on `mesh.rotation.broadcast.<module>.<requirement>` (stream MESH_ROTATIONS): rotation
+ * `rotation` moves the grant from `from` to `to`. SDK holders read it live and, when they were
+ * away, as the last message of the subject. No secret in it; holders use the values sealed to
+ * them just before it, or fetch `to`.
+ */
+export const RotationBroadcast = z.object({
+  rotation: z.string(),
+  grant: z.string(),
+  module: z.string(),
+  requirement: z.string(),
+  from: z.number().int().positive(),
+  to: z.number().int().positive(),
+  publishedAt: z.string(),
+  /**
+   * The public xkey of the rotator instance that sealed `to`'s values to the SDK holders that
+   * registered an xkey ({@link SealedHolderValues}, sent before this event). Absent: holders fetch.
+   */
+  sender: z.string().optional(),
+});
+export type RotationBroadcast = z.infer<typeof RotationBroadcast>;
+
+/**
+ * Message on `subjects.holderValues(module, requirement, node, part, instance)` (plain NATS,
+ * stored in no stream): generation `generation` of `grant` for rotation `rotation`, sealed by
+ * `sender` (the rotator's xkey, also in the {@link RotationBroadcast}) to the one holder whose
+ * registration carries that xkey. `sealed` opens to a {@link SealedHolderPayload}. A holder
+ * uses it only when `sender` matches the broadcast's and the payload names the same holder,
+ * rotation and generation; otherwise it fetches.
+ */
+export const SealedHolderValues = z.object({
+  rotation: z.string(),
+  grant: z.string(),
+  holder: z.string(),
+  generation: z.number().int().positive(),
+  sender: z.string(),
+  sealed: z.string(),
+});
+export type SealedHolderValues = z.infer<typeof SealedHolderValues>;
+
+/** What {@link SealedHolderValues}.sealed opens to: the envelope's identity repeated inside the seal, and the binding values (secret). */
+export const SealedHolderPayload = z.object({
+  rotation: z.string(),
+  holder: z.string(),
+  generation: z.number().int().positive(),
+  values: z.record(z.string(), z.string()),
+});
+export type SealedHolderPayload = z.infer<typeof SealedHolderPayload>;
+
+/**
+ * Event on `mesh.rotation.confirm.<module>.<requirement>` (stream MESH_CONFIRMATIONS): holder
+ * `holder` applied generation `generation` of `grant` for rotation `rotation` and proved it works.
+ * Times are the holder's own clock (ISO), for the trace timeline.
+ */
+export const Confirmation = z.object({
+  rotation: z.string(),
+  grant: z.string(),
+  holder: z.string(),
+  generation: z.number().int().positive(),
+  receivedAt: z.string().optional(),
+  appliedAt: z.string().optional(),
+  confirmedAt: z.string(),
+});
+export type Confirmation = z.infer<typeof Confirmation>;
+
+/** An SDK holder instance (KV `mesh-holders`, key `<module>.<requirement>.<node>.<part>.<instance>`). */
+export const HolderRegistration = z.object({
+  holder: z.string(),
+  grant: z.string(),
+  node: z.string(),
+  part: z.string(),
+  instance: z.string(),
+  registeredAt: z.string(),
+  /** Refreshed while the instance runs; one not seen for {@link HOLDER_STALE_MS} is not asked to confirm. */
+  seenAt: z.string(),
+  /**
+   * The instance's public curve25519 xkey: a rotation seals the new generation's values to it
+   * ({@link SealedHolderValues}) so it need not fetch them. Absent (older instances): it fetches.
+   */
+  xkey: z.string().optional(),
+});
+export type HolderRegistration = z.infer<typeof HolderRegistration>;
+
+/** How often an SDK holder refreshes its registration. */
+export const HOLDER_HEARTBEAT_MS = 30_000;
+/** An SDK registration older than this is considered gone when a rotation starts. */
+export const HOLDER_STALE_MS = 3 * HOLDER_HEARTBEAT_MS;
+
+/** The id of the rotation of `grant` to generation `to`. */
+export function rotationId(grant: string, to: number): string {
+  return `${grant}#${to}`;
+}
+
+/** Parses a rotation id into its grant and target generation; undefined when it is not one. */
+export function parseRotationId(id: string): { grant: string; to: number } | undefined {
+  const m = /^([^#]+)#(\d+)$/.exec(id);
+  if (!m) return undefined;
+  return { grant: m[1]!, to: Number(m[2]) };
+}
+
+/** Holder id of an SDK instance: `<node>/<part>/<instance>`. */
+export function sdkHolderId(node: string, part: string, instance: string): string {
+  return `${node}/${part}/${instance}`;
+}
+
+/** Splits a holder id into node, part and (for an SDK instance) instance. */
+export function parseHolderId(id: string): { node: string; part: string; instance?: string } | undefined {
+  const [node, part, instance, ...rest] = id.split("/");
+  if (!node || !part || rest.length) return undefined;
+  return instance === undefined ? { node, part } : { node, part, instance };
+}
+
+/** True while a rotation still has work to do (not `Committed`). */
+export function isRotationRunning(r: Rotation | undefined): r is Rotation {
+  return r !== undefined && r.state !== RotationStates.Committed;
+}

@@ -1,0 +1,22 @@
+/**
+ * @mesh/rotator — moves every holder of a grant from generation k to k+1, and retires k only
+ * when all of them confirmed.
+ */
+export { startRotator, CONFIRMATIONS_DURABLE, type Rotator } from "./rotator.js";
+export { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
+export {
+  applyConfirmations,
+  enter,
+  holdersOf,
+  missingHolders,
+  nameHolders,
+  newRotation,
+  nextStep,
+  refusal,
+  withRotatingCondition,
+  type ConfirmationOutcome,
+  type RotationStep,
+} from "./rotation-machine.js";
+export { isDue, startSchedule } from "./schedule.js";
+export { contextOfTraceparent, traceparentOf } from "./trace-context.js";
+export { startTracing } from "./otel.js";

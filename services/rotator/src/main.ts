@@ -1,0 +1,45 @@
+#!/usr/bin/env node
+/**
+ * mesh-rotator: `NATS_URL`, the master key from `MESH_MASTER_KEY` or the file
+ * `MESH_MASTER_KEY_FILE` (default `.mesh/master.key`), admin passwords of providers from the
+ * variables or files their documents name (as for the provisioner). `MESH_ROTATION_TIMEOUT`
+ * (default `5m`) is how long holders have to confirm before a rotation is Stalled.
+ *
+ * TEST HOOK: `MESH_ROTATOR_TEST_PAUSE_AFTER=Staged|Broadcast|AwaitingHolders` freezes the
+ * process right after it persisted a rotation in that state, so a test can SIGKILL it there.
+ * Never set it in production.
+ */
+import { RotationStates, errorMessage, parseDuration, runService, serviceMasterKey, type RotationState } from "@mesh/shared";
+import { startRotator } from "./rotator.js";
+import { startTracing } from "./otel.js";
+
+function usageError(message: string): never {
+  process.stderr.write(`mesh-rotator: ${message}\n`);
+  process.exit(2);
+}
+
+const pause = process.env.MESH_ROTATOR_TEST_PAUSE_AFTER as RotationState | undefined;
+if (pause && !Object.values(RotationStates).includes(pause)) usageError(`MESH_ROTATOR_TEST_PAUSE_AFTER=${pause} is not a rotation state`);
+let defaultTimeoutMs: number | undefined;
+try {
+  defaultTimeoutMs = process.env.MESH_ROTATION_TIMEOUT ? parseDuration(process.env.MESH_ROTATION_TIMEOUT) : undefined;
+} catch (e) {
+  usageError(`MESH_ROTATION_TIMEOUT: ${errorMessage(e)}`);
+}
+
+await runService("rotator", async ({ store, log }) => {
+  const tracing = await startTracing("mesh-rotator");
+  const rotator = await startRotator({
+    store,
+    masterKey: serviceMasterKey(log),
+    log,
+    ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
+    ...(pause ? { testPauseAfter: pause, onTestPause: (s) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
+  });
+  return {
+    async stop() {
+      await rotator.stop();
+      await tracing.stop();
+    },
+  };
+});

@@ -1,0 +1,225 @@
+/**
+ * The rotation state machine as plain functions over plain data: who must confirm, what a
+ * batch of confirmations changes, what to do next, and the grant's `Rotating` condition.
+ * No NATS, no clock of its own (every function takes `now`), so every case is unit-tested.
+ */
+import {
+  HOLDER_STALE_MS,
+  REFUSED_LIMIT,
+  RotationStates,
+  holderKey,
+  parseHolderId,
+  rotationId,
+  setCondition,
+  type Condition,
+  type Confirmation,
+  type Grant,
+  type HolderRegistration,
+  type Rotation,
+} from "@mesh/shared";
+
+/**
+ * Every holder that must confirm a rotation of `grant` starting `now`: the node agents that
+ * hold a generation of it for a part that is still a target (`<node>/<part>`), and the SDK
+ * instances registered for a target part and seen within {@link HOLDER_STALE_MS}
+ * (`<node>/<part>/<instance>`). A target never delivered holds nothing, so it need not confirm;
+ * it gets the new generation from the provisioner after the commit. Sorted.
+ */
+export function holdersOf(grant: Grant, registrations: readonly HolderRegistration[], now: Date): string[] {
+  const targets = new Set(grant.targets.map((t) => holderKey(t.node, t.part)));
+  const out = new Set<string>();
+  for (const [key, h] of Object.entries(grant.holders)) if (targets.has(key) && h.generation > 0) out.add(key);
+  for (const r of registrations) {
+    if (r.grant !== grant.id || !targets.has(holderKey(r.node, r.part))) continue;
+    if (now.getTime() - Date.parse(r.seenAt) > HOLDER_STALE_MS) continue;
+    out.add(r.holder);
+  }
+  return [...out].sort();
+}
+
+/** A new rotation of `grant` from its generation k to k+1, in state `Staged`. */
+export function newRotation(opts: {
+  grant: Grant;
+  holders: readonly string[];
+  resource: Record<string, string>;
+  timeoutMs: number;
+  now: Date;
+  trigger?: Rotation["trigger"];
+  traceparent?: string;
+}): Rotation {
+  const { grant, now } = opts;
+  const to = grant.generation + 1;
+  return {
+    id: rotationId(grant.id, to),
+    grant: grant.id,
+    module: grant.module,
+    requirement: grant.requirement,
+    kind: grant.kind,
+    provider: grant.provider!,
+    from: grant.generation,
+    to,
+    state: RotationStates.Staged,
+    requestedAt: now.toISOString(),
+    deadline: new Date(now.getTime() + opts.timeoutMs).toISOString(),
+    holders: Object.fromEntries(opts.holders.map((h) => [h, {}])),
+    refused: [],
+    resource: opts.resource,
+    ...(opts.traceparent ? { traceparent: opts.traceparent } : {}),
+    history: [{ state: RotationStates.Staged, at: now.toISOString() }],
+    trigger: opts.trigger ?? "manual",
+  };
+}
+
+/** The rotation moved to `state` (history appended); the same object when it is there already. */
+export function enter(r: Rotation, state: Rotation["state"], now: Date): Rotation {
+  if (r.state === state) return r;
+  const next: Rotation = { ...r, state, history: [...r.history, { state, at: now.toISOString() }] };
+  if (state === RotationStates.Committed) next.committedAt = now.toISOString();
+  return next;
+}
+
+/** Holders that have not confirmed yet, sorted. */
+export function missingHolders(r: Rotation): string[] {
+  return Object.entries(r.holders)
+    .filter(([, p]) => p.c === undefined)
+    .map(([h]) => h)
+    .sort();
+}
+
+/** Why a confirmation is refused, or undefined when it is accepted (or a harmless repeat). */
+export function refusal(r: Rotation | undefined, c: Confirmation, targets: ReadonlySet<string>): string | undefined {
+  const id = parseHolderId(c.holder);
+  const holdsGrant = id !== undefined && targets.has(holderKey(id.node, id.part));
+  if (!r || r.grant !== c.grant) {
+    return holdsGrant ? `no rotation ${c.rotation} of grant ${c.grant} is running` : `${c.holder} does not hold grant ${c.grant}`;
+  }
+  if (!(c.holder in r.holders)) {
+    return holdsGrant
+      ? `${c.holder} was not a holder of grant ${c.grant} when rotation ${r.id} started`
+      : `${c.holder} does not hold grant ${c.grant}`;
+  }
+  if (c.rotation !== r.id || c.generation !== r.to) {
+    return `${c.holder} confirmed generation ${c.generation} of rotation ${c.rotation}, but rotation ${r.id} moves to generation ${r.to}`;
+  }
+  return undefined;
+}
+
+/** What a batch of confirmations did to a rotation. */
+export interface ConfirmationOutcome {
+  /** The rotation with them recorded; the same object when nothing changed. */
+  rotation: Rotation | undefined;
+  accepted: Confirmation[];
+  refused: Array<{ confirmation: Confirmation; reason: string }>;
+}
+
+/**
+ * Records a batch of confirmations of one grant: accepted ones set the holder's progress
+ * (received/applied from the holder's own times, confirmed = `now`), refused ones are listed on
+ * the rotation (newest {@link REFUSED_LIMIT}) and returned with their reason. `targets` is the
+ * grant's current `<node>/<part>` set, to tell a forged confirmation from a late one. Pure.
+ */
+export function applyConfirmations(r: Rotation | undefined, batch: readonly Confirmation[], targets: ReadonlySet<string>, now: Date): ConfirmationOutcome {
+  const accepted: Confirmation[] = [];
+  const refused: ConfirmationOutcome["refused"] = [];
+  if (!r) {
+    for (const c of batch) refused.push({ confirmation: c, reason: refusal(undefined, c, targets)! });
+    return { rotation: r, accepted, refused };
+  }
+  const start = Date.parse(r.requestedAt);
+  const offset = (iso: string | undefined) => (iso === undefined || Number.isNaN(Date.parse(iso)) ? undefined : Math.max(0, Date.parse(iso) - start));
+  let holders = r.holders;
+  for (const c of batch) {
+    const why = refusal(r, c, targets);
+    if (why) {
+      refused.push({ confirmation: c, reason: why });
+      continue;
+    }
+    if (holders[c.holder]?.c !== undefined) continue; // a repeat (redelivery): already in
+    if (holders === r.holders) holders = { ...r.holders };
+    const rr = offset(c.receivedAt);
+    const a = offset(c.appliedAt);
+    holders[c.holder] = { ...(rr !== undefined ? { r: rr } : {}), ...(a !== undefined ? { a } : {}), c: now.getTime() - start };
+    accepted.push(c);
+  }
+  if (holders === r.holders && refused.length === 0) return { rotation: r, accepted, refused };
+  const rotation: Rotation = { ...r, holders };
+  if (refused.length) {
+    rotation.refused = [...r.refused, ...refused.map((x) => ({ holder: x.confirmation.holder, at: now.toISOString(), reason: x.reason }))].slice(-REFUSED_LIMIT);
+  }
+  return { rotation, accepted, refused };
+}
+
+/** The next thing to do for a rotation. */
+export type RotationStep =
+  | { action: "broadcast" }
+  | { action: "await" }
+  | { action: "commit" }
+  | { action: "stall"; missing: string[] }
+  | { action: "wait"; untilMs: number }
+  | { action: "none" };
+
+/**
+ * What to do with `r` now: broadcast a `Staged` one; mark a `Broadcast` one as awaiting; commit
+ * once nobody is missing; stall an awaiting one past its deadline; otherwise wait (until the
+ * deadline, for an awaiting one). Pure.
+ */
+export function nextStep(r: Rotation, now: Date): RotationStep {
+  switch (r.state) {
+    case RotationStates.Staged:
+      return { action: "broadcast" };
+    case RotationStates.Broadcast:
+      return { action: "await" };
+    case RotationStates.AwaitingHolders:
+    case RotationStates.Stalled: {
+      const missing = missingHolders(r);
+      if (missing.length === 0) return { action: "commit" };
+      const deadline = Date.parse(r.deadline);
+      if (r.state === RotationStates.AwaitingHolders && now.getTime() >= deadline) return { action: "stall", missing };
+      return r.state === RotationStates.AwaitingHolders ? { action: "wait", untilMs: deadline } : { action: "none" };
+    }
+    default:
+      return { action: "none" };
+  }
+}
+
+/** A short list of holders for a message: the first few, then how many more. */
+export function nameHolders(holders: readonly string[], max = 5): string {
+  const shown = holders.slice(0, max).join(", ");
+  return holders.length > max ? `${shown} and ${holders.length - max} more` : shown;
+}
+
+/**
+ * The grant's conditions with `Rotating` as the rotation says: True/`AwaitingHolders` with the
+ * count while holders confirm, True/`HolderTimedOut` naming the missing ones when stalled, and
+ * removed once committed. The same array when nothing changes.
+ */
+export function withRotatingCondition(conditions: Condition[], r: Rotation, now: Date): Condition[] {
+  if (r.state === RotationStates.Committed) {
+    return conditions.some((c) => c.type === "Rotating") ? conditions.filter((c) => c.type !== "Rotating") : conditions;
+  }
+  const total = Object.keys(r.holders).length;
+  const missing = missingHolders(r);
+  if (r.state === RotationStates.Stalled) {
+    return setCondition(
+      conditions,
+      {
+        type: "Rotating",
+        status: "True",
+        reason: "HolderTimedOut",
+        message: `rotation ${r.id} stalled: ${missing.length} of ${total} holders have not confirmed generation ${r.to} (${nameHolders(missing)}); generation ${r.from} keeps working, and the rotation commits by itself when they confirm`,
+      },
+      now,
+    );
+  }
+  return setCondition(
+    conditions,
+    {
+      type: "Rotating",
+      status: "True",
+      reason: "AwaitingHolders",
+      // The count of confirmations lives in the rotation record: writing it here would rewrite the grant per confirmation.
+      message: `rotation ${r.id}: generation ${r.from} → ${r.to} (${r.state}), waiting for ${total} holder${total === 1 ? "" : "s"} to confirm`,
+    },
+    now,
+  );
+}

@@ -1,0 +1,30 @@
+/**
+ * Options of {@link startRotator}.
+ */
+import type { Logger, MasterKey, RotationState, Store } from "@mesh/shared";
+
+export interface RotatorOptions {
+  store: Store;
+  /** The master key credentials are encrypted under (the provisioner's). */
+  masterKey: MasterKey;
+  log: Logger;
+  /** Where providers' admin passwords are read from (their `passwordEnv`); default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+  /** How long holders have to confirm before a rotation is `Stalled`, unless the request says; default 5 min. */
+  defaultTimeoutMs?: number;
+  /** Between sweeps over running rotations (deadlines, work left by a crashed instance); default 5 s. */
+  sweepMs?: number;
+  /** How often requirements' `rotate: { every }` schedules are checked; default 60 s. */
+  scheduleCheckMs?: number;
+  /**
+   * TEST HOOK, never for production: after persisting a rotation in this state the rotator
+   * stops doing any work (it hangs, as if frozen), so a test can SIGKILL it in exactly that
+   * state. Set in a process by `MESH_ROTATOR_TEST_PAUSE_AFTER`.
+   */
+  testPauseAfter?: RotationState;
+  /** Called when the test hook paused the rotator. */
+  onTestPause?: (state: RotationState) => void;
+}
+
+/** Default of {@link RotatorOptions.defaultTimeoutMs}. */
+export const DEFAULT_ROTATION_TIMEOUT_MS = 5 * 60_000;

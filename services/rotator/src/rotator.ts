@@ -1,0 +1,490 @@
+/**
+ * The rotator service: starts rotations on request (or on a requirement's schedule), carries
+ * each through its persisted states, records holders' confirmations, and commits only when
+ * every holder confirmed. All state is the rotation record in KV (compare-and-set), so several
+ * instances share the work and a fresh instance finishes what a crashed one left.
+ */
+import { AckPolicy, JetStreamApiError, type JsMsg } from "@nats-io/jetstream";
+import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
+import {
+  BUILTIN_SECRET_PROVIDER,
+  Buckets,
+  Confirmation,
+  ErrorCodes,
+  Grant,
+  HolderRegistration,
+  KeyedQueue,
+  MeshError,
+  ProviderDoc,
+  QueueGroups,
+  RotateRequest,
+  Rotation,
+  RotationStates,
+  Streams,
+  consumeKeys,
+  createSealingKey,
+  errorMessage,
+  holderKey,
+  isCasConflict,
+  isRotationRunning,
+  isTrue,
+  keys,
+  kvFilter,
+  kvKeyOf,
+  kvStream,
+  listJson,
+  mutateJson,
+  parseGrantId,
+  parseHolderId,
+  readJson,
+  sealTo,
+  serveJson,
+  setCondition,
+  subjects,
+  traceHeaders,
+  tracer,
+  withDeliveredCondition,
+  type Delivery,
+  type RotateReply,
+  type RotationBroadcast,
+  type RotationState,
+  type SealedHolderPayload,
+  type SealedHolderValues,
+  type Store,
+} from "@mesh/shared";
+import { AdapterPool, CredentialStore, type ProviderAdapter } from "@mesh/providers";
+import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
+import { applyConfirmations, enter, holdersOf, missingHolders, nameHolders, newRotation, nextStep, withRotatingCondition } from "./rotation-machine.js";
+import { contextOfTraceparent, traceparentOf } from "./trace-context.js";
+import { startSchedule } from "./schedule.js";
+
+/** A running rotator. */
+export interface Rotator {
+  /** Starts a rotation of `grant` (`<module>/<requirement>`), as a request on `mesh.api.rotate` would. */
+  rotate(req: RotateRequest): Promise<Rotation>;
+  /** Works on the rotation of a grant key (`<module>.<requirement>`) now. */
+  advance(key: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** The durable consumer of confirmations, shared by every rotator instance. */
+export const CONFIRMATIONS_DURABLE = "rotator-confirmations";
+
+/**
+ * Starts the rotator: serves `mesh.api.rotate`, follows rotation records, and consumes
+ * confirmations. Picks up every running rotation at once (a crashed instance's too).
+ */
+export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
+  const { store, log } = opts;
+  const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
+  const adapters = new AdapterPool(opts.env ?? process.env);
+  const defaultTimeoutMs = opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS;
+  const spans = new Map<string, Span>();
+  const timers = new Map<string, NodeJS.Timeout>();
+  // This instance's sealing key: ephemeral; its public half travels in each broadcast it sends.
+  const sealer = createSealingKey();
+  // SDK holders' xkeys of the rotations started here, by rotation id, read once with the
+  // registrations; a rotation resumed elsewhere (or after a crash) reads them again.
+  const xkeysByRotation = new Map<string, Map<string, string>>();
+  let stopped = false;
+  let paused = false;
+  const frozen = new Promise<never>(() => {});
+  const holdIfPaused = async () => {
+    if (paused) await frozen;
+  };
+
+  /** Writes `next` over revision `revision` (or creates it); then the test hook may freeze the process. */
+  const persist = async (key: string, revision: number | undefined, next: Rotation): Promise<void> => {
+    await holdIfPaused();
+    if (revision === undefined) await store.kv.rotations.create(key, JSON.stringify(next));
+    else await store.kv.rotations.update(key, JSON.stringify(next), revision);
+    log.info({ rotation: next.id, state: next.state }, `rotation ${next.id} is ${next.state}`);
+    if (opts.testPauseAfter && next.state === opts.testPauseAfter) {
+      paused = true;
+      log.warn({ rotation: next.id, state: next.state }, "TEST HOOK: the rotator froze after persisting this state");
+      opts.onTestPause?.(next.state);
+    }
+  };
+
+  const adapterOf = async (kind: Grant["kind"], provider: string): Promise<ProviderAdapter> => {
+    const doc = provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, provider, ProviderDoc))?.value;
+    if (provider !== BUILTIN_SECRET_PROVIDER && !doc) {
+      throw new MeshError(ErrorCodes.NotFound, `provider ${provider} is not registered any more; apply its document again`, { retryable: true });
+    }
+    return adapters.get(kind, doc);
+  };
+
+  const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) =>
+    mutateJson(store.kv.grants, key, Grant, (g) => (g ? fn(g) : undefined));
+
+  const refuseRunning = (r: Rotation): MeshError => {
+    const total = Object.keys(r.holders).length;
+    return new MeshError(
+      ErrorCodes.Conflict,
+      `grant ${r.grant} is already rotating: rotation ${r.id} (generation ${r.from} → ${r.to}) is ${r.state}, ${total - missingHolders(r).length}/${total} holders confirmed; wait for it (meshctl rotate ${r.grant} --wait) or see meshctl status`,
+    );
+  };
+
+  const rotate = async (req: RotateRequest): Promise<Rotation> => {
+    await holdIfPaused();
+    const id = parseGrantId(req.grant);
+    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
+    const key = keys.grant(id.module, id.requirement);
+    const existing = await readJson(store.kv.rotations, key, Rotation);
+    if (isRotationRunning(existing?.value)) throw refuseRunning(existing.value);
+    const g = (await readJson(store.kv.grants, key, Grant))?.value;
+    if (!g) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist; meshctl status lists the grants`);
+    if (!g.provider || g.generation === 0 || !isTrue(g.conditions, "Provisioned")) {
+      throw new MeshError(ErrorCodes.Conflict, `grant ${req.grant} is not provisioned yet (generation ${g.generation}); nothing to rotate until it is`, { retryable: true });
+    }
+    const now = new Date();
+    const registrations = (await listJson(store.kv.holders, HolderRegistration, keys.holdersOf(id.module, id.requirement))).map((r) => r.value);
+    const holders = holdersOf(g, registrations, now);
+    const to = g.generation + 1;
+    const xkeys = xkeysOf(registrations);
+    const adapter = await adapterOf(g.kind, g.provider);
+    // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
+    const secret = await credentials.ensure(g, to, g.provider, () => adapter.generate());
+    // Stage k+1 beside k: both log in from here until the commit.
+    const staged = await adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret });
+    await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
+    const span = tracer("rotator").startSpan(
+      "rotate",
+      { attributes: { "mesh.rotation": `${g.id}#${to}`, "mesh.grant": g.id, "mesh.from": g.generation, "mesh.to": to, "mesh.holders": holders.length } },
+      ROOT_CONTEXT,
+    );
+    const tp = traceparentOf(span);
+    const rotation = newRotation({
+      grant: g,
+      holders,
+      resource: { ...staged.resource, provider: g.provider },
+      timeoutMs: req.timeoutMs ?? defaultTimeoutMs,
+      now,
+      ...(req.trigger ? { trigger: req.trigger } : {}),
+      ...(tp ? { traceparent: tp } : {}),
+    });
+    try {
+      // One rotation per grant: create, or replace a committed one at the revision read.
+      const cur = await readJson(store.kv.rotations, key, Rotation);
+      if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
+      await persist(key, cur?.revision, rotation);
+    } catch (e) {
+      span.end();
+      if (isCasConflict(e)) {
+        const cur = await readJson(store.kv.rotations, key, Rotation);
+        if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
+      }
+      throw e;
+    }
+    spans.set(rotation.id, span);
+    if (xkeysByRotation.size >= 1_000) xkeysByRotation.delete(xkeysByRotation.keys().next().value!);
+    xkeysByRotation.set(rotation.id, xkeys);
+    log.info({ rotation: rotation.id, holders: holders.length }, `rotation ${rotation.id} staged for ${holders.length} holders`);
+    void queue.enqueue(key).catch(() => undefined);
+    return rotation;
+  };
+
+  /**
+   * Seals k+1's binding values to every SDK holder of `r` that registered an xkey, one plain
+   * NATS message each on its own subject (in no stream), and returns the sealing key's public
+   * half; undefined when nothing was sent (those holders fetch). Holders whose xkey does not
+   * take a seal are skipped: they fetch.
+   */
+  const sendSealedValues = async (r: Rotation): Promise<string | undefined> => {
+    let xkeys = xkeysByRotation.get(r.id);
+    xkeysByRotation.delete(r.id);
+    xkeys ??= xkeysOf((await listJson(store.kv.holders, HolderRegistration, keys.holdersOf(r.module, r.requirement))).map((x) => x.value));
+    const targets = Object.keys(r.holders).flatMap((holder) => {
+      const id = parseHolderId(holder);
+      const xkey = xkeys.get(holder);
+      return id?.instance !== undefined && xkey ? [{ holder, node: id.node, part: id.part, instance: id.instance, xkey }] : [];
+    });
+    if (targets.length === 0) return undefined;
+    // Read (and decrypted) once for every holder.
+    const values = (await credentials.read(r.module, r.requirement, r.to))?.bindings;
+    if (!values) return undefined;
+    const sender = sealer.getPublicKey();
+    let sent = 0;
+    for (const t of targets) {
+      const payload: SealedHolderPayload = { rotation: r.id, holder: t.holder, generation: r.to, values };
+      let sealed: string;
+      try {
+        sealed = sealTo(sealer, t.xkey, payload);
+      } catch {
+        continue; // not a curve key: that holder fetches
+      }
+      const m: SealedHolderValues = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to, sender, sealed };
+      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(m));
+      sent++;
+    }
+    log.debug({ rotation: r.id, sealed: sent, holders: targets.length }, "sealed values sent to SDK holders");
+    return sent ? sender : undefined;
+  };
+
+  const broadcast = async (r: Rotation): Promise<void> => {
+    const headers = () => traceHeaders(contextOfTraceparent(r.traceparent));
+    const publishedAt = new Date().toISOString();
+    // Before the broadcast, on this same connection, so each holder has its values when the broadcast arrives.
+    let sender: string | undefined;
+    try {
+      sender = await sendSealedValues(r);
+    } catch (e) {
+      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not seal the new values to SDK holders; they fetch them");
+    }
+    const agentHolders = Object.keys(r.holders).map((h) => parseHolderId(h)).filter((h) => h && h.instance === undefined);
+    await Promise.all(
+      agentHolders.map(async (h) => {
+        const d: Delivery = {
+          grant: r.grant,
+          module: r.module,
+          requirement: r.requirement,
+          part: h!.part,
+          node: h!.node,
+          kind: r.kind,
+          provider: r.provider,
+          generation: r.to,
+          publishedAt,
+          rotation: r.id,
+        };
+        await store.js.publish(subjects.delivery(h!.node, r.module, h!.part, r.requirement), JSON.stringify(d), {
+          msgID: `${r.id}:${h!.node}:${h!.part}`,
+          headers: headers(),
+        });
+      }),
+    );
+    const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, from: r.from, to: r.to, publishedAt, ...(sender ? { sender } : {}) };
+    await store.js.publish(subjects.rotationBroadcast(r.module, r.requirement), JSON.stringify(b), { msgID: r.id, headers: headers() });
+  };
+
+  const commit = async (key: string, r: Rotation): Promise<void> => {
+    const adapter = await adapterOf(r.kind, r.provider);
+    // Every holder confirmed k+1: only now does k stop working.
+    await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+    const now = new Date();
+    await setGrant(key, (g) => {
+      const next: Grant = {
+        ...g,
+        generation: Math.max(g.generation, r.to),
+        resource: { ...g.resource, ...r.resource },
+        conditions: setCondition(
+          withRotatingCondition(g.conditions, { ...r, state: RotationStates.Committed }, now),
+          { type: "Provisioned", status: "True", reason: "Provisioned", message: `generation ${r.to} on ${r.provider} (rotation ${r.id}; generation ${r.from} retired)` },
+          now,
+        ),
+      };
+      next.conditions = withDeliveredCondition(next, now);
+      return next;
+    });
+  };
+
+  const endSpan = (r: Rotation, outcome: string) => {
+    let span = spans.get(r.id);
+    spans.delete(r.id);
+    // Another instance started it: this instance's part joins the same trace.
+    span ??= tracer("rotator").startSpan("rotate.resume", { attributes: { "mesh.rotation": r.id } }, contextOfTraceparent(r.traceparent));
+    span.setAttribute("mesh.outcome", outcome);
+    span.end();
+  };
+
+  const schedule = (key: string, atMs: number) => {
+    clearTimeout(timers.get(key));
+    const t = setTimeout(() => {
+      timers.delete(key);
+      if (!stopped) void queue.enqueue(key).catch(() => undefined);
+    }, Math.max(0, atMs - Date.now()) + 10);
+    t.unref();
+    timers.set(key, t);
+  };
+
+  const advance = async (key: string): Promise<void> => {
+    for (let guard = 0; guard < 10 && !stopped; guard++) {
+      await holdIfPaused();
+      const cur = await readJson(store.kv.rotations, key, Rotation);
+      if (!cur || !isRotationRunning(cur.value)) return;
+      const r = cur.value;
+      const now = new Date();
+      const step = nextStep(r, now);
+      const rlog = log.child({ rotation: r.id, state: r.state });
+      try {
+        switch (step.action) {
+          case "broadcast":
+            await broadcast(r);
+            await persist(key, cur.revision, enter(r, RotationStates.Broadcast, now));
+            continue;
+          case "await": {
+            const next = enter(r, RotationStates.AwaitingHolders, now);
+            await setGrant(key, (g) => {
+              const conditions = withRotatingCondition(g.conditions, next, now);
+              return conditions === g.conditions ? undefined : { ...g, conditions };
+            });
+            await persist(key, cur.revision, next);
+            continue;
+          }
+          case "stall": {
+            const next = enter(r, RotationStates.Stalled, now);
+            await setGrant(key, (g) => ({ ...g, conditions: withRotatingCondition(g.conditions, next, now) }));
+            await persist(key, cur.revision, next);
+            rlog.warn({ missing: step.missing }, `rotation ${r.id} stalled: ${step.missing.length} holders have not confirmed (${nameHolders(step.missing)}); generation ${r.from} is kept`);
+            return;
+          }
+          case "commit": {
+            await commit(key, r);
+            const next = enter(r, RotationStates.Committed, now);
+            await persist(key, cur.revision, next);
+            endSpan(next, "committed");
+            clearTimeout(timers.get(key));
+            timers.delete(key);
+            return;
+          }
+          case "wait":
+            schedule(key, step.untilMs);
+            return;
+          default:
+            return;
+        }
+      } catch (e) {
+        if (isCasConflict(e)) continue; // someone else moved it: look again
+        rlog.warn({ err: errorMessage(e) }, "rotation step failed; it is retried");
+        throw e;
+      }
+    }
+  };
+
+  const queue = new KeyedQueue(advance, 16);
+
+  const sweep = async () => {
+    try {
+      for (const r of await listJson(store.kv.rotations, Rotation)) {
+        if (isRotationRunning(r.value)) void queue.enqueue(r.key).catch(() => undefined);
+      }
+    } catch (e) {
+      log.warn({ err: errorMessage(e) }, "could not list rotations");
+    }
+  };
+
+  // Confirmations: fetched in batches, each batch one compare-and-set write per rotation.
+  try {
+    await store.jsm.consumers.add(Streams.confirmations, {
+      durable_name: CONFIRMATIONS_DURABLE,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: "all" as never,
+      filter_subject: subjects.rotationConfirmsAll,
+      // Short: confirmations taken by an instance that died come back to another one soon.
+      ack_wait: 5_000_000_000,
+      max_ack_pending: 20_000,
+    });
+  } catch (e) {
+    if (!(e instanceof JetStreamApiError)) throw e;
+  }
+  const consumer = await store.js.consumers.get(Streams.confirmations, CONFIRMATIONS_DURABLE);
+  const messages = await consumer.consume({ max_messages: 1_000 });
+  let buffer: JsMsg[] = [];
+  let flushing: Promise<void> | undefined;
+  const flush = async (): Promise<void> => {
+    while (buffer.length) {
+      const batch = buffer;
+      buffer = [];
+      await holdIfPaused();
+      const byGrant = new Map<string, Array<{ m: JsMsg; c: Confirmation }>>();
+      for (const m of batch) {
+        let c: Confirmation;
+        try {
+          c = Confirmation.parse(m.json());
+        } catch {
+          log.warn({ subject: m.subject }, "a message on the confirmation stream is not a Confirmation; dropped");
+          m.term();
+          continue;
+        }
+        const id = parseGrantId(c.grant);
+        if (!id || m.subject !== subjects.rotationConfirm(id.module, id.requirement)) {
+          log.warn({ subject: m.subject, holder: c.holder, grant: c.grant }, "a confirmation does not match its subject; refused");
+          m.term();
+          continue;
+        }
+        const key = keys.grant(id.module, id.requirement);
+        byGrant.set(key, [...(byGrant.get(key) ?? []), { m, c }]);
+      }
+      await Promise.all(
+        [...byGrant].map(async ([key, items]) => {
+          try {
+            const g = (await readJson(store.kv.grants, key, Grant))?.value;
+            const targets = new Set((g?.targets ?? []).map((t) => holderKey(t.node, t.part)));
+            let refused: ReturnType<typeof applyConfirmations>["refused"] = [];
+            let done = false;
+            const now = new Date();
+            await mutateJson(store.kv.rotations, key, Rotation, (r) => {
+              const out = applyConfirmations(isRotationRunning(r) ? r : undefined, items.map((i) => i.c), targets, now);
+              refused = out.refused;
+              done = out.rotation !== undefined && missingHolders(out.rotation).length === 0;
+              // Refusals of confirmations when no rotation runs are logged, not stored.
+              return out.rotation === r || out.rotation === undefined ? undefined : out.rotation;
+            });
+            for (const x of refused) {
+              log.warn({ holder: x.confirmation.holder, grant: x.confirmation.grant, rotation: x.confirmation.rotation }, `confirmation refused: ${x.reason}`);
+            }
+            for (const i of items) i.m.ack();
+            if (done) void queue.enqueue(key).catch(() => undefined);
+          } catch (e) {
+            log.warn({ err: errorMessage(e), grant: key }, "could not record confirmations; they come back");
+            for (const i of items) i.m.nak(500);
+          }
+        }),
+      );
+    }
+  };
+  const confirmations = (async () => {
+    for await (const m of messages) {
+      buffer.push(m);
+      flushing ??= new Promise<void>((r) => setImmediate(r)).then(flush).finally(() => (flushing = undefined));
+    }
+  })();
+
+  const api = serveJson(store.nc, subjects.rotate, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
+    const parsed = RotateRequest.safeParse(body);
+    if (!parsed.success) {
+      throw new MeshError(ErrorCodes.InvalidRequest, `not a rotate request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+    }
+    return { ok: true, rotation: await rotate(parsed.data) };
+  });
+
+  const changes = await consumeKeys({
+    store,
+    stream: kvStream(Buckets.rotations),
+    durable: "rotator",
+    filter: kvFilter(Buckets.rotations),
+    keyOf: kvKeyOf(Buckets.rotations),
+    queue,
+    log,
+  });
+  const sweeper = setInterval(() => void sweep(), opts.sweepMs ?? 5_000);
+  sweeper.unref();
+  await sweep();
+  const scheduler = startSchedule({ store, log, checkMs: opts.scheduleCheckMs ?? 60_000, rotate });
+  log.info("rotator started");
+
+  return {
+    rotate,
+    advance: (key) => queue.enqueue(key),
+    async stop() {
+      stopped = true;
+      clearInterval(sweeper);
+      scheduler.stop();
+      for (const t of timers.values()) clearTimeout(t);
+      await api.stop();
+      await changes.stop();
+      await messages.close();
+      await confirmations.catch(() => undefined);
+      await flushing?.catch(() => undefined);
+      await adapters.close();
+    },
+  };
+}
+
+/** The xkey of each SDK holder (by holder id) among `registrations` that registered one. */
+function xkeysOf(registrations: readonly HolderRegistration[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const r of registrations) if (r.xkey) out.set(r.holder, r.xkey);
+  return out;
+}
+
+export type { RotationState };

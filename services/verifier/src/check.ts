@@ -1,0 +1,123 @@
+/**
+ * One check of a grant from where the verifier runs, and one repair: the side effects around
+ * {@link classifyCheck}. Values of credentials are read from the credential history and go
+ * only to the provider; none is logged or returned.
+ */
+import {
+  BUILTIN_SECRET_PROVIDER,
+  ErrorCodes,
+  MeshError,
+  ProviderDoc,
+  errorMessage,
+  isMeshError,
+  readJson,
+  type CheckResult,
+  type Grant,
+  type Store,
+} from "@mesh/shared";
+import { createAdapter, type AdapterPool, type CredentialStore, type LoginResult, type ProviderAdapter } from "@mesh/providers";
+import { classifyCheck, type Observation } from "./classify.js";
+import type { RepairAction } from "./repair-plan.js";
+
+/** How many generations before the current one a check tries when the current one is rejected. */
+export const OLDER_GENERATIONS_TRIED = 8;
+
+export interface CheckDeps {
+  store: Store;
+  credentials: CredentialStore;
+  adapters: AdapterPool;
+  env: NodeJS.ProcessEnv;
+}
+
+/** The adapter of the grant's provider: with its admin connection when the verifier has its password, else login only. */
+async function adapterFor(deps: CheckDeps, grant: Grant): Promise<{ adapter: ProviderAdapter; admin: boolean; adminProblem?: string; close?: () => Promise<void> } | undefined> {
+  let doc: ProviderDoc | undefined;
+  if (grant.provider !== BUILTIN_SECRET_PROVIDER) {
+    doc = (await readJson(deps.store.kv.providers, grant.provider!, ProviderDoc))?.value;
+    if (!doc) return undefined; // the resolver re-resolves the grant; nothing to check against
+  }
+  try {
+    return { adapter: deps.adapters.get(grant.kind, doc), admin: true };
+  } catch (e) {
+    if (!doc || !isMeshError(e, ErrorCodes.ProviderMisconfigured)) throw e;
+    // No admin password here (or a broken admin setting): logins still prove the credential.
+    const adapter = createAdapter(grant.kind, { name: doc.name, node: doc.node, endpoint: doc.endpoint });
+    return { adapter, admin: false, adminProblem: errorMessage(e), close: () => adapter.close() };
+  }
+}
+
+function observationOf(e: unknown): Observation {
+  return { error: isMeshError(e, ErrorCodes.ProviderUnreachable) ? "unreachable" : "failed", message: errorMessage(e) };
+}
+
+/**
+ * Checks `grant` (which must have a provider and a generation ≥ 1): logs in with the current
+ * generation's values, observes the resource and, when the login is rejected, logs in with older
+ * generations' (newest first, at most {@link OLDER_GENERATIONS_TRIED}). Returns undefined when
+ * there is nothing to check yet (the provider is not registered, or the current generation's
+ * values are not recorded). Throws only on a failure of the store.
+ */
+export async function checkGrant(deps: CheckDeps, grant: Grant, now = () => new Date()): Promise<CheckResult | undefined> {
+  const a = await adapterFor(deps, grant);
+  if (!a) return undefined;
+  try {
+    const current = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
+    if (!current?.bindings) return undefined;
+    const ref = { module: grant.module, requirement: grant.requirement, generation: grant.generation };
+    // Login first, then observe: a change made while the check runs (a role dropped) is then
+    // seen by the observation that explains the failed login, not missed by one made before it.
+    const login = await a.adapter.login({ bindings: current.bindings });
+    const observed: Observation = a.admin
+      ? await a.adapter.observe({ grant: ref }).then((r): Observation => ({ exists: r.exists, details: r.details }), observationOf)
+      : { error: "failed", message: a.adminProblem ?? "no admin connection" };
+    const older: Array<{ generation: number; result: LoginResult }> = [];
+    if (!login.ok && login.reason !== "unreachable") {
+      for (let g = grant.generation - 1; g >= Math.max(1, grant.generation - OLDER_GENERATIONS_TRIED); g--) {
+        const cred = await deps.credentials.read(grant.module, grant.requirement, g);
+        if (!cred?.bindings) continue;
+        const result = await a.adapter.login({ bindings: cred.bindings });
+        older.push({ generation: g, result });
+        if (result.ok) break;
+      }
+    }
+    const c = classifyCheck({
+      grant: grant.id,
+      provider: grant.provider!,
+      generation: grant.generation,
+      observed,
+      current: login,
+      older,
+      from: "the verifier",
+    });
+    return {
+      ok: c.ok,
+      ...(c.reason ? { reason: c.reason } : {}),
+      message: c.message,
+      generation: grant.generation,
+      ...(c.divergedTo ? { divergedTo: c.divergedTo } : {}),
+      observedAt: now().toISOString(),
+    };
+  } finally {
+    await a.close?.();
+  }
+}
+
+/**
+ * Repairs `grant` at its provider: `recreate` and `reapply` both make the resource exist with
+ * the current generation's recorded secret (the adapter's `create` is idempotent and applies
+ * the credential). Throws a MeshError saying why when it cannot.
+ */
+export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairAction): Promise<void> {
+  const a = await adapterFor(deps, grant);
+  if (!a) throw new MeshError(ErrorCodes.NotFound, `provider ${grant.provider} is not registered`);
+  try {
+    if (!a.admin) {
+      throw new MeshError(ErrorCodes.ProviderMisconfigured, `cannot ${action === "recreate" ? "re-create" : "re-apply"} without the provider's admin connection: ${a.adminProblem}`);
+    }
+    const cred = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
+    if (!cred) throw new MeshError(ErrorCodes.NotFound, `generation ${grant.generation} of ${grant.id} is not in the credential history`);
+    await a.adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret });
+  } finally {
+    await a.close?.();
+  }
+}

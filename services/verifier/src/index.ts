@@ -1,0 +1,8 @@
+/** @mesh/verifier — re-checks every grant against the world, and repairs drift by policy. */
+export { startVerifier, type Verifier, type VerifierStats, type VerifyOutcome } from "./verifier.js";
+export type { VerifierOptions } from "./verifier-options.js";
+export { classifyCheck, type CheckInputs, type Classification, type Observation } from "./classify.js";
+export { foldVerified, verificationBasis, advice, probeWorthStoring, type FoldInput } from "./fold.js";
+export { repairAction, appendRepair, describeRepair, type RepairAction } from "./repair-plan.js";
+export { DEFAULT_VERIFY_INTERVAL_MS, JITTER, FRESH_SHARE, TAKEOVER_SHARE, globalInterval, intervalOf, jittered, dueIn, isFresh, leaveToOwner } from "./schedule.js";
+export { checkGrant, repairGrant, OLDER_GENERATIONS_TRIED, type CheckDeps } from "./check.js";

@@ -1,0 +1,428 @@
+/**
+ * The verifier service: re-checks every grant on a schedule (per-grant interval with jitter)
+ * and on events (the grant changed: provisioned, delivered, a new generation; an agent's probe
+ * came in; `meshctl verify` asked), records the outcome in KV `mesh-verifications`, sets the
+ * grant's `Verified` condition when it changes, and repairs drift by policy.
+ *
+ * Several instances may run: every instance schedules every grant, but a check whose basis is
+ * unchanged and younger than 80 % of the interval (read from the record) is skipped, so the
+ * instances share the work instead of repeating it; probe reports and verify requests go to one
+ * instance through a queue group; records and grants are written with compare-and-set. Within
+ * one instance, scheduled and event-driven work on a grant never overlaps; a forced check
+ * (`meshctl verify`) has its own queue so it is answered promptly, and may run beside one —
+ * both converge, since every write is compare-and-set and a repair is idempotent.
+ */
+import { hostname } from "node:os";
+import {
+  ErrorCodes,
+  Grant,
+  KeyedQueue,
+  MeshError,
+  ProbeReply,
+  ProbeReport,
+  QueueGroups,
+  Verification,
+  VerifyRequest,
+  errorMessage,
+  getCondition,
+  holderKey,
+  isTrue,
+  keys,
+  mutateJson,
+  parseGrantId,
+  readJson,
+  requestJson,
+  serveJson,
+  setCondition,
+  subjects,
+  type CheckResult,
+  type RepairEvent,
+  type VerifyReply,
+} from "@mesh/shared";
+import { AdapterPool, CredentialStore } from "@mesh/providers";
+import { checkGrant, repairGrant, type CheckDeps } from "./check.js";
+import { foldVerified, probeWorthStoring, verificationBasis } from "./fold.js";
+import { appendRepair, describeRepair, repairAction } from "./repair-plan.js";
+import { dueIn, globalInterval, intervalOf, isFresh, leaveToOwner } from "./schedule.js";
+import type { VerifierOptions } from "./verifier-options.js";
+
+/** What one run of a grant ended with. */
+export interface VerifyOutcome {
+  /** The grant after the run; undefined when it does not exist. */
+  grant?: Grant;
+  verification?: Verification;
+  /** The repair made in this run. */
+  repair?: RepairEvent;
+  /** Whether the verifier itself checked the provider in this run (not only folded probes). */
+  checked: boolean;
+  /** Why the grant cannot be checked now, when it cannot. */
+  notCheckable?: string;
+}
+
+/** Counters since start, for the benchmark and the log. */
+export interface VerifierStats {
+  /** Checks made (a repair's re-check included). */
+  checks: number;
+  /** Runs that found a fresh check and did not check again. */
+  skipped: number;
+  repairs: number;
+  /** Probe reports received. */
+  probes: number;
+  /** `Verified` condition changes written. */
+  transitions: number;
+  /** Runs that failed (store errors); retried. */
+  errors: number;
+}
+
+export interface Verifier {
+  /** This instance's name. */
+  readonly instance: string;
+  /** Checks `<module>.<requirement>` now (asking its holders' agents to probe too); with `repair`, repairs once whatever the policy. */
+  verify(key: string, opts?: { repair?: boolean }): Promise<VerifyOutcome>;
+  stats(): VerifierStats;
+  /** Stops scheduling and serving, waits for the runs in work. Idempotent. */
+  stop(): Promise<void>;
+}
+
+type Mode = "probe" | "scheduled" | "event" | "forced";
+const RANK: Record<Mode, number> = { probe: 0, scheduled: 1, event: 2, forced: 3 };
+interface Pending {
+  mode: Mode;
+  repair: boolean;
+  probes: ProbeReport[];
+}
+
+/** Starts a verifier; see the file's doc comment. */
+export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
+  const { store, log } = opts;
+  const env = opts.env ?? process.env;
+  const defaultInterval = opts.intervalMs ?? globalInterval(env);
+  const instance = opts.instance ?? `verifier@${hostname()}/${process.pid}`;
+  const random = opts.random ?? Math.random;
+  const probeTimeoutMs = opts.probeTimeoutMs ?? 3_000;
+  const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env), env };
+  const stats: VerifierStats = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
+
+  const pending = new Map<string, Pending>();
+  const outcomes = new Map<string, VerifyOutcome>();
+  const timers = new Map<string, NodeJS.Timeout>();
+  const inflight = new Set<Promise<void>>();
+  let stopped = false;
+
+  const queue = new KeyedQueue(async (key) => {
+    const p = pending.get(key) ?? { mode: "event", repair: false, probes: [] };
+    pending.delete(key);
+    await reconcile(key, p);
+  }, opts.concurrency ?? 16);
+
+  // Forced checks (meshctl verify) have their own small queue, so that an answer does not wait
+  // behind a backlog of scheduled checks when the verifier is saturated.
+  const forcedRepair = new Map<string, boolean>();
+  const forcedQueue = new KeyedQueue(async (key) => {
+    const repair = forcedRepair.get(key) ?? false;
+    forcedRepair.delete(key);
+    outcomes.set(key, await reconcile(key, { mode: "forced", repair, probes: [] }));
+  }, 4);
+
+  /** Asks for a run of `key`; requests made before the run starts are merged into it. */
+  const request = (key: string, want: { mode: Mode; repair?: boolean; probes?: ProbeReport[] }): Promise<void> => {
+    if (stopped) return Promise.resolve();
+    const cur = pending.get(key);
+    pending.set(key, {
+      mode: cur && RANK[cur.mode] > RANK[want.mode] ? cur.mode : want.mode,
+      repair: (cur?.repair ?? false) || (want.repair ?? false),
+      probes: [...(cur?.probes ?? []), ...(want.probes ?? [])],
+    });
+    const run = queue.enqueue(key);
+    const tracked = run.catch(() => undefined);
+    inflight.add(tracked);
+    void tracked.finally(() => inflight.delete(tracked));
+    return run;
+  };
+
+  const unschedule = (key: string) => {
+    clearTimeout(timers.get(key));
+    timers.delete(key);
+  };
+  const schedule = (key: string, delayMs: number) => {
+    if (stopped) return;
+    unschedule(key);
+    const t = setTimeout(() => {
+      timers.delete(key);
+      request(key, { mode: "scheduled" }).catch((e: unknown) => {
+        stats.errors++;
+        log.warn({ key, err: errorMessage(e) }, "scheduled verification failed; retrying");
+        schedule(key, Math.min(defaultInterval, 5_000));
+      });
+    }, delayMs);
+    t.unref();
+    timers.set(key, t);
+  };
+
+  /** Probes of `g` from its holders' agents, asked for now; agents that do not answer are left out. */
+  const requestProbes = async (g: Grant): Promise<ProbeReport[]> => {
+    const nodes = [...new Set(g.targets.map((t) => t.node))];
+    const replies = await Promise.all(
+      nodes.map(async (node) => {
+        try {
+          const reply = ProbeReply.safeParse(
+            await requestJson(store.nc, subjects.probeRequest(node), { grant: g.id }, { service: `agent of node ${node}`, timeoutMs: probeTimeoutMs }),
+          );
+          if (!reply.success || !reply.data.ok) return [];
+          return reply.data.reports.filter((r) => r.grant === g.id && r.node === node);
+        } catch (e) {
+          log.debug({ grant: g.id, node, err: errorMessage(e) }, "no probe from this node's agent");
+          return [];
+        }
+      }),
+    );
+    return replies.flat();
+  };
+
+  const reconcile = async (key: string, p: Pending): Promise<VerifyOutcome> => {
+    const found = await readJson(store.kv.grants, key, Grant);
+    if (!found) {
+      unschedule(key);
+      outcomes.delete(key);
+      const e = await store.kv.verifications.get(key);
+      if (e && e.operation === "PUT") await store.kv.verifications.delete(key);
+      return { checked: false, notCheckable: "the grant does not exist" };
+    }
+    const g = found.value;
+    const glog = log.child({ grant: g.id });
+    if (!g.provider || g.generation < 1) {
+      // Nothing to verify (not resolved, or no credential yet): a Verified condition from before would mislead.
+      unschedule(key);
+      const updated = await mutateJson(store.kv.grants, key, Grant, (cur) =>
+        cur && (!cur.provider || cur.generation < 1) && getCondition(cur.conditions, "Verified")
+          ? { ...cur, conditions: cur.conditions.filter((c) => c.type !== "Verified") }
+          : undefined,
+      );
+      return { grant: updated ?? g, checked: false, notCheckable: !g.provider ? "it has no provider (see its Resolved condition)" : "it has no credential yet (generation 0)" };
+    }
+    const interval = intervalOf(g, defaultInterval);
+    const policy = g.repair ?? "auto";
+    const rotating = isTrue(g.conditions, "Rotating");
+    const now = Date.now();
+    const rec = await readJson(store.kv.verifications, key, Verification);
+    const basis = verificationBasis(g);
+    const checkable = isTrue(g.conditions, "Provisioned") && g.resource.provider === g.provider;
+    // A holder's node newly failing while the verifier's last check passed: check now, so the
+    // condition tells "fails from that node" from "fails everywhere" rather than guess.
+    const newFailure = p.probes.some((r) => {
+      const prev = rec?.value.probes[holderKey(r.node, r.part)];
+      return !r.result.ok && r.result.generation === g.generation && rec?.value.verifier.ok === true && (!prev || prev.ok || prev.reason !== r.result.reason);
+    });
+    let needCheck =
+      checkable &&
+      (p.mode === "forced" || newFailure || !rec || rec.value.basis !== basis || rec.value.verifier.generation !== g.generation || !isFresh(rec.value.checkedAt, interval, now));
+    // Another live instance keeps this grant: it reacts to the same schedule and events, so
+    // look again later rather than check it twice (forced checks and new failures go ahead).
+    const owned = leaveToOwner(rec?.value, instance, interval, now);
+    if (needCheck && owned > 0 && (p.mode === "scheduled" || p.mode === "event") && !newFailure) {
+      needCheck = false;
+      schedule(key, Math.max(50, Math.min(owned, interval / 2)));
+    }
+
+    let probes = p.mode === "forced" ? [...p.probes, ...(await requestProbes(g))] : p.probes;
+    /** Probes observed before this time describe the world before a repair: they no longer count. */
+    let probesSince: number | undefined;
+    const targets = new Set(g.targets.map((t) => holderKey(t.node, t.part)));
+
+    /** Writes the record (a new check, or only new probes) and, when it changes, the grant's Verified condition. */
+    const persist = async (result: CheckResult | undefined, extra: { repair?: RepairEvent; repairFailed?: string } = {}) => {
+      const stored = await mutateJson(store.kv.verifications, key, Verification, (cur) => {
+        const base: Verification | undefined = result
+          ? { grant: g.id, basis, checkedAt: result.observedAt, checkedBy: instance, verifier: result, probes: cur?.probes ?? {} }
+          : cur;
+        if (!base) return undefined;
+        let changed = result !== undefined;
+        const next: Verification["probes"] = {};
+        for (const [holder, probe] of Object.entries(base.probes)) {
+          if (targets.has(holder) && !(probesSince !== undefined && Date.parse(probe.observedAt) < probesSince)) next[holder] = probe;
+          else changed = true; // no longer a holder, or from before a repair
+        }
+        for (const r of probes) {
+          const holder = holderKey(r.node, r.part);
+          if (!targets.has(holder) || !probeWorthStoring(next[holder], r.result)) continue;
+          next[holder] = r.result;
+          changed = true;
+        }
+        return changed ? { ...base, probes: next } : undefined;
+      });
+      if (!stored || stored.verifier.generation !== g.generation) return { stored, grant: g };
+      const cond = foldVerified({ grant: g, verifier: stored.verifier, probes: stored.probes, now: Date.now(), policy, rotating, ...(extra.repairFailed ? { repairFailed: extra.repairFailed } : {}) });
+      let changed = false;
+      const updated = await mutateJson(store.kv.grants, key, Grant, (cur) => {
+        if (!cur || cur.generation !== g.generation || cur.provider !== g.provider) return undefined; // moved on: its own event follows
+        const conditions = setCondition(cur.conditions, cond);
+        changed = conditions !== cur.conditions;
+        if (!changed && !extra.repair) return undefined;
+        return { ...cur, conditions, ...(extra.repair ? { repairs: appendRepair(cur.repairs, extra.repair) } : {}) };
+      });
+      if (changed) {
+        stats.transitions++;
+        const line = { status: cond.status, reason: cond.reason, message: cond.message };
+        if (cond.status === "True") glog.info({ verified: line }, `verified: ${cond.message}`);
+        else glog.warn({ verified: line }, `not verified (${cond.reason}): ${cond.message}`);
+      }
+      return { stored, grant: updated ?? g };
+    };
+
+    let result: CheckResult | undefined;
+    let repair: RepairEvent | undefined;
+    let repairFailed: string | undefined;
+    if (needCheck) {
+      result = await checkGrant(deps, g);
+      stats.checks++;
+      const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating }) : undefined;
+      if (result && action) {
+        // The diagnosis first, so that the drift is on record even if this process dies while repairing.
+        await persist(result);
+        const at = new Date().toISOString();
+        const found = result.message;
+        const diagnosed = result.reason!;
+        let outcome: RepairEvent["outcome"];
+        try {
+          await repairGrant(deps, g, action);
+          const again = await checkGrant(deps, g);
+          stats.checks++;
+          if (again) result = again;
+          outcome = again?.ok ? "repaired" : "unverified";
+          if (!again?.ok) repairFailed = "it was applied, but the check still fails";
+          // What the holders' nodes saw before the repair is obsolete: ask them again now.
+          probesSince = Date.now();
+          probes = [...probes.filter((r) => Date.parse(r.result.observedAt) >= probesSince!), ...(await requestProbes(g))];
+        } catch (e) {
+          outcome = "failed";
+          repairFailed = errorMessage(e);
+        }
+        stats.repairs++;
+        const message = `${describeRepair(action, diagnosed, g.generation, found)}${repairFailed ? `; ${outcome}: ${repairFailed}` : ""}`;
+        const by = p.repair ? `${instance} (meshctl verify --repair)` : instance;
+        repair = { at, by, action, reason: diagnosed, generation: g.generation, outcome, message, requested: p.repair };
+        const fields = { repair: { action, reason: diagnosed, generation: g.generation, outcome, by } };
+        if (outcome === "repaired") glog.info(fields, `repair ${outcome}: ${message}`);
+        else glog.warn(fields, `repair ${outcome}: ${message}`);
+      }
+    } else if (p.mode !== "probe") {
+      stats.skipped++;
+    }
+    const { stored, grant } = await persist(result, { ...(repair ? { repair } : {}), ...(repairFailed ? { repairFailed } : {}) });
+
+    if (checkable) {
+      if (result || !timers.has(key)) schedule(key, dueIn(interval, stored?.checkedAt ?? rec?.value.checkedAt, Date.now(), random()));
+    } else {
+      unschedule(key);
+    }
+    return {
+      grant,
+      ...(stored ? { verification: stored } : {}),
+      ...(repair ? { repair } : {}),
+      checked: result !== undefined,
+      ...(checkable ? {} : { notCheckable: "it is not provisioned at its provider yet (see its Provisioned condition)" }),
+    };
+  };
+
+  // Every instance watches every grant: the initial values spread the first checks over two
+  // seconds; a change asks for a run at once (skipped if its basis did not change).
+  const watch = await store.kv.grants.watch();
+  const watching = (async () => {
+    for await (const e of watch) {
+      if (stopped) break;
+      if (e.operation !== "PUT") {
+        unschedule(e.key);
+        request(e.key, { mode: "event" }).catch((err: unknown) => log.warn({ key: e.key, err: errorMessage(err) }, "could not drop the verification of a deleted grant"));
+      } else if (!e.isUpdate) {
+        schedule(e.key, Math.round(random() * Math.min(defaultInterval, 2_000)));
+      } else {
+        request(e.key, { mode: "event" }).catch((err: unknown) => {
+          stats.errors++;
+          log.warn({ key: e.key, err: errorMessage(err) }, "verification after a grant change failed; the schedule retries");
+          schedule(e.key, Math.min(defaultInterval, 5_000));
+        });
+      }
+    }
+  })();
+
+  const probeSub = store.nc.subscribe(subjects.probeReportsAll, { queue: QueueGroups.verifier });
+  const probing = (async () => {
+    for await (const m of probeSub) {
+      let r: ProbeReport;
+      try {
+        r = ProbeReport.parse(m.json());
+      } catch {
+        log.warn({ subject: m.subject }, "a probe report is not a ProbeReport; dropped");
+        continue;
+      }
+      const id = parseGrantId(r.grant);
+      if (!id || m.subject !== safeSubject(r.node, id.module, r.part, id.requirement)) {
+        // A report is accepted only on the subject of its own node and part (the permission pattern of that node's agent).
+        log.warn({ subject: m.subject, grant: r.grant, node: r.node }, "a probe report does not match its subject; dropped");
+        continue;
+      }
+      stats.probes++;
+      request(keys.grant(id.module, id.requirement), { mode: "probe", probes: [r] }).catch((e: unknown) => {
+        stats.errors++;
+        log.warn({ grant: r.grant, err: errorMessage(e) }, "could not fold a probe report");
+      });
+    }
+  })();
+
+  const verify = async (key: string, o: { repair?: boolean } = {}): Promise<VerifyOutcome> => {
+    if (stopped) return { checked: false, notCheckable: "the verifier is stopping" };
+    forcedRepair.set(key, (forcedRepair.get(key) ?? false) || (o.repair ?? false));
+    const run = forcedQueue.enqueue(key);
+    const tracked = run.catch(() => undefined);
+    inflight.add(tracked);
+    void tracked.finally(() => inflight.delete(tracked));
+    await run;
+    return outcomes.get(key) ?? { checked: false, notCheckable: "the verifier is stopping" };
+  };
+
+  const api = serveJson(store.nc, subjects.verify, QueueGroups.verifier, log, async (body): Promise<VerifyReply> => {
+    const parsed = VerifyRequest.safeParse(body);
+    if (!parsed.success) throw new MeshError(ErrorCodes.InvalidRequest, `not a verify request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+    const id = parseGrantId(parsed.data.grant);
+    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(parsed.data.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
+    const o = await verify(keys.grant(id.module, id.requirement), { repair: parsed.data.repair ?? false });
+    if (!o.grant) throw new MeshError(ErrorCodes.NotFound, `grant ${parsed.data.grant} does not exist; meshctl status lists the grants`);
+    const condition = getCondition(o.grant.conditions, "Verified");
+    if (!o.checked && o.notCheckable) {
+      throw new MeshError(ErrorCodes.Conflict, `grant ${parsed.data.grant} cannot be verified now: ${o.notCheckable}`, { retryable: true });
+    }
+    if (!condition || !o.verification) throw new MeshError(ErrorCodes.Internal, `grant ${parsed.data.grant} was checked but has no Verified condition`, { retryable: true });
+    return { ok: true, grant: o.grant.id, condition, verification: o.verification, ...(o.repair ? { repair: o.repair } : {}) };
+  });
+
+  log.info({ instance, intervalMs: defaultInterval }, `verifier started (default interval ${defaultInterval} ms)`);
+  let stopping: Promise<void> | undefined;
+  return {
+    instance,
+    verify,
+    stats: () => ({ ...stats }),
+    stop() {
+      stopping ??= (async () => {
+        stopped = true;
+        for (const t of timers.values()) clearTimeout(t);
+        timers.clear();
+        await api.stop().catch(() => undefined);
+        await probeSub.drain().catch(() => undefined);
+        watch.stop();
+        await Promise.allSettled([watching, probing, ...inflight]);
+        await deps.adapters.close();
+        log.info({ instance, ...stats }, "verifier stopped");
+      })();
+      return stopping;
+    },
+  };
+}
+
+/** The subject a report of `node`/`part` must arrive on; undefined for names that cannot be in a subject. */
+function safeSubject(node: string, module: string, part: string, requirement: string): string | undefined {
+  try {
+    return subjects.probeReport(node, module, part, requirement);
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,169 @@
+/**
+ * `meshctl rotate` and `meshctl trace` against a whole mesh on its own nats-server (resolver,
+ * provisioner, an agent on node-a, and the rotator in-process): a `secret` grant held by the
+ * agent rotates to Committed with `--wait --json`, its trace shows the holder's timeline, and
+ * the failures a user can hit (no such grant, one already rotating, no rotator) have their own
+ * exit codes and say what to do.
+ */
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Kinds, RotationStates, createLogger, keys, type HolderRegistration, type ModuleDoc } from "@mesh/shared";
+import { startRotator, type Rotator } from "@mesh/rotator";
+import { CliError, ExitCodes, bufferOutput, runRotate, runStatus, runTrace, type RotationSummary, type RotationTrace } from "../packages/cli/src/index.js";
+import { startTestMesh, type TestMesh } from "./mesh.js";
+import { waitFor } from "./harness/wait.js";
+
+const repo = fileURLToPath(new URL("..", import.meta.url));
+let mesh: TestMesh;
+let rotator: Rotator | undefined;
+
+const shop: ModuleDoc = {
+  kind: "Module",
+  name: "shop",
+  parts: [{ name: "api", node: "node-a", installed: true }],
+  requires: [
+    { name: "key", kind: Kinds.Secret, parts: ["api"] },
+    { name: "token", kind: Kinds.Secret, parts: ["api"] },
+  ],
+};
+
+/** Runs a command function; a thrown CliError becomes its exit code and message, as meshctl's entry point does. */
+async function exitOf(fn: () => Promise<number>): Promise<{ code: number; message: string }> {
+  try {
+    return { code: await fn(), message: "" };
+  } catch (e) {
+    if (e instanceof CliError) return { code: e.exitCode, message: e.message };
+    throw e;
+  }
+}
+
+beforeAll(async () => {
+  mesh = await startTestMesh({ nodes: ["node-a"] });
+  rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+  expect((await mesh.apply([shop])).ok).toBe(true);
+  await mesh.waitForState("shop", "Ready");
+  await waitFor("node-a/api holding generation 1", async () => (await mesh.grant("shop", "key"))?.holders["node-a/api"]?.generation === 1);
+});
+
+afterAll(async () => {
+  await rotator?.stop();
+  await mesh?.stop();
+});
+
+describe("meshctl rotate --wait --json and meshctl trace", () => {
+  let summary: RotationSummary;
+
+  it("rotates the secret grant to Committed, listing the holder with its confirmation time", async () => {
+    const out = bufferOutput();
+    const code = await runRotate(mesh.store, { grant: "shop/key", wait: true, json: true, timeoutMs: 20_000 }, out);
+    expect(out.stderr).toBe("");
+    expect(code).toBe(ExitCodes.Ok);
+    summary = JSON.parse(out.stdout) as RotationSummary;
+    expect(summary).toMatchObject({ rotation: "shop/key#2", grant: "shop/key", from: 1, to: 2, state: RotationStates.Committed, missing: [] });
+    expect(summary.holders.map((h) => h.holder)).toEqual(["node-a/api"]);
+    expect(Date.parse(summary.holders[0]!.confirmedAt!)).toBeGreaterThanOrEqual(Date.parse(summary.requestedAt));
+    const g = await mesh.grant("shop", "key");
+    expect(g?.generation).toBe(2);
+    expect(g?.holders["node-a/api"]?.generation).toBe(2);
+  });
+
+  it("traces that rotation: the holder's broadcast received, applied and confirmed, in order", async () => {
+    const json = bufferOutput();
+    expect(await runTrace(mesh.store, { rotation: summary.rotation, json: true }, json)).toBe(ExitCodes.Ok);
+    const t = JSON.parse(json.stdout) as RotationTrace;
+    expect(t.states.map((s) => s.state)).toEqual(["Staged", "Broadcast", "AwaitingHolders", "Committed"]);
+    const h = t.holders[0]!;
+    expect(h.holder).toBe("node-a/api");
+    expect(h.received && h.applied && h.confirmed).toBeTruthy();
+    expect(h.received!.offsetMs).toBeLessThanOrEqual(h.applied!.offsetMs);
+    expect(h.confirmed!.at).toBe(summary.holders[0]!.confirmedAt);
+
+    const text = bufferOutput();
+    expect(await runTrace(mesh.store, { rotation: "shop/key#2" }, text)).toBe(ExitCodes.Ok);
+    expect(text.stdout).toContain("rotation shop/key#2  generation 1 → 2  Committed");
+    expect(text.stdout).toMatch(/node-a\/api\n {4}broadcast received +\+\d+\.\d{3} s {2}\S+Z\n {4}applied +\+\d+\.\d{3} s {2}\S+Z\n {4}confirmed +\+\d+\.\d{3} s {2}\S+Z/);
+  });
+
+  it("without --wait prints the started rotation; the built meshctl traces it by its grant", async () => {
+    const out = bufferOutput();
+    expect(await runRotate(mesh.store, { grant: "shop/key" }, out)).toBe(ExitCodes.Ok);
+    expect(out.stdout).toContain("rotation shop/key#3 started: grant shop/key, generation 2 → 3; 1 holder must confirm");
+    await waitFor("shop/key#3 committed", async () => (await mesh.grant("shop", "key"))?.generation === 3);
+    const r = spawnSync(process.execPath, [join(repo, "packages/cli/bin/meshctl.js"), "trace", "shop/key", "--json"], {
+      env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    expect(r.stderr).toBe("");
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ rotation: "shop/key#3", state: "Committed" });
+  });
+
+  it("with --wait on a terminal, redraws the progress line, then prints the outcome", async () => {
+    const out = bufferOutput({ isTTY: true });
+    expect(await runRotate(mesh.store, { grant: "shop/key", wait: true }, out)).toBe(ExitCodes.Ok);
+    expect(out.stdout).toContain("rotation shop/key#4 started: grant shop/key, generation 3 → 4; 1 holder must confirm");
+    expect(out.stdout).toContain("\r\x1b[2Kconfirmed 1/1 holder\n");
+    expect(out.stdout.replace(/\s+/g, " ")).toMatch(/Committed: rotation shop\/key#4, 1\/1 holders confirmed in [\d.]+ m?s; grant shop\/key is on generation 4/);
+  });
+
+  it("says a rotation or grant it does not know, with its own exit codes", async () => {
+    const unknownRotation = await exitOf(() => runTrace(mesh.store, { rotation: "shop/key#9" }, bufferOutput()));
+    expect(unknownRotation.code).toBe(ExitCodes.NotFound);
+    expect(unknownRotation.message).toContain("no rotation shop/key#9 is recorded");
+    expect(unknownRotation.message).toContain("meshctl trace shop/key#4");
+    const neverRotated = await exitOf(() => runTrace(mesh.store, { rotation: "shop/nope#2" }, bufferOutput()));
+    expect(neverRotated).toMatchObject({ code: ExitCodes.NotFound });
+    expect(neverRotated.message).toContain("grant shop/nope has never been rotated");
+    const badId = await exitOf(() => runRotate(mesh.store, { grant: "shop" }, bufferOutput()));
+    expect(badId.code).toBe(ExitCodes.Usage);
+    expect(badId.message).toContain("is not a grant id");
+    const unknownGrant = await exitOf(() => runRotate(mesh.store, { grant: "shop/nope" }, bufferOutput()));
+    expect(unknownGrant.code).toBe(ExitCodes.NotFound);
+    expect(unknownGrant.message).toContain("grant shop/nope does not exist");
+  });
+
+  it("with --wait, exits 8 on a stall naming the missing holder; a second rotation is refused naming the running one; status shows it", async () => {
+    // An SDK instance registered for api that never confirms (its process went away without deregistering).
+    const seen = new Date().toISOString();
+    const ghost: HolderRegistration = { holder: "node-a/api/ghost", grant: "shop/key", node: "node-a", part: "api", instance: "ghost", registeredAt: seen, seenAt: seen };
+    await mesh.store.kv.holders.put(keys.holder("shop", "key", "node-a", "api", "ghost"), JSON.stringify(ghost));
+    const out = bufferOutput();
+    expect(await runRotate(mesh.store, { grant: "shop/key", wait: true, timeoutMs: 1_500 }, out)).toBe(ExitCodes.RotationStalled);
+    const lines = out.stdout.split("\n");
+    expect(lines).toContain("confirmed 1/2 holders");
+    const text = out.stdout.replace(/\s+/g, " ");
+    expect(text).toContain("Stalled: rotation shop/key#5, 1 of 2 holders have not confirmed generation 5");
+    expect(text).toContain("node-a/api/ghost");
+    expect(text).toContain("Generation 4 keeps working");
+
+    const busy = await exitOf(() => runRotate(mesh.store, { grant: "shop/key", wait: true }, bufferOutput()));
+    expect(busy.code).toBe(ExitCodes.AlreadyRotating);
+    expect(busy.message).toContain("grant shop/key is already rotating: rotation shop/key#5 (generation 4 → 5) is Stalled, 1/2 holders confirmed");
+
+    const status = bufferOutput();
+    expect(await runStatus(mesh.store, { module: "shop", json: true }, status)).toBe(ExitCodes.Ok);
+    const grant = (JSON.parse(status.stdout) as { modules: Array<{ grants: Array<Record<string, unknown>> }> }).modules[0]!.grants.find((g) => g.id === "shop/key")!;
+    expect(grant.rotation).toMatchObject({ id: "shop/key#5", state: "Stalled", confirmed: 1, total: 2, missing: ["node-a/api/ghost"] });
+    expect(grant.generation).toBe(4);
+    const human = bufferOutput();
+    await runStatus(mesh.store, { module: "shop" }, human);
+    expect(human.stdout).toContain("rotating 4→5: confirmed 1/2 holders  Stalled shop/key#5");
+    expect(human.stdout).toContain("missing: node-a/api/ghost");
+
+    const trace = bufferOutput();
+    expect(await runTrace(mesh.store, { rotation: "shop/key#5" }, trace)).toBe(ExitCodes.Ok);
+    expect(trace.stdout).toContain("node-a/api/ghost  not confirmed");
+  });
+
+  it("says how to start the rotator when none runs", async () => {
+    await rotator!.stop();
+    rotator = undefined;
+    const none = await exitOf(() => runRotate(mesh.store, { grant: "shop/token" }, bufferOutput()));
+    expect(none.code).toBe(ExitCodes.ServiceUnavailable);
+    expect(none.message).toContain("the rotator is not running, so nothing was rotated");
+    expect(none.message).toContain("node services/rotator/dist/main.js");
+  });
+});

@@ -1,0 +1,302 @@
+/**
+ * Rotation with fan-out, end to end on a real nats-server and a scram PostgreSQL: holders on
+ * two nodes keep querying through a rotation; an offline holder stalls it and finishes it when
+ * back; a forged confirmation is refused; the rotation is one trace; a rotator process killed
+ * in each state is finished by a fresh one.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { W3CTraceContextPropagator } from "@opentelemetry/core";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { Kinds, registerTracing, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type Confirmation, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { createAdapter, CredentialStore } from "@mesh/providers";
+import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
+import { startRotator, type Rotator } from "@mesh/rotator";
+import { startPostgres, type Postgres } from "./harness/postgres.js";
+import { startTestMesh, type TestMesh } from "./mesh.js";
+import { waitFor } from "./harness/wait.js";
+
+const ADMIN_ENV = "MESH_TEST_PG_ADMIN_PASSWORD";
+const exporter = new InMemorySpanExporter();
+registerTracing(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }), new W3CTraceContextPropagator());
+
+function provider(db: Postgres): ProviderDoc {
+  return { kind: "Provider", name: "pg-main", serves: [Kinds.PostgresDatabase], node: "node-a", endpoint: db.endpoint, admin: { username: db.adminUser, passwordEnv: ADMIN_ENV }, installed: true };
+}
+
+function moduleDoc(name: string, onRotate?: string): ModuleDoc {
+  return {
+    kind: "Module",
+    name,
+    parts: [
+      { name: "api", node: "node-a", installed: true, ...(onRotate ? { onRotate } : {}) },
+      { name: "worker", node: "node-b", installed: true, ...(onRotate ? { onRotate } : {}) },
+    ],
+    requires: [{ name: "db", kind: Kinds.PostgresDatabase, parts: ["api", "worker"] }],
+  };
+}
+
+/** Binding values of one part as the agent wrote them. */
+function readBinding(root: string, module: string, part: string): Record<string, string> {
+  const dir = bindingPath(root, module, part, "db");
+  return Object.fromEntries(["host", "port", "database", "username", "password"].map((k) => [k, readFileSync(join(dir, k), "utf8")]));
+}
+
+/** Logs in with a generation's values straight from the credential store. */
+async function loginWith(mesh: TestMesh, module: string, generation: number) {
+  const cred = await new CredentialStore(mesh.store.kv.credentials, mesh.masterKey).read(module, "db", generation);
+  const adapter = createAdapter(Kinds.PostgresDatabase, { name: "pg-main", node: "node-a", endpoint: "postgres://127.0.0.1:1" });
+  try {
+    return await adapter.login({ bindings: cred!.bindings! });
+  } finally {
+    await adapter.close();
+  }
+}
+
+/**
+ * A part as a real application runs it: one open connection, a query every 50 ms, and a switch
+ * to new credentials when the binding on disk changes (then it leaves a marker the part's
+ * onRotate command waits for, so the agent confirms only once the part switched).
+ */
+function startPart(root: string, module: string, part: string, markers: string) {
+  const errors: string[] = [];
+  let queries = 0;
+  let generation: number | undefined;
+  let client: pg.Client | undefined;
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped) {
+      const onDisk = bindingGeneration(root, module, part, "db");
+      if (onDisk !== undefined && onDisk !== generation) {
+        const b = readBinding(root, module, part);
+        const next = new pg.Client({ host: b.host, port: Number(b.port), database: b.database, user: b.username, password: b.password });
+        next.on("error", (e) => errors.push(`connection: ${e.message}`));
+        try {
+          await next.connect();
+          const old = client;
+          client = next;
+          generation = onDisk;
+          await old?.end().catch(() => undefined);
+          writeFileSync(join(markers, `${module}-${part}-g${onDisk}`), "");
+        } catch (e) {
+          errors.push(`connect g${onDisk}: ${(e as Error).message}`);
+        }
+      }
+      if (client) {
+        try {
+          await client.query("select 1");
+          queries++;
+        } catch (e) {
+          errors.push(`query g${generation}: ${(e as Error).message}`);
+        }
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  return {
+    errors,
+    get queries() {
+      return queries;
+    },
+    get generation() {
+      return generation;
+    },
+    async stop() {
+      stopped = true;
+      await loop;
+      await client?.end().catch(() => undefined);
+    },
+  };
+}
+
+async function rotation(mesh: TestMesh, module: string): Promise<Rotation | undefined> {
+  return (await readJson(mesh.store.kv.rotations, keys.grant(module, "db"), Rotation))?.value;
+}
+
+function requestRotate(mesh: TestMesh, grant: string, timeoutMs?: number) {
+  return mesh.nc.request(subjects.rotate, JSON.stringify({ grant, ...(timeoutMs ? { timeoutMs } : {}) }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean; rotation?: Rotation; error?: { code: string; message: string } }>());
+}
+
+describe("rotation of a postgres.database grant held on two nodes", () => {
+  let db: Postgres;
+  let mesh: TestMesh;
+  let rotator: Rotator;
+  let roots: Record<string, string>;
+  let markers: string;
+  const agents: Record<string, Agent> = {};
+  const startNodeAgent = async (node: string) => {
+    agents[node] = await startAgent({ store: mesh.store, node, bindingsRoot: roots[node]!, log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
+  };
+
+  beforeAll(async () => {
+    db = await startPostgres();
+    mesh = await startTestMesh({ nodes: [], env: { ...process.env, [ADMIN_ENV]: db.adminPassword } });
+    markers = mkdtempSync(join(tmpdir(), "mesh-markers-"));
+    roots = { "node-a": join(mesh.bindingsRoot, "node-a"), "node-b": join(mesh.bindingsRoot, "node-b") };
+    await startNodeAgent("node-a");
+    await startNodeAgent("node-b");
+    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: { ...process.env, [ADMIN_ENV]: db.adminPassword }, sweepMs: 500 });
+  });
+  afterAll(async () => {
+    await rotator?.stop();
+    await Promise.all(Object.values(agents).map((a) => a.stop()));
+    await mesh?.stop();
+    await db?.stop();
+    rmSync(markers, { recursive: true, force: true });
+  });
+
+  it("keeps every holder's queries working, ends both on k+1, retires k only at commit, as one trace", async () => {
+    const onRotate = `for i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1`;
+    expect((await mesh.apply([provider(db), moduleDoc("shop", onRotate)])).ok).toBe(true);
+    await mesh.waitForState("shop", "Ready");
+    await waitFor("both holders on generation 1", async () => {
+      const g = await mesh.grant("shop", "db");
+      return g?.holders["node-a/api"]?.generation === 1 && g.holders["node-b/worker"]?.generation === 1;
+    });
+    const parts = [startPart(roots["node-a"]!, "shop", "api", markers), startPart(roots["node-b"]!, "shop", "worker", markers)];
+    await waitFor("parts connected on generation 1", () => parts.every((p) => p.generation === 1));
+    exporter.reset();
+
+    const reply = await requestRotate(mesh, "shop/db");
+    expect(reply.ok).toBe(true);
+    expect(reply.rotation).toMatchObject({ id: "shop/db#2", from: 1, to: 2 });
+    expect(Object.keys(reply.rotation!.holders).sort()).toEqual(["node-a/api", "node-b/worker"]);
+    // A second request while it runs is refused, naming the running rotation.
+    const second = await requestRotate(mesh, "shop/db");
+    expect(second.ok).toBe(false);
+    expect(second.error?.message).toContain("shop/db#2");
+    // While holders switch, the old generation still logs in.
+    expect(await loginWith(mesh, "shop", 1)).toEqual({ ok: true });
+
+    const done = await waitFor("rotation committed", async () => ((await rotation(mesh, "shop"))?.state === RotationStates.Committed ? rotation(mesh, "shop") : undefined), 30_000);
+    const before = parts.map((p) => p.queries);
+    await new Promise((r) => setTimeout(r, 300)); // queries go on after the commit, on k+1
+    await Promise.all(parts.map((p) => p.stop()));
+
+    expect(parts.map((p) => p.errors)).toEqual([[], []]);
+    parts.forEach((p, i) => expect(p.queries).toBeGreaterThan(before[i]!));
+    expect(parts.map((p) => p.generation)).toEqual([2, 2]);
+    const g = await mesh.grant("shop", "db");
+    expect(g?.generation).toBe(2);
+    expect(g?.holders["node-a/api"]?.generation).toBe(2);
+    expect(g?.holders["node-b/worker"]?.generation).toBe(2);
+    expect(getCondition(g!.conditions, "Rotating")).toBeUndefined();
+    expect(Object.values(done!.holders).every((h) => h.c !== undefined && h.r !== undefined && h.a !== undefined)).toBe(true);
+    expect(await loginWith(mesh, "shop", 2)).toEqual({ ok: true });
+    expect(await loginWith(mesh, "shop", 1)).toMatchObject({ ok: false, reason: "rejected" });
+
+    // One trace: the rotator's span, and one child span per holder.
+    const spans = await waitFor("the rotation's span", () => {
+      const s = exporter.getFinishedSpans();
+      return s.find((x) => x.name === "rotate" && x.attributes["mesh.rotation"] === "shop/db#2") ? s : undefined;
+    });
+    const root = spans.find((x) => x.name === "rotate")!;
+    const children = spans.filter((x) => x.parentSpanContext?.spanId === root.spanContext().spanId);
+    expect(children.every((c) => c.spanContext().traceId === root.spanContext().traceId)).toBe(true);
+    expect(children.map((c) => `${c.attributes["mesh.node"]}/${c.attributes["mesh.part"]}`).sort()).toEqual(["node-a/api", "node-b/worker"]);
+  });
+
+  it("stalls naming an offline holder, keeps k, refuses a forged confirmation, and commits when the holder is back", async () => {
+    expect((await mesh.apply([moduleDoc("shop2")])).ok).toBe(true);
+    await mesh.waitForState("shop2", "Ready");
+    await waitFor("both holders on generation 1", async () => {
+      const g = await mesh.grant("shop2", "db");
+      return g?.holders["node-a/api"]?.generation === 1 && g.holders["node-b/worker"]?.generation === 1;
+    });
+    await agents["node-b"]!.stop();
+
+    const reply = await requestRotate(mesh, "shop2/db", 1_500);
+    expect(reply.ok).toBe(true);
+    const stalled = await waitFor("rotation stalled", async () => ((await rotation(mesh, "shop2"))?.state === RotationStates.Stalled ? rotation(mesh, "shop2") : undefined), 20_000);
+    expect(Object.entries(stalled!.holders).filter(([, p]) => p.c === undefined).map(([h]) => h)).toEqual(["node-b/worker"]);
+    const cond = getCondition((await mesh.grant("shop2", "db"))!.conditions, "Rotating");
+    expect(cond).toMatchObject({ status: "True", reason: "HolderTimedOut" });
+    expect(cond?.message).toContain("node-b/worker");
+    expect((await mesh.grant("shop2", "db"))?.generation).toBe(1);
+    expect(await loginWith(mesh, "shop2", 1)).toEqual({ ok: true });
+
+    // A holder confirming a grant it does not hold is refused, and the refusal is recorded.
+    const forged: Confirmation = { rotation: "shop2/db#2", grant: "shop2/db", holder: "node-x/intruder", generation: 2, confirmedAt: new Date().toISOString() };
+    await mesh.store.js.publish(subjects.rotationConfirm("shop2", "db"), JSON.stringify(forged));
+    const refused = await waitFor("forged confirmation refused", async () => (await rotation(mesh, "shop2"))?.refused.find((r) => r.holder === "node-x/intruder"));
+    expect(refused.reason).toContain("does not hold grant shop2/db");
+    expect((await rotation(mesh, "shop2"))?.state).toBe(RotationStates.Stalled);
+    expect(await loginWith(mesh, "shop2", 1)).toEqual({ ok: true });
+
+    await startNodeAgent("node-b");
+    await waitFor("rotation committed by itself", async () => (await rotation(mesh, "shop2"))?.state === RotationStates.Committed, 20_000);
+    const g = await mesh.grant("shop2", "db");
+    expect(g?.generation).toBe(2);
+    expect(g?.holders["node-b/worker"]?.generation).toBe(2);
+    expect(getCondition(g!.conditions, "Rotating")).toBeUndefined();
+    expect(readBinding(roots["node-b"]!, "shop2", "worker").username).toMatch(/_b$/);
+    expect(await loginWith(mesh, "shop2", 2)).toEqual({ ok: true });
+    expect(await loginWith(mesh, "shop2", 1)).toMatchObject({ ok: false, reason: "rejected" });
+  });
+});
+
+describe("a rotator process killed in each state", () => {
+  let db: Postgres;
+  let mesh: TestMesh;
+  const main = join(import.meta.dirname, "..", "services", "rotator", "dist", "main.js");
+  const children: ChildProcess[] = [];
+
+  beforeAll(async () => {
+    if (!existsSync(main)) throw new Error(`${main} is not built; run npx tsc -b first`);
+    db = await startPostgres();
+    mesh = await startTestMesh({ nodes: ["node-a", "node-b"], env: { ...process.env, [ADMIN_ENV]: db.adminPassword } });
+    expect((await mesh.apply([provider(db), moduleDoc("shop")])).ok).toBe(true);
+    await mesh.waitForState("shop", "Ready");
+  });
+  afterAll(async () => {
+    for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
+    await mesh?.stop();
+    await db?.stop();
+  });
+
+  for (const [i, state] of ([RotationStates.Staged, RotationStates.Broadcast, RotationStates.AwaitingHolders] as const).entries()) {
+    it(`SIGKILLed in ${state}: a fresh rotator finishes, no generation lost, nothing retired early`, async () => {
+      const from = i + 1;
+      await waitFor(`both holders on generation ${from}`, async () => {
+        const g = await mesh.grant("shop", "db");
+        return g?.generation === from && g.holders["node-a/api"]?.generation === from && g.holders["node-b/worker"]?.generation === from;
+      });
+      const child = spawn(process.execPath, [main], {
+        env: { ...process.env, NATS_URL: mesh.nats.url, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"), [ADMIN_ENV]: db.adminPassword, MESH_ROTATOR_TEST_PAUSE_AFTER: state, MESH_LOG_LEVEL: "warn" },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      children.push(child);
+      let out = "";
+      child.stdout!.on("data", (b: Buffer) => (out += b.toString()));
+      child.stderr!.on("data", (b: Buffer) => (out += b.toString()));
+      await waitFor("the rotator process to answer", async () => {
+        const r = await requestRotate(mesh, "shop/db").catch(() => undefined);
+        return r?.ok ? r : undefined;
+      }, 20_000, 200);
+      await waitFor(`the rotator paused after ${state}`, () => out.includes(`TEST-HOOK paused-after ${state}`), 20_000);
+      expect((await rotation(mesh, "shop"))?.state).toBe(state);
+      child.kill("SIGKILL");
+      await new Promise((r) => child.once("exit", r));
+
+      // Nothing retired early, nothing lost: both generations log in, the grant is still on `from`.
+      expect(await loginWith(mesh, "shop", from)).toEqual({ ok: true });
+      expect(await loginWith(mesh, "shop", from + 1)).toEqual({ ok: true });
+      expect((await mesh.grant("shop", "db"))?.generation).toBe(from);
+
+      const fresh = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: { ...process.env, [ADMIN_ENV]: db.adminPassword }, sweepMs: 500 });
+      try {
+        await waitFor("the fresh rotator to commit", async () => (await rotation(mesh, "shop"))?.state === RotationStates.Committed, 30_000);
+      } finally {
+        await fresh.stop();
+      }
+      const g = await mesh.grant("shop", "db");
+      expect(g?.generation).toBe(from + 1);
+      expect(await loginWith(mesh, "shop", from + 1)).toEqual({ ok: true });
+      expect(await loginWith(mesh, "shop", from)).toMatchObject({ ok: false, reason: "rejected" });
+    });
+  }
+});
