@@ -37,6 +37,7 @@ import {
   parseGrantId,
   parseHolderId,
   readJson,
+  sdkHolderId,
   sealTo,
   serveJson,
   setCondition,
@@ -307,10 +308,25 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       const rlog = log.child({ rotation: r.id, state: r.state });
       try {
         switch (step.action) {
-          case "broadcast":
+          case "broadcast": {
             await broadcast(r);
-            await persist(key, cur.revision, enter(r, RotationStates.Broadcast, now));
+            // Holders confirm as soon as the broadcast reaches them (their values came with it), so
+            // confirmations may be recorded before this write: on such a conflict only the state is
+            // written again over the fresh record; the broadcast is not sent twice.
+            let at = cur;
+            for (let tries = 0; ; tries++) {
+              try {
+                await persist(key, at.revision, enter(at.value, RotationStates.Broadcast, now));
+                break;
+              } catch (e) {
+                if (!isCasConflict(e) || tries >= 20) throw e;
+                const again = await readJson(store.kv.rotations, key, Rotation);
+                if (!again || again.value.id !== r.id || again.value.state !== RotationStates.Staged) break;
+                at = again;
+              }
+            }
             continue;
+          }
           case "await": {
             const next = enter(r, RotationStates.AwaitingHolders, now);
             await setGrant(key, (g) => {
@@ -480,10 +496,10 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 }
 
-/** The xkey of each SDK holder (by holder id) among `registrations` that registered one. */
+/** The xkey of each SDK holder (by holder id) among `registrations` that registered one (and whose id matches its node, part and instance). */
 function xkeysOf(registrations: readonly HolderRegistration[]): Map<string, string> {
   const out = new Map<string, string>();
-  for (const r of registrations) if (r.xkey) out.set(r.holder, r.xkey);
+  for (const r of registrations) if (r.xkey && r.holder === sdkHolderId(r.node, r.part, r.instance)) out.set(r.holder, r.xkey);
   return out;
 }
 
