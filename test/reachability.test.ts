@@ -102,10 +102,11 @@ describe("a provider reachable from one node's agent but not from another's", ()
     // Close node-b's path to PostgreSQL (not to NATS).
     await pgPath!.close();
     pgPath = undefined;
-    const failing = await waitVerified(mesh, "shop", "db", (c) => c.reason === "ProviderUnreachable", "unreachable from node-b", WITHIN);
+    // (A probe in flight as the path closes sees "Connection terminated"; the next ones, the
+    // closed port.)
+    const failing = await waitVerified(mesh, "shop", "db", (c) => c.reason === "ProviderUnreachable" && c.message.includes("ECONNREFUSED"), "unreachable from node-b", WITHIN);
     expect(failing.status).toBe("False");
     expect(failing.message).toContain("logs in from the verifier but not from node node-b (part worker)");
-    expect(failing.message).toContain("ECONNREFUSED");
     expect(failing.message).not.toContain("node node-a (part api)");
     // node-a's holder is fine all along.
     await useAsHolder(delivered(mesh, "node-a", "shop", "api", "db"));
@@ -125,7 +126,7 @@ describe("a provider reachable from one node's agent but not from another's", ()
   });
 
   it("a requirement whose only provider node-b cannot reach is ProviderUnreachable (from node-b) rather than a stall, and is provisioned once it can", async () => {
-    await pgPath!.close();
+    await pgPath?.close();
     pgPath = undefined;
     await waitFor("node-b's agent to report pg-main unreachable", async () => ((await reachabilityFromB())?.reachable === false ? true : undefined), WITHIN);
     const reports: ModuleDoc = {

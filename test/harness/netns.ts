@@ -26,6 +26,7 @@ export interface Bridge {
   close(): Promise<void>;
 }
 
+/** A network namespace and what a test does with it. */
 export interface Netns {
   /** `/proc/<pid>/ns/net` of the namespace. */
   path: string;

@@ -23,6 +23,7 @@ import { ageOf } from "./status-format.js";
 /** How long meshctl waits for the verifier: a check, agents' probes (3 s) and maybe a repair. */
 export const VERIFY_TIMEOUT_MS = 30_000;
 
+/** Inputs of {@link runVerify}. */
 export interface VerifyOptions {
   /** `<module>/<requirement>`. */
   grant: string;

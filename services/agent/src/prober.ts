@@ -40,6 +40,7 @@ export const DEFAULT_PROBE_INTERVAL_MS = 10_000;
 /** How long a TCP reachability probe may take. */
 export const REACHABILITY_TIMEOUT_MS = 2_000;
 
+/** Options of {@link startProber}. */
 export interface ProberOptions {
   store: Store;
   node: string;
@@ -51,6 +52,7 @@ export interface ProberOptions {
   concurrency?: number;
 }
 
+/** The running probes of one node's agent. */
 export interface Prober {
   /** Probes now, every binding held (or those of `grant`), and returns the reports without publishing them. */
   probeNow(grant?: string): Promise<ProbeReport[]>;

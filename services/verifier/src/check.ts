@@ -22,6 +22,7 @@ import type { RepairAction } from "./repair-plan.js";
 /** How many generations before the current one a check tries when the current one is rejected. */
 export const OLDER_GENERATIONS_TRIED = 8;
 
+/** What a check and a repair need: the store, the credential history, the providers' adapters, their admin passwords' environment. */
 export interface CheckDeps {
   store: Store;
   credentials: CredentialStore;

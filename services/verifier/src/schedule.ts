@@ -21,7 +21,12 @@ export const FRESH_SHARE = 0.8;
 export function globalInterval(env: NodeJS.ProcessEnv = process.env): number {
   const text = env.MESH_VERIFY_INTERVAL;
   if (text === undefined || text.trim() === "") return DEFAULT_VERIFY_INTERVAL_MS;
-  const ms = parseDuration(text);
+  let ms: number;
+  try {
+    ms = parseDuration(text);
+  } catch (e) {
+    throw new Error(`MESH_VERIFY_INTERVAL: ${(e as Error).message}`);
+  }
   if (ms <= 0) throw new Error(`MESH_VERIFY_INTERVAL must be longer than 0 (got ${JSON.stringify(text)})`);
   return ms;
 }

@@ -3,6 +3,7 @@
  */
 import type { Logger, MasterKey, Store } from "@mesh/shared";
 
+/** How a verifier runs; only `store`, `masterKey` and `log` are required. */
 export interface VerifierOptions {
   /** The opened store. The verifier does not close its connection. */
   store: Store;

@@ -74,6 +74,7 @@ export interface VerifierStats {
   errors: number;
 }
 
+/** A running verifier. */
 export interface Verifier {
   /** This instance's name. */
   readonly instance: string;

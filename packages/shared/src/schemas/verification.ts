@@ -22,6 +22,7 @@ export type VerifyPolicy = z.infer<typeof VerifyPolicy>;
 
 /** `repair:` of a requirement: `auto` (default) repairs drift, `report` only records it. */
 export const RepairPolicies = { auto: "auto", report: "report" } as const;
+/** The schema of `repair:`. */
 export const RepairPolicy = z.enum(["auto", "report"]);
 export type RepairPolicy = z.infer<typeof RepairPolicy>;
 
@@ -116,6 +117,7 @@ export type ProbeReport = z.infer<typeof ProbeReport>;
 export const ProbeRequest = z.object({ grant: z.string().optional() });
 export type ProbeRequest = z.infer<typeof ProbeRequest>;
 
+/** The agent's reply to a {@link ProbeRequest}: its reports, or why it could not probe. */
 export const ProbeReply = z.discriminatedUnion("ok", [
   z.object({ ok: z.literal(true), reports: z.array(ProbeReport) }),
   z.object({ ok: z.literal(false), error: ErrorReply }),
@@ -129,6 +131,7 @@ export const VerifyRequest = z.object({
 });
 export type VerifyRequest = z.infer<typeof VerifyRequest>;
 
+/** The verifier's reply to a {@link VerifyRequest}, or a structured error (grant unknown, not checkable yet). */
 export const VerifyReply = z.discriminatedUnion("ok", [
   z.object({
     ok: z.literal(true),
