@@ -8,6 +8,7 @@ import { join } from "node:path";
 import pg from "pg";
 import { Buckets, getCondition, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
+import { shopModule } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 
@@ -25,18 +26,7 @@ function provider(db: Postgres, installed = true, name = "pg-main"): ProviderDoc
   };
 }
 
-const shop: ModuleDoc = {
-  kind: "Module",
-  name: "shop",
-  parts: [
-    { name: "api", node: "node-a", installed: true },
-    { name: "worker", node: "node-b", installed: false },
-  ],
-  requires: [
-    { name: "db", kind: "postgres.database", parts: ["api"] },
-    { name: "session-key", kind: "secret", parts: ["api", "worker"] },
-  ],
-};
+const shop: ModuleDoc = shopModule();
 
 const read = (root: string, ...p: string[]) => readFileSync(join(root, ...p), "utf8");
 

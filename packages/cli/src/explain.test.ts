@@ -2,20 +2,10 @@ import { describe, expect, it } from "vitest";
 import type { Grant, ModuleDoc } from "@mesh/shared";
 import { explainModule, type ExplainInput } from "./explain.js";
 import { formatExplanation } from "./explain-format.js";
+import { shopModule } from "../../../test/fixtures.js";
 import { NOW, ago, cond, grant, moduleStatus, nodeA, pgMain, readyDb } from "./test-fixtures.js";
 
-const shopDoc: ModuleDoc = {
-  kind: "Module",
-  name: "shop",
-  parts: [
-    { name: "api", node: "node-a", installed: true },
-    { name: "worker", node: "node-b", installed: false },
-  ],
-  requires: [
-    { name: "db", kind: "postgres.database", parts: ["api"] },
-    { name: "session-key", kind: "secret", parts: ["api", "worker"] },
-  ],
-};
+const shopDoc: ModuleDoc = shopModule();
 
 function explainOne(g: Grant | undefined, over: Partial<ExplainInput> = {}) {
   const base = over.manifest?.doc ?? shopDoc;

@@ -3,6 +3,7 @@
  * Not part of the package's public surface.
  */
 import type { Condition, Grant, ModuleStatus, NodeRecord, ProviderDoc } from "@mesh/shared";
+import { grantFixture, postgresProvider } from "../../../test/fixtures.js";
 
 export const NOW = new Date("2025-06-01T12:00:00.000Z");
 /** An ISO time `s` seconds before {@link NOW}. */
@@ -13,19 +14,7 @@ export function cond(type: Condition["type"], status: Condition["status"], reaso
 }
 
 export function grant(over: Partial<Grant> & Pick<Grant, "requirement">): Grant {
-  return {
-    id: `shop/${over.requirement}`,
-    module: "shop",
-    kind: "postgres.database",
-    parts: ["api"],
-    targets: [{ part: "api", node: "node-a" }],
-    provider: "pg-main",
-    generation: 0,
-    resource: {},
-    holders: {},
-    conditions: [],
-    ...over,
-  };
+  return grantFixture({ id: `shop/${over.requirement}`, parts: ["api"], targets: [{ part: "api", node: "node-a" }], generation: 0, ...over });
 }
 
 export function moduleStatus(over: Partial<ModuleStatus> = {}): ModuleStatus {
@@ -41,15 +30,7 @@ export function moduleStatus(over: Partial<ModuleStatus> = {}): ModuleStatus {
   };
 }
 
-export const pgMain: ProviderDoc = {
-  kind: "Provider",
-  name: "pg-main",
-  serves: ["postgres.database"],
-  node: "node-a",
-  endpoint: "postgres://127.0.0.1:5432",
-  admin: { username: "postgres" },
-  installed: true,
-};
+export const pgMain: ProviderDoc = { ...postgresProvider("pg-main", "node-a"), admin: { username: "postgres" } };
 
 export const nodeA: NodeRecord = {
   node: "node-a",

@@ -1,28 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { getCondition, type Delivery, type Grant } from "@mesh/shared";
+import { grantFixture } from "../../../test/fixtures.js";
 import { planDelivery, recordDeliveryFailure, recordHolder } from "./delivery-plan.js";
 
 const now = new Date("2030-01-01T00:00:00Z");
 
-function grant(patch: Partial<Grant> = {}): Grant {
-  return {
-    id: "shop/db",
-    module: "shop",
-    requirement: "db",
-    kind: "postgres.database",
-    parts: ["api", "worker"],
-    targets: [
-      { part: "api", node: "node-a" },
-      { part: "worker", node: "node-b" },
-    ],
-    provider: "pg-main",
-    generation: 2,
-    resource: {},
-    holders: {},
-    conditions: [],
-    ...patch,
-  };
-}
+const grant = grantFixture;
 
 function delivery(generation: number, patch: Partial<Delivery> = {}): Delivery {
   return {

@@ -1,29 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { getCondition, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { getCondition, type ModuleDoc } from "@mesh/shared";
+import { postgresProvider, shopModule } from "../../../test/fixtures.js";
 import { applyResolution, chooseProvider, resolveModule } from "./resolve.js";
 
-const pg = (name: string, node: string, installed = true): ProviderDoc => ({
-  kind: "Provider",
-  name,
-  serves: ["postgres.database"],
-  node,
-  endpoint: "postgres://127.0.0.1:5432",
-  installed,
-});
+const pg = postgresProvider;
 
+// The example module, plus a requirement of the uninstalled part only and one of every part.
 const shop: ModuleDoc = {
-  kind: "Module",
-  name: "shop",
-  parts: [
-    { name: "api", node: "node-a", installed: true },
-    { name: "worker", node: "node-b", installed: false },
-  ],
-  requires: [
-    { name: "db", kind: "postgres.database", parts: ["api"] },
-    { name: "session-key", kind: "secret", parts: ["api", "worker"] },
-    { name: "jobs", kind: "postgres.database", parts: ["worker"] },
-    { name: "all", kind: "secret" },
-  ],
+  ...shopModule(),
+  requires: [...shopModule().requires, { name: "jobs", kind: "postgres.database", parts: ["worker"] }, { name: "all", kind: "secret" }],
 };
 
 describe("chooseProvider", () => {

@@ -1,31 +1,24 @@
 import { describe, expect, it } from "vitest";
 import { RotationStates, getCondition, type Confirmation, type Grant, type HolderRegistration, type Rotation } from "@mesh/shared";
+import { grantFixture } from "../../../test/fixtures.js";
 import { applyConfirmations, enter, holdersOf, missingHolders, nameHolders, newRotation, nextStep, refusal, withRotatingCondition } from "./rotation-machine.js";
 
 const T0 = new Date("2025-06-01T12:00:00.000Z");
 const at = (ms: number) => new Date(T0.getTime() + ms);
 
 function grant(over: Partial<Grant> = {}): Grant {
-  return {
+  return grantFixture({
     id: "shop/key",
-    module: "shop",
     requirement: "key",
     kind: "secret",
-    parts: ["api", "worker"],
-    targets: [
-      { part: "api", node: "node-a" },
-      { part: "worker", node: "node-b" },
-    ],
     provider: "builtin-secret",
     generation: 1,
-    resource: {},
     holders: {
       "node-a/api": { generation: 1, deliveredAt: T0.toISOString() },
       "node-b/worker": { generation: 1, deliveredAt: T0.toISOString() },
     },
-    conditions: [],
     ...over,
-  };
+  });
 }
 
 function registration(node: string, part: string, instance: string, seenAgoMs = 0, grantId = "shop/key"): HolderRegistration {

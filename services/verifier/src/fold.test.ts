@@ -1,26 +1,15 @@
 import { describe, expect, it } from "vitest";
 import type { CheckResult, Grant, ProbeResult } from "@mesh/shared";
+import { grantFixture } from "../../../test/fixtures.js";
 import { advice, foldVerified, probeWorthStoring, verificationBasis } from "./fold.js";
 
 const now = Date.parse("2026-01-01T00:01:00.000Z");
 const at = (secondsAgo: number) => new Date(now - secondsAgo * 1000).toISOString();
 
-const grant: Grant = {
-  id: "shop/db",
-  module: "shop",
-  requirement: "db",
-  kind: "postgres.database",
-  parts: ["api", "worker"],
-  targets: [
-    { part: "api", node: "node-a" },
-    { part: "worker", node: "node-b" },
-  ],
-  provider: "pg-main",
-  generation: 2,
+const grant = grantFixture({
   resource: { role: "shop_db_b", provider: "pg-main" },
   holders: { "node-a/api": { generation: 2, deliveredAt: at(30) } },
-  conditions: [],
-};
+});
 
 const verifierOk: CheckResult = { ok: true, message: "generation 2 logs in at provider pg-main from the verifier", generation: 2, observedAt: at(1) };
 const probe = (over: Partial<ProbeResult>): ProbeResult => ({
