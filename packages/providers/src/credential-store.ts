@@ -40,7 +40,7 @@ export const CredentialRecord = z.object({
 export type CredentialRecord = z.infer<typeof CredentialRecord>;
 
 /** Decrypted contents of a credential record. */
-export interface CredentialValues {
+export interface StoredCredential {
   secret: SecretMaterial;
   bindings?: BindingValues;
 }
@@ -52,12 +52,12 @@ export class CredentialStore {
   ) {}
 
   /** Reads and decrypts a generation; undefined when it was never written. */
-  async read(module: string, requirement: string, generation: number): Promise<(CredentialValues & { record: CredentialRecord; revision: number }) | undefined> {
+  async read(module: string, requirement: string, generation: number): Promise<(StoredCredential & { record: CredentialRecord; revision: number }) | undefined> {
     const k = keys.credential(module, requirement, generation);
     const e = await this.kv.get(k);
     if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
     const record = CredentialRecord.parse(e.json());
-    const values = JSON.parse(decrypt(this.key, record.encrypted as Encrypted, k)) as CredentialValues;
+    const values = JSON.parse(decrypt(this.key, record.encrypted as Encrypted, k)) as StoredCredential;
     return { ...values, record, revision: e.revision };
   }
 
@@ -76,7 +76,7 @@ export class CredentialStore {
       generation,
       provider,
       createdAt: new Date().toISOString(),
-      encrypted: encrypt(this.key, JSON.stringify({ secret } satisfies CredentialValues), k),
+      encrypted: encrypt(this.key, JSON.stringify({ secret } satisfies StoredCredential), k),
     };
     try {
       await this.kv.create(k, JSON.stringify(record));
@@ -99,7 +99,7 @@ export class CredentialStore {
       const record: CredentialRecord = {
         ...cur.record,
         appliedAt: new Date().toISOString(),
-        encrypted: encrypt(this.key, JSON.stringify({ secret: cur.secret, bindings } satisfies CredentialValues), k),
+        encrypted: encrypt(this.key, JSON.stringify({ secret: cur.secret, bindings } satisfies StoredCredential), k),
       };
       try {
         await this.kv.update(k, JSON.stringify(record), cur.revision);

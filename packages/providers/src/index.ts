@@ -31,5 +31,5 @@ export {
   type PostgresNames,
 } from "./postgres-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";
-export { CredentialStore, CredentialRecord, type CredentialValues } from "./credential-store.js";
+export { CredentialStore, CredentialRecord, type StoredCredential } from "./credential-store.js";
 export { AdapterPool, providerConfig } from "./adapter-pool.js";
