@@ -45,3 +45,25 @@ export function shopModule(): ModuleDoc {
     ],
   };
 }
+
+/** The environment variable through which tests hand a harness PostgreSQL's admin password to the services. */
+export const PG_ADMIN_ENV = "MESH_TEST_PG_ADMIN_PASSWORD";
+
+/** Provider `pg-main` on node-a for a harness PostgreSQL, its admin password read from {@link PG_ADMIN_ENV}. */
+export function harnessProvider(db: { endpoint: string; adminUser: string }, over: Partial<ProviderDoc> = {}): ProviderDoc {
+  return {
+    kind: "Provider",
+    name: "pg-main",
+    serves: ["postgres.database"],
+    node: "node-a",
+    endpoint: db.endpoint,
+    admin: { username: db.adminUser, passwordEnv: PG_ADMIN_ENV },
+    installed: true,
+    ...over,
+  };
+}
+
+/** The process environment plus the harness PostgreSQL's admin password under {@link PG_ADMIN_ENV}. */
+export function adminEnv(db: { adminPassword: string }): NodeJS.ProcessEnv {
+  return { ...process.env, [PG_ADMIN_ENV]: db.adminPassword };
+}

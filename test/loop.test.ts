@@ -3,28 +3,15 @@
  * scram-sha-256 (so a wrong password really fails): declare → resolve → provision → deliver.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFileSync, existsSync, readdirSync } from "node:fs";
+import { readFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
-import { Buckets, getCondition, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { Buckets, getCondition, type ModuleDoc } from "@mesh/shared";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
-import { shopModule } from "./fixtures.js";
+import { adminEnv, harnessProvider, shopModule } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 
-const ADMIN_ENV = "MESH_TEST_PG_ADMIN_PASSWORD";
-
-function provider(db: Postgres, installed = true, name = "pg-main"): ProviderDoc {
-  return {
-    kind: "Provider",
-    name,
-    serves: ["postgres.database"],
-    node: "node-a",
-    endpoint: db.endpoint,
-    admin: { username: db.adminUser, passwordEnv: ADMIN_ENV },
-    installed,
-  };
-}
 
 const shop: ModuleDoc = shopModule();
 
@@ -36,7 +23,7 @@ describe("declare → resolve → provision → deliver", () => {
 
   beforeAll(async () => {
     db = await startPostgres();
-    mesh = await startTestMesh({ env: { ...process.env, [ADMIN_ENV]: db.adminPassword } });
+    mesh = await startTestMesh({ env: adminEnv(db) });
   });
   afterAll(async () => {
     await mesh?.stop();
@@ -44,7 +31,7 @@ describe("declare → resolve → provision → deliver", () => {
   });
 
   it("turns the example module into a real role, database and secret, delivered as files", async () => {
-    const reply = await mesh.apply([provider(db), shop, { kind: "Module", name: "static-site", parts: [{ name: "web", node: "node-a" }] }]);
+    const reply = await mesh.apply([harnessProvider(db), shop, { kind: "Module", name: "static-site", parts: [{ name: "web", node: "node-a" }] }]);
     expect(reply).toEqual({
       ok: true,
       accepted: [
@@ -173,7 +160,7 @@ describe("a requirement waiting for its provider", () => {
   let mesh: TestMesh;
   beforeAll(async () => {
     db = await startPostgres();
-    mesh = await startTestMesh({ env: { ...process.env, [ADMIN_ENV]: db.adminPassword } });
+    mesh = await startTestMesh({ env: adminEnv(db) });
   });
   afterAll(async () => {
     await mesh?.stop();
@@ -187,19 +174,19 @@ describe("a requirement waiting for its provider", () => {
     await mesh.apply([app]);
     await mesh.waitForState("app", "Unsatisfiable");
     expect(await reasonOf("app", "db")).toBe("NoProvider");
-    await mesh.apply([provider(db)]);
+    await mesh.apply([harnessProvider(db)]);
     await mesh.waitForState("app", "Ready");
   });
 
   it("shows ProviderNotInstalled naming the provider, and becomes Ready once it is installed", async () => {
     const other: ModuleDoc = { ...app, name: "other", requires: [{ name: "store", kind: "postgres.database" }] };
     // Only an uninstalled provider can serve this module's kind now.
-    await mesh.apply([{ ...provider(db), installed: false }, other]);
+    await mesh.apply([{ ...harnessProvider(db), installed: false }, other]);
     await mesh.waitForState("other", "Unsatisfiable");
     const g = (await mesh.grant("other", "store"))!;
     expect(getCondition(g.conditions, "Resolved")).toMatchObject({ reason: "ProviderNotInstalled" });
     expect(getCondition(g.conditions, "Resolved")!.message).toContain("pg-main");
-    await mesh.apply([provider(db)]);
+    await mesh.apply([harnessProvider(db)]);
     await mesh.waitForState("other", "Ready");
   });
 });

@@ -16,14 +16,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ReachabilityRecord, getCondition, keys, readJson, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { ReachabilityRecord, getCondition, keys, readJson, type ModuleDoc } from "@mesh/shared";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { createNetns, type Bridge, type Netns } from "./harness/netns.js";
 import { waitFor } from "./harness/wait.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { delivered, useAsHolder, waitVerified } from "./verify-helpers.js";
+import { adminEnv, harnessProvider } from "./fixtures.js";
 
-const ADMIN_ENV = "MESH_TEST_PG_ADMIN_PASSWORD";
 const INTERVAL = 1_000;
 const WITHIN = 2 * INTERVAL + 2_000;
 const repo = fileURLToPath(new URL("..", import.meta.url));
@@ -37,21 +37,12 @@ describe("a provider reachable from one node's agent but not from another's", ()
   let agentBLog = "";
   let bindingsB: string;
 
-  const provider = (): ProviderDoc => ({
-    kind: "Provider",
-    name: "pg-main",
-    serves: ["postgres.database"],
-    node: "node-a",
-    endpoint: db.endpoint,
-    admin: { username: db.adminUser, passwordEnv: ADMIN_ENV },
-    installed: true,
-  });
   const resolved = async (m: string, r: string) => getCondition((await mesh.grant(m, r))?.conditions ?? [], "Resolved");
   const reachabilityFromB = async () => (await readJson(mesh.store.kv.reachability, keys.reachability("node-b", "pg-main"), ReachabilityRecord))?.value;
 
   beforeAll(async () => {
     db = await startPostgres();
-    mesh = await startTestMesh({ env: { ...process.env, [ADMIN_ENV]: db.adminPassword }, verifier: { intervalMs: INTERVAL }, probeIntervalMs: INTERVAL });
+    mesh = await startTestMesh({ env: adminEnv(db), verifier: { intervalMs: INTERVAL }, probeIntervalMs: INTERVAL });
     ns = await createNetns();
     await ns.bridge(mesh.nats.port);
     pgPath = await ns.bridge(db.port);
@@ -94,7 +85,7 @@ describe("a provider reachable from one node's agent but not from another's", ()
       ],
       requires: [{ name: "db", kind: "postgres.database", parts: ["api", "worker"] }],
     };
-    await mesh.apply([provider(), shop]);
+    await mesh.apply([harnessProvider(db), shop]);
     await mesh.waitForState("shop", "Ready", 30_000);
     // Both agents' probes count once the message names both nodes.
     await waitVerified(mesh, "shop", "db", (c) => c.status === "True" && c.message.includes("node-a (api) and node-b (worker)"), "verified from both nodes", WITHIN);

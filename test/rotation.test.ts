@@ -12,21 +12,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
-import { Kinds, registerTracing, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type Confirmation, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { Kinds, registerTracing, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type Confirmation, type ModuleDoc } from "@mesh/shared";
 import { createAdapter, CredentialStore } from "@mesh/providers";
 import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { adminEnv, harnessProvider } from "./fixtures.js";
 
-const ADMIN_ENV = "MESH_TEST_PG_ADMIN_PASSWORD";
 const exporter = new InMemorySpanExporter();
 registerTracing(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }), new W3CTraceContextPropagator());
-
-function provider(db: Postgres): ProviderDoc {
-  return { kind: "Provider", name: "pg-main", serves: [Kinds.PostgresDatabase], node: "node-a", endpoint: db.endpoint, admin: { username: db.adminUser, passwordEnv: ADMIN_ENV }, installed: true };
-}
 
 function moduleDoc(name: string, onRotate?: string): ModuleDoc {
   return {
@@ -134,12 +130,12 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
 
   beforeAll(async () => {
     db = await startPostgres();
-    mesh = await startTestMesh({ nodes: [], env: { ...process.env, [ADMIN_ENV]: db.adminPassword } });
+    mesh = await startTestMesh({ nodes: [], env: adminEnv(db) });
     markers = mkdtempSync(join(tmpdir(), "mesh-markers-"));
     roots = { "node-a": join(mesh.bindingsRoot, "node-a"), "node-b": join(mesh.bindingsRoot, "node-b") };
     await startNodeAgent("node-a");
     await startNodeAgent("node-b");
-    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: { ...process.env, [ADMIN_ENV]: db.adminPassword }, sweepMs: 500 });
+    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: adminEnv(db), sweepMs: 500 });
   });
   afterAll(async () => {
     await rotator?.stop();
@@ -151,7 +147,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
 
   it("keeps every holder's queries working, ends both on k+1, retires k only at commit, as one trace", async () => {
     const onRotate = `for i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1`;
-    expect((await mesh.apply([provider(db), moduleDoc("shop", onRotate)])).ok).toBe(true);
+    expect((await mesh.apply([harnessProvider(db), moduleDoc("shop", onRotate)])).ok).toBe(true);
     await mesh.waitForState("shop", "Ready");
     await waitFor("both holders on generation 1", async () => {
       const g = await mesh.grant("shop", "db");
@@ -248,8 +244,8 @@ describe("a rotator process killed in each state", () => {
   beforeAll(async () => {
     if (!existsSync(main)) throw new Error(`${main} is not built; run npx tsc -b first`);
     db = await startPostgres();
-    mesh = await startTestMesh({ nodes: ["node-a", "node-b"], env: { ...process.env, [ADMIN_ENV]: db.adminPassword } });
-    expect((await mesh.apply([provider(db), moduleDoc("shop")])).ok).toBe(true);
+    mesh = await startTestMesh({ nodes: ["node-a", "node-b"], env: adminEnv(db) });
+    expect((await mesh.apply([harnessProvider(db), moduleDoc("shop")])).ok).toBe(true);
     await mesh.waitForState("shop", "Ready");
   });
   afterAll(async () => {
@@ -266,7 +262,7 @@ describe("a rotator process killed in each state", () => {
         return g?.generation === from && g.holders["node-a/api"]?.generation === from && g.holders["node-b/worker"]?.generation === from;
       });
       const child = spawn(process.execPath, [main], {
-        env: { ...process.env, NATS_URL: mesh.nats.url, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"), [ADMIN_ENV]: db.adminPassword, MESH_ROTATOR_TEST_PAUSE_AFTER: state, MESH_LOG_LEVEL: "warn" },
+        env: { ...adminEnv(db), NATS_URL: mesh.nats.url, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"), MESH_ROTATOR_TEST_PAUSE_AFTER: state, MESH_LOG_LEVEL: "warn" },
         stdio: ["ignore", "pipe", "pipe"],
       });
       children.push(child);
@@ -287,7 +283,7 @@ describe("a rotator process killed in each state", () => {
       expect(await loginWith(mesh, "shop", from + 1)).toEqual({ ok: true });
       expect((await mesh.grant("shop", "db"))?.generation).toBe(from);
 
-      const fresh = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: { ...process.env, [ADMIN_ENV]: db.adminPassword }, sweepMs: 500 });
+      const fresh = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: adminEnv(db), sweepMs: 500 });
       try {
         await waitFor("the fresh rotator to commit", async () => (await rotation(mesh, "shop"))?.state === RotationStates.Committed, 30_000);
       } finally {

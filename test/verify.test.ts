@@ -8,15 +8,14 @@
 import { execFileSync } from "node:child_process";
 import { renameSync, rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createLogger, getCondition, keys, subjects, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { createLogger, getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
 import { startVerifier } from "@mesh/verifier";
 import { bufferOutput, runStatus, runVerify } from "../packages/cli/src/index.js";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
-import { waitFor } from "./harness/wait.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { delivered, moveToGeneration, useAsHolder, verificationOf, verifiedOf, waitVerified, watchVerified } from "./verify-helpers.js";
+import { adminEnv, harnessProvider } from "./fixtures.js";
 
-const ADMIN_ENV = "MESH_TEST_PG_ADMIN_PASSWORD";
 /** The verifier's interval and the agents' probe interval in these tests. */
 const INTERVAL = 1_000;
 /**
@@ -25,18 +24,6 @@ const INTERVAL = 1_000;
  * busy two-core machine.
  */
 const WITHIN = 2 * INTERVAL + 2_000;
-
-function provider(db: Postgres): ProviderDoc {
-  return {
-    kind: "Provider",
-    name: "pg-main",
-    serves: ["postgres.database"],
-    node: "node-a",
-    endpoint: db.endpoint,
-    admin: { username: db.adminUser, passwordEnv: ADMIN_ENV },
-    installed: true,
-  };
-}
 
 function module_(name: string, repair?: "auto" | "report"): ModuleDoc {
   return {
@@ -56,9 +43,9 @@ describe("drift on a live provider", () => {
 
   beforeAll(async () => {
     db = await startPostgres();
-    env = { ...process.env, [ADMIN_ENV]: db.adminPassword };
+    env = adminEnv(db);
     mesh = await startTestMesh({ env, verifier: { intervalMs: INTERVAL }, probeIntervalMs: INTERVAL });
-    await mesh.apply([provider(db), module_("orders"), module_("billing"), module_("stock")]);
+    await mesh.apply([harnessProvider(db), module_("orders"), module_("billing"), module_("stock")]);
     for (const m of ["orders", "billing", "stock"]) await mesh.waitForState(m, "Ready");
     for (const m of ["orders", "billing", "stock"]) await waitVerified(mesh, m, "db", isVerified, "verified", 10_000);
   });
@@ -212,7 +199,7 @@ describe("frozen password: a data directory from before the current generation",
 
   beforeAll(async () => {
     db = await startPostgres();
-    env = { ...process.env, [ADMIN_ENV]: db.adminPassword };
+    env = adminEnv(db);
     mesh = await startTestMesh({ env, verifier: { intervalMs: INTERVAL }, probeIntervalMs: INTERVAL });
   });
   afterAll(async () => {
@@ -221,7 +208,7 @@ describe("frozen password: a data directory from before the current generation",
   });
 
   it("→ CredentialDiverged naming generation 1 → repaired to generation 2; with repair: report it stays diverged and says what to do", async () => {
-    await mesh.apply([provider(db), module_("ledger"), module_("archive", "report")]);
+    await mesh.apply([harnessProvider(db), module_("ledger"), module_("archive", "report")]);
     for (const m of ["ledger", "archive"]) {
       await mesh.waitForState(m, "Ready");
       await waitVerified(mesh, m, "db", (c) => isVerified(c) && c.message.startsWith("generation 1 "), "verified at generation 1", 10_000);
@@ -235,7 +222,7 @@ describe("frozen password: a data directory from before the current generation",
     await db.start();
 
     // Meanwhile the mesh moves both grants to generation 2.
-    for (const m of ["ledger", "archive"]) await moveToGeneration(mesh, provider(db), env, m, "db", 2);
+    for (const m of ["ledger", "archive"]) await moveToGeneration(mesh, harnessProvider(db), env, m, "db", 2);
     for (const m of ["ledger", "archive"]) {
       await waitVerified(mesh, m, "db", (c) => isVerified(c) && c.message.startsWith("generation 2 "), "verified at generation 2", WITHIN);
     }
