@@ -64,34 +64,27 @@ export async function openStore(nc: NatsConnection, replicas = Number(process.en
     const history = name === "credentials" || name === "grants" ? 16 : 5;
     kv[name] = await kvm.create(bucket, { history, replicas, storage: StorageType.File });
   }
+  // Every stream: limits retention, file storage, the store's replicas, a 2-minute de-duplication window.
+  const common = { retention: RetentionPolicy.Limits, num_replicas: replicas, storage: StorageType.File, duplicate_window: 120_000_000_000 };
   await ensureStream(jsm, {
+    ...common,
     name: Streams.deliveries,
     subjects: [subjects.deliveriesAll],
-    retention: RetentionPolicy.Limits,
     // The latest few deliveries of each grant to each part; older ones are superseded.
     max_msgs_per_subject: 4,
-    num_replicas: replicas,
-    storage: StorageType.File,
-    duplicate_window: 120_000_000_000,
   });
   await ensureStream(jsm, {
+    ...common,
     name: Streams.rotations,
     subjects: [subjects.rotationBroadcastsAll],
-    retention: RetentionPolicy.Limits,
     // The latest broadcast of each grant: what an SDK holder that was away reads when it is back.
     max_msgs_per_subject: 1,
-    num_replicas: replicas,
-    storage: StorageType.File,
-    duplicate_window: 120_000_000_000,
   });
   await ensureStream(jsm, {
+    ...common,
     name: Streams.confirmations,
     subjects: [subjects.rotationConfirmsAll],
-    retention: RetentionPolicy.Limits,
     max_age: 7 * 24 * 3_600 * 1_000_000_000,
-    num_replicas: replicas,
-    storage: StorageType.File,
-    duplicate_window: 120_000_000_000,
   });
   return { nc, js, jsm, kv };
 }
