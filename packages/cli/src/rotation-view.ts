@@ -54,17 +54,18 @@ export function rotationProgress(r: Rotation): RotationProgress {
   return { confirmed: entries.length - missing.length, total: entries.length, missing };
 }
 
+/** What names a rotation and where it stands: the first fields of every JSON form of it. */
+function rotationIdentity(r: Rotation) {
+  return { rotation: r.id, grant: r.grant, from: r.from, to: r.to, state: r.state };
+}
+
 /** The `--json` form of a rotation. */
 export function summarizeRotation(r: Rotation): RotationSummary {
   const holders = Object.keys(r.holders)
     .sort()
     .map((holder) => ({ holder, confirmedAt: atOffset(r, r.holders[holder]?.c) ?? null }));
   return {
-    rotation: r.id,
-    grant: r.grant,
-    from: r.from,
-    to: r.to,
-    state: r.state,
+    ...rotationIdentity(r),
     holders,
     missing: rotationProgress(r).missing,
     requestedAt: r.requestedAt,
@@ -177,11 +178,7 @@ export function traceRotation(r: Rotation): RotationTrace {
     .sort(([a, pa], [b, pb]) => (pa.c ?? Infinity) - (pb.c ?? Infinity) || a.localeCompare(b))
     .map(([holder, p]) => ({ holder, received: event(r, p.r), applied: event(r, p.a), confirmed: event(r, p.c) }));
   return {
-    rotation: r.id,
-    grant: r.grant,
-    from: r.from,
-    to: r.to,
-    state: r.state,
+    ...rotationIdentity(r),
     requestedAt: r.requestedAt,
     deadline: r.deadline,
     ...(r.committedAt ? { committedAt: r.committedAt } : {}),
