@@ -11,7 +11,7 @@ import { createAdapter } from "./registry.js";
 
 /** The provider's configuration with its admin password read from the env var or file it names. */
 export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env): ProviderConfig {
-  const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint };
+  const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint, ...(doc.options ? { options: doc.options } : {}) };
   if (!doc.admin) return cfg;
   let password: string | undefined;
   if (doc.admin.passwordEnv) {

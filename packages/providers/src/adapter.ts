@@ -14,7 +14,7 @@
  *   ever spliced into a command unquoted.
  * Cross-cutting concerns (tracing, logging, secret sanitising) wrap adapters; they are not in them.
  */
-import type { Kind } from "@mesh/shared";
+import type { Kind, ProviderOptions, RequirementOptions } from "@mesh/shared";
 
 /** A provider as the provisioner uses it: the document's fields with the admin password resolved. */
 export interface ProviderConfig {
@@ -22,6 +22,8 @@ export interface ProviderConfig {
   node: string;
   endpoint: string;
   admin?: { username: string; password?: string };
+  /** The document's kind-specific `options:`; the adapter's factory validates them. */
+  options?: ProviderOptions;
 }
 
 /** Which grant a request is about. */
@@ -42,6 +44,12 @@ export interface CreateRequest {
   grant: GrantRef;
   /** Secret material of `grant.generation`, made by {@link ProviderAdapter.generate}. */
   secret: SecretMaterial;
+  /**
+   * The requirement's kind-specific `options:` (from the grant). Create converges the resource
+   * to them, so a changed option is applied by the next create; an invalid one is
+   * `InvalidRequest`, naming the option.
+   */
+  options?: RequirementOptions;
 }
 
 export interface CreateResult {

@@ -78,7 +78,7 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
   }
   const adapter = adapters.get(grant.kind, doc);
   const secret = await credentials.ensure(grant, generation, grant.provider!, () => adapter.generate());
-  const result = await adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret });
+  const result = await adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret, options: grant.options });
   await credentials.setBindings(grant.module, grant.requirement, generation, result.bindings);
   const resource = { ...result.resource, provider: grant.provider! };
   const what = Object.entries(result.resource).map(([k, v]) => `${k} ${v}`).join(", ");

@@ -16,6 +16,7 @@ import {
   type ProviderDoc,
   type ReachabilityRecord,
   type RepairPolicy,
+  type RequirementOptions,
   type VerifyPolicy,
 } from "@mesh/shared";
 import { unreachableFrom } from "./reachability.js";
@@ -43,6 +44,8 @@ export interface Resolution {
   verify?: VerifyPolicy;
   /** The requirement's `repair:` policy, copied onto the grant for the verifier. */
   repair?: RepairPolicy;
+  /** The requirement's kind-specific options, copied onto the grant for the adapter. */
+  options?: RequirementOptions;
 }
 
 /** Every provider that can serve `kind`, built-ins included, sorted by name. */
@@ -143,6 +146,7 @@ export function resolveModule(
       ...chooseProvider(req.kind, targets, providers, current.get(req.name), reachability),
       ...(req.verify ? { verify: req.verify } : {}),
       ...(req.repair ? { repair: req.repair } : {}),
+      ...(req.options ? { options: req.options } : {}),
     };
   });
 }
@@ -182,6 +186,7 @@ export function applyResolution(current: Grant | undefined, r: Resolution, now =
     // compares equal below.
     verify: r.verify,
     repair: r.repair,
+    options: r.options,
   };
   // Holders that are no longer targets stop counting for delivery.
   next.conditions = withDeliveredCondition(next, now);

@@ -147,7 +147,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
     const secret = await credentials.ensure(g, to, g.provider, () => adapter.generate());
     // Stage k+1 beside k: both log in from here until the commit.
-    const staged = await adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret });
+    const staged = await adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
     await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
     const span = tracer("rotator").startSpan(
       "rotate",

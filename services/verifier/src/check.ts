@@ -117,7 +117,7 @@ export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairA
     }
     const cred = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
     if (!cred) throw new MeshError(ErrorCodes.NotFound, `generation ${grant.generation} of ${grant.id} is not in the credential history`);
-    await a.adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret });
+    await a.adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret, options: grant.options });
   } finally {
     await a.close?.();
   }

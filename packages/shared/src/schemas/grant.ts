@@ -5,6 +5,7 @@ import { z } from "zod";
 import { Condition } from "../conditions.js";
 import { KIND_LIST } from "../kinds.js";
 import { RepairEvent, RepairPolicy, VerifyPolicy } from "./verification.js";
+import { RequirementOptions } from "./manifest.js";
 
 /** A part that a grant is delivered to: installed, and naming the requirement. */
 export const GrantTarget = z.object({ part: z.string(), node: z.string() });
@@ -39,6 +40,8 @@ export const Grant = z.object({
   verify: VerifyPolicy.optional(),
   /** The requirement's `repair:` policy, copied by the resolver (absent: `auto`). */
   repair: RepairPolicy.optional(),
+  /** The requirement's kind-specific `options:`, copied by the resolver for the adapter. */
+  options: RequirementOptions.optional(),
   /** The verifier's repairs of this grant, oldest first, at most REPAIR_HISTORY_LIMIT (the newest). */
   repairs: z.array(RepairEvent).optional(),
 });

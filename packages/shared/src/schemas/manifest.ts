@@ -25,6 +25,23 @@ const AdminCredential = z
     message: "give passwordEnv or passwordFile, not both",
   });
 
+/**
+ * Kind-specific settings of a provider that its endpoint cannot say (RabbitMQ's management URL,
+ * the users file of a NATS server…); each adapter validates its own and names what is missing.
+ */
+export const ProviderOptions = z.record(z.string().regex(/^[a-zA-Z][a-zA-Z0-9]*$/, { message: "must be a camelCase option name" }), z.string());
+export type ProviderOptions = z.infer<typeof ProviderOptions>;
+
+/**
+ * Kind-specific settings of a requirement (a `nats.user`'s subjects, a bucket's history…);
+ * validated by the kind's adapter when the grant is provisioned.
+ */
+export const RequirementOptions = z.record(
+  z.string().regex(/^[a-zA-Z][a-zA-Z0-9]*$/, { message: "must be a camelCase option name" }),
+  z.union([z.string(), z.number(), z.boolean(), z.array(z.string())]),
+);
+export type RequirementOptions = z.infer<typeof RequirementOptions>;
+
 export const ProviderDoc = z.strictObject({
   kind: z.literal("Provider"),
   name: Name,
@@ -32,6 +49,8 @@ export const ProviderDoc = z.strictObject({
   node: Name,
   endpoint: z.url({ message: "must be a URL such as postgres://127.0.0.1:5432" }),
   admin: AdminCredential.optional(),
+  /** Kind-specific settings; see the README's section on each kind. */
+  options: ProviderOptions.optional(),
   installed: z.boolean().default(true),
 });
 export type ProviderDoc = z.infer<typeof ProviderDoc>;
@@ -60,6 +79,8 @@ export const RequirementDoc = z.strictObject({
   repair: RepairPolicy.optional(),
   /** How often the rotator rotates the grant: `{ every: 30d }`; never when left out. */
   rotate: RotatePolicy.optional(),
+  /** Kind-specific settings (see the README's section on the kind). */
+  options: RequirementOptions.optional(),
 });
 export type RequirementDoc = z.infer<typeof RequirementDoc>;
 
