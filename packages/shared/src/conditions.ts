@@ -21,6 +21,10 @@ export const Reasons = {
   NoProvider: "NoProvider",
   ProviderNotInstalled: "ProviderNotInstalled",
   ProviderUnreachable: "ProviderUnreachable",
+  /** Every installed provider of the kind needs grants that are not provisioned yet. */
+  AwaitingDependency: "AwaitingDependency",
+  /** The grants a provider needs lead back to the requirement itself: it can never be satisfied. */
+  DependencyCycle: "DependencyCycle",
   // Provisioned
   Provisioned: "Provisioned",
   AwaitingResolution: "AwaitingResolution",

@@ -5,7 +5,7 @@ import { getCondition, isTrue } from "./conditions.js";
 import { ModuleStates, type Grant, type ModuleState } from "./schemas/grant.js";
 
 /** Resolution failures that mean "cannot be satisfied as the world is now". */
-const UNSATISFIABLE = new Set(["NoProvider", "ProviderNotInstalled", "ProviderUnreachable"]);
+const UNSATISFIABLE = new Set(["NoProvider", "ProviderNotInstalled", "ProviderUnreachable", "DependencyCycle"]);
 /** Failures of a grant that had been, or could be, working. */
 const DEGRADED = new Set([
   "ProvisionFailed",
@@ -58,7 +58,11 @@ export function deriveModuleState(requirements: number, grants: readonly Grant[]
   const waiting = active.filter((g) => !(isTrue(g.conditions, "Provisioned") && isTrue(g.conditions, "Delivered")));
   if (grants.length < requirements) return { state: ModuleStates.Pending, message: "requirements not yet resolved" };
   if (waiting.length) {
-    return { state: ModuleStates.Pending, message: `waiting for ${waiting.map((g) => g.requirement).join(", ")}` };
+    const why = (g: Grant) => {
+      const r = getCondition(g.conditions, "Resolved");
+      return r?.status === "False" ? `${g.requirement} (${r.reason})` : g.requirement;
+    };
+    return { state: ModuleStates.Pending, message: `waiting for ${waiting.map(why).join(", ")}` };
   }
   const dormant = grants.length - active.length;
   return {

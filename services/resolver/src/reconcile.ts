@@ -19,6 +19,7 @@ import {
   type Store,
 } from "@mesh/shared";
 import { applyResolution, resolveModule } from "./resolve.js";
+import { neededGrant, neededGrantIds, type NeededGrant } from "./dependencies.js";
 import type { ReachabilityCatalog } from "./reachability.js";
 
 /**
@@ -43,14 +44,32 @@ export class ProviderCatalog {
   }
 }
 
-/** Reconciles module `name`. Idempotent: a second run with nothing changed writes nothing. */
+/** The stored state of every grant some provider needs (see dependencies.ts). */
+export async function readNeededGrants(store: Store, providers: readonly ProviderDoc[]): Promise<Map<string, NeededGrant>> {
+  const needed = new Map<string, NeededGrant>();
+  await Promise.all(
+    neededGrantIds(providers).map(async (id) => {
+      const [module, requirement] = id.split("/") as [string, string];
+      const g = await readJson(store.kv.grants, keys.grant(module, requirement), Grant);
+      if (g) needed.set(id, neededGrant(g.value));
+    }),
+  );
+  return needed;
+}
+
+/**
+ * Reconciles module `name`. Idempotent: a second run with nothing changed writes nothing.
+ * Returns the module's grants that some provider needs, with whether each is provisioned,
+ * so the caller can wake the requirements that wait for them.
+ */
 export async function reconcileModule(
   store: Store,
   catalog: ProviderCatalog,
   name: string,
   log: Logger,
   reachability?: ReachabilityCatalog,
-): Promise<void> {
+): Promise<Map<string, boolean>> {
+  const neededHere = new Map<string, boolean>();
   const manifest = await readJson(store.kv.manifests, name, ModuleDoc);
   const existing = await listJson(store.kv.grants, Grant, keys.grantsOf(name));
   if (!manifest) {
@@ -58,16 +77,19 @@ export async function reconcileModule(
     for (const g of existing) await store.kv.grants.delete(g.key);
     await store.kv.modules.delete(name);
     log.info({ module: name }, "module removed");
-    return;
+    return neededHere;
   }
   const providers = await catalog.current();
   const current = new Map(existing.map((g) => [g.value.requirement, g.value.provider]));
-  const resolutions = resolveModule(manifest.value, providers, current, (await reachability?.current()) ?? []);
+  const needed = await readNeededGrants(store, providers);
+  const resolutions = resolveModule(manifest.value, providers, current, (await reachability?.current()) ?? [], needed);
   const grants: Grant[] = [];
   for (const r of resolutions) {
     const g = await mutateJson(store.kv.grants, keys.grant(r.module, r.requirement), Grant, (cur) => applyResolution(cur, r));
     if (g) grants.push(g);
   }
+  const neededIds = new Set(neededGrantIds(providers));
+  for (const g of grants) if (neededIds.has(g.id)) neededHere.set(g.id, neededGrant(g).provisioned);
   const declared = new Set(resolutions.map((r) => r.requirement));
   for (const g of existing) {
     if (!declared.has(g.value.requirement)) {
@@ -93,4 +115,5 @@ export async function reconcileModule(
       since: cur && cur.state === derived.state ? cur.since : now,
     };
   });
+  return neededHere;
 }

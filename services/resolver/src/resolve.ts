@@ -20,6 +20,7 @@ import {
   type VerifyPolicy,
 } from "@mesh/shared";
 import { unreachableFrom } from "./reachability.js";
+import { dependencyCycle, unmetNeeds, type NeededGrants } from "./dependencies.js";
 
 /** The built-in provider of `secret`: always registered, always installed, on every node. */
 export const builtinSecretProvider: ProviderDoc = {
@@ -58,10 +59,14 @@ export function candidatesFor(kind: Kind, providers: readonly ProviderDoc[]): Pr
  * Chooses a provider for one requirement.
  *
  * - The provider already chosen (`current`) is kept while it is registered, installed and
- *   serves the kind: a grant does not move because another provider appears.
- * - Otherwise the installed candidate on the node of the first target wins, then any
- *   installed candidate, by name: deterministic, so every resolver instance agrees.
+ *   serves the kind: a grant does not move because another provider appears, unless that one
+ *   has a higher `preference` (a handover, carried out by the rotator like a rotation).
+ * - Otherwise the installed candidate with the highest preference wins, then the one on the
+ *   node of the first target, then by name: deterministic, so every resolver instance agrees.
  * - No candidate: `NoProvider`; candidates but none installed: `ProviderNotInstalled`, naming them.
+ * - A provider whose `needs` are not all provisioned is not chosen (`needed`: the stored state
+ *   of those grants). With none left: `AwaitingDependency` naming what is missing, or
+ *   `DependencyCycle` naming the members when the wait leads back to this grant (`self`).
  * - Agents' `reachability` reports: a new choice prefers a provider that no target's node
  *   reports unreachable. When the provider kept or chosen cannot be reached from a target's
  *   node, the result is `ProviderUnreachable` naming the nodes, and `provider` still names it
@@ -74,6 +79,7 @@ export function chooseProvider(
   providers: readonly ProviderDoc[],
   current: string | null | undefined,
   reachability: readonly ReachabilityRecord[] = [],
+  dependencies: { self: string; needed: NeededGrants } = { self: "", needed: new Map() },
 ): Pick<Resolution, "provider" | "resolved"> {
   const candidates = candidatesFor(kind, providers);
   if (candidates.length === 0) {
@@ -100,9 +106,21 @@ export function chooseProvider(
       },
     };
   }
-  const reachable = installed.filter((p) => unreachableFrom(p.name, targets, reachability).length === 0);
-  const pick = (among: ProviderDoc[]) => among.find((p) => targets.length > 0 && p.node === targets[0]!.node) ?? among[0];
-  const chosen = installed.find((p) => p.name === current) ?? pick(reachable) ?? pick(installed)!;
+  const { self, needed } = dependencies;
+  const kept = installed.find((p) => p.name === current);
+  const usable = installed.filter((p) => unmetNeeds(p, needed).length === 0);
+  if (!kept && usable.length === 0) {
+    const everyInstalled = [...providers, builtinSecretProvider].filter((p) => p.installed);
+    return waitingForDependencies(kind, self, installed, everyInstalled, needed);
+  }
+  const preference = (p: ProviderDoc) => p.preference ?? 0;
+  const pick = (among: ProviderDoc[]) => {
+    const top = Math.max(...among.map(preference));
+    const best = among.filter((p) => preference(p) === top);
+    return best.find((p) => targets.length > 0 && p.node === targets[0]!.node) ?? best[0];
+  };
+  const preferred = pick(usable.filter((p) => unreachableFrom(p.name, targets, reachability).length === 0));
+  const chosen = kept ? (preferred && preference(preferred) > preference(kept) ? preferred : kept) : (preferred ?? pick(usable)!);
   const blocked = unreachableFrom(chosen.name, targets, reachability);
   if (blocked.length > 0) {
     const nodes = blocked.map((r) => `node ${r.node}`).join(", ");
@@ -129,6 +147,7 @@ export function resolveModule(
   providers: readonly ProviderDoc[],
   current: ReadonlyMap<string, string | null> = new Map(),
   reachability: readonly ReachabilityRecord[] = [],
+  needed: NeededGrants = new Map(),
 ): Resolution[] {
   const partByName = new Map(manifest.parts.map((p) => [p.name, p]));
   return manifest.requires.map((req) => {
@@ -143,12 +162,44 @@ export function resolveModule(
       kind: req.kind,
       parts,
       targets,
-      ...chooseProvider(req.kind, targets, providers, current.get(req.name), reachability),
+      ...chooseProvider(req.kind, targets, providers, current.get(req.name), reachability, { self: grantId(manifest.name, req.name), needed }),
       ...(req.verify ? { verify: req.verify } : {}),
       ...(req.repair ? { repair: req.repair } : {}),
       ...(req.options ? { options: req.options } : {}),
     };
   });
+}
+
+/** `AwaitingDependency` or `DependencyCycle`, for a requirement whose every installed provider needs something unprovisioned. */
+function waitingForDependencies(
+  kind: Kind,
+  self: string,
+  installed: readonly ProviderDoc[],
+  everyInstalled: readonly ProviderDoc[],
+  needed: NeededGrants,
+): Pick<Resolution, "provider" | "resolved"> {
+  const cycle = self ? dependencyCycle(self, kind, everyInstalled, needed) : undefined;
+  if (cycle) {
+    return {
+      provider: null,
+      resolved: {
+        type: "Resolved",
+        status: "False",
+        reason: "DependencyCycle",
+        message: `${self} can never be provisioned: it waits for itself through ${cycle.join(" → ")}; give one of them a provider that needs none of the others`,
+      },
+    };
+  }
+  const waits = installed.map((p) => `${p.name} needs ${unmetNeeds(p, needed).join(", ")}`).join("; ");
+  return {
+    provider: null,
+    resolved: {
+      type: "Resolved",
+      status: "False",
+      reason: "AwaitingDependency",
+      message: `waiting: ${waits}, not provisioned yet; it moves on by itself once they are`,
+    },
+  };
 }
 
 function sameJson(a: unknown, b: unknown): boolean {

@@ -30,9 +30,20 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
   const { store, log } = opts;
   const catalog = new ProviderCatalog(store);
   const reachability = new ReachabilityCatalog(store);
-  const modules = new KeyedQueue((name) => reconcileModule(store, catalog, name, log.child({ module: name }), reachability), 16);
+  // Whether each grant that a provider needs was provisioned when this instance last looked.
+  const neededSeen = new Map<string, boolean>();
+  const modules = new KeyedQueue(async (name: string) => {
+    const needed = await reconcileModule(store, catalog, name, log.child({ module: name }), reachability);
+    // A needed grant became (un)provisioned: requirements of any module may wait for it.
+    let changed = false;
+    for (const [id, provisioned] of needed) {
+      if (neededSeen.get(id) !== provisioned) changed = true;
+      neededSeen.set(id, provisioned);
+    }
+    if (changed) void providers.enqueue("*");
+  }, 16);
   // A provider change may affect any module: re-resolve them all.
-  const providers = new KeyedQueue(async () => {
+  const providers: KeyedQueue = new KeyedQueue(async () => {
     const names: string[] = [];
     for await (const k of await store.kv.manifests.keys()) names.push(k);
     await Promise.all(names.map((n) => modules.enqueue(n)));

@@ -13,6 +13,9 @@ import { RepairPolicy, VerifyPolicy } from "./verification.js";
 
 export const Name = z.string().regex(NAME_PATTERN, { message: NAME_RULE });
 
+/** `<module>/<requirement>`, both valid names. */
+const GRANT_ID_PATTERN = new RegExp(`^${NAME_PATTERN.source.slice(1, -1)}/${NAME_PATTERN.source.slice(1, -1)}$`);
+
 const AdminCredential = z
   .strictObject({
     username: z.string().min(1).max(63),
@@ -51,6 +54,17 @@ export const ProviderDoc = z.strictObject({
   admin: AdminCredential.optional(),
   /** Kind-specific settings; see the README's section on each kind. */
   options: ProviderOptions.optional(),
+  /**
+   * Grants (`<module>/<requirement>`) that must be provisioned before this provider can serve
+   * anything: a provider that runs as a module of the mesh needs that module's own
+   * requirements first. Until they are, requirements it would serve wait, saying for what.
+   */
+  needs: z.array(z.string().regex(GRANT_ID_PATTERN, { message: "must name a grant as <module>/<requirement>" })).optional(),
+  /**
+   * Higher wins. A grant moves from its provider to an installed one with a higher preference
+   * (a handover, through the same fan-out as a rotation); between equals it stays where it is.
+   */
+  preference: z.number().int().min(-1000).max(1000).optional(),
   installed: z.boolean().default(true),
 });
 export type ProviderDoc = z.infer<typeof ProviderDoc>;
