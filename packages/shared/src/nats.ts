@@ -2,7 +2,9 @@
  * NATS and JetStream plumbing shared by every process: connecting, the store (KV buckets and
  * streams), JSON records with compare-and-set, and level-triggered consumption of changes.
  */
-import { connect, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { connect, usernamePasswordAuthenticator, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
 import {
   JetStreamApiError,
   jetstream,
@@ -23,11 +25,66 @@ export type { NatsConnection, KV, JetStreamClient, JetStreamManager, JsMsg };
 
 export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222";
 
-/** Connects to NATS with unlimited reconnects; the error says which URL failed and what to check. */
+/**
+ * The NATS identity a process connects with, from its environment:
+ *
+ * - `MESH_NATS_CREDENTIALS`: the binding directory of a `nats.user` grant (files `username` and
+ *   `password`, as the agent writes them). Read again on every connect and reconnect, so after a
+ *   rotation the process comes back with the new generation once the old one is retired.
+ * - `MESH_NATS_USER` with `MESH_NATS_PASSWORD_FILE` (or `MESH_NATS_PASSWORD`): a fixed identity,
+ *   the bootstrap administrator's, before the mesh has granted any.
+ * - neither: no credentials (a server without authentication).
+ */
+export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<ConnectionOptions> {
+  const dir = env.MESH_NATS_CREDENTIALS;
+  if (dir) {
+    const read = (key: string) => () => {
+      try {
+        return readFileSync(join(dir, key), "utf8").trim();
+      } catch (e) {
+        throw new MeshError(
+          ErrorCodes.ProviderMisconfigured,
+          `MESH_NATS_CREDENTIALS=${dir}: cannot read ${key} (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); it must be the binding directory of a nats.user grant, written by this node's agent`,
+          { cause: e },
+        );
+      }
+    };
+    read("username")(); // fail at start, with the message above, rather than inside a reconnect
+    return { authenticator: usernamePasswordAuthenticator(read("username"), read("password")) };
+  }
+  const user = env.MESH_NATS_USER;
+  if (!user) return {};
+  let pass = env.MESH_NATS_PASSWORD;
+  if (env.MESH_NATS_PASSWORD_FILE) {
+    try {
+      pass = readFileSync(env.MESH_NATS_PASSWORD_FILE, "utf8").trim();
+    } catch (e) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `MESH_NATS_PASSWORD_FILE=${env.MESH_NATS_PASSWORD_FILE}: cannot read it (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); make it readable by this process`,
+        { cause: e },
+      );
+    }
+  }
+  return { user, ...(pass !== undefined ? { pass } : {}) };
+}
+
+/**
+ * Connects to NATS with unlimited reconnects, as the identity {@link natsIdentity} finds in the
+ * environment (unless `opts` says otherwise); the error says which URL failed and what to check.
+ */
 export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_NATS_URL, opts: Partial<ConnectionOptions> = {}): Promise<NatsConnection> {
+  const identity = natsIdentity();
   try {
-    return await connect({ servers: url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 500, ...opts });
+    return await connect({ servers: url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 500, ...identity, ...opts });
   } catch (e) {
+    if (/authorization violation|authentication/i.test(errorMessage(e))) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `NATS at ${url} refused this process's identity (${errorMessage(e)}): check MESH_NATS_CREDENTIALS, or MESH_NATS_USER and its password, against the users the server knows`,
+        { cause: e },
+      );
+    }
     throw new MeshError(
       ErrorCodes.ProviderUnreachable,
       `cannot connect to NATS at ${url}: ${errorMessage(e)}. Start a nats-server with JetStream (nats-server -js) or set NATS_URL.`,
