@@ -34,3 +34,4 @@ export * from "./keyed-queue.js";
 export * from "./nats.js";
 export * from "./stream-consumers.js";
 export * from "./service-main.js";
+export * from "./control-plane.js";

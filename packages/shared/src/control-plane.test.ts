@@ -1,0 +1,50 @@
+import { describe, expect, it } from "vitest";
+import { CONTROL_PLANE_SERVICES, bootstrapProvider, controlPlaneManifest, servicePermissions } from "./control-plane.js";
+import { ModuleDoc, ProviderDoc } from "./schemas/manifest.js";
+
+describe("the control plane's own module", () => {
+  const manifest = controlPlaneManifest({ servicesNode: "node-a", nodes: ["node-a", "node-b", "node-a"] });
+
+  it("is a valid manifest: a part per service and per agent, each with exactly one broker identity of its own", () => {
+    expect(ModuleDoc.safeParse(manifest).success).toBe(true);
+    expect(manifest.parts.map((p) => `${p.name}@${p.node}`)).toEqual([
+      ...CONTROL_PLANE_SERVICES.map((s) => `${s}@node-a`),
+      "agent-node-a@node-a",
+      "agent-node-b@node-b",
+    ]);
+    const identities = manifest.requires.filter((r) => r.kind === "nats.user");
+    expect(identities.map((r) => r.parts)).toEqual(manifest.parts.map((p) => [p.name]));
+    expect(manifest.requires.filter((r) => r.kind !== "nats.user").map((r) => `${r.name}:${r.kind}`)).toEqual([
+      "records:kv.bucket",
+      "artifacts:object.store",
+      "master-key:secret",
+    ]);
+  });
+
+  it("gives each service only the requests it serves and the events it sends", () => {
+    expect(servicePermissions("resolver").subscribe).toContain("mesh.api.apply");
+    expect(servicePermissions("provisioner").subscribe).not.toContain("mesh.api.apply");
+    expect(servicePermissions("rotator").publish).toContain("mesh.rotation.broadcast.>");
+    expect(servicePermissions("resolver").publish).not.toContain("mesh.rotation.broadcast.>");
+    const agent = servicePermissions({ agent: "node-b" });
+    expect(agent.subscribe).toContain("mesh.probe.request.node-b");
+    expect(agent.publish).toContain("mesh.probe.report.node-b.>");
+    expect([...agent.publish, ...agent.subscribe].some((s) => s.includes("node-a"))).toBe(false);
+  });
+
+  it("refuses a node whose identity requirement would not be a valid name", () => {
+    expect(() => controlPlaneManifest({ servicesNode: "node-a", nodes: ["a".repeat(35)] })).toThrow(/cannot host the control plane/);
+  });
+
+  it("declares the bootstrap provider as a valid Provider document", () => {
+    const doc = bootstrapProvider({
+      url: "nats://127.0.0.1:4333",
+      node: "node-a",
+      usersFile: "/var/lib/mesh/nats/users.conf",
+      pidFile: "/run/nats.pid",
+      admin: { username: "mesh-admin", passwordFile: "/etc/mesh/nats-admin.password" },
+    });
+    expect(ProviderDoc.safeParse(doc).success).toBe(true);
+    expect(doc.serves).toEqual(["nats.user", "kv.bucket", "object.store"]);
+  });
+});

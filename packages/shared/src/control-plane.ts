@@ -1,0 +1,151 @@
+/**
+ * The mesh's own control plane as a module of the mesh: module `mesh`, with a part per
+ * service and per node agent, and the requirements they are satisfied with before anything
+ * else is installed (DESIGN.md, "The control plane is a consumer too"). `meshctl bootstrap`
+ * applies what these functions return; nothing here talks to NATS.
+ */
+import { Kinds } from "./kinds.js";
+import { NAME_RULE, isValidName } from "./names.js";
+import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
+import { subjects } from "./subjects.js";
+
+/** The control plane's module name. */
+export const CONTROL_PLANE_MODULE = "mesh";
+/** The bootstrap provider: the mesh's own NATS, serving identities and JetStream stores. */
+export const BOOTSTRAP_PROVIDER = "mesh-nats";
+/** The services of the control plane, one part each (agents have a part per node). */
+export const CONTROL_PLANE_SERVICES = ["resolver", "provisioner", "verifier", "rotator"] as const;
+export type ControlPlaneService = (typeof CONTROL_PLANE_SERVICES)[number];
+
+/** Requirement names of the control plane's module. */
+export const ControlPlaneRequirements = {
+  /** The source of record: a JetStream KV bucket. */
+  records: "records",
+  /** Images and packages the agents install from. */
+  artifacts: "artifacts",
+  /** The key credentials are encrypted under, for the services that read or write them. */
+  masterKey: "master-key",
+} as const;
+
+/** The part of the agent of `node`. */
+export function agentPart(node: string): string {
+  return `agent-${node}`;
+}
+
+/** The requirement holding the NATS identity of control-plane part `part`. */
+export function identityRequirement(part: string): string {
+  return `nats-${part}`;
+}
+
+/** NATS permissions of one identity, as `nats.user` requirement options. */
+export interface NatsPermissions {
+  publish: string[];
+  subscribe: string[];
+}
+
+/**
+ * Every service works through JetStream (KV buckets, streams, consumers): its API, acks and
+ * flow control, and KV writes. These are shared: NATS 2.9 cannot narrow JetStream to some
+ * streams for a user of one account, which separate accounts per service would need.
+ */
+const JETSTREAM: NatsPermissions = {
+  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>"],
+  subscribe: ["_INBOX.>"],
+};
+
+/**
+ * What each service may publish and subscribe to beyond JetStream: only the requests it
+ * serves, and only the events it sends. A node agent's are narrowed to its own node, so one
+ * agent cannot answer for another node's probes.
+ */
+export function servicePermissions(service: ControlPlaneService | { agent: string }): NatsPermissions {
+  const own = ((): NatsPermissions => {
+    if (typeof service === "object") {
+      const node = service.agent;
+      return {
+        publish: [subjects.credentialFetch, "mesh.rotation.confirm.>", `mesh.probe.report.${node}.>`],
+        subscribe: [subjects.probeRequest(node)],
+      };
+    }
+    switch (service) {
+      case "resolver":
+        return { publish: [], subscribe: [subjects.apply] };
+      case "provisioner":
+        return { publish: [subjects.deliveriesAll], subscribe: [subjects.credentialFetch] };
+      case "verifier":
+        return { publish: ["mesh.probe.request.*"], subscribe: [subjects.verify, subjects.probeReportsAll] };
+      case "rotator":
+        return { publish: [subjects.deliveriesAll, subjects.rotationBroadcastsAll, "mesh.rotation.values.>"], subscribe: [subjects.rotate] };
+    }
+  })();
+  return { publish: [...JETSTREAM.publish, ...own.publish], subscribe: [...JETSTREAM.subscribe, ...own.subscribe] };
+}
+
+/** Where the control plane runs: its services on one node, an agent on each node. */
+export interface ControlPlaneLayout {
+  servicesNode: string;
+  nodes: readonly string[];
+}
+
+/** Throws an Error naming the bad node or part when a name of the layout cannot be used. */
+function checkLayout(layout: ControlPlaneLayout): void {
+  for (const node of [layout.servicesNode, ...layout.nodes]) {
+    const requirement = identityRequirement(agentPart(node));
+    if (!isValidName(node) || !isValidName(requirement)) {
+      throw new Error(`node name ${JSON.stringify(node)} cannot host the control plane: it ${NAME_RULE}, and ${JSON.stringify(requirement)} must too (at most 29 characters)`);
+    }
+  }
+}
+
+/**
+ * The control plane's own module: a part per service (on `servicesNode`) and per agent, the
+ * source of record, the artifact store (for the agents), the master key (for the services
+ * that handle credentials) and one broker identity per part, limited to what it needs.
+ */
+export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
+  checkLayout(layout);
+  const nodes = [...new Set(layout.nodes)];
+  const services = CONTROL_PLANE_SERVICES.map((name) => ({ name, node: layout.servicesNode, installed: true }));
+  const agents = nodes.map((node) => ({ name: agentPart(node), node, installed: true }));
+  const identities: RequirementDoc[] = [
+    ...CONTROL_PLANE_SERVICES.map((s) => ({ part: s, permissions: servicePermissions(s) })),
+    ...nodes.map((node) => ({ part: agentPart(node), permissions: servicePermissions({ agent: node }) })),
+  ].map(({ part, permissions }) => ({
+    name: identityRequirement(part),
+    kind: Kinds.NatsUser,
+    parts: [part],
+    options: { publish: permissions.publish, subscribe: permissions.subscribe },
+  }));
+  return {
+    kind: "Module",
+    name: CONTROL_PLANE_MODULE,
+    parts: [...services, ...agents],
+    requires: [
+      { name: ControlPlaneRequirements.records, kind: Kinds.KvBucket, parts: [...CONTROL_PLANE_SERVICES] },
+      { name: ControlPlaneRequirements.artifacts, kind: Kinds.ObjectStore, parts: agents.map((a) => a.name) },
+      { name: ControlPlaneRequirements.masterKey, kind: Kinds.Secret, parts: ["provisioner", "verifier", "rotator"] },
+      ...identities,
+    ],
+  };
+}
+
+/** The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. */
+export function bootstrapProvider(opts: {
+  url: string;
+  node: string;
+  /** The users file the server includes, and its pid file (nats.user needs both). */
+  usersFile: string;
+  pidFile: string;
+  admin: { username: string; passwordFile: string };
+}): ProviderDoc {
+  return {
+    kind: "Provider",
+    name: BOOTSTRAP_PROVIDER,
+    serves: [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore],
+    node: opts.node,
+    endpoint: opts.url,
+    admin: { username: opts.admin.username, passwordFile: opts.admin.passwordFile },
+    options: { usersFile: opts.usersFile, pidFile: opts.pidFile },
+    installed: true,
+  };
+}
