@@ -30,6 +30,8 @@ export {
   quoteIdentifier,
   type PostgresNames,
 } from "./postgres-identifiers.js";
+export { createMariadbAdapter } from "./mariadb.js";
+export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";
 export { CredentialStore, CredentialRecord, type StoredCredential } from "./credential-store.js";
 export { AdapterPool, providerConfig } from "./adapter-pool.js";

@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { ErrorCodes, NAME_PATTERN, isMeshError } from "@mesh/shared";
 import { MAX_BASE_LENGTH, PG_IDENTIFIER, baseName, checkIdentifier, loginRoleName, postgresNames, quoteIdentifier } from "./postgres-identifiers.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { meshName } from "../../../test/harness/arbitraries.js";
 
 const INJECTION = 'x"; DROP ROLE postgres; --';
 
@@ -17,11 +18,6 @@ const refusedAs = (code: string) => (fn: () => unknown) => {
 };
 const refusedName = refusedAs(ErrorCodes.InvalidName);
 
-/** Mesh names (module, requirement …) as the manifest schema accepts them. */
-const meshName = fc
-  .stringMatching(/^[a-z](?:-?[a-z0-9]){0,39}$/)
-  .map((s) => s.slice(0, 40).replace(/-$/, ""))
-  .filter((s) => NAME_PATTERN.test(s));
 
 describe("baseName", () => {
   it.each([

@@ -4,8 +4,8 @@
  * Every identifier is validated against {@link PG_IDENTIFIER} *and* quoted: either alone would
  * stop injection; both together survive a mistake in one of them.
  */
-import { createHash } from "node:crypto";
 import { ErrorCodes, MeshError } from "@mesh/shared";
+import { grantBaseName } from "./grant-base-name.js";
 
 /** The identifiers the adapter accepts: lower case, digits and `_`, at most 63 bytes (NAMEDATALEN-1). */
 export const PG_IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -43,11 +43,7 @@ export function quoteIdentifier(name: string, what?: string): string {
  * Throws MeshError `InvalidName` for a result PostgreSQL reserves (`pg_…`).
  */
 export function baseName(module: string, requirement: string): string {
-  let base = `${module.replaceAll("-", "__")}_${requirement.replaceAll("-", "_")}`;
-  if (base.length > MAX_BASE_LENGTH) {
-    const digest = createHash("sha256").update(`${module}/${requirement}`).digest("hex");
-    base = `${base.slice(0, MAX_BASE_LENGTH - 19)}___${digest.slice(0, 16)}`;
-  }
+  const base = grantBaseName(module, requirement, MAX_BASE_LENGTH);
   if (base.startsWith("pg_")) {
     throw new MeshError(
       ErrorCodes.InvalidName,

@@ -5,21 +5,24 @@ import { adapterKinds, createAdapter } from "./registry.js";
 const provider = { name: "p", node: "node-a", endpoint: "postgres://127.0.0.1:5432" };
 
 describe("createAdapter", () => {
-  it.each([Kinds.Secret, Kinds.PostgresDatabase])("makes an adapter serving %s", async (kind) => {
-    const adapter = createAdapter(kind, provider);
+  it.each([
+    [Kinds.Secret, "builtin://secret"],
+    [Kinds.PostgresDatabase, "postgres://127.0.0.1:5432"],
+    [Kinds.MariadbDatabase, "mysql://127.0.0.1:3306"],
+  ])("makes an adapter serving %s", async (kind, endpoint) => {
+    const adapter = createAdapter(kind, { ...provider, endpoint });
     expect(adapter.kinds).toContain(kind);
     await adapter.close();
   });
 
   it("refuses a kind without an adapter, naming the kinds that have one", () => {
-    expect(adapterKinds).toEqual([Kinds.PostgresDatabase, Kinds.Secret]);
     try {
-      createAdapter(Kinds.RedisUser, provider);
+      createAdapter("no.such", provider);
       expect.unreachable();
     } catch (e) {
       expect(isMeshError(e, ErrorCodes.ProviderMisconfigured)).toBe(true);
-      expect((e as Error).message).toContain("redis.user");
-      expect((e as Error).message).toContain("postgres.database, secret");
+      expect((e as Error).message).toContain('"no.such"');
+      expect((e as Error).message).toContain(adapterKinds.join(", "));
     }
   });
 

@@ -5,10 +5,12 @@ import { ErrorCodes, Kinds, MeshError, type Kind } from "@mesh/shared";
 import type { AdapterFactory, ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { createPostgresAdapter } from "./postgres.js";
 import { createSecretAdapter } from "./secret.js";
+import { createMariadbAdapter } from "./mariadb.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.Secret]: createSecretAdapter,
   [Kinds.PostgresDatabase]: createPostgresAdapter,
+  [Kinds.MariadbDatabase]: createMariadbAdapter,
 };
 
 /** The kinds that have an adapter, in a stable order. */
