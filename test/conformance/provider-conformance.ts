@@ -12,15 +12,13 @@ import type { BindingValues, GrantRef, ProviderAdapter } from "@mesh/providers";
 /** The name the issue requires every adapter to refuse. */
 export const INJECTION_NAME = 'x"; DROP ROLE postgres; --';
 
-export interface ConformanceOptions {
+interface CommonConformanceOptions {
   /**
    * Whether the adapter keeps state in an external system (a role, a database). The built-in
    * `secret` adapter does not: its resource always exists and delete has nothing to undo, so
    * the checks of "missing before create / after delete" do not apply and a stateless check runs.
    */
   stateful: boolean;
-  /** The given, working bindings made wrong in their secret part (a changed password). */
-  wrongCredential(bindings: BindingValues): BindingValues;
   /** For adapters with an external system: the same kind on a provider nobody listens for. */
   unreachable?: {
     makeAdapter(): ProviderAdapter;
@@ -28,6 +26,25 @@ export interface ConformanceOptions {
     bindings(bindings: BindingValues): BindingValues;
   };
 }
+
+/** An adapter whose grants carry a credential, one per generation, with a rotation overlap (the default). */
+export interface CredentialConformanceOptions extends CommonConformanceOptions {
+  credential?: true;
+  /** The given, working bindings made wrong in their secret part (a changed password). */
+  wrongCredential(bindings: BindingValues): BindingValues;
+}
+
+/**
+ * An adapter whose resource has no credential of its own, hence no overlap (`kv.bucket`,
+ * `object.store`: a holder reaches them with its own identity). Instead of the generation,
+ * overlap, retire and wrong-credential checks, the suite checks what holds then: generate()
+ * makes nothing, every generation binds the same resource, and retire changes nothing.
+ */
+export interface CredentialFreeConformanceOptions extends CommonConformanceOptions {
+  credential: false;
+}
+
+export type ConformanceOptions = CredentialConformanceOptions | CredentialFreeConformanceOptions;
 
 /** A grant of its own for each test, so tests share no state. */
 export function freshGrant(generation = 1): GrantRef {
@@ -62,13 +79,19 @@ export function describeProviderConformance(
 
     const create = (grant: GrantRef, secret = adapter.generate()) => adapter.create({ grant, secret });
 
-    it("generates fresh secret material each time", () => {
-      const a = adapter.generate();
-      const b = adapter.generate();
-      expect(Object.keys(a).length).toBeGreaterThan(0);
-      for (const v of Object.values(a)) expect(v.length).toBeGreaterThanOrEqual(20);
-      expect(a).not.toEqual(b);
-    });
+    if (opts.credential !== false) {
+      it("generates fresh secret material each time", () => {
+        const a = adapter.generate();
+        const b = adapter.generate();
+        expect(Object.keys(a).length).toBeGreaterThan(0);
+        for (const v of Object.values(a)) expect(v.length).toBeGreaterThanOrEqual(20);
+        expect(a).not.toEqual(b);
+      });
+    } else {
+      it("generates no secret material: the resource has no credential", () => {
+        expect(adapter.generate()).toEqual({});
+      });
+    }
 
     it("create is idempotent: twice with the same secret gives the same result, which still logs in", async () => {
       const grant = freshGrant();
@@ -81,40 +104,65 @@ export function describeProviderConformance(
       await adapter.delete({ grant });
     });
 
-    it("the created credential logs in, and a wrong one is rejected", async () => {
-      const grant = freshGrant();
-      const { bindings } = await create(grant);
-      expect(await adapter.login({ bindings })).toEqual({ ok: true });
-      const wrong = await adapter.login({ bindings: opts.wrongCredential(bindings) });
-      expect(wrong).toMatchObject({ ok: false, reason: "rejected" });
-      await adapter.delete({ grant });
-    });
+    if (opts.credential !== false) {
+      const { wrongCredential } = opts;
+      it("the created credential logs in, and a wrong one is rejected", async () => {
+        const grant = freshGrant();
+        const { bindings } = await create(grant);
+        expect(await adapter.login({ bindings })).toEqual({ ok: true });
+        const wrong = await adapter.login({ bindings: wrongCredential(bindings) });
+        expect(wrong).toMatchObject({ ok: false, reason: "rejected" });
+        await adapter.delete({ grant });
+      });
 
-    it("creating generation 2 keeps generation 1 logging in (the overlap a rotation needs)", async () => {
-      const grant = freshGrant(1);
-      const g1 = await create(grant);
-      const g2 = await create({ ...grant, generation: 2 });
-      expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
-      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
-      await adapter.delete({ grant });
-    });
+      it("creating generation 2 keeps generation 1 logging in (the overlap a rotation needs)", async () => {
+        const grant = freshGrant(1);
+        const g1 = await create(grant);
+        const g2 = await create({ ...grant, generation: 2 });
+        expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
+        expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+        await adapter.delete({ grant });
+      });
 
-    it("a staged generation and the current one both log in; after retire only the new one does", async () => {
-      const grant = freshGrant(1);
-      const g1 = await create(grant);
-      const g2 = await create({ ...grant, generation: 2 });
-      expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
-      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
-      await adapter.retire({ grant: { ...grant, generation: 1 } });
-      await adapter.retire({ grant: { ...grant, generation: 1 } }); // idempotent
-      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
-      if (opts.stateful) expect(await adapter.login({ bindings: g1.bindings })).toMatchObject({ ok: false, reason: "rejected" });
-      // Staging generation 3 brings the retired role back with the new secret.
-      const g3 = await create({ ...grant, generation: 3 });
-      expect(await adapter.login({ bindings: g3.bindings })).toEqual({ ok: true });
-      expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
-      await adapter.delete({ grant });
-    });
+      it("a staged generation and the current one both log in; after retire only the new one does", async () => {
+        const grant = freshGrant(1);
+        const g1 = await create(grant);
+        const g2 = await create({ ...grant, generation: 2 });
+        expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
+        expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+        await adapter.retire({ grant: { ...grant, generation: 1 } });
+        await adapter.retire({ grant: { ...grant, generation: 1 } }); // idempotent
+        expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+        if (opts.stateful) expect(await adapter.login({ bindings: g1.bindings })).toMatchObject({ ok: false, reason: "rejected" });
+        // Staging generation 3 brings the retired role back with the new secret.
+        const g3 = await create({ ...grant, generation: 3 });
+        expect(await adapter.login({ bindings: g3.bindings })).toEqual({ ok: true });
+        expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+        await adapter.delete({ grant });
+      });
+    } else {
+      it("every generation binds the same resource: generation 2 gets what generation 1 got, and both work", async () => {
+        const grant = freshGrant(1);
+        const g1 = await create(grant);
+        const g2 = await create({ ...grant, generation: 2 });
+        expect(g2).toEqual(g1);
+        expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
+        await adapter.delete({ grant });
+      });
+
+      it("retire changes nothing, is idempotent, and refuses bad names and generations", async () => {
+        const grant = freshGrant(1);
+        const g1 = await create(grant);
+        await adapter.retire({ grant });
+        await adapter.retire({ grant }); // idempotent
+        expect(await adapter.login({ bindings: g1.bindings })).toEqual({ ok: true });
+        expect((await adapter.observe({ grant })).exists).toBe(true);
+        expect(await create({ ...grant, generation: 3 })).toEqual(g1);
+        await expectMeshError(adapter.retire({ grant: { ...grant, module: INJECTION_NAME } }), ErrorCodes.InvalidName);
+        await expectMeshError(adapter.retire({ grant: { ...grant, generation: 0 } }), ErrorCodes.InvalidRequest);
+        await adapter.delete({ grant });
+      });
+    }
 
     it("delete of what never existed succeeds, and so does deleting twice", async () => {
       const grant = freshGrant();
@@ -146,22 +194,26 @@ export function describeProviderConformance(
         const seen = await adapter.observe({ grant });
         expect(seen.exists).toBe(true);
         for (const v of Object.values(resource)) expect(Object.values(seen.details)).toContain(v);
-        // Generation 2 was never created; observing it must not create it either.
+        // Generation 2 was never created; observing it must not create it either. Without a
+        // credential the resource is the same for every generation, so it exists for 2 as well.
         const g2 = { ...grant, generation: 2 };
-        expect((await adapter.observe({ grant: g2 })).exists).toBe(false);
-        expect((await adapter.observe({ grant: g2 })).exists).toBe(false);
+        const g2Exists = opts.credential === false;
+        expect((await adapter.observe({ grant: g2 })).exists).toBe(g2Exists);
+        expect((await adapter.observe({ grant: g2 })).exists).toBe(g2Exists);
         await adapter.delete({ grant });
       });
 
-      it("create with a new secret for the same generation converges: the new one logs in, the old one is rejected", async () => {
-        const grant = freshGrant();
-        const before = await create(grant);
-        const after = await create(grant);
-        expect(after.resource).toEqual(before.resource);
-        expect(await adapter.login({ bindings: after.bindings })).toEqual({ ok: true });
-        expect(await adapter.login({ bindings: before.bindings })).toMatchObject({ ok: false, reason: "rejected" });
-        await adapter.delete({ grant });
-      });
+      if (opts.credential !== false) {
+        it("create with a new secret for the same generation converges: the new one logs in, the old one is rejected", async () => {
+          const grant = freshGrant();
+          const before = await create(grant);
+          const after = await create(grant);
+          expect(after.resource).toEqual(before.resource);
+          expect(await adapter.login({ bindings: after.bindings })).toEqual({ ok: true });
+          expect(await adapter.login({ bindings: before.bindings })).toMatchObject({ ok: false, reason: "rejected" });
+          await adapter.delete({ grant });
+        });
+      }
 
       it("after delete, the credential no longer logs in and observe says the resource does not exist", async () => {
         const grant = freshGrant();

@@ -9,6 +9,8 @@ describe("createAdapter", () => {
     [Kinds.Secret, "builtin://secret"],
     [Kinds.PostgresDatabase, "postgres://127.0.0.1:5432"],
     [Kinds.MariadbDatabase, "mysql://127.0.0.1:3306"],
+    [Kinds.KvBucket, "nats://127.0.0.1:4222"],
+    [Kinds.ObjectStore, "nats://127.0.0.1:4222"],
   ])("makes an adapter serving %s", async (kind, endpoint) => {
     const adapter = createAdapter(kind, { ...provider, endpoint });
     expect(adapter.kinds).toContain(kind);

@@ -1,0 +1,393 @@
+/**
+ * The adapters of kinds `kv.bucket` and `object.store`: a JetStream KV bucket or object store
+ * on a NATS server, made through the provider's admin connection. They need nothing but NATS.
+ *
+ * Layout per grant: bucket `<module>_<requirement>` (see jetstream-store-layout.ts), made by
+ * the client library that uses it (@nats-io/kv, @nats-io/obj), so its stream is what that
+ * client expects. The stream's description `mesh grant <module>/<requirement>` marks it as the
+ * mesh's: a bucket of that name without the mark is a Conflict, never converged or deleted.
+ * Create converges the stream's limits (history, ttl, maxBytes, replicas) to the options.
+ *
+ * No credential, so no overlap: a bucket has no identity of its own, a holder reaches it with
+ * its own `nats.user` grant. generate() makes nothing, every generation binds the same bucket,
+ * and retire has nothing to end.
+ *
+ * One connection per adapter, opened on first use, without reconnects: a server that went away
+ * closes it, and the next call connects afresh and fails at once as ProviderUnreachable rather
+ * than after a request timeout.
+ */
+import {
+  AuthorizationError,
+  ClosedConnectionError,
+  ConnectionError,
+  DrainingConnectionError,
+  NoRespondersError,
+  PermissionViolationError,
+  ProtocolError,
+  RequestError,
+  TimeoutError,
+  connect,
+  type NatsConnection,
+} from "@nats-io/transport-node";
+import { JetStreamApiError, StorageType, jetstreamManager, type JetStreamClient, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { Objm } from "@nats-io/obj";
+import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
+import type {
+  AdapterFactory,
+  CreateRequest,
+  CreateResult,
+  DeleteRequest,
+  LoginRequest,
+  LoginResult,
+  ObserveRequest,
+  ObserveResult,
+  ProviderAdapter,
+  ProviderConfig,
+  RetireRequest,
+  SecretMaterial,
+} from "./adapter.js";
+import { checkGrantRef } from "./grant-ref.js";
+import { NATS_BUCKET_NAME, bucketName, limitsUpdate, markerOf, storeLimits, streamName, type StoreKind, type StoreLimits } from "./jetstream-store-layout.js";
+
+/** How long connecting, and each JetStream API request, may take. */
+const ADMIN_TIMEOUT_MS = 5_000;
+/** How long a login's connection to an address other than the provider's endpoint may take. */
+const LOGIN_TIMEOUT_MS = 3_000;
+const DEFAULT_PORT = 4222;
+
+/** Makes the `kv.bucket` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
+export const createKvBucketAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.KvBucket, provider);
+
+/** Makes the `object.store` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
+export const createObjectStoreAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.ObjectStore, provider);
+
+/** What differs between the two kinds. */
+interface Flavour {
+  what: string;
+  /**
+   * The binding's `type`: it names the client API a holder needs. Plain `nats` is what a
+   * `nats.user` binding says (a connection); this one says which JetStream API to open.
+   */
+  bindingType: string;
+  /** Makes the bucket as its client library would, marked with `description`. */
+  make(js: JetStreamClient, bucket: string, description: string, limits: StoreLimits): Promise<unknown>;
+}
+
+const FLAVOURS: Record<StoreKind, Flavour> = {
+  [Kinds.KvBucket]: {
+    what: "KV bucket",
+    bindingType: "nats-kv",
+    make: (js, bucket, description, l) =>
+      new Kvm(js).create(bucket, { description, history: l.history, ttl: l.ttlMs, max_bytes: l.maxBytes, replicas: l.replicas, storage: StorageType.File }),
+  },
+  [Kinds.ObjectStore]: {
+    what: "object store",
+    bindingType: "nats-object-store",
+    make: (js, bucket, description, l) =>
+      // The object store takes its ttl in nanoseconds, the KV in milliseconds.
+      new Objm(js).create(bucket, { description, ttl: l.ttlMs * 1_000_000, max_bytes: l.maxBytes, replicas: l.replicas, storage: StorageType.File }),
+  },
+};
+
+interface Endpoint {
+  host: string;
+  port: number;
+}
+
+interface JetStreamConnection {
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+}
+
+/** The names of one grant's bucket. */
+interface StoreNames {
+  grant: string;
+  bucket: string;
+  stream: string;
+  marker: string;
+}
+
+class JetStreamStoreAdapter implements ProviderAdapter {
+  readonly kinds: readonly StoreKind[];
+  private readonly flavour: Flavour;
+  private readonly endpoint: Endpoint;
+  private admin: Promise<JetStreamConnection> | undefined;
+
+  constructor(
+    private readonly kind: StoreKind,
+    private readonly provider: ProviderConfig,
+  ) {
+    this.kinds = [kind];
+    this.flavour = FLAVOURS[kind];
+    this.endpoint = parseEndpoint(provider);
+  }
+
+  /** Nothing: the bucket has no credential of its own. */
+  generate(): SecretMaterial {
+    return {};
+  }
+
+  /** Whether the grant's bucket exists and is the mesh's; the generation does not matter. */
+  async observe(req: ObserveRequest): Promise<ObserveResult> {
+    const names = this.names(req.grant);
+    return this.withAdmin(`observe ${names.grant}`, async ({ jsm }): Promise<ObserveResult> => {
+      const info = await streamInfo(jsm, names.stream);
+      if (!info) return { exists: false, details: {} };
+      if (info.config.description !== names.marker) return { exists: false, details: { conflict: this.conflict(names, info).message } };
+      return { exists: true, details: { bucket: names.bucket, stream: names.stream } };
+    });
+  }
+
+  async create(req: CreateRequest): Promise<CreateResult> {
+    const names = this.names(req.grant);
+    const limits = storeLimits(this.kind, req.options, names.grant);
+    await this.withAdmin(`create ${names.grant}`, async ({ nc, js, jsm }) => {
+      // A single server takes replicas > 1 in a stream update and keeps it (seen on 2.9.10);
+      // refuse it here rather than leave a setting that is not true.
+      if (limits.replicas > 1 && !nc.info?.cluster) {
+        throw new MeshError(
+          ErrorCodes.InvalidRequest,
+          `option replicas of ${this.kind} ${names.grant} is ${limits.replicas}, but the NATS server at ${this.provider.endpoint} is not part of a cluster; set replicas: 1 or use a clustered provider`,
+        );
+      }
+      let info = await streamInfo(jsm, names.stream);
+      if (!info) {
+        await this.flavour.make(js, names.bucket, names.marker, limits).catch((e: unknown) => {
+          // Another creator was first with other limits ("stream name already in use"): converge it below.
+          if (!(e instanceof JetStreamApiError && e.code === STREAM_NAME_IN_USE)) throw e;
+        });
+        info = await jsm.streams.info(names.stream); // ours, or whoever's was first
+      }
+      if (info.config.description !== names.marker) throw this.conflict(names, info);
+      const update = limitsUpdate(info.config, limits);
+      if (update) await jsm.streams.update(names.stream, update);
+    });
+    const { host, port } = this.endpoint;
+    return {
+      resource: { bucket: names.bucket, stream: names.stream },
+      bindings: {
+        type: this.flavour.bindingType,
+        provider: this.provider.name,
+        host,
+        port: String(port),
+        // No credential: a holder connects with its own nats.user identity.
+        uri: `nats://${addressOf(host, port)}`,
+        bucket: names.bucket,
+      },
+    };
+  }
+
+  /** Deletes the grant's stream if it carries the grant's mark; anything else of that name is left alone. */
+  async delete(req: DeleteRequest): Promise<void> {
+    const names = this.names(req.grant);
+    await this.withAdmin(`delete ${names.grant}`, async ({ jsm }) => {
+      const info = await streamInfo(jsm, names.stream);
+      if (info?.config.description !== names.marker) return;
+      await jsm.streams.delete(names.stream).catch((e: unknown) => {
+        if (!isStreamNotFound(e)) throw e;
+      });
+    });
+  }
+
+  /** Nothing to end: no generation has an identity of its own. Validates the grant only. */
+  async retire(req: RetireRequest): Promise<void> {
+    checkGrantRef(req.grant);
+  }
+
+  /**
+   * Checks that the binding's bucket exists at the address it names: through the adapter's own
+   * connection when that is the provider's endpoint, otherwise through a connection of its own
+   * without any identity (the admin password never goes to an address read from a binding).
+   */
+  async login(req: LoginRequest): Promise<LoginResult> {
+    const b = req.bindings;
+    const lacking = ["host", "port", "bucket"].filter((k) => !b[k]);
+    if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
+    const port = Number(b.port);
+    if (!NATS_BUCKET_NAME.test(b.bucket!) || !Number.isInteger(port) || port < 1 || port > 65_535) {
+      return { ok: false, reason: "rejected", message: `the binding's bucket ${JSON.stringify(b.bucket)} or port ${JSON.stringify(b.port)} is not valid` };
+    }
+    const where = addressOf(b.host!, port);
+    const stream = streamName(this.kind, b.bucket!);
+    const own = b.host === this.endpoint.host && port === this.endpoint.port;
+    try {
+      let info: StreamInfo | undefined;
+      if (own) {
+        info = await streamInfo((await this.adminConnection()).jsm, stream);
+      } else {
+        const c = await openJetStream(where, LOGIN_TIMEOUT_MS);
+        try {
+          info = await streamInfo(c.jsm, stream);
+        } finally {
+          await c.nc.close().catch(() => {});
+        }
+      }
+      return info ? { ok: true } : { ok: false, reason: "missing", message: `${this.flavour.what} ${b.bucket} does not exist at ${where}` };
+    } catch (e) {
+      const why = errorMessage(e);
+      if (isAuthError(e)) {
+        // Without an identity of its own (an agent's adapter, or a foreign address) the check
+        // ends at "the server answers": the binding holds no credential that could be wrong.
+        if (!own || !this.provider.admin) return { ok: true };
+        return { ok: false, reason: "rejected", message: `NATS at ${where} rejected the admin user ${JSON.stringify(this.provider.admin.username)}: ${why}` };
+      }
+      if (e instanceof PermissionViolationError) return { ok: false, reason: "rejected", message: `NATS at ${where}: ${why}` };
+      return { ok: false, reason: "unreachable", message: `cannot check ${this.flavour.what} ${b.bucket} at ${where}: ${why}` };
+    }
+  }
+
+  async close(): Promise<void> {
+    const admin = this.admin;
+    this.admin = undefined;
+    const c = await admin?.catch(() => undefined);
+    if (c && !c.nc.isClosed()) await c.nc.drain().catch(() => {});
+  }
+
+  private names(grant: CreateRequest["grant"] | DeleteRequest["grant"]): StoreNames {
+    checkGrantRef(grant);
+    const bucket = bucketName(grant.module, grant.requirement);
+    return { grant: `${grant.module}/${grant.requirement}`, bucket, stream: streamName(this.kind, bucket), marker: markerOf(grant.module, grant.requirement) };
+  }
+
+  private conflict(names: StoreNames, info: StreamInfo): MeshError {
+    const what = `NATS ${this.flavour.what}`;
+    return new MeshError(
+      ErrorCodes.Conflict,
+      `${what} ${names.bucket} already exists and was not made by the mesh for ${names.grant} (its stream ${names.stream} has the description ${JSON.stringify(info.config.description ?? null)}, expected ${JSON.stringify(names.marker)}); delete or rename that ${this.flavour.what}, or rename the requirement`,
+    );
+  }
+
+  /** The adapter's connection, opened on first use and again after the server closed it. */
+  private adminConnection(): Promise<JetStreamConnection> {
+    if (this.admin) return this.admin;
+    const { host, port } = this.endpoint;
+    const opening = openJetStream(addressOf(host, port), ADMIN_TIMEOUT_MS, this.provider.admin);
+    const forget = () => {
+      if (this.admin === opening) this.admin = undefined;
+    };
+    opening.then((c) => c.nc.closed().then(forget), forget);
+    this.admin = opening;
+    return opening;
+  }
+
+  /** Runs `fn` on the admin connection; maps every failure to a MeshError that says what to do. */
+  private async withAdmin<T>(what: string, fn: (c: JetStreamConnection) => Promise<T>): Promise<T> {
+    try {
+      return await fn(await this.adminConnection());
+    } catch (e) {
+      throw this.adminError(what, e);
+    }
+  }
+
+  private adminError(what: string, e: unknown): MeshError {
+    if (e instanceof MeshError) return e;
+    const at = `NATS provider ${this.provider.name} at ${this.provider.endpoint}`;
+    const why = errorMessage(e) || "unknown error";
+    const admin = this.provider.admin;
+    if (isAuthError(e)) {
+      return new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        admin
+          ? `${at} rejected the admin user ${JSON.stringify(admin.username)} (${why}), so could not ${what}; check admin.username and the password given by the provider's admin.passwordEnv or admin.passwordFile`
+          : `${at} requires authentication (${why}), so could not ${what}; give the provider admin.username and admin.passwordEnv or admin.passwordFile`,
+        { cause: e },
+      );
+    }
+    if (e instanceof PermissionViolationError) {
+      return new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${at}: the admin user ${JSON.stringify(admin?.username ?? null)} may not ${what} (${why}); it needs publish and subscribe permission on $JS.API.> and _INBOX.>`,
+        { cause: e },
+      );
+    }
+    if (isJetStreamNotEnabled(e)) {
+      // Also what a cluster says while it has no JetStream leader, hence retryable.
+      return new MeshError(
+        ErrorCodes.ProviderUnreachable,
+        `${at}: JetStream is unreachable (${why}), so could not ${what}; check that the server runs with JetStream (nats-server -js) and, on a cluster, that it has a leader`,
+        { retryable: true, cause: e },
+      );
+    }
+    if (e instanceof JetStreamApiError) {
+      return new MeshError(ErrorCodes.ProviderRejected, `${at} refused to ${what}: ${why} (JetStream error ${e.code})`, {
+        retryable: e.status === 503,
+        cause: e,
+      });
+    }
+    if (isUnreachable(e)) {
+      return new MeshError(
+        ErrorCodes.ProviderUnreachable,
+        `${at} is unreachable (${why}), so could not ${what}; check that the server runs, listens on that address and accepts connections from this node`,
+        { retryable: true, cause: e },
+      );
+    }
+    return new MeshError(ErrorCodes.ProviderRejected, `${at} failed to ${what}: ${why}`, { cause: e });
+  }
+}
+
+function parseEndpoint(provider: ProviderConfig): Endpoint {
+  const bad = (why: string) =>
+    new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider.name}: endpoint ${why}; give one such as nats://127.0.0.1:4222`);
+  let url: URL;
+  try {
+    url = new URL(provider.endpoint);
+  } catch {
+    throw bad(`${JSON.stringify(provider.endpoint)} is not a URL`);
+  }
+  // Not quoted back: the endpoint is named in every error message, so it must hold no password.
+  if (url.username || url.password) throw bad("carries a user or password; put them in admin.username and admin.passwordEnv or admin.passwordFile");
+  if (url.protocol !== "nats:") throw bad(`${JSON.stringify(provider.endpoint)} is not a nats:// URL`);
+  if (!url.hostname) throw bad(`${JSON.stringify(provider.endpoint)} names no host`);
+  return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : DEFAULT_PORT };
+}
+
+/** `host:port`, with an IPv6 host in brackets. */
+const addressOf = (host: string, port: number) => `${host.includes(":") ? `[${host}]` : host}:${port}`;
+
+/** Connects to `server` without reconnects, with JetStream checked; `admin` is the identity, if any. */
+async function openJetStream(server: string, timeoutMs: number, admin?: ProviderConfig["admin"]): Promise<JetStreamConnection> {
+  const nc = await connect({
+    servers: server,
+    reconnect: false,
+    timeout: timeoutMs,
+    name: "mesh-jetstream-stores",
+    ...(admin ? { user: admin.username, pass: admin.password } : {}),
+  });
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: timeoutMs });
+    return { nc, jsm, js: jsm.jetstream() };
+  } catch (e) {
+    await nc.close().catch(() => {});
+    throw e;
+  }
+}
+
+/** JetStream's codes for "stream not found" and "stream name already in use with a different configuration". */
+const STREAM_NOT_FOUND = 10059;
+const STREAM_NAME_IN_USE = 10058;
+
+const isStreamNotFound = (e: unknown) => e instanceof JetStreamApiError && e.code === STREAM_NOT_FOUND;
+
+/** The stream's info; undefined when there is no such stream. */
+async function streamInfo(jsm: JetStreamManager, stream: string): Promise<StreamInfo | undefined> {
+  try {
+    return await jsm.streams.info(stream);
+  } catch (e) {
+    if (isStreamNotFound(e)) return undefined;
+    throw e;
+  }
+}
+
+const isAuthError = (e: unknown) => e instanceof AuthorizationError || (e instanceof Error && e.cause instanceof AuthorizationError);
+
+/** JetStream off, or (on a cluster) without a leader; the class is not exported by the client. */
+const isJetStreamNotEnabled = (e: unknown) => e instanceof Error && (e.name === "JetStreamNotEnabled" || /jetstream is not enabled/i.test(e.message));
+
+const NETWORK_ERRORS = [ConnectionError, ClosedConnectionError, DrainingConnectionError, TimeoutError, NoRespondersError, RequestError, ProtocolError];
+
+/** True when `e` says the server could not be reached or went away. */
+function isUnreachable(e: unknown): boolean {
+  return NETWORK_ERRORS.some((c) => e instanceof c) || (e instanceof Error && /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND/.test(String((e.cause as { code?: string })?.code)));
+}
