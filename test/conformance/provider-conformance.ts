@@ -257,8 +257,9 @@ export function describeProviderConformance(
         it("create, observe and delete fail as ProviderUnreachable, retryable, naming the endpoint", async () => {
           const grant = freshGrant();
           const secret = dead.generate();
-          for (const call of [dead.create({ grant, secret }), dead.observe({ grant }), dead.delete({ grant })]) {
-            const e = await expectMeshError(call, ErrorCodes.ProviderUnreachable);
+          // One at a time: calls made at once could reject out of order, unhandled.
+          for (const call of [() => dead.create({ grant, secret }), () => dead.observe({ grant }), () => dead.delete({ grant })]) {
+            const e = await expectMeshError(call(), ErrorCodes.ProviderUnreachable);
             expect(isMeshError(e) && e.retryable).toBe(true);
             expect(e.message).toMatch(/unreachable.*check/);
             for (const v of Object.values(secret)) expect(e.message).not.toContain(v);

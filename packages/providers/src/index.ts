@@ -31,6 +31,7 @@ export {
   type PostgresNames,
 } from "./postgres-identifiers.js";
 export { createMariadbAdapter } from "./mariadb.js";
+export { createRedisAdapter } from "./redis.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";

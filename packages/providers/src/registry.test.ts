@@ -9,6 +9,7 @@ describe("createAdapter", () => {
     [Kinds.Secret, "builtin://secret"],
     [Kinds.PostgresDatabase, "postgres://127.0.0.1:5432"],
     [Kinds.MariadbDatabase, "mysql://127.0.0.1:3306"],
+    [Kinds.RedisUser, "redis://127.0.0.1:6379"],
     [Kinds.KvBucket, "nats://127.0.0.1:4222"],
     [Kinds.ObjectStore, "nats://127.0.0.1:4222"],
   ])("makes an adapter serving %s", async (kind, endpoint) => {

@@ -6,12 +6,14 @@ import type { AdapterFactory, ProviderAdapter, ProviderConfig } from "./adapter.
 import { createPostgresAdapter } from "./postgres.js";
 import { createSecretAdapter } from "./secret.js";
 import { createMariadbAdapter } from "./mariadb.js";
+import { createRedisAdapter } from "./redis.js";
 import { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.Secret]: createSecretAdapter,
   [Kinds.PostgresDatabase]: createPostgresAdapter,
   [Kinds.MariadbDatabase]: createMariadbAdapter,
+  [Kinds.RedisUser]: createRedisAdapter,
   [Kinds.KvBucket]: createKvBucketAdapter,
   [Kinds.ObjectStore]: createObjectStoreAdapter,
 };
