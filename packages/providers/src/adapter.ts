@@ -68,6 +68,8 @@ export interface ObserveResult {
   exists: boolean;
   /** What exists, by name, for messages. */
   details: Record<string, string>;
+  /** When it does not exist: what the adapter looked for and did not find (`role`, `user`…), for messages. */
+  missing?: string[];
 }
 
 export interface DeleteRequest {

@@ -96,7 +96,8 @@ class PostgresAdapter implements ProviderAdapter {
         if (!roles.get(role)!.canLogin) details.roleLogin = "disabled";
       }
       if (conflicts.length > 0) details.conflict = conflicts.join("; ");
-      return { exists: groupOk && dbOk && roleOk, details };
+      const missing = (["group", "database", "role"] as const).filter((k) => !details[k]);
+      return { exists: groupOk && dbOk && roleOk, details, ...(missing.length ? { missing } : {}) };
     });
   }
 

@@ -69,7 +69,7 @@ export async function checkGrant(deps: CheckDeps, grant: Grant, now = () => new 
     // seen by the observation that explains the failed login, not missed by one made before it.
     const login = await a.adapter.login({ bindings: current.bindings });
     const observed: Observation = a.admin
-      ? await a.adapter.observe({ grant: ref }).then((r): Observation => ({ exists: r.exists, details: r.details }), observationOf)
+      ? await a.adapter.observe({ grant: ref }).then((r): Observation => ({ exists: r.exists, details: r.details, ...(r.missing ? { missing: r.missing } : {}) }), observationOf)
       : { error: "failed", message: a.adminProblem ?? "no admin connection" };
     const older: Array<{ generation: number; result: LoginResult }> = [];
     if (!login.ok && login.reason !== "unreachable") {

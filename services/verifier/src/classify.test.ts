@@ -7,7 +7,7 @@ const rejected: LoginResult = { ok: false, reason: "rejected", message: 'passwor
 const unreachable: LoginResult = { ok: false, reason: "unreachable", message: "connect ECONNREFUSED 127.0.0.1:5432" };
 const missingDb: LoginResult = { ok: false, reason: "missing", message: "database shop_db does not exist at 127.0.0.1:5432" };
 const exists: Observation = { exists: true, details: { group: "shop_db", database: "shop_db", role: "shop_db_b" } };
-const roleGone: Observation = { exists: false, details: { group: "shop_db", database: "shop_db" } };
+const roleGone: Observation = { exists: false, details: { group: "shop_db", database: "shop_db" }, missing: ["role"] };
 const adminDown: Observation = { error: "unreachable", message: "PostgreSQL provider pg-main at postgres://127.0.0.1:5432 is unreachable" };
 const adminRefused: Observation = { error: "failed", message: "the admin user was rejected" };
 
@@ -57,6 +57,13 @@ describe("classifyCheck", () => {
   it("names what is missing and what is present", () => {
     const c = classifyCheck(base({ current: rejected, observed: roleGone }));
     expect(c.message).toBe("the resource of shop/db at provider pg-main is gone: its role is missing (present: group shop_db, database shop_db)");
+  });
+
+  it("says what it can when the adapter does not name what is missing", () => {
+    const userGone: Observation = { exists: false, details: { keyPrefix: "shop:", userLogin: "disabled", user: "mesh.shop.cache" } };
+    expect(classifyCheck(base({ current: rejected, observed: userGone })).message).toBe(
+      "the resource of shop/db at provider pg-main is gone: it is missing or incomplete (present: keyPrefix shop:, user mesh.shop.cache); user mesh.shop.cache may not log in",
+    );
   });
 
   it("says when missing and rejected could not be told apart", () => {

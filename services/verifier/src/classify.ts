@@ -7,7 +7,7 @@ import type { CheckFailureReason } from "@mesh/shared";
 
 /** What observing the resource through the provider's admin connection gave. */
 export type Observation =
-  | { exists: boolean; details: Record<string, string> }
+  | { exists: boolean; details: Record<string, string>; missing?: string[] }
   /** `unreachable`: the provider did not answer; `failed`: it answered but could not be observed (e.g. a wrong admin password). */
   | { error: "unreachable" | "failed"; message: string };
 
@@ -36,14 +36,21 @@ export interface Classification {
   divergedTo?: number;
 }
 
-/** The names of what exists, from an observation's details, for messages. */
-function missingParts(details: Record<string, string>): string {
-  const present = ["group", "database", "role"].filter((k) => details[k]);
-  const absent = ["group", "database", "role"].filter((k) => !details[k]);
-  const what = absent.length ? `its ${absent.join(", ")} ${absent.length > 1 ? "are" : "is"} missing` : "it is incomplete";
+/**
+ * What is missing and what exists, from an observation, for messages: the adapter names what it
+ * looked for and did not find; every other detail but notes (`conflict`, `…Login`) is present.
+ */
+function missingParts(observed: { details: Record<string, string>; missing?: string[] }): string {
+  const { details, missing = [] } = observed;
+  const isNote = (k: string) => k === "conflict" || k.endsWith("Login");
+  const present = Object.keys(details).filter((k) => !isNote(k));
+  const what = missing.length ? `its ${missing.join(", ")} ${missing.length > 1 ? "are" : "is"} missing` : "it is missing or incomplete";
   const seen = present.length ? ` (present: ${present.map((k) => `${k} ${details[k]}`).join(", ")})` : "";
   const conflict = details.conflict ? `; ${details.conflict}` : "";
-  const login = details.roleLogin === "disabled" ? `; role ${details.role} may not log in` : "";
+  const login = Object.keys(details)
+    .filter((k) => k.endsWith("Login") && details[k] === "disabled")
+    .map((k) => `; ${k.slice(0, -"Login".length)} ${details[k.slice(0, -"Login".length)] ?? ""} may not log in`)
+    .join("");
   return `${what}${seen}${conflict}${login}`;
 }
 
@@ -80,7 +87,7 @@ export function classifyCheck(c: CheckInputs): Classification {
     };
   }
   if ("exists" in c.observed && !c.observed.exists) {
-    return { ok: false, reason: "ResourceMissing", message: `the resource of ${c.grant} at ${at} is gone: ${missingParts(c.observed.details)}` };
+    return { ok: false, reason: "ResourceMissing", message: `the resource of ${c.grant} at ${at} is gone: ${missingParts(c.observed)}` };
   }
   if (c.current.reason === "missing") {
     return { ok: false, reason: "ResourceMissing", message: `the resource of ${c.grant} at ${at} is gone: ${c.current.message}` };
