@@ -26,14 +26,28 @@ export interface NatsServer {
   restart(): Promise<void>;
 }
 
-export async function startNatsServer(opts: { port?: number; storeDir?: string } = {}): Promise<NatsServer> {
+export interface StartNatsServerOptions {
+  port?: number;
+  storeDir?: string;
+  /**
+   * A configuration file for the server (`-c`), e.g. one with `authorization` and a `pid_file`.
+   * Address and ports still come from the harness's flags. JetStream must come from the file,
+   * as `jetstream { store_dir: <storeDir> }` (pass that `storeDir` too): nats-server 2.9.10
+   * refuses `-sd` beside a file's `store_dir`, cannot reload a config whose store dir came
+   * from `-sd`, and turns JetStream off on a reload when only `-js` enabled it.
+   */
+  configFile?: string;
+}
+
+export async function startNatsServer(opts: StartNatsServerOptions = {}): Promise<NatsServer> {
   const port = opts.port ?? (await freePort());
   const monitorPort = await freePort();
   const storeDir = opts.storeDir ?? mkdtempSync(join(tmpdir(), "mesh-nats-"));
   let proc: ChildProcess;
 
   const launch = async () => {
-    proc = spawn(NATS_SERVER_BIN, ["-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort), "-js", "-sd", storeDir], {
+    const config = opts.configFile ? ["-c", opts.configFile] : ["-js", "-sd", storeDir];
+    proc = spawn(NATS_SERVER_BIN, ["-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort), ...config], {
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";

@@ -32,6 +32,9 @@ export {
 } from "./postgres-identifiers.js";
 export { createMariadbAdapter } from "./mariadb.js";
 export { createRedisAdapter } from "./redis.js";
+export { createNatsUserAdapter } from "./nats-user.js";
+export { createRabbitmqAdapter } from "./rabbitmq.js";
+export { initNatsUsersFile } from "./nats-users-file.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";

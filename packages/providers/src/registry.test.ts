@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ErrorCodes, Kinds, isMeshError } from "@mesh/shared";
+import { ErrorCodes, KIND_LIST, Kinds, isMeshError } from "@mesh/shared";
 import { adapterKinds, createAdapter } from "./registry.js";
 
 const provider = { name: "p", node: "node-a", endpoint: "postgres://127.0.0.1:5432" };
@@ -12,10 +12,17 @@ describe("createAdapter", () => {
     [Kinds.RedisUser, "redis://127.0.0.1:6379"],
     [Kinds.KvBucket, "nats://127.0.0.1:4222"],
     [Kinds.ObjectStore, "nats://127.0.0.1:4222"],
-  ])("makes an adapter serving %s", async (kind, endpoint) => {
-    const adapter = createAdapter(kind, { ...provider, endpoint });
+    [Kinds.RabbitmqVhost, "amqp://127.0.0.1:5672", { managementUrl: "http://127.0.0.1:15672" }],
+    [Kinds.NatsUser, "nats://127.0.0.1:4222", { usersFile: "/etc/mesh/nats/users/mesh-users.conf", pidFile: "/run/nats-server.pid" }],
+  ])("makes an adapter serving %s", async (kind, endpoint, options?: Record<string, string>) => {
+    const admin = { username: "mesh-admin", password: "not-used-here" };
+    const adapter = createAdapter(kind, { ...provider, endpoint, admin, ...(options ? { options } : {}) });
     expect(adapter.kinds).toContain(kind);
     await adapter.close();
+  });
+
+  it("has an adapter for every kind a manifest may ask for", () => {
+    expect(adapterKinds).toEqual([...KIND_LIST].sort());
   });
 
   it("refuses a kind without an adapter, naming the kinds that have one", () => {

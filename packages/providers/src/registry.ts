@@ -7,6 +7,8 @@ import { createPostgresAdapter } from "./postgres.js";
 import { createSecretAdapter } from "./secret.js";
 import { createMariadbAdapter } from "./mariadb.js";
 import { createRedisAdapter } from "./redis.js";
+import { createNatsUserAdapter } from "./nats-user.js";
+import { createRabbitmqAdapter } from "./rabbitmq.js";
 import { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
@@ -14,6 +16,8 @@ const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.PostgresDatabase]: createPostgresAdapter,
   [Kinds.MariadbDatabase]: createMariadbAdapter,
   [Kinds.RedisUser]: createRedisAdapter,
+  [Kinds.RabbitmqVhost]: createRabbitmqAdapter,
+  [Kinds.NatsUser]: createNatsUserAdapter,
   [Kinds.KvBucket]: createKvBucketAdapter,
   [Kinds.ObjectStore]: createObjectStoreAdapter,
 };

@@ -98,6 +98,14 @@ export const subjects = {
     `mesh.delivery.${checked(node, module, part, requirement)}`,
 } as const;
 
+/**
+ * The subject space of one module's own traffic, `app.<module>.>`: what a `nats.user` of the
+ * module may publish and subscribe to unless its requirement says otherwise.
+ */
+export function moduleSubjectPattern(module: string): string {
+  return `app.${checked(module)}.>`;
+}
+
 /** Grant id as users see it: `<module>/<requirement>`. */
 export function grantId(module: string, requirement: string): string {
   return `${module}/${requirement}`;

@@ -1,0 +1,101 @@
+import { describe, expect, it } from "vitest";
+import fc from "fast-check";
+import { ErrorCodes, Kinds, isMeshError } from "@mesh/shared";
+import type { ProviderConfig } from "./adapter.js";
+import { RABBITMQ_NAME, createRabbitmqAdapter, rabbitmqNames, rabbitmqPasswordHash, rabbitmqUserName } from "./rabbitmq.js";
+import { meshName } from "../../../test/harness/arbitraries.js";
+
+const provider = (over: Partial<ProviderConfig> = {}): ProviderConfig => ({
+  name: "rabbit-test",
+  node: "node-a",
+  endpoint: "amqp://127.0.0.1:5672",
+  admin: { username: "guest", password: "admin-secret" },
+  options: { managementUrl: "http://127.0.0.1:15672" },
+  ...over,
+});
+
+/** The message of the MeshError `code` that `fn` throws. */
+function refused(code: string, fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    expect(isMeshError(e, code as never), String(e)).toBe(true);
+    return (e as Error).message;
+  }
+  throw new Error("expected a refusal, got none");
+}
+
+describe("rabbitmqNames", () => {
+  it.each([
+    ["shop", "db", "shop_db"],
+    ["my-shop", "events", "my__shop_events"],
+    ["a", "b-c", "a_b_c"],
+  ])("%s/%s → vhost %s, users %s_a and %s_b", (module, requirement, vhost) => {
+    expect(rabbitmqNames(module, requirement)).toEqual({ vhost, users: [`${vhost}_a`, `${vhost}_b`] });
+  });
+
+  it("maps every pair of mesh names to valid names, one-to-one, never shortened", () => {
+    fc.assert(
+      fc.property(meshName, meshName, meshName, meshName, (m1, r1, m2, r2) => {
+        const a = rabbitmqNames(m1, r1);
+        for (const n of [a.vhost, ...a.users]) expect(n).toMatch(RABBITMQ_NAME);
+        expect(a.vhost).not.toContain("___");
+        if (m1 !== m2 || r1 !== r2) expect(rabbitmqNames(m2, r2).vhost).not.toBe(a.vhost);
+      }),
+    );
+    const longest = `${"a-".repeat(19)}ab`; // 40 characters, 19 hyphens doubled
+    expect(rabbitmqNames(longest, "r".repeat(40)).vhost).toHaveLength(100);
+  });
+
+  it("alternates users by generation", () => {
+    expect([1, 2, 3, 4].map((g) => rabbitmqUserName("shop_db", g))).toEqual(["shop_db_a", "shop_db_b", "shop_db_a", "shop_db_b"]);
+  });
+
+  it("refuses what is not a name of its mapping", () => {
+    for (const base of ['x"; drop', "a/b", "A", "_x", "x%2Fy"]) {
+      expect(refused(ErrorCodes.InvalidName, () => rabbitmqUserName(base, 1))).toMatch(/refused/);
+    }
+  });
+});
+
+describe("rabbitmqPasswordHash", () => {
+  it("matches the hash RabbitMQ 3.10 stored for guest/guest", () => {
+    const stored = "c9M77o770TklA+lF2BXawH+m21X/wNsiwhNVADMcmO70Z6Un";
+    expect(rabbitmqPasswordHash("guest", Buffer.from(stored, "base64").subarray(0, 4))).toBe(stored);
+  });
+
+  it("salts: the same password hashes differently each time, and never shows the password", () => {
+    const a = rabbitmqPasswordHash("p4ss");
+    expect(a).not.toBe(rabbitmqPasswordHash("p4ss"));
+    expect(Buffer.from(a, "base64")).toHaveLength(36);
+    expect(a).not.toContain("p4ss");
+  });
+});
+
+describe("createRabbitmqAdapter", () => {
+  it("serves rabbitmq.vhost", () => {
+    expect(createRabbitmqAdapter(provider()).kinds).toEqual([Kinds.RabbitmqVhost]);
+  });
+
+  it.each<[string, Partial<ProviderConfig>, RegExp]>([
+    ["no managementUrl", { options: {} }, /options\.managementUrl is not set/],
+    ["no options at all", { options: undefined }, /set options\.managementUrl/],
+    ["a managementUrl that is no URL", { options: { managementUrl: "localhost:15672" } }, /not an http/],
+    ["a managementUrl with a user", { options: { managementUrl: "http://guest:pw@127.0.0.1:15672" } }, /admin\.passwordEnv/],
+    ["an unknown option", { options: { managementUrl: "http://127.0.0.1:15672", managementURL: "x" } }, /unknown option "managementURL"/],
+    ["an endpoint of another scheme", { endpoint: "http://127.0.0.1:5672" }, /amqp:\/\//],
+    ["an endpoint with a vhost", { endpoint: "amqp://127.0.0.1:5672/shop" }, /names a vhost/],
+    ["an endpoint with a user", { endpoint: "amqp://u:p@127.0.0.1:5672" }, /holds a user/],
+    ["no admin", { admin: undefined }, /admin\.passwordEnv or admin\.passwordFile/],
+    ["an admin without a password", { admin: { username: "guest" } }, /admin\.passwordEnv or admin\.passwordFile/],
+  ])("refuses %s as ProviderMisconfigured, saying what to set", (_, over, message) => {
+    const m = refused(ErrorCodes.ProviderMisconfigured, () => createRabbitmqAdapter(provider(over)));
+    expect(m).toMatch(message);
+    expect(m).not.toContain("admin-secret");
+  });
+
+  it("accepts amqps and a management URL behind a path prefix", () => {
+    const a = createRabbitmqAdapter(provider({ endpoint: "amqps://mq.example:5671", options: { managementUrl: "https://mq.example/rabbit/" } }));
+    expect(a.kinds).toEqual([Kinds.RabbitmqVhost]);
+  });
+});

@@ -1,0 +1,515 @@
+/**
+ * The adapter of kind `rabbitmq.vhost`: a virtual host and the users that may use it, made
+ * through the RabbitMQ management HTTP API (the `rabbitmq_management` plugin, 3.10 or later).
+ *
+ * Layout per grant (see DESIGN.md, "Overlap per backend"): vhost `<base>`; user `<base>_a`
+ * serves odd generations and `<base>_b` even ones, both with configure, write and read `.*` on
+ * that vhost only and no tag that opens the management UI. RabbitMQ keeps one password per
+ * user, so a rotation stages generation k+1 on the other user while k keeps working; queues and
+ * exchanges belong to the vhost, not to a user, so either generation uses what the other made.
+ * Retiring a generation clears its user's password hash (no password: no login) and closes the
+ * user's open connections; staging it again sets the new hash.
+ *
+ * What the mesh made carries the mark `mesh grant <module>/<requirement>`: a vhost as its
+ * description, a user as its only tag (3.10 has no other free-form field on users; tags are
+ * free strings, and only the management tags grant anything). An object of the grant's name
+ * without the mark is a Conflict and is never taken over. The management API has no
+ * create-only PUT, so a foreign object made between our read and our PUT would be overwritten;
+ * that window is one round trip, and every PUT is otherwise idempotent, so provisioners racing
+ * on the same grant converge.
+ *
+ * Passwords go as salted SHA-256 hashes (`rabbit_password_hashing_sha256`) computed here: the
+ * plaintext never crosses the wire, and never appears in an error message.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import amqplib from "amqplib";
+import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret, isMeshError } from "@mesh/shared";
+import type {
+  AdapterFactory,
+  CreateRequest,
+  CreateResult,
+  DeleteRequest,
+  LoginRequest,
+  LoginResult,
+  ObserveRequest,
+  ObserveResult,
+  ProviderAdapter,
+  ProviderConfig,
+  RetireRequest,
+} from "./adapter.js";
+import { grantBaseName } from "./grant-base-name.js";
+import { checkGrantRef } from "./grant-ref.js";
+
+/** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
+export const PASSWORD_BYTES = 24;
+/** How long a {@link ProviderAdapter.login} may leave the socket idle while connecting. */
+export const LOGIN_TIMEOUT_MS = 3_000;
+/** How long one management API request may take. */
+export const ADMIN_TIMEOUT_MS = 5_000;
+/**
+ * Pause between the two sweeps of a retire. RabbitMQ tracks a new connection a few ms after it
+ * opened (1-5 ms measured on 3.10), so one that authenticated just before its password went is
+ * closed by the second sweep.
+ */
+export const RETIRE_SWEEP_DELAY_MS = 200;
+/** Port of an `amqp://` endpoint that names none (`amqps://`: 5671). */
+export const DEFAULT_PORT = 5672;
+
+/**
+ * Longest base name. RabbitMQ has no tight limit (a vhost travels as an AMQP shortstr, 255
+ * bytes); 100 holds every mapped mesh name, so none is ever shortened.
+ */
+export const MAX_BASE_LENGTH = 100;
+
+/** The names the adapter accepts for vhosts and users: lower case, digits and `_`. */
+export const RABBITMQ_NAME = /^[a-z][a-z0-9_]{0,101}$/;
+
+/** The password hashing the management API is told the hashes use. */
+export const HASHING_ALGORITHM = "rabbit_password_hashing_sha256";
+
+/** The provider options this adapter reads. */
+const KNOWN_OPTIONS = ["managementUrl"];
+
+/** Makes the `rabbitmq.vhost` adapter of `provider`; throws `ProviderMisconfigured` for what it cannot use. */
+export const createRabbitmqAdapter: AdapterFactory = (provider) => new RabbitmqAdapter(provider);
+
+/** All RabbitMQ names of a grant. */
+export interface RabbitmqNames {
+  vhost: string;
+  /** Both users, generation-odd first. */
+  users: readonly [string, string];
+}
+
+/** Throws MeshError `InvalidName` unless `name` matches {@link RABBITMQ_NAME}; returns `name`. */
+function checkName(name: string, what: string): string {
+  if (!RABBITMQ_NAME.test(name)) {
+    throw new MeshError(
+      ErrorCodes.InvalidName,
+      `RabbitMQ ${what} ${JSON.stringify(name)} is refused: it must be 1-102 characters of lower-case letters, digits and _, starting with a letter`,
+    );
+  }
+  return name;
+}
+
+/** The user of `generation` under `base`: `<base>_a` for odd generations, `<base>_b` for even ones. */
+export function rabbitmqUserName(base: string, generation: number): string {
+  return checkName(`${base}_${generation % 2 === 1 ? "a" : "b"}`, "user name");
+}
+
+/**
+ * The names of grant `module/requirement`: vhost `<base>` and users `<base>_a`, `<base>_b`,
+ * where `<base>` is {@link grantBaseName} (`shop/db` → `shop_db`, as on every SQL backend).
+ * The grant's names must have passed {@link checkGrantRef}.
+ */
+export function rabbitmqNames(module: string, requirement: string): RabbitmqNames {
+  const vhost = checkName(grantBaseName(module, requirement, MAX_BASE_LENGTH), "vhost name");
+  return { vhost, users: [rabbitmqUserName(vhost, 1), rabbitmqUserName(vhost, 2)] };
+}
+
+/**
+ * The hash RabbitMQ stores for `password` with `rabbit_password_hashing_sha256`: base64 of a
+ * 4-byte salt followed by SHA-256(salt ‖ UTF-8 password). A fresh random salt unless one is given.
+ */
+export function rabbitmqPasswordHash(password: string, salt: Buffer = randomBytes(4)): string {
+  const digest = createHash("sha256").update(salt).update(password, "utf8").digest();
+  return Buffer.concat([salt, digest]).toString("base64");
+}
+
+/** The mark of what the mesh made for a grant: a vhost's description, a user's one tag. */
+const markOf = (module: string, requirement: string) => `mesh grant ${module}/${requirement}`;
+
+/** What the management API says of a vhost (3.10 has the description at the top and in `metadata`). */
+interface VhostInfo {
+  name: string;
+  description?: string;
+  metadata?: { description?: string };
+}
+
+/** What the management API says of a user; `tags` is a list on 3.10, one comma-separated string on older servers. */
+interface UserInfo {
+  name: string;
+  password_hash?: string;
+  tags?: string[] | string;
+}
+
+const descriptionOf = (v: VhostInfo) => v.description ?? v.metadata?.description ?? "";
+const tagsOf = (u: UserInfo) => (Array.isArray(u.tags) ? u.tags : (u.tags ?? "").split(",").filter((t) => t !== ""));
+/** True when user `u` carries the grant's mark among its tags. */
+const isMarked = (u: UserInfo, mark: string) => tagsOf(u).includes(mark);
+
+/** A management API request answered with an error status: the cause of the MeshError thrown. */
+class ApiRefusal extends Error {
+  constructor(
+    readonly status: number,
+    readonly reason: string,
+  ) {
+    super(`HTTP ${status} ${reason}`);
+  }
+}
+
+interface Endpoint {
+  protocol: "amqp" | "amqps";
+  host: string;
+  port: number;
+}
+
+/** The management API's error body: `{"error": "...", "reason": "..."}`. */
+interface ApiError {
+  error?: string;
+  reason?: string;
+}
+
+class RabbitmqAdapter implements ProviderAdapter {
+  readonly kinds = [Kinds.RabbitmqVhost] as const;
+  private readonly endpoint: Endpoint;
+  /** The management API's base, `<managementUrl>/api`. */
+  private readonly api: string;
+  private readonly adminUser: string;
+  private readonly authorization: string;
+
+  constructor(private readonly provider: ProviderConfig) {
+    this.endpoint = parseEndpoint(provider);
+    this.api = `${parseManagementUrl(provider)}/api`;
+    const admin = provider.admin;
+    if (!admin?.username || admin.password === undefined) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `provider ${provider.name}: the RabbitMQ management API needs an admin user with the administrator tag; set admin.username and admin.passwordEnv or admin.passwordFile`,
+      );
+    }
+    this.adminUser = admin.username;
+    this.authorization = `Basic ${Buffer.from(`${admin.username}:${admin.password}`).toString("base64")}`;
+  }
+
+  generate() {
+    return { password: generateSecret(PASSWORD_BYTES) };
+  }
+
+  async observe(req: ObserveRequest): Promise<ObserveResult> {
+    const { names, user, mark, what } = grantNames(req.grant, "observe");
+    const [vhost, info, permission] = await Promise.all([
+      this.get<VhostInfo>(what, vhostPath(names.vhost)),
+      this.get<UserInfo>(what, userPath(user)),
+      this.get<unknown>(what, permissionPath(names.vhost, user)),
+    ]);
+    const details: Record<string, string> = {};
+    const conflicts: string[] = [];
+    const vhostOk = vhost !== undefined && descriptionOf(vhost) === mark;
+    const userOk = info !== undefined && isMarked(info, mark);
+    if (vhost && !vhostOk) conflicts.push(`vhost ${names.vhost} exists but is not the mesh's for ${req.grant.module}/${req.grant.requirement}`);
+    if (info && !userOk) conflicts.push(`user ${user} exists but is not the mesh's for ${req.grant.module}/${req.grant.requirement}`);
+    if (vhostOk) details.vhost = names.vhost;
+    if (userOk) {
+      details.user = user;
+      if (!info.password_hash) details.userLogin = "disabled";
+      if (permission === undefined) details.permissions = `none on ${names.vhost}`;
+    }
+    if (conflicts.length > 0) details.conflict = conflicts.join("; ");
+    return { exists: vhostOk && userOk && permission !== undefined, details };
+  }
+
+  async create(req: CreateRequest): Promise<CreateResult> {
+    const { names, user, mark, what } = grantNames(req.grant, "create");
+    const password = req.secret.password;
+    if (typeof password !== "string" || password === "") {
+      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${req.grant.module}/${req.grant.requirement} has no password; make it with generate()`);
+    }
+    // Each read refuses an object of the grant's name without the grant's mark.
+    const readVhost = async () => {
+      const vhost = await this.get<VhostInfo>(what, vhostPath(names.vhost));
+      if (vhost && descriptionOf(vhost) !== mark) {
+        throw new MeshError(
+          ErrorCodes.Conflict,
+          `RabbitMQ vhost ${names.vhost} already exists and was not made by the mesh for this grant (its description is ${JSON.stringify(descriptionOf(vhost))}, expected ${JSON.stringify(mark)}); delete or rename that vhost, or rename the requirement`,
+        );
+      }
+      return vhost;
+    };
+    const readUser = async () => {
+      const info = await this.get<UserInfo>(what, userPath(user));
+      if (info && !isMarked(info, mark)) {
+        throw new MeshError(
+          ErrorCodes.Conflict,
+          `RabbitMQ user ${user} already exists and was not made by the mesh for this grant (its tags are ${JSON.stringify(tagsOf(info))}, expected ${JSON.stringify([mark])}); delete or rename that user, or rename the requirement`,
+        );
+      }
+      return info;
+    };
+    const [vhost] = await Promise.all([readVhost(), readUser()]);
+    if (!vhost) await this.put(what, vhostPath(names.vhost), { description: mark }, readVhost);
+    // The user first, then its permissions: without them it can authenticate but open nothing.
+    const hash = rabbitmqPasswordHash(password);
+    await this.put(what, userPath(user), { password_hash: hash, hashing_algorithm: HASHING_ALGORITHM, tags: [mark] }, readUser);
+    await this.send(what, "PUT", permissionPath(names.vhost, user), { configure: ".*", write: ".*", read: ".*" });
+    const { protocol, host, port } = this.endpoint;
+    const hostInUri = host.includes(":") ? `[${host}]` : host;
+    const enc = encodeURIComponent;
+    return {
+      resource: { vhost: names.vhost, user },
+      bindings: {
+        type: "rabbitmq",
+        provider: this.provider.name,
+        host,
+        port: String(port),
+        vhost: names.vhost,
+        username: user,
+        password,
+        uri: `${protocol}://${enc(user)}:${enc(password)}@${hostInUri}:${port}/${enc(names.vhost)}`,
+      },
+    };
+  }
+
+  async delete(req: DeleteRequest): Promise<void> {
+    const { names, mark, what } = grantNames({ ...req.grant, generation: 1 }, "delete");
+    const [vhost, ...users] = await Promise.all([
+      this.get<VhostInfo>(what, vhostPath(names.vhost)),
+      ...names.users.map((u) => this.get<UserInfo>(what, userPath(u))),
+    ]);
+    // Only what carries the grant's mark goes; anything else of that name is left alone.
+    // Deleting a vhost closes the connections to it, deleting a user those of the user.
+    if (vhost && descriptionOf(vhost) === mark) await this.remove(what, vhostPath(names.vhost));
+    await Promise.all(users.map((u) => (u && isMarked(u, mark) ? this.remove(what, userPath(u.name)) : undefined)));
+  }
+
+  /**
+   * Retires the user of `req.grant.generation`: its password hash is cleared, so it cannot log
+   * in, then its open connections are closed, twice (see {@link RETIRE_SWEEP_DELAY_MS}). Only a
+   * user carrying the grant's mark is touched; a missing one is fine.
+   */
+  async retire(req: RetireRequest): Promise<void> {
+    const { user, mark, what } = grantNames(req.grant, `retire generation ${req.grant.generation} of`);
+    const info = await this.get<UserInfo>(what, userPath(user));
+    if (!info || !isMarked(info, mark)) return;
+    await this.send(what, "PUT", userPath(user), { password_hash: "", tags: [mark] });
+    const close = () => this.send(what, "DELETE", `/connections/username/${encodeURIComponent(user)}`, undefined, { "X-Reason": "credential generation retired by the mesh" });
+    await close();
+    await new Promise((r) => setTimeout(r, RETIRE_SWEEP_DELAY_MS));
+    await close();
+  }
+
+  async login(req: LoginRequest): Promise<LoginResult> {
+    const b = req.bindings;
+    const lacking = ["host", "port", "vhost", "username", "password"].filter((k) => !b[k]);
+    if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
+    const where = `${b.host}:${b.port}`;
+    let conn: amqplib.ChannelModel | undefined;
+    try {
+      conn = await amqplib.connect(
+        {
+          protocol: b.uri?.startsWith("amqps:") ? "amqps" : "amqp",
+          hostname: b.host!,
+          port: Number(b.port),
+          username: b.username!,
+          password: b.password!,
+          vhost: b.vhost!,
+          heartbeat: 0,
+        },
+        { timeout: LOGIN_TIMEOUT_MS },
+      );
+      conn.on("error", () => {}); // a late socket error must not crash the process
+      return { ok: true };
+    } catch (e) {
+      return this.classifyLogin(e, where, b.username!, b.vhost!);
+    } finally {
+      await conn?.close().catch(() => {});
+    }
+  }
+
+  async close(): Promise<void> {
+    // Nothing held: every management call is a request of its own.
+  }
+
+  /**
+   * The server's `connection.close` during the handshake loses its reply text in amqplib, so
+   * "vhost not found" and "access to vhost refused" (both 530 NOT_ALLOWED, after the password
+   * was accepted) are told apart by asking the management API whether the vhost exists.
+   */
+  private async classifyLogin(e: unknown, where: string, user: string, vhost: string): Promise<LoginResult> {
+    const why = errorMessage(e);
+    if (/ACCESS[-_]REFUSED|\b403\b/.test(why)) {
+      return { ok: false, reason: "rejected", message: `RabbitMQ at ${where} rejected ${user}: ${why}` };
+    }
+    if (/ConnectionClose/.test(why)) {
+      let exists: boolean | undefined;
+      // A binding is not trusted as a path: only a name the mesh could have made is looked up.
+      if (RABBITMQ_NAME.test(vhost)) {
+        exists = await this.get<VhostInfo>(`look up vhost ${vhost}`, vhostPath(vhost)).then(
+          (v) => v !== undefined,
+          () => undefined,
+        );
+      }
+      if (exists === false) return { ok: false, reason: "missing", message: `vhost ${vhost} does not exist at ${where}` };
+      return {
+        ok: false,
+        reason: "rejected",
+        message: `RabbitMQ at ${where} accepted ${user}'s password but refused it vhost ${vhost}${exists === undefined ? " (whether the vhost exists is unknown)" : ""}`,
+      };
+    }
+    return { ok: false, reason: "unreachable", message: `cannot log in to RabbitMQ at ${where}: ${why}` };
+  }
+
+  /** GETs `path` of the management API; undefined when it is not there (404). */
+  private async get<T>(what: string, path: string): Promise<T | undefined> {
+    return this.request<T>(what, "GET", path);
+  }
+
+  /** PUTs or DELETEs `path`; a DELETE of what is gone (404) succeeds. */
+  private async send(what: string, method: "PUT" | "DELETE", path: string, body?: unknown, headers: Record<string, string> = {}): Promise<void> {
+    await this.request(what, method, path, body, headers);
+  }
+
+  /**
+   * PUTs `body` at `path`, which creates or updates. A PUT that creates checks, then adds: the
+   * loser of two racing creators gets HTTP 400 `…_already_exists` (seen on 3.10). Then `read`
+   * checks the mark of what the winner made, and the PUT, now an update, converges it.
+   */
+  private async put(what: string, path: string, body: unknown, read: () => Promise<unknown>): Promise<void> {
+    try {
+      await this.send(what, "PUT", path, body);
+    } catch (e) {
+      if (!(isMeshError(e) && e.cause instanceof ApiRefusal && /already_exists/.test(e.cause.reason))) throw e;
+      await read();
+      await this.send(what, "PUT", path, body);
+    }
+  }
+
+  /**
+   * DELETEs the vhost or user at `path`. Two provisioners deleting the same user at once get
+   * HTTP 500 with an empty body from the loser (seen on 3.10), so a failed delete of what is
+   * gone since succeeds.
+   */
+  private async remove(what: string, path: string): Promise<void> {
+    try {
+      await this.send(what, "DELETE", path);
+    } catch (e) {
+      if (!isMeshError(e, ErrorCodes.ProviderRejected) || (await this.get(what, path)) !== undefined) throw e;
+    }
+  }
+
+  /** One management API request; maps every failure to a MeshError that says what to do. */
+  private async request<T>(what: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T | undefined> {
+    let res: Response;
+    try {
+      res = await fetch(`${this.api}${path}`, {
+        method,
+        headers: { authorization: this.authorization, ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
+      });
+    } catch (e) {
+      throw this.unreachable(what, networkCause(e), e);
+    }
+    const text = await res.text().catch(() => "");
+    if (res.ok) {
+      try {
+        return text === "" ? undefined : (JSON.parse(text) as T);
+      } catch (e) {
+        throw new MeshError(ErrorCodes.ProviderRejected, `${this.at()} answered ${what} with something that is not JSON; check that options.managementUrl points at the management plugin`, { cause: e });
+      }
+    }
+    if (res.status === 404 && method !== "PUT") return undefined;
+    let reason = "";
+    try {
+      const err = JSON.parse(text) as ApiError;
+      reason = [err.error, err.reason].filter(Boolean).join(": ");
+    } catch {
+      // not JSON: a proxy's page, say; the status says enough
+    }
+    // A reason echoes names only, never a request body, but is kept short all the same.
+    const why = `HTTP ${res.status}${reason ? ` ${reason.slice(0, 200)}` : ""}`;
+    if (res.status === 401 || res.status === 403) {
+      const login = /login failed/i.test(reason) || reason === "";
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        login
+          ? `${this.at()} rejected the admin user ${JSON.stringify(this.adminUser)} (${why}), so could not ${what}; check admin.username and the password given by the provider's admin.passwordEnv or admin.passwordFile (RabbitMQ lets guest in from localhost only)`
+          : `${this.at()}: the admin user ${JSON.stringify(this.adminUser)} may not ${what} (${why}); give it the administrator tag, or name another user in admin.username`,
+      );
+    }
+    if (res.status === 502 || res.status === 503 || res.status === 504) throw this.unreachable(what, why);
+    throw new MeshError(ErrorCodes.ProviderRejected, `${this.at()} refused to ${what}: ${why}`, {
+      retryable: res.status >= 500,
+      cause: new ApiRefusal(res.status, reason),
+    });
+  }
+
+  private at(): string {
+    return `RabbitMQ provider ${this.provider.name} (management API ${this.api.slice(0, -"/api".length)}, AMQP ${this.provider.endpoint})`;
+  }
+
+  private unreachable(what: string, why: string, cause?: unknown): MeshError {
+    return new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `${this.at()} is unreachable (${why}), so could not ${what}; check that the server runs with the rabbitmq_management plugin enabled and that options.managementUrl is where it listens`,
+      { retryable: true, cause },
+    );
+  }
+}
+
+/** Validated names of a request's grant, and the words for its messages. */
+function grantNames(grant: { module: string; requirement: string; generation: number }, verb: string) {
+  checkGrantRef(grant);
+  const { module, requirement, generation } = grant;
+  const names = rabbitmqNames(module, requirement);
+  return { names, user: rabbitmqUserName(names.vhost, generation), mark: markOf(module, requirement), what: `${verb} ${module}/${requirement}` };
+}
+
+// Every name is validated before it gets here and encoded all the same.
+const vhostPath = (vhost: string) => `/vhosts/${encodeURIComponent(vhost)}`;
+const userPath = (user: string) => `/users/${encodeURIComponent(user)}`;
+const permissionPath = (vhost: string, user: string) => `/permissions/${encodeURIComponent(vhost)}/${encodeURIComponent(user)}`;
+
+/** Why a fetch failed, from its cause's code (`ECONNREFUSED`) or the timeout. */
+function networkCause(e: unknown): string {
+  if (e instanceof Error && (e.name === "TimeoutError" || e.name === "AbortError")) return `no answer in ${ADMIN_TIMEOUT_MS} ms`;
+  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+  return cause?.code ?? cause?.message ?? errorMessage(e);
+}
+
+function parseEndpoint(provider: ProviderConfig): Endpoint {
+  const bad = (why: string) =>
+    new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: endpoint ${JSON.stringify(provider.endpoint)} ${why}; give the AMQP address holders connect to, such as amqp://127.0.0.1:5672`,
+    );
+  let url: URL;
+  try {
+    url = new URL(provider.endpoint);
+  } catch {
+    throw bad("is not a URL");
+  }
+  if (url.protocol !== "amqp:" && url.protocol !== "amqps:") throw bad("is not an amqp:// or amqps:// URL");
+  if (!url.hostname) throw bad("names no host");
+  if (url.username || url.password) throw bad("holds a user; the admin goes in admin.username and admin.passwordEnv or admin.passwordFile");
+  if (url.pathname !== "" && url.pathname !== "/") throw bad("names a vhost; each grant gets a vhost of its own");
+  const protocol = url.protocol === "amqps:" ? "amqps" : "amqp";
+  return {
+    protocol,
+    host: url.hostname.replace(/^\[(.*)\]$/, "$1"),
+    port: url.port ? Number(url.port) : protocol === "amqps" ? 5671 : DEFAULT_PORT,
+  };
+}
+
+/** The provider's `options.managementUrl`, validated, without a trailing slash. */
+function parseManagementUrl(provider: ProviderConfig): string {
+  const options = provider.options ?? {};
+  const unknown = Object.keys(options).filter((k) => !KNOWN_OPTIONS.includes(k));
+  const bad = (why: string) =>
+    new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: ${why}; set options.managementUrl to the URL of the RabbitMQ management plugin, such as http://127.0.0.1:15672`,
+    );
+  if (unknown.length > 0) throw bad(`unknown option ${unknown.map((k) => JSON.stringify(k)).join(", ")} (rabbitmq.vhost knows only ${KNOWN_OPTIONS.join(", ")})`);
+  const raw = options.managementUrl;
+  if (!raw) throw bad("options.managementUrl is not set");
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw bad(`options.managementUrl ${JSON.stringify(raw)} is not a URL`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw bad(`options.managementUrl ${JSON.stringify(raw)} is not an http:// or https:// URL`);
+  if (url.username || url.password) throw bad("options.managementUrl holds a user; the admin goes in admin.username and admin.passwordEnv or admin.passwordFile");
+  if (url.search || url.hash) throw bad(`options.managementUrl ${JSON.stringify(raw)} has a query or fragment`);
+  return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
+}
