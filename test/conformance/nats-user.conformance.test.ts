@@ -352,26 +352,33 @@ describe("nats.user adapter", () => {
     }
   });
 
-  it("refuses a provider without usersFile, pidFile, admin password or nats:// endpoint, naming what is wrong", () => {
-    const cases: [Partial<ProviderConfig>, RegExp][] = [
+  it("refuses a provider without usersFile, pidFile, admin password or nats:// endpoint, naming what is wrong", async () => {
+    // A bad endpoint is refused at once; what only the admin verbs need is refused by them, so
+    // an agent can still make a login-only adapter from the document without the admin's password.
+    const atOnce: [Partial<ProviderConfig>, RegExp][] = [
+      [{ endpoint: "postgres://127.0.0.1:5432" }, /not a nats:\/\/ URL/],
+      [{ endpoint: "nats://u:secret-pass@127.0.0.1:4222" }, /holds a user or password/],
+    ];
+    const byAdminVerbs: [Partial<ProviderConfig>, RegExp][] = [
       [{ options: { pidFile } }, /options\.usersFile is missing/],
       [{ options: { usersFile } }, /options\.pidFile is missing/],
       [{ options: { usersFile: "users.conf", pidFile } }, /options\.usersFile "users\.conf" is not an absolute path/],
       [{ admin: { username: admin.username } }, /no password; give admin\.passwordEnv or admin\.passwordFile/],
       [{ admin: { username: 'a"b', password: "p" } }, /admin\.username/],
-      [{ endpoint: "postgres://127.0.0.1:5432" }, /not a nats:\/\/ URL/],
-      [{ endpoint: "nats://u:secret-pass@127.0.0.1:4222" }, /holds a user or password/],
     ];
-    for (const [over, message] of cases) {
-      let e: unknown;
-      try {
-        createNatsUserAdapter(providerOf(over));
-      } catch (err) {
-        e = err;
-      }
+    const check = (e: unknown, message: RegExp) => {
       expect(isMeshError(e, ErrorCodes.ProviderMisconfigured), String(message)).toBe(true);
       expect((e as Error).message).toMatch(message);
       expect((e as Error).message).not.toContain("secret-pass");
+    };
+    for (const [over, message] of atOnce) check(await Promise.resolve().then(() => createNatsUserAdapter(providerOf(over))).catch((e: unknown) => e), message);
+    for (const [over, message] of byAdminVerbs) {
+      const a = createNatsUserAdapter(providerOf(over));
+      const grant = freshGrant();
+      for (const call of [() => a.create({ grant, secret: a.generate() }), () => a.observe({ grant }), () => a.delete({ grant }), () => a.retire({ grant })]) {
+        check(await call().catch((e: unknown) => e), message);
+      }
+      await a.close();
     }
   });
 

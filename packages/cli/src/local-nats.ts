@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { accessSync, constants, mkdirSync, openSync, closeSync, readFileSync } from "node:fs";
-import { connect as tcpConnect } from "node:net";
+import { connect as tcpConnect, createServer } from "node:net";
 import { delimiter, join } from "node:path";
 import { CliError } from "./cli-error.js";
 
@@ -41,6 +41,18 @@ export function loopbackAddress(url: string): { host: string; port: number } | u
   const host = u.hostname.replace(/^\[|\]$/g, "");
   if (!["127.0.0.1", "localhost", "::1"].includes(host)) return undefined;
   return { host: host === "localhost" ? "127.0.0.1" : host, port: u.port ? Number(u.port) : 4222 };
+}
+
+/** A TCP port free on `host` now (for a server's monitoring port). */
+export function freeTcpPort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, host, () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
 }
 
 /** A nats-server this process started. */
@@ -92,10 +104,19 @@ function waitForTcp(host: string, port: number, proc: ChildProcess, logFile: str
  * in the terminal reaches meshctl, which stops the services before the server), with its
  * output in `logFile`. Resolves once it accepts connections.
  */
-export async function startLocalNats(opts: { bin: string; host: string; port: number; storeDir: string; logFile: string }): Promise<StartedNats> {
+export async function startLocalNats(opts: {
+  bin: string;
+  host: string;
+  port: number;
+  storeDir: string;
+  logFile: string;
+  /** A config file (listen address, store, authentication) instead of the plain flags. */
+  configFile?: string;
+}): Promise<StartedNats> {
   mkdirSync(opts.storeDir, { recursive: true, mode: 0o700 });
   const fd = openSync(opts.logFile, "a");
-  const proc = spawn(opts.bin, ["-a", opts.host, "-p", String(opts.port), "-js", "-sd", opts.storeDir], {
+  const args = opts.configFile ? ["-c", opts.configFile] : ["-a", opts.host, "-p", String(opts.port), "-js", "-sd", opts.storeDir];
+  const proc = spawn(opts.bin, args, {
     stdio: ["ignore", fd, fd],
     detached: true,
   });

@@ -122,29 +122,45 @@ program
     }),
   );
 
+/** `up` and `bootstrap`: run until a signal; a first signal stops everything in order, a second kills at once. */
+function runLocalMesh(o: { filename: string[]; nodes?: string; bindings: string }, bootstrap?: { servicesNode?: string }): Promise<never> {
+  return run(async (_connect, url) => {
+    const stop = new AbortController();
+    let signals = 0;
+    const onSignal = () => {
+      // runUp's exit hook SIGKILLs what it started when meshctl exits at once.
+      if (++signals === 1) stop.abort();
+      else {
+        out.err("killing everything at once");
+        process.exit(130);
+      }
+    };
+    for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
+    const nodes = o.nodes?.split(",").map((n) => n.trim()).filter(Boolean);
+    return runUp({ files: o.filename, natsUrl: url, bindings: o.bindings, ...(nodes ? { nodes } : {}), ...(bootstrap ? { bootstrap } : {}) }, out, stop.signal);
+  });
+}
+
 program
   .command("up")
   .description("run the whole mesh on this machine (NATS, resolver, provisioner, agents), apply files, show a live status until Ctrl-C")
   .option("-f, --filename <file>", "a manifest file to apply once the mesh runs; repeatable", collect, [])
   .option("--nodes <list>", "comma-separated nodes to run an agent for (default: the nodes of the applied parts, else node-a)")
   .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
-  .action((o: { filename: string[]; nodes?: string; bindings: string }) =>
-    run(async (_connect, url) => {
-      const stop = new AbortController();
-      let signals = 0;
-      const onSignal = () => {
-        // The first signal stops everything in order; a second one kills at once (runUp's
-        // exit hook SIGKILLs what it started).
-        if (++signals === 1) stop.abort();
-        else {
-          out.err("killing everything at once");
-          process.exit(130);
-        }
-      };
-      for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
-      const nodes = o.nodes?.split(",").map((n) => n.trim()).filter(Boolean);
-      return runUp({ files: o.filename, natsUrl: url, bindings: o.bindings, ...(nodes ? { nodes } : {}) }, out, stop.signal);
-    }),
+  .action((o: { filename: string[]; nodes?: string; bindings: string }) => runLocalMesh(o));
+
+program
+  .command("bootstrap")
+  .description(
+    "like up, on a NATS with authentication (started here when none answers at a loopback URL): declare the control plane as module mesh, " +
+      "wait until the mesh has satisfied it, and restart every service with the broker identity the mesh granted it",
+  )
+  .option("-f, --filename <file>", "a manifest file to apply once the control plane runs on its own identities; repeatable", collect, [])
+  .option("--nodes <list>", "comma-separated nodes to run an agent for (default: the nodes of the applied parts, else node-a)")
+  .option("--services-node <node>", "the node the services run on (default: the first node)")
+  .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
+  .action((o: { filename: string[]; nodes?: string; bindings: string; servicesNode?: string }) =>
+    runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}),
   );
 
 await program.parseAsync(process.argv);

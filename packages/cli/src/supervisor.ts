@@ -61,6 +61,26 @@ export class Supervisor {
     return this.launch(child);
   }
 
+  /**
+   * Stops service `spec.name` (SIGTERM, then SIGKILL after `graceMs`) and starts it again as
+   * `spec`, with a fresh failure count; resolves once the new process has been spawned.
+   */
+  async replace(spec: ServiceSpec, graceMs = 5_000): Promise<number> {
+    const old = this.children.get(spec.name);
+    if (old) {
+      this.children.delete(spec.name); // its exit is no longer ours to restart
+      if (old.timer) clearTimeout(old.timer);
+      const p = old.proc;
+      if (p && p.exitCode === null && p.signalCode === null) {
+        p.kill("SIGTERM");
+        const t = setTimeout(() => p.exitCode === null && p.signalCode === null && p.kill("SIGKILL"), graceMs);
+        await old.exited;
+        clearTimeout(t);
+      }
+    }
+    return this.start(spec);
+  }
+
   /** Names and PIDs of the services running now. */
   running(): Array<{ name: string; pid: number }> {
     return [...this.children.values()]
@@ -89,7 +109,7 @@ export class Supervisor {
   }
 
   private onExit(child: Child, proc: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
-    if (this.stopping || child.proc !== proc) return;
+    if (this.stopping || child.proc !== proc || this.children.get(child.spec.name) !== child) return;
     const quick = Date.now() - child.startedAt < (this.opts.quickExitMs ?? 10_000);
     child.quickExits = quick ? child.quickExits + 1 : 0;
     if (child.quickExits >= (this.opts.maxQuickExits ?? 3)) {

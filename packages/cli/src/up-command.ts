@@ -5,14 +5,25 @@
  * answers, and shows a live status until Ctrl-C; then it stops everything it started.
  */
 import { existsSync, mkdirSync } from "node:fs";
+import {
+  BOOTSTRAP_ADMIN,
+  adminEnv,
+  adminPassword,
+  authNatsFiles,
+  controlPlaneFiles,
+  identityBinding,
+  partOfService,
+  prepareAuthNats,
+  waitForControlPlane,
+} from "./bootstrap.js";
 import { join, relative, isAbsolute } from "node:path";
-import { NAME_RULE, connectNats, isValidName, subjects, type NatsConnection } from "@mesh/shared";
+import { BOOTSTRAP_PROVIDER, CONTROL_PLANE_MODULE, NAME_RULE, connectNats, isValidName, subjects, type NatsConnection } from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
 import { CliError } from "./cli-error.js";
 import { natsUnreachableMessage, openStoreForCli } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
 import { startLiveStatus, type LiveStatus } from "./live-status.js";
-import { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
+import { findNatsServer, freeTcpPort, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
@@ -43,6 +54,16 @@ export interface UpOptions {
   resolverWaitMs?: number;
   /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
   graceMs?: number;
+  /**
+   * `meshctl bootstrap`: NATS with authentication, the control plane declared as module
+   * `mesh`, and the services moved onto the identities it grants them (see bootstrap.ts).
+   */
+  bootstrap?: {
+    /** The node the services run on (default: the first node). */
+    servicesNode?: string;
+    /** How long to wait for module `mesh` to be Ready (default 120 s). */
+    readyWaitMs?: number;
+  };
 }
 
 /** The nodes the all-in-one runs an agent for. */
@@ -53,8 +74,8 @@ export function chooseNodes(given: readonly string[] | undefined, files: readonl
 }
 
 /** The services of the all-in-one, with their environment and log files. */
-export function serviceSpecs(opts: { root: string; paths: UpPaths; natsUrl: string; nodes: readonly string[] }): ServiceSpec[] {
-  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey };
+export function serviceSpecs(opts: { root: string; paths: UpPaths; natsUrl: string; nodes: readonly string[]; env?: Record<string, string> }): ServiceSpec[] {
+  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey, ...opts.env };
   const log = (name: string) => join(opts.paths.logs, `${name}.log`);
   return [
     { name: "resolver", script: serviceMain("resolver", opts.root), env: { ...common }, logFile: log("resolver") },
@@ -133,6 +154,9 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     files = loaded.files;
   }
   const nodes = chooseNodes(opts.nodes, files);
+  // The services' identities are written by the agent of their node: it must run one.
+  const servicesNode = opts.bootstrap?.servicesNode;
+  if (servicesNode && !nodes.includes(servicesNode)) nodes.unshift(servicesNode);
   const badNode = nodes.find((n) => !isValidName(n));
   if (badNode !== undefined) throw new CliError(`--nodes: ${JSON.stringify(badNode)} is not a node name: a name ${NAME_RULE}`, ExitCodes.Usage);
 
@@ -176,12 +200,22 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   };
   process.once("exit", emergency);
 
+  const auth = opts.bootstrap ? authNatsFiles(paths.state) : undefined;
+  // In bootstrap, meshctl and the services start as the administrator of a NATS it set up.
+  const identity = auth && existsSync(auth.adminPasswordFile) ? { user: BOOTSTRAP_ADMIN, pass: adminPassword(auth) } : {};
   try {
     let url = probeUrl;
     try {
-      nc = await connectNats(url, { timeout: 2_000 });
+      nc = await connectNats(url, { timeout: 2_000, ...identity });
       out.out(`using the NATS server at ${url}`);
+      if (auth && !existsSync(auth.usersFile)) {
+        throw new CliError(
+          `a NATS server already answers at ${url}, but meshctl bootstrap did not set it up (no ${show(auth.usersFile)}), so the mesh cannot grant identities on it.\n` +
+            "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server with authentication, or the --state directory of the bootstrap that set this one up.",
+        );
+      }
     } catch (e) {
+      if (e instanceof CliError) throw e;
       const local = loopbackAddress(url);
       if (!local) throw new CliError(`${natsUnreachableMessage(url, rootMessage(e))}\n(meshctl up starts a server itself only for a loopback URL such as nats://127.0.0.1:4222.)`);
       const bin = findNatsServer();
@@ -192,21 +226,33 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
         );
       }
       const logFile = join(paths.logs, "nats-server.log");
-      out.out(
-        `no NATS server answers at ${url}; starting one: ${bin} -a ${local.host} -p ${local.port} -js -sd ${show(paths.nats)}` +
-          ` (JetStream store in ${show(paths.nats)}, log in ${show(logFile)})`,
-      );
-      nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: paths.nats, logFile });
+      if (auth) {
+        const monitorPort = await freeTcpPort(local.host);
+        await prepareAuthNats(auth, { ...local, monitorPort });
+        out.out(
+          `no NATS server answers at ${url}; starting one with authentication: ${bin} -c ${show(auth.configFile)}` +
+            ` (users in ${show(auth.usersFile)}, administrator ${BOOTSTRAP_ADMIN} with the password in ${show(auth.adminPasswordFile)},` +
+            ` monitoring on http://${local.host}:${monitorPort}, log in ${show(logFile)})`,
+        );
+        nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: auth.storeDir, logFile, configFile: auth.configFile });
+        Object.assign(identity, { user: BOOTSTRAP_ADMIN, pass: adminPassword(auth) });
+      } else {
+        out.out(
+          `no NATS server answers at ${url}; starting one: ${bin} -a ${local.host} -p ${local.port} -js -sd ${show(paths.nats)}` +
+            ` (JetStream store in ${show(paths.nats)}, log in ${show(logFile)})`,
+        );
+        nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: paths.nats, logFile });
+      }
       url = nats.url;
       try {
-        nc = await connectNats(url, { timeout: 5_000 });
+        nc = await connectNats(url, { timeout: 5_000, ...identity });
       } catch (e2) {
         throw new CliError(`started nats-server, but cannot connect to ${url}: ${rootMessage(e2)}; see ${show(logFile)}`);
       }
     }
     const store = await openStoreForCli(nc, url);
 
-    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes });
+    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes, ...(auth ? { env: adminEnv(auth) } : {}) });
     const started: string[] = [];
     for (const spec of specs) started.push(`${spec.name} (pid ${await supervisor.start(spec)})`);
     out.out(`started ${started.join(", ")}`);
@@ -225,6 +271,24 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
 
     const applied: string[] = [];
+    if (auth) {
+      const cpNode = servicesNode ?? nodes[0]!;
+      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth })]);
+      const code = reportApply(outcome, false, out);
+      if (code !== ExitCodes.Ok) return code;
+      out.out(`declared the control plane: module ${CONTROL_PLANE_MODULE} and provider ${BOOTSTRAP_PROVIDER}; waiting until the mesh has satisfied it…`);
+      const ready = await waitForControlPlane(store, { timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000, signal: quit.signal, onProgress: (l) => out.out(l) });
+      if (!ready) return await finished;
+      for (const spec of specs) {
+        const part = partOfService(spec.name);
+        const node = /^agent (.+)$/.exec(spec.name)?.[1] ?? cpNode;
+        const { MESH_NATS_USER: _u, MESH_NATS_PASSWORD_FILE: _p, ...env } = spec.env;
+        await supervisor.replace({ ...spec, env: { ...env, MESH_NATS_CREDENTIALS: identityBinding(paths.bindings, node, part) } }, opts.graceMs ?? 5_000);
+      }
+      out.out(`restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`);
+      out.out(`as the operator, use: MESH_NATS_USER=${BOOTSTRAP_ADMIN} MESH_NATS_PASSWORD_FILE=${show(auth.adminPasswordFile)} NATS_URL=${url} npx meshctl status`);
+      applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
+    }
     if (files.length) {
       const outcome = await sendApply(nc, files);
       const code = reportApply(outcome, false, out);
@@ -250,7 +314,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     await nc?.close().catch(() => undefined);
     if (nats) {
       await nats.stop(opts.graceMs ?? 5_000);
-      out.err(`stopped nats-server (its store stays in ${show(paths.nats)})`);
+      out.err(`stopped nats-server (its store stays in ${show(auth ? auth.storeDir : paths.nats)})`);
     }
     process.off("exit", emergency);
     if (anything) out.err("stopped.");

@@ -110,5 +110,10 @@ export interface ProviderAdapter {
   close(): Promise<void>;
 }
 
-/** Makes an adapter for a provider; one factory per kind family. */
+/**
+ * Makes an adapter for a provider; one factory per kind family. It refuses at once only an
+ * endpoint it cannot use. What only the admin verbs need (the admin's password, options about
+ * the server's host) is checked by those verbs: an agent makes login-only adapters from the
+ * provider's document, which it reads without the admin's password.
+ */
 export type AdapterFactory = (provider: ProviderConfig) => ProviderAdapter;

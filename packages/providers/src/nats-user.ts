@@ -20,7 +20,7 @@ import { readFile } from "node:fs/promises";
 import { isAbsolute } from "node:path";
 import bcrypt from "bcryptjs";
 import { AuthorizationError, connect, type NatsConnection } from "@nats-io/transport-node";
-import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret, grantId } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret, grantId, isMeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -72,36 +72,41 @@ class NatsUserAdapter implements ProviderAdapter {
   readonly kinds = [Kinds.NatsUser] as const;
   private readonly host: string;
   private readonly port: number;
-  private readonly admin: { username: string; password: string };
-  private readonly pidFile: string;
-  private readonly file: NatsUsersFile;
+  /**
+   * What the admin verbs need: the admin, the users file and the pid file, or why the provider
+   * document does not give them. An agent makes login-only adapters from the document without
+   * the admin's password, so the check waits until an admin verb is called.
+   */
+  private readonly managed: { admin: { username: string; password: string }; file: NatsUsersFile; pidFile: string } | MeshError;
   /** The admin's connection, kept between calls: a check costs a flush, not a bcrypt on the server. */
   private adminConn: Promise<NatsConnection> | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
     ({ host: this.host, port: this.port } = parseEndpoint(provider));
-    const at = `provider ${provider.name}`;
-    const username = checkAdminName(provider.admin?.username, at);
-    const password = provider.admin?.password;
-    if (!password) {
-      throw new MeshError(
-        ErrorCodes.ProviderMisconfigured,
-        `${at}: the NATS admin ${JSON.stringify(username)} has no password; give admin.passwordEnv or admin.passwordFile (the users file holds the admin, so it needs one)`,
-      );
+    try {
+      this.managed = managedFiles(provider);
+    } catch (e) {
+      if (!isMeshError(e)) throw e;
+      this.managed = e;
     }
-    this.admin = { username, password };
-    const option = (key: "usersFile" | "pidFile", what: string) => {
-      const v = provider.options?.[key];
-      if (!v || !isAbsolute(v)) {
-        throw new MeshError(
-          ErrorCodes.ProviderMisconfigured,
-          `${at}: options.${key} ${v ? `${JSON.stringify(v)} is not an absolute path` : "is missing"}; give the absolute path of ${what} on the server's host`,
-        );
-      }
-      return v;
-    };
-    this.file = new NatsUsersFile(option("usersFile", "the users file that the server's config includes"), this.admin);
-    this.pidFile = option("pidFile", "the server's pid_file");
+  }
+
+  /** The admin and its files; throws the provider document's problem with them. */
+  private m() {
+    if (this.managed instanceof MeshError) throw this.managed;
+    return this.managed;
+  }
+
+  private get admin() {
+    return this.m().admin;
+  }
+
+  private get file() {
+    return this.m().file;
+  }
+
+  private get pidFile() {
+    return this.m().pidFile;
   }
 
   generate() {
@@ -406,4 +411,33 @@ function parseEndpoint(provider: ProviderConfig): { host: string; port: number }
   if (url.protocol !== "nats:") throw bad("is not a nats:// URL");
   if (!url.hostname) throw bad("names no host");
   return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : 4222 };
+}
+
+/** The admin and the files of a provider document; throws `ProviderMisconfigured` naming what is missing. */
+function managedFiles(provider: ProviderConfig): { admin: { username: string; password: string }; file: NatsUsersFile; pidFile: string } {
+  const at = `provider ${provider.name}`;
+  const username = checkAdminName(provider.admin?.username, at);
+  const password = provider.admin?.password;
+  if (!password) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `${at}: the NATS admin ${JSON.stringify(username)} has no password; give admin.passwordEnv or admin.passwordFile (the users file holds the admin, so it needs one)`,
+    );
+  }
+  const admin = { username, password };
+  const option = (key: "usersFile" | "pidFile", what: string) => {
+    const v = provider.options?.[key];
+    if (!v || !isAbsolute(v)) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${at}: options.${key} ${v ? `${JSON.stringify(v)} is not an absolute path` : "is missing"}; give the absolute path of ${what} on the server's host`,
+      );
+    }
+    return v;
+  };
+  return {
+    admin,
+    file: new NatsUsersFile(option("usersFile", "the users file that the server's config includes"), admin),
+    pidFile: option("pidFile", "the server's pid_file"),
+  };
 }

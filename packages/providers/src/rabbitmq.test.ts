@@ -78,20 +78,37 @@ describe("createRabbitmqAdapter", () => {
   });
 
   it.each<[string, Partial<ProviderConfig>, RegExp]>([
+    ["an endpoint of another scheme", { endpoint: "http://127.0.0.1:5672" }, /amqp:\/\//],
+    ["an endpoint with a vhost", { endpoint: "amqp://127.0.0.1:5672/shop" }, /names a vhost/],
+    ["an endpoint with a user", { endpoint: "amqp://u:p@127.0.0.1:5672" }, /holds a user/],
+  ])("refuses %s as ProviderMisconfigured at once, saying what to set", (_, over, message) => {
+    const m = refused(ErrorCodes.ProviderMisconfigured, () => createRabbitmqAdapter(provider(over)));
+    expect(m).toMatch(message);
+    expect(m).not.toContain("admin-secret");
+  });
+
+  // What only the management API needs is refused by the admin verbs: an agent makes
+  // login-only adapters from the document, without the admin's password.
+  it.each<[string, Partial<ProviderConfig>, RegExp]>([
     ["no managementUrl", { options: {} }, /options\.managementUrl is not set/],
     ["no options at all", { options: undefined }, /set options\.managementUrl/],
     ["a managementUrl that is no URL", { options: { managementUrl: "localhost:15672" } }, /not an http/],
     ["a managementUrl with a user", { options: { managementUrl: "http://guest:pw@127.0.0.1:15672" } }, /admin\.passwordEnv/],
     ["an unknown option", { options: { managementUrl: "http://127.0.0.1:15672", managementURL: "x" } }, /unknown option "managementURL"/],
-    ["an endpoint of another scheme", { endpoint: "http://127.0.0.1:5672" }, /amqp:\/\//],
-    ["an endpoint with a vhost", { endpoint: "amqp://127.0.0.1:5672/shop" }, /names a vhost/],
-    ["an endpoint with a user", { endpoint: "amqp://u:p@127.0.0.1:5672" }, /holds a user/],
     ["no admin", { admin: undefined }, /admin\.passwordEnv or admin\.passwordFile/],
     ["an admin without a password", { admin: { username: "guest" } }, /admin\.passwordEnv or admin\.passwordFile/],
-  ])("refuses %s as ProviderMisconfigured, saying what to set", (_, over, message) => {
-    const m = refused(ErrorCodes.ProviderMisconfigured, () => createRabbitmqAdapter(provider(over)));
-    expect(m).toMatch(message);
-    expect(m).not.toContain("admin-secret");
+  ])("refuses %s as ProviderMisconfigured in every admin verb, saying what to set", async (_, over, message) => {
+    const a = createRabbitmqAdapter(provider(over));
+    const grant = { module: "shop", requirement: "events", generation: 1 };
+    for (const call of [() => a.create({ grant, secret: a.generate() }), () => a.observe({ grant }), () => a.delete({ grant }), () => a.retire({ grant })]) {
+      const e = await call().then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(isMeshError(e, ErrorCodes.ProviderMisconfigured), String(e)).toBe(true);
+      expect((e as Error).message).toMatch(message);
+      expect((e as Error).message).not.toContain("admin-secret");
+    }
   });
 
   it("accepts amqps and a management URL behind a path prefix", () => {

@@ -164,21 +164,33 @@ class RabbitmqAdapter implements ProviderAdapter {
   private readonly endpoint: Endpoint;
   /** The management API's base, `<managementUrl>/api`. */
   private readonly api: string;
-  private readonly adminUser: string;
-  private readonly authorization: string;
+  private readonly adminUser: string = "";
+  private readonly authorization: string = "";
+  /**
+   * Why the management API cannot be used, thrown by every admin verb. An agent makes
+   * login-only adapters from the document without the admin's password, so it is not
+   * thrown here; its logins then cannot tell a missing vhost from a refused one.
+   */
+  private readonly managementProblem: MeshError | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
     this.endpoint = parseEndpoint(provider);
-    this.api = `${parseManagementUrl(provider)}/api`;
-    const admin = provider.admin;
-    if (!admin?.username || admin.password === undefined) {
-      throw new MeshError(
-        ErrorCodes.ProviderMisconfigured,
-        `provider ${provider.name}: the RabbitMQ management API needs an admin user with the administrator tag; set admin.username and admin.passwordEnv or admin.passwordFile`,
-      );
+    this.api = "";
+    try {
+      this.api = `${parseManagementUrl(provider)}/api`;
+      const admin = provider.admin;
+      if (!admin?.username || admin.password === undefined) {
+        throw new MeshError(
+          ErrorCodes.ProviderMisconfigured,
+          `provider ${provider.name}: the RabbitMQ management API needs an admin user with the administrator tag; set admin.username and admin.passwordEnv or admin.passwordFile`,
+        );
+      }
+      this.adminUser = admin.username;
+      this.authorization = `Basic ${Buffer.from(`${admin.username}:${admin.password}`).toString("base64")}`;
+    } catch (e) {
+      if (!isMeshError(e)) throw e;
+      this.managementProblem = e;
     }
-    this.adminUser = admin.username;
-    this.authorization = `Basic ${Buffer.from(`${admin.username}:${admin.password}`).toString("base64")}`;
   }
 
   generate() {
@@ -388,6 +400,7 @@ class RabbitmqAdapter implements ProviderAdapter {
 
   /** One management API request; maps every failure to a MeshError that says what to do. */
   private async request<T>(what: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T | undefined> {
+    if (this.managementProblem) throw this.managementProblem;
     let res: Response;
     try {
       res = await fetch(`${this.api}${path}`, {

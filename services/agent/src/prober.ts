@@ -178,7 +178,7 @@ export function startProber(opts: ProberOptions): Prober {
     const cur = adapters.get(k);
     if (cur && cur.endpoint === endpoint) return cur.adapter;
     if (cur) void cur.adapter.close();
-    const adapter = createAdapter(kind, { name: provider, node: doc?.node ?? "builtin", endpoint });
+    const adapter = createAdapter(kind, { name: provider, node: doc?.node ?? "builtin", endpoint, ...(doc?.options ? { options: doc.options } : {}) });
     adapters.set(k, { endpoint, adapter });
     return adapter;
   };

@@ -1,0 +1,107 @@
+/**
+ * `meshctl bootstrap` as an operator runs it: a real process tree (meshctl, its nats-server
+ * with authentication on a free port, the services, the agents) in a temporary directory.
+ * Tests read what it printed, ask the server's monitoring endpoint who is connected as whom,
+ * and find a service's process to stop or kill it.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { freePort } from "./ports.js";
+import { waitFor } from "./wait.js";
+
+const repo = fileURLToPath(new URL("../..", import.meta.url));
+export const meshctlBin = join(repo, "packages/cli/bin/meshctl.js");
+
+export interface BootstrappedMesh {
+  cwd: string;
+  url: string;
+  /** The server's monitoring endpoint, as bootstrap printed it. */
+  monitorUrl: string;
+  proc: ChildProcess;
+  /** Everything meshctl printed so far. */
+  output(): string;
+  /** The environment that makes meshctl (or a test's client) the bootstrap administrator. */
+  adminEnv: Record<string, string>;
+  adminPassword(): string;
+  /** Users of the server's client connections right now (one entry per connection). */
+  connectedUsers(): Promise<string[]>;
+  /** PID of the running process of service `script` (`agent`, `resolver`…) started by this mesh. */
+  servicePid(script: string): number | undefined;
+  /** Runs meshctl with `args` as the administrator; resolves with its exit code and output. */
+  meshctl(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }>;
+  stop(): Promise<void>;
+}
+
+export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeoutMs?: number } = {}): Promise<BootstrappedMesh> {
+  const cwd = mkdtempSync(join(tmpdir(), "mesh-boot-"));
+  const url = `nats://127.0.0.1:${await freePort()}`;
+  let out = "";
+  const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : [])], {
+    cwd,
+    env: { ...process.env, NATS_URL: url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_USER: "", MESH_NATS_CREDENTIALS: "" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  const adminPasswordFile = join(cwd, ".mesh/nats-auth/admin.password");
+  const adminEnv = { NATS_URL: url, MESH_NATS_USER: "mesh-admin", MESH_NATS_PASSWORD_FILE: adminPasswordFile, MESH_NATS_CREDENTIALS: "" };
+
+  const mesh: BootstrappedMesh = {
+    cwd,
+    url,
+    monitorUrl: "",
+    proc,
+    output: () => out,
+    adminEnv,
+    adminPassword: () => readFileSync(adminPasswordFile, "utf8").trim(),
+    async connectedUsers() {
+      const r = await fetch(`${mesh.monitorUrl}/connz?auth=true&limit=4096`);
+      const j = (await r.json()) as { connections?: Array<{ authorized_user?: string }> };
+      return (j.connections ?? []).map((c) => c.authorized_user ?? "");
+    },
+    servicePid(script) {
+      for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+        try {
+          const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+          if (!cmd.includes(`services/${script}/dist/main.js`)) continue;
+          if (readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(`NATS_URL=${url}`)) return Number(pid);
+        } catch {
+          // gone meanwhile
+        }
+      }
+      return undefined;
+    },
+    meshctl(args) {
+      return new Promise((resolve) => {
+        const p = spawn(process.execPath, [meshctlBin, ...args], { cwd, env: { ...process.env, ...adminEnv }, stdio: ["ignore", "pipe", "pipe"] });
+        let stdout = "";
+        let stderr = "";
+        p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+        p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+        p.once("exit", (code) => resolve({ code, stdout, stderr }));
+      });
+    },
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        const exited = new Promise((r) => proc.once("exit", r));
+        proc.kill("SIGTERM");
+        const t = setTimeout(() => proc.kill("SIGKILL"), 15_000);
+        await exited;
+        clearTimeout(t);
+      }
+      rmSync(cwd, { recursive: true, force: true });
+    },
+  };
+  try {
+    const monitor = await waitFor("bootstrap to start its nats-server", () => /monitoring on (http:\/\/[0-9.:]+)/.exec(out)?.[1], 30_000);
+    mesh.monitorUrl = monitor;
+    await waitFor("the services to run on their own identities", () => /with the identities the mesh granted them/.test(out), opts.readyTimeoutMs ?? 120_000);
+  } catch (e) {
+    await mesh.stop();
+    throw new Error(`${(e as Error).message}\n--- meshctl bootstrap printed:\n${out}`);
+  }
+  return mesh;
+}
