@@ -26,17 +26,20 @@ describe("meshctl bootstrap", () => {
   });
 
   it("satisfies the control plane's requirements, then every service connects as the identity the mesh gave it", async () => {
-    const users = await waitFor(
+    const serviceOf = (p: string) => (p.startsWith("agent-") ? "mesh-agent" : `mesh-${p}`);
+    const conns = await waitFor(
       "every service and the agent on its own identity",
       async () => {
-        const u = await mesh.connectedUsers();
-        return parts.every((p) => u.includes(userOf(p))) ? u : undefined;
+        const c = await mesh.connections();
+        return parts.every((p) => c.some((x) => x.name === serviceOf(p) && x.user === userOf(p))) ? c : undefined;
       },
       30_000,
     );
-    // The administrator is meshctl's own connection and no service's.
-    expect(users.filter((u) => u === "mesh-admin")).toHaveLength(1);
-    expect(users.filter((u) => u === "")).toEqual([]);
+    // Each service has exactly one connection of its own, as its own user; the administrator
+    // is left to meshctl and to the provider adapters that administer the mesh's NATS.
+    for (const p of parts) expect(conns.filter((x) => x.name === serviceOf(p)).map((x) => x.user)).toEqual([userOf(p)]);
+    expect(conns.filter((x) => x.user === "")).toEqual([]);
+    for (const x of conns.filter((c) => c.user === "mesh-admin")) expect(x.name).not.toMatch(/^mesh-(resolver|provisioner|verifier|rotator|agent)$/);
     // Each identity came from the part's own binding, written by the agent.
     for (const p of parts) expect(readFileSync(join(bindingOf(mesh, p), "username"), "utf8").trim()).toBe(userOf(p));
   });

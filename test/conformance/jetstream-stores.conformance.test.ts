@@ -204,7 +204,7 @@ describe("kv.bucket adapter", () => {
     const named = async () => {
       const res = await fetch(`http://127.0.0.1:${server.monitorPort}/connz`);
       const { connections } = (await res.json()) as { connections: Array<{ cid: number; name?: string }> };
-      return new Set(connections.filter((c) => c.name === "mesh-jetstream-stores").map((c) => c.cid));
+      return new Set(connections.filter((c) => c.name === "mesh jetstream-stores adapter").map((c) => c.cid));
     };
     const before = await named();
     const grant = freshGrant();

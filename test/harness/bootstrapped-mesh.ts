@@ -26,8 +26,8 @@ export interface BootstrappedMesh {
   /** The environment that makes meshctl (or a test's client) the bootstrap administrator. */
   adminEnv: Record<string, string>;
   adminPassword(): string;
-  /** Users of the server's client connections right now (one entry per connection). */
-  connectedUsers(): Promise<string[]>;
+  /** The server's client connections right now: connection name (`mesh-resolver`…) and user. */
+  connections(): Promise<Array<{ name: string; user: string }>>;
   /** PID of the running process of service `script` (`agent`, `resolver`…) started by this mesh. */
   servicePid(script: string): number | undefined;
   /** Runs meshctl with `args` as the administrator; resolves with its exit code and output. */
@@ -57,10 +57,10 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
     output: () => out,
     adminEnv,
     adminPassword: () => readFileSync(adminPasswordFile, "utf8").trim(),
-    async connectedUsers() {
+    async connections() {
       const r = await fetch(`${mesh.monitorUrl}/connz?auth=true&limit=4096`);
-      const j = (await r.json()) as { connections?: Array<{ authorized_user?: string }> };
-      return (j.connections ?? []).map((c) => c.authorized_user ?? "");
+      const j = (await r.json()) as { connections?: Array<{ name?: string; authorized_user?: string }> };
+      return (j.connections ?? []).map((c) => ({ name: c.name ?? "", user: c.authorized_user ?? "" }));
     },
     servicePid(script) {
       for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {

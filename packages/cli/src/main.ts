@@ -34,6 +34,7 @@ async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => 
       code = e.exitCode;
     } else {
       out.err(`meshctl: unexpected error: ${errorMessage(e)}`);
+      if (process.env.MESH_DEBUG && e instanceof Error && e.stack) out.err(e.stack);
       code = ExitCodes.Failure;
     }
   }

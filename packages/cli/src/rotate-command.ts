@@ -14,6 +14,7 @@ import {
   keys,
   parseGrantId,
   readJson,
+  retryJetStreamGap,
   subjects,
   type Store,
 } from "@mesh/shared";
@@ -114,7 +115,8 @@ async function requestRotation(store: Store, opts: RotateOptions): Promise<Rotat
  */
 export async function followRotation(store: Store, r: Rotation, untilMs: number, onChange: (r: Rotation) => void): Promise<{ rotation: Rotation; timedOut: boolean }> {
   const key = keys.grant(r.module, r.requirement);
-  const watch = await store.kv.rotations.watch({ key });
+  // Several identities rotating at once keep JetStream quiet through reload after reload.
+  const watch = await retryJetStreamGap(() => store.kv.rotations.watch({ key }), 40);
   let last = r;
   let timedOut = false;
   const timer = setTimeout(() => {

@@ -3,7 +3,7 @@
  * `mesh-rotations`, the latest rotation), plus the bucket's few past revisions, in which an
  * earlier rotation of the grant may still be found.
  */
-import { Rotation, keys, parseGrantId, parseRotationId, readJson, type Store } from "@mesh/shared";
+import { Rotation, keys, parseGrantId, parseRotationId, readJson, retryJetStreamGap, type Store } from "@mesh/shared";
 
 /** A rotation found by id (an object, so fields can be added). */
 export interface FoundRotation {
@@ -25,7 +25,7 @@ export async function findRotation(store: Store, id: string): Promise<FoundRotat
   if (latest?.id === id) return { rotation: latest };
   // An earlier rotation of the grant: its last revision may still be in the bucket's history.
   let found: Rotation | undefined;
-  const history = await store.kv.rotations.history({ key });
+  const history = await retryJetStreamGap(() => store.kv.rotations.history({ key }));
   for await (const e of history) {
     if (e.operation !== "PUT") continue;
     const r = Rotation.safeParse(e.json());

@@ -360,7 +360,7 @@ async function openJetStream(server: string, timeoutMs: number, admin?: Provider
     servers: server,
     reconnect: false,
     timeout: timeoutMs,
-    name: "mesh-jetstream-stores",
+    name: "mesh jetstream-stores adapter",
     ...(admin ? { user: admin.username, pass: admin.password } : {}),
   });
   try {

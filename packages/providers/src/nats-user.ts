@@ -354,7 +354,7 @@ async function connectAs(host: string, port: number, user: string, pass: string)
   for (let attempt = 1; ; attempt++) {
     let nc: NatsConnection | undefined;
     try {
-      nc = await connect({ servers: server, user, pass, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh-provisioner" });
+      nc = await connect({ servers: server, user, pass, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter" });
       await nc.flush();
       return nc;
     } catch (e) {

@@ -47,9 +47,12 @@ export interface NatsPermissions {
  * Every service works through JetStream (KV buckets, streams, consumers): its API, acks and
  * flow control, and KV writes. These are shared: NATS 2.9 cannot narrow JetStream to some
  * streams for a user of one account, which separate accounts per service would need.
+ * Replies go to `_INBOX.>` explicitly: `allow_responses` alone loses the pending replies
+ * when the server reloads its config, which every nats.user change makes it do (seen: the
+ * rotator's answer to a rotate request refused as a publish violation after a reload).
  */
 const JETSTREAM: NatsPermissions = {
-  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>"],
+  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>"],
   subscribe: ["_INBOX.>"],
 };
 

@@ -106,6 +106,33 @@ export interface Store {
  * every process at once. `replicas` is 1 on one server, 3 on a cluster (`MESH_REPLICAS`).
  */
 export async function openStore(nc: NatsConnection, replicas = Number(process.env.MESH_REPLICAS || 1)): Promise<Store> {
+  return retryJetStreamGap(() => openStoreOnce(nc, replicas), 20);
+}
+
+/** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
+export function isJetStreamGap(e: unknown): boolean {
+  return /no responders|jetstream is not enabled/i.test(errorMessage(e));
+}
+
+/**
+ * Runs `fn`, again while JetStream does not answer: its API has no responders for ~100 ms
+ * whenever the server reloads its config (every nats.user change, measured on 2.9.10), and
+ * for seconds while a cluster elects a leader; reloads in quick succession (several identities
+ * rotated at once) were seen to keep it quiet for more than 1.5 s. Waits 100 ms more before
+ * each try, at most 500 ms; gives up after `attempts` (12: about 4.5 s in all) with the last error.
+ */
+export async function retryJetStreamGap<T>(fn: () => Promise<T>, attempts = 12): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (attempt >= attempts || !isJetStreamGap(e)) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(100 * attempt, 500)));
+    }
+  }
+}
+
+async function openStoreOnce(nc: NatsConnection, replicas: number): Promise<Store> {
   const jsm = await jetstreamManager(nc, { timeout: 10_000 }).catch((e: unknown) => {
     throw new MeshError(
       ErrorCodes.ProviderUnreachable,
@@ -177,7 +204,7 @@ export interface Record_<T> {
 
 /** Reads and validates a JSON record; undefined when the key is missing or deleted. */
 export async function readJson<T>(kv: KV, key: string, schema: z.ZodType<T>): Promise<Record_<T> | undefined> {
-  const e = await kv.get(key);
+  const e = await retryJetStreamGap(() => kv.get(key));
   if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
   const parsed = schema.safeParse(e.json());
   if (!parsed.success) {
@@ -204,8 +231,9 @@ export async function mutateJson<T>(
     if (next === undefined) return cur?.value;
     const data = JSON.stringify(next);
     try {
-      if (cur) await kv.update(key, data, cur.revision);
-      else await kv.create(key, data);
+      // A retried write whose first try landed fails compare-and-set, and is read again below.
+      if (cur) await retryJetStreamGap(() => kv.update(key, data, cur.revision));
+      else await retryJetStreamGap(() => kv.create(key, data));
       return next;
     } catch (e) {
       if (!isCasConflict(e) || i >= attempts) throw e;
@@ -216,8 +244,11 @@ export async function mutateJson<T>(
 
 /** Every value of a bucket matching `filter`, validated. */
 export async function listJson<T>(kv: KV, schema: z.ZodType<T>, filter = ">"): Promise<Array<Record_<T> & { key: string }>> {
-  const keys: string[] = [];
-  for await (const k of await kv.keys(filter)) keys.push(k);
+  const keys = await retryJetStreamGap(async () => {
+    const found: string[] = [];
+    for await (const k of await kv.keys(filter)) found.push(k);
+    return found;
+  });
   const out: Array<Record_<T> & { key: string }> = [];
   await Promise.all(
     keys.map(async (key) => {

@@ -3,6 +3,8 @@
  * first SIGINT/SIGTERM stop once, drain and exit 0 (a second signal exits at once). A failure
  * to start is printed with what to do and exits 1.
  */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { errorMessage } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
 import { loadMasterKey, type MasterKey } from "./crypto.js";
@@ -23,15 +25,17 @@ export interface ServiceContext {
 /** Runs service `name` (`mesh-<name>` in messages) until a signal. Never returns normally. */
 export async function runService(name: string, start: (ctx: ServiceContext) => Promise<RunningService>, log: Logger = createLogger(name)): Promise<void> {
   try {
-    const nc = await connectNats();
+    const nc = await connectNats(undefined, { name: `mesh-${name}` });
     const store = await openStore(nc);
     const service = await start({ nc, store, log });
     log.info({ nats: nc.getServer() }, `${name} started`);
+    const identity = followIdentity(nc, log);
     let stopping = false;
     const shutdown = async (signal: string) => {
       if (stopping) process.exit(1);
       stopping = true;
       log.info({ signal }, `${name} stopping`);
+      identity?.stop();
       await service.stop();
       await nc.drain();
       process.exit(0);
@@ -58,4 +62,37 @@ export function serviceMasterKey(log: Logger, env: NodeJS.ProcessEnv = process.e
   const { key, source, created } = loadMasterKey(env, ".mesh/master.key");
   log.info({ keyId: key.id, from: source }, created ? "created a new master key (keep this file; credentials are encrypted under it)" : "master key loaded");
   return key;
+}
+
+/** How often a service looks at its identity's binding for a new generation. */
+export const IDENTITY_CHECK_MS = 1_000;
+
+/**
+ * When the process connects as a granted identity (`MESH_NATS_CREDENTIALS`), reconnects as
+ * soon as the agent writes a new generation to that binding, so the service is on the new
+ * user before the rotation retires the old one (and the server drops its connections). The
+ * reconnect reads the files again (see natsIdentity); subscriptions and pending requests
+ * survive it. Undefined when there is no identity to follow.
+ */
+export function followIdentity(nc: NatsConnection, log: Logger, env: NodeJS.ProcessEnv = process.env): { stop(): void } | undefined {
+  const dir = env.MESH_NATS_CREDENTIALS;
+  if (!dir) return undefined;
+  const file = join(dir, "username");
+  const read = () => {
+    try {
+      return readFileSync(file, "utf8").trim();
+    } catch {
+      return undefined;
+    }
+  };
+  let current = read();
+  const timer = setInterval(() => {
+    const next = read();
+    if (!next || next === current) return;
+    log.info({ from: current, to: next }, "the binding of this service's NATS identity changed; reconnecting with it");
+    current = next;
+    nc.reconnect().catch((e: unknown) => log.warn({ err: errorMessage(e) }, "could not reconnect with the new identity; the server will drop the old one at commit and the client reconnects then"));
+  }, IDENTITY_CHECK_MS);
+  timer.unref();
+  return { stop: () => clearInterval(timer) };
 }

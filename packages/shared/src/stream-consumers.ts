@@ -34,6 +34,9 @@ export function retryDelayMs(deliveryCount: number): number {
  * messages of its key, so handlers compare versions rather than trust arrival order.
  * `stop()` stops fetching and waits for the messages in work to be settled.
  */
+/** Default ack wait of {@link consumeMessages}. */
+export const DEFAULT_ACK_WAIT_MS = 15_000;
+
 export async function consumeMessages(opts: {
   store: Store;
   stream: string;
@@ -43,11 +46,16 @@ export async function consumeMessages(opts: {
   log: Logger;
   keyOf?: (m: JsMsg) => string;
   startAt?: StartAt;
-  /** How long a message may be in work before the server redelivers it; default 60 s. */
+  /**
+   * How long the server waits for a message's outcome before it redelivers it; default 15 s.
+   * A message in work is kept from redelivery by progress acks every third of it, so this is
+   * how soon the message of a consumer that died (or froze) in work goes to another: short.
+   */
   ackWaitMs?: number;
   maxAckPending?: number;
 }): Promise<Consumption> {
   const { store, stream, durable, filter, handle, log } = opts;
+  const ackWaitMs = opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS;
   const keyOf = opts.keyOf ?? ((m: JsMsg) => m.subject);
   try {
     await store.jsm.consumers.add(stream, {
@@ -55,7 +63,7 @@ export async function consumeMessages(opts: {
       ack_policy: AckPolicy.Explicit,
       deliver_policy: opts.startAt ?? "last_per_subject",
       filter_subject: filter,
-      ack_wait: (opts.ackWaitMs ?? 60_000) * 1_000_000,
+      ack_wait: ackWaitMs * 1_000_000,
       max_ack_pending: opts.maxAckPending ?? 256,
     });
   } catch (e) {
@@ -68,11 +76,15 @@ export async function consumeMessages(opts: {
 
   const settle = async (m: JsMsg): Promise<void> => {
     let d: Disposition;
+    // Long work (a part's onRotate may take a minute) must not look like a dead consumer.
+    const progress = setInterval(() => m.working(), ackWaitMs / 3);
     try {
       d = await handle(m);
     } catch (e) {
       log.warn({ subject: m.subject, err: errorMessage(e) }, "handling a message failed; it comes back later");
       d = "retry";
+    } finally {
+      clearInterval(progress);
     }
     try {
       if (d === "ack") await m.ackAck();

@@ -1,0 +1,176 @@
+/**
+ * The case that once locked a mesh out of its own broker, as a test: the control plane's own
+ * broker identities rotated with fan-out while every service runs and work flows through
+ * them, on a bootstrapped mesh (real processes, NATS with authentication). No service loses
+ * its connection for good, no work is lost, and an old identity is removed only after its
+ * holder confirmed; a holder stopped during the rotation comes back on its old binding,
+ * catches up and confirms, and only then does the rotation commit.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect } from "@nats-io/transport-node";
+import { CONTROL_PLANE_SERVICES, ModuleStatus, Rotation, agentPart, connectNats, identityRequirement, openStore, readJson, subjects, type Store } from "@mesh/shared";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { waitFor } from "./harness/wait.js";
+
+const userOf = (part: string, generation: number) => `mesh_${identityRequirement(part)}_${generation % 2 ? "a" : "b"}`;
+const serviceOf = (part: string) => (part.startsWith("agent-") ? "mesh-agent" : `mesh-${part}`);
+const agent = agentPart("node-a");
+
+/**
+ * Whether NATS accepts `user` with `pass` now: false only when it says so (an authorization
+ * violation); a connection that failed otherwise (a busy machine, a socket closed mid-refusal)
+ * is tried again.
+ */
+async function logsIn(url: string, user: string, pass: string): Promise<boolean> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const nc = await connect({ servers: url, user, pass, reconnect: false, timeout: 5_000 });
+      await nc.flush();
+      await nc.close();
+      return true;
+    } catch (e) {
+      if (/authorization violation/i.test(String(e))) return false;
+      if (attempt >= 5) throw e;
+    }
+  }
+}
+
+describe("rotating the control plane's own broker identities", () => {
+  let mesh: BootstrappedMesh;
+  let nc: NatsConnection;
+  let store: Store;
+  const binding = (part: string, key: string) =>
+    readFileSync(join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part), key), "utf8").trim();
+
+  beforeAll(async () => {
+    mesh = await startBootstrappedMesh();
+    nc = await connectNats(mesh.url, { user: "mesh-admin", pass: mesh.adminPassword(), name: "lockout-test" });
+    store = await openStore(nc);
+  }, 180_000);
+  afterAll(async () => {
+    await nc?.close();
+    await mesh?.stop();
+  });
+
+  it("rotates every service's identity while work flows: none loses its connection for good, no work is lost", async () => {
+    const pids = Object.fromEntries(CONTROL_PLANE_SERVICES.map((s) => [s, mesh.servicePid(s)]));
+    for (const s of CONTROL_PLANE_SERVICES) expect(pids[s], s).toBeDefined();
+
+    // Work through every service: each module's secret is resolved, provisioned, delivered by
+    // the agent and verified, all on the identities being rotated.
+    let applied = 0;
+    let stopTraffic = false;
+    const traffic = (async () => {
+      for (let i = 0; !stopTraffic; i++) {
+        const doc = { kind: "Module", name: `work-${i}`, parts: [{ name: "app", node: "node-a" }], requires: [{ name: "token", kind: "secret" }] };
+        // As any client of a request/reply service does: a request that met the moment a
+        // service reconnected (no responders) is sent again; one that was answered is not.
+        const reply = await waitFor(`apply of work-${i} answered`, () =>
+          nc.request(subjects.apply, JSON.stringify({ documents: [doc], source: "lockout test" }), { timeout: 15_000 }).catch((e: unknown) => {
+            if (!/no responders/i.test(String(e))) throw e;
+            return undefined;
+          }),
+        30_000);
+        expect((reply.json() as { ok: boolean }).ok).toBe(true);
+        applied++;
+        await new Promise((r) => setTimeout(r, 150));
+      }
+    })();
+
+    const results = await Promise.all(
+      CONTROL_PLANE_SERVICES.map((s) => mesh.meshctl(["rotate", `mesh/${identityRequirement(s)}`, "--wait", "--timeout", "60s", "--json"])),
+    );
+    stopTraffic = true;
+    await traffic;
+    for (const [i, r] of results.entries()) {
+      expect(r.code, `${CONTROL_PLANE_SERVICES[i]}: ${r.stderr}`).toBe(0);
+      const rotation = JSON.parse(r.stdout) as { state: string; from: number; to: number; holders: Array<{ holder: string; confirmedAt?: string }> };
+      expect(rotation).toMatchObject({ state: "Committed", from: 1, to: 2 });
+      expect(rotation.holders.map((h) => h.holder)).toEqual([`node-a/${CONTROL_PLANE_SERVICES[i]}`]);
+    }
+
+    // Every service is back on generation 2, on the same process: it reconnected, nothing restarted it.
+    await waitFor(
+      "every service connected as its generation-2 user",
+      async () => {
+        const c = await mesh.connections();
+        return CONTROL_PLANE_SERVICES.every((s) => c.some((x) => x.name === serviceOf(s) && x.user === userOf(s, 2))) || undefined;
+      },
+      30_000,
+    );
+    for (const s of CONTROL_PLANE_SERVICES) expect(mesh.servicePid(s), `${s} was restarted`).toBe(pids[s]);
+    expect(mesh.output()).not.toMatch(/(exited with code|was killed by)/);
+    const connected = await mesh.connections();
+    for (const s of CONTROL_PLANE_SERVICES) expect(connected.map((x) => x.user)).not.toContain(userOf(s, 1));
+
+    // The old identities are gone, the new ones (in the bindings) work.
+    for (const s of CONTROL_PLANE_SERVICES) {
+      expect(binding(s, "username")).toBe(userOf(s, 2));
+      expect(await logsIn(mesh.url, binding(s, "username"), binding(s, "password"))).toBe(true);
+    }
+
+    // No work was lost: every module applied during the rotations became Ready.
+    expect(applied).toBeGreaterThan(3);
+    await waitFor(
+      `all ${applied} modules applied during the rotations Ready`,
+      async () => {
+        for (let i = 0; i < applied; i++) {
+          if ((await readJson(store.kv.modules, `work-${i}`, ModuleStatus))?.value.state !== "Ready") return undefined;
+        }
+        return true;
+      },
+      60_000,
+    );
+  }, 240_000);
+
+  it("a holder stopped during the rotation comes back on its old binding, catches up, confirms, and only then is the old identity removed", async () => {
+    const pid = mesh.servicePid("agent")!;
+    const oldUser = binding(agent, "username");
+    const oldPass = binding(agent, "password");
+    expect(oldUser).toBe(userOf(agent, 1));
+
+    process.kill(pid, "SIGSTOP");
+    let stopped = true;
+    try {
+      const r = await mesh.meshctl(["rotate", `mesh/${identityRequirement(agent)}`, "--wait", "--timeout", "3s", "--json"]);
+      expect(r.code, r.stderr).toBe(8); // stalled
+      expect(JSON.parse(r.stdout)).toMatchObject({ state: "Stalled", missing: [`node-a/${agent}`] });
+      // Stalled: the old identity still works, and the binding on disk is still the old one.
+      expect(await logsIn(mesh.url, oldUser, oldPass)).toBe(true);
+      expect(binding(agent, "username")).toBe(oldUser);
+
+      // The agent dies while stopped; meshctl starts it again, with the binding it left.
+      process.kill(pid, "SIGKILL");
+      stopped = false;
+    } finally {
+      if (stopped) process.kill(pid, "SIGCONT");
+    }
+
+    const key = `mesh.${identityRequirement(agent)}`;
+    const committed = await waitFor(
+      "the rotation to commit once the agent is back",
+      async () => {
+        const r = (await readJson(store.kv.rotations, key, Rotation))?.value;
+        return r?.state === "Committed" ? r : undefined;
+      },
+      60_000,
+    );
+    const states = committed.history.map((h) => h.state);
+    expect(states.indexOf("Stalled")).toBeGreaterThan(-1);
+    expect(states.indexOf("Stalled")).toBeLessThan(states.indexOf("Committed"));
+    expect(committed.holders[`node-a/${agent}`]?.c).toBeDefined();
+    expect(mesh.servicePid("agent")).not.toBe(pid);
+
+    // The new agent wrote its new binding, and runs on it; the old identity is gone.
+    expect(binding(agent, "username")).toBe(userOf(agent, 2));
+    await waitFor(
+      "the agent connected as its generation-2 user",
+      async () => (await mesh.connections()).some((x) => x.name === "mesh-agent" && x.user === userOf(agent, 2)) || undefined,
+      30_000,
+    );
+    expect(await logsIn(mesh.url, oldUser, oldPass)).toBe(false);
+  }, 180_000);
+});
