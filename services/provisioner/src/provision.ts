@@ -30,10 +30,16 @@ export interface ProvisionDeps {
   log: Logger;
 }
 
-/** The generation a grant should be provisioned at, or undefined when it is provisioned. */
+/**
+ * The generation a grant should be provisioned at, or undefined when there is nothing for the
+ * provisioner to do. A provisioned grant that moved to another provider is the rotator's: it
+ * hands the grant over (k+1 on the new provider, every holder confirms, then the old resource
+ * is released), so no holder is cut off; one that never worked anywhere is simply made there.
+ */
 export function targetGeneration(g: Grant): number | undefined {
   if (g.generation === 0) return 1;
-  if (g.resource.provider !== g.provider) return g.generation + 1; // moved to another provider
+  const moved = g.resource.provider !== undefined && g.resource.provider !== g.provider;
+  if (moved) return isTrue(g.conditions, "Provisioned") ? undefined : g.generation + 1;
   if (!isTrue(g.conditions, "Provisioned")) return g.generation; // retry the same generation
   return undefined;
 }

@@ -74,8 +74,16 @@ export const Rotation = z.object({
   /** When each state was entered, in order. */
   history: z.array(z.object({ state: z.string(), at: z.string() })).default([]),
   committedAt: z.string().optional(),
-  /** Why it was requested: `manual` (meshctl rotate) or `schedule`. */
-  trigger: z.enum(["manual", "schedule"]).default("manual"),
+  /**
+   * Why it was requested: `manual` (meshctl rotate), `schedule`, or `handover`: the grant moved
+   * to a provider with a higher preference, and k+1 is made there.
+   */
+  trigger: z.enum(["manual", "schedule", "handover"]).default("manual"),
+  /**
+   * For a handover: the provider generation `from` lives on. At commit its resource is released
+   * (deleted) there instead of generation `from` being retired.
+   */
+  fromProvider: z.string().optional(),
 });
 export type Rotation = z.infer<typeof Rotation>;
 
@@ -88,7 +96,7 @@ export const RotateRequest = z.object({
   grant: z.string(),
   /** How long holders have to confirm before the rotation is `Stalled`; default the rotator's (5 min). */
   timeoutMs: z.number().int().positive().optional(),
-  trigger: z.enum(["manual", "schedule"]).optional(),
+  trigger: z.enum(["manual", "schedule", "handover"]).optional(),
 });
 export type RotateRequest = z.infer<typeof RotateRequest>;
 
