@@ -29,7 +29,7 @@ for (const f of files) {
   console.log(`\n=== ${f} ===`);
   const t0 = Date.now();
   // Through sh, to raise the open-files limit to the hard one first (5,000 holders need about
-  // 10,300: both ends of each NATS connection are on this machine).
+  // 5,300 in nats-server, which the benchmark starts).
   const cmd = [tsx, "--tsconfig", join(root, "test/harness/tsconfig.sources.json"), "--expose-gc", join(here, f)];
   const r = spawnSync("sh", ["-c", 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"', "sh", ...cmd], {
     cwd: root,
