@@ -15,9 +15,9 @@
  * instance, rotation and generation) is applied from them; otherwise the values are fetched.
  */
 import { randomBytes } from "node:crypto";
-import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { jetstream } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import type { Span } from "@opentelemetry/api";
+import { context, trace, type Span } from "@opentelemetry/api";
 import {
   Buckets,
   ErrorCodes,
@@ -47,6 +47,10 @@ import {
   type HolderRegistration,
   type NatsConnection,
 } from "@mesh/shared";
+import { StoredPublisher } from "./stored-publisher.js";
+
+/** How long a confirmation waits for JetStream to store it (as `js.publish` would by default). */
+const CONFIRM_TIMEOUT_MS = 5_000;
 
 export interface HoldCredentialOptions {
   module: string;
@@ -96,7 +100,7 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
   const js = jetstream(nc);
   const kvm = new Kvm(js);
   const [holders, grants, rotations] = await Promise.all([kvm.open(Buckets.holders), kvm.open(Buckets.grants), kvm.open(Buckets.rotations)]);
-  const h = new Holder(nc, js, { holders, grants, rotations }, { ...opts, instance });
+  const h = new Holder(nc, { holders, grants, rotations }, { ...opts, instance });
   await h.start();
   return h;
 }
@@ -117,16 +121,17 @@ class Holder implements CredentialHolder {
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
   private chain: Promise<void> = Promise.resolve();
+  private readonly confirmations: StoredPublisher;
 
   constructor(
     private readonly nc: NatsConnection,
-    private readonly js: JetStreamClient,
     private readonly kv: { holders: KV; grants: KV; rotations: KV },
     private readonly opts: HoldCredentialOptions & { instance: string },
   ) {
     this.holder = sdkHolderId(opts.node, opts.part, opts.instance);
     this.grant = grantId(opts.module, opts.requirement);
     this.regKey = keys.holder(opts.module, opts.requirement, opts.node, opts.part, opts.instance);
+    this.confirmations = new StoredPublisher(nc, CONFIRM_TIMEOUT_MS);
   }
 
   async start(): Promise<void> {
@@ -248,10 +253,9 @@ class Holder implements CredentialHolder {
           confirmedAt: new Date().toISOString(),
         };
         try {
-          await this.js.publish(subjects.rotationConfirm(this.opts.module, this.opts.requirement), JSON.stringify(c), {
-            msgID: `${rotation}:${this.holder}`,
-            ...(span ? { headers: traceHeaders(contextFrom(undefined)) } : {}),
-          });
+          // Carries this holder's span, the rotation's child, to whoever traces the confirmations.
+          const headers = traceHeaders(span ? trace.setSpan(context.active(), span) : context.active());
+          await this.confirmations.publish(subjects.rotationConfirm(this.opts.module, this.opts.requirement), JSON.stringify(c), headers, `${rotation}:${this.holder}`);
         } finally {
           span?.end();
         }
@@ -274,6 +278,7 @@ class Holder implements CredentialHolder {
     this.sub?.unsubscribe();
     this.valuesSub?.unsubscribe();
     this.sealed.clear();
+    this.confirmations.close();
     this.waiter?.({ value: undefined, done: true });
     this.waiter = undefined;
     await this.kv.holders.delete(this.regKey).catch(() => undefined);

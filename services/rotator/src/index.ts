@@ -5,6 +5,7 @@
 export { startRotator, CONFIRMATIONS_DURABLE, type Rotator } from "./rotator.js";
 export { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
 export {
+  allConfirmed,
   applyConfirmations,
   enter,
   holdersOf,

@@ -1,7 +1,18 @@
 import { describe, expect, it } from "vitest";
 import { RotationStates, getCondition, type Confirmation, type Grant, type HolderRegistration, type Rotation } from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
-import { applyConfirmations, enter, holdersOf, missingHolders, nameHolders, newRotation, nextStep, refusal, withRotatingCondition } from "./rotation-machine.js";
+import {
+  allConfirmed,
+  applyConfirmations,
+  enter,
+  holdersOf,
+  missingHolders,
+  nameHolders,
+  newRotation,
+  nextStep,
+  refusal,
+  withRotatingCondition,
+} from "./rotation-machine.js";
 
 const T0 = new Date("2025-06-01T12:00:00.000Z");
 const at = (ms: number) => new Date(T0.getTime() + ms);
@@ -160,6 +171,24 @@ describe("applyConfirmations", () => {
 
   it("refusal() accepts a confirmation of a holder of the running rotation", () => {
     expect(refusal(rotation(), confirmation("node-b/worker"), targets)).toBeUndefined();
+  });
+
+  it("refusal() decides alike with or without the grant's targets, which only shape the reason", () => {
+    const none = new Set<string>();
+    for (const c of [confirmation("node-b/worker"), confirmation("node-x/intruder"), confirmation("node-a/api/late"), confirmation("node-a/api", { generation: 3 })]) {
+      expect(refusal(rotation(), c, none) === undefined, c.holder).toBe(refusal(rotation(), c, targets) === undefined);
+    }
+  });
+});
+
+describe("allConfirmed", () => {
+  it("is true only when no holder is missing (and for no holders at all)", () => {
+    const r = rotation();
+    expect(allConfirmed(r)).toBe(false);
+    const half = applyConfirmations(r, [confirmation("node-a/api")], targets, at(100)).rotation!;
+    expect(allConfirmed(half)).toBe(false);
+    expect(allConfirmed(applyConfirmations(half, [confirmation("node-b/worker")], targets, at(200)).rotation!)).toBe(true);
+    expect(allConfirmed(rotation([]))).toBe(true);
   });
 });
 

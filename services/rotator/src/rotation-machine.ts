@@ -86,8 +86,16 @@ export function missingHolders(r: Rotation): string[] {
     .sort();
 }
 
+/** True when every holder has confirmed (no list made: this runs on every confirmation batch). */
+export function allConfirmed(r: Rotation): boolean {
+  for (const h in r.holders) if (r.holders[h]!.c === undefined) return false;
+  return true;
+}
+
 /** Why a confirmation is refused, or undefined when it is accepted (or a harmless repeat). */
 export function refusal(r: Rotation | undefined, c: Confirmation, targets: ReadonlySet<string>): string | undefined {
+  // The common case first, without parsing the holder id: a holder of this very rotation.
+  if (r && r.grant === c.grant && c.rotation === r.id && c.generation === r.to && Object.hasOwn(r.holders, c.holder)) return undefined;
   const id = parseHolderId(c.holder);
   const holdsGrant = id !== undefined && targets.has(holderKey(id.node, id.part));
   if (!r || r.grant !== c.grant) {
@@ -171,10 +179,9 @@ export function nextStep(r: Rotation, now: Date): RotationStep {
       return { action: "await" };
     case RotationStates.AwaitingHolders:
     case RotationStates.Stalled: {
-      const missing = missingHolders(r);
-      if (missing.length === 0) return { action: "commit" };
+      if (allConfirmed(r)) return { action: "commit" };
       const deadline = Date.parse(r.deadline);
-      if (r.state === RotationStates.AwaitingHolders && now.getTime() >= deadline) return { action: "stall", missing };
+      if (r.state === RotationStates.AwaitingHolders && now.getTime() >= deadline) return { action: "stall", missing: missingHolders(r) };
       return r.state === RotationStates.AwaitingHolders ? { action: "wait", untilMs: deadline } : { action: "none" };
     }
     default:

@@ -4,7 +4,7 @@
  * every holder confirmed. All state is the rotation record in KV (compare-and-set), so several
  * instances share the work and a fresh instance finishes what a crashed one left.
  */
-import { AckPolicy, JetStreamApiError, type JsMsg } from "@nats-io/jetstream";
+import { AckPolicy, JetStreamApiError } from "@nats-io/jetstream";
 import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
 import {
   BUILTIN_SECRET_PROVIDER,
@@ -32,7 +32,6 @@ import {
   kvFilter,
   kvKeyOf,
   kvStream,
-  listJson,
   mutateJson,
   parseGrantId,
   parseHolderId,
@@ -55,9 +54,24 @@ import {
 } from "@mesh/shared";
 import { AdapterPool, CredentialStore, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
-import { applyConfirmations, enter, holdersOf, missingHolders, nameHolders, newRotation, nextStep, withRotatingCondition } from "./rotation-machine.js";
+import {
+  allConfirmed,
+  applyConfirmations,
+  enter,
+  holdersOf,
+  missingHolders,
+  nameHolders,
+  newRotation,
+  nextStep,
+  refusal,
+  withRotatingCondition,
+  type ConfirmationOutcome,
+} from "./rotation-machine.js";
 import { contextOfTraceparent, traceparentOf } from "./trace-context.js";
 import { startSchedule } from "./schedule.js";
+import { watchHolderRegistry } from "./holder-registry.js";
+import { RotationRecords } from "./rotation-records.js";
+import { ConfirmationBatches } from "./confirmation-batches.js";
 
 /** A running rotator. */
 export interface Rotator {
@@ -80,13 +94,36 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
   const adapters = new AdapterPool(opts.env ?? process.env);
   const defaultTimeoutMs = opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS;
+  const records = new RotationRecords(store);
+  // Records whose last confirmations this instance has just written, for the commit that follows.
+  const completed = new Map<string, Rotation>();
+  // Rotations whose grant already says Rotating/AwaitingHolders, set by this instance beside the broadcast.
+  const marked = new Set<string>();
   const spans = new Map<string, Span>();
   const timers = new Map<string, NodeJS.Timeout>();
   // This instance's sealing key: ephemeral; its public half travels in each broadcast it sends.
   const sealer = createSealingKey();
-  // SDK holders' xkeys of the rotations started here, by rotation id, read once with the
-  // registrations; a rotation resumed elsewhere (or after a crash) reads them again.
-  const xkeysByRotation = new Map<string, Map<string, string>>();
+  // The box key with each registered holder, computed in idle time as registrations arrive
+  // (sealing to nothing computes and keeps it), so a rotation's sealing is symmetric only.
+  const warmed = new Set<string>();
+  const warming: string[] = [];
+  const warmSome = () => {
+    for (const xkey of warming.splice(0, 64)) {
+      try {
+        sealer.seal(NOTHING, xkey);
+      } catch {
+        // not a curve key: that holder fetches its values
+      }
+    }
+    if (warming.length) setImmediate(warmSome);
+  };
+  const warm = (xkey: string) => {
+    // Beyond the sealing key's own bound, warming would only push out keys warmed before.
+    if (warmed.has(xkey) || warmed.size >= WARM_LIMIT) return;
+    warmed.add(xkey);
+    if (warming.push(xkey) === 1) setImmediate(warmSome);
+  };
+  const registry = await watchHolderRegistry({ store, log, onXkey: warm });
   let stopped = false;
   let paused = false;
   const frozen = new Promise<never>(() => {});
@@ -97,8 +134,25 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   /** Writes `next` over revision `revision` (or creates it); then the test hook may freeze the process. */
   const persist = async (key: string, revision: number | undefined, next: Rotation): Promise<void> => {
     await holdIfPaused();
-    if (revision === undefined) await store.kv.rotations.create(key, JSON.stringify(next));
-    else await store.kv.rotations.update(key, JSON.stringify(next), revision);
+    await records.write(key, revision, next);
+    persisted(next);
+  };
+
+  /**
+   * Moves rotation `r` (as read) to `state` over the record as it is now (with the
+   * confirmations recorded since), when it is still `r` in `r`'s state and `allowed` says so;
+   * the new record, or undefined when the record had moved on (look again).
+   */
+  const transition = async (key: string, r: Rotation, state: RotationState, now: Date, allowed: (x: Rotation) => boolean = () => true): Promise<Rotation | undefined> => {
+    await holdIfPaused();
+    const out = await records.update(key, (x) => (x && x.id === r.id && x.state === r.state && allowed(x) ? enter(x, state, now) : undefined));
+    if (!out.wrote) return undefined;
+    persisted(out.record!.value);
+    return out.record!.value;
+  };
+
+  /** Logs a state written; then the test hook may freeze the process. */
+  const persisted = (next: Rotation) => {
     log.info({ rotation: next.id, state: next.state }, `rotation ${next.id} is ${next.state}`);
     if (opts.testPauseAfter && next.state === opts.testPauseAfter) {
       paused = true;
@@ -131,18 +185,16 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const id = parseGrantId(req.grant);
     if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
     const key = keys.grant(id.module, id.requirement);
-    const existing = await readJson(store.kv.rotations, key, Rotation);
+    const [existing, grant, registrations] = await Promise.all([records.read(key), readJson(store.kv.grants, key, Grant), registry.list(id.module, id.requirement)]);
     if (isRotationRunning(existing?.value)) throw refuseRunning(existing.value);
-    const g = (await readJson(store.kv.grants, key, Grant))?.value;
+    const g = grant?.value;
     if (!g) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist; meshctl status lists the grants`);
     if (!g.provider || g.generation === 0 || !isTrue(g.conditions, "Provisioned")) {
       throw new MeshError(ErrorCodes.Conflict, `grant ${req.grant} is not provisioned yet (generation ${g.generation}); nothing to rotate until it is`, { retryable: true });
     }
     const now = new Date();
-    const registrations = (await listJson(store.kv.holders, HolderRegistration, keys.holdersOf(id.module, id.requirement))).map((r) => r.value);
     const holders = holdersOf(g, registrations, now);
     const to = g.generation + 1;
-    const xkeys = xkeysOf(registrations);
     const adapter = await adapterOf(g.kind, g.provider);
     // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
     const secret = await credentials.ensure(g, to, g.provider, () => adapter.generate());
@@ -166,20 +218,18 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     });
     try {
       // One rotation per grant: create, or replace a committed one at the revision read.
-      const cur = await readJson(store.kv.rotations, key, Rotation);
+      const cur = await records.read(key);
       if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
       await persist(key, cur?.revision, rotation);
     } catch (e) {
       span.end();
       if (isCasConflict(e)) {
-        const cur = await readJson(store.kv.rotations, key, Rotation);
+        const cur = await records.read(key);
         if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
       }
       throw e;
     }
     spans.set(rotation.id, span);
-    if (xkeysByRotation.size >= 1_000) xkeysByRotation.delete(xkeysByRotation.keys().next().value!);
-    xkeysByRotation.set(rotation.id, xkeys);
     log.info({ rotation: rotation.id, holders: holders.length }, `rotation ${rotation.id} staged for ${holders.length} holders`);
     void queue.enqueue(key).catch(() => undefined);
     return rotation;
@@ -192,9 +242,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    * take a seal are skipped: they fetch.
    */
   const sendSealedValues = async (r: Rotation): Promise<string | undefined> => {
-    let xkeys = xkeysByRotation.get(r.id);
-    xkeysByRotation.delete(r.id);
-    xkeys ??= xkeysOf((await listJson(store.kv.holders, HolderRegistration, keys.holdersOf(r.module, r.requirement))).map((x) => x.value));
+    const xkeys = xkeysOf(await registry.list(r.module, r.requirement));
     const targets = Object.keys(r.holders).flatMap((holder) => {
       const id = parseHolderId(holder);
       const xkey = xkeys.get(holder);
@@ -278,6 +326,17 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     });
   };
 
+  /** Sets the grant's Rotating condition for `r` awaiting its holders (before the record says so). */
+  const markRotating = async (key: string, r: Rotation, now: Date) => {
+    const next = enter(r, RotationStates.AwaitingHolders, now);
+    await setGrant(key, (g) => {
+      const conditions = withRotatingCondition(g.conditions, next, now);
+      return conditions === g.conditions ? undefined : { ...g, conditions };
+    });
+    if (marked.size >= 1_000) marked.clear();
+    marked.add(r.id);
+  };
+
   const endSpan = (r: Rotation, outcome: string) => {
     let span = spans.get(r.id);
     spans.delete(r.id);
@@ -298,55 +357,49 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 
   const advance = async (key: string): Promise<void> => {
+    // The record this instance has just written (compare-and-set: it was current then), so the
+    // next step needs no read: the one the last confirmations completed, then each state written.
+    let written = completed.get(key);
+    completed.delete(key);
+    if (written !== records.last(key)?.value) written = undefined;
     for (let guard = 0; guard < 10 && !stopped; guard++) {
       await holdIfPaused();
-      const cur = await readJson(store.kv.rotations, key, Rotation);
-      if (!cur || !isRotationRunning(cur.value)) return;
-      const r = cur.value;
+      const r = written ?? (await records.read(key))?.value;
+      written = undefined;
+      if (!r || !isRotationRunning(r)) return;
       const now = new Date();
       const step = nextStep(r, now);
       const rlog = log.child({ rotation: r.id, state: r.state });
       try {
         switch (step.action) {
+          // Holders confirm as soon as the broadcast reaches them (their values came with it), so
+          // confirmations may be recorded before a state is written: each state is written over
+          // the record with them (never over a stale copy), and the broadcast is not sent twice.
           case "broadcast": {
-            await broadcast(r);
-            // Holders confirm as soon as the broadcast reaches them (their values came with it), so
-            // confirmations may be recorded before this write: on such a conflict only the state is
-            // written again over the fresh record; the broadcast is not sent twice.
-            let at = cur;
-            for (let tries = 0; ; tries++) {
-              try {
-                await persist(key, at.revision, enter(at.value, RotationStates.Broadcast, now));
-                break;
-              } catch (e) {
-                if (!isCasConflict(e) || tries >= 20) throw e;
-                const again = await readJson(store.kv.rotations, key, Rotation);
-                if (!again || again.value.id !== r.id || again.value.state !== RotationStates.Staged) break;
-                at = again;
-              }
-            }
+            // The grant's Rotating condition is written beside the broadcast, off the path to the
+            // commit; should that fail, the next step writes it.
+            await Promise.all([broadcast(r), markRotating(key, r, now).catch(() => undefined)]);
+            written = await transition(key, r, RotationStates.Broadcast, now);
             continue;
           }
           case "await": {
-            const next = enter(r, RotationStates.AwaitingHolders, now);
-            await setGrant(key, (g) => {
-              const conditions = withRotatingCondition(g.conditions, next, now);
-              return conditions === g.conditions ? undefined : { ...g, conditions };
-            });
-            await persist(key, cur.revision, next);
+            if (!marked.has(r.id)) await markRotating(key, r, now);
+            written = await transition(key, r, RotationStates.AwaitingHolders, now);
             continue;
           }
           case "stall": {
             const next = enter(r, RotationStates.Stalled, now);
             await setGrant(key, (g) => ({ ...g, conditions: withRotatingCondition(g.conditions, next, now) }));
-            await persist(key, cur.revision, next);
+            // Not when the last holders confirmed meanwhile: then it commits.
+            if (!(await transition(key, r, RotationStates.Stalled, now, (x) => !allConfirmed(x)))) continue;
             rlog.warn({ missing: step.missing }, `rotation ${r.id} stalled: ${step.missing.length} holders have not confirmed (${nameHolders(step.missing)}); generation ${r.from} is kept`);
             return;
           }
           case "commit": {
             await commit(key, r);
-            const next = enter(r, RotationStates.Committed, now);
-            await persist(key, cur.revision, next);
+            const next = await transition(key, r, RotationStates.Committed, now);
+            if (!next) continue;
+            marked.delete(r.id);
             endSpan(next, "committed");
             clearTimeout(timers.get(key));
             timers.delete(key);
@@ -370,15 +423,42 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
 
   const sweep = async () => {
     try {
-      for (const r of await listJson(store.kv.rotations, Rotation)) {
-        if (isRotationRunning(r.value)) void queue.enqueue(r.key).catch(() => undefined);
+      // Through the decoded records: a running rotation's record is large and mostly unchanged between sweeps.
+      for await (const key of await store.kv.rotations.keys()) {
+        if (isRotationRunning((await records.read(key))?.value)) void queue.enqueue(key).catch(() => undefined);
       }
     } catch (e) {
       log.warn({ err: errorMessage(e) }, "could not list rotations");
     }
   };
 
-  // Confirmations: fetched in batches, each batch one compare-and-set write per rotation.
+  /**
+   * Records a batch of confirmations of one grant in its rotation record (one compare-and-set
+   * write, see {@link RotationRecords.update}). The grant's targets, which only tell a forged
+   * confirmation from a late one in the reason of a refusal, are read only when one is refused.
+   */
+  const recordConfirmations = async (key: string, batch: Confirmation[]) => {
+    let targets: ReadonlySet<string> | undefined;
+    for (;;) {
+      let needTargets = false;
+      let result = { refused: [] as ConfirmationOutcome["refused"], done: false };
+      const now = new Date();
+      await records.update(key, (r) => {
+        const running = isRotationRunning(r) ? r : undefined;
+        needTargets = targets === undefined && batch.some((c) => refusal(running, c, NO_TARGETS) !== undefined);
+        if (needTargets) return undefined;
+        const out = applyConfirmations(running, batch, targets ?? NO_TARGETS, now);
+        result = { refused: out.refused, done: out.rotation !== undefined && allConfirmed(out.rotation) };
+        // Refusals of confirmations when no rotation runs are logged, not stored.
+        return out.rotation;
+      });
+      if (!needTargets) return result;
+      const g = (await readJson(store.kv.grants, key, Grant))?.value;
+      targets = new Set((g?.targets ?? []).map((t) => holderKey(t.node, t.part)));
+    }
+  };
+
+  // Confirmations: fetched from the stream in bulk, recorded in batches (ConfirmationBatches).
   try {
     await store.jsm.consumers.add(Streams.confirmations, {
       durable_name: CONFIRMATIONS_DURABLE,
@@ -394,65 +474,18 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   }
   const consumer = await store.js.consumers.get(Streams.confirmations, CONFIRMATIONS_DURABLE);
   const messages = await consumer.consume({ max_messages: 1_000 });
-  let buffer: JsMsg[] = [];
-  let flushing: Promise<void> | undefined;
-  const flush = async (): Promise<void> => {
-    while (buffer.length) {
-      const batch = buffer;
-      buffer = [];
-      await holdIfPaused();
-      const byGrant = new Map<string, Array<{ m: JsMsg; c: Confirmation }>>();
-      for (const m of batch) {
-        let c: Confirmation;
-        try {
-          c = Confirmation.parse(m.json());
-        } catch {
-          log.warn({ subject: m.subject }, "a message on the confirmation stream is not a Confirmation; dropped");
-          m.term();
-          continue;
-        }
-        const id = parseGrantId(c.grant);
-        if (!id || m.subject !== subjects.rotationConfirm(id.module, id.requirement)) {
-          log.warn({ subject: m.subject, holder: c.holder, grant: c.grant }, "a confirmation does not match its subject; refused");
-          m.term();
-          continue;
-        }
-        const key = keys.grant(id.module, id.requirement);
-        byGrant.set(key, [...(byGrant.get(key) ?? []), { m, c }]);
-      }
-      await Promise.all(
-        [...byGrant].map(async ([key, items]) => {
-          try {
-            const g = (await readJson(store.kv.grants, key, Grant))?.value;
-            const targets = new Set((g?.targets ?? []).map((t) => holderKey(t.node, t.part)));
-            let refused: ReturnType<typeof applyConfirmations>["refused"] = [];
-            let done = false;
-            const now = new Date();
-            await mutateJson(store.kv.rotations, key, Rotation, (r) => {
-              const out = applyConfirmations(isRotationRunning(r) ? r : undefined, items.map((i) => i.c), targets, now);
-              refused = out.refused;
-              done = out.rotation !== undefined && missingHolders(out.rotation).length === 0;
-              // Refusals of confirmations when no rotation runs are logged, not stored.
-              return out.rotation === r || out.rotation === undefined ? undefined : out.rotation;
-            });
-            for (const x of refused) {
-              log.warn({ holder: x.confirmation.holder, grant: x.confirmation.grant, rotation: x.confirmation.rotation }, `confirmation refused: ${x.reason}`);
-            }
-            for (const i of items) i.m.ack();
-            if (done) void queue.enqueue(key).catch(() => undefined);
-          } catch (e) {
-            log.warn({ err: errorMessage(e), grant: key }, "could not record confirmations; they come back");
-            for (const i of items) i.m.nak(500);
-          }
-        }),
-      );
-    }
-  };
+  const batches = new ConfirmationBatches({
+    log,
+    record: recordConfirmations,
+    onDone: (key) => {
+      const r = records.last(key)?.value;
+      if (r) completed.set(key, r);
+      void queue.enqueue(key).catch(() => undefined);
+    },
+    holdIfPaused,
+  });
   const confirmations = (async () => {
-    for await (const m of messages) {
-      buffer.push(m);
-      flushing ??= new Promise<void>((r) => setImmediate(r)).then(flush).finally(() => (flushing = undefined));
-    }
+    for await (const m of messages) batches.add(m);
   })();
 
   const api = serveJson(store.nc, subjects.rotate, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
@@ -490,11 +523,17 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       await changes.stop();
       await messages.close();
       await confirmations.catch(() => undefined);
-      await flushing?.catch(() => undefined);
+      await batches.drain();
+      await registry.stop();
       await adapters.close();
     },
   };
 }
+
+const NOTHING = new Uint8Array(0);
+const NO_TARGETS: ReadonlySet<string> = new Set();
+/** How many holders' box keys are computed ahead: the sealing key keeps 20,000 (SHARED_KEY_CACHE in @mesh/shared). */
+const WARM_LIMIT = 20_000;
 
 /** The xkey of each SDK holder (by holder id) among `registrations` that registered one (and whose id matches its node, part and instance). */
 function xkeysOf(registrations: readonly HolderRegistration[]): Map<string, string> {

@@ -1,0 +1,103 @@
+/**
+ * The SDK holders' registrations (KV `mesh-holders`), kept in memory from one watch of the
+ * bucket, so that starting a rotation lists its holders without a read per holder (a thousand
+ * holders were a thousand KV reads, 50–170 ms), and so that the sealing key's box key with each
+ * holder is computed when the holder registers, not on the rotation's path (a thousand X25519
+ * agreements, about 150 ms, before the broadcast of every first rotation after a start).
+ *
+ * A list is as fresh as a read: it waits until the watch has seen the bucket's last revision
+ * as of the call. Should the watch lag past {@link CATCH_UP_MS} or have ended, the bucket is
+ * read key by key as before.
+ */
+import { Buckets, HolderRegistration, errorMessage, keys, kvStream, listJson, type Logger, type Store } from "@mesh/shared";
+
+/** A live view of the holders' registrations. */
+export interface HolderRegistry {
+  /** The registrations of `module`'s `requirement`, as the bucket holds them now. */
+  list(module: string, requirement: string): Promise<HolderRegistration[]>;
+  stop(): Promise<void>;
+}
+
+/** How long a list waits for the watch to catch up before it reads the bucket itself. */
+export const CATCH_UP_MS = 2_000;
+
+/**
+ * Starts watching the registrations. `onXkey` is called with each registration's xkey as it
+ * arrives (the rotator computes its box key with it in idle time).
+ */
+export async function watchHolderRegistry(opts: { store: Store; log: Logger; onXkey?: (xkey: string) => void }): Promise<HolderRegistry> {
+  const { store, log } = opts;
+  // By `<module>.<requirement>` (the keys' first two tokens), then by key.
+  const byGrant = new Map<string, Map<string, HolderRegistration>>();
+  let seen = 0;
+  let ended = false;
+  const waiters = new Set<{ revision: number; resolve: () => void }>();
+  const grantOf = (key: string) => key.split(".", 2).join(".");
+
+  // The latest value of every key, then every change.
+  const watch = await store.kv.holders.watch();
+  const done = (async () => {
+    for await (const e of watch) {
+      const grant = grantOf(e.key);
+      const regs = byGrant.get(grant);
+      if (e.operation !== "PUT" || !e.length) {
+        regs?.delete(e.key);
+        if (regs?.size === 0) byGrant.delete(grant);
+      } else {
+        const r = HolderRegistration.safeParse(safeJson(() => e.json()));
+        if (r.success) {
+          if (regs) regs.set(e.key, r.data);
+          else byGrant.set(grant, new Map([[e.key, r.data]]));
+          if (r.data.xkey) opts.onXkey?.(r.data.xkey);
+        } else regs?.delete(e.key);
+      }
+      seen = Math.max(seen, e.revision);
+      for (const w of waiters) if (seen >= w.revision) (waiters.delete(w), w.resolve());
+    }
+  })()
+    .catch((e: unknown) => log.warn({ err: errorMessage(e) }, "the watch of holder registrations ended; rotations read them from the bucket"))
+    .finally(() => {
+      ended = true;
+      for (const w of waiters) w.resolve();
+      waiters.clear();
+    });
+
+  /** True once the watch has seen revision `revision`; false when it did not within {@link CATCH_UP_MS}. */
+  const caughtUp = async (revision: number): Promise<boolean> => {
+    if (seen >= revision) return true;
+    if (ended) return false;
+    let timer: NodeJS.Timeout | undefined;
+    const w = { revision, resolve: () => undefined as void };
+    await new Promise<void>((resolve) => {
+      w.resolve = resolve;
+      waiters.add(w);
+      timer = setTimeout(resolve, CATCH_UP_MS);
+    });
+    clearTimeout(timer);
+    waiters.delete(w);
+    return seen >= revision;
+  };
+
+  return {
+    async list(module, requirement) {
+      const last = (await store.jsm.streams.info(kvStream(Buckets.holders))).state.last_seq;
+      if (!(await caughtUp(last))) {
+        log.debug({ module, requirement }, "the watch of holder registrations lags; reading them from the bucket");
+        return (await listJson(store.kv.holders, HolderRegistration, keys.holdersOf(module, requirement))).map((r) => r.value);
+      }
+      return [...(byGrant.get(keys.grant(module, requirement))?.values() ?? [])];
+    },
+    async stop() {
+      watch.stop();
+      await done;
+    },
+  };
+}
+
+function safeJson(f: () => unknown): unknown {
+  try {
+    return f();
+  } catch {
+    return undefined;
+  }
+}
