@@ -46,6 +46,8 @@ export function newRotation(opts: {
   now: Date;
   trigger?: Rotation["trigger"];
   traceparent?: string;
+  /** For a handover: the provider generation k lives on (the grant's `resource.provider`). */
+  fromProvider?: string;
 }): Rotation {
   const { grant, now } = opts;
   const to = grant.generation + 1;
@@ -67,6 +69,7 @@ export function newRotation(opts: {
     ...(opts.traceparent ? { traceparent: opts.traceparent } : {}),
     history: [{ state: RotationStates.Staged, at: now.toISOString() }],
     trigger: opts.trigger ?? "manual",
+    ...(opts.fromProvider ? { fromProvider: opts.fromProvider } : {}),
   };
 }
 

@@ -15,6 +15,7 @@ import {
   HolderRegistration,
   KeyedQueue,
   MeshError,
+  isMeshError,
   ProviderDoc,
   QueueGroups,
   RotateRequest,
@@ -69,6 +70,7 @@ import {
 } from "./rotation-machine.js";
 import { contextOfTraceparent, traceparentOf } from "./trace-context.js";
 import { startSchedule } from "./schedule.js";
+import { handoverFrom, startHandovers } from "./handover.js";
 import { watchHolderRegistry } from "./holder-registry.js";
 import { RotationRecords } from "./rotation-records.js";
 import { ConfirmationBatches } from "./confirmation-batches.js";
@@ -195,6 +197,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const now = new Date();
     const holders = holdersOf(g, registrations, now);
     const to = g.generation + 1;
+    // A grant that moved provider: k+1 is made on the new one, k's resource released at commit.
+    const fromProvider = handoverFrom(g);
     const adapter = await adapterOf(g.kind, g.provider);
     // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
     const secret = await credentials.ensure(g, to, g.provider, () => adapter.generate());
@@ -213,8 +217,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       resource: { ...staged.resource, provider: g.provider },
       timeoutMs: req.timeoutMs ?? defaultTimeoutMs,
       now,
-      ...(req.trigger ? { trigger: req.trigger } : {}),
+      ...(req.trigger || fromProvider ? { trigger: fromProvider ? "handover" : req.trigger } : {}),
       ...(tp ? { traceparent: tp } : {}),
+      ...(fromProvider ? { fromProvider } : {}),
     });
     try {
       // One rotation per grant: create, or replace a committed one at the revision read.
@@ -306,24 +311,49 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 
   const commit = async (key: string, r: Rotation): Promise<void> => {
-    const adapter = await adapterOf(r.kind, r.provider);
     // Every holder confirmed k+1: only now does k stop working.
-    await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+    const ended = r.fromProvider ? await release(r, r.fromProvider) : await retire(r);
     const now = new Date();
     await setGrant(key, (g) => {
       const next: Grant = {
         ...g,
         generation: Math.max(g.generation, r.to),
-        resource: { ...g.resource, ...r.resource },
+        // After a handover nothing of the old provider's resource describes the grant.
+        resource: r.fromProvider ? { ...r.resource } : { ...g.resource, ...r.resource },
         conditions: setCondition(
           withRotatingCondition(g.conditions, { ...r, state: RotationStates.Committed }, now),
-          { type: "Provisioned", status: "True", reason: "Provisioned", message: `generation ${r.to} on ${r.provider} (rotation ${r.id}; generation ${r.from} retired)` },
+          { type: "Provisioned", status: "True", reason: "Provisioned", message: `generation ${r.to} on ${r.provider} (rotation ${r.id}; ${ended})` },
           now,
         ),
       };
       next.conditions = withDeliveredCondition(next, now);
       return next;
     });
+  };
+
+  /** Retires generation `from` of `r` on its provider; says what it did. */
+  const retire = async (r: Rotation): Promise<string> => {
+    const adapter = await adapterOf(r.kind, r.provider);
+    await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+    return `generation ${r.from} retired`;
+  };
+
+  /**
+   * Releases the grant's resource on `provider`, the one a handover moved it from; says what
+   * it did. A provider that is no longer registered has nothing the mesh can release.
+   */
+  const release = async (r: Rotation, provider: string): Promise<string> => {
+    let adapter: ProviderAdapter;
+    try {
+      adapter = await adapterOf(r.kind, provider);
+    } catch (e) {
+      if (!isMeshError(e, ErrorCodes.NotFound)) throw e;
+      log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; the resource of ${r.grant} there, if any, is left for its operator`);
+      return `handed over from ${provider}, which is not registered any more`;
+    }
+    await adapter.delete({ grant: { module: r.module, requirement: r.requirement } });
+    log.info({ rotation: r.id, provider }, `handover ${r.id}: the resource on ${provider} is released`);
+    return `handed over from ${provider}, whose resource is released`;
   };
 
   /** Sets the grant's Rotating condition for `r` awaiting its holders (before the record says so). */
@@ -509,6 +539,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   sweeper.unref();
   await sweep();
   const scheduler = startSchedule({ store, log, checkMs: opts.scheduleCheckMs ?? 60_000, rotate });
+  const handovers = await startHandovers({ store, log, rotate });
   log.info("rotator started");
 
   return {
@@ -518,6 +549,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       stopped = true;
       clearInterval(sweeper);
       scheduler.stop();
+      await handovers.stop();
       for (const t of timers.values()) clearTimeout(t);
       await api.stop();
       await changes.stop();

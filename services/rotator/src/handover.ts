@@ -1,0 +1,60 @@
+/**
+ * Handovers: a provisioned grant whose provider changed (the resolver moved it to an installed
+ * provider with a higher preference) is moved by a rotation whose generation k+1 is made on
+ * the new provider; at commit, once every holder confirmed, the old provider's resource is
+ * released instead of generation k being retired. Level-triggered: every change of a grant is
+ * looked at, and a handover already running is left alone.
+ */
+import {
+  Buckets,
+  Grant,
+  KeyedQueue,
+  errorMessage,
+  isMeshError,
+  isTrue,
+  kvFilter,
+  kvKeyOf,
+  kvStream,
+  consumeKeys,
+  readJson,
+  type Consumption,
+  type Logger,
+  type RotateRequest,
+  type Store,
+} from "@mesh/shared";
+
+/** The provider a grant must be handed over from, or undefined when it needs no handover. Pure. */
+export function handoverFrom(g: Grant): string | undefined {
+  const from = g.resource.provider;
+  if (!g.provider || g.generation === 0 || from === undefined || from === g.provider) return undefined;
+  return isTrue(g.conditions, "Provisioned") ? from : undefined;
+}
+
+/** Follows grant changes and asks `rotate` for a handover of each grant that moved. */
+export async function startHandovers(opts: { store: Store; log: Logger; rotate: (req: RotateRequest) => Promise<unknown> }): Promise<Consumption> {
+  const { store, log } = opts;
+  const queue = new KeyedQueue(async (key: string) => {
+    const g = (await readJson(store.kv.grants, key, Grant))?.value;
+    const from = g && handoverFrom(g);
+    if (!g || !from) return;
+    try {
+      await opts.rotate({ grant: g.id, trigger: "handover" });
+      log.info({ grant: g.id, from, to: g.provider }, `handover of ${g.id} from ${from} to ${g.provider} started`);
+    } catch (e) {
+      // Conflict: a rotation of the grant runs already (this handover, or one that will be followed by it).
+      if (!isMeshError(e, "Conflict")) {
+        log.warn({ grant: g.id, err: errorMessage(e) }, "handover could not start; trying again");
+        throw e;
+      }
+    }
+  }, 4);
+  return consumeKeys({
+    store,
+    stream: kvStream(Buckets.grants),
+    durable: "rotator-handovers",
+    filter: kvFilter(Buckets.grants),
+    keyOf: kvKeyOf(Buckets.grants),
+    queue,
+    log,
+  });
+}
