@@ -53,6 +53,8 @@ export async function consumeMessages(opts: {
    */
   ackWaitMs?: number;
   maxAckPending?: number;
+  /** Deliver subjects and headers only, not the data (for handlers that look at the subject alone). */
+  headersOnly?: boolean;
 }): Promise<Consumption> {
   const { store, stream, durable, filter, handle, log } = opts;
   const ackWaitMs = opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS;
@@ -65,6 +67,7 @@ export async function consumeMessages(opts: {
       filter_subject: filter,
       ack_wait: ackWaitMs * 1_000_000,
       max_ack_pending: opts.maxAckPending ?? 256,
+      ...(opts.headersOnly ? { headers_only: true } : {}),
     });
   } catch (e) {
     // An existing durable keeps its configuration and its position; that is the point.
@@ -159,6 +162,8 @@ export function consumeKeys(opts: {
     // No ordering per key here: the queue collapses and serialises keys itself.
     keyOf: (m) => String(m.seq),
     maxAckPending: 1_000,
+    // Only the subject names the key: a rewritten 42 KB rotation record need not travel.
+    headersOnly: true,
     handle: async (m) => {
       const key = keyOf(m.subject);
       if (key !== undefined) await queue.enqueue(key);

@@ -11,6 +11,7 @@ import {
   kvKeyOf,
   kvStream,
   consumeKeys,
+  errorMessage,
   serveJson,
   subjects,
   type Logger,
@@ -40,7 +41,7 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
       if (neededSeen.get(id) !== provisioned) changed = true;
       neededSeen.set(id, provisioned);
     }
-    if (changed) void providers.enqueue("*");
+    if (changed) providers.enqueue("*").catch((e: unknown) => log.warn({ err: errorMessage(e) }, "re-resolving the modules after a needed grant changed failed; the next change retries"));
   }, 16);
   // A provider change may affect any module: re-resolve them all.
   const providers: KeyedQueue = new KeyedQueue(async () => {

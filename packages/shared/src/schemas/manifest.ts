@@ -8,13 +8,20 @@ import { z } from "zod";
 import { RotatePolicy } from "./rotation.js";
 import { parseAllDocuments } from "yaml";
 import { NAME_RULE, NAME_PATTERN } from "../names.js";
+import { parseGrantId } from "../subjects.js";
 import { KIND_LIST } from "../kinds.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
 
 export const Name = z.string().regex(NAME_PATTERN, { message: NAME_RULE });
 
-/** `<module>/<requirement>`, both valid names. */
-const GRANT_ID_PATTERN = new RegExp(`^${NAME_PATTERN.source.slice(1, -1)}/${NAME_PATTERN.source.slice(1, -1)}$`);
+/**
+ * `<module>/<requirement>`, both valid names: the shape as a pattern without look-ahead (it
+ * goes into the JSON Schemas), the lengths by parsing.
+ */
+const GrantIdRef = z
+  .string()
+  .regex(/^[a-z](?:-?[a-z0-9])*\/[a-z](?:-?[a-z0-9])*$/, { message: "must name a grant as <module>/<requirement>" })
+  .refine((id) => parseGrantId(id) !== undefined, { message: `must name a grant as <module>/<requirement>, each of which ${NAME_RULE}` });
 
 const AdminCredential = z
   .strictObject({
@@ -59,7 +66,7 @@ export const ProviderDoc = z.strictObject({
    * anything: a provider that runs as a module of the mesh needs that module's own
    * requirements first. Until they are, requirements it would serve wait, saying for what.
    */
-  needs: z.array(z.string().regex(GRANT_ID_PATTERN, { message: "must name a grant as <module>/<requirement>" })).optional(),
+  needs: z.array(GrantIdRef).optional(),
   /**
    * Higher wins. A grant moves from its provider to an installed one with a higher preference
    * (a handover, through the same fan-out as a rotation); between equals it stays where it is.
