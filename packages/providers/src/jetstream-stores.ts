@@ -48,13 +48,13 @@ import type {
   SecretMaterial,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { NATS_ENDPOINT, parseEndpoint } from "./endpoint.js";
 import { NATS_BUCKET_NAME, bucketName, limitsUpdate, markerOf, storeLimits, streamName, type StoreKind, type StoreLimits } from "./jetstream-store-layout.js";
 
 /** How long connecting, and each JetStream API request, may take. */
 const ADMIN_TIMEOUT_MS = 5_000;
 /** How long a login's connection to an address other than the provider's endpoint may take. */
 const LOGIN_TIMEOUT_MS = 3_000;
-const DEFAULT_PORT = 4222;
 
 /** Makes the `kv.bucket` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
 export const createKvBucketAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.KvBucket, provider);
@@ -121,7 +121,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   ) {
     this.kinds = [kind];
     this.flavour = FLAVOURS[kind];
-    this.endpoint = parseEndpoint(provider);
+    this.endpoint = parseEndpoint(provider, NATS_ENDPOINT);
   }
 
   /** Nothing: the bucket has no credential of its own. */
@@ -335,21 +335,6 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   }
 }
 
-function parseEndpoint(provider: ProviderConfig): Endpoint {
-  const bad = (why: string) =>
-    new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider.name}: endpoint ${why}; give one such as nats://127.0.0.1:4222`);
-  let url: URL;
-  try {
-    url = new URL(provider.endpoint);
-  } catch {
-    throw bad(`${JSON.stringify(provider.endpoint)} is not a URL`);
-  }
-  // Not quoted back: the endpoint is named in every error message, so it must hold no password.
-  if (url.username || url.password) throw bad("carries a user or password; put them in admin.username and admin.passwordEnv or admin.passwordFile");
-  if (url.protocol !== "nats:") throw bad(`${JSON.stringify(provider.endpoint)} is not a nats:// URL`);
-  if (!url.hostname) throw bad(`${JSON.stringify(provider.endpoint)} names no host`);
-  return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : DEFAULT_PORT };
-}
 
 /** `host:port`, with an IPv6 host in brackets. */
 const addressOf = (host: string, port: number) => `${host.includes(":") ? `[${host}]` : host}:${port}`;

@@ -37,6 +37,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { parseEndpoint } from "./endpoint.js";
 import {
   ACCOUNT_HOST,
   META_DATABASE,
@@ -136,7 +137,7 @@ class MariadbAdapter implements ProviderAdapter {
   private pool: mysql.Pool | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
-    this.endpoint = parseEndpoint(provider);
+    this.endpoint = endpointOf(provider);
     this.adminUser = provider.admin?.username ?? "root";
   }
 
@@ -361,24 +362,14 @@ class MariadbAdapter implements ProviderAdapter {
   }
 }
 
-function parseEndpoint(provider: ProviderConfig): Endpoint {
-  const bad = (why: string, show = true) =>
-    new MeshError(
-      ErrorCodes.ProviderMisconfigured,
-      `provider ${provider.name}: endpoint ${show ? `${JSON.stringify(provider.endpoint)} ` : ""}${why}; give one such as mysql://127.0.0.1:3306`,
-    );
-  let url: URL;
-  try {
-    url = new URL(provider.endpoint);
-  } catch {
-    throw bad("is not a URL");
-  }
-  if (url.protocol !== "mysql:" && url.protocol !== "mariadb:") throw bad("is not a mysql:// or mariadb:// URL");
-  // Not echoed: it would print the password. The admin's belongs in admin.passwordEnv or admin.passwordFile.
-  if (url.username || url.password) throw bad("holds a user or password; give them as admin.username and admin.passwordEnv or admin.passwordFile", false);
-  if (!url.hostname) throw bad("names no host");
-  if (url.pathname !== "" && url.pathname !== "/") throw bad("names a database; it names the server only");
-  return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : DEFAULT_PORT };
+function endpointOf(provider: ProviderConfig): Endpoint {
+  const { host, port } = parseEndpoint(provider, {
+    schemes: ["mysql", "mariadb"],
+    example: "mysql://127.0.0.1:3306",
+    defaultPort: () => DEFAULT_PORT,
+    refusePath: "names a database; it names the server only",
+  });
+  return { host, port };
 }
 
 /**

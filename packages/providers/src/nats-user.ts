@@ -35,6 +35,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { NATS_ENDPOINT, parseEndpoint } from "./endpoint.js";
 import {
   RECORD_MARKER,
   checkAdminName,
@@ -82,7 +83,7 @@ class NatsUserAdapter implements ProviderAdapter {
   private adminConn: Promise<NatsConnection> | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
-    ({ host: this.host, port: this.port } = parseEndpoint(provider));
+    ({ host: this.host, port: this.port } = parseEndpoint(provider, NATS_ENDPOINT));
     try {
       this.managed = managedFiles(provider);
     } catch (e) {
@@ -397,21 +398,6 @@ async function answers(nc: NatsConnection): Promise<boolean> {
   }
 }
 
-function parseEndpoint(provider: ProviderConfig): { host: string; port: number } {
-  const bad = (why: string, shown = JSON.stringify(provider.endpoint)) =>
-    new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider.name}: endpoint ${shown ? `${shown} ` : ""}${why}; give one such as nats://127.0.0.1:4222`);
-  let url: URL;
-  try {
-    url = new URL(provider.endpoint);
-  } catch {
-    throw bad("is not a URL", "");
-  }
-  // Not shown: it would print the password.
-  if (url.username || url.password) throw bad("holds a user or password, which belong in admin:", "");
-  if (url.protocol !== "nats:") throw bad("is not a nats:// URL");
-  if (!url.hostname) throw bad("names no host");
-  return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : 4222 };
-}
 
 /** The admin and the files of a provider document; throws `ProviderMisconfigured` naming what is missing. */
 function managedFiles(provider: ProviderConfig): { admin: { username: string; password: string }; file: NatsUsersFile; pidFile: string } {

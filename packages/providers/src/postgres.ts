@@ -28,6 +28,7 @@ import type {
   CreateRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { parseEndpoint } from "./endpoint.js";
 import { loginRoleName, postgresNames, quoteIdentifier as qi } from "./postgres-identifiers.js";
 import { scramSha256Verifier } from "./scram.js";
 
@@ -61,7 +62,7 @@ class PostgresAdapter implements ProviderAdapter {
   private pool: pg.Pool | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
-    this.endpoint = parseEndpoint(provider);
+    this.endpoint = endpointOf(provider);
     this.adminUser = provider.admin?.username ?? "postgres";
   }
 
@@ -286,25 +287,9 @@ class PostgresAdapter implements ProviderAdapter {
   }
 }
 
-function parseEndpoint(provider: ProviderConfig): Endpoint {
-  const bad = (why: string) =>
-    new MeshError(
-      ErrorCodes.ProviderMisconfigured,
-      `provider ${provider.name}: endpoint ${JSON.stringify(provider.endpoint)} ${why}; give one such as postgres://127.0.0.1:5432`,
-    );
-  let url: URL;
-  try {
-    url = new URL(provider.endpoint);
-  } catch {
-    throw bad("is not a URL");
-  }
-  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") throw bad("is not a postgres:// URL");
-  if (!url.hostname) throw bad("names no host");
-  return {
-    host: url.hostname.replace(/^\[(.*)\]$/, "$1"),
-    port: url.port ? Number(url.port) : 5432,
-    adminDatabase: decodeURIComponent(url.pathname.replace(/^\//, "")) || "postgres",
-  };
+function endpointOf(provider: ProviderConfig): Endpoint {
+  const e = parseEndpoint(provider, { schemes: ["postgres", "postgresql"], example: "postgres://127.0.0.1:5432", defaultPort: () => 5432 });
+  return { host: e.host, port: e.port, adminDatabase: e.path || "postgres" };
 }
 
 /** What the server stores: a SCRAM verifier for the printable-ASCII passwords the mesh makes. */

@@ -39,6 +39,7 @@ import type {
 } from "./adapter.js";
 import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { parseEndpoint } from "./endpoint.js";
 
 /** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
 export const PASSWORD_BYTES = 24;
@@ -174,7 +175,7 @@ class RabbitmqAdapter implements ProviderAdapter {
   private readonly managementProblem: MeshError | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
-    this.endpoint = parseEndpoint(provider);
+    this.endpoint = endpointOf(provider);
     this.api = "";
     try {
       this.api = `${parseManagementUrl(provider)}/api`;
@@ -479,28 +480,14 @@ function networkCause(e: unknown): string {
   return cause?.code ?? cause?.message ?? errorMessage(e);
 }
 
-function parseEndpoint(provider: ProviderConfig): Endpoint {
-  const bad = (why: string) =>
-    new MeshError(
-      ErrorCodes.ProviderMisconfigured,
-      `provider ${provider.name}: endpoint ${JSON.stringify(provider.endpoint)} ${why}; give the AMQP address holders connect to, such as amqp://127.0.0.1:5672`,
-    );
-  let url: URL;
-  try {
-    url = new URL(provider.endpoint);
-  } catch {
-    throw bad("is not a URL");
-  }
-  if (url.protocol !== "amqp:" && url.protocol !== "amqps:") throw bad("is not an amqp:// or amqps:// URL");
-  if (!url.hostname) throw bad("names no host");
-  if (url.username || url.password) throw bad("holds a user; the admin goes in admin.username and admin.passwordEnv or admin.passwordFile");
-  if (url.pathname !== "" && url.pathname !== "/") throw bad("names a vhost; each grant gets a vhost of its own");
-  const protocol = url.protocol === "amqps:" ? "amqps" : "amqp";
-  return {
-    protocol,
-    host: url.hostname.replace(/^\[(.*)\]$/, "$1"),
-    port: url.port ? Number(url.port) : protocol === "amqps" ? 5671 : DEFAULT_PORT,
-  };
+function endpointOf(provider: ProviderConfig): Endpoint {
+  const e = parseEndpoint(provider, {
+    schemes: ["amqp", "amqps"],
+    example: "amqp://127.0.0.1:5672 (the AMQP address holders connect to)",
+    defaultPort: (scheme) => (scheme === "amqps" ? 5671 : DEFAULT_PORT),
+    refusePath: "names a vhost; each grant gets a vhost of its own",
+  });
+  return { protocol: e.scheme === "amqps" ? "amqps" : "amqp", host: e.host, port: e.port };
 }
 
 /** The provider's `options.managementUrl`, validated, without a trailing slash. */

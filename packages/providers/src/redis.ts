@@ -34,6 +34,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { parseEndpoint } from "./endpoint.js";
 import { aclRules, parseAclUser, passwordHash, redisNames, slotOf, type AclRecord, type AclUser, type RedisNames } from "./redis-acl.js";
 
 /** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
@@ -58,7 +59,7 @@ class RedisAdapter implements ProviderAdapter {
   private readonly endpoint: Endpoint;
 
   constructor(private readonly provider: ProviderConfig) {
-    this.endpoint = parseEndpoint(provider);
+    this.endpoint = endpointOf(provider);
   }
 
   generate() {
@@ -342,22 +343,12 @@ function withoutArguments(e: unknown): unknown {
   return e;
 }
 
-function parseEndpoint(provider: ProviderConfig): Endpoint {
-  // A password written into the endpoint is not repeated in the message.
-  const shown = JSON.stringify(provider.endpoint.replace(/\/\/[^/@]*@/, "//…@"));
-  const bad = (why: string, what = "give one such as redis://127.0.0.1:6379") =>
-    new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider.name}: endpoint ${shown} ${why}; ${what}`);
-  let url: URL;
-  try {
-    url = new URL(provider.endpoint);
-  } catch {
-    throw bad("is not a URL");
-  }
-  if (url.protocol !== "redis:") throw bad("is not a redis:// URL");
-  if (!url.hostname) throw bad("names no host");
-  if (url.username || url.password) throw bad("holds a user or password", "give them as admin.username and admin.passwordEnv or admin.passwordFile");
-  if (url.pathname !== "" && url.pathname !== "/") {
-    throw bad("names a database", "leave it out: a grant's key pattern spans every database, and the mesh keeps its counters in database 0");
-  }
-  return { host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : 6379 };
+function endpointOf(provider: ProviderConfig): Endpoint {
+  const { host, port } = parseEndpoint(provider, {
+    schemes: ["redis"],
+    example: "redis://127.0.0.1:6379",
+    defaultPort: () => 6379,
+    refusePath: "names a database; leave it out: a grant's key pattern spans every database, and the mesh keeps its counters in database 0",
+  });
+  return { host, port };
 }

@@ -1,0 +1,56 @@
+/**
+ * A provider document's `endpoint`, parsed the same way for every kind: a URL of one of the
+ * kind's schemes, naming a host, with no user or password in it (the admin's belong in
+ * `admin:`, and an endpoint is named in error messages, so one with a password is never
+ * quoted back). What a path means is the kind's to say.
+ */
+import { ErrorCodes, MeshError } from "@mesh/shared";
+import type { ProviderConfig } from "./adapter.js";
+
+export interface EndpointRule {
+  /** The schemes accepted, without the colon (`["postgres", "postgresql"]`). */
+  schemes: readonly string[];
+  /** An endpoint of this kind, shown in every message: `postgres://127.0.0.1:5432`. */
+  example: string;
+  /** The port when the URL gives none, by scheme. */
+  defaultPort: (scheme: string) => number;
+  /** Why a path is refused (`names a vhost; each grant gets a vhost of its own`); left out, a path is kept. */
+  refusePath?: string;
+}
+
+export interface Endpoint {
+  scheme: string;
+  /** Without IPv6 brackets. */
+  host: string;
+  port: number;
+  /** The URL's path without its leading `/`, decoded; empty when it has none. */
+  path: string;
+}
+
+/** Parses `provider.endpoint` by `rule`; throws `ProviderMisconfigured` saying what is wrong and giving the example. */
+export function parseEndpoint(provider: ProviderConfig, rule: EndpointRule): Endpoint {
+  const bad = (why: string, quote = true) =>
+    new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: endpoint ${quote ? `${JSON.stringify(provider.endpoint)} ` : ""}${why}; give one such as ${rule.example}`,
+    );
+  let url: URL;
+  try {
+    url = new URL(provider.endpoint);
+  } catch {
+    // Not quoted: a string that is not a URL may still hold a password.
+    throw bad("is not a URL", false);
+  }
+  if (url.username || url.password) {
+    throw bad("holds a user or password, which belong in admin.username and admin.passwordEnv or admin.passwordFile", false);
+  }
+  const scheme = url.protocol.replace(/:$/, "");
+  if (!rule.schemes.includes(scheme)) throw bad(`is not a ${rule.schemes.map((s) => `${s}://`).join(" or ")} URL`);
+  if (!url.hostname) throw bad("names no host");
+  const path = decodeURIComponent(url.pathname.replace(/^\//, ""));
+  if (path && rule.refusePath) throw bad(rule.refusePath);
+  return { scheme, host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : rule.defaultPort(scheme), path };
+}
+
+/** The endpoint of a NATS server (`nats.user`, `kv.bucket`, `object.store`). */
+export const NATS_ENDPOINT: EndpointRule = { schemes: ["nats"], example: "nats://127.0.0.1:4222", defaultPort: () => 4222 };
