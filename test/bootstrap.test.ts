@@ -59,6 +59,11 @@ describe("meshctl bootstrap", () => {
     });
     const text = await mesh.meshctl(["status", "mesh"]);
     expect(text.stdout).toMatch(/mesh\s+Ready/);
+    // Without an identity, meshctl says so, and how to get one, rather than "start a nats-server".
+    const anonymous = await mesh.meshctl(["status", "mesh"], { MESH_NATS_USER: "", MESH_NATS_PASSWORD_FILE: "" });
+    expect(anonymous.code).toBe(1);
+    expect(anonymous.stderr).toMatch(/refused this process's identity/);
+    expect(anonymous.stderr).toContain("MESH_NATS_USER=mesh-admin");
   });
 
   it("limits each identity to what its service needs: the resolver may not serve rotations", async () => {

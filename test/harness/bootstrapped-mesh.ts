@@ -30,8 +30,8 @@ export interface BootstrappedMesh {
   connections(): Promise<Array<{ name: string; user: string }>>;
   /** PID of the running process of service `script` (`agent`, `resolver`…) started by this mesh. */
   servicePid(script: string): number | undefined;
-  /** Runs meshctl with `args` as the administrator; resolves with its exit code and output. */
-  meshctl(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }>;
+  /** Runs meshctl with `args` as the administrator (or with `env` over that); resolves with its exit code and output. */
+  meshctl(args: string[], env?: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }>;
   stop(): Promise<void>;
 }
 
@@ -74,9 +74,9 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
       }
       return undefined;
     },
-    meshctl(args) {
+    meshctl(args, env = {}) {
       return new Promise((resolve) => {
-        const p = spawn(process.execPath, [meshctlBin, ...args], { cwd, env: { ...process.env, ...adminEnv }, stdio: ["ignore", "pipe", "pipe"] });
+        const p = spawn(process.execPath, [meshctlBin, ...args], { cwd, env: { ...process.env, ...adminEnv, ...env }, stdio: ["ignore", "pipe", "pipe"] });
         let stdout = "";
         let stderr = "";
         p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));

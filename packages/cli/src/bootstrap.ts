@@ -7,7 +7,8 @@
  * only the operator's.
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { isAbsolute, join } from "node:path";
+import { stringify as stringifyYaml } from "yaml";
 import {
   BOOTSTRAP_PROVIDER,
   CONTROL_PLANE_MODULE,
@@ -15,6 +16,7 @@ import {
   agentPart,
   bootstrapProvider,
   controlPlaneManifest,
+  errorMessage,
   generateSecret,
   identityRequirement,
   readJson,
@@ -22,6 +24,7 @@ import {
 } from "@mesh/shared";
 import { initNatsUsersFile } from "@mesh/providers";
 import { CliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
 import type { ManifestFile } from "./manifest-files.js";
 
 /** The bootstrap administrator's user name on a NATS that bootstrap set up. */
@@ -140,4 +143,60 @@ export async function waitForControlPlane(
     await new Promise((r) => setTimeout(r, 250));
   }
   return false;
+}
+
+/** Options of `meshctl control-plane`: the documents bootstrap applies, for a mesh set up by hand (systemd). */
+export interface ControlPlaneDocsOptions {
+  url: string;
+  nodes: readonly string[];
+  servicesNode?: string;
+  usersFile: string;
+  pidFile: string;
+  adminUser: string;
+  adminPasswordFile: string;
+}
+
+/**
+ * The bootstrap provider and module `mesh` as a YAML manifest (two documents), to apply with
+ * `meshctl apply -f -`; throws a CliError for a node name that cannot host the control plane
+ * or a path that is not absolute.
+ */
+export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
+  for (const [flag, p] of [["--users-file", o.usersFile], ["--pid-file", o.pidFile], ["--admin-password-file", o.adminPasswordFile]] as const) {
+    if (!isAbsolute(p)) throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the NATS server's host`, ExitCodes.Usage);
+  }
+  const servicesNode = o.servicesNode ?? o.nodes[0];
+  if (!servicesNode) throw new CliError("--nodes: name at least one node", ExitCodes.Usage);
+  const nodes = o.nodes.includes(servicesNode) ? o.nodes : [servicesNode, ...o.nodes];
+  let docs: ManifestFile["documents"];
+  try {
+    docs = [
+      bootstrapProvider({ url: o.url, node: servicesNode, usersFile: o.usersFile, pidFile: o.pidFile, admin: { username: o.adminUser, passwordFile: o.adminPasswordFile } }),
+      controlPlaneManifest({ servicesNode, nodes }),
+    ];
+  } catch (e) {
+    throw new CliError(errorMessage(e), ExitCodes.Usage);
+  }
+  const header = "# The control plane of the mesh, as meshctl bootstrap declares it. Apply with: meshctl apply -f FILE\n";
+  return header + docs.map((d) => stringifyYaml(d)).join("---\n");
+}
+
+/**
+ * Writes a NATS users file with the administrator in it (its password read from
+ * `adminPasswordFile`), for a server whose config includes it; keeps the users already
+ * recorded beside it. Returns the revision written.
+ */
+export async function initUsersFile(o: { usersFile: string; adminUser: string; adminPasswordFile: string }): Promise<string> {
+  let password: string;
+  try {
+    password = readFileSync(o.adminPasswordFile, "utf8").trim();
+  } catch (e) {
+    throw new CliError(`cannot read --admin-password-file ${o.adminPasswordFile}: ${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}`);
+  }
+  if (!password) throw new CliError(`--admin-password-file ${o.adminPasswordFile} is empty; write the administrator's password into it (e.g. openssl rand -base64 32)`);
+  try {
+    return await initNatsUsersFile(o.usersFile, { username: o.adminUser, password });
+  } catch (e) {
+    throw new CliError(`cannot write the users file ${o.usersFile}: ${errorMessage(e)}`, undefined, { cause: e });
+  }
 }

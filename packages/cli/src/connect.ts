@@ -2,7 +2,7 @@
  * Connecting meshctl to NATS and opening the store, with failures that say which server
  * was tried and how to get one.
  */
-import { DEFAULT_NATS_URL, connectNats, openStore, type NatsConnection, type Store } from "@mesh/shared";
+import { DEFAULT_NATS_URL, ErrorCodes, connectNats, isMeshError, openStore, type NatsConnection, type Store } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { rootMessage } from "./nats-errors.js";
 
@@ -36,6 +36,14 @@ export async function connectForCli(url: string): Promise<NatsConnection> {
   try {
     return await connectNats(url, { timeout: 3_000, maxReconnectAttempts: 3 });
   } catch (e) {
+    // The server answered and refused the identity: "start a nats-server" would mislead.
+    if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
+      throw new CliError(
+        `${e.message}.\nOn a mesh set up by meshctl bootstrap, use the line it printed: MESH_NATS_USER=mesh-admin MESH_NATS_PASSWORD_FILE=.mesh/nats-auth/admin.password`,
+        undefined,
+        { cause: e },
+      );
+    }
     throw new CliError(natsUnreachableMessage(url, rootMessage(e)), undefined, { cause: e });
   }
 }

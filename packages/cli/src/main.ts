@@ -15,6 +15,7 @@ import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
 import { runUp } from "./up-command.js";
+import { BOOTSTRAP_ADMIN, controlPlaneYaml, initUsersFile } from "./bootstrap.js";
 import { runVerify } from "./verify-command.js";
 
 const out = processOutput();
@@ -162,6 +163,37 @@ program
   .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
   .action((o: { filename: string[]; nodes?: string; bindings: string; servicesNode?: string }) =>
     runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}),
+  );
+
+program
+  .command("control-plane")
+  .description("print the control plane's documents (the bootstrap provider and module mesh) as YAML, for a mesh set up by hand; apply them with meshctl apply -f -")
+  .requiredOption("--nodes <list>", "comma-separated nodes to run an agent on")
+  .option("--services-node <node>", "the node the services run on (default: the first node)")
+  .requiredOption("--users-file <path>", "the users file the NATS server's config includes, on its host")
+  .requiredOption("--pid-file <path>", "the NATS server's pid_file")
+  .requiredOption("--admin-password-file <path>", "the file the provisioner reads the administrator's password from")
+  .option("--admin-user <name>", "the administrator's user name", BOOTSTRAP_ADMIN)
+  .action((o: { nodes: string; servicesNode?: string; usersFile: string; pidFile: string; adminPasswordFile: string; adminUser: string }) =>
+    run(async (_connect, url) => {
+      const nodes = o.nodes.split(",").map((n) => n.trim()).filter(Boolean);
+      out.out(controlPlaneYaml({ url, nodes, ...(o.servicesNode ? { servicesNode: o.servicesNode } : {}), usersFile: o.usersFile, pidFile: o.pidFile, adminUser: o.adminUser, adminPasswordFile: o.adminPasswordFile }).trimEnd());
+      return ExitCodes.Ok;
+    }),
+  );
+
+program
+  .command("nats-users-init")
+  .description("write a NATS users file with the administrator in it, before a server whose config includes it first starts (meshctl bootstrap does this itself)")
+  .requiredOption("--users-file <path>", "where the server's config includes it")
+  .requiredOption("--admin-password-file <path>", "the administrator's password")
+  .option("--admin-user <name>", "the administrator's user name", BOOTSTRAP_ADMIN)
+  .action((o: { usersFile: string; adminPasswordFile: string; adminUser: string }) =>
+    run(async () => {
+      const revision = await initUsersFile(o);
+      out.out(`wrote ${o.usersFile} (revision ${revision}) with the administrator ${o.adminUser}; users granted later are rendered into it by the provisioner`);
+      return ExitCodes.Ok;
+    }),
   );
 
 await program.parseAsync(process.argv);

@@ -211,7 +211,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       if (auth && !existsSync(auth.usersFile)) {
         throw new CliError(
           `a NATS server already answers at ${url}, but meshctl bootstrap did not set it up (no ${show(auth.usersFile)}), so the mesh cannot grant identities on it.\n` +
-            "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server with authentication, or the --state directory of the bootstrap that set this one up.",
+            "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server with authentication, or run it from the directory of the bootstrap that set this one up (its .mesh/nats-auth/ is there).",
         );
       }
     } catch (e) {
