@@ -1,56 +1,61 @@
 /**
- * The self-hosting transition: a requirement satisfied by a bootstrap provider moves to a
- * provider installed later that is preferred. The resolver re-resolves, the new resource is
- * made, every holder moves over through the rotation fan-out (a node agent and an SDK holder
- * that confirms only when the test lets it), and the old resource is released only after
- * every holder confirmed.
+ * The self-hosting transition: a requirement satisfied by a provider moves to a provider
+ * installed later that is preferred. The resolver re-resolves, the new resource is made, every
+ * holder moves over through the rotation fan-out (node agents, and an SDK holder that confirms
+ * only when the test lets it), and only once all confirmed does the old credential stop working
+ * on the old provider; the old resource is kept with its data (the mesh moves no data).
+ * Two Redis servers of the test's own play the two providers.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Rotation, createLogger, keys, readJson, type NatsConnection } from "@mesh/shared";
+import { Kinds, Rotation, createLogger, keys, readJson, type NatsConnection } from "@mesh/shared";
+import { createAdapter, type BindingValues, type ProviderAdapter } from "@mesh/providers";
 import { holdCredential, type HeldCredential } from "@mesh/client";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
-import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { startOwnRedis, type OwnRedis } from "./harness/redis.js";
 import { waitFor } from "./harness/wait.js";
-
-/** Whether the JetStream of the server at `url` has stream `name`. */
-async function hasStream(url: string, name: string): Promise<boolean> {
-  const nc = await connect({ servers: url });
-  try {
-    const jsm = await jetstreamManager(nc);
-    return await jsm.streams.info(name).then(
-      () => true,
-      () => false,
-    );
-  } finally {
-    await nc.close();
-  }
-}
 
 describe("handing a grant over to a preferred provider", () => {
   let mesh: TestMesh;
   let rotator: Rotator;
-  let later: NatsServer;
+  let boot: OwnRedis;
+  let later: OwnRedis;
   let sdk: NatsConnection;
+  let login: ProviderAdapter;
+  const env = { ...process.env };
 
   beforeAll(async () => {
-    mesh = await startTestMesh({ nodes: ["node-a", "node-b"] });
-    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
-    later = await startNatsServer();
+    [boot, later] = await Promise.all([startOwnRedis(), startOwnRedis()]);
+    env.BOOT_REDIS_PASSWORD = boot.adminPassword;
+    env.LATER_REDIS_PASSWORD = later.adminPassword;
+    mesh = await startTestMesh({ nodes: ["node-a", "node-b"], env });
+    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, env, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+    // Logins as a holder would make them: no admin credential.
+    login = createAdapter(Kinds.RedisUser, { name: "check", node: "node-a", endpoint: boot.endpoint });
   }, 60_000);
   afterAll(async () => {
     await sdk?.close();
+    await login?.close();
     await rotator?.stop();
     await mesh?.stop();
-    await later?.stop();
+    await Promise.all([boot?.stop(), later?.stop()]);
   });
 
-  it("moves every holder to the new provider and releases the old resource only after all confirmed", async () => {
-    const boot = { kind: "Provider", name: "boot-kv", serves: ["kv.bucket"], node: "node-a", endpoint: mesh.nats.url };
+  const logsIn = async (bindings: BindingValues) => (await login.login({ bindings })).ok;
+
+  it("moves every holder to the new provider; the old credential works until all confirmed, and its resource is kept", async () => {
+    const provider = (name: string, r: OwnRedis, passwordEnv: string, preference?: number) => ({
+      kind: "Provider",
+      name,
+      serves: ["redis.user"],
+      node: "node-a",
+      endpoint: r.endpoint,
+      admin: { username: r.adminUser, passwordEnv },
+      ...(preference ? { preference } : {}),
+    });
     const app = {
       kind: "Module",
       name: "app",
@@ -59,9 +64,9 @@ describe("handing a grant over to a preferred provider", () => {
         { name: "worker", node: "node-b" },
         { name: "web", node: "node-a" },
       ],
-      requires: [{ name: "cache", kind: "kv.bucket" }],
+      requires: [{ name: "cache", kind: "redis.user" }],
     };
-    expect((await mesh.apply([boot, app])).ok).toBe(true);
+    expect((await mesh.apply([provider("boot-redis", boot, "BOOT_REDIS_PASSWORD"), app])).ok).toBe(true);
     await waitFor("generation 1 provisioned", async () => ((await mesh.grant("app", "cache"))?.generation ?? 0) >= 1);
 
     // Part web is also held by an SDK instance (the application's own process), which confirms only when the test says so.
@@ -81,32 +86,35 @@ describe("handing a grant over to a preferred provider", () => {
     })();
     await waitFor("the SDK holder on generation 1", () => updates.some((u) => u.generation === 1));
     await mesh.waitForState("app", "Ready");
-    const bucketFile = (node: string, part: string, key: string) => readFileSync(join(mesh.bindingsRoot, node, "app", part, "cache", key), "utf8");
-    expect(bucketFile("node-a", "api", "port")).toBe(String(mesh.nats.port));
-    expect(await hasStream(mesh.nats.url, "KV_app_cache")).toBe(true);
+    const binding = (node: string, part: string): BindingValues => {
+      const dir = join(mesh.bindingsRoot, node, "app", part, "cache");
+      return Object.fromEntries(["host", "port", "username", "password"].map((k) => [k, readFileSync(join(dir, k), "utf8")]));
+    };
+    const g1 = binding("node-a", "api");
+    expect(g1.port).toBe(String(boot.port));
+    expect(await logsIn(g1)).toBe(true);
 
     // The store installed later, preferred.
-    const store = { kind: "Provider", name: "store-kv", serves: ["kv.bucket"], node: "node-b", endpoint: later.url, preference: 10 };
-    expect((await mesh.apply([store])).ok).toBe(true);
-
+    expect((await mesh.apply([provider("later-redis", later, "LATER_REDIS_PASSWORD", 10)])).ok).toBe(true);
     const key = keys.grant("app", "cache");
     const waiting = await waitFor(
-      "a handover rotation waiting for the SDK holder",
+      "a handover waiting for the SDK holder",
       async () => {
         const r = (await readJson(mesh.store.kv.rotations, key, Rotation))?.value;
-        const confirmedAgents = r && ["node-a/api", "node-a/web", "node-b/worker"].every((h) => r.holders[h]?.c !== undefined);
-        return r?.trigger === "handover" && confirmedAgents ? r : undefined;
+        const agentsIn = r && ["node-a/api", "node-a/web", "node-b/worker"].every((h) => r.holders[h]?.c !== undefined);
+        return r?.trigger === "handover" && agentsIn ? r : undefined;
       },
       30_000,
     );
-    expect(waiting).toMatchObject({ fromProvider: "boot-kv", provider: "store-kv", from: 1, to: 2 });
+    expect(waiting).toMatchObject({ fromProvider: "boot-redis", provider: "later-redis", from: 1, to: 2 });
     expect(waiting.state).not.toBe("Committed");
-    // Both resources exist while a holder is still on the old one; the agents' holders moved.
-    expect(await hasStream(later.url, "KV_app_cache")).toBe(true);
-    expect(await hasStream(mesh.nats.url, "KV_app_cache")).toBe(true);
-    expect(bucketFile("node-a", "api", "port")).toBe(String(later.port));
-    expect(bucketFile("node-b", "worker", "uri")).toBe(`nats://127.0.0.1:${later.port}`);
-    expect(updates.at(-1)).toMatchObject({ generation: 2 });
+    // The agents' holders are on the new provider; the SDK holder still uses the old credential, which still works.
+    const g2 = binding("node-b", "worker");
+    expect(g2.port).toBe(String(later.port));
+    expect(await logsIn(g2)).toBe(true);
+    expect(binding("node-a", "api").port).toBe(String(later.port));
+    expect(updates.at(-1)).toMatchObject({ generation: 2, values: { port: String(later.port) } });
+    expect(await logsIn(g1)).toBe(true);
 
     confirmNow();
     const committed = await waitFor(
@@ -118,10 +126,11 @@ describe("handing a grant over to a preferred provider", () => {
       30_000,
     );
     expect(Object.keys(committed.holders).sort()).toEqual(["node-a/api", "node-a/web", "node-a/web/i1", "node-b/worker"]);
-    await waitFor("the old bucket released on the bootstrap provider", async () => !(await hasStream(mesh.nats.url, "KV_app_cache")) || undefined, 10_000);
-    expect(await hasStream(later.url, "KV_app_cache")).toBe(true);
+    expect(await logsIn(g1)).toBe(false);
+    expect(await logsIn(g2)).toBe(true);
     const g = (await mesh.grant("app", "cache"))!;
-    expect(g).toMatchObject({ provider: "store-kv", generation: 2, resource: { provider: "store-kv" } });
+    expect(g).toMatchObject({ provider: "later-redis", generation: 2, resource: { provider: "later-redis" } });
+    expect(g.conditions.find((c) => c.type === "Provisioned")?.message).toMatch(/handed over from boot-redis: generation 1 retired there, the resource kept with its data/);
     await mesh.waitForState("app", "Ready");
   }, 90_000);
 });

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ErrorCodes, isMeshError, type ErrorCode } from "@mesh/shared";
+import { BINDING_KEY_PATTERN, ErrorCodes, isMeshError, type ErrorCode } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter } from "@mesh/providers";
 
 /** The name the issue requires every adapter to refuse. */
@@ -92,6 +92,17 @@ export function describeProviderConformance(
         expect(adapter.generate()).toEqual({});
       });
     }
+
+    it("binds only keys an agent can write as files and env names, and says what it made without a secret", async () => {
+      const grant = freshGrant();
+      const secret = adapter.generate();
+      const { bindings, resource } = await create(grant, secret);
+      for (const key of Object.keys(bindings)) expect(key, `binding key ${key}`).toMatch(BINDING_KEY_PATTERN);
+      for (const v of Object.values(secret)) expect(Object.values(resource)).not.toContain(v);
+      expect(bindings.provider).toBeTruthy();
+      expect(bindings.type).toBeTruthy();
+      await adapter.delete({ grant });
+    });
 
     it("create is idempotent: twice with the same secret gives the same result, which still logs in", async () => {
       const grant = freshGrant();

@@ -77,7 +77,7 @@ describe("redis.user adapter", () => {
       port: "6379",
       username: user,
       password: secret.password,
-      keyPrefix: `${grant.module}:`,
+      "key-prefix": `${grant.module}:`,
       uri: `redis://${user}:${secret.password}@127.0.0.1:6379`,
     });
     const holder = await asHolder(bindings);

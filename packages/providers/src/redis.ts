@@ -114,7 +114,8 @@ class RedisAdapter implements ProviderAdapter {
         port: String(port),
         username: names.user,
         password,
-        keyPrefix: names.keyPrefix,
+        // Binding keys are file names: lower case (servicebinding.io), hence not keyPrefix.
+        "key-prefix": names.keyPrefix,
         uri: `redis://${enc(names.user)}:${enc(password)}@${hostInUri}:${port}`,
       },
     };

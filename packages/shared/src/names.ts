@@ -26,3 +26,9 @@ export const NAME_MAX_LENGTH = 40;
  * of {@link NAME_MAX_LENGTH}; the JSON Schemas in `schemas/` carry it in that form.
  */
 export const NAME_PATTERN_PORTABLE = "^[a-z](?:-?[a-z0-9])*$";
+
+/**
+ * A binding key: a file name in a requirement's binding directory (servicebinding.io) and the
+ * tail of an env name (`DB_HOST`). Every adapter's bindings use only such keys.
+ */
+export const BINDING_KEY_PATTERN = /^[a-z][a-z0-9_-]*$/;

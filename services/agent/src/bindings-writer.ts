@@ -42,10 +42,10 @@ import {
 } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { ErrorCodes, MeshError, NAME_RULE, isValidName } from "@mesh/shared";
+import { BINDING_KEY_PATTERN, ErrorCodes, MeshError, NAME_RULE, isValidName } from "@mesh/shared";
 
-/** A binding key: a file name in a requirement directory and the tail of an env name. */
-export const BINDING_KEY_PATTERN = /^[a-z][a-z0-9_-]*$/;
+export { BINDING_KEY_PATTERN };
+
 
 /** How long a replaced generation's directory stays for readers still in it. */
 export const DEFAULT_GRACE_MS = 2_000;

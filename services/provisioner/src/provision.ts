@@ -33,8 +33,8 @@ export interface ProvisionDeps {
 /**
  * The generation a grant should be provisioned at, or undefined when there is nothing for the
  * provisioner to do. A provisioned grant that moved to another provider is the rotator's: it
- * hands the grant over (k+1 on the new provider, every holder confirms, then the old resource
- * is released), so no holder is cut off; one that never worked anywhere is simply made there.
+ * hands the grant over (k+1 on the new provider, every holder confirms, then k is retired on the
+ * old one), so no holder is cut off; one that never worked anywhere is simply made there.
  */
 export function targetGeneration(g: Grant): number | undefined {
   if (g.generation === 0) return 1;

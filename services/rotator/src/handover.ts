@@ -1,8 +1,8 @@
 /**
  * Handovers: a provisioned grant whose provider changed (the resolver moved it to an installed
  * provider with a higher preference) is moved by a rotation whose generation k+1 is made on
- * the new provider; at commit, once every holder confirmed, the old provider's resource is
- * released instead of generation k being retired. Level-triggered: every change of a grant is
+ * the new provider; at commit, once every holder confirmed, generation k is retired on the old
+ * provider, whose resource is kept with its data (the mesh does not move data, nor drop it). Level-triggered: every change of a grant is
  * looked at, and a handover already running is left alone.
  */
 import {

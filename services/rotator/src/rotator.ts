@@ -339,8 +339,10 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 
   /**
-   * Releases the grant's resource on `provider`, the one a handover moved it from; says what
-   * it did. A provider that is no longer registered has nothing the mesh can release.
+   * Releases the grant on `provider`, the one a handover moved it from: generation `from`
+   * stops working there, like a retire; the resource and its data are kept, for the operator to
+   * move or drop (the mesh never drops data by itself, as for a requirement that is removed).
+   * Says what it did. A provider that is no longer registered has nothing the mesh can reach.
    */
   const release = async (r: Rotation, provider: string): Promise<string> => {
     let adapter: ProviderAdapter;
@@ -348,12 +350,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       adapter = await adapterOf(r.kind, provider);
     } catch (e) {
       if (!isMeshError(e, ErrorCodes.NotFound)) throw e;
-      log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; the resource of ${r.grant} there, if any, is left for its operator`);
+      log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`);
       return `handed over from ${provider}, which is not registered any more`;
     }
-    await adapter.delete({ grant: { module: r.module, requirement: r.requirement } });
-    log.info({ rotation: r.id, provider }, `handover ${r.id}: the resource on ${provider} is released`);
-    return `handed over from ${provider}, whose resource is released`;
+    await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+    log.info({ rotation: r.id, provider }, `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`);
+    return `handed over from ${provider}: generation ${r.from} retired there, the resource kept with its data (not moved); drop it when it is no longer needed`;
   };
 
   /** Sets the grant's Rotating condition for `r` awaiting its holders (before the record says so). */

@@ -80,8 +80,8 @@ export const Rotation = z.object({
    */
   trigger: z.enum(["manual", "schedule", "handover"]).default("manual"),
   /**
-   * For a handover: the provider generation `from` lives on. At commit its resource is released
-   * (deleted) there instead of generation `from` being retired.
+   * For a handover: the provider generation `from` lives on. At commit generation `from` is
+   * retired there; the resource there is kept with its data, for the operator to move or drop.
    */
   fromProvider: z.string().optional(),
 });
