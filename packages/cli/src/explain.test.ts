@@ -43,6 +43,28 @@ describe("explainModule, one requirement at a time", () => {
       next: /apply a Provider document with `serves: \[postgres\.database\]` \(see examples\/providers\/postgres\.yaml\)/,
     },
     {
+      name: "AwaitingDependency says what it waits for, and that it moves on by itself",
+      grant: grant({ requirement: "db", provider: null, conditions: [cond("Resolved", "False", "AwaitingDependency", "waiting: pg-in-mesh needs store/key, not provisioned yet; it moves on by itself once they are")] }),
+      state: "InProgress",
+      why: /pg-in-mesh needs store\/key/,
+      next: /nothing to do if those grants are on their way/,
+    },
+    {
+      name: "DependencyCycle is unsatisfiable and says how to break it",
+      grant: grant({ requirement: "db", provider: null, conditions: [cond("Resolved", "False", "DependencyCycle", "shop/db can never be provisioned: it waits for itself through shop/db → store/files → shop/db")] }),
+      state: "Unsatisfiable",
+      why: /shop\/db → store\/files → shop\/db/,
+      next: /break the cycle/,
+    },
+    {
+      name: "NoProvider of a kind with an example file points at it",
+      grant: grant({ requirement: "db", kind: "redis.user", provider: null, conditions: [cond("Resolved", "False", "NoProvider", "no provider serves redis.user")] }),
+      over: { providers: [] },
+      state: "Unsatisfiable",
+      why: /^no provider serves redis\.user$/,
+      next: /examples\/providers\/redis\.yaml/,
+    },
+    {
       name: "ProviderNotInstalled names the provider and says to install it",
       grant: grant({ requirement: "db", provider: null, conditions: [cond("Resolved", "False", "ProviderNotInstalled", "…")] }),
       over: { providers: [{ ...pgMain, installed: false }] },

@@ -73,8 +73,15 @@ export interface ExplainInput {
 /** Where the all-in-one writes service logs; named in hints. */
 const LOGS = ".mesh/logs";
 
-const serveExample = (kind: string) =>
-  kind === Kinds.PostgresDatabase ? " (see examples/providers/postgres.yaml)" : "";
+/** The example provider file of each kind that has one, for hints. */
+const EXAMPLE_PROVIDERS: Partial<Record<string, string>> = {
+  [Kinds.PostgresDatabase]: "postgres.yaml",
+  [Kinds.MariadbDatabase]: "mariadb.yaml",
+  [Kinds.RedisUser]: "redis.yaml",
+  [Kinds.RabbitmqVhost]: "rabbitmq.yaml",
+  [Kinds.NatsUser]: "nats.yaml",
+};
+const serveExample = (kind: string) => (EXAMPLE_PROVIDERS[kind] ? ` (see examples/providers/${EXAMPLE_PROVIDERS[kind]})` : "");
 
 function agentHint(node: string): string {
   return (
@@ -142,6 +149,18 @@ function explainGrant(
           `check that ${endpoints || "the provider's endpoint"} answers from the nodes of its parts`,
         );
       }
+      case "AwaitingDependency":
+        return result(
+          RequirementStates.InProgress,
+          resolved.message,
+          "nothing to do if those grants are on their way; otherwise look at them with meshctl status and meshctl explain of their module",
+        );
+      case "DependencyCycle":
+        return result(
+          RequirementStates.Unsatisfiable,
+          resolved.message,
+          "break the cycle: give one of its members a provider that needs none of the others, or remove the needs entry that closes it, and re-apply the Provider document",
+        );
       default:
         return result(RequirementStates.InProgress, resolved.message || `not resolved (${resolved.reason})`);
     }
