@@ -194,6 +194,30 @@ describe("mariadb.database adapter", () => {
     await adapter.delete({ grant: b });
   });
 
+  it("a grant's users reach its own database only: `_` in its name is no wildcard", async () => {
+    // a/b-c owns database a_b_c; ax/b_c… is not a mesh name, so the other grant is axb/c: axb_c,
+    // which the pattern a_b_c would match were `_` a wildcard.
+    const tag = randomBytes(3).toString("hex");
+    const a = { module: `a${tag}`, requirement: "b-c", generation: 1 };
+    const b = { module: `a${tag}xb`, requirement: "c", generation: 1 };
+    const mine = await adapter.create({ grant: a, secret: adapter.generate() });
+    const theirs = await adapter.create({ grant: b, secret: adapter.generate() });
+    try {
+      expect([mine.bindings.database, theirs.bindings.database]).toEqual([`a${tag}_b_c`, `a${tag}xb_c`]);
+      expect(await adapter.login({ bindings: { ...mine.bindings, database: theirs.bindings.database! } })).toMatchObject({ ok: false, reason: "rejected" });
+      // Nor by USE from its own session.
+      const c = await holder(mine.bindings);
+      try {
+        await expect(c.query(`USE \`${theirs.bindings.database}\``)).rejects.toThrow(/denied/i);
+      } finally {
+        c.destroy();
+      }
+    } finally {
+      await adapter.delete({ grant: a });
+      await adapter.delete({ grant: b });
+    }
+  });
+
   it("login says missing once the database is gone, and create makes it again", async () => {
     const grant = freshGrant();
     const { bindings } = await adapter.create({ grant, secret: adapter.generate() });

@@ -198,7 +198,9 @@ class MariadbAdapter implements ProviderAdapter {
         // Locked until it has its privileges and its password, in that order.
         await ignoring(ER.CANNOT_USER, c.query(`CREATE USER ${qa(user)} IDENTIFIED BY PASSWORD ${hash} ACCOUNT LOCK`));
       }
-      await c.query(`GRANT ALL PRIVILEGES ON ${qi(database)}.* TO ${qa(user)}`);
+      // In a database-level GRANT, `_` and `%` are wildcards: unescaped, `a_b_c` would also
+      // grant `axb_c`, another grant's database (names the mesh makes always hold `_`).
+      await c.query(`GRANT ALL PRIVILEGES ON ${qi(database).replaceAll("_", "\\_")}.* TO ${qa(user)}`);
       await c.query(`ALTER USER ${qa(user)} IDENTIFIED BY PASSWORD ${hash} ACCOUNT UNLOCK`);
     });
     const { host, port } = this.endpoint;
