@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
 import { Kinds, Rotation, createLogger, keys, readJson, type NatsConnection } from "@mesh/shared";
 import { createAdapter, type BindingValues, type ProviderAdapter } from "@mesh/providers";
 import { holdCredential, type HeldCredential } from "@mesh/client";
@@ -93,6 +94,10 @@ describe("handing a grant over to a preferred provider", () => {
     const g1 = binding("node-a", "api");
     expect(g1.port).toBe(String(boot.port));
     expect(await logsIn(g1)).toBe(true);
+    const holder = new Redis({ host: "127.0.0.1", port: boot.port, username: g1.username, password: g1.password, lazyConnect: true, enableReadyCheck: false });
+    await holder.connect();
+    await holder.set("app:kept", "before the handover");
+    holder.disconnect();
 
     // The store installed later, preferred.
     expect((await mesh.apply([provider("later-redis", later, "LATER_REDIS_PASSWORD", 10)])).ok).toBe(true);
@@ -128,6 +133,15 @@ describe("handing a grant over to a preferred provider", () => {
     expect(Object.keys(committed.holders).sort()).toEqual(["node-a/api", "node-a/web", "node-a/web/i1", "node-b/worker"]);
     expect(await logsIn(g1)).toBe(false);
     expect(await logsIn(g2)).toBe(true);
+    // Kept on the old server: the user (without the old password) and the data under its prefix.
+    const admin = new Redis({ host: "127.0.0.1", port: boot.port, username: boot.adminUser, password: boot.adminPassword, lazyConnect: true });
+    try {
+      await admin.connect();
+      expect(await admin.call("ACL", "GETUSER", g1.username!)).not.toBeNull();
+      expect(await admin.get("app:kept")).toBe("before the handover");
+    } finally {
+      admin.disconnect();
+    }
     const g = (await mesh.grant("app", "cache"))!;
     expect(g).toMatchObject({ provider: "later-redis", generation: 2, resource: { provider: "later-redis" } });
     expect(g.conditions.find((c) => c.type === "Provisioned")?.message).toMatch(/handed over from boot-redis: generation 1 retired there, the resource kept with its data/);

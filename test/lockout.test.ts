@@ -87,9 +87,11 @@ describe("rotating the control plane's own broker identities", () => {
     await traffic;
     for (const [i, r] of results.entries()) {
       expect(r.code, `${CONTROL_PLANE_SERVICES[i]}: ${r.stderr}`).toBe(0);
-      const rotation = JSON.parse(r.stdout) as { state: string; from: number; to: number; holders: Array<{ holder: string; confirmedAt?: string }> };
+      const rotation = JSON.parse(r.stdout) as { state: string; from: number; to: number; committedAt: string; holders: Array<{ holder: string; confirmedAt: string | null }> };
       expect(rotation).toMatchObject({ state: "Committed", from: 1, to: 2 });
       expect(rotation.holders.map((h) => h.holder)).toEqual([`node-a/${CONTROL_PLANE_SERVICES[i]}`]);
+      // The old identity went at the commit, which came after its holder confirmed.
+      expect(Date.parse(rotation.holders[0]!.confirmedAt!)).toBeLessThanOrEqual(Date.parse(rotation.committedAt));
     }
 
     // Every service is back on generation 2, on the same process: it reconnected, nothing restarted it.

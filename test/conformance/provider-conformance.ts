@@ -98,7 +98,7 @@ export function describeProviderConformance(
       const secret = adapter.generate();
       const { bindings, resource } = await create(grant, secret);
       for (const key of Object.keys(bindings)) expect(key, `binding key ${key}`).toMatch(BINDING_KEY_PATTERN);
-      for (const v of Object.values(secret)) expect(Object.values(resource)).not.toContain(v);
+      for (const v of Object.values(secret)) for (const r of Object.values(resource)) expect(r).not.toContain(v);
       expect(bindings.provider).toBeTruthy();
       expect(bindings.type).toBeTruthy();
       await adapter.delete({ grant });

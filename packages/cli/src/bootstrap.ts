@@ -145,6 +145,23 @@ export async function waitForControlPlane(
   return false;
 }
 
+/**
+ * Waits until every identity binding in `dirs` has its `username` and `password` files;
+ * throws a CliError naming those still missing after `timeoutMs`, false when aborted.
+ */
+export async function waitForIdentityBindings(dirs: readonly string[], opts: { timeoutMs: number; signal: AbortSignal }): Promise<boolean> {
+  const start = Date.now();
+  while (!opts.signal.aborted) {
+    const missing = dirs.filter((d) => !existsSync(join(d, "username")) || !existsSync(join(d, "password")));
+    if (missing.length === 0) return true;
+    if (Date.now() - start > opts.timeoutMs) {
+      throw new CliError(`the agents have not written these identity bindings within ${Math.round(opts.timeoutMs / 1000)} s: ${missing.join(", ")}; see the agents' logs`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return false;
+}
+
 /** Options of `meshctl control-plane`: the documents bootstrap applies, for a mesh set up by hand (systemd). */
 export interface ControlPlaneDocsOptions {
   url: string;

@@ -15,6 +15,7 @@ import {
   partOfService,
   prepareAuthNats,
   waitForControlPlane,
+  waitForIdentityBindings,
 } from "./bootstrap.js";
 import { join, relative, isAbsolute } from "node:path";
 import { BOOTSTRAP_PROVIDER, CONTROL_PLANE_MODULE, NAME_RULE, connectNats, isValidName, subjects, type NatsConnection } from "@mesh/shared";
@@ -208,7 +209,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     try {
       nc = await connectNats(url, { timeout: 2_000, ...identity });
       out.out(`using the NATS server at ${url}`);
-      if (auth && !existsSync(auth.usersFile)) {
+      if (auth && (!existsSync(auth.usersFile) || !nc.info?.auth_required)) {
         throw new CliError(
           `a NATS server already answers at ${url}, but meshctl bootstrap did not set it up (no ${show(auth.usersFile)}), so the mesh cannot grant identities on it.\n` +
             "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server with authentication, or run it from the directory of the bootstrap that set this one up (its .mesh/nats-auth/ is there).",
@@ -279,11 +280,18 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       out.out(`declared the control plane: module ${CONTROL_PLANE_MODULE} and provider ${BOOTSTRAP_PROVIDER}; waiting until the mesh has satisfied it…`);
       const ready = await waitForControlPlane(store, { timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000, signal: quit.signal, onProgress: (l) => out.out(l) });
       if (!ready) return await finished;
-      for (const spec of specs) {
-        const part = partOfService(spec.name);
+      const moves = specs.map((spec) => {
         const node = /^agent (.+)$/.exec(spec.name)?.[1] ?? cpNode;
-        const { MESH_NATS_USER: _u, MESH_NATS_PASSWORD_FILE: _p, ...env } = spec.env;
-        await supervisor.replace({ ...spec, env: { ...env, MESH_NATS_CREDENTIALS: identityBinding(paths.bindings, node, part) } }, opts.graceMs ?? 5_000);
+        return { spec, binding: identityBinding(paths.bindings, node, partOfService(spec.name)) };
+      });
+      // A Ready left from an earlier run (the store is kept) may come before this run's agents
+      // have written the bindings: a service started on a missing binding would only fail.
+      const written = await waitForIdentityBindings(moves.map((m) => m.binding), { timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000, signal: quit.signal });
+      if (!written) return await finished;
+      for (const { spec, binding } of moves) {
+        // Emptied, not left out: children inherit meshctl's environment, which may hold the administrator's.
+        const env = { ...spec.env, MESH_NATS_USER: "", MESH_NATS_PASSWORD_FILE: "", MESH_NATS_PASSWORD: "", MESH_NATS_CREDENTIALS: binding };
+        await supervisor.replace({ ...spec, env }, opts.graceMs ?? 5_000);
       }
       out.out(`restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`);
       out.out(`as the operator, use: MESH_NATS_USER=${BOOTSTRAP_ADMIN} MESH_NATS_PASSWORD_FILE=${show(auth.adminPasswordFile)} NATS_URL=${url} npx meshctl status`);

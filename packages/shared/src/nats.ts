@@ -76,7 +76,9 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
 export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_NATS_URL, opts: Partial<ConnectionOptions> = {}): Promise<NatsConnection> {
   const identity = natsIdentity();
   try {
-    return await connect({ servers: url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 500, ...identity, ...opts });
+    // ignoreAuthErrorAbort: a refused identity is tried again (the agent may be writing the
+    // binding that holds the new one) rather than the client giving up after two refusals.
+    return await connect({ servers: url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 500, ignoreAuthErrorAbort: true, ...identity, ...opts });
   } catch (e) {
     if (/authorization violation|authentication/i.test(errorMessage(e))) {
       throw new MeshError(

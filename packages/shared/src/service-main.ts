@@ -46,6 +46,13 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
       log.fatal({ err: errorMessage(e) }, `${name} failed`);
       process.exit(1);
     });
+    // A connection that closed for good (not by a stop) leaves a process that only looks alive:
+    // exit, so the supervisor or systemd starts it again.
+    void nc.closed().then((e) => {
+      if (stopping) return;
+      log.fatal({ err: e ? errorMessage(e) : "closed" }, `${name} lost its NATS connection for good; exiting so it is started again`);
+      process.exit(1);
+    });
   } catch (e) {
     log.fatal({ err: errorMessage(e) }, `${name} could not start`);
     process.stderr.write(`mesh-${name}: ${errorMessage(e)}\n`);

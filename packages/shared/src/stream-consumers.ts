@@ -79,15 +79,11 @@ export async function consumeMessages(opts: {
 
   const settle = async (m: JsMsg): Promise<void> => {
     let d: Disposition;
-    // Long work (a part's onRotate may take a minute) must not look like a dead consumer.
-    const progress = setInterval(() => m.working(), ackWaitMs / 3);
     try {
       d = await handle(m);
     } catch (e) {
       log.warn({ subject: m.subject, err: errorMessage(e) }, "handling a message failed; it comes back later");
       d = "retry";
-    } finally {
-      clearInterval(progress);
     }
     try {
       if (d === "ack") await m.ackAck();
@@ -102,7 +98,10 @@ export async function consumeMessages(opts: {
   const closed = (async () => {
     for await (const m of messages) {
       const key = keyOf(m);
-      const next = (tails.get(key) ?? Promise.resolve()).then(() => settle(m));
+      // In work from its arrival, also while it waits behind others of its key: long work (a
+      // part's onRotate may take a minute) must not look like a dead consumer.
+      const progress = setInterval(() => m.working(), ackWaitMs / 3);
+      const next = (tails.get(key) ?? Promise.resolve()).then(() => settle(m)).finally(() => clearInterval(progress));
       tails.set(key, next);
       void next.finally(() => {
         if (tails.get(key) === next) tails.delete(key);

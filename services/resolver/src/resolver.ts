@@ -27,6 +27,9 @@ export interface Resolver {
   stop(): Promise<void>;
 }
 
+/** How often every module is reconciled even when nothing said it changed. */
+export const RESYNC_MS = 5 * 60_000;
+
 export async function startResolver(opts: { store: Store; log: Logger }): Promise<Resolver> {
   const { store, log } = opts;
   const catalog = new ProviderCatalog(store);
@@ -35,13 +38,17 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
   const neededSeen = new Map<string, boolean>();
   const modules = new KeyedQueue(async (name: string) => {
     const needed = await reconcileModule(store, catalog, name, log.child({ module: name }), reachability);
-    // A needed grant became (un)provisioned: requirements of any module may wait for it.
-    let changed = false;
-    for (const [id, provisioned] of needed) {
-      if (neededSeen.get(id) !== provisioned) changed = true;
-      neededSeen.set(id, provisioned);
-    }
-    if (changed) providers.enqueue("*").catch((e: unknown) => log.warn({ err: errorMessage(e) }, "re-resolving the modules after a needed grant changed failed; the next change retries"));
+    // A needed grant became (un)provisioned: requirements of any module may wait for it. What
+    // was seen is recorded once they were all re-resolved, so a failure is tried again by the
+    // next reconcile of this module rather than forgotten.
+    const changed = [...needed].filter(([id, provisioned]) => neededSeen.get(id) !== provisioned);
+    if (changed.length === 0) return;
+    providers
+      .enqueue("*")
+      .then(() => {
+        for (const [id, provisioned] of changed) neededSeen.set(id, provisioned);
+      })
+      .catch((e: unknown) => log.warn({ err: errorMessage(e) }, "re-resolving the modules after a needed grant changed failed; the next reconcile of its module tries again"));
   }, 16);
   // A provider change may affect any module: re-resolve them all.
   const providers: KeyedQueue = new KeyedQueue(async () => {
@@ -84,10 +91,15 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
       log,
     }),
   ]);
+  // A periodic resync, as controllers do: whatever a lost event left behind (a wake-up that
+  // failed, a message acknowledged before the work it triggered) is reconciled within minutes.
+  const resync = setInterval(() => void providers.enqueue("*").catch((e: unknown) => log.warn({ err: errorMessage(e) }, "resync failed")), RESYNC_MS);
+  resync.unref();
   log.info("resolver started");
   return {
     reconcile: (module) => modules.enqueue(module),
     async stop() {
+      clearInterval(resync);
       await api.stop();
       await Promise.all(consumers.map((c) => c.stop()));
     },

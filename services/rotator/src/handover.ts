@@ -9,8 +9,9 @@ import {
   Buckets,
   Grant,
   KeyedQueue,
+  Rotation,
   errorMessage,
-  isMeshError,
+  isRotationRunning,
   isTrue,
   kvFilter,
   kvKeyOf,
@@ -37,15 +38,16 @@ export async function startHandovers(opts: { store: Store; log: Logger; rotate: 
     const g = (await readJson(store.kv.grants, key, Grant))?.value;
     const from = g && handoverFrom(g);
     if (!g || !from) return;
+    // A rotation of the grant is running: once it commits, the grant changes and comes back here.
+    if (isRotationRunning((await readJson(store.kv.rotations, key, Rotation))?.value)) return;
     try {
       await opts.rotate({ grant: g.id, trigger: "handover" });
       log.info({ grant: g.id, from, to: g.provider }, `handover of ${g.id} from ${from} to ${g.provider} started`);
     } catch (e) {
-      // Conflict: a rotation of the grant runs already (this handover, or one that will be followed by it).
-      if (!isMeshError(e, "Conflict")) {
-        log.warn({ grant: g.id, err: errorMessage(e) }, "handover could not start; trying again");
-        throw e;
-      }
+      // Anything else (the new provider refuses, is down, holds a foreign object of the grant's
+      // name) is tried again with back-off, and said every time: never a silent stall.
+      log.warn({ grant: g.id, from, to: g.provider, err: errorMessage(e) }, `handover of ${g.id} to ${g.provider} could not start; trying again`);
+      throw e;
     }
   }, 4);
   return consumeKeys({

@@ -7,7 +7,7 @@
  * the source of record: every read asks KV for the current revision, and every write is a
  * compare-and-set on a revision. Values handed out are shared: never mutate them.
  */
-import { ErrorCodes, MeshError, Rotation, isCasConflict, type Store } from "@mesh/shared";
+import { ErrorCodes, MeshError, Rotation, isCasConflict, retryJetStreamGap, type Store } from "@mesh/shared";
 
 /** A rotation record at a revision. */
 export interface RotationRecord {
@@ -29,7 +29,7 @@ export class RotationRecords {
 
   /** The record of a grant key as stored now; undefined when there is none. */
   async read(key: string): Promise<RotationRecord | undefined> {
-    const e = await this.store.kv.rotations.get(key);
+    const e = await retryJetStreamGap(() => this.store.kv.rotations.get(key));
     if (!e || e.operation !== "PUT" || e.length === 0) {
       this.decoded.delete(key);
       return undefined;
@@ -95,7 +95,10 @@ export class RotationRecords {
   /** Writes `next` over `revision` (creates it when undefined); fails with a CAS conflict when the record moved on. */
   async write(key: string, revision: number | undefined, next: Rotation): Promise<RotationRecord> {
     const data = JSON.stringify(next);
-    const rev = revision === undefined ? await this.store.kv.rotations.create(key, data) : await this.store.kv.rotations.update(key, data, revision);
+    // A retried write whose first try landed fails compare-and-set: the caller reads again.
+    const rev = await retryJetStreamGap(() =>
+      revision === undefined ? this.store.kv.rotations.create(key, data) : this.store.kv.rotations.update(key, data, revision),
+    );
     return this.keep(key, { value: next, revision: rev });
   }
 

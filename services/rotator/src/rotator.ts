@@ -348,12 +348,17 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     let adapter: ProviderAdapter;
     try {
       adapter = await adapterOf(r.kind, provider);
+      await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
     } catch (e) {
-      if (!isMeshError(e, ErrorCodes.NotFound)) throw e;
-      log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`);
-      return `handed over from ${provider}, which is not registered any more`;
+      if (isMeshError(e, ErrorCodes.NotFound)) {
+        log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`);
+        return `handed over from ${provider}, which is not registered any more`;
+      }
+      // Every holder is on the new provider: the handover commits. The old generation could not
+      // be ended on a provider that is down (often why the grant moved), so it is said, not hidden.
+      log.warn({ rotation: r.id, provider, err: errorMessage(e) }, `handover ${r.id}: generation ${r.from} could not be retired on ${provider}; it may still work there`);
+      return `handed over from ${provider}, where generation ${r.from} could not be retired (${errorMessage(e)}): it may still work there: end it by hand on that server once it answers`;
     }
-    await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
     log.info({ rotation: r.id, provider }, `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`);
     return `handed over from ${provider}: generation ${r.from} retired there, the resource kept with its data (not moved); drop it when it is no longer needed`;
   };
@@ -428,6 +433,11 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
             return;
           }
           case "commit": {
+            // Side effects only on the record as it is in KV now, not on a copy this instance
+            // wrote: another instance may have committed it already and a newer rotation staged
+            // k+2, which on PostgreSQL, MariaDB and RabbitMQ uses k's login role again.
+            const current = (await records.read(key))?.value;
+            if (!current || current.id !== r.id || !isRotationRunning(current)) continue;
             await commit(key, r);
             const next = await transition(key, r, RotationStates.Committed, now);
             if (!next) continue;
