@@ -88,6 +88,29 @@ describe("meshctl bootstrap", () => {
     }
   });
 
+  it("an agent's identity may not write the providers catalog: it could point a provider's admin password anywhere", async () => {
+    const dir = bindingOf(mesh, agentPart("node-a"));
+    const nc = await connect({
+      servers: mesh.url,
+      user: readFileSync(join(dir, "username"), "utf8").trim(),
+      pass: readFileSync(join(dir, "password"), "utf8").trim(),
+      reconnect: false,
+    });
+    const errors: string[] = [];
+    void (async () => {
+      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
+    })();
+    try {
+      nc.publish("$KV.mesh-providers.evil", JSON.stringify({ kind: "Provider" }));
+      await nc.flush();
+      await waitFor("the server to refuse the write", () => errors.some((e) => /permissions violation.*\$KV\.mesh-providers/i.test(e)) || undefined, 5_000);
+    } finally {
+      await nc.close();
+    }
+    const r = await mesh.meshctl(["status", "--json"]);
+    expect(r.stdout).not.toContain("evil");
+  });
+
   it("keeps no password in the clear on the server's host: the users file has bcrypt hashes only", () => {
     const users = readFileSync(join(mesh.cwd, ".mesh/nats-auth/users.conf"), "utf8");
     for (const p of parts) expect(users).not.toContain(readFileSync(join(bindingOf(mesh, p), "password"), "utf8").trim());

@@ -74,7 +74,7 @@ describe("rotating the control plane's own broker identities", () => {
             return undefined;
           }),
         30_000);
-        expect((reply.json() as { ok: boolean }).ok).toBe(true);
+        expect(reply.json(), `apply of work-${i}`).toMatchObject({ ok: true });
         applied++;
         await new Promise((r) => setTimeout(r, 150));
       }

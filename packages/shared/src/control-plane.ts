@@ -7,7 +7,7 @@
 import { Kinds } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
-import { subjects } from "./subjects.js";
+import { Buckets, subjects, type BucketName } from "./subjects.js";
 
 /** The control plane's module name. */
 export const CONTROL_PLANE_MODULE = "mesh";
@@ -44,41 +44,56 @@ export interface NatsPermissions {
 }
 
 /**
- * Every service works through JetStream (KV buckets, streams, consumers): its API, acks and
- * flow control, and KV writes. These are shared: NATS 2.9 cannot narrow JetStream to some
- * streams for a user of one account, which separate accounts per service would need.
+ * Every service works through JetStream: its API (stream and consumer management, direct gets
+ * of KV values), acks and flow control. These are shared: within one account NATS 2.9 cannot
+ * tell a read of one bucket from a read of another on the API's subjects, so every identity
+ * can read every bucket's values (credentials are encrypted, delivered values sealed).
  * Replies go to `_INBOX.>` explicitly: `allow_responses` alone loses the pending replies
  * when the server reloads its config, which every nats.user change makes it do (seen: the
  * rotator's answer to a rotate request refused as a publish violation after a reload).
  */
 const JETSTREAM: NatsPermissions = {
-  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>"],
+  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>"],
   subscribe: ["_INBOX.>"],
 };
 
+/** KV writes are publishes to `$KV.<bucket>.<key>`: each service may write the buckets it owns, and no other. */
+const writes = (...buckets: BucketName[]) => buckets.map((b) => `$KV.${b}.>`);
+
 /**
- * What each service may publish and subscribe to beyond JetStream: only the requests it
- * serves, and only the events it sends. A node agent's are narrowed to its own node, so one
- * agent cannot answer for another node's probes.
+ * What each service may publish and subscribe to beyond JetStream's API: the buckets it
+ * writes, the requests it serves, the events it sends. A node agent's are narrowed to its
+ * own node, so one agent cannot answer for another node's probes, and it cannot write
+ * providers, manifests, credentials or rotations.
  */
 export function servicePermissions(service: ControlPlaneService | { agent: string }): NatsPermissions {
   const own = ((): NatsPermissions => {
     if (typeof service === "object") {
       const node = service.agent;
       return {
-        publish: [subjects.credentialFetch, "mesh.rotation.confirm.>", `mesh.probe.report.${node}.>`],
+        publish: [
+          ...writes(Buckets.grants, Buckets.nodes, Buckets.reachability),
+          // The artifact store the agents hold (object.store names its bucket <module>_<requirement>).
+          `$O.${CONTROL_PLANE_MODULE}_${ControlPlaneRequirements.artifacts}.>`,
+          subjects.credentialFetch,
+          "mesh.rotation.confirm.>",
+          `mesh.probe.report.${node}.>`,
+        ],
         subscribe: [subjects.probeRequest(node)],
       };
     }
     switch (service) {
       case "resolver":
-        return { publish: [], subscribe: [subjects.apply] };
+        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply] };
       case "provisioner":
-        return { publish: [subjects.deliveriesAll], subscribe: [subjects.credentialFetch] };
+        return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll], subscribe: [subjects.credentialFetch] };
       case "verifier":
-        return { publish: ["mesh.probe.request.*"], subscribe: [subjects.verify, subjects.probeReportsAll] };
+        return { publish: [...writes(Buckets.grants, Buckets.verifications), "mesh.probe.request.*"], subscribe: [subjects.verify, subjects.probeReportsAll] };
       case "rotator":
-        return { publish: [subjects.deliveriesAll, subjects.rotationBroadcastsAll, "mesh.rotation.values.>"], subscribe: [subjects.rotate] };
+        return {
+          publish: [...writes(Buckets.grants, Buckets.rotations, Buckets.credentials), subjects.deliveriesAll, subjects.rotationBroadcastsAll, "mesh.rotation.values.>"],
+          subscribe: [subjects.rotate],
+        };
     }
   })();
   return { publish: [...JETSTREAM.publish, ...own.publish], subscribe: [...JETSTREAM.subscribe, ...own.subscribe] };

@@ -7,6 +7,7 @@ import {
   MeshError,
   ModuleDoc,
   ProviderDoc,
+  retryJetStreamGap,
   validateDocuments,
   type AppliedDocument,
   type ApplyReply,
@@ -27,7 +28,8 @@ export async function handleApply(store: Store, body: unknown): Promise<ApplyRep
   const result = validateDocuments(req.data.documents);
   if (!result.ok) return { ok: false, problems: result.problems };
   const accepted: AppliedDocument[] = [];
-  for (const doc of result.documents) accepted.push(await storeDocument(store, doc));
+  // Each write is idempotent, so one that met JetStream's reload gap is simply made again.
+  for (const doc of result.documents) accepted.push(await retryJetStreamGap(() => storeDocument(store, doc)));
   return { ok: true, accepted };
 }
 

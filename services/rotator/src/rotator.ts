@@ -16,6 +16,7 @@ import {
   KeyedQueue,
   MeshError,
   isMeshError,
+  retryJetStreamGap,
   ProviderDoc,
   QueueGroups,
   RotateRequest,
@@ -182,7 +183,11 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     );
   };
 
-  const rotate = async (req: RotateRequest): Promise<Rotation> => {
+  // Staging reads and writes JetStream in several steps, all idempotent until the record is
+  // written (which retries by itself): a request that met the reload gap is simply run again.
+  const rotate = (req: RotateRequest): Promise<Rotation> => retryJetStreamGap(() => rotateOnce(req));
+
+  const rotateOnce = async (req: RotateRequest): Promise<Rotation> => {
     await holdIfPaused();
     const id = parseGrantId(req.grant);
     if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
