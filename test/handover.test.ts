@@ -99,8 +99,23 @@ describe("handing a grant over to a preferred provider", () => {
     await holder.set("app:kept", "before the handover");
     holder.disconnect();
 
-    // The store installed later, preferred.
+    // The store installed later, preferred; it holds a user of the grant's name the mesh did not
+    // make, so the handover cannot start there, and says so on the grant until that is gone.
+    const laterAdmin = new Redis({ host: "127.0.0.1", port: later.port, username: later.adminUser, password: later.adminPassword, lazyConnect: true });
+    await laterAdmin.connect();
+    await laterAdmin.call("ACL", "SETUSER", g1.username!, "on", ">theirs", "~other:*");
     expect((await mesh.apply([provider("later-redis", later, "LATER_REDIS_PASSWORD", 10)])).ok).toBe(true);
+    const blocked = await waitFor("the handover blocked, and said on the grant", async () => {
+      const c = (await mesh.grant("app", "cache"))?.conditions.find((x) => x.type === "Rotating");
+      return c?.reason === "HandoverBlocked" ? c : undefined;
+    });
+    expect(blocked).toMatchObject({ status: "False" });
+    expect(blocked.message).toContain("from boot-redis to later-redis");
+    expect(blocked.message).toContain(g1.username!);
+    expect((await mesh.waitForState("app", "Degraded")).message).toContain("HandoverBlocked");
+    expect(await logsIn(g1)).toBe(true);
+    await laterAdmin.call("ACL", "DELUSER", g1.username!);
+    laterAdmin.disconnect();
     const key = keys.grant("app", "cache");
     const waiting = await waitFor(
       "a handover waiting for the SDK holder",

@@ -42,6 +42,8 @@ export const Reasons = {
   // Rotating (rotator)
   AwaitingHolders: "AwaitingHolders",
   HolderTimedOut: "HolderTimedOut",
+  /** The grant moved to a preferred provider, and the handover cannot start there (retried). */
+  HandoverBlocked: "HandoverBlocked",
 } as const;
 export type Reason = (typeof Reasons)[keyof typeof Reasons];
 

@@ -14,6 +14,7 @@ const DEGRADED = new Set([
   "CredentialRejected",
   "CredentialDiverged",
   "ProviderUnreachable",
+  "HandoverBlocked",
 ]);
 
 export interface DerivedState {
