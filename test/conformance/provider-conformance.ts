@@ -149,6 +149,10 @@ export function describeProviderConformance(
         const g3 = await create({ ...grant, generation: 3 });
         expect(await adapter.login({ bindings: g3.bindings })).toEqual({ ok: true });
         expect(await adapter.login({ bindings: g2.bindings })).toEqual({ ok: true });
+        // A late retire of generation 1 (a rotator acting on a stale record) must not end
+        // generation 3, which the same alternating user or role serves now.
+        await adapter.retire({ grant: { ...grant, generation: 1 } });
+        expect(await adapter.login({ bindings: g3.bindings })).toEqual({ ok: true });
         await adapter.delete({ grant });
       });
     } else {

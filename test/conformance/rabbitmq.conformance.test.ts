@@ -141,7 +141,7 @@ describe("rabbitmq.vhost adapter", () => {
     const { bindings } = await adapter.create({ grant, secret });
     const mark = `mesh grant ${grant.module}/${grant.requirement}`;
     const user = (await api("GET", `/users/${enc(bindings.username!)}`)).json;
-    expect(user.tags).toEqual([mark]);
+    expect(user.tags).toEqual([mark, "mesh generation 1"]);
     expect(user.hashing_algorithm).toBe("rabbit_password_hashing_sha256");
     expect(rabbitmqPasswordHash(secret.password!, Buffer.from(user.password_hash, "base64").subarray(0, 4))).toBe(user.password_hash);
     expect((await api("GET", `/vhosts/${enc(bindings.vhost!)}`)).json.description).toBe(mark);

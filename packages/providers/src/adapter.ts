@@ -103,7 +103,9 @@ export interface ProviderAdapter {
   /**
    * Makes generation `req.grant.generation` stop working, after a rotation committed the next
    * one; idempotent (retiring what is retired or gone succeeds) and never touches the other
-   * generation. Only the rotator calls it, and only once every holder confirmed the next one.
+   * generation, nor the identity it used once that serves a later generation (k+2 reuses k's
+   * alternating user: a late retire of k is then a no-op). Only the rotator calls it, and only
+   * once every holder confirmed the next one.
    */
   retire(req: RetireRequest): Promise<void>;
   /** Releases connections; the adapter is not used after. */

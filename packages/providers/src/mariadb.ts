@@ -85,6 +85,7 @@ const ER = {
   BAD_DB: 1049,
   CON_COUNT: 1040,
   SERVER_SHUTDOWN: 1053,
+  BAD_FIELD: 1054,
   DB_CREATE_EXISTS: 1007,
   NO_SUCH_THREAD: 1094,
   KILL_DENIED: 1095,
@@ -201,6 +202,7 @@ class MariadbAdapter implements ProviderAdapter {
       // In a database-level GRANT, `_` and `%` are wildcards: unescaped, `a_b_c` would also
       // grant `axb_c`, another grant's database (names the mesh makes always hold `_`).
       await c.query(`GRANT ALL PRIVILEGES ON ${qi(database).replaceAll("_", "\\_")}.* TO ${qa(user)}`);
+      await c.query(`UPDATE ${META} SET generation = ? WHERE type = 'user' AND name = ?`, [generation, user]);
       await c.query(`ALTER USER ${qa(user)} IDENTIFIED BY PASSWORD ${hash} ACCOUNT UNLOCK`);
     });
     const { host, port } = this.endpoint;
@@ -257,6 +259,8 @@ class MariadbAdapter implements ProviderAdapter {
     const mark = markOf(module, requirement);
     await this.admin(`retire generation ${generation} of ${module}/${requirement}`, async (c) => {
       if (!madeBy(mark, (await readUsers(c, [user])).get(user)!)) return;
+      // The user serves a later generation now (k+2 uses k's user again): this retire is stale.
+      if (((await servedGeneration(c, user)) ?? 0) > generation) return;
       await c.query(`ALTER USER ${qa(user)} ACCOUNT LOCK`);
       await killSessions(c, user);
     });
@@ -449,6 +453,22 @@ async function ensureMetaTable(c: Conn): Promise<void> {
       PRIMARY KEY (type, name)
     ) ENGINE=InnoDB CHARACTER SET ascii COLLATE ascii_bin COMMENT 'one row per object the mesh made and may manage or drop'`,
   );
+  // Which generation a user serves, so a late retire of generation 1 leaves alone the user that
+  // generation 3 uses again. Added apart: a table made before it exists without it.
+  await c.query(`ALTER TABLE ${META} ADD COLUMN IF NOT EXISTS generation INT UNSIGNED NULL COMMENT 'for a user: the credential generation it serves'`);
+}
+
+/** The generation user `name` serves, as recorded; undefined when none is. */
+async function servedGeneration(c: Conn, name: string): Promise<number | undefined> {
+  try {
+    const [rows] = await c.query<Row[]>(`SELECT generation FROM ${META} WHERE type = 'user' AND name = ?`, [name]);
+    const g = rows[0]?.generation;
+    return g === null || g === undefined ? undefined : Number(g);
+  } catch (e) {
+    // A table from before the column, not touched by a create since: nothing is recorded.
+    if ((e as SqlError).errno === ER.BAD_FIELD) return undefined;
+    throw e;
+  }
 }
 
 /** The marks of `names` of `type`: name → `module/requirement`. None while `mesh_meta` does not exist. */

@@ -55,6 +55,22 @@ type PgError = Error & { code?: string; errors?: unknown[] };
 /** The comment that marks a role as the mesh's for one grant. */
 const markerOf = (module: string, requirement: string) => `mesh grant ${module}/${requirement}`;
 
+/**
+ * A login role's comment also says which generation it serves (`mesh grant shop/db generation
+ * 3`), so a late retire of generation 1 leaves alone the role that generation 3 uses again.
+ * Role comments, because role-level settings of the mesh's own need a superuser.
+ */
+const SERVING = " generation ";
+const servingMarker = (marker: string, generation: number) => `${marker}${SERVING}${generation}`;
+
+/** Whether `comment` is the grant's mark (with or without the generation a login role serves). */
+const isMarked = (comment: string | null | undefined, marker: string) =>
+  comment === marker || (comment?.startsWith(`${marker}${SERVING}`) === true && /^\d+$/.test(comment.slice(marker.length + SERVING.length)));
+
+/** The generation a marked login role serves, from its comment; undefined when it says none. */
+const servedGeneration = (comment: string | null | undefined, marker: string) =>
+  isMarked(comment, marker) && comment !== marker ? Number(comment!.slice(marker.length + SERVING.length)) : undefined;
+
 class PostgresAdapter implements ProviderAdapter {
   readonly kinds = [Kinds.PostgresDatabase] as const;
   private readonly endpoint: Endpoint;
@@ -83,8 +99,8 @@ class PostgresAdapter implements ProviderAdapter {
       const conflicts: string[] = [];
       const ours = (name: string) => {
         const r = roles.get(name);
-        if (r && r.comment !== marker) conflicts.push(`role ${name} exists but is not the mesh's for ${module}/${requirement}`);
-        return r?.comment === marker;
+        if (r && !isMarked(r.comment, marker)) conflicts.push(`role ${name} exists but is not the mesh's for ${module}/${requirement}`);
+        return isMarked(r?.comment, marker);
       };
       const groupOk = ours(names.group);
       const roleOk = ours(role);
@@ -121,6 +137,7 @@ class PostgresAdapter implements ProviderAdapter {
       await ensureRole(c, role, marker);
       await c.query(`GRANT ${qi(names.group)} TO ${qi(role)}`);
       await c.query(`ALTER ROLE ${qi(role)} SET role = ${escapeLiteral(names.group)}`);
+      await c.query(`COMMENT ON ROLE ${qi(role)} IS ${escapeLiteral(servingMarker(marker, generation))}`);
       // LOGIN last: a role is never able to log in before it has its password and membership.
       await c.query(`ALTER ROLE ${qi(role)} LOGIN PASSWORD ${escapeLiteral(passwordForServer(password))}`);
     });
@@ -149,7 +166,7 @@ class PostgresAdapter implements ProviderAdapter {
     const marker = markerOf(module, requirement);
     await this.admin(`delete ${module}/${requirement}`, async (c) => {
       const roles = await readRoles(c, [names.group, ...names.logins]);
-      const ours = (name: string) => roles.get(name)?.comment === marker;
+      const ours = (name: string) => isMarked(roles.get(name)?.comment, marker);
       // Only what carries the grant's marker goes; anything else of that name is left alone.
       if (ours(names.group) && (await databaseOwner(c, names.database)) === names.group) {
         await c.query(`DROP DATABASE IF EXISTS ${qi(names.database)} WITH (FORCE)`);
@@ -171,7 +188,9 @@ class PostgresAdapter implements ProviderAdapter {
     const marker = markerOf(module, requirement);
     await this.admin(`retire generation ${generation} of ${module}/${requirement}`, async (c) => {
       const r = (await readRoles(c, [role])).get(role);
-      if (!r || r.comment !== marker) return;
+      if (!r || !isMarked(r.comment, marker)) return;
+      // The role serves a later generation now (k+2 uses k's role again): this retire is stale.
+      if ((servedGeneration(r.comment, marker) ?? 0) > generation) return;
       await c.query(`ALTER ROLE ${qi(role)} NOLOGIN`);
       await c.query("select pg_terminate_backend(pid) from pg_stat_activity where usename = $1 and pid <> pg_backend_pid()", [role]);
     });
@@ -334,7 +353,7 @@ async function ensureRole(c: pg.PoolClient, name: string, marker: string): Promi
     }
   }
   const comment = (await readRoles(c, [name])).get(name)?.comment;
-  if (comment !== marker) {
+  if (!isMarked(comment, marker)) {
     throw new MeshError(
       ErrorCodes.Conflict,
       `PostgreSQL role ${name} already exists and was not made by the mesh for this grant (its comment is ${JSON.stringify(comment ?? null)}, expected ${JSON.stringify(marker)}); drop or rename that role, or rename the requirement`,

@@ -137,6 +137,17 @@ const descriptionOf = (v: VhostInfo) => v.description ?? v.metadata?.description
 const tagsOf = (u: UserInfo) => (Array.isArray(u.tags) ? u.tags : (u.tags ?? "").split(",").filter((t) => t !== ""));
 /** True when user `u` carries the grant's mark among its tags. */
 const isMarked = (u: UserInfo, mark: string) => tagsOf(u).includes(mark);
+/**
+ * A user's second tag says which generation it serves (`mesh generation 3`), so a late retire
+ * of generation 1 leaves alone the user that generation 3 uses again. Tags grant nothing but the
+ * management ones; each distinct tag is an atom the broker keeps, one per generation number.
+ */
+const servingTag = (generation: number) => `mesh generation ${generation}`;
+/** The generation user `u` serves, from its tags; undefined when none says. */
+const servedGeneration = (u: UserInfo) => {
+  const t = tagsOf(u).find((x) => /^mesh generation \d+$/.test(x));
+  return t === undefined ? undefined : Number(t.slice("mesh generation ".length));
+};
 
 /** A management API request answered with an error status: the cause of the MeshError thrown. */
 class ApiRefusal extends Error {
@@ -252,7 +263,7 @@ class RabbitmqAdapter implements ProviderAdapter {
     if (!vhost) await this.put(what, vhostPath(names.vhost), { description: mark }, readVhost);
     // The user first, then its permissions: without them it can authenticate but open nothing.
     const hash = rabbitmqPasswordHash(password);
-    await this.put(what, userPath(user), { password_hash: hash, hashing_algorithm: HASHING_ALGORITHM, tags: [mark] }, readUser);
+    await this.put(what, userPath(user), { password_hash: hash, hashing_algorithm: HASHING_ALGORITHM, tags: [mark, servingTag(req.grant.generation)] }, readUser);
     await this.send(what, "PUT", permissionPath(names.vhost, user), { configure: ".*", write: ".*", read: ".*" });
     const { protocol, host, port } = this.endpoint;
     const hostInUri = host.includes(":") ? `[${host}]` : host;
@@ -293,7 +304,9 @@ class RabbitmqAdapter implements ProviderAdapter {
     const { user, mark, what } = grantNames(req.grant, `retire generation ${req.grant.generation} of`);
     const info = await this.get<UserInfo>(what, userPath(user));
     if (!info || !isMarked(info, mark)) return;
-    await this.send(what, "PUT", userPath(user), { password_hash: "", tags: [mark] });
+    // The user serves a later generation now (k+2 uses k's user again): this retire is stale.
+    if ((servedGeneration(info) ?? 0) > req.grant.generation) return;
+    await this.send(what, "PUT", userPath(user), { password_hash: "", tags: tagsOf(info) });
     const close = () => this.send(what, "DELETE", `/connections/username/${encodeURIComponent(user)}`, undefined, { "X-Reason": "credential generation retired by the mesh" });
     await close();
     await new Promise((r) => setTimeout(r, RETIRE_SWEEP_DELAY_MS));
