@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { mkdtempSync, readFileSync, statSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { inspect } from "node:util";
 import { createSealingKey, decrypt, encrypt, generateSecret, loadMasterKey, openFrom, parseMasterKey, sealTo } from "./crypto.js";
 import { isMeshError } from "./errors.js";
@@ -47,6 +48,26 @@ describe("master key", () => {
     expect(b.key.id).toBe(a.key.id);
     expect(readFileSync(file, "utf8").trim()).toHaveLength(64);
     expect(loadMasterKey({ MESH_MASTER_KEY: "33".repeat(32) }, file).source).toBe("MESH_MASTER_KEY");
+  });
+
+  it("gives every process that starts at once the same key, and none fails (services start together)", async () => {
+    const file = join(mkdtempSync(join(tmpdir(), "mk-")), "master.key");
+    // Each process loads the module, then spins until a common instant, so all look for the
+    // file within the same fraction of a millisecond.
+    const script = `import { loadMasterKey } from ${JSON.stringify(new URL("../dist/crypto.js", import.meta.url).href)}; const at = Number(process.argv[2]); while (Date.now() < at); process.stdout.write(loadMasterKey({}, process.argv[1]).key.id);`;
+    const at = String(Date.now() + 1_500);
+    const run = () =>
+      new Promise<string>((resolve, reject) => {
+        const p = spawn(process.execPath, ["--input-type=module", "-e", script, file, at], { stdio: ["ignore", "pipe", "pipe"] });
+        let out = "";
+        let err = "";
+        p.stdout.on("data", (d: Buffer) => (out += d.toString()));
+        p.stderr.on("data", (d: Buffer) => (err += d.toString()));
+        p.once("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}: ${err}`))));
+      });
+    const ids = await Promise.all(Array.from({ length: 8 }, run));
+    expect(new Set(ids).size).toBe(1);
+    expect(readdirSync(dirname(file))).toEqual(["master.key"]);
   });
 });
 

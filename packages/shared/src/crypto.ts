@@ -9,7 +9,7 @@
  *   broker and other subscribers see only ciphertext.
  */
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, linkSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { createCurve, fromCurveSeed, type KeyPair } from "@nats-io/nkeys";
 import { ErrorCodes, MeshError } from "./errors.js";
@@ -53,10 +53,23 @@ export function loadMasterKey(env: NodeJS.ProcessEnv, fallbackFile: string): { k
   if (inline) return { key: parseMasterKey(inline), source: "MESH_MASTER_KEY", created: false };
   const file = env.MESH_MASTER_KEY_FILE || fallbackFile;
   if (!existsSync(file)) {
+    // Services that start together may all find no key: each writes a whole file of its own and
+    // links it into place, which only the first does; the others read that one. A reader never
+    // sees a partly written key.
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
-    writeFileSync(file, randomBytes(32).toString("hex") + "\n", { mode: 0o600, flag: "wx" });
-    chmodSync(file, 0o600);
-    return { key: parseMasterKey(readFileSync(file, "utf8")), source: file, created: true };
+    const tmp = `${file}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
+    writeFileSync(tmp, randomBytes(32).toString("hex") + "\n", { mode: 0o600, flag: "wx" });
+    chmodSync(tmp, 0o600);
+    let created = true;
+    try {
+      linkSync(tmp, file);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      created = false;
+    } finally {
+      unlinkSync(tmp);
+    }
+    return { key: parseMasterKey(readFileSync(file, "utf8")), source: file, created };
   }
   try {
     return { key: parseMasterKey(readFileSync(file, "utf8")), source: file, created: false };
