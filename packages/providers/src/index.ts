@@ -20,7 +20,8 @@ export type {
 } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
 export { createSecretAdapter, SECRET_BYTES } from "./secret.js";
-export { createPostgresAdapter, LOGIN_TIMEOUT_MS, PASSWORD_BYTES } from "./postgres.js";
+export { createPostgresAdapter, LOGIN_TIMEOUT_MS } from "./postgres.js";
+export { PASSWORD_BYTES, generatePassword } from "./password.js";
 export {
   PG_IDENTIFIER,
   baseName,

@@ -22,7 +22,7 @@
  */
 import { createHash } from "node:crypto";
 import mysql from "mysql2/promise";
-import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -37,6 +37,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import {
   ACCOUNT_HOST,
@@ -47,8 +48,6 @@ import {
   quoteIdentifier as qi,
 } from "./mariadb-identifiers.js";
 
-/** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
-export const PASSWORD_BYTES = 24;
 /** How long a {@link ProviderAdapter.login} may take, connect and `select 1` each. */
 export const LOGIN_TIMEOUT_MS = 3_000;
 /** How long connecting the admin connection may take. */
@@ -143,7 +142,7 @@ class MariadbAdapter implements ProviderAdapter {
   }
 
   generate() {
-    return { password: generateSecret(PASSWORD_BYTES) };
+    return generatePassword();
   }
 
   async observe(req: ObserveRequest): Promise<ObserveResult> {
@@ -174,10 +173,7 @@ class MariadbAdapter implements ProviderAdapter {
     const { module, requirement, generation } = req.grant;
     const { database } = mariadbNames(module, requirement);
     const user = loginUserName(database, generation);
-    const password = req.secret.password;
-    if (typeof password !== "string" || password === "") {
-      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${module}/${requirement} has no password; make it with generate()`);
-    }
+    const password = passwordOf(req);
     const mark = markOf(module, requirement);
     await this.admin(`create ${module}/${requirement}`, async (c) => {
       const db = await readDatabase(c, database);

@@ -20,7 +20,7 @@ import { readFile } from "node:fs/promises";
 import { isAbsolute } from "node:path";
 import bcrypt from "bcryptjs";
 import { AuthorizationError, connect, type NatsConnection } from "@nats-io/transport-node";
-import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret, grantId, isMeshError } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, errorMessage, grantId, isMeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -35,6 +35,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { generatePassword, passwordOf } from "./password.js";
 import { NATS_ENDPOINT, parseEndpoint } from "./endpoint.js";
 import {
   RECORD_MARKER,
@@ -48,8 +49,6 @@ import {
 } from "./nats-user-config.js";
 import { NatsUsersFile } from "./nats-users-file.js";
 
-/** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
-export const PASSWORD_BYTES = 24;
 /**
  * bcrypt cost of the grants' passwords. They carry 192 random bits, so no cost makes guessing
  * feasible; the cost only buys server CPU: nats-server checks it on every connect (~5 ms at 6,
@@ -111,7 +110,7 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 
   generate() {
-    return { password: generateSecret(PASSWORD_BYTES) };
+    return generatePassword();
   }
 
   async observe(req: ObserveRequest): Promise<ObserveResult> {
@@ -136,10 +135,7 @@ class NatsUserAdapter implements ProviderAdapter {
     checkGrantRef(req.grant);
     const { module, requirement, generation } = req.grant;
     const grant = grantId(module, requirement);
-    const password = req.secret.password;
-    if (typeof password !== "string" || password === "") {
-      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${grant} has no password; make it with generate()`);
-    }
+    const password = passwordOf(req);
     const permissions = natsPermissions(module, req.options);
     const user = natsUserName(module, requirement, generation);
     if (user === this.admin.username) {

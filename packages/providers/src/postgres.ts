@@ -13,7 +13,7 @@
  * error message.
  */
 import pg from "pg";
-import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateResult,
@@ -28,14 +28,13 @@ import type {
   CreateRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { loginRoleName, postgresNames, quoteIdentifier as qi } from "./postgres-identifiers.js";
 import { scramSha256Verifier } from "./scram.js";
 
 const { Client, Pool, escapeLiteral } = pg;
 
-/** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
-export const PASSWORD_BYTES = 24;
 /** How long a {@link ProviderAdapter.login} may take, connect and `select 1` together. */
 export const LOGIN_TIMEOUT_MS = 3_000;
 /** How long connecting the admin connection may take. */
@@ -83,7 +82,7 @@ class PostgresAdapter implements ProviderAdapter {
   }
 
   generate() {
-    return { password: generateSecret(PASSWORD_BYTES) };
+    return generatePassword();
   }
 
   async observe(req: ObserveRequest): Promise<ObserveResult> {
@@ -123,10 +122,7 @@ class PostgresAdapter implements ProviderAdapter {
     const { module, requirement, generation } = req.grant;
     const names = postgresNames(module, requirement);
     const role = loginRoleName(names.group, generation);
-    const password = req.secret.password;
-    if (typeof password !== "string" || password === "") {
-      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${module}/${requirement} has no password; make it with generate()`);
-    }
+    const password = passwordOf(req);
     const marker = markerOf(module, requirement);
     await this.admin(`create ${module}/${requirement}`, async (c) => {
       await ensureRole(c, names.group, marker);

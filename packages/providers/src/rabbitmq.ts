@@ -23,7 +23,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import amqplib from "amqplib";
-import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret, isMeshError } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, errorMessage, isMeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -39,10 +39,9 @@ import type {
 } from "./adapter.js";
 import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 
-/** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
-export const PASSWORD_BYTES = 24;
 /** How long a {@link ProviderAdapter.login} may leave the socket idle while connecting. */
 export const LOGIN_TIMEOUT_MS = 3_000;
 /** How long one management API request may take. */
@@ -206,7 +205,7 @@ class RabbitmqAdapter implements ProviderAdapter {
   }
 
   generate() {
-    return { password: generateSecret(PASSWORD_BYTES) };
+    return generatePassword();
   }
 
   async observe(req: ObserveRequest): Promise<ObserveResult> {
@@ -234,10 +233,7 @@ class RabbitmqAdapter implements ProviderAdapter {
 
   async create(req: CreateRequest): Promise<CreateResult> {
     const { names, user, mark, what } = grantNames(req.grant, "create");
-    const password = req.secret.password;
-    if (typeof password !== "string" || password === "") {
-      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${req.grant.module}/${req.grant.requirement} has no password; make it with generate()`);
-    }
+    const password = passwordOf(req);
     // Each read refuses an object of the grant's name without the grant's mark.
     const readVhost = async () => {
       const vhost = await this.get<VhostInfo>(what, vhostPath(names.vhost));

@@ -19,7 +19,7 @@
  * makes them again.
  */
 import { Redis } from "ioredis";
-import { ErrorCodes, Kinds, MeshError, errorMessage, generateSecret } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -34,11 +34,10 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
+import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { aclRules, parseAclUser, passwordHash, redisNames, slotOf, type AclRecord, type AclUser, type RedisNames } from "./redis-acl.js";
 
-/** Bytes of randomness in a generated password (base64url-encoded: 32 characters). */
-const PASSWORD_BYTES = 24;
 /** How long a {@link ProviderAdapter.login} may take to connect, and then each of AUTH and PING. */
 const LOGIN_TIMEOUT_MS = 3_000;
 /** How long the admin connection may take to connect, and then each command. */
@@ -63,7 +62,7 @@ class RedisAdapter implements ProviderAdapter {
   }
 
   generate() {
-    return { password: generateSecret(PASSWORD_BYTES) };
+    return generatePassword();
   }
 
   async observe(req: ObserveRequest): Promise<ObserveResult> {
@@ -85,10 +84,7 @@ class RedisAdapter implements ProviderAdapter {
 
   async create(req: CreateRequest): Promise<CreateResult> {
     const { names, generation } = grantNames(req.grant);
-    const password = req.secret.password;
-    if (typeof password !== "string" || password === "") {
-      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${names.mark} has no password; make it with generate()`);
-    }
+    const password = passwordOf(req);
     const hash = passwordHash(password);
     await this.admin(`create ${names.mark}`, (c) =>
       change(c, names, (user) => {
