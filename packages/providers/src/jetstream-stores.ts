@@ -32,7 +32,7 @@ import {
 import { JetStreamApiError, StorageType, jetstreamManager, type JetStreamClient, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
-import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, errorMessage, retryJetStreamGap } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -274,18 +274,12 @@ class JetStreamStoreAdapter implements ProviderAdapter {
 
   /** Runs `fn` on the admin connection; maps every failure to a MeshError that says what to do. */
   private async withAdmin<T>(what: string, fn: (c: JetStreamConnection) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await fn(await this.adminConnection());
-      } catch (e) {
-        // JetStream's API goes quiet for ~100 ms on every config reload (each nats.user change
-        // makes one, measured on 2.9.10), and a cluster says the same while it elects a leader.
-        if (isJetStreamNotEnabled(e) && attempt < JETSTREAM_GAP_ATTEMPTS) {
-          await new Promise((r) => setTimeout(r, 250 * attempt));
-          continue;
-        }
-        throw this.adminError(what, e);
-      }
+    try {
+      // JetStream's API goes quiet on every config reload (each nats.user change makes one),
+      // and a cluster says the same while it elects a leader: tried again a few times first.
+      return await retryJetStreamGap(async () => fn(await this.adminConnection()), JETSTREAM_GAP_ATTEMPTS);
+    } catch (e) {
+      throw this.adminError(what, e);
     }
   }
 
@@ -376,7 +370,7 @@ async function streamInfo(jsm: JetStreamManager, stream: string): Promise<Stream
 const isAuthError = (e: unknown) => e instanceof AuthorizationError || (e instanceof Error && e.cause instanceof AuthorizationError);
 
 /** JetStream off, or (on a cluster) without a leader; the class is not exported by the client. */
-/** Tries of a call that met "jetstream is not enabled" before it counts as unreachable (about 1.5 s in all). */
+/** Tries of a call that met JetStream's reload gap before it counts as unreachable. */
 const JETSTREAM_GAP_ATTEMPTS = 4;
 const isJetStreamNotEnabled = (e: unknown) => e instanceof Error && (e.name === "JetStreamNotEnabled" || /jetstream is not enabled/i.test(e.message));
 
