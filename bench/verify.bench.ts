@@ -232,7 +232,9 @@ try {
   line("baseline: bare logins, same concurrency", `${baselineRate.toFixed(1)} logins/s (${GRANTS} in ${s(baselineMs)})`);
   line("verifier: first full pass", `${passRate.toFixed(1)} checks/s (${passChecks} checks in ${s(passMs)}), ${verified}/${GRANTS} Verified`);
   line("ratio verifier / baseline", `${(passRate / baselineRate).toFixed(2)}  (1.00 = a check costs only its login)`);
-  line("steady state at the default 10 s interval", `${steadyRate.toFixed(1)} checks/s; a full pass takes ${s((GRANTS / Math.max(steadyRate, 0.001)) * 1000)} (${passMs > 10_000 ? "longer than the interval: checks queue" : "within the interval"})`);
+  // The verdict is on the figure printed beside it: the steady-state pass, not the first one.
+  const steadyPassMs = (GRANTS / Math.max(steadyRate, 0.001)) * 1000;
+  line("steady state at the default 10 s interval", `${steadyRate.toFixed(1)} checks/s; a full pass takes ${s(steadyPassMs)} (${steadyPassMs > 10_000 ? "longer than the interval: checks queue" : "within the interval"})`);
   line("meshctl verify while saturated (5 grants)", `p50 ${ms(pct(forced, 50))}, max ${ms(Math.max(...forced))}`);
   line(`writes while nothing changed (${s(STEADY_MS)})`, `${grantWrites} grant writes, ${recordWrites} verification-record writes (${(recordWrites / (steadyMs / 1000)).toFixed(1)}/s)`);
   line("bench process RSS (verifier and harness clients)", `${(rss0 / 2 ** 20).toFixed(0)} MiB before the pass, ${(rss1 / 2 ** 20).toFixed(0)} MiB after`);
