@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { ErrorCodes, isMeshError } from "@mesh/shared";
 import { meshName } from "../../../test/harness/arbitraries.js";
+import { refused } from "../../../test/harness/refusals.js";
 import {
   MARIADB_IDENTIFIER,
   MAX_BASE_LENGTH,
@@ -15,15 +16,7 @@ import {
 
 const INJECTION = 'x"; DROP ROLE postgres; --';
 
-function refusedName(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(isMeshError(e, ErrorCodes.InvalidName), String(e)).toBe(true);
-    return (e as Error).message;
-  }
-  throw new Error("expected a refusal, got none");
-}
+const refusedName = (fn: () => unknown) => refused(ErrorCodes.InvalidName, fn);
 
 describe("mariadbNames", () => {
   it.each([

@@ -4,19 +4,11 @@ import { ErrorCodes, NAME_PATTERN, isMeshError } from "@mesh/shared";
 import { MAX_BASE_LENGTH, PG_IDENTIFIER, baseName, checkIdentifier, loginRoleName, postgresNames, quoteIdentifier } from "./postgres-identifiers.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { meshName } from "../../../test/harness/arbitraries.js";
+import { refused } from "../../../test/harness/refusals.js";
 
 const INJECTION = 'x"; DROP ROLE postgres; --';
 
-const refusedAs = (code: string) => (fn: () => unknown) => {
-  try {
-    fn();
-  } catch (e) {
-    expect(isMeshError(e, code as never), String(e)).toBe(true);
-    return (e as Error).message;
-  }
-  throw new Error("expected a refusal, got none");
-};
-const refusedName = refusedAs(ErrorCodes.InvalidName);
+const refusedName = (fn: () => unknown) => refused(ErrorCodes.InvalidName, fn);
 
 
 describe("baseName", () => {
@@ -133,6 +125,6 @@ describe("checkGrantRef", () => {
     [{ module: "shop", requirement: "db", generation: 0 }, ErrorCodes.InvalidRequest],
     [{ module: "shop", requirement: "db", generation: 1.5 }, ErrorCodes.InvalidRequest],
   ])("refuses %j with %s", (grant, code) => {
-    refusedAs(code)(() => checkGrantRef(grant));
+    refused(code, () => checkGrantRef(grant));
   });
 });

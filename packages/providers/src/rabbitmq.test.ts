@@ -4,6 +4,7 @@ import { ErrorCodes, Kinds, isMeshError } from "@mesh/shared";
 import type { ProviderConfig } from "./adapter.js";
 import { RABBITMQ_NAME, createRabbitmqAdapter, rabbitmqNames, rabbitmqPasswordHash, rabbitmqUserName } from "./rabbitmq.js";
 import { meshName } from "../../../test/harness/arbitraries.js";
+import { refused } from "../../../test/harness/refusals.js";
 
 const provider = (over: Partial<ProviderConfig> = {}): ProviderConfig => ({
   name: "rabbit-test",
@@ -13,17 +14,6 @@ const provider = (over: Partial<ProviderConfig> = {}): ProviderConfig => ({
   options: { managementUrl: "http://127.0.0.1:15672" },
   ...over,
 });
-
-/** The message of the MeshError `code` that `fn` throws. */
-function refused(code: string, fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(isMeshError(e, code as never), String(e)).toBe(true);
-    return (e as Error).message;
-  }
-  throw new Error("expected a refusal, got none");
-}
 
 describe("rabbitmqNames", () => {
   it.each([
