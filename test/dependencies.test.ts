@@ -54,7 +54,9 @@ describe("providers that need grants", () => {
       return c?.reason === "DependencyCycle" ? c : undefined;
     });
     expect(cycle.message).toContain("loop-a/files → loop-b/db → loop-a/files");
-    expect((await resolved("loop-b", "db"))?.reason).toBe("DependencyCycle");
+    // The other member learns of the cycle once the first one's grant is stored (its module is
+    // reconciled again then), so it is waited for too.
+    await waitFor("the other member reported as in the cycle", async () => (await resolved("loop-b", "db"))?.reason === "DependencyCycle" || undefined);
     const state = await mesh.waitForState("loop-a", "Unsatisfiable");
     expect(state.message).toContain("files: DependencyCycle");
     expect((await mesh.grant("loop-a", "files"))?.generation).toBe(0);
