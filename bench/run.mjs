@@ -1,7 +1,10 @@
 #!/usr/bin/env node
 /**
  * Runs every benchmark in this folder (`*.bench.ts`), one after another, each in its own
- * process (from sources, through tsx, with `--expose-gc`), and prints what each prints. A
+ * process (through tsx, with `--expose-gc`), and prints what each prints. The benchmarks' own
+ * files run through tsx; the mesh's packages (`@mesh/*`) resolve to their build (`dist/`, which
+ * `npm run bench` makes first), so what is measured is the code as it ships, not tsx's
+ * transform of it (which wraps every function to keep its name). A
  * benchmark prints its figures beside a baseline measured in the same run; none asserts a
  * time. `npm run bench -- NAME…` runs only the files whose name contains one of the NAMEs.
  * Each runs with the open-files soft limit raised to the hard limit.
@@ -30,7 +33,7 @@ for (const f of files) {
   const t0 = Date.now();
   // Through sh, to raise the open-files limit to the hard one first (5,000 holders need about
   // 5,300 in nats-server, which the benchmark starts).
-  const cmd = [tsx, "--tsconfig", join(root, "test/harness/tsconfig.sources.json"), "--expose-gc", join(here, f)];
+  const cmd = [tsx, "--tsconfig", join(root, "tsconfig.base.json"), "--expose-gc", join(here, f)];
   const r = spawnSync("sh", ["-c", 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"', "sh", ...cmd], {
     cwd: root,
     stdio: "inherit",

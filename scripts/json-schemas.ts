@@ -10,6 +10,9 @@ import {
   ApplyReply,
   ApplyRequest,
   Buckets,
+  Confirmation,
+  HolderNotice,
+  HolderRegistration,
   CredentialFetchReply,
   CredentialFetchRequest,
   CredentialValues,
@@ -25,6 +28,10 @@ import {
   ProbeReport,
   ProviderDoc,
   ReachabilityRecord,
+  RotateRequest,
+  Rotation,
+  RotationBroadcast,
+  SealedHolderPayload,
   Verification,
   VerifyReply,
   VerifyRequest,
@@ -171,6 +178,55 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     schema: ReachabilityRecord,
     io: "output",
     description: `Whether a provider's endpoint accepts connections from a node, as its agent sees it, stored in KV bucket ${Buckets.reachability} under <node>.<provider>.`,
+  },
+  {
+    name: "RotateRequest",
+    schema: RotateRequest,
+    io: "input",
+    description: `Request on ${subjects.rotate}: rotate a grant (meshctl rotate). The reply is {ok: true, rotation: Rotation} or an error (Conflict names the rotation already running).`,
+  },
+  {
+    name: "Rotation",
+    schema: Rotation,
+    io: "output",
+    description: `A rotation as stored in KV bucket ${Buckets.rotations} under <module>.<requirement> (the grant's latest): its state, its holders with their progress, refused confirmations.`,
+  },
+  {
+    name: "RotationBroadcast",
+    schema: RotationBroadcast,
+    io: "output",
+    description: `Event on ${subjects.rotationBroadcastsAll.replace(">", "<module>.<requirement>")} (stream ${Streams.rotations}): a rotation started. Holders are told by their own Delivery or HolderNotice.`,
+  },
+  {
+    name: "HolderRegistration",
+    schema: HolderRegistration,
+    io: "input",
+    description:
+      `An SDK holder instance, written by itself to KV bucket ${Buckets.holders} under <module>.<requirement>.<node>.<part>.<instance> ` +
+      "and refreshed every 30 s, so that a rotation waits for its confirmation. xkey is its public curve25519 key (starting with X).",
+  },
+  {
+    name: "HolderNotice",
+    schema: HolderNotice,
+    io: "output",
+    description:
+      "Message (core NATS, sent by the rotator only) on mesh.rotation.values.<module>.<requirement>.<node>.<part>.<instance>: " +
+      "a rotation started. sealed, when present, is base64 of the new values sealed to the instance's xkey by sender, " +
+      "opening to a SealedHolderPayload; otherwise fetch them. Sent again every 5 s until the instance confirmed.",
+  },
+  {
+    name: "SealedHolderPayload",
+    schema: SealedHolderPayload,
+    io: "output",
+    description: "The plaintext inside HolderNotice.sealed: the notice's holder, rotation and generation repeated (check them), and the values. Secret: never log it.",
+  },
+  {
+    name: "Confirmation",
+    schema: Confirmation,
+    io: "input",
+    description:
+      `Request on ${subjects.rotationConfirmsAll.replace(">", "<module>.<requirement>")}: a holder uses the rotation's new generation. ` +
+      "The reply is {ok: true} once it is recorded, or an error (Conflict: refused). Without a reply, send it again; repeats are harmless.",
   },
 ];
 

@@ -12,7 +12,23 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
-import { Kinds, registerTracing, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type Confirmation, type ModuleDoc } from "@mesh/shared";
+import {
+  ErrorCodes,
+  Kinds,
+  ReplyLine,
+  registerTracing,
+  Rotation,
+  RotationStates,
+  createLogger,
+  getCondition,
+  isMeshError,
+  keys,
+  readJson,
+  sendConfirmation,
+  subjects,
+  type Confirmation,
+  type ModuleDoc,
+} from "@mesh/shared";
 import { createAdapter, CredentialStore } from "@mesh/providers";
 import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
@@ -215,11 +231,15 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     expect((await mesh.grant("shop2", "db"))?.generation).toBe(1);
     expect(await loginWith(mesh, "shop2", 1)).toEqual({ ok: true });
 
-    // A holder confirming a grant it does not hold is refused, and the refusal is recorded.
+    // A holder confirming a grant it does not hold is refused, told why, and the refusal is recorded.
     const forged: Confirmation = { rotation: "shop2/db#2", grant: "shop2/db", holder: "node-x/intruder", generation: 2, confirmedAt: new Date().toISOString() };
-    await mesh.store.js.publish(subjects.rotationConfirm("shop2", "db"), JSON.stringify(forged));
-    const refused = await waitFor("forged confirmation refused", async () => (await rotation(mesh, "shop2"))?.refused.find((r) => r.holder === "node-x/intruder"));
-    expect(refused.reason).toContain("does not hold grant shop2/db");
+    const line = new ReplyLine(mesh.store.nc, "rotator");
+    const answer = await sendConfirmation(line, forged).catch((e: unknown) => e);
+    line.close();
+    expect(isMeshError(answer, ErrorCodes.Conflict) && !answer.retryable).toBe(true);
+    expect((answer as Error).message).toContain("node-x/intruder does not hold grant shop2/db");
+    const refused = (await rotation(mesh, "shop2"))?.refused.find((r) => r.holder === "node-x/intruder");
+    expect(refused?.reason).toContain("does not hold grant shop2/db");
     expect((await rotation(mesh, "shop2"))?.state).toBe(RotationStates.Stalled);
     expect(await loginWith(mesh, "shop2", 1)).toEqual({ ok: true });
 

@@ -1,8 +1,9 @@
 /**
- * Rotation values sealed to SDK holders: the rotator seals generation k+1 to each registered
- * holder's xkey on the holder's own subject before the broadcast, so holders apply it without
- * a fetch round trip to the provisioner; a holder registered without an xkey still fetches;
- * one holder's sealed message does not open with another holder's key; nothing is stored.
+ * Rotation notices to SDK holders: the rotator tells each SDK holder of a rotation on the
+ * holder's own subject, with generation k+1 sealed to the holder's registered xkey, so holders
+ * apply it without a fetch round trip to the provisioner; a holder registered without an xkey
+ * is told too and fetches; one holder's notice does not open with another holder's key;
+ * nothing is stored; a holder that missed its notice is told again until it confirms.
  * Real nats-server, real resolver, provisioner and rotator.
  */
 import { randomBytes } from "node:crypto";
@@ -12,11 +13,11 @@ import {
   Grant,
   HolderRegistration,
   Kinds,
+  HolderNotice,
+  ReplyLine,
   Rotation,
-  RotationBroadcast,
   RotationStates,
   SealedHolderPayload,
-  SealedHolderValues,
   connectNats,
   createLogger,
   createSealingKey,
@@ -25,6 +26,7 @@ import {
   openStore,
   parseMasterKey,
   readJson,
+  sendConfirmation,
   subjects,
   type Confirmation,
   type ModuleDoc,
@@ -36,6 +38,9 @@ import { startProvisioner, type Provisioner } from "@mesh/provisioner";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
+
+/** Short, so the test of a missed notice need not wait the default 5 s. */
+const NOTICE_RESEND_MS = 1_000;
 
 let nats: NatsServer;
 let nc: NatsConnection;
@@ -54,7 +59,7 @@ beforeAll(async () => {
   const masterKey = parseMasterKey(randomBytes(32).toString("hex"));
   resolver = await startResolver({ store, log: log() });
   provisioner = await startProvisioner({ store, masterKey, log: log() });
-  rotator = await startRotator({ store, masterKey, log: log(), sweepMs: 500 });
+  rotator = await startRotator({ store, masterKey, log: log(), sweepMs: 500, noticeResendMs: NOTICE_RESEND_MS });
 });
 
 afterAll(async () => {
@@ -74,12 +79,27 @@ async function waitUntil(what: string, f: () => Promise<boolean> | boolean, time
   }
 }
 
-describe("rotation values sealed to SDK holders", () => {
-  it("reach each holder without a fetch, open only for their holder, and an xkey-less holder still fetches", async () => {
-    const doc = { kind: "Module", name: "sealed", parts: [{ name: "app", node: "n1", installed: true }], requires: [{ name: "key", kind: Kinds.Secret }] } satisfies Partial<ModuleDoc>;
-    const applied = await nc.request(subjects.apply, JSON.stringify({ documents: [doc] }), { timeout: 10_000 });
-    expect((applied.json() as { ok: boolean }).ok).toBe(true);
-    await waitUntil("generation 1", async () => ((await readJson(store.kv.grants, keys.grant("sealed", "key"), Grant))?.value.generation ?? 0) >= 1);
+/** An SDK holder's registration whose key the test owns, to open what is sealed to it (it confirms by hand). */
+async function registerSpy(module: string, instance: string) {
+  const key = createSealingKey();
+  const now = new Date().toISOString();
+  const reg: HolderRegistration = { holder: `n1/app/${instance}`, grant: `${module}/key`, node: "n1", part: "app", instance, registeredAt: now, seenAt: now, xkey: key.getPublicKey() };
+  await store.kv.holders.put(keys.holder(module, "key", "n1", "app", instance), JSON.stringify(reg));
+  return key;
+}
+
+async function applySecretModule(module: string) {
+  const doc = { kind: "Module", name: module, parts: [{ name: "app", node: "n1", installed: true }], requires: [{ name: "key", kind: Kinds.Secret }] } satisfies Partial<ModuleDoc>;
+  const applied = await nc.request(subjects.apply, JSON.stringify({ documents: [doc] }), { timeout: 10_000 });
+  expect((applied.json() as { ok: boolean }).ok).toBe(true);
+  await waitUntil("generation 1", async () => ((await readJson(store.kv.grants, keys.grant(module, "key"), Grant))?.value.generation ?? 0) >= 1);
+}
+
+const committed = async (module: string) => (await readJson(store.kv.rotations, keys.grant(module, "key"), Rotation))?.value.state === RotationStates.Committed;
+
+describe("rotation notices to SDK holders", () => {
+  it("reach each holder with its values sealed to it, open only for their holder, and an xkey-less holder is told and fetches", async () => {
+    await applySecretModule("sealed");
 
     // Three SDK holders on their own connections; each records what it applied.
     const holders: CredentialHolder[] = [];
@@ -105,16 +125,12 @@ describe("rotation values sealed to SDK holders", () => {
     expect(oldReg.xkey).toMatch(/^X[A-Z2-7]{55}$/);
     const { xkey: _dropped, ...withoutXkey } = oldReg;
     await store.kv.holders.put(oldKey, JSON.stringify(withoutXkey));
-    // A holder whose key the test owns, to open what is sealed to it (it confirms by hand).
-    const spyKey = createSealingKey();
-    const now = new Date().toISOString();
-    const spy: HolderRegistration = { holder: "n1/app/spy", grant: "sealed/key", node: "n1", part: "app", instance: "spy", registeredAt: now, seenAt: now, xkey: spyKey.getPublicKey() };
-    await store.kv.holders.put(keys.holder("sealed", "key", "n1", "app", "spy"), JSON.stringify(spy));
+    const spyKey = await registerSpy("sealed", "spy");
     const xkeyOf = new Map<string, string>();
     for (const i of ["h0", "h1"]) xkeyOf.set((await readJson(store.kv.holders, keys.holder("sealed", "key", "n1", "app", i), HolderRegistration))!.value.xkey!, i);
     xkeyOf.set(oldReg.xkey!, "old");
 
-    // Watch every fetch request (a plain subscriber sees a copy of each) and every sealed message.
+    // Watch every fetch request (a plain subscriber sees a copy of each) and every notice.
     const fetchesBy = new Map<string, number>();
     const fetchSub = nc.subscribe(subjects.credentialFetch, {
       callback: (_e, m) => {
@@ -122,31 +138,39 @@ describe("rotation values sealed to SDK holders", () => {
         fetchesBy.set(who, (fetchesBy.get(who) ?? 0) + 1);
       },
     });
-    const sealedMsgs: Array<{ subject: string; m: SealedHolderValues }> = [];
-    const sealedSub = nc.subscribe("mesh.rotation.values.>", { callback: (_e, m) => void sealedMsgs.push({ subject: m.subject, m: SealedHolderValues.parse(m.json()) }) });
-    const broadcasts: RotationBroadcast[] = [];
-    const broadcastSub = nc.subscribe(subjects.rotationBroadcast("sealed", "key"), { callback: (_e, m) => void broadcasts.push(RotationBroadcast.parse(m.json())) });
+    const notices: Array<{ subject: string; m: HolderNotice; traceparent: string | undefined }> = [];
+    const noticeSub = nc.subscribe("mesh.rotation.values.>", {
+      callback: (_e, m) => void notices.push({ subject: m.subject, m: HolderNotice.parse(m.json()), traceparent: m.headers?.get("traceparent") || undefined }),
+    });
     await nc.flush();
 
     const rotation = await rotator.rotate({ grant: "sealed/key" });
     expect(Object.keys(rotation.holders).sort()).toEqual(["n1/app/h0", "n1/app/h1", "n1/app/old", "n1/app/spy"]);
-    await waitUntil("the spy's sealed values", () => sealedMsgs.some((x) => x.m.holder === "n1/app/spy"));
-    const spyMsg = sealedMsgs.find((x) => x.m.holder === "n1/app/spy")!;
-    const opened = SealedHolderPayload.parse(openFrom(spyKey, spyMsg.m.sender, spyMsg.m.sealed));
+    await waitUntil("the spy's notice", () => notices.some((x) => x.m.holder === "n1/app/spy"));
+    const spyMsg = notices.find((x) => x.m.holder === "n1/app/spy")!;
+    const opened = SealedHolderPayload.parse(openFrom(spyKey, spyMsg.m.sender!, spyMsg.m.sealed!));
     expect(opened).toMatchObject({ rotation: rotation.id, holder: "n1/app/spy", generation: 2 });
+    // The spy confirms as the SDK does: answered once recorded.
+    const line = new ReplyLine(nc, "rotator");
     const c: Confirmation = { rotation: rotation.id, grant: "sealed/key", holder: "n1/app/spy", generation: 2, confirmedAt: new Date().toISOString() };
-    await store.js.publish(subjects.rotationConfirm("sealed", "key"), JSON.stringify(c), { msgID: `${rotation.id}:spy` });
+    await sendConfirmation(line, c);
+    expect((await readJson(store.kv.rotations, keys.grant("sealed", "key"), Rotation))!.value.holders["n1/app/spy"]?.c).toBeTypeOf("number");
 
-    await waitUntil("the commit", async () => (await readJson(store.kv.rotations, keys.grant("sealed", "key"), Rotation))?.value.state === RotationStates.Committed);
+    await waitUntil("the commit", () => committed("sealed"));
+    // Sent again after the commit (its answer lost, say): a harmless repeat, answered ok.
+    await sendConfirmation(line, c, { budgetMs: 5_000 });
+    line.close();
     fetchSub.unsubscribe();
-    sealedSub.unsubscribe();
-    broadcastSub.unsubscribe();
+    noticeSub.unsubscribe();
 
-    // Each holder with an xkey got its own message, on its own subject; the xkey-less one none.
-    expect(sealedMsgs.map((x) => x.subject).sort()).toEqual(["h0", "h1", "spy"].map((i) => subjects.holderValues("sealed", "key", "n1", "app", i)));
-    // Sealed before the broadcast, by the sender the broadcast names.
-    expect(broadcasts).toHaveLength(1);
-    expect(new Set(sealedMsgs.map((x) => x.m.sender))).toEqual(new Set([broadcasts[0]!.sender]));
+    // Each SDK holder was told on its own subject, in the rotation's trace; the xkey-less one without values.
+    expect([...new Set(notices.map((x) => x.subject))].sort()).toEqual(["h0", "h1", "old", "spy"].map((i) => subjects.holderValues("sealed", "key", "n1", "app", i)));
+    expect(new Set(notices.map((x) => x.traceparent?.split("-")[1]))).toEqual(new Set([rotation.traceparent?.split("-")[1]]));
+    const oldNotices = notices.filter((x) => x.m.holder === "n1/app/old");
+    expect(oldNotices.every((x) => x.m.sealed === undefined && x.m.sender === undefined)).toBe(true);
+    const sealedNotices = notices.filter((x) => x.m.holder !== "n1/app/old");
+    expect(sealedNotices.every((x) => x.m.sealed !== undefined)).toBe(true);
+    expect(new Set(sealedNotices.map((x) => x.m.sender)).size).toBe(1);
     // h0 and h1 applied generation 2 without a fetch; "old" fetched it; all got the same values.
     for (const i of ["h0", "h1", "old"]) {
       const u = got.get(i)!.find((x) => x.generation === 2);
@@ -157,12 +181,37 @@ describe("rotation values sealed to SDK holders", () => {
     expect(fetchesBy.get("h1") ?? 0).toBe(0);
     expect(fetchesBy.get("old") ?? 0).toBeGreaterThanOrEqual(1);
 
-    // One holder's message does not open with another holder's key (nor does a forged copy on its subject get used).
-    const h0Msg = sealedMsgs.find((x) => x.m.holder === "n1/app/h0")!;
-    expect(() => openFrom(spyKey, h0Msg.m.sender, h0Msg.m.sealed)).toThrow(/did not open/);
+    // One holder's notice does not open with another holder's key.
+    const h0Msg = notices.find((x) => x.m.holder === "n1/app/h0")!;
+    expect(() => openFrom(spyKey, h0Msg.m.sender!, h0Msg.m.sealed!)).toThrow(/did not open/);
     // Nothing sealed is at rest: no stream takes the per-holder subject.
     await expect(store.jsm.streams.find(h0Msg.subject)).rejects.toThrow();
 
     await Promise.all(holders.map((h) => h.stop()));
+  }, 60_000);
+
+  it("tells a holder that missed its notice again, and the rotation commits once it confirms", async () => {
+    await applySecretModule("missed");
+    const key = await registerSpy("missed", "late");
+    const subject = subjects.holderValues("missed", "key", "n1", "app", "late");
+    const rotation = await rotator.rotate({ grant: "missed/key" });
+    expect(Object.keys(rotation.holders)).toEqual(["n1/app/late"]);
+    // Listening only once the first notice has gone by (as after a lost message).
+    await waitUntil("the first notice sent", async () => (await readJson(store.kv.rotations, keys.grant("missed", "key"), Rotation))?.value.state === RotationStates.AwaitingHolders);
+    const told: HolderNotice[] = [];
+    const sub = nc.subscribe(subject, { callback: (_e, m) => void told.push(HolderNotice.parse(m.json())) });
+    await nc.flush();
+    await waitUntil("the notice sent again", () => told.length > 0, 4 * NOTICE_RESEND_MS + 5_000);
+    const opened = SealedHolderPayload.parse(openFrom(key, told[0]!.sender!, told[0]!.sealed!));
+    expect(opened).toMatchObject({ rotation: rotation.id, holder: "n1/app/late", generation: 2 });
+    const line = new ReplyLine(nc, "rotator");
+    await sendConfirmation(line, { rotation: rotation.id, grant: "missed/key", holder: "n1/app/late", generation: 2, confirmedAt: new Date().toISOString() });
+    line.close();
+    await waitUntil("the commit", () => committed("missed"));
+    // Nobody is told again once every holder confirmed.
+    const after = told.length;
+    await new Promise((r) => setTimeout(r, 2 * NOTICE_RESEND_MS + 600));
+    expect(told.length).toBe(after);
+    sub.unsubscribe();
   }, 60_000);
 });

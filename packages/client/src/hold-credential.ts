@@ -5,14 +5,15 @@
  * `confirm()` on an update once it has switched to it; the old generation is retired only
  * after every holder confirmed.
  *
- * Durable in effect: a rotation broadcast arrives live (a subscription on the grant's
- * broadcast subject, which the MESH_ROTATIONS stream also stores), and an instance that was
- * disconnected reads the running rotation from KV when it is back, so it never misses one.
+ * One message in on the rotation path: the instance registers its public xkey, and the rotator
+ * sends it a notice of each rotation on the instance's own subject (which only the rotator may
+ * publish to), with the new generation's values sealed to that xkey. A notice whose values do
+ * not open for this instance, rotation and generation is applied by fetching them instead.
  *
- * No round trip on the rotation path: the instance registers its public xkey, and the rotator
- * seals the new generation's values to it on the instance's own subject just before the
- * broadcast. A broadcast whose values arrived (sealed by the broadcast's sender, for this
- * instance, rotation and generation) is applied from them; otherwise the values are fetched.
+ * Durable in effect: the rotator tells an instance again while it has not confirmed, and an
+ * instance that was disconnected reads the running rotation from KV when it is back, so it
+ * never misses one. Its confirmation is a request the rotator answers once it is recorded;
+ * without an answer it is sent again.
  */
 import { randomBytes } from "node:crypto";
 import { jetstream } from "@nats-io/jetstream";
@@ -22,12 +23,12 @@ import {
   Buckets,
   ErrorCodes,
   Grant,
+  HolderNotice,
   MeshError,
   NAME_RULE,
+  ReplyLine,
   Rotation,
-  RotationBroadcast,
   SealedHolderPayload,
-  SealedHolderValues,
   HOLDER_HEARTBEAT_MS,
   contextFrom,
   createSealingKey,
@@ -39,6 +40,7 @@ import {
   keys,
   openFrom,
   sdkHolderId,
+  sendConfirmation,
   subjects,
   traceHeaders,
   tracer,
@@ -47,9 +49,8 @@ import {
   type HolderRegistration,
   type NatsConnection,
 } from "@mesh/shared";
-import { StoredPublisher } from "./stored-publisher.js";
 
-/** How long a confirmation waits for JetStream to store it (as `js.publish` would by default). */
+/** How long one send of a confirmation waits for the rotator's answer before it is sent again. */
 const CONFIRM_TIMEOUT_MS = 5_000;
 
 export interface HoldCredentialOptions {
@@ -75,7 +76,9 @@ export interface HeldCredential {
   rotation?: string;
   /**
    * Tells the rotator this instance now uses `generation` (call it once the application has
-   * switched). Resolves once the confirmation is stored by JetStream. A no-op outside a rotation.
+   * switched). Resolves once the rotator recorded it (in JetStream), sending it again until a
+   * rotator answers; rejects when the rotator refuses it (`Conflict`, with its reason) or the
+   * holder is stopped first. A no-op outside a rotation.
    */
   confirm(): Promise<void>;
 }
@@ -114,14 +117,11 @@ class Holder implements CredentialHolder {
   private done = false;
   private generation = 0;
   private heartbeat: NodeJS.Timeout | undefined;
-  private sub: ReturnType<NatsConnection["subscribe"]> | undefined;
-  private valuesSub: ReturnType<NatsConnection["subscribe"]> | undefined;
-  /** Sealed values received for rotations, by `<rotation> <sender>`, until their broadcast takes them (newest few kept). */
-  private readonly sealed = new Map<string, SealedHolderValues>();
+  private noticeSub: ReturnType<NatsConnection["subscribe"]> | undefined;
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
   private chain: Promise<void> = Promise.resolve();
-  private readonly confirmations: StoredPublisher;
+  private readonly confirmations: ReplyLine;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -131,32 +131,26 @@ class Holder implements CredentialHolder {
     this.holder = sdkHolderId(opts.node, opts.part, opts.instance);
     this.grant = grantId(opts.module, opts.requirement);
     this.regKey = keys.holder(opts.module, opts.requirement, opts.node, opts.part, opts.instance);
-    this.confirmations = new StoredPublisher(nc, CONFIRM_TIMEOUT_MS);
+    this.confirmations = new ReplyLine(nc, "rotator", CONFIRM_TIMEOUT_MS);
   }
 
   async start(): Promise<void> {
-    // Subscribed before registering: a rotation that sees the registration may seal to it at once.
-    this.valuesSub = this.nc.subscribe(subjects.holderValues(this.opts.module, this.opts.requirement, this.opts.node, this.opts.part, this.opts.instance), {
+    // Subscribed before registering: a rotation that sees the registration may tell it at once.
+    this.noticeSub = this.nc.subscribe(subjects.holderValues(this.opts.module, this.opts.requirement, this.opts.node, this.opts.part, this.opts.instance), {
       callback: (err, m) => {
         if (err || this.done) return;
-        const v = SealedHolderValues.safeParse(safeJson(() => m.json()));
-        if (!v.success || v.data.holder !== this.holder || v.data.grant !== this.grant) return;
-        if (this.sealed.size >= 8) this.sealed.delete(this.sealed.keys().next().value!);
-        this.sealed.set(`${v.data.rotation} ${v.data.sender}`, v.data);
+        const n = HolderNotice.safeParse(safeJson(() => m.json()));
+        // Told again while not confirmed: a generation already taken waits for the application's confirm().
+        if (!n.success || n.data.holder !== this.holder || n.data.grant !== this.grant || n.data.generation <= this.generation) return;
+        const receivedAt = new Date();
+        this.enqueue(() => this.take(n.data.generation, n.data.rotation, receivedAt, m.headers, n.data));
       },
     });
     await this.register();
     this.heartbeat = setInterval(() => void this.register().catch(() => undefined), this.opts.heartbeatMs ?? HOLDER_HEARTBEAT_MS);
     this.heartbeat.unref();
-    this.sub = this.nc.subscribe(subjects.rotationBroadcast(this.opts.module, this.opts.requirement), {
-      callback: (err, m) => {
-        if (err || this.done) return;
-        const b = RotationBroadcast.safeParse(safeJson(() => m.json()));
-        if (b.success && b.data.grant === this.grant) this.enqueue(() => this.take(b.data.to, b.data.rotation, new Date(), m.headers, b.data.sender));
-      },
-    });
     this.enqueue(() => this.catchUp(true));
-    // Back after a disconnect: a broadcast may have gone by; the rotation record says.
+    // Back after a disconnect: a notice may have gone by; the rotation record says.
     void (async () => {
       for await (const s of this.nc.status()) {
         if (this.done) break;
@@ -195,31 +189,24 @@ class Holder implements CredentialHolder {
     if (r?.success && isRotationRunning(r.data)) await this.take(r.data.to, r.data.id, new Date(), undefined);
   }
 
-  /**
-   * The values sealed to this instance for `rotation` by `sender` (the broadcast's), when they
-   * arrived and open to this instance, rotation and generation; undefined otherwise (fetch).
-   */
-  private sealedValues(rotation: string | undefined, generation: number, sender: string | undefined): CredentialValues | undefined {
-    if (!rotation || !sender) return undefined;
-    const k = `${rotation} ${sender}`;
-    const m = this.sealed.get(k);
-    this.sealed.delete(k);
-    if (!m || m.sender !== sender || m.rotation !== rotation || m.generation !== generation) return undefined;
+  /** The values `notice` sealed to this instance, when they open for it, its rotation and generation; undefined otherwise (fetch). */
+  private sealedValues(notice: HolderNotice | undefined): CredentialValues | undefined {
+    if (!notice?.sealed || !notice.sender) return undefined;
     try {
-      const p = SealedHolderPayload.safeParse(openFrom(this.key, sender, m.sealed));
-      if (!p.success || p.data.holder !== this.holder || p.data.rotation !== rotation || p.data.generation !== generation) return undefined;
+      const p = SealedHolderPayload.safeParse(openFrom(this.key, notice.sender, notice.sealed));
+      if (!p.success || p.data.holder !== this.holder || p.data.rotation !== notice.rotation || p.data.generation !== notice.generation) return undefined;
       return p.data.values;
     } catch {
-      return undefined; // not sealed to this key by that sender: fetch instead
+      return undefined; // not sealed to this key: fetch instead
     }
   }
 
-  private async take(generation: number, rotation: string | undefined, receivedAt: Date, headers: Parameters<typeof contextFrom>[0], sender?: string): Promise<void> {
+  private async take(generation: number, rotation: string | undefined, receivedAt: Date, headers: Parameters<typeof contextFrom>[0], notice?: HolderNotice): Promise<void> {
     if (this.done || generation <= this.generation) return;
     const span: Span | undefined = rotation
       ? tracer("client").startSpan("rotation.hold", { attributes: { "mesh.rotation": rotation, "mesh.holder": this.holder, "mesh.generation": generation } }, contextFrom(headers))
       : undefined;
-    let values: CredentialValues | undefined = this.sealedValues(rotation, generation, sender);
+    let values: CredentialValues | undefined = this.sealedValues(notice);
     span?.setAttribute("mesh.values", values ? "sealed" : "fetched");
     for (let attempt = 0; !this.done && values === undefined; attempt++) {
       try {
@@ -254,8 +241,11 @@ class Holder implements CredentialHolder {
         };
         try {
           // Carries this holder's span, the rotation's child, to whoever traces the confirmations.
-          const headers = traceHeaders(span ? trace.setSpan(context.active(), span) : context.active());
-          await this.confirmations.publish(subjects.rotationConfirm(this.opts.module, this.opts.requirement), JSON.stringify(c), headers, `${rotation}:${this.holder}`);
+          const headers = span?.isRecording() ? traceHeaders(trace.setSpan(context.active(), span)) : undefined;
+          await sendConfirmation(this.confirmations, c, { ...(headers ? { headers } : {}), stopped: () => this.done });
+        } catch (e) {
+          span?.setStatus({ code: 2, message: errorMessage(e) });
+          throw e;
         } finally {
           span?.end();
         }
@@ -275,9 +265,7 @@ class Holder implements CredentialHolder {
     if (this.done) return;
     this.done = true;
     clearInterval(this.heartbeat);
-    this.sub?.unsubscribe();
-    this.valuesSub?.unsubscribe();
-    this.sealed.clear();
+    this.noticeSub?.unsubscribe();
     this.confirmations.close();
     this.waiter?.({ value: undefined, done: true });
     this.waiter = undefined;

@@ -76,7 +76,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
           // The artifact store the agents hold (object.store names its bucket <module>_<requirement>).
           `$O.${CONTROL_PLANE_MODULE}_${ControlPlaneRequirements.artifacts}.>`,
           subjects.credentialFetch,
-          "mesh.rotation.confirm.>",
+          subjects.rotationConfirmsAll,
           `mesh.probe.report.${node}.>`,
         ],
         subscribe: [subjects.probeRequest(node)],
@@ -92,7 +92,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       case "rotator":
         return {
           publish: [...writes(Buckets.grants, Buckets.rotations, Buckets.credentials), subjects.deliveriesAll, subjects.rotationBroadcastsAll, "mesh.rotation.values.>"],
-          subscribe: [subjects.rotate],
+          subscribe: [subjects.rotate, subjects.rotationConfirmsAll],
         };
     }
   })();

@@ -28,6 +28,7 @@ export * from "./delivery.js";
 export * from "./crypto.js";
 export * from "./credential-fetch.js";
 export * from "./request-json.js";
+export * from "./confirm.js";
 export * from "./logger.js";
 export * from "./tracing.js";
 export * from "./keyed-queue.js";

@@ -163,14 +163,8 @@ async function openStoreOnce(nc: NatsConnection, replicas: number): Promise<Stor
     ...common,
     name: Streams.rotations,
     subjects: [subjects.rotationBroadcastsAll],
-    // The latest broadcast of each grant: what an SDK holder that was away reads when it is back.
+    // The latest broadcast of each grant.
     max_msgs_per_subject: 1,
-  });
-  await ensureStream(jsm, {
-    ...common,
-    name: Streams.confirmations,
-    subjects: [subjects.rotationConfirmsAll],
-    max_age: 7 * 24 * 3_600 * 1_000_000_000,
   });
   return { nc, js, jsm, kv };
 }

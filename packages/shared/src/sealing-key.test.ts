@@ -23,6 +23,18 @@ describe("SealingKeyPair", () => {
     expect(fast.seal(msg, peer, nonce)).toEqual(inner.seal(msg, peer, nonce));
   });
 
+  it("never uses a nonce twice, across refills of the nonces drawn ahead", () => {
+    const a = new SealingKeyPair(createCurve());
+    const peer = createCurve().getPublicKey();
+    const seen = new Set<string>();
+    // More seals than one draw of nonces holds (256), by two keys alike.
+    for (let i = 0; i < 700; i++) {
+      const sealed = (i % 2 ? a : new SealingKeyPair(createCurve())).seal(msg, peer);
+      seen.add(Buffer.from(sealed.subarray(4, 28)).toString("hex"));
+    }
+    expect(seen.size).toBe(700);
+  });
+
   it("does not open what was sealed to another key or altered", () => {
     const a = new SealingKeyPair(createCurve());
     const b = new SealingKeyPair(createCurve());

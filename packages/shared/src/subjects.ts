@@ -33,10 +33,8 @@ export type BucketName = (typeof Buckets)[keyof typeof Buckets];
 export const Streams = {
   /** Delivery notifications to holders (no secret values in them). */
   deliveries: "MESH_DELIVERIES",
-  /** Rotation broadcasts to SDK holders, the last per grant kept (no secret values in them). */
+  /** Rotation broadcasts, the last per grant kept (no secret values in them): the record that a rotation started. */
   rotations: "MESH_ROTATIONS",
-  /** Holders' confirmations of rotations, consumed durably by the rotator. */
-  confirmations: "MESH_CONFIRMATIONS",
 } as const;
 
 /** Queue groups, so that several instances of a service share the work. */
@@ -79,20 +77,23 @@ export const subjects = {
   probeRequest: (node: string) => `mesh.probe.request.${checked(node)}`,
   /** Request: rotate a grant ({@link RotateRequest}). Served by the rotator. */
   rotate: "mesh.api.rotate",
-  /** Event: a rotation of one grant started ({@link RotationBroadcast}); SDK holders of the grant read it. */
+  /** Event: a rotation of one grant started ({@link RotationBroadcast}), stored; holders hear of it by their own Delivery or notice. */
   rotationBroadcast: (module: string, requirement: string) => `mesh.rotation.broadcast.${checked(module, requirement)}`,
   /** Wildcard of all rotation broadcasts, the MESH_ROTATIONS stream's subject space. */
   rotationBroadcastsAll: "mesh.rotation.broadcast.>",
-  /** Event: a holder confirms a rotation of one grant ({@link Confirmation}). */
-  rotationConfirm: (module: string, requirement: string) => `mesh.rotation.confirm.${checked(module, requirement)}`,
   /**
-   * Event: a rotation's new values sealed to one SDK holder instance ({@link SealedHolderValues}).
-   * Plain NATS, in no stream (nothing at rest); only that instance subscribes to it.
+   * Request: a holder confirms a rotation of one grant ({@link Confirmation}). Served by the
+   * rotator, which answers once the confirmation is in the rotation record.
+   */
+  rotationConfirm: (module: string, requirement: string) => `mesh.api.confirm.${checked(module, requirement)}`,
+  /**
+   * Event: a rotation started, for one SDK holder instance, with the new values sealed to it
+   * ({@link HolderNotice}). Plain NATS, in no stream (nothing at rest); only that instance subscribes to it.
    */
   holderValues: (module: string, requirement: string, node: string, part: string, instance: string) =>
     `mesh.rotation.values.${checked(module, requirement, node, part, instance)}`,
-  /** Wildcard of all confirmations, the MESH_CONFIRMATIONS stream's subject space. */
-  rotationConfirmsAll: "mesh.rotation.confirm.>",
+  /** Wildcard of all confirmations (the rotator's subscription). */
+  rotationConfirmsAll: "mesh.api.confirm.>",
   /** The delivery subject of one grant to one part on one node. */
   delivery: (node: string, module: string, part: string, requirement: string) =>
     `mesh.delivery.${checked(node, module, part, requirement)}`,

@@ -1,7 +1,7 @@
 /**
  * The agent's side of a rotation: after it wrote generation k+1 of a grant for a part, it runs
  * the part's `onRotate` command, proves k+1 logs in from this node, and confirms to the rotator
- * (a JetStream-acknowledged message carrying its holder id, the grant and the generation).
+ * (a request carrying its holder id, the grant and the generation, answered once recorded).
  */
 import { spawn } from "node:child_process";
 import {
@@ -10,9 +10,12 @@ import {
   MeshError,
   ModuleDoc,
   ProviderDoc,
+  ReplyLine,
+  errorMessage,
   holderKey,
+  isMeshError,
   readJson,
-  subjects,
+  sendConfirmation,
   traceHeaders,
   type Confirmation,
   type CredentialValues,
@@ -22,6 +25,9 @@ import {
   type Store,
 } from "@mesh/shared";
 import { createAdapter } from "@mesh/providers";
+
+/** How long a confirmation is sent again while no rotator answers, before the Delivery comes back. */
+export const CONFIRM_BUDGET_MS = 30_000;
 
 /** How long a part's `onRotate` command may run. */
 export const ON_ROTATE_TIMEOUT_MS = 60_000;
@@ -62,8 +68,10 @@ export function runOnRotate(command: string, env: Record<string, string>, timeou
 /**
  * Confirms generation `d.generation` of rotation `d.rotation` for part `d.part` on `node`: the
  * part's `onRotate` (if any), then a login with `values` (the delivered k+1) through the
- * provider's adapter, then the confirmation. Throws a retryable MeshError when the command or
- * the login fails, so the Delivery comes back and the rotation waits (k keeps working).
+ * provider's adapter, then the confirmation, sent until the rotator recorded it (for up to
+ * {@link CONFIRM_BUDGET_MS}). Throws a retryable MeshError when the command or the login fails,
+ * or no rotator answered, so the Delivery comes back and the rotation waits (k keeps working);
+ * a refused confirmation is logged, as there is nothing to do again.
  */
 export async function confirmRotation(opts: {
   store: Store;
@@ -108,9 +116,17 @@ export async function confirmRotation(opts: {
     appliedAt: appliedAt.toISOString(),
     confirmedAt: new Date().toISOString(),
   };
-  await store.js.publish(subjects.rotationConfirm(d.module, d.requirement), JSON.stringify(c), {
-    msgID: `${d.rotation}:${c.holder}`,
-    headers: traceHeaders(),
-  });
+  const line = new ReplyLine(store.nc, "rotator");
+  try {
+    await sendConfirmation(line, c, { headers: traceHeaders(), budgetMs: CONFIRM_BUDGET_MS });
+  } catch (e) {
+    if (isMeshError(e) && !e.retryable) {
+      log.warn({ rotation: d.rotation, err: errorMessage(e) }, "the rotator refused the confirmation; nothing to confirm again");
+      return;
+    }
+    throw e;
+  } finally {
+    line.close();
+  }
   log.info({ rotation: d.rotation }, "rotation confirmed");
 }

@@ -1,72 +1,111 @@
 /**
- * Confirmations as they come off the stream, gathered per grant and recorded in batches: one
- * compare-and-set write of the rotation record per batch (it rewrites the whole record, about
- * 42 KB at 1,000 holders), one batch in work per grant at a time while the next one gathers,
- * and grants independent of each other. A confirmation is acknowledged only once it is in the
- * record (or refused); when the write fails it comes back.
+ * Confirmations as they arrive (requests on `subjects.rotationConfirm`), gathered per grant and
+ * recorded in batches: one compare-and-set write of the rotation record per batch (it rewrites
+ * the whole record, about 42 KB at 1,000 holders), one batch in work per grant at a time, and
+ * grants independent of each other. Each is answered only once it is in the record
+ * (`{ok: true}`), or refused (a `Conflict` with the reason); when the write fails the answer is
+ * a retryable error, and the holder sends it again.
+ *
+ * A batch gathers for up to `gatherMs` after its first confirmation, and is written at once when
+ * it holds as many confirmations as the rotation still misses (it may complete it): the commit
+ * waits for no timer, and a rotation fanned out to thousands of holders is written a few times
+ * instead of once per turn of the event loop (each write of the whole record also costs the
+ * server its storage).
  */
-import type { JsMsg } from "@nats-io/jetstream";
-import { Confirmation, errorMessage, keys, parseGrantId, subjects, type Logger } from "@mesh/shared";
+import type { Msg } from "@nats-io/transport-node";
+import { Confirmation, ErrorCodes, errorMessage, keys, parseGrantId, subjects, type Logger } from "@mesh/shared";
 import type { ConfirmationOutcome } from "./rotation-machine.js";
 
+const OK = JSON.stringify({ ok: true });
+const error = (code: string, message: string, retryable: boolean) => JSON.stringify({ ok: false, error: { code, message, retryable } });
+
+/** Default of {@link ConfirmationBatchesOptions.gatherMs}. */
+export const GATHER_MS = 20;
 
 export interface ConfirmationBatchesOptions {
   log: Logger;
   /** Records a batch of one grant (`<module>.<requirement>`); `done` when every holder has confirmed. */
   record(key: string, batch: Confirmation[]): Promise<{ refused: ConfirmationOutcome["refused"]; done: boolean }>;
+  /** How many holders the rotation of a grant key still misses, as far as this instance knows; undefined when it does not know. */
+  missing(key: string): number | undefined;
   /** Called when a batch left no holder missing. */
   onDone(key: string): void;
   /** Waits while the rotator's test hook holds it. */
   holdIfPaused(): Promise<void>;
+  /** How long a batch gathers at most before it is written; default {@link GATHER_MS}. */
+  gatherMs?: number;
 }
 
 interface Pending {
-  items: Array<{ m: JsMsg; c: Confirmation }>;
-  /** The batches being written, one after the other, until none is left. */
-  writing: Promise<void>;
+  items: Array<{ m: Msg; c: Confirmation }>;
+  /** Confirmations that would make the batch worth writing at once (the rotation's missing count when it began gathering). */
+  enough: number;
+  /** Ends the gathering of the current batch early; set while it gathers. */
+  wake: (() => void) | undefined;
 }
 
 export class ConfirmationBatches {
   private readonly grants = new Map<string, Pending>();
+  /** The batches being written per grant, one after the other, until none is left. */
+  private readonly writing = new Set<Promise<void>>();
 
   constructor(private readonly opts: ConfirmationBatchesOptions) {}
 
-  /** Takes one message of the confirmation stream: terminated when it is no confirmation of the grant its subject names. */
-  add(m: JsMsg): void {
+  /** Takes one confirmation request: refused at once when it is no confirmation of the grant its subject names. */
+  add(m: Msg): void {
     let c: Confirmation;
     try {
       c = Confirmation.parse(m.json());
     } catch {
-      this.opts.log.warn({ subject: m.subject }, "a message on the confirmation stream is not a Confirmation; dropped");
-      m.term();
+      this.opts.log.warn({ subject: m.subject }, "a confirmation request is not a Confirmation; refused");
+      m.respond(error(ErrorCodes.InvalidRequest, "not a Confirmation (rotation, grant, holder, generation, confirmedAt)", false));
       return;
     }
     const id = parseGrantId(c.grant);
     if (!id || m.subject !== subjects.rotationConfirm(id.module, id.requirement)) {
       this.opts.log.warn({ subject: m.subject, holder: c.holder, grant: c.grant }, "a confirmation does not match its subject; refused");
-      m.term();
+      m.respond(error(ErrorCodes.InvalidRequest, `a confirmation of grant ${c.grant} belongs on the subject of that grant, not on ${m.subject}`, false));
       return;
     }
     const key = keys.grant(id.module, id.requirement);
     const p = this.grants.get(key);
     if (p) {
-      p.items.push({ m, c });
+      if (p.items.push({ m, c }) >= p.enough) p.wake?.();
       return;
     }
-    const q: Pending = { items: [{ m, c }], writing: Promise.resolve() };
+    const q: Pending = { items: [{ m, c }], enough: Infinity, wake: undefined };
     this.grants.set(key, q);
-    // From the next turn of the event loop: the rest of what the server sent at once joins the first batch.
-    q.writing = new Promise<void>((r) => setImmediate(r)).then(() => this.write(key, q));
+    const w = this.write(key, q);
+    this.writing.add(w);
+    void w.then(() => this.writing.delete(w));
   }
 
   /** Settles when nothing is being written. */
   async drain(): Promise<void> {
-    await Promise.allSettled([...this.grants.values()].map((p) => p.writing));
+    await Promise.allSettled([...this.writing]);
+  }
+
+  /** Until `p` holds as many confirmations as its rotation misses, or `gatherMs` passed. */
+  private gather(key: string, p: Pending): Promise<void> {
+    p.enough = this.opts.missing(key) ?? Infinity;
+    if (p.items.length >= p.enough) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, this.opts.gatherMs ?? GATHER_MS);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      p.wake = done;
+    }).finally(() => {
+      p.wake = undefined;
+      p.enough = Infinity;
+    });
   }
 
   private async write(key: string, p: Pending): Promise<void> {
     try {
       while (p.items.length) {
+        await this.gather(key, p);
         await this.opts.holdIfPaused();
         const items = p.items;
         p.items = [];
@@ -75,14 +114,20 @@ export class ConfirmationBatches {
             key,
             items.map((i) => i.c),
           );
+          const reasons = new Map<Confirmation, string>();
           for (const x of refused) {
             this.opts.log.warn({ holder: x.confirmation.holder, grant: x.confirmation.grant, rotation: x.confirmation.rotation }, `confirmation refused: ${x.reason}`);
+            reasons.set(x.confirmation, x.reason);
           }
-          for (const i of items) i.m.ack();
+          for (const i of items) {
+            const why = reasons.get(i.c);
+            i.m.respond(why === undefined ? OK : error(ErrorCodes.Conflict, why, false));
+          }
           if (done) this.opts.onDone(key);
         } catch (e) {
-          this.opts.log.warn({ err: errorMessage(e), grant: key }, "could not record confirmations; they come back");
-          for (const i of items) i.m.nak(500);
+          this.opts.log.warn({ err: errorMessage(e), grant: key }, "could not record confirmations; their holders send them again");
+          const answer = error(ErrorCodes.Unavailable, `the rotator could not record the confirmation (${errorMessage(e)}); send it again`, true);
+          for (const i of items) i.m.respond(answer);
         }
       }
     } finally {

@@ -2,7 +2,7 @@
  * @mesh/rotator — moves every holder of a grant from generation k to k+1, and retires k only
  * when all of them confirmed.
  */
-export { startRotator, CONFIRMATIONS_DURABLE, type Rotator } from "./rotator.js";
+export { startRotator, type Rotator } from "./rotator.js";
 export { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
 export {
   allConfirmed,

@@ -162,6 +162,20 @@ describe("applyConfirmations", () => {
     expect(again.refused).toEqual([]);
   });
 
+  it("after the commit, takes a recorded confirmation sent again as a repeat and refuses the rest, changing nothing", () => {
+    const recorded = applyConfirmations(rotation(), [confirmation("node-a/api"), confirmation("node-b/worker")], targets, at(100)).rotation!;
+    const committed = enter(recorded, RotationStates.Committed, at(200));
+    const out = applyConfirmations(committed, [confirmation("node-a/api"), confirmation("node-x/intruder"), confirmation("node-a/api", { rotation: "shop/key#3", generation: 3 })], targets, at(300));
+    expect(out.rotation).toBe(committed);
+    expect(out.refused.map((x) => [x.confirmation.holder, x.reason])).toEqual([
+      ["node-x/intruder", "node-x/intruder does not hold grant shop/key"],
+      ["node-a/api", "no rotation shop/key#3 of grant shop/key is running"],
+    ]);
+    // Listed as a holder, never recorded (it cannot be: the commit waited for it), yet said plainly.
+    const odd = enter(rotation(), RotationStates.Committed, at(200));
+    expect(refusal(odd, confirmation("node-a/api"), targets)).toBe("rotation shop/key#2 of grant shop/key is Committed; it no longer takes confirmations");
+  });
+
   it("keeps only the newest refusals", () => {
     const forged = Array.from({ length: 25 }, (_, i) => confirmation(`node-x/p${i}`));
     const out = applyConfirmations(rotation(), forged, targets, at(0));

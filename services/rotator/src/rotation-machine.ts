@@ -8,6 +8,7 @@ import {
   REFUSED_LIMIT,
   RotationStates,
   holderKey,
+  isRotationRunning,
   parseHolderId,
   rotationId,
   setCondition,
@@ -89,19 +90,32 @@ export function missingHolders(r: Rotation): string[] {
     .sort();
 }
 
+/** How many holders have not confirmed (no list made). */
+export function countMissing(r: Rotation): number {
+  let n = 0;
+  for (const h in r.holders) if (r.holders[h]!.c === undefined) n++;
+  return n;
+}
+
 /** True when every holder has confirmed (no list made: this runs on every confirmation batch). */
 export function allConfirmed(r: Rotation): boolean {
   for (const h in r.holders) if (r.holders[h]!.c === undefined) return false;
   return true;
 }
 
-/** Why a confirmation is refused, or undefined when it is accepted (or a harmless repeat). */
+/**
+ * Why a confirmation is refused by record `r` (the grant's rotation record, in any state), or
+ * undefined when it is accepted or a harmless repeat: one already recorded is a repeat even
+ * after the commit (its holder sent it again for want of an answer).
+ */
 export function refusal(r: Rotation | undefined, c: Confirmation, targets: ReadonlySet<string>): string | undefined {
   // The common case first, without parsing the holder id: a holder of this very rotation.
-  if (r && r.grant === c.grant && c.rotation === r.id && c.generation === r.to && Object.hasOwn(r.holders, c.holder)) return undefined;
+  if (r && r.grant === c.grant && c.rotation === r.id && c.generation === r.to && Object.hasOwn(r.holders, c.holder)) {
+    return r.state !== RotationStates.Committed || r.holders[c.holder]!.c !== undefined ? undefined : `rotation ${r.id} of grant ${c.grant} is ${r.state}; it no longer takes confirmations`;
+  }
   const id = parseHolderId(c.holder);
   const holdsGrant = id !== undefined && targets.has(holderKey(id.node, id.part));
-  if (!r || r.grant !== c.grant) {
+  if (!r || r.grant !== c.grant || !isRotationRunning(r)) {
     return holdsGrant ? `no rotation ${c.rotation} of grant ${c.grant} is running` : `${c.holder} does not hold grant ${c.grant}`;
   }
   if (!(c.holder in r.holders)) {
@@ -124,38 +138,36 @@ export interface ConfirmationOutcome {
 }
 
 /**
- * Records a batch of confirmations of one grant: accepted ones set the holder's progress
- * (received/applied from the holder's own times, confirmed = `now`), refused ones are listed on
- * the rotation (newest {@link REFUSED_LIMIT}) and returned with their reason. `targets` is the
- * grant's current `<node>/<part>` set, to tell a forged confirmation from a late one. Pure.
+ * Records a batch of confirmations of one grant in its record `r`: accepted ones set the
+ * holder's progress (received/applied from the holder's own times, confirmed = `now`), refused
+ * ones are listed on a running rotation (newest {@link REFUSED_LIMIT}) and returned with their
+ * reason; repeats change nothing. A record that no longer runs is never changed. `targets` is
+ * the grant's current `<node>/<part>` set, to tell a forged confirmation from a late one. Pure.
  */
 export function applyConfirmations(r: Rotation | undefined, batch: readonly Confirmation[], targets: ReadonlySet<string>, now: Date): ConfirmationOutcome {
   const accepted: Confirmation[] = [];
   const refused: ConfirmationOutcome["refused"] = [];
-  if (!r) {
-    for (const c of batch) refused.push({ confirmation: c, reason: refusal(undefined, c, targets)! });
-    return { rotation: r, accepted, refused };
-  }
-  const start = Date.parse(r.requestedAt);
-  const offset = (iso: string | undefined) => (iso === undefined || Number.isNaN(Date.parse(iso)) ? undefined : Math.max(0, Date.parse(iso) - start));
-  let holders = r.holders;
+  const running = isRotationRunning(r);
+  let holders = r?.holders;
   for (const c of batch) {
     const why = refusal(r, c, targets);
     if (why) {
       refused.push({ confirmation: c, reason: why });
       continue;
     }
-    if (holders[c.holder]?.c !== undefined) continue; // a repeat (redelivery): already in
-    if (holders === r.holders) holders = { ...r.holders };
+    if (!running || holders![c.holder]?.c !== undefined) continue; // a repeat: already in
+    const start = Date.parse(r!.requestedAt);
+    const offset = (iso: string | undefined) => (iso === undefined || Number.isNaN(Date.parse(iso)) ? undefined : Math.max(0, Date.parse(iso) - start));
+    if (holders === r!.holders) holders = { ...r!.holders };
     const rr = offset(c.receivedAt);
     const a = offset(c.appliedAt);
-    holders[c.holder] = { ...(rr !== undefined ? { r: rr } : {}), ...(a !== undefined ? { a } : {}), c: now.getTime() - start };
+    holders![c.holder] = { ...(rr !== undefined ? { r: rr } : {}), ...(a !== undefined ? { a } : {}), c: now.getTime() - start };
     accepted.push(c);
   }
-  if (holders === r.holders && refused.length === 0) return { rotation: r, accepted, refused };
-  const rotation: Rotation = { ...r, holders };
+  if (!running || (holders === r!.holders && refused.length === 0)) return { rotation: r, accepted, refused };
+  const rotation: Rotation = { ...r!, holders: holders! };
   if (refused.length) {
-    rotation.refused = [...r.refused, ...refused.map((x) => ({ holder: x.confirmation.holder, at: now.toISOString(), reason: x.reason }))].slice(-REFUSED_LIMIT);
+    rotation.refused = [...r!.refused, ...refused.map((x) => ({ holder: x.confirmation.holder, at: now.toISOString(), reason: x.reason }))].slice(-REFUSED_LIMIT);
   }
   return { rotation, accepted, refused };
 }

@@ -1,7 +1,7 @@
 /**
  * Options of {@link startRotator}.
  */
-import type { Logger, MasterKey, RotationState, Store } from "@mesh/shared";
+import type { HOLDER_NOTICE_RESEND_MS, Logger, MasterKey, RotationState, Store } from "@mesh/shared";
 
 export interface RotatorOptions {
   store: Store;
@@ -16,6 +16,8 @@ export interface RotatorOptions {
   sweepMs?: number;
   /** How often requirements' `rotate: { every }` schedules are checked; default 60 s. */
   scheduleCheckMs?: number;
+  /** How often SDK holders that have not confirmed are told of a running rotation again; default {@link HOLDER_NOTICE_RESEND_MS}. */
+  noticeResendMs?: number;
   /**
    * TEST HOOK, never for production: after persisting a rotation in this state the rotator
    * stops doing any work (it hangs, as if frozen), so a test can SIGKILL it in exactly that

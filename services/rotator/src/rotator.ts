@@ -4,7 +4,6 @@
  * every holder confirmed. All state is the rotation record in KV (compare-and-set), so several
  * instances share the work and a fresh instance finishes what a crashed one left.
  */
-import { AckPolicy, JetStreamApiError } from "@nats-io/jetstream";
 import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
 import {
   BUILTIN_SECRET_PROVIDER,
@@ -13,6 +12,7 @@ import {
   ErrorCodes,
   Grant,
   HolderRegistration,
+  HOLDER_NOTICE_RESEND_MS,
   KeyedQueue,
   MeshError,
   isMeshError,
@@ -50,8 +50,9 @@ import {
   type RotateReply,
   type RotationBroadcast,
   type RotationState,
+  type CredentialValues,
+  type HolderNotice,
   type SealedHolderPayload,
-  type SealedHolderValues,
   type Store,
 } from "@mesh/shared";
 import { AdapterPool, CredentialStore, type ProviderAdapter } from "@mesh/providers";
@@ -59,6 +60,7 @@ import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-opti
 import {
   allConfirmed,
   applyConfirmations,
+  countMissing,
   enter,
   holdersOf,
   missingHolders,
@@ -85,9 +87,6 @@ export interface Rotator {
   stop(): Promise<void>;
 }
 
-/** The durable consumer of confirmations, shared by every rotator instance. */
-export const CONFIRMATIONS_DURABLE = "rotator-confirmations";
-
 /**
  * Starts the rotator: serves `mesh.api.rotate`, follows rotation records, and consumes
  * confirmations. Picks up every running rotation at once (a crashed instance's too).
@@ -104,6 +103,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const marked = new Set<string>();
   const spans = new Map<string, Span>();
   const timers = new Map<string, NodeJS.Timeout>();
+  // When this instance last sent each running rotation's notices to SDK holders.
+  const noticed = new Map<string, number>();
+  const noticeResendMs = opts.noticeResendMs ?? HOLDER_NOTICE_RESEND_MS;
   // This instance's sealing key: ephemeral; its public half travels in each broadcast it sends.
   const sealer = createSealingKey();
   // The box key with each registered holder, computed in idle time as registrations arrive
@@ -246,49 +248,66 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 
   /**
-   * Seals k+1's binding values to every SDK holder of `r` that registered an xkey, one plain
-   * NATS message each on its own subject (in no stream), and returns the sealing key's public
-   * half; undefined when nothing was sent (those holders fetch). Holders whose xkey does not
-   * take a seal are skipped: they fetch.
+   * Tells SDK holders of `r` (all of them, or those in `only`) that it started: one plain NATS
+   * message each on its own subject (in no stream), with k+1's binding values sealed to the
+   * xkey the holder registered. A holder without one, or whose xkey does not take a seal, gets
+   * the notice without values and fetches them. Returns how many notices were sent.
    */
-  const sendSealedValues = async (r: Rotation): Promise<string | undefined> => {
-    const xkeys = xkeysOf(await registry.list(r.module, r.requirement));
+  const sendNotices = async (r: Rotation, only?: ReadonlySet<string>): Promise<number> => {
     const targets = Object.keys(r.holders).flatMap((holder) => {
       const id = parseHolderId(holder);
-      const xkey = xkeys.get(holder);
-      return id?.instance !== undefined && xkey ? [{ holder, node: id.node, part: id.part, instance: id.instance, xkey }] : [];
+      return id?.instance !== undefined && (!only || only.has(holder)) ? [{ holder, node: id.node, part: id.part, instance: id.instance }] : [];
     });
-    if (targets.length === 0) return undefined;
-    // Read (and decrypted) once for every holder.
-    const values = (await credentials.read(r.module, r.requirement, r.to))?.bindings;
-    if (!values) return undefined;
-    const sender = sealer.getPublicKey();
-    let sent = 0;
-    for (const t of targets) {
-      const payload: SealedHolderPayload = { rotation: r.id, holder: t.holder, generation: r.to, values };
-      let sealed: string;
-      try {
-        sealed = sealTo(sealer, t.xkey, payload);
-      } catch {
-        continue; // not a curve key: that holder fetches
-      }
-      const m: SealedHolderValues = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to, sender, sealed };
-      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(m));
-      sent++;
+    if (targets.length === 0) return 0;
+    const xkeys = xkeysOf(await registry.list(r.module, r.requirement));
+    // Read (and decrypted) once for every holder; without them every holder fetches.
+    let values: CredentialValues | undefined;
+    try {
+      values = (await credentials.read(r.module, r.requirement, r.to))?.bindings;
+    } catch (e) {
+      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not read the new values to seal them to SDK holders; they fetch them");
     }
-    log.debug({ rotation: r.id, sealed: sent, holders: targets.length }, "sealed values sent to SDK holders");
-    return sent ? sender : undefined;
+    const sender = sealer.getPublicKey();
+    // One set of headers for every notice: each publish encodes them as they are.
+    const headers = traceHeaders(contextOfTraceparent(r.traceparent));
+    let sealed = 0;
+    for (const t of targets) {
+      const notice: HolderNotice = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to };
+      const xkey = xkeys.get(t.holder);
+      if (values && xkey) {
+        const payload: SealedHolderPayload = { rotation: r.id, holder: t.holder, generation: r.to, values };
+        try {
+          notice.sealed = sealTo(sealer, xkey, payload);
+          notice.sender = sender;
+          sealed++;
+        } catch {
+          // not a curve key: that holder fetches
+        }
+      }
+      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), { headers });
+    }
+    noticed.set(r.id, Date.now());
+    log.debug({ rotation: r.id, notices: targets.length, sealed }, "rotation notices sent to SDK holders");
+    return targets.length;
+  };
+
+  /** Sends the notices of a running `r` again to its SDK holders that have not confirmed, at most every `noticeResendMs`. */
+  const renotify = async (r: Rotation): Promise<void> => {
+    if (Date.now() - (noticed.get(r.id) ?? 0) < noticeResendMs) return;
+    const missing = missingHolders(r).filter((h) => parseHolderId(h)?.instance !== undefined);
+    if (missing.length === 0) return;
+    const sent = await sendNotices(r, new Set(missing));
+    log.info({ rotation: r.id, notices: sent }, `rotation ${r.id}: told ${sent} SDK holders again, as they have not confirmed (${nameHolders(missing)})`);
   };
 
   const broadcast = async (r: Rotation): Promise<void> => {
     const headers = () => traceHeaders(contextOfTraceparent(r.traceparent));
     const publishedAt = new Date().toISOString();
-    // Before the broadcast, on this same connection, so each holder has its values when the broadcast arrives.
-    let sender: string | undefined;
     try {
-      sender = await sendSealedValues(r);
+      await sendNotices(r);
     } catch (e) {
-      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not seal the new values to SDK holders; they fetch them");
+      // Sent again while they have not confirmed.
+      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not tell the SDK holders of the rotation; it is tried again");
     }
     const agentHolders = Object.keys(r.holders).map((h) => parseHolderId(h)).filter((h) => h && h.instance === undefined);
     await Promise.all(
@@ -311,7 +330,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
         });
       }),
     );
-    const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, from: r.from, to: r.to, publishedAt, ...(sender ? { sender } : {}) };
+    const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, from: r.from, to: r.to, publishedAt };
     await store.js.publish(subjects.rotationBroadcast(r.module, r.requirement), JSON.stringify(b), { msgID: r.id, headers: headers() });
   };
 
@@ -447,6 +466,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
             const next = await transition(key, r, RotationStates.Committed, now);
             if (!next) continue;
             marked.delete(r.id);
+            noticed.delete(r.id);
             endSpan(next, "committed");
             clearTimeout(timers.get(key));
             timers.delete(key);
@@ -454,8 +474,11 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           }
           case "wait":
             schedule(key, step.untilMs);
+            await renotify(r);
             return;
           default:
+            // Stalled: the missing holders are told again (each sweep looks) until they confirm.
+            if (isRotationRunning(r)) await renotify(r);
             return;
         }
       } catch (e) {
@@ -491,12 +514,11 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       let result = { refused: [] as ConfirmationOutcome["refused"], done: false };
       const now = new Date();
       await records.update(key, (r) => {
-        const running = isRotationRunning(r) ? r : undefined;
-        needTargets = targets === undefined && batch.some((c) => refusal(running, c, NO_TARGETS) !== undefined);
+        needTargets = targets === undefined && batch.some((c) => refusal(r, c, NO_TARGETS) !== undefined);
         if (needTargets) return undefined;
-        const out = applyConfirmations(running, batch, targets ?? NO_TARGETS, now);
-        result = { refused: out.refused, done: out.rotation !== undefined && allConfirmed(out.rotation) };
-        // Refusals of confirmations when no rotation runs are logged, not stored.
+        // A record that no longer runs comes back unchanged: refusals then are logged and answered, not stored.
+        const out = applyConfirmations(r, batch, targets ?? NO_TARGETS, now);
+        result = { refused: out.refused, done: isRotationRunning(out.rotation) && allConfirmed(out.rotation) };
         return out.rotation;
       });
       if (!needTargets) return result;
@@ -505,25 +527,15 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     }
   };
 
-  // Confirmations: fetched from the stream in bulk, recorded in batches (ConfirmationBatches).
-  try {
-    await store.jsm.consumers.add(Streams.confirmations, {
-      durable_name: CONFIRMATIONS_DURABLE,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: "all" as never,
-      filter_subject: subjects.rotationConfirmsAll,
-      // Short: confirmations taken by an instance that died come back to another one soon.
-      ack_wait: 5_000_000_000,
-      max_ack_pending: 20_000,
-    });
-  } catch (e) {
-    if (!(e instanceof JetStreamApiError)) throw e;
-  }
-  const consumer = await store.js.consumers.get(Streams.confirmations, CONFIRMATIONS_DURABLE);
-  const messages = await consumer.consume({ max_messages: 1_000 });
+  // Confirmations: requests shared by the instances (a queue group), recorded in batches, each
+  // answered once it is in the record.
   const batches = new ConfirmationBatches({
     log,
     record: recordConfirmations,
+    missing: (key) => {
+      const r = records.last(key)?.value;
+      return isRotationRunning(r) ? countMissing(r) : undefined;
+    },
     onDone: (key) => {
       const r = records.last(key)?.value;
       if (r) completed.set(key, r);
@@ -531,9 +543,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     },
     holdIfPaused,
   });
-  const confirmations = (async () => {
-    for await (const m of messages) batches.add(m);
-  })();
+  const confirmations = store.nc.subscribe(subjects.rotationConfirmsAll, {
+    queue: QueueGroups.rotator,
+    callback: (err, m) => {
+      if (!err && !stopped) batches.add(m);
+    },
+  });
 
   const api = serveJson(store.nc, subjects.rotate, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
     const parsed = RotateRequest.safeParse(body);
@@ -570,8 +585,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       for (const t of timers.values()) clearTimeout(t);
       await api.stop();
       await changes.stop();
-      await messages.close();
-      await confirmations.catch(() => undefined);
+      await confirmations.drain().catch(() => undefined);
       await batches.drain();
       await registry.stop();
       await adapters.close();

@@ -1,9 +1,9 @@
 /**
  * Rotation records and messages: moving every holder of a grant from generation k to k+1.
  * The rotator owns {@link Rotation} (KV `mesh-rotations`, key `<module>.<requirement>`, one
- * per grant, compare-and-set on its revision); holders send {@link Confirmation}s on
- * `subjects.rotationConfirm` (stream MESH_CONFIRMATIONS); SDK holders register a
- * {@link HolderRegistration} (KV `mesh-holders`) and read {@link RotationBroadcast}s.
+ * per grant, compare-and-set on its revision); holders send {@link Confirmation}s as requests on
+ * `subjects.rotationConfirm`, answered once they are in the record; SDK holders register a
+ * {@link HolderRegistration} (KV `mesh-holders`) and get a {@link HolderNotice} of each rotation.
  */
 import { z } from "zod";
 import { KIND_LIST } from "../kinds.js";
@@ -19,7 +19,7 @@ export type RotatePolicy = z.infer<typeof RotatePolicy>;
 export const RotationStates = {
   /** Generation k+1 is written (encrypted, write-ahead) and staged on the provider beside k: both log in. */
   Staged: "Staged",
-  /** k+1 was announced to every holder (per-part Deliveries, the SDK broadcast). */
+  /** k+1 was announced to every holder (per-part Deliveries to agents, a notice to each SDK instance, the broadcast). */
   Broadcast: "Broadcast",
   /** Waiting for every holder's confirmation; the grant's `Rotating` condition says how many are in. */
   AwaitingHolders: "AwaitingHolders",
@@ -121,33 +121,34 @@ export const RotationBroadcast = z.object({
   from: z.number().int().positive(),
   to: z.number().int().positive(),
   publishedAt: z.string(),
-  /**
-   * The public xkey of the rotator instance that sealed `to`'s values to the SDK holders that
-   * registered an xkey ({@link SealedHolderValues}, sent before this event). Absent: holders fetch.
-   */
-  sender: z.string().optional(),
 });
 export type RotationBroadcast = z.infer<typeof RotationBroadcast>;
 
 /**
- * Message on `subjects.holderValues(module, requirement, node, part, instance)` (plain NATS,
- * stored in no stream): generation `generation` of `grant` for rotation `rotation`, sealed by
- * `sender` (the rotator's xkey, also in the {@link RotationBroadcast}) to the one holder whose
- * registration carries that xkey. `sealed` opens to a {@link SealedHolderPayload}. A holder
- * uses it only when `sender` matches the broadcast's and the payload names the same holder,
- * rotation and generation; otherwise it fetches.
+ * A rotation's start as one SDK holder instance hears it, on its own subject
+ * `subjects.holderValues(module, requirement, node, part, instance)` (plain NATS, stored in no
+ * stream; only the rotator may publish there, as only it may publish broadcasts): rotation
+ * `rotation` moves `grant` to generation `generation`. When the instance registered an xkey,
+ * `sealed` holds the new values sealed to it by `sender` (the rotator instance's xkey), opening
+ * to a {@link SealedHolderPayload}; otherwise, or when they do not open, the holder fetches them.
+ * Sent when the rotation starts and again, while the instance has not confirmed, every
+ * {@link HOLDER_NOTICE_RESEND_MS}: a plain message may be lost, the rotation must not be.
+ * Carries the rotation's trace context in its headers.
  */
-export const SealedHolderValues = z.object({
+export const HolderNotice = z.object({
   rotation: z.string(),
   grant: z.string(),
   holder: z.string(),
   generation: z.number().int().positive(),
-  sender: z.string(),
-  sealed: z.string(),
+  sender: z.string().optional(),
+  sealed: z.string().optional(),
 });
-export type SealedHolderValues = z.infer<typeof SealedHolderValues>;
+export type HolderNotice = z.infer<typeof HolderNotice>;
 
-/** What {@link SealedHolderValues}.sealed opens to: the envelope's identity repeated inside the seal, and the binding values (secret). */
+/** How often the rotator sends a {@link HolderNotice} again to SDK holders that have not confirmed. */
+export const HOLDER_NOTICE_RESEND_MS = 5_000;
+
+/** What {@link HolderNotice}.sealed opens to: the envelope's identity repeated inside the seal, and the binding values (secret). */
 export const SealedHolderPayload = z.object({
   rotation: z.string(),
   holder: z.string(),
@@ -157,8 +158,10 @@ export const SealedHolderPayload = z.object({
 export type SealedHolderPayload = z.infer<typeof SealedHolderPayload>;
 
 /**
- * Event on `mesh.rotation.confirm.<module>.<requirement>` (stream MESH_CONFIRMATIONS): holder
+ * Request on `subjects.rotationConfirm(module, requirement)`, served by the rotator: holder
  * `holder` applied generation `generation` of `grant` for rotation `rotation` and proved it works.
+ * The reply (`{ok: true}`, or an error reply) comes once the confirmation is in the rotation
+ * record in JetStream, or refused; a holder without a reply sends it again (repeats are harmless).
  * Times are the holder's own clock (ISO), for the trace timeline.
  */
 export const Confirmation = z.object({
@@ -184,7 +187,7 @@ export const HolderRegistration = z.object({
   seenAt: z.string(),
   /**
    * The instance's public curve25519 xkey: a rotation seals the new generation's values to it
-   * ({@link SealedHolderValues}) so it need not fetch them. Absent (older instances): it fetches.
+   * ({@link HolderNotice}) so it need not fetch them. Absent (older instances): it fetches.
    */
   xkey: z.string().optional(),
 });
