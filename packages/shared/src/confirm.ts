@@ -94,6 +94,21 @@ export interface SendConfirmationOptions {
   stopped?: () => boolean;
 }
 
+/** Confirmation subjects by grant id, as the holders of a process confirm the same few grants again and again. */
+const subjectsByGrant = new Map<string, string>();
+
+function confirmSubject(grant: string): string {
+  let subject = subjectsByGrant.get(grant);
+  if (subject === undefined) {
+    const id = parseGrantId(grant);
+    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(grant)} (expected <module>/<requirement>)`);
+    subject = subjects.rotationConfirm(id.module, id.requirement);
+    if (subjectsByGrant.size >= 1_000) subjectsByGrant.clear();
+    subjectsByGrant.set(grant, subject);
+  }
+  return subject;
+}
+
 /** Longest pause between two sends of one confirmation. */
 const RESEND_MAX_MS = 5_000;
 
@@ -104,9 +119,7 @@ const RESEND_MAX_MS = 5_000;
  * runs), and the last error once the budget is spent or `stopped` says so.
  */
 export async function sendConfirmation(line: ReplyLine, c: Confirmation, opts: SendConfirmationOptions = {}): Promise<void> {
-  const id = parseGrantId(c.grant);
-  if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(c.grant)} (expected <module>/<requirement>)`);
-  const subject = subjects.rotationConfirm(id.module, id.requirement);
+  const subject = confirmSubject(c.grant);
   const data = JSON.stringify(c);
   const end = opts.budgetMs === undefined ? Infinity : Date.now() + opts.budgetMs;
   for (let attempt = 0; ; attempt++) {

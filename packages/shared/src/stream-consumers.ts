@@ -154,8 +154,14 @@ export function consumeKeys(opts: {
   keyOf: (subject: string) => string | undefined;
   queue: KeyedQueue;
   log: Logger;
+  /**
+   * True for a change this instance made itself and has acted on already (a KV revision it
+   * wrote, say): acknowledged without queueing its key. A change written by an instance that
+   * died before acting on it is redelivered to another instance, for which it is not its own.
+   */
+  acted?: (key: string, seq: number) => boolean;
 }): Promise<Consumption> {
-  const { keyOf, queue } = opts;
+  const { keyOf, queue, acted } = opts;
   return consumeMessages({
     ...opts,
     // No ordering per key here: the queue collapses and serialises keys itself.
@@ -165,7 +171,7 @@ export function consumeKeys(opts: {
     headersOnly: true,
     handle: async (m) => {
       const key = keyOf(m.subject);
-      if (key !== undefined) await queue.enqueue(key);
+      if (key !== undefined && !acted?.(key, m.seq)) await queue.enqueue(key);
       return "ack";
     },
   });

@@ -22,6 +22,8 @@ const ATTEMPTS = 20;
 
 export class RotationRecords {
   private readonly decoded = new Map<string, RotationRecord>();
+  /** The last revision of each key this instance wrote itself (newest {@link KEEP} keys). */
+  private readonly written = new Map<string, number>();
   /** The last update of each key in work, so the next waits for it. */
   private readonly chains = new Map<string, Promise<void>>();
 
@@ -39,6 +41,11 @@ export class RotationRecords {
     const parsed = Rotation.safeParse(e.json());
     if (!parsed.success) throw new MeshError(ErrorCodes.Internal, `record ${key} does not match its schema: ${parsed.error.issues[0]?.message}`);
     return this.keep(key, { value: parsed.data, revision: e.revision });
+  }
+
+  /** Whether `revision` of `key` is one this instance wrote itself (the last it wrote). */
+  wroteRevision(key: string, revision: number): boolean {
+    return this.written.get(key) === revision;
   }
 
   /** The record as this instance last read or wrote it, without asking the store: it may be stale, so a hint only. */
@@ -99,6 +106,9 @@ export class RotationRecords {
     const rev = await retryJetStreamGap(() =>
       revision === undefined ? this.store.kv.rotations.create(key, data) : this.store.kv.rotations.update(key, data, revision),
     );
+    this.written.delete(key);
+    this.written.set(key, rev);
+    if (this.written.size > KEEP) this.written.delete(this.written.keys().next().value!);
     return this.keep(key, { value: next, revision: rev });
   }
 

@@ -566,6 +566,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     keyOf: kvKeyOf(Buckets.rotations),
     queue,
     log,
+    // A state this instance wrote, it moves on from itself (and confirmation batches need no
+    // step): without the read of the whole record each of its writes would cost.
+    acted: (key, revision) => records.wroteRevision(key, revision),
   });
   const sweeper = setInterval(() => void sweep(), opts.sweepMs ?? 5_000);
   sweeper.unref();
