@@ -39,6 +39,7 @@ import {
   isValidName,
   keys,
   openFrom,
+  propagating,
   sdkHolderId,
   sendConfirmation,
   subjects,
@@ -143,7 +144,9 @@ class Holder implements CredentialHolder {
         // Told again while not confirmed: a generation already taken waits for the application's confirm().
         if (!n.success || n.data.holder !== this.holder || n.data.grant !== this.grant || n.data.generation <= this.generation) return;
         const receivedAt = new Date();
-        this.enqueue(() => this.take(n.data.generation, n.data.rotation, receivedAt, m.headers, n.data));
+        // Headers are decoded only for a propagator to read.
+        const headers = propagating() ? m.headers : undefined;
+        this.enqueue(() => this.take(n.data.generation, n.data.rotation, receivedAt, headers, n.data));
       },
     });
     await this.register();

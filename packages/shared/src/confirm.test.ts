@@ -46,6 +46,18 @@ describe("ReplyLine", () => {
     line.close();
   });
 
+  it("rejects, retryable, a request nobody answers in time, and keeps no timer after", async () => {
+    const sub = server.subscribe("rl.late", { callback: () => undefined });
+    await server.flush();
+    const line = new ReplyLine(nc, "late", 200);
+    const e = await line.request("rl.late", "{}").catch((x: unknown) => x);
+    expect(isMeshError(e) && e.code === ErrorCodes.Unavailable && e.retryable).toBe(true);
+    expect((e as Error).message).toContain("did not answer on rl.late within 200 ms");
+    expect((line as unknown as { timer?: unknown }).timer).toBeUndefined();
+    line.close();
+    sub.unsubscribe();
+  });
+
   it("rejects what still waits when closed", async () => {
     const sub = server.subscribe("rl.silent", { callback: () => undefined });
     await server.flush();

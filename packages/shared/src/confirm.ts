@@ -24,7 +24,9 @@ export class ReplyLine {
   private sub: ReturnType<NatsConnection["subscribe"]> | undefined;
   private readonly inbox: string;
   private next = 0;
-  private readonly waiting = new Map<string, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout; subject: string }>();
+  private readonly waiting = new Map<string, { resolve(v: unknown): void; reject(e: Error): void; deadline: number; subject: string }>();
+  // One timer for every request waiting (not one each): it looks for the overdue ones.
+  private timer: NodeJS.Timeout | undefined;
 
   /** `service` names who answers, for messages (`rotator`). */
   constructor(
@@ -40,27 +42,42 @@ export class ReplyLine {
   /**
    * Sends `data` on `subject` and resolves with the decoded JSON reply. Rejects with a
    * retryable `Unavailable` when nobody subscribes to the subject, when no reply comes within
-   * the timeout, or when the line is closed; with a retryable `Internal` when the reply is not JSON.
+   * the timeout (give or take a tenth of it), or when the line is closed; with a retryable
+   * `Internal` when the reply is not JSON.
    */
   request(subject: string, data: string, headers?: MsgHdrs): Promise<unknown> {
     // Subscribed before the first request, on the same connection: the server knows it before the message.
     this.sub ??= this.nc.subscribe(`${this.inbox}.*`, { callback: (err, m) => void (err || this.settle(m)) });
     const reply = `${this.inbox}.${this.next++}`;
     return new Promise<unknown>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiting.delete(reply);
-        reject(new MeshError(ErrorCodes.Unavailable, `the ${this.service} did not answer on ${subject} within ${this.timeoutMs} ms; it is asked again`, { retryable: true }));
-      }, this.timeoutMs);
-      this.waiting.set(reply, { resolve, reject, timer, subject });
+      this.waiting.set(reply, { resolve, reject, deadline: Date.now() + this.timeoutMs, subject });
+      this.timer ??= setInterval(() => this.expire(), Math.max(10, this.timeoutMs / 10));
       this.nc.publish(subject, data, headers ? { reply, headers } : { reply });
     });
+  }
+
+  private expire(): void {
+    const now = Date.now();
+    for (const [reply, w] of this.waiting) {
+      if (w.deadline > now) continue;
+      this.waiting.delete(reply);
+      w.reject(new MeshError(ErrorCodes.Unavailable, `the ${this.service} did not answer on ${w.subject} within ${this.timeoutMs} ms; it is asked again`, { retryable: true }));
+    }
+    this.idle();
+  }
+
+  /** Stops the timer when nothing waits. */
+  private idle(): void {
+    if (this.waiting.size > 0 || !this.timer) return;
+    clearInterval(this.timer);
+    this.timer = undefined;
   }
 
   private settle(m: Msg): void {
     const w = this.waiting.get(m.subject);
     if (!w) return;
     this.waiting.delete(m.subject);
-    clearTimeout(w.timer);
+    this.idle();
     // A status reply without data: nobody subscribes to the subject (503, "no responders").
     if (m.data.length === 0) {
       w.reject(new MeshError(ErrorCodes.Unavailable, `no ${this.service} answers on ${w.subject} (status ${m.headers?.code ?? "?"}); start mesh-${this.service} (or meshctl up)`, { retryable: true }));
@@ -78,10 +95,10 @@ export class ReplyLine {
     this.sub?.unsubscribe();
     this.sub = undefined;
     for (const w of this.waiting.values()) {
-      clearTimeout(w.timer);
       w.reject(new MeshError(ErrorCodes.Unavailable, `stopped before the ${this.service} answered on ${w.subject}`, { retryable: true }));
     }
     this.waiting.clear();
+    this.idle();
   }
 }
 
