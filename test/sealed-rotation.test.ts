@@ -3,7 +3,8 @@
  * holder's own subject, with generation k+1 sealed to the holder's registered xkey, so holders
  * apply it without a fetch round trip to the provisioner; a holder registered without an xkey
  * is told too and fetches; one holder's notice does not open with another holder's key;
- * nothing is stored; a holder that missed its notice is told again until it confirms.
+ * nothing is stored; a holder that missed its notice is told again until it confirms; two
+ * rotator instances share the confirmations without losing one.
  * Real nats-server, real resolver, provisioner and rotator.
  */
 import { randomBytes } from "node:crypto";
@@ -48,6 +49,7 @@ let store: Store;
 let resolver: Resolver;
 let provisioner: Provisioner;
 let rotator: Rotator;
+let masterKey: ReturnType<typeof parseMasterKey>;
 const conns: NatsConnection[] = [];
 const logs = new LogCapture();
 const log = () => createLogger("test", { destination: logs });
@@ -56,7 +58,7 @@ beforeAll(async () => {
   nats = await startNatsServer();
   nc = await connectNats(nats.url);
   store = await openStore(nc);
-  const masterKey = parseMasterKey(randomBytes(32).toString("hex"));
+  masterKey = parseMasterKey(randomBytes(32).toString("hex"));
   resolver = await startResolver({ store, log: log() });
   provisioner = await startProvisioner({ store, masterKey, log: log() });
   rotator = await startRotator({ store, masterKey, log: log(), sweepMs: 500, noticeResendMs: NOTICE_RESEND_MS });
@@ -97,7 +99,7 @@ async function applySecretModule(module: string) {
 
 const committed = async (module: string) => (await readJson(store.kv.rotations, keys.grant(module, "key"), Rotation))?.value.state === RotationStates.Committed;
 
-describe("rotation notices to SDK holders", () => {
+describe("rotations held by SDK instances", () => {
   it("reach each holder with its values sealed to it, open only for their holder, and an xkey-less holder is told and fetches", async () => {
     await applySecretModule("sealed");
 
@@ -213,5 +215,42 @@ describe("rotation notices to SDK holders", () => {
     await new Promise((r) => setTimeout(r, 2 * NOTICE_RESEND_MS + 600));
     expect(told.length).toBe(after);
     sub.unsubscribe();
+  }, 60_000);
+
+  it("records every confirmation once with two rotator instances answering them, and commits", async () => {
+    await applySecretModule("pair");
+    // A second instance on a connection of its own, in the same queue group as the first.
+    const other = await connectNats(nats.url);
+    conns.push(other);
+    const second = await startRotator({ store: await openStore(other), masterKey, log: log(), sweepMs: 500, noticeResendMs: NOTICE_RESEND_MS });
+    const confirmed: Promise<void>[] = [];
+    const holders: CredentialHolder[] = [];
+    for (let i = 0; i < 40; i++) {
+      const c = await connect({ servers: nats.url });
+      conns.push(c);
+      const h = await holdCredential(c, { module: "pair", part: "app", requirement: "key", node: "n1", instance: `p${i}` });
+      holders.push(h);
+      confirmed.push(
+        (async () => {
+          // Awaited inside the loop: leaving a for-await stops the holder.
+          for await (const u of h) {
+            if (u.rotation) {
+              await u.confirm();
+              return;
+            }
+          }
+        })(),
+      );
+    }
+    const rotation = await rotator.rotate({ grant: "pair/key" });
+    expect(Object.keys(rotation.holders)).toHaveLength(40);
+    // Every holder's confirm() resolves: each was answered once recorded, whichever instance took it.
+    await Promise.all(confirmed);
+    await waitUntil("the commit", () => committed("pair"));
+    const r = (await readJson(store.kv.rotations, keys.grant("pair", "key"), Rotation))!.value;
+    expect(Object.values(r.holders).every((p) => typeof p.c === "number")).toBe(true);
+    expect(r.refused).toEqual([]);
+    await second.stop();
+    await Promise.all(holders.map((h) => h.stop()));
   }, 60_000);
 });
