@@ -212,7 +212,7 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     description:
       "Message (core NATS, sent by the rotator only) on mesh.rotation.values.<module>.<requirement>.<node>.<part>.<instance>: " +
       "a rotation started. sealed, when present, is base64 of the new values sealed to the instance's xkey by sender, " +
-      "opening to a SealedHolderPayload; otherwise fetch them. Sent again every 5 s until the instance confirmed.",
+      "opening to a SealedHolderPayload; otherwise fetch them. Sent again until the instance confirmed (after 5 s, then at doubling intervals up to a minute).",
   },
   {
     name: "SealedHolderPayload",

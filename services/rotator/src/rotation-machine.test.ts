@@ -9,6 +9,7 @@ import {
   missingHolders,
   nameHolders,
   newRotation,
+  nextNoticeInterval,
   nextStep,
   refusal,
   withRotatingCondition,
@@ -192,6 +193,17 @@ describe("applyConfirmations", () => {
     for (const c of [confirmation("node-b/worker"), confirmation("node-x/intruder"), confirmation("node-a/api/late"), confirmation("node-a/api", { generation: 3 })]) {
       expect(refusal(rotation(), c, none) === undefined, c.holder).toBe(refusal(rotation(), c, targets) === undefined);
     }
+  });
+});
+
+describe("nextNoticeInterval", () => {
+  it("waits `first` after the first send, then doubles up to the ceiling, never below `first`", () => {
+    const seq: number[] = [];
+    let every: number | undefined;
+    for (let i = 0; i < 7; i++) seq.push((every = nextNoticeInterval(every, 5_000, 60_000)));
+    expect(seq).toEqual([5_000, 10_000, 20_000, 40_000, 60_000, 60_000, 60_000]);
+    // A first interval above the ceiling stays as it is.
+    expect(nextNoticeInterval(nextNoticeInterval(undefined, 90_000, 60_000), 90_000, 60_000)).toBe(90_000);
   });
 });
 

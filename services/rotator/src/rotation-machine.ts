@@ -204,6 +204,15 @@ export function nextStep(r: Rotation, now: Date): RotationStep {
   }
 }
 
+/**
+ * How long after this send of a rotation's notices the next one may follow, when holders are
+ * still missing: `first` after the first send, then twice the interval before, up to `max`
+ * (never below `first`). Pure.
+ */
+export function nextNoticeInterval(previous: number | undefined, first: number, max: number): number {
+  return previous === undefined ? first : Math.min(previous * 2, Math.max(first, max));
+}
+
 /** A short list of holders for a message: the first few, then how many more. */
 export function nameHolders(holders: readonly string[], max = 5): string {
   const shown = holders.slice(0, max).join(", ");

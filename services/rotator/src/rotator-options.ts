@@ -16,7 +16,7 @@ export interface RotatorOptions {
   sweepMs?: number;
   /** How often requirements' `rotate: { every }` schedules are checked; default 60 s. */
   scheduleCheckMs?: number;
-  /** How often SDK holders that have not confirmed are told of a running rotation again; default {@link HOLDER_NOTICE_RESEND_MS}. */
+  /** After how long SDK holders that have not confirmed are first told of a running rotation again (then at doubling intervals, up to a minute); default {@link HOLDER_NOTICE_RESEND_MS}. */
   noticeResendMs?: number;
   /**
    * TEST HOOK, never for production: after persisting a rotation in this state the rotator

@@ -66,6 +66,7 @@ import {
   missingHolders,
   nameHolders,
   newRotation,
+  nextNoticeInterval,
   nextStep,
   refusal,
   withRotatingCondition,
@@ -104,7 +105,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const spans = new Map<string, Span>();
   const timers = new Map<string, NodeJS.Timeout>();
   // When this instance last sent each running rotation's notices to SDK holders.
-  const noticed = new Map<string, number>();
+  const noticed = new Map<string, { at: number; every: number }>();
   const noticeResendMs = opts.noticeResendMs ?? HOLDER_NOTICE_RESEND_MS;
   // This instance's sealing key: ephemeral; its public half travels in each broadcast it sends.
   const sealer = createSealingKey();
@@ -286,16 +287,28 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       }
       store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), { headers });
     }
-    noticed.set(r.id, Date.now());
     log.debug({ rotation: r.id, notices: targets.length, sealed }, "rotation notices sent to SDK holders");
     return targets.length;
   };
 
-  /** Sends the notices of a running `r` again to its SDK holders that have not confirmed, at most every `noticeResendMs`. */
+  /** Marks the notices of `r` sent now; the next, if holders are still missing, after `every`. */
+  const noticedNow = (id: string, every: number) => {
+    noticed.delete(id);
+    noticed.set(id, { at: Date.now(), every });
+    if (noticed.size > 1_000) noticed.delete(noticed.keys().next().value!);
+  };
+
+  /**
+   * Sends the notices of a running `r` again to its SDK holders that have not confirmed:
+   * `noticeResendMs` after the first, then at doubling intervals up to a minute (a holder
+   * that stays away catches up from the record when it is back; this is for lost messages).
+   */
   const renotify = async (r: Rotation): Promise<void> => {
-    if (Date.now() - (noticed.get(r.id) ?? 0) < noticeResendMs) return;
+    const last = noticed.get(r.id);
+    if (last && Date.now() - last.at < last.every) return;
     const missing = missingHolders(r).filter((h) => parseHolderId(h)?.instance !== undefined);
     if (missing.length === 0) return;
+    noticedNow(r.id, nextNoticeInterval(last?.every, noticeResendMs, NOTICE_RESEND_MAX_MS));
     const sent = await sendNotices(r, new Set(missing));
     log.info({ rotation: r.id, notices: sent }, `rotation ${r.id}: told ${sent} SDK holders again, as they have not confirmed (${nameHolders(missing)})`);
   };
@@ -304,6 +317,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const headers = () => traceHeaders(contextOfTraceparent(r.traceparent));
     const publishedAt = new Date().toISOString();
     try {
+      noticedNow(r.id, nextNoticeInterval(undefined, noticeResendMs, NOTICE_RESEND_MAX_MS));
       await sendNotices(r);
     } catch (e) {
       // Sent again while they have not confirmed.
@@ -597,6 +611,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
 }
 
 const NOTHING = new Uint8Array(0);
+/** The longest interval between two sends of a rotation's notices to holders that have not confirmed. */
+const NOTICE_RESEND_MAX_MS = 60_000;
 const NO_TARGETS: ReadonlySet<string> = new Set();
 /** How many holders' box keys are computed ahead: the sealing key keeps 20,000 (SHARED_KEY_CACHE in @mesh/shared). */
 const WARM_LIMIT = 20_000;

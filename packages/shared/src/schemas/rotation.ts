@@ -131,8 +131,9 @@ export type RotationBroadcast = z.infer<typeof RotationBroadcast>;
  * `rotation` moves `grant` to generation `generation`. When the instance registered an xkey,
  * `sealed` holds the new values sealed to it by `sender` (the rotator instance's xkey), opening
  * to a {@link SealedHolderPayload}; otherwise, or when they do not open, the holder fetches them.
- * Sent when the rotation starts and again, while the instance has not confirmed, every
- * {@link HOLDER_NOTICE_RESEND_MS}: a plain message may be lost, the rotation must not be.
+ * Sent when the rotation starts and again while the instance has not confirmed: after
+ * {@link HOLDER_NOTICE_RESEND_MS}, then at doubling intervals up to a minute (a plain message
+ * may be lost, the rotation must not be).
  * Carries the rotation's trace context in its headers.
  */
 export const HolderNotice = z.object({
@@ -145,7 +146,7 @@ export const HolderNotice = z.object({
 });
 export type HolderNotice = z.infer<typeof HolderNotice>;
 
-/** How often the rotator sends a {@link HolderNotice} again to SDK holders that have not confirmed. */
+/** After how long the rotator first sends a {@link HolderNotice} again to SDK holders that have not confirmed. */
 export const HOLDER_NOTICE_RESEND_MS = 5_000;
 
 /** What {@link HolderNotice}.sealed opens to: the envelope's identity repeated inside the seal, and the binding values (secret). */
