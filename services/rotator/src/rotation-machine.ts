@@ -149,6 +149,11 @@ export function applyConfirmations(r: Rotation | undefined, batch: readonly Conf
   const refused: ConfirmationOutcome["refused"] = [];
   const running = isRotationRunning(r);
   let holders = r?.holders;
+  const start = r ? Date.parse(r.requestedAt) : 0;
+  const offset = (iso: string | undefined) => {
+    const t = iso === undefined ? NaN : Date.parse(iso);
+    return Number.isNaN(t) ? undefined : Math.max(0, t - start);
+  };
   for (const c of batch) {
     const why = refusal(r, c, targets);
     if (why) {
@@ -156,8 +161,6 @@ export function applyConfirmations(r: Rotation | undefined, batch: readonly Conf
       continue;
     }
     if (!running || holders![c.holder]?.c !== undefined) continue; // a repeat: already in
-    const start = Date.parse(r!.requestedAt);
-    const offset = (iso: string | undefined) => (iso === undefined || Number.isNaN(Date.parse(iso)) ? undefined : Math.max(0, Date.parse(iso) - start));
     if (holders === r!.holders) holders = { ...r!.holders };
     const rr = offset(c.receivedAt);
     const a = offset(c.appliedAt);

@@ -255,10 +255,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    * the notice without values and fetches them. Returns how many notices were sent.
    */
   const sendNotices = async (r: Rotation, only?: ReadonlySet<string>): Promise<number> => {
-    const targets = Object.keys(r.holders).flatMap((holder) => {
-      const id = parseHolderId(holder);
-      return id?.instance !== undefined && (!only || only.has(holder)) ? [{ holder, node: id.node, part: id.part, instance: id.instance }] : [];
-    });
+    const targets = sdkHolders(only ? [...only] : Object.keys(r.holders));
     if (targets.length === 0) return 0;
     const xkeys = xkeysOf(await registry.list(r.module, r.requirement));
     // Read (and decrypted) once for every holder; without them every holder fetches.
@@ -306,7 +303,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const renotify = async (r: Rotation): Promise<void> => {
     const last = noticed.get(r.id);
     if (last && Date.now() - last.at < last.every) return;
-    const missing = missingHolders(r).filter((h) => parseHolderId(h)?.instance !== undefined);
+    const missing = sdkHolders(missingHolders(r)).map((t) => t.holder);
     if (missing.length === 0) return;
     noticedNow(r.id, nextNoticeInterval(last?.every, noticeResendMs, NOTICE_RESEND_MAX_MS));
     const sent = await sendNotices(r, new Set(missing));
@@ -616,6 +613,16 @@ const NOTICE_RESEND_MAX_MS = 60_000;
 const NO_TARGETS: ReadonlySet<string> = new Set();
 /** How many holders' box keys are computed ahead: the sealing key keeps 20,000 (SHARED_KEY_CACHE in @mesh/shared). */
 const WARM_LIMIT = 20_000;
+
+/** The SDK instances among `holders` (ids `<node>/<part>/<instance>`), with their parts. */
+function sdkHolders(holders: readonly string[]): Array<{ holder: string; node: string; part: string; instance: string }> {
+  const out: Array<{ holder: string; node: string; part: string; instance: string }> = [];
+  for (const holder of holders) {
+    const id = parseHolderId(holder);
+    if (id?.instance !== undefined) out.push({ holder, node: id.node, part: id.part, instance: id.instance });
+  }
+  return out;
+}
 
 /** The xkey of each SDK holder (by holder id) among `registrations` that registered one (and whose id matches its node, part and instance). */
 function xkeysOf(registrations: readonly HolderRegistration[]): Map<string, string> {
