@@ -107,7 +107,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   // When this instance last sent each running rotation's notices to SDK holders.
   const noticed = new Map<string, { at: number; every: number }>();
   const noticeResendMs = opts.noticeResendMs ?? HOLDER_NOTICE_RESEND_MS;
-  // This instance's sealing key: ephemeral; its public half travels in each broadcast it sends.
+  // This instance's sealing key: ephemeral; its public half travels in each notice it seals.
   const sealer = createSealingKey();
   // The box key with each registered holder, computed in idle time as registrations arrive
   // (sealing to nothing computes and keeps it), so a rotation's sealing is symmetric only.
