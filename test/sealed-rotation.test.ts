@@ -253,4 +253,36 @@ describe("rotations held by SDK instances", () => {
     await second.stop();
     await Promise.all(holders.map((h) => h.stop()));
   }, 60_000);
+
+  it("gives an instance that starts during a rotation the new generation, with nothing to confirm", async () => {
+    await applySecretModule("joiner");
+    const key = await registerSpy("joiner", "first");
+    const rotation = await rotator.rotate({ grant: "joiner/key" });
+    expect(Object.keys(rotation.holders)).toEqual(["n1/app/first"]);
+    // Started while the rotation waits for "first": it is not among the rotation's holders.
+    const c = await connect({ servers: nats.url });
+    conns.push(c);
+    const late = await holdCredential(c, { module: "joiner", part: "app", requirement: "key", node: "n1", instance: "late" });
+    const got: HeldCredential[] = [];
+    for await (const u of late) {
+      got.push(u);
+      if (u.generation === 2) break;
+    }
+    expect(got.map((u) => u.generation)).toEqual([1, 2]);
+    expect(got[1]!.rotation).toBeUndefined();
+    await got[1]!.confirm(); // nothing to send: it resolves at once
+    // The first holder confirms; the rotation commits with nothing refused, on the values the late one took.
+    const told = await new Promise<HolderNotice>((resolve) => {
+      const sub = nc.subscribe(subjects.holderValues("joiner", "key", "n1", "app", "first"), {
+        callback: (_e, m) => (sub.unsubscribe(), resolve(HolderNotice.parse(m.json()))),
+      });
+    });
+    const opened = SealedHolderPayload.parse(openFrom(key, told.sender!, told.sealed!));
+    expect(got[1]!.values).toEqual(opened.values);
+    const line = new ReplyLine(nc, "rotator");
+    await sendConfirmation(line, { rotation: rotation.id, grant: "joiner/key", holder: "n1/app/first", generation: 2, confirmedAt: new Date().toISOString() });
+    line.close();
+    await waitUntil("the commit", () => committed("joiner"));
+    expect((await readJson(store.kv.rotations, keys.grant("joiner", "key"), Rotation))!.value.refused).toEqual([]);
+  }, 60_000);
 });

@@ -73,7 +73,11 @@ export interface HeldCredential {
   grant: string;
   generation: number;
   values: CredentialValues;
-  /** The rotation that staged it; undefined for the generation held at start. */
+  /**
+   * The rotation that staged it, when this instance is one of its holders (it must confirm);
+   * undefined for the generation held at start, and for one taken from a rotation that started
+   * before this instance registered (nothing waits for its confirmation).
+   */
   rotation?: string;
   /**
    * Tells the rotator this instance now uses `generation` (call it once the application has
@@ -189,7 +193,12 @@ class Holder implements CredentialHolder {
     }
     const e = await this.kv.rotations.get(keys.grant(this.opts.module, this.opts.requirement));
     const r = e && e.operation === "PUT" && e.length ? Rotation.safeParse(e.json()) : undefined;
-    if (r?.success && isRotationRunning(r.data)) await this.take(r.data.to, r.data.id, new Date(), undefined);
+    if (!r?.success || !isRotationRunning(r.data)) return;
+    // An instance that registered after the rotation started is not among its holders: it
+    // takes the new generation all the same (it works already, and is the one kept), and has
+    // nothing to confirm (the rotator would refuse it).
+    const mine = Object.hasOwn(r.data.holders, this.holder);
+    await this.take(r.data.to, mine ? r.data.id : undefined, new Date(), undefined);
   }
 
   /** The values `notice` sealed to this instance, when they open for it, its rotation and generation; undefined otherwise (fetch). */
