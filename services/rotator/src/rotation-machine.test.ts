@@ -177,6 +177,21 @@ describe("applyConfirmations", () => {
     expect(refusal(odd, confirmation("node-a/api"), targets)).toBe("rotation shop/key#2 of grant shop/key is Committed; it no longer takes confirmations");
   });
 
+  it("takes a holder's repeat of a committed generation as nothing while the next rotation runs, and never counts it for that one", () => {
+    // Rotation #3 (2 → 3) runs; node-a's confirmation of #2 comes again, its answer lost.
+    const next: Rotation = { ...rotation(), id: "shop/key#3", from: 2, to: 3 };
+    const stale = confirmation("node-a/api", { rotation: "shop/key#2", generation: 2 });
+    const out = applyConfirmations(next, [stale], targets, at(100));
+    expect(out.refused).toEqual([]);
+    expect(out.accepted).toEqual([]);
+    expect(out.rotation).toBe(next);
+    expect(missingHolders(next)).toEqual(["node-a/api", "node-b/worker"]);
+    // Without the grant's targets it cannot be told from a forgery: refused, so the rotator reads them.
+    expect(refusal(next, stale, new Set())).toBeDefined();
+    // Not a holder of the grant: refused as before.
+    expect(refusal(next, confirmation("node-x/intruder", { rotation: "shop/key#2", generation: 2 }), targets)).toBe("node-x/intruder does not hold grant shop/key");
+  });
+
   it("keeps only the newest refusals", () => {
     const forged = Array.from({ length: 25 }, (_, i) => confirmation(`node-x/p${i}`));
     const out = applyConfirmations(rotation(), forged, targets, at(0));
@@ -188,7 +203,7 @@ describe("applyConfirmations", () => {
     expect(refusal(rotation(), confirmation("node-b/worker"), targets)).toBeUndefined();
   });
 
-  it("refusal() decides alike with or without the grant's targets, which only shape the reason", () => {
+  it("refusal() decides on the running rotation's confirmations alike with or without the grant's targets, which only shape the reason", () => {
     const none = new Set<string>();
     for (const c of [confirmation("node-b/worker"), confirmation("node-x/intruder"), confirmation("node-a/api/late"), confirmation("node-a/api", { generation: 3 })]) {
       expect(refusal(rotation(), c, none) === undefined, c.holder).toBe(refusal(rotation(), c, targets) === undefined);

@@ -106,7 +106,9 @@ export function allConfirmed(r: Rotation): boolean {
 /**
  * Why a confirmation is refused by record `r` (the grant's rotation record, in any state), or
  * undefined when it is accepted or a harmless repeat: one already recorded is a repeat even
- * after the commit (its holder sent it again for want of an answer).
+ * after the commit, and so is a holder's confirmation of any generation already committed (its
+ * holder sent it again for want of an answer). `targets` (the grant's `<node>/<part>`s) shape
+ * the reason of a refusal, and tell such a repeat from a forgery.
  */
 export function refusal(r: Rotation | undefined, c: Confirmation, targets: ReadonlySet<string>): string | undefined {
   // The common case first, without parsing the holder id: a holder of this very rotation.
@@ -115,6 +117,9 @@ export function refusal(r: Rotation | undefined, c: Confirmation, targets: Reado
   }
   const id = parseHolderId(c.holder);
   const holdsGrant = id !== undefined && targets.has(holderKey(id.node, id.part));
+  // A holder of the grant confirming a generation it has committed already: a repeat whose
+  // answer was lost, while a newer rotation may have started. Nothing to record or refuse.
+  if (r && r.grant === c.grant && holdsGrant && c.generation <= (r.state === RotationStates.Committed ? r.to : r.from)) return undefined;
   if (!r || r.grant !== c.grant || !isRotationRunning(r)) {
     return holdsGrant ? `no rotation ${c.rotation} of grant ${c.grant} is running` : `${c.holder} does not hold grant ${c.grant}`;
   }
@@ -160,7 +165,8 @@ export function applyConfirmations(r: Rotation | undefined, batch: readonly Conf
       refused.push({ confirmation: c, reason: why });
       continue;
     }
-    if (!running || holders![c.holder]?.c !== undefined) continue; // a repeat: already in
+    // A repeat (already in), or one of a generation committed before this rotation: nothing to record.
+    if (!running || c.rotation !== r!.id || holders![c.holder]?.c !== undefined) continue;
     if (holders === r!.holders) holders = { ...r!.holders };
     const rr = offset(c.receivedAt);
     const a = offset(c.appliedAt);
