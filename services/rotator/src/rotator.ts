@@ -301,7 +301,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    * that stays away catches up from the record when it is back; this is for lost messages).
    */
   const renotify = async (r: Rotation): Promise<void> => {
-    const last = noticed.get(r.id);
+    // Another instance (or this one before a restart) sent them when the rotation entered Broadcast.
+    const broadcastAt = r.history.find((h) => h.state === RotationStates.Broadcast)?.at;
+    const last = noticed.get(r.id) ?? (broadcastAt ? { at: Date.parse(broadcastAt), every: nextNoticeInterval(undefined, noticeResendMs, NOTICE_RESEND_MAX_MS) } : undefined);
     if (last && Date.now() - last.at < last.every) return;
     const missing = sdkHolders(missingHolders(r)).map((t) => t.holder);
     if (missing.length === 0) return;
