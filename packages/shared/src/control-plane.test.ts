@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CONTROL_PLANE_SERVICES, bootstrapProvider, controlPlaneManifest, servicePermissions } from "./control-plane.js";
+import { CONTROL_PLANE_SERVICES, bootstrapProvider, controlPlaneManifest, sdkHolderPermissions, servicePermissions } from "./control-plane.js";
 import { ModuleDoc, ProviderDoc } from "./schemas/manifest.js";
 
 describe("the control plane's own module", () => {
@@ -30,6 +30,15 @@ describe("the control plane's own module", () => {
     expect(agent.subscribe).toContain("mesh.probe.request.node-b");
     expect(agent.publish).toContain("mesh.probe.report.node-b.>");
     expect([...agent.publish, ...agent.subscribe].some((s) => s.includes("node-a"))).toBe(false);
+  });
+
+  it("gives an SDK holder's part its own notices and registrations and its grant's confirmations, nothing of another part or grant", () => {
+    const p = sdkHolderPermissions("shop", "key", "node-a", "web");
+    expect(p.subscribe).toContain("mesh.rotation.values.shop.key.node-a.web.*");
+    expect(p.publish).toEqual(expect.arrayContaining(["$KV.mesh-holders.shop.key.node-a.web.*", "mesh.api.credential.fetch", "mesh.api.confirm.shop.key"]));
+    expect([...p.publish, ...p.subscribe].filter((s) => s.startsWith("mesh.") && !s.startsWith("mesh.api.credential")).every((s) => s.includes("shop.key"))).toBe(true);
+    expect(p.publish.some((s) => s.startsWith("mesh.rotation."))).toBe(false);
+    expect(() => sdkHolderPermissions("shop", "key", "node-a", "Web!")).toThrow(/invalid name/);
   });
 
   it("refuses a node whose identity requirement would not be a valid name", () => {

@@ -7,7 +7,7 @@
 import { Kinds } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
-import { Buckets, subjects, type BucketName } from "./subjects.js";
+import { Buckets, keys, subjects, type BucketName } from "./subjects.js";
 
 /** The control plane's module name. */
 export const CONTROL_PLANE_MODULE = "mesh";
@@ -97,6 +97,26 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     }
   })();
   return { publish: [...JETSTREAM.publish, ...own.publish], subscribe: [...JETSTREAM.subscribe, ...own.subscribe] };
+}
+
+/**
+ * What the broker identity of a module's part needs for SDK instances of it on `node` to hold
+ * `requirement` through its rotations (`holdCredential` in @mesh/client): JetStream's API (the
+ * buckets it reads: its grant, the rotation record), its instances' registrations in
+ * `mesh-holders`, fetching values, its instances' rotation notices, and confirming rotations of
+ * that grant; nothing else of the mesh's. Give it, for example, as the options of the module's
+ * `nats.user` requirement. Throws an Error naming a bad name.
+ */
+export function sdkHolderPermissions(module: string, requirement: string, node: string, part: string): NatsPermissions {
+  return {
+    publish: [
+      ...JETSTREAM.publish,
+      `$KV.${Buckets.holders}.${keys.holdersOfPart(module, requirement, node, part)}`,
+      subjects.credentialFetch,
+      subjects.rotationConfirm(module, requirement),
+    ],
+    subscribe: [...JETSTREAM.subscribe, subjects.holderValuesOfPart(module, requirement, node, part)],
+  };
 }
 
 /** Where the control plane runs: its services on one node, an agent on each node. */

@@ -92,6 +92,8 @@ export const subjects = {
    */
   holderValues: (module: string, requirement: string, node: string, part: string, instance: string) =>
     `mesh.rotation.values.${checked(module, requirement, node, part, instance)}`,
+  /** The notice subjects of every SDK instance of one part on one node (what its identity may subscribe to). */
+  holderValuesOfPart: (module: string, requirement: string, node: string, part: string) => `mesh.rotation.values.${checked(module, requirement, node, part)}.*`,
   /** Wildcard of all confirmations (the rotator's subscription). */
   rotationConfirmsAll: "mesh.api.confirm.>",
   /** The delivery subject of one grant to one part on one node. */
@@ -131,6 +133,8 @@ export const keys = {
   holder: (module: string, requirement: string, node: string, part: string, instance: string) => checked(module, requirement, node, part, instance),
   /** Filter of every SDK holder instance of one grant. */
   holdersOf: (module: string, requirement: string) => `${checked(module, requirement)}.>`,
+  /** Filter of the SDK instances of one grant's part on one node. */
+  holdersOfPart: (module: string, requirement: string, node: string, part: string) => `${checked(module, requirement, node, part)}.*`,
   /** Filter of every grant of one module. */
   grantsOf: (module: string) => `${checked(module)}.*`,
 } as const;
