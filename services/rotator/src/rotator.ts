@@ -249,13 +249,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 
   /**
-   * Tells SDK holders of `r` (all of them, or those in `only`) that it started: one plain NATS
+   * Tells SDK holders `targets` of `r` that it started: one plain NATS
    * message each on its own subject (in no stream), with k+1's binding values sealed to the
    * xkey the holder registered. A holder without one, or whose xkey does not take a seal, gets
    * the notice without values and fetches them. Returns how many notices were sent.
    */
-  const sendNotices = async (r: Rotation, only?: ReadonlySet<string>): Promise<number> => {
-    const targets = sdkHolders(only ? [...only] : Object.keys(r.holders));
+  const sendNotices = async (r: Rotation, targets: readonly SdkHolder[]): Promise<number> => {
     if (targets.length === 0) return 0;
     const xkeys = xkeysOf(await registry.list(r.module, r.requirement));
     // Read (and decrypted) once for every holder; without them every holder fetches.
@@ -288,6 +287,14 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     return targets.length;
   };
 
+  const firstNoticeInterval = nextNoticeInterval(undefined, noticeResendMs, NOTICE_RESEND_MAX_MS);
+
+  /** The first send of `r`'s notices, by whichever instance broadcast it: when the record entered Broadcast. */
+  const noticedAtBroadcast = (r: Rotation) => {
+    const at = r.history.find((h) => h.state === RotationStates.Broadcast)?.at;
+    return at ? { at: Date.parse(at), every: firstNoticeInterval } : undefined;
+  };
+
   /** Marks the notices of `r` sent now; the next, if holders are still missing, after `every`. */
   const noticedNow = (id: string, every: number) => {
     noticed.delete(id);
@@ -302,43 +309,42 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    */
   const renotify = async (r: Rotation): Promise<void> => {
     // Another instance (or this one before a restart) sent them when the rotation entered Broadcast.
-    const broadcastAt = r.history.find((h) => h.state === RotationStates.Broadcast)?.at;
-    const last = noticed.get(r.id) ?? (broadcastAt ? { at: Date.parse(broadcastAt), every: nextNoticeInterval(undefined, noticeResendMs, NOTICE_RESEND_MAX_MS) } : undefined);
+    const last = noticed.get(r.id) ?? noticedAtBroadcast(r);
     if (last && Date.now() - last.at < last.every) return;
-    const missing = sdkHolders(missingHolders(r)).map((t) => t.holder);
+    const missing = splitHolders(missingHolders(r)).sdk;
     if (missing.length === 0) return;
     noticedNow(r.id, nextNoticeInterval(last?.every, noticeResendMs, NOTICE_RESEND_MAX_MS));
-    const sent = await sendNotices(r, new Set(missing));
-    log.info({ rotation: r.id, notices: sent }, `rotation ${r.id}: told ${sent} SDK holders again, as they have not confirmed (${nameHolders(missing)})`);
+    const sent = await sendNotices(r, missing);
+    log.info({ rotation: r.id, notices: sent }, `rotation ${r.id}: told ${sent} SDK holders again, as they have not confirmed (${nameHolders(missing.map((t) => t.holder))})`);
   };
 
   const broadcast = async (r: Rotation): Promise<void> => {
     const headers = () => traceHeaders(contextOfTraceparent(r.traceparent));
     const publishedAt = new Date().toISOString();
+    const holders = splitHolders(Object.keys(r.holders));
     try {
-      noticedNow(r.id, nextNoticeInterval(undefined, noticeResendMs, NOTICE_RESEND_MAX_MS));
-      await sendNotices(r);
+      noticedNow(r.id, firstNoticeInterval);
+      await sendNotices(r, holders.sdk);
     } catch (e) {
       // Sent again while they have not confirmed.
       log.warn({ rotation: r.id, err: errorMessage(e) }, "could not tell the SDK holders of the rotation; it is tried again");
     }
-    const agentHolders = Object.keys(r.holders).map((h) => parseHolderId(h)).filter((h) => h && h.instance === undefined);
     await Promise.all(
-      agentHolders.map(async (h) => {
+      holders.agents.map(async (h) => {
         const d: Delivery = {
           grant: r.grant,
           module: r.module,
           requirement: r.requirement,
-          part: h!.part,
-          node: h!.node,
+          part: h.part,
+          node: h.node,
           kind: r.kind,
           provider: r.provider,
           generation: r.to,
           publishedAt,
           rotation: r.id,
         };
-        await store.js.publish(subjects.delivery(h!.node, r.module, h!.part, r.requirement), JSON.stringify(d), {
-          msgID: `${r.id}:${h!.node}:${h!.part}`,
+        await store.js.publish(subjects.delivery(h.node, r.module, h.part, r.requirement), JSON.stringify(d), {
+          msgID: `${r.id}:${h.node}:${h.part}`,
           headers: headers(),
         });
       }),
@@ -616,14 +622,24 @@ const NO_TARGETS: ReadonlySet<string> = new Set();
 /** How many holders' box keys are computed ahead: the sealing key keeps 20,000 (SHARED_KEY_CACHE in @mesh/shared). */
 const WARM_LIMIT = 20_000;
 
-/** The SDK instances among `holders` (ids `<node>/<part>/<instance>`), with their parts. */
-function sdkHolders(holders: readonly string[]): Array<{ holder: string; node: string; part: string; instance: string }> {
-  const out: Array<{ holder: string; node: string; part: string; instance: string }> = [];
+/** An SDK instance among a rotation's holders (id `<node>/<part>/<instance>`). */
+interface SdkHolder {
+  holder: string;
+  node: string;
+  part: string;
+  instance: string;
+}
+
+/** Holder ids split, each parsed once: SDK instances, and node agents (`<node>/<part>`). */
+function splitHolders(holders: readonly string[]): { sdk: SdkHolder[]; agents: Array<{ node: string; part: string }> } {
+  const sdk: SdkHolder[] = [];
+  const agents: Array<{ node: string; part: string }> = [];
   for (const holder of holders) {
     const id = parseHolderId(holder);
-    if (id?.instance !== undefined) out.push({ holder, node: id.node, part: id.part, instance: id.instance });
+    if (id?.instance !== undefined) sdk.push({ holder, node: id.node, part: id.part, instance: id.instance });
+    else if (id) agents.push({ node: id.node, part: id.part });
   }
-  return out;
+  return { sdk, agents };
 }
 
 /** The xkey of each SDK holder (by holder id) among `registrations` that registered one (and whose id matches its node, part and instance). */
