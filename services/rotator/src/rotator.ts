@@ -37,6 +37,7 @@ import {
   mutateJson,
   parseGrantId,
   parseHolderId,
+  propagating,
   readJson,
   sdkHolderId,
   sealTo,
@@ -265,8 +266,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       log.warn({ rotation: r.id, err: errorMessage(e) }, "could not read the new values to seal them to SDK holders; they fetch them");
     }
     const sender = sealer.getPublicKey();
-    // One set of headers for every notice: each publish encodes them as they are.
-    const headers = traceHeaders(contextOfTraceparent(r.traceparent));
+    // One set of headers for every notice (each publish encodes them as they are); none when
+    // no propagator would fill them (an empty set still costs every notice a header block).
+    const opts = propagating() ? { headers: traceHeaders(contextOfTraceparent(r.traceparent)) } : undefined;
     let sealed = 0;
     for (const t of targets) {
       const notice: HolderNotice = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to };
@@ -281,7 +283,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           // not a curve key: that holder fetches
         }
       }
-      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), { headers });
+      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), opts);
     }
     log.debug({ rotation: r.id, notices: targets.length, sealed }, "rotation notices sent to SDK holders");
     return targets.length;
