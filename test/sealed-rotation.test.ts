@@ -3,8 +3,9 @@
  * holder's own subject, with generation k+1 sealed to the holder's registered xkey, so holders
  * apply it without a fetch round trip to the provisioner; a holder registered without an xkey
  * is told too and fetches; one holder's notice does not open with another holder's key;
- * nothing is stored; a holder that missed its notice is told again until it confirms; two
- * rotator instances share the confirmations without losing one.
+ * nothing is stored; a holder that missed its notice is told again until it confirms; an SDK
+ * holder whose confirmation was lost sends it again when told again; two rotator instances
+ * share the confirmations without losing one.
  * Real nats-server, real resolver, provisioner and rotator.
  */
 import { randomBytes } from "node:crypto";
@@ -152,7 +153,7 @@ describe("rotations held by SDK instances", () => {
     const spyMsg = notices.find((x) => x.m.holder === "n1/app/spy")!;
     const opened = SealedHolderPayload.parse(openFrom(spyKey, spyMsg.m.sender!, spyMsg.m.sealed!));
     expect(opened).toMatchObject({ rotation: rotation.id, holder: "n1/app/spy", generation: 2 });
-    // The spy confirms as the SDK does: answered once recorded.
+    // The spy confirms by request, as a holder that wants to know may: answered once recorded.
     const line = new ReplyLine(nc, "rotator");
     const c: Confirmation = { rotation: rotation.id, grant: "sealed/key", holder: "n1/app/spy", generation: 2, confirmedAt: new Date().toISOString() };
     await sendConfirmation(line, c);
@@ -244,7 +245,7 @@ describe("rotations held by SDK instances", () => {
     }
     const rotation = await rotator.rotate({ grant: "pair/key" });
     expect(Object.keys(rotation.holders)).toHaveLength(40);
-    // Every holder's confirm() resolves: each was answered once recorded, whichever instance took it.
+    // Every holder confirmed; the record has each once, whichever instance took it.
     await Promise.all(confirmed);
     await waitUntil("the commit", () => committed("pair"));
     const r = (await readJson(store.kv.rotations, keys.grant("pair", "key"), Rotation))!.value;
@@ -284,5 +285,47 @@ describe("rotations held by SDK instances", () => {
     line.close();
     await waitUntil("the commit", () => committed("joiner"));
     expect((await readJson(store.kv.rotations, keys.grant("joiner", "key"), Rotation))!.value.refused).toEqual([]);
+  }, 60_000);
+
+  // Last: it stops the file's rotator and starts another in its place.
+  it("has an SDK holder send its confirmation again when told again, after it was lost", async () => {
+    await applySecretModule("lost");
+    const c = await connect({ servers: nats.url });
+    conns.push(c);
+    const h = await holdCredential(c, { module: "lost", part: "app", requirement: "key", node: "n1", instance: "x" });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const taken: HeldCredential[] = [];
+    let confirmed!: Promise<void>;
+    void (async () => {
+      // Held on (leaving a for-await would stop the holder).
+      for await (const u of h) {
+        taken.push(u);
+        if (u.rotation) {
+          await gate;
+          await (confirmed = u.confirm());
+        }
+      }
+    })();
+    await waitUntil("generation 1 held", () => taken.some((u) => u.generation === 1));
+    const rotation = await rotator.rotate({ grant: "lost/key" });
+    await waitUntil("generation 2 taken", () => taken.some((u) => u.generation === 2));
+    // No rotator listens when the application confirms: the confirmation is lost.
+    await rotator.stop();
+    release();
+    await waitUntil("the application's confirm()", () => confirmed !== undefined);
+    await confirmed;
+    await c.flush();
+    const record = async () => (await readJson(store.kv.rotations, keys.grant("lost", "key"), Rotation))!.value;
+    expect((await record()).holders["n1/app/x"]?.c).toBeUndefined();
+    // A rotator comes back, tells the holder again as its record misses it, and the holder confirms again.
+    rotator = await startRotator({ store, masterKey, log: log(), sweepMs: 500, noticeResendMs: NOTICE_RESEND_MS });
+    await waitUntil("the commit", () => committed("lost"), 4 * NOTICE_RESEND_MS + 10_000);
+    const r = await record();
+    expect(r.id).toBe(rotation.id);
+    expect(r.holders["n1/app/x"]?.c).toBeTypeOf("number");
+    expect(r.refused).toEqual([]);
+    expect(logs.lines.some((l) => l.includes(`rotation ${rotation.id}: told 1 SDK holders again`))).toBe(true);
+    await h.stop();
   }, 60_000);
 });

@@ -12,11 +12,15 @@
  *
  * Durable in effect: the rotator tells an instance again while it has not confirmed, and an
  * instance that was disconnected reads the running rotation from KV when it is back, so it
- * never misses one. Its confirmation is a request the rotator answers once it is recorded;
- * without an answer it is sent again.
+ * never misses one. Its confirmation is one plain message, not a request: the rotator records
+ * it, and while the record does not have it the rotator tells the instance again, which sends
+ * it again (as it does when it is back from a disconnect and the record still misses it). The
+ * rotator drives the retries, paced, instead of every holder of a rotation running its own
+ * timers, and a holder's confirmation costs one message instead of a request and its answer.
  */
 import { randomBytes } from "node:crypto";
 import { jetstream } from "@nats-io/jetstream";
+import type { MsgHdrs } from "@nats-io/transport-node";
 import { Kvm, type KV } from "@nats-io/kv";
 import { context, trace, type Span } from "@opentelemetry/api";
 import {
@@ -26,7 +30,6 @@ import {
   HolderNotice,
   MeshError,
   NAME_RULE,
-  ReplyLine,
   Rotation,
   SealedHolderPayload,
   HOLDER_HEARTBEAT_MS,
@@ -41,7 +44,6 @@ import {
   openFrom,
   propagating,
   sdkHolderId,
-  sendConfirmation,
   subjects,
   traceHeaders,
   tracer,
@@ -50,9 +52,6 @@ import {
   type HolderRegistration,
   type NatsConnection,
 } from "@mesh/shared";
-
-/** How long one send of a confirmation waits for the rotator's answer before it is sent again. */
-const CONFIRM_TIMEOUT_MS = 5_000;
 
 export interface HoldCredentialOptions {
   module: string;
@@ -81,9 +80,12 @@ export interface HeldCredential {
   rotation?: string;
   /**
    * Tells the rotator this instance now uses `generation` (call it once the application has
-   * switched). Resolves once the rotator recorded it (in JetStream), sending it again until a
-   * rotator answers; rejects when the rotator refuses it (`Conflict`, with its reason) or the
-   * holder is stopped first. A no-op outside a rotation.
+   * switched). Resolves once the confirmation is handed to the connection; the holder sends it
+   * again by itself each time the rotator tells it of the rotation again (it does while its
+   * record misses the confirmation: one lost, or sent while no rotator ran) and when it is back
+   * from a disconnect with the record still missing it. Rejects when the connection is closed.
+   * A refused confirmation (this instance does not hold the grant) is logged by the rotator and
+   * listed in the rotation record (`meshctl status`). A no-op outside a rotation.
    */
   confirm(): Promise<void>;
 }
@@ -126,7 +128,9 @@ class Holder implements CredentialHolder {
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
   private chain: Promise<void> = Promise.resolve();
-  private readonly confirmations: ReplyLine;
+  private readonly confirmSubject: string;
+  /** The last confirmation sent, to send again while the rotation's record misses it. */
+  private confirmation: { rotation: string; data: string; headers: MsgHdrs | undefined } | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -136,7 +140,7 @@ class Holder implements CredentialHolder {
     this.holder = sdkHolderId(opts.node, opts.part, opts.instance);
     this.grant = grantId(opts.module, opts.requirement);
     this.regKey = keys.holder(opts.module, opts.requirement, opts.node, opts.part, opts.instance);
-    this.confirmations = new ReplyLine(nc, "rotator", CONFIRM_TIMEOUT_MS);
+    this.confirmSubject = subjects.rotationConfirm(opts.module, opts.requirement);
   }
 
   async start(): Promise<void> {
@@ -145,8 +149,10 @@ class Holder implements CredentialHolder {
       callback: (err, m) => {
         if (err || this.done) return;
         const n = HolderNotice.safeParse(safeJson(() => m.json()));
-        // Told again while not confirmed: a generation already taken waits for the application's confirm().
-        if (!n.success || n.data.holder !== this.holder || n.data.grant !== this.grant || n.data.generation <= this.generation) return;
+        if (!n.success || n.data.holder !== this.holder || n.data.grant !== this.grant || n.data.generation < this.generation) return;
+        // Told again: the rotator has not recorded this instance's confirmation (it is sent
+        // again), or the application has not confirmed yet (its confirm() sends it).
+        if (n.data.generation === this.generation) return this.confirmAgain(n.data.rotation);
         const receivedAt = new Date();
         // Headers are decoded only for a propagator to read.
         const headers = propagating() ? m.headers : undefined;
@@ -198,7 +204,20 @@ class Holder implements CredentialHolder {
     // takes the new generation all the same (it works already, and is the one kept), and has
     // nothing to confirm (the rotator would refuse it).
     const mine = Object.hasOwn(r.data.holders, this.holder);
+    // Confirmed while away (or while no rotator ran), and not in the record: sent again.
+    if (mine && r.data.to === this.generation && r.data.holders[this.holder]!.c === undefined) this.confirmAgain(r.data.id);
     await this.take(r.data.to, mine ? r.data.id : undefined, new Date(), undefined);
+  }
+
+  /** Sends the confirmation of `rotation` again, when the application has confirmed it. */
+  private confirmAgain(rotation: string): void {
+    const c = this.confirmation;
+    if (this.done || c?.rotation !== rotation) return;
+    try {
+      this.nc.publish(this.confirmSubject, c.data, c.headers ? { headers: c.headers } : undefined);
+    } catch {
+      // The connection is closed: nothing to send on.
+    }
   }
 
   /** The values `notice` sealed to this instance, when they open for it, its rotation and generation; undefined otherwise (fetch). */
@@ -254,10 +273,12 @@ class Holder implements CredentialHolder {
         try {
           // Carries this holder's span, the rotation's child, to whoever traces the confirmations.
           const headers = span?.isRecording() ? traceHeaders(trace.setSpan(context.active(), span)) : undefined;
-          await sendConfirmation(this.confirmations, c, { ...(headers ? { headers } : {}), stopped: () => this.done });
+          const data = JSON.stringify(c);
+          this.confirmation = { rotation, data, headers };
+          this.nc.publish(this.confirmSubject, data, headers ? { headers } : undefined);
         } catch (e) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
-          throw e;
+          throw new MeshError(ErrorCodes.Unavailable, `could not send the confirmation of rotation ${rotation} (${errorMessage(e)}); the connection is closed: hold the credential on an open one`, { retryable: false });
         } finally {
           span?.end();
         }
@@ -278,7 +299,6 @@ class Holder implements CredentialHolder {
     this.done = true;
     clearInterval(this.heartbeat);
     this.noticeSub?.unsubscribe();
-    this.confirmations.close();
     this.waiter?.({ value: undefined, done: true });
     this.waiter = undefined;
     await this.kv.holders.delete(this.regKey).catch(() => undefined);

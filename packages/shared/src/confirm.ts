@@ -1,13 +1,14 @@
 /**
- * A holder's confirmation of a rotation: a request to the rotator (`subjects.rotationConfirm`),
- * answered once the confirmation is in the rotation record in JetStream, or refused. A holder
- * that gets no answer (no rotator running, a reply lost) sends it again; repeats are harmless.
+ * A holder's confirmation of a rotation sent as a request to the rotator
+ * (`subjects.rotationConfirm`), as a node agent sends it: answered once the confirmation is in
+ * the rotation record in JetStream, or refused. A holder that gets no answer (no rotator
+ * running, a reply lost) sends it again; repeats are harmless. (The SDK sends its confirmation
+ * as a plain message instead, and sends it again when the rotator tells it again.)
  *
  * Requests go through a {@link ReplyLine}: one reply subscription per holder instead of one
  * request object per message. nats.js makes every request build Error objects with stack
- * traces (for its async traces, and again when the request completes); at a rotation fanned
- * out to 1,000 holders that was about a quarter of the holders' CPU, for the one confirmation
- * each sends.
+ * traces (for its async traces, and again when the request completes), which an agent
+ * confirming for many parts at once pays for each.
  */
 import { randomBytes } from "node:crypto";
 import type { Msg, MsgHdrs, NatsConnection } from "@nats-io/transport-node";

@@ -82,8 +82,9 @@ export const subjects = {
   /** Wildcard of all rotation broadcasts, the MESH_ROTATIONS stream's subject space. */
   rotationBroadcastsAll: "mesh.rotation.broadcast.>",
   /**
-   * Request: a holder confirms a rotation of one grant ({@link Confirmation}). Served by the
-   * rotator, which answers once the confirmation is in the rotation record.
+   * A holder confirms a rotation of one grant ({@link Confirmation}), as a request or a plain
+   * message. Served by the rotator, which answers a request once the confirmation is in the
+   * rotation record; a plain one (the SDK's) it tells again while the record misses it.
    */
   rotationConfirm: (module: string, requirement: string) => `mesh.api.confirm.${checked(module, requirement)}`,
   /**

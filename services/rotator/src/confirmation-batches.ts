@@ -1,10 +1,12 @@
 /**
- * Confirmations as they arrive (requests on `subjects.rotationConfirm`), gathered per grant and
+ * Confirmations as they arrive (on `subjects.rotationConfirm`), gathered per grant and
  * recorded in batches: one compare-and-set write of the rotation record per batch (it rewrites
  * the whole record, about 42 KB at 1,000 holders), one batch in work per grant at a time, and
- * grants independent of each other. Each is answered only once it is in the record
- * (`{ok: true}`), or refused (a `Conflict` with the reason); when the write fails the answer is
- * a retryable error, and the holder sends it again.
+ * grants independent of each other. One sent as a request (the agents') is answered only once
+ * it is in the record (`{ok: true}`), or refused (a `Conflict` with the reason); when the write
+ * fails the answer is a retryable error, and the holder sends it again. One sent as a plain
+ * message (the SDK's) is not answered: while the record misses it, the rotator tells its holder
+ * again.
  *
  * A batch gathers for up to `gatherMs` after its first confirmation, and is written at once when
  * it holds as many confirmations as the rotation still misses (it may complete it): the commit

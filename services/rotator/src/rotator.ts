@@ -548,7 +548,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     }
   };
 
-  // Confirmations: requests shared by the instances (a queue group), recorded in batches, each
+  // Confirmations: shared by the instances (a queue group), recorded in batches; a request is
   // answered once it is in the record.
   const batches = new ConfirmationBatches({
     log,
