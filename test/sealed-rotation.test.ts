@@ -4,8 +4,8 @@
  * apply it without a fetch round trip to the provisioner; a holder registered without an xkey
  * is told too and fetches; one holder's notice does not open with another holder's key;
  * nothing is stored; a holder that missed its notice is told again until it confirms; an SDK
- * holder whose confirmation was lost sends it again when told again; two rotator instances
- * share the confirmations without losing one.
+ * holder whose confirmation was lost sends it again when told again, and when it is back from
+ * a disconnect; two rotator instances share the confirmations without losing one.
  * Real nats-server, real resolver, provisioner and rotator.
  */
 import { randomBytes } from "node:crypto";
@@ -287,16 +287,20 @@ describe("rotations held by SDK instances", () => {
     expect((await readJson(store.kv.rotations, keys.grant("joiner", "key"), Rotation))!.value.refused).toEqual([]);
   }, 60_000);
 
-  // Last: it stops the file's rotator and starts another in its place.
-  it("has an SDK holder send its confirmation again when told again, after it was lost", async () => {
-    await applySecretModule("lost");
-    const c = await connect({ servers: nats.url });
+  /**
+   * An SDK holder of `module`'s secret whose application confirms a rotation while no rotator
+   * runs: the file's rotator is stopped once the holder took generation 2, and the
+   * application's confirm() goes out after that (lost). Resolves then, with the rotation.
+   */
+  async function confirmWhileNoRotator(module: string) {
+    await applySecretModule(module);
+    const c = await connect({ servers: nats.url, reconnectTimeWait: 100, maxReconnectAttempts: -1 });
     conns.push(c);
-    const h = await holdCredential(c, { module: "lost", part: "app", requirement: "key", node: "n1", instance: "x" });
+    const h = await holdCredential(c, { module, part: "app", requirement: "key", node: "n1", instance: "x" });
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     const taken: HeldCredential[] = [];
-    let confirmed!: Promise<void>;
+    let confirmed: Promise<void> | undefined;
     void (async () => {
       // Held on (leaving a for-await would stop the holder).
       for await (const u of h) {
@@ -308,16 +312,21 @@ describe("rotations held by SDK instances", () => {
       }
     })();
     await waitUntil("generation 1 held", () => taken.some((u) => u.generation === 1));
-    const rotation = await rotator.rotate({ grant: "lost/key" });
+    const rotation = await rotator.rotate({ grant: `${module}/key` });
     await waitUntil("generation 2 taken", () => taken.some((u) => u.generation === 2));
-    // No rotator listens when the application confirms: the confirmation is lost.
     await rotator.stop();
     release();
     await waitUntil("the application's confirm()", () => confirmed !== undefined);
     await confirmed;
     await c.flush();
-    const record = async () => (await readJson(store.kv.rotations, keys.grant("lost", "key"), Rotation))!.value;
+    const record = async () => (await readJson(store.kv.rotations, keys.grant(module, "key"), Rotation))!.value;
     expect((await record()).holders["n1/app/x"]?.c).toBeUndefined();
+    return { holder: h, rotation, record };
+  }
+
+  // Last: it stops the file's rotator and starts another in its place.
+  it("has an SDK holder send its confirmation again when told again, after it was lost", async () => {
+    const { holder, rotation, record } = await confirmWhileNoRotator("lost");
     // A rotator comes back, tells the holder again as its record misses it, and the holder confirms again.
     rotator = await startRotator({ store, masterKey, log: log(), sweepMs: 500, noticeResendMs: NOTICE_RESEND_MS });
     await waitUntil("the commit", () => committed("lost"), 4 * NOTICE_RESEND_MS + 10_000);
@@ -326,6 +335,20 @@ describe("rotations held by SDK instances", () => {
     expect(r.holders["n1/app/x"]?.c).toBeTypeOf("number");
     expect(r.refused).toEqual([]);
     expect(logs.lines.some((l) => l.includes(`rotation ${rotation.id}: told 1 SDK holders again`))).toBe(true);
-    await h.stop();
+    await holder.stop();
   }, 60_000);
+
+  // Last too: it restarts the file's nats-server, and replaces the rotator.
+  it("has an SDK holder that is back from a disconnect send its confirmation again when the record misses it", async () => {
+    const { holder, record } = await confirmWhileNoRotator("away");
+    // This rotator would not tell the holder again for ten minutes: only the holder's own catch-up can confirm in time.
+    rotator = await startRotator({ store, masterKey, log: log(), sweepMs: 500, noticeResendMs: 600_000 });
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect((await record()).holders["n1/app/x"]?.c).toBeUndefined();
+    await nats.kill();
+    await nats.restart();
+    await waitUntil("the commit", () => committed("away").catch(() => false), 30_000);
+    expect((await record()).holders["n1/app/x"]?.c).toBeTypeOf("number");
+    await holder.stop();
+  }, 90_000);
 });

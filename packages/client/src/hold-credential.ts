@@ -30,6 +30,7 @@ import {
   HolderNotice,
   MeshError,
   NAME_RULE,
+  ReplyLine,
   Rotation,
   SealedHolderPayload,
   HOLDER_HEARTBEAT_MS,
@@ -44,6 +45,7 @@ import {
   openFrom,
   propagating,
   sdkHolderId,
+  sendConfirmation,
   subjects,
   traceHeaders,
   tracer,
@@ -130,7 +132,7 @@ class Holder implements CredentialHolder {
   private chain: Promise<void> = Promise.resolve();
   private readonly confirmSubject: string;
   /** The last confirmation sent, to send again while the rotation's record misses it. */
-  private confirmation: { rotation: string; data: string; headers: MsgHdrs | undefined } | undefined;
+  private confirmation: { rotation: string; data: string; headers: MsgHdrs | undefined; recording?: boolean } | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -167,7 +169,7 @@ class Holder implements CredentialHolder {
     void (async () => {
       for await (const s of this.nc.status()) {
         if (this.done) break;
-        if (s.type === "reconnect") this.enqueue(() => this.catchUp(false));
+        if (s.type === "reconnect") this.enqueue(() => this.catchUpAfterReconnect());
       }
     })().catch(() => undefined);
   }
@@ -204,9 +206,39 @@ class Holder implements CredentialHolder {
     // takes the new generation all the same (it works already, and is the one kept), and has
     // nothing to confirm (the rotator would refuse it).
     const mine = Object.hasOwn(r.data.holders, this.holder);
-    // Confirmed while away (or while no rotator ran), and not in the record: sent again.
-    if (mine && r.data.to === this.generation && r.data.holders[this.holder]!.c === undefined) this.confirmAgain(r.data.id);
+    // Confirmed while away (or while no rotator ran), and not in the record: sent again, as a
+    // request this time (a rotator may not be back yet), until one records it.
+    if (mine && r.data.to === this.generation && r.data.holders[this.holder]!.c === undefined) void this.confirmUntilRecorded(r.data.id);
     await this.take(r.data.to, mine ? r.data.id : undefined, new Date(), undefined);
+  }
+
+  /** {@link catchUp} after a reconnect, tried again while the server is still recovering JetStream. */
+  private async catchUpAfterReconnect(): Promise<void> {
+    for (let attempt = 0; !this.done; attempt++) {
+      try {
+        return await this.catchUp(false);
+      } catch (e) {
+        // Past this, the rotator's notices still reach the instance while it has not confirmed.
+        if (attempt >= 6) throw e;
+        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
+      }
+    }
+  }
+
+  /** Sends the confirmation of `rotation` again as a request, until a rotator recorded or refused it or the holder stops. */
+  private async confirmUntilRecorded(rotation: string): Promise<void> {
+    const c = this.confirmation;
+    if (this.done || c?.rotation !== rotation || c.recording) return;
+    c.recording = true;
+    const line = new ReplyLine(this.nc, "rotator");
+    try {
+      await sendConfirmation(line, JSON.parse(c.data) as Confirmation, { ...(c.headers ? { headers: c.headers } : {}), stopped: () => this.done });
+    } catch {
+      // Refused (the rotator logged and recorded why), or stopped.
+    } finally {
+      line.close();
+      c.recording = false;
+    }
   }
 
   /** Sends the confirmation of `rotation` again, when the application has confirmed it. */

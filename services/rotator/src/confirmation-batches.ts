@@ -5,8 +5,8 @@
  * grants independent of each other. One sent as a request (the agents') is answered only once
  * it is in the record (`{ok: true}`), or refused (a `Conflict` with the reason); when the write
  * fails the answer is a retryable error, and the holder sends it again. One sent as a plain
- * message (the SDK's) is not answered: while the record misses it, the rotator tells its holder
- * again.
+ * message (the SDK's) is not answered: when the write fails it is tried again with the next
+ * batch (a few times), and while the record misses it the rotator tells its holder again.
  *
  * A batch gathers for up to `gatherMs` after its first confirmation, and is written at once when
  * it holds as many confirmations as the rotation still misses (it may complete it): the commit
@@ -23,6 +23,8 @@ const error = (code: string, message: string, retryable: boolean) => JSON.string
 
 /** Default of {@link ConfirmationBatchesOptions.gatherMs}. */
 export const GATHER_MS = 20;
+/** How many failed writes a plain confirmation (nobody to answer) goes through before it is left to the holder's next notice. */
+const PLAIN_TRIES = 5;
 
 export interface ConfirmationBatchesOptions {
   log: Logger;
@@ -38,8 +40,15 @@ export interface ConfirmationBatchesOptions {
   gatherMs?: number;
 }
 
+interface Item {
+  m: Msg;
+  c: Confirmation;
+  /** Failed writes so far (plain confirmations only: a request is answered and sent again by its holder). */
+  failed?: number;
+}
+
 interface Pending {
-  items: Array<{ m: Msg; c: Confirmation }>;
+  items: Item[];
   /** Confirmations that would make the batch worth writing at once (the rotation's missing count when it began gathering). */
   enough: number;
   /** Ends the gathering of the current batch early; set while it gathers. */
@@ -127,9 +136,18 @@ export class ConfirmationBatches {
           }
           if (done) this.opts.onDone(key);
         } catch (e) {
-          this.opts.log.warn({ err: errorMessage(e), grant: key }, "could not record confirmations; their holders send them again");
+          this.opts.log.warn({ err: errorMessage(e), grant: key }, "could not record confirmations; their holders send them again, or they are tried again");
           const answer = error(ErrorCodes.Unavailable, `the rotator could not record the confirmation (${errorMessage(e)}); send it again`, true);
-          for (const i of items) i.m.respond(answer);
+          const again: Item[] = [];
+          for (const i of items) {
+            if (i.m.reply) i.m.respond(answer);
+            else if ((i.failed = (i.failed ?? 0) + 1) < PLAIN_TRIES) again.push(i);
+          }
+          if (again.length) {
+            // Not at once: what failed the write (the server recovering, say) may last a moment.
+            await new Promise((r) => setTimeout(r, 100 * 2 ** (again[0]!.failed ?? 1)));
+            p.items.unshift(...again);
+          }
         }
       }
     } finally {
