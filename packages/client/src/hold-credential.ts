@@ -225,14 +225,17 @@ class Holder implements CredentialHolder {
     }
   }
 
-  /** Sends the confirmation of `rotation` again as a request, until a rotator recorded or refused it or the holder stops. */
+  /**
+   * Sends the confirmation of `rotation` again as a request, until a rotator recorded or refused
+   * it, the holder stops, or a minute passed (then the rotator's notices, once one runs, ask for it).
+   */
   private async confirmUntilRecorded(rotation: string): Promise<void> {
     const c = this.confirmation;
     if (this.done || c?.rotation !== rotation || c.recording) return;
     c.recording = true;
     const line = new ReplyLine(this.nc, "rotator");
     try {
-      await sendConfirmation(line, JSON.parse(c.data) as Confirmation, { ...(c.headers ? { headers: c.headers } : {}), stopped: () => this.done });
+      await sendConfirmation(line, JSON.parse(c.data) as Confirmation, { ...(c.headers ? { headers: c.headers } : {}), budgetMs: 60_000, stopped: () => this.done });
     } catch {
       // Refused (the rotator logged and recorded why), or stopped.
     } finally {
