@@ -39,7 +39,7 @@ const sizes = (process.env.BENCH_SIZES ?? "10,100,1000,5000").split(",").filter(
 const withPg = process.env.BENCH_PG !== "0";
 /** Holders per holder process (`BENCH_HOLDERS_PER_PROCESS`); each process runs on one core at most. */
 const HOLDERS_PER_PROCESS = Number(process.env.BENCH_HOLDERS_PER_PROCESS || 500);
-/** Rounds (one floor request, one rotation) per size (`BENCH_RUNS`), after a first one not counted; default 10, 3 at 5,000 holders. */
+/** Rounds (one floor request, one rotation) per size (`BENCH_RUNS`), after a first one not counted; default 20, 5 at 5,000 holders (their p50s moved by a fifth between runs of 10). */
 const RUNS = process.env.BENCH_RUNS ? Number(process.env.BENCH_RUNS) : undefined;
 const FLOOR_SUBJECT = "bench.floor";
 const mib = (b: number) => `${(b / 1024 / 1024).toFixed(0)} MiB`;
@@ -362,7 +362,7 @@ for (const n of sizes) {
   try {
     await waitUntil("holders on generation 1", async () => (await h.generation()) >= 1, 120_000, 20);
     global.gc?.();
-    const runs = RUNS ?? (n >= 5000 ? 3 : 10);
+    const runs = RUNS ?? (n >= 5000 ? 5 : 20);
     const times: number[] = [];
     let first = { rotation: 0, floor: 0 };
     const floors: number[] = [];
