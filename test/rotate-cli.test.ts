@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Kinds, RotationStates, createLogger, keys, type HolderRegistration, type ModuleDoc } from "@mesh/shared";
+import { Kinds, Rotation, RotationStates, createLogger, keys, type HolderRegistration, type ModuleDoc } from "@mesh/shared";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { CliError, ExitCodes, bufferOutput, runRotate, runStatus, runTrace, type RotationSummary, type RotationTrace } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -90,7 +90,12 @@ describe("meshctl rotate --wait --json and meshctl trace", () => {
     const out = bufferOutput();
     expect(await runRotate(mesh.store, { grant: "shop/key" }, out)).toBe(ExitCodes.Ok);
     expect(out.stdout).toContain("rotation shop/key#3 started: grant shop/key, generation 2 → 3; 1 holder must confirm");
-    await waitFor("shop/key#3 committed", async () => (await mesh.grant("shop", "key"))?.generation === 3);
+    // The record, not the grant: the grant moves to generation 3 just before the record says Committed.
+    await waitFor("shop/key#3 committed", async () => {
+      const e = await mesh.store.kv.rotations.get(keys.grant("shop", "key"));
+      const r = e?.operation === "PUT" ? Rotation.parse(e.json()) : undefined;
+      return r?.id === "shop/key#3" && r.state === RotationStates.Committed;
+    });
     const r = spawnSync(process.execPath, [join(repo, "packages/cli/bin/meshctl.js"), "trace", "shop/key", "--json"], {
       env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url },
       encoding: "utf8",
