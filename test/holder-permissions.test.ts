@@ -117,14 +117,17 @@ describe("sdkHolderPermissions", () => {
     expect(got.find((u) => u.generation === 2)?.rotation).toBe(rotation.id);
     expect(errors).toEqual([]);
 
-    // The module's user may not tell another instance of a rotation, nor confirm another grant.
+    // The module's user may not tell another instance of a rotation, nor confirm another grant,
+    // nor confirm this grant for another part.
     const other = await connectAsApp();
     other.nc.publish(subjects.holderValues("shop", "key", "n1", "app", "i1"), JSON.stringify({ rotation: "shop/key#9" }));
-    other.nc.publish(subjects.rotationConfirm("billing", "key"), "{}");
+    other.nc.publish(subjects.rotationConfirm("billing", "key", "n1", "app"), "{}");
+    other.nc.publish(subjects.rotationConfirm("shop", "key", "n1", "worker"), "{}");
     await other.nc.flush();
-    await waitFor("the server to refuse both", () => (other.errors.filter((e) => /permissions violation/i.test(e)).length >= 2 ? true : undefined), 5_000);
+    await waitFor("the server to refuse all three", () => (other.errors.filter((e) => /permissions violation/i.test(e)).length >= 3 ? true : undefined), 5_000);
     expect(other.errors.join("\n")).toMatch(/mesh\.rotation\.values\.shop\.key\.n1\.app\.i1/);
-    expect(other.errors.join("\n")).toMatch(/mesh\.api\.confirm\.billing\.key/);
+    expect(other.errors.join("\n")).toMatch(/mesh\.api\.confirm\.billing\.key\.n1\.app/);
+    expect(other.errors.join("\n")).toMatch(/mesh\.api\.confirm\.shop\.key\.n1\.worker/);
 
     await holder.stop();
     await held;

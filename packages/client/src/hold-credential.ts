@@ -142,7 +142,7 @@ class Holder implements CredentialHolder {
     this.holder = sdkHolderId(opts.node, opts.part, opts.instance);
     this.grant = grantId(opts.module, opts.requirement);
     this.regKey = keys.holder(opts.module, opts.requirement, opts.node, opts.part, opts.instance);
-    this.confirmSubject = subjects.rotationConfirm(opts.module, opts.requirement);
+    this.confirmSubject = subjects.rotationConfirm(opts.module, opts.requirement, opts.node, opts.part);
   }
 
   async start(): Promise<void> {

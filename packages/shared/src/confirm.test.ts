@@ -78,7 +78,7 @@ describe("sendConfirmation", () => {
     // Nobody answers at first; the confirmation is not lost meanwhile.
     await new Promise((r) => setTimeout(r, 400));
     const heard: unknown[] = [];
-    const sub = server.subscribe(subjects.rotationConfirm("cf", "key"), {
+    const sub = server.subscribe(subjects.rotationConfirm("cf", "key", "n1", "app"), {
       callback: (_e, m) => {
         heard.push(m.json());
         m.respond(JSON.stringify({ ok: true }));
@@ -94,7 +94,7 @@ describe("sendConfirmation", () => {
   it("ends at once with the rotator's refusal, not retryable", async () => {
     let asked = 0;
     const refusal = { ok: false, error: { code: ErrorCodes.Conflict, message: "n1/app/i1 does not hold grant cf/key", retryable: false } };
-    const sub = server.subscribe(subjects.rotationConfirm("cf", "key"), {
+    const sub = server.subscribe(subjects.rotationConfirm("cf", "key", "n1", "app"), {
       callback: (_e, m) => {
         asked++;
         m.respond(JSON.stringify(refusal));
@@ -108,6 +108,14 @@ describe("sendConfirmation", () => {
     expect(asked).toBe(1);
     line.close();
     sub.unsubscribe();
+  });
+
+  it("refuses at once a confirmation whose grant or holder id has no subject", async () => {
+    const line = new ReplyLine(nc, "rotator");
+    const e = await sendConfirmation(line, { ...confirmation, holder: "n1" }).catch((x: unknown) => x);
+    expect(isMeshError(e, ErrorCodes.InvalidRequest) && !e.retryable).toBe(true);
+    expect((e as Error).message).toContain('holder "n1"');
+    line.close();
   });
 
   it("gives up with the last error once its budget is spent", async () => {

@@ -15,7 +15,7 @@ import type { Msg, MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { errorFromReply } from "./request-json.js";
 import type { Confirmation } from "./schemas/rotation.js";
-import { parseGrantId, subjects } from "./subjects.js";
+import { confirmationSubject } from "./subjects.js";
 
 /**
  * Requests and their JSON replies over one reply subscription, under the connection's inbox
@@ -112,21 +112,6 @@ export interface SendConfirmationOptions {
   stopped?: () => boolean;
 }
 
-/** Confirmation subjects by grant id, as the holders of a process confirm the same few grants again and again. */
-const subjectsByGrant = new Map<string, string>();
-
-function confirmSubject(grant: string): string {
-  let subject = subjectsByGrant.get(grant);
-  if (subject === undefined) {
-    const id = parseGrantId(grant);
-    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(grant)} (expected <module>/<requirement>)`);
-    subject = subjects.rotationConfirm(id.module, id.requirement);
-    if (subjectsByGrant.size >= 1_000) subjectsByGrant.clear();
-    subjectsByGrant.set(grant, subject);
-  }
-  return subject;
-}
-
 /** Longest pause between two sends of one confirmation. */
 const RESEND_MAX_MS = 5_000;
 
@@ -137,7 +122,10 @@ const RESEND_MAX_MS = 5_000;
  * runs), and the last error once the budget is spent or `stopped` says so.
  */
 export async function sendConfirmation(line: ReplyLine, c: Confirmation, opts: SendConfirmationOptions = {}): Promise<void> {
-  const subject = confirmSubject(c.grant);
+  const subject = confirmationSubject(c.grant, c.holder);
+  if (subject === undefined) {
+    throw new MeshError(ErrorCodes.InvalidRequest, `confirmation of grant ${JSON.stringify(c.grant)} by holder ${JSON.stringify(c.holder)}: expected ids <module>/<requirement> and <node>/<part>[/<instance>]`);
+  }
   const data = JSON.stringify(c);
   const end = opts.budgetMs === undefined ? Infinity : Date.now() + opts.budgetMs;
   for (let attempt = 0; ; attempt++) {

@@ -29,14 +29,17 @@ describe("the control plane's own module", () => {
     const agent = servicePermissions({ agent: "node-b" });
     expect(agent.subscribe).toContain("mesh.probe.request.node-b");
     expect(agent.publish).toContain("mesh.probe.report.node-b.>");
+    // Confirms only for the parts on its own node.
+    expect(agent.publish).toContain("mesh.api.confirm.*.*.node-b.*");
+    expect(agent.publish.some((s) => s.startsWith("mesh.api.confirm.") && s !== "mesh.api.confirm.*.*.node-b.*")).toBe(false);
     expect([...agent.publish, ...agent.subscribe].some((s) => s.includes("node-a"))).toBe(false);
   });
 
-  it("gives an SDK holder's part its own notices and registrations and its grant's confirmations, nothing of another part or grant", () => {
+  it("gives an SDK holder's part its own notices, registrations and confirmations, nothing of another part or grant", () => {
     const p = sdkHolderPermissions("shop", "key", "node-a", "web");
     expect(p.subscribe).toContain("mesh.rotation.values.shop.key.node-a.web.*");
-    expect(p.publish).toEqual(expect.arrayContaining(["$KV.mesh-holders.shop.key.node-a.web.*", "mesh.api.credential.fetch", "mesh.api.confirm.shop.key"]));
-    expect([...p.publish, ...p.subscribe].filter((s) => s.startsWith("mesh.") && !s.startsWith("mesh.api.credential")).every((s) => s.includes("shop.key"))).toBe(true);
+    expect(p.publish).toEqual(expect.arrayContaining(["$KV.mesh-holders.shop.key.node-a.web.*", "mesh.api.credential.fetch", "mesh.api.confirm.shop.key.node-a.web"]));
+    expect([...p.publish, ...p.subscribe].filter((s) => s.startsWith("mesh.") && !s.startsWith("mesh.api.credential")).every((s) => s.includes("shop.key.node-a.web"))).toBe(true);
     expect(p.publish.some((s) => s.startsWith("mesh.rotation."))).toBe(false);
     expect(() => sdkHolderPermissions("shop", "key", "node-a", "Web!")).toThrow(/invalid name/);
   });

@@ -76,7 +76,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
           // The artifact store the agents hold (object.store names its bucket <module>_<requirement>).
           `$O.${CONTROL_PLANE_MODULE}_${ControlPlaneRequirements.artifacts}.>`,
           subjects.credentialFetch,
-          subjects.rotationConfirmsAll,
+          subjects.rotationConfirmsOfNode(node),
           `mesh.probe.report.${node}.>`,
         ],
         subscribe: [subjects.probeRequest(node)],
@@ -113,7 +113,7 @@ export function sdkHolderPermissions(module: string, requirement: string, node: 
       ...JETSTREAM.publish,
       `$KV.${Buckets.holders}.${keys.holdersOfPart(module, requirement, node, part)}`,
       subjects.credentialFetch,
-      subjects.rotationConfirm(module, requirement),
+      subjects.rotationConfirm(module, requirement, node, part),
     ],
     subscribe: [...JETSTREAM.subscribe, subjects.holderValuesOfPart(module, requirement, node, part)],
   };

@@ -82,11 +82,16 @@ export const subjects = {
   /** Wildcard of all rotation broadcasts, the MESH_ROTATIONS stream's subject space. */
   rotationBroadcastsAll: "mesh.rotation.broadcast.>",
   /**
-   * A holder confirms a rotation of one grant ({@link Confirmation}), as a request or a plain
-   * message. Served by the rotator, which answers a request once the confirmation is in the
-   * rotation record; a plain one (the SDK's) it tells again while the record misses it.
+   * A holder of part `part` on `node` confirms a rotation of one grant ({@link Confirmation}),
+   * as a request or a plain message: the subject names the holder's node and part, so a broker
+   * identity allowed only its own part's subject cannot confirm for another holder. Served by
+   * the rotator, which refuses a confirmation whose holder is not of the subject's node and
+   * part, answers a request once the confirmation is in the rotation record, and tells the
+   * holder of a plain one (the SDK's) again while the record misses it.
    */
-  rotationConfirm: (module: string, requirement: string) => `mesh.api.confirm.${checked(module, requirement)}`,
+  rotationConfirm: (module: string, requirement: string, node: string, part: string) => `mesh.api.confirm.${checked(module, requirement, node, part)}`,
+  /** The confirmation subjects of every part on one node (what its agent may publish to). */
+  rotationConfirmsOfNode: (node: string) => `mesh.api.confirm.*.*.${checked(node)}.*`,
   /**
    * Event: a rotation started, for one SDK holder instance, with the new values sealed to it
    * ({@link HolderNotice}). Plain NATS, in no stream (nothing at rest); only that instance subscribes to it.
@@ -120,6 +125,17 @@ export function parseGrantId(id: string): { module: string; requirement: string 
   const [module, requirement, ...rest] = id.split("/");
   if (rest.length || !module || !requirement || !isValidName(module) || !isValidName(requirement)) return undefined;
   return { module, requirement };
+}
+
+/**
+ * The subject a confirmation of `grant` (`<module>/<requirement>`) by `holder` (`<node>/<part>`,
+ * or `<node>/<part>/<instance>` for an SDK instance) belongs on; undefined when either id is malformed.
+ */
+export function confirmationSubject(grant: string, holder: string): string | undefined {
+  const g = parseGrantId(grant);
+  const [node, part, ...rest] = holder.split("/");
+  if (!g || !node || !part || rest.length > 1 || !isValidName(node) || !isValidName(part)) return undefined;
+  return subjects.rotationConfirm(g.module, g.requirement, node, part);
 }
 
 export const keys = {

@@ -15,7 +15,7 @@
  * server its storage).
  */
 import type { Msg } from "@nats-io/transport-node";
-import { Confirmation, ErrorCodes, errorMessage, keys, parseGrantId, subjects, type Logger } from "@mesh/shared";
+import { Confirmation, ErrorCodes, confirmationSubject, errorMessage, keys, parseGrantId, type Logger } from "@mesh/shared";
 import type { ConfirmationOutcome } from "./rotation-machine.js";
 
 const OK = JSON.stringify({ ok: true });
@@ -72,10 +72,21 @@ export class ConfirmationBatches {
       m.respond(error(ErrorCodes.InvalidRequest, "not a Confirmation (rotation, grant, holder, generation, confirmedAt)", false));
       return;
     }
+    // The subject names the holder's node and part: an identity allowed only its own part's
+    // subject cannot confirm for another holder.
+    const subject = confirmationSubject(c.grant, c.holder);
     const id = parseGrantId(c.grant);
-    if (!id || m.subject !== subjects.rotationConfirm(id.module, id.requirement)) {
+    if (!id || subject !== m.subject) {
       this.opts.log.warn({ subject: m.subject, holder: c.holder, grant: c.grant }, "a confirmation does not match its subject; refused");
-      m.respond(error(ErrorCodes.InvalidRequest, `a confirmation of grant ${c.grant} belongs on the subject of that grant, not on ${m.subject}`, false));
+      m.respond(
+        error(
+          ErrorCodes.InvalidRequest,
+          subject
+            ? `a confirmation of grant ${c.grant} by ${c.holder} belongs on ${subject}, not on ${m.subject}`
+            : `confirmation of grant ${JSON.stringify(c.grant)} by holder ${JSON.stringify(c.holder)}: expected ids <module>/<requirement> and <node>/<part>[/<instance>]`,
+          false,
+        ),
+      );
       return;
     }
     const key = keys.grant(id.module, id.requirement);

@@ -160,10 +160,12 @@ export const SealedHolderPayload = z.object({
 export type SealedHolderPayload = z.infer<typeof SealedHolderPayload>;
 
 /**
- * Request on `subjects.rotationConfirm(module, requirement)`, served by the rotator: holder
- * `holder` applied generation `generation` of `grant` for rotation `rotation` and proved it works.
- * The reply (`{ok: true}`, or an error reply) comes once the confirmation is in the rotation
- * record in JetStream, or refused; a holder without a reply sends it again (repeats are harmless).
+ * Sent on `subjects.rotationConfirm(module, requirement, node, part)` (the holder's own node and
+ * part), served by the rotator: holder `holder` applied generation `generation` of `grant` for
+ * rotation `rotation` and proved it works. Sent as a request, the reply (`{ok: true}`, or an
+ * error reply) comes once the confirmation is in the rotation record in JetStream, or refused; a
+ * holder without a reply sends it again (repeats are harmless). Sent as a plain message (the
+ * SDK), the rotator tells the holder again while its record misses it.
  * Times are the holder's own clock (ISO), for the trace timeline.
  */
 export const Confirmation = z.object({
