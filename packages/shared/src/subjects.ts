@@ -5,6 +5,7 @@
  * pattern can later give a holder exactly its own deliveries (`mesh.delivery.<node>.>`).
  */
 import { isValidName } from "./names.js";
+import { parseHolderId } from "./schemas/rotation.js";
 
 export const Buckets = {
   /** Module manifests as applied, key: module name. */
@@ -133,9 +134,9 @@ export function parseGrantId(id: string): { module: string; requirement: string 
  */
 export function confirmationSubject(grant: string, holder: string): string | undefined {
   const g = parseGrantId(grant);
-  const [node, part, ...rest] = holder.split("/");
-  if (!g || !node || !part || rest.length > 1 || !isValidName(node) || !isValidName(part)) return undefined;
-  return subjects.rotationConfirm(g.module, g.requirement, node, part);
+  const h = parseHolderId(holder);
+  if (!g || !h || !isValidName(h.node) || !isValidName(h.part)) return undefined;
+  return subjects.rotationConfirm(g.module, g.requirement, h.node, h.part);
 }
 
 export const keys = {

@@ -268,7 +268,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const sender = sealer.getPublicKey();
     // One set of headers for every notice (each publish encodes them as they are); none when
     // no propagator would fill them (an empty set still costs every notice a header block).
-    const opts = propagating() ? { headers: traceHeaders(contextOfTraceparent(r.traceparent)) } : undefined;
+    const publishOpts = propagating() ? { headers: traceHeaders(contextOfTraceparent(r.traceparent)) } : undefined;
     let sealed = 0;
     for (const t of targets) {
       const notice: HolderNotice = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to };
@@ -283,7 +283,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           // not a curve key: that holder fetches
         }
       }
-      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), opts);
+      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), publishOpts);
     }
     log.debug({ rotation: r.id, notices: targets.length, sealed }, "rotation notices sent to SDK holders");
     return targets.length;
