@@ -3,8 +3,9 @@
  * The rotator owns {@link Rotation} (KV `mesh-rotations`, key `<module>.<requirement>`, one
  * per grant, compare-and-set on its revision); holders send {@link Confirmation}s on
  * `subjects.rotationConfirm` (a request is answered once it is in the record; a plain message,
- * as SDK holders send, is not, and is sent again when the rotator tells the holder again); SDK holders register a
- * {@link HolderRegistration} (KV `mesh-holders`) and get a {@link HolderNotice} of each rotation.
+ * as SDK holders send, is not, and is sent again when the rotator tells the holder again); SDK
+ * holders register a {@link HolderRegistration} (KV `mesh-holders`) and get a
+ * {@link HolderNotice} of each rotation.
  */
 import { z } from "zod";
 import { KIND_LIST } from "../kinds.js";
