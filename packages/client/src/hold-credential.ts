@@ -132,7 +132,7 @@ class Holder implements CredentialHolder {
   private chain: Promise<void> = Promise.resolve();
   private readonly confirmSubject: string;
   /** The last confirmation sent, to send again while the rotation's record misses it. */
-  private confirmation: { rotation: string; data: string; headers: MsgHdrs | undefined; recording?: boolean } | undefined;
+  private confirmation: { c: Confirmation; data: string; headers: MsgHdrs | undefined; recording?: boolean } | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -231,11 +231,11 @@ class Holder implements CredentialHolder {
    */
   private async confirmUntilRecorded(rotation: string): Promise<void> {
     const c = this.confirmation;
-    if (this.done || c?.rotation !== rotation || c.recording) return;
+    if (this.done || c?.c.rotation !== rotation || c.recording) return;
     c.recording = true;
     const line = new ReplyLine(this.nc, "rotator");
     try {
-      await sendConfirmation(line, JSON.parse(c.data) as Confirmation, { ...(c.headers ? { headers: c.headers } : {}), budgetMs: 60_000, stopped: () => this.done });
+      await sendConfirmation(line, c.c, { ...(c.headers ? { headers: c.headers } : {}), budgetMs: 60_000, stopped: () => this.done });
     } catch {
       // Refused (the rotator logged and recorded why), or stopped.
     } finally {
@@ -247,7 +247,7 @@ class Holder implements CredentialHolder {
   /** Sends the confirmation of `rotation` again, when the application has confirmed it. */
   private confirmAgain(rotation: string): void {
     const c = this.confirmation;
-    if (this.done || c?.rotation !== rotation) return;
+    if (this.done || c?.c.rotation !== rotation) return;
     try {
       this.nc.publish(this.confirmSubject, c.data, c.headers ? { headers: c.headers } : undefined);
     } catch {
@@ -309,7 +309,7 @@ class Holder implements CredentialHolder {
           // Carries this holder's span, the rotation's child, to whoever traces the confirmations.
           const headers = span?.isRecording() ? traceHeaders(trace.setSpan(context.active(), span)) : undefined;
           const data = JSON.stringify(c);
-          this.confirmation = { rotation, data, headers };
+          this.confirmation = { c, data, headers };
           this.nc.publish(this.confirmSubject, data, headers ? { headers } : undefined);
         } catch (e) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
