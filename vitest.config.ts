@@ -18,6 +18,8 @@ export default defineConfig({
     },
   },
   test: {
+    // Prepares what the tests need of the machine (packages, a RabbitMQ of the run's own): test/global-setup.ts.
+    globalSetup: ["./test/global-setup.ts"],
     include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "test/**/*.test.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,

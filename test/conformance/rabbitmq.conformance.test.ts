@@ -1,10 +1,11 @@
 /**
- * The rabbitmq.vhost adapter against the machine's RabbitMQ (AMQP 127.0.0.1:5672, management
- * plugin at http://127.0.0.1:15672, guest/guest from localhost; RABBITMQ_TEST_AMQP_PORT,
- * RABBITMQ_TEST_MANAGEMENT_URL, RABBITMQ_TEST_USER and RABBITMQ_TEST_PASSWORD to point
- * elsewhere). The adapter administers it as an administrator of the suite's own, so guest is
- * not needed by the adapter; guest is the suite's view of the server. Every grant the adapters
- * touch is deleted at the end, even when a test failed half-way.
+ * The rabbitmq.vhost adapter against the test run's own RabbitMQ, which test/global-setup.ts
+ * starts with the management plugin on (the machine's has it off) and names in
+ * RABBITMQ_TEST_AMQP_PORT, RABBITMQ_TEST_MANAGEMENT_URL, RABBITMQ_TEST_USER and
+ * RABBITMQ_TEST_PASSWORD (set them to point elsewhere). The adapter administers it as an
+ * administrator of the suite's own, so guest is not needed by the adapter; guest is the
+ * suite's view of the server. Every grant the adapters touch is deleted at the end, even when
+ * a test failed half-way.
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -40,7 +41,7 @@ let deadPorts: { amqp: number; management: number };
 
 beforeAll(async () => {
   const overview = await api("GET", "/overview").catch((e: unknown) => {
-    throw new Error(`RabbitMQ's management API at ${MANAGEMENT_URL} does not answer (${String(e)}); start rabbitmq-server and run rabbitmq-plugins enable rabbitmq_management`);
+    throw new Error(`RabbitMQ's management API at ${MANAGEMENT_URL} does not answer (${String(e)}); test/global-setup.ts starts one with the plugin on unless RABBITMQ_TEST_MANAGEMENT_URL names another`);
   });
   expect(overview.status, "the suite's root user must be an administrator").toBe(200);
   expect((await api("PUT", `/users/${ADMIN}`, { password: ADMIN_PASSWORD, tags: ["administrator"] })).status).toBe(201);
@@ -292,6 +293,29 @@ describe("rabbitmq.vhost adapter", () => {
     expect(e.message).toMatch(/passwordEnv|passwordFile/);
     expect(e.message).not.toContain("not-the-password");
     expect(isMeshError(e) && e.retryable).toBe(false);
+  });
+
+  it("an admin named guest with no password source administers a broker on this host with RabbitMQ's default password", async () => {
+    const asGuest = makeAdapter({ admin: { username: "guest" } });
+    const grant = freshGrant();
+    const { bindings } = await asGuest.create({ grant, secret: asGuest.generate() });
+    expect(await asGuest.observe({ grant })).toMatchObject({ exists: true });
+    expect(await asGuest.login({ bindings })).toMatchObject({ ok: true });
+    await asGuest.delete({ grant });
+    expect((await api("GET", `/vhosts/${enc(bindings.vhost!)}`)).status).toBe(404);
+  });
+
+  it("a broker that answers AMQP with its management plugin off is ProviderUnreachable, naming the command that enables it", async () => {
+    // The real broker's AMQP port, and a port where no management API listens: what a fresh install looks like.
+    const off = makeAdapter({ options: { managementUrl: `http://127.0.0.1:${deadPorts.management}` } });
+    const e = await expectMeshError(off.create({ grant: freshGrant(), secret: off.generate() }), ErrorCodes.ProviderUnreachable);
+    expect(e.message).toContain("`rabbitmq-plugins enable rabbitmq_management`");
+    expect(e.message).toContain(`127.0.0.1:${AMQP_PORT}`);
+    expect(isMeshError(e) && e.retryable).toBe(true);
+    // With the broker itself gone too, nothing says the plugin is the cause.
+    const gone = makeAdapter({ endpoint: `amqp://127.0.0.1:${deadPorts.amqp}`, options: { managementUrl: `http://127.0.0.1:${deadPorts.management}` } });
+    const e2 = await expectMeshError(gone.observe({ grant: freshGrant() }), ErrorCodes.ProviderUnreachable);
+    expect(e2.message).not.toContain("rabbitmq-plugins enable");
   });
 
   it("an admin without the administrator tag is ProviderMisconfigured, saying which tag it needs", async () => {
