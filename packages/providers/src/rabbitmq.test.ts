@@ -86,7 +86,7 @@ describe("createRabbitmqAdapter", () => {
     ["a managementUrl with a user", { options: { managementUrl: "http://guest:pw@127.0.0.1:15672" } }, /admin\.passwordEnv/],
     ["an unknown option", { options: { managementUrl: "http://127.0.0.1:15672", managementURL: "x" } }, /unknown option "managementURL"/],
     ["no admin", { admin: undefined }, /admin\.passwordEnv or admin\.passwordFile/],
-    ["an admin without a password", { admin: { username: "guest" } }, /admin\.passwordEnv or admin\.passwordFile/],
+    ["an admin other than guest without a password", { admin: { username: "mesh-admin" } }, /admin\.passwordEnv or admin\.passwordFile/],
   ])("refuses %s as ProviderMisconfigured in every admin verb, saying what to set", async (_, over, message) => {
     const a = createRabbitmqAdapter(provider(over));
     const grant = { module: "shop", requirement: "events", generation: 1 };

@@ -20,8 +20,22 @@
  *
  * Passwords go as salted SHA-256 hashes (`rabbit_password_hashing_sha256`) computed here: the
  * plaintext never crosses the wire, and never appears in an error message.
+ *
+ * An admin named `guest` with no `passwordEnv` or `passwordFile` uses RabbitMQ's documented
+ * default password of that account, `guest` ({@link GUEST_DEFAULT_PASSWORD}); RabbitMQ lets it in
+ * from loopback only, so it serves a broker on the provisioner's own host, as in the example.
+ *
+ * The management API is a plugin that is off on a fresh install. When nothing listens at
+ * `managementUrl` while the AMQP endpoint accepts connections, every admin verb fails with
+ * `ProviderUnreachable` naming the command that turns it on (`rabbitmq-plugins enable
+ * rabbitmq_management`, which starts it without a restart); the provisioner retries by itself
+ * and carries on once it runs. The adapter does not administer the broker through
+ * `rabbitmqctl` instead: that needs the node's Erlang cookie on the broker's own host, which is
+ * full control of the node (any code run inside it), where the management API gives the admin
+ * user's rights, over the network, to a broker anywhere.
  */
 import { createHash, randomBytes } from "node:crypto";
+import { connect as tcpConnect } from "node:net";
 import amqplib from "amqplib";
 import { ErrorCodes, Kinds, MeshError, errorMessage, isMeshError } from "@mesh/shared";
 import type {
@@ -66,6 +80,15 @@ export const RABBITMQ_NAME = /^[a-z][a-z0-9_]{0,101}$/;
 
 /** The password hashing the management API is told the hashes use. */
 export const HASHING_ALGORITHM = "rabbit_password_hashing_sha256";
+
+/** RabbitMQ's documented password of its built-in `guest` user, used when the admin is `guest` and names no password. */
+export const GUEST_DEFAULT_PASSWORD = "guest";
+
+/** The command that turns the management API on, on the broker's host; it starts at once, without a restart. */
+export const ENABLE_MANAGEMENT_COMMAND = "rabbitmq-plugins enable rabbitmq_management";
+
+/** How long the check of the AMQP port may take when the management API refused a connection. */
+const AMQP_PROBE_TIMEOUT_MS = 1_000;
 
 /** The provider options this adapter reads. */
 const KNOWN_OPTIONS = ["managementUrl"];
@@ -177,6 +200,8 @@ class RabbitmqAdapter implements ProviderAdapter {
   private readonly api: string;
   private readonly adminUser: string = "";
   private readonly authorization: string = "";
+  /** True when the admin is `guest` with RabbitMQ's default password, named by no env var or file. */
+  private readonly guestDefault: boolean = false;
   /**
    * Why the management API cannot be used, thrown by every admin verb. An agent makes
    * login-only adapters from the document without the admin's password, so it is not
@@ -190,14 +215,16 @@ class RabbitmqAdapter implements ProviderAdapter {
     try {
       this.api = `${parseManagementUrl(provider)}/api`;
       const admin = provider.admin;
-      if (!admin?.username || admin.password === undefined) {
+      const password = admin?.password ?? (admin?.username === "guest" ? GUEST_DEFAULT_PASSWORD : undefined);
+      if (!admin?.username || password === undefined) {
         throw new MeshError(
           ErrorCodes.ProviderMisconfigured,
-          `provider ${provider.name}: the RabbitMQ management API needs an admin user with the administrator tag; set admin.username and admin.passwordEnv or admin.passwordFile`,
+          `provider ${provider.name}: the RabbitMQ management API needs an admin user with the administrator tag; set admin.username and admin.passwordEnv or admin.passwordFile (or admin.username guest alone, for RabbitMQ's default guest/guest on this host)`,
         );
       }
       this.adminUser = admin.username;
-      this.authorization = `Basic ${Buffer.from(`${admin.username}:${admin.password}`).toString("base64")}`;
+      this.guestDefault = admin.password === undefined;
+      this.authorization = `Basic ${Buffer.from(`${admin.username}:${password}`).toString("base64")}`;
     } catch (e) {
       if (!isMeshError(e)) throw e;
       this.managementProblem = e;
@@ -420,7 +447,9 @@ class RabbitmqAdapter implements ProviderAdapter {
         signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
       });
     } catch (e) {
-      throw this.unreachable(what, networkCause(e), e);
+      const why = networkCause(e);
+      if (why === "ECONNREFUSED" && (await acceptsConnections(this.endpoint.host, this.endpoint.port))) throw this.managementOff(what, e);
+      throw this.unreachable(what, why, e);
     }
     const text = await res.text().catch(() => "");
     if (res.ok) {
@@ -444,7 +473,9 @@ class RabbitmqAdapter implements ProviderAdapter {
       const login = /login failed/i.test(reason) || reason === "";
       throw new MeshError(
         ErrorCodes.ProviderMisconfigured,
-        login
+        login && this.guestDefault
+          ? `${this.at()} rejected guest with RabbitMQ's default password (${why}), so could not ${what}; guest's password was changed, or the provisioner does not reach the broker over loopback (RabbitMQ lets guest in from localhost only): name an administrator in admin.username and its password in admin.passwordEnv or admin.passwordFile`
+          : login
           ? `${this.at()} rejected the admin user ${JSON.stringify(this.adminUser)} (${why}), so could not ${what}; check admin.username and the password given by the provider's admin.passwordEnv or admin.passwordFile (RabbitMQ lets guest in from localhost only)`
           : `${this.at()}: the admin user ${JSON.stringify(this.adminUser)} may not ${what} (${why}); give it the administrator tag, or name another user in admin.username`,
       );
@@ -458,6 +489,18 @@ class RabbitmqAdapter implements ProviderAdapter {
 
   private at(): string {
     return `RabbitMQ provider ${this.provider.name} (management API ${this.api.slice(0, -"/api".length)}, AMQP ${this.provider.endpoint})`;
+  }
+
+  /** The management API refuses connections while the broker answers AMQP: the plugin is off. */
+  private managementOff(what: string, cause: unknown): MeshError {
+    const management = this.api.slice(0, -"/api".length);
+    return new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `RabbitMQ provider ${this.provider.name}: the broker answers AMQP at ${this.endpoint.host}:${this.endpoint.port}, but nothing listens on its management API at ${management}, so could not ${what}. ` +
+        `Its management plugin is off: on the broker's host run \`${ENABLE_MANAGEMENT_COMMAND}\` (it starts at once, no restart); the provisioner retries by itself. ` +
+        `If the plugin runs on another port, set options.managementUrl to it.`,
+      { retryable: true, cause },
+    );
   }
 
   private unreachable(what: string, why: string, cause?: unknown): MeshError {
@@ -481,6 +524,17 @@ function grantNames(grant: { module: string; requirement: string; generation: nu
 const vhostPath = (vhost: string) => `/vhosts/${encodeURIComponent(vhost)}`;
 const userPath = (user: string) => `/users/${encodeURIComponent(user)}`;
 const permissionPath = (vhost: string, user: string) => `/permissions/${encodeURIComponent(vhost)}/${encodeURIComponent(user)}`;
+
+/** Whether something accepts TCP connections at `host:port` within {@link AMQP_PROBE_TIMEOUT_MS}. */
+function acceptsConnections(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = tcpConnect({ host, port });
+    const done = (ok: boolean) => (s.destroy(), resolve(ok));
+    s.setTimeout(AMQP_PROBE_TIMEOUT_MS, () => done(false));
+    s.once("connect", () => done(true));
+    s.once("error", () => done(false));
+  });
+}
 
 /** Why a fetch failed, from its cause's code (`ECONNREFUSED`) or the timeout. */
 function networkCause(e: unknown): string {
