@@ -277,7 +277,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
     try {
       // JetStream's API goes quiet on every config reload (each nats.user change makes one),
       // and a cluster says the same while it elects a leader: tried again a few times first.
-      return await retryJetStreamGap(async () => fn(await this.adminConnection()), JETSTREAM_GAP_ATTEMPTS);
+      return await retryJetStreamGap(async () => fn(await this.adminConnection()), JETSTREAM_GAP_WITHIN_MS);
     } catch (e) {
       throw this.adminError(what, e);
     }
@@ -369,9 +369,9 @@ async function streamInfo(jsm: JetStreamManager, stream: string): Promise<Stream
 
 const isAuthError = (e: unknown) => e instanceof AuthorizationError || (e instanceof Error && e.cause instanceof AuthorizationError);
 
+/** How long a call that meets JetStream's reload gap is tried again before it counts as unreachable. */
+const JETSTREAM_GAP_WITHIN_MS = 1_000;
 /** JetStream off, or (on a cluster) without a leader; the class is not exported by the client. */
-/** Tries of a call that met JetStream's reload gap before it counts as unreachable. */
-const JETSTREAM_GAP_ATTEMPTS = 4;
 const isJetStreamNotEnabled = (e: unknown) => e instanceof Error && (e.name === "JetStreamNotEnabled" || /jetstream is not enabled/i.test(e.message));
 
 const NETWORK_ERRORS = [ConnectionError, ClosedConnectionError, DrainingConnectionError, TimeoutError, NoRespondersError, RequestError, ProtocolError];

@@ -108,7 +108,7 @@ export interface Store {
  * every process at once. `replicas` is 1 on one server, 3 on a cluster (`MESH_REPLICAS`).
  */
 export async function openStore(nc: NatsConnection, replicas = Number(process.env.MESH_REPLICAS || 1)): Promise<Store> {
-  return retryJetStreamGap(() => openStoreOnce(nc, replicas), 20);
+  return retryJetStreamGap(() => openStoreOnce(nc, replicas), 20_000);
 }
 
 /** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
@@ -117,19 +117,30 @@ export function isJetStreamGap(e: unknown): boolean {
 }
 
 /**
- * Runs `fn`, again while JetStream does not answer: its API has no responders for ~100 ms
- * whenever the server reloads its config (every nats.user change, measured on 2.9.10), and
- * for seconds while a cluster elects a leader; reloads in quick succession (several identities
- * rotated at once) were seen to keep it quiet for more than 1.5 s. Waits 100 ms more before
- * each try, at most 500 ms; gives up after `attempts` (12: about 4.5 s in all) with the last error.
+ * How long {@link retryJetStreamGap} rides out a JetStream that does not answer, by default.
+ * Longer than the gaps seen here (a config reload's ~100 ms, reloads in quick succession that
+ * kept it quiet for more than 1.5 s, and over 4.5 s of them on a loaded machine; a cluster's
+ * leader election, about 5 s), shorter than a client's 30 s deadline, so a request handler
+ * that still meets the gap answers with a retryable error while its caller is still waiting.
  */
-export async function retryJetStreamGap<T>(fn: () => Promise<T>, attempts = 12): Promise<T> {
+export const JETSTREAM_GAP_RIDE_OUT_MS = 10_000;
+
+/**
+ * Runs `fn`, again while JetStream does not answer ({@link isJetStreamGap}): its API has no
+ * responders whenever the server reloads its config (every nats.user change, measured on
+ * 2.9.10), and while a cluster elects a leader. Waits 100 ms more before each try, at most
+ * 500 ms; gives up with the last error once `withinMs` (default {@link JETSTREAM_GAP_RIDE_OUT_MS})
+ * has passed. Any other error is thrown at once.
+ */
+export async function retryJetStreamGap<T>(fn: () => Promise<T>, withinMs = JETSTREAM_GAP_RIDE_OUT_MS): Promise<T> {
+  const end = Date.now() + withinMs;
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn();
     } catch (e) {
-      if (attempt >= attempts || !isJetStreamGap(e)) throw e;
-      await new Promise((r) => setTimeout(r, Math.min(100 * attempt, 500)));
+      const left = end - Date.now();
+      if (left <= 0 || !isJetStreamGap(e)) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(100 * attempt, 500, left)));
     }
   }
 }

@@ -49,6 +49,8 @@ export function newRotation(opts: {
   traceparent?: string;
   /** For a handover: the provider generation k lives on (the grant's `resource.provider`). */
   fromProvider?: string;
+  /** The rotate request's id, so its retries find this rotation. */
+  requestId?: string;
 }): Rotation {
   const { grant, now } = opts;
   const to = grant.generation + 1;
@@ -71,6 +73,7 @@ export function newRotation(opts: {
     history: [{ state: RotationStates.Staged, at: now.toISOString() }],
     trigger: opts.trigger ?? "manual",
     ...(opts.fromProvider ? { fromProvider: opts.fromProvider } : {}),
+    ...(opts.requestId ? { requestId: opts.requestId } : {}),
   };
 }
 

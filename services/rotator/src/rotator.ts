@@ -187,6 +187,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     );
   };
 
+  /** Whether `r` is the rotation that request `req` (sent again) started. */
+  const startedBy = (req: RotateRequest, r: Rotation | undefined): r is Rotation => req.requestId !== undefined && r?.requestId === req.requestId;
+
   // Staging reads and writes JetStream in several steps, all idempotent until the record is
   // written (which retries by itself): a request that met the reload gap is simply run again.
   const rotate = (req: RotateRequest): Promise<Rotation> => retryJetStreamGap(() => rotateOnce(req));
@@ -197,6 +200,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
     const key = keys.grant(id.module, id.requirement);
     const [existing, grant, registrations] = await Promise.all([records.read(key), readJson(store.kv.grants, key, Grant), registry.list(id.module, id.requirement)]);
+    // A retry of a request that started a rotation already: that rotation is the answer.
+    if (startedBy(req, existing?.value)) return existing.value;
     if (isRotationRunning(existing?.value)) throw refuseRunning(existing.value);
     const g = grant?.value;
     if (!g) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist; meshctl status lists the grants`);
@@ -229,16 +234,23 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       ...(req.trigger || fromProvider ? { trigger: fromProvider ? "handover" : req.trigger } : {}),
       ...(tp ? { traceparent: tp } : {}),
       ...(fromProvider ? { fromProvider } : {}),
+      ...(req.requestId ? { requestId: req.requestId } : {}),
     });
     try {
       // One rotation per grant: create, or replace a committed one at the revision read.
       const cur = await records.read(key);
+      if (startedBy(req, cur?.value)) {
+        span.end();
+        return cur.value;
+      }
       if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
       await persist(key, cur?.revision, rotation);
     } catch (e) {
       span.end();
       if (isCasConflict(e)) {
+        // Another instance won the write: with this request's id, it ran this very request.
         const cur = await records.read(key);
+        if (startedBy(req, cur?.value)) return cur.value;
         if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
       }
       throw e;

@@ -86,6 +86,12 @@ export const Rotation = z.object({
    * retired there; the resource there is kept with its data, for the operator to move or drop.
    */
   fromProvider: z.string().optional(),
+  /**
+   * The `requestId` of the rotate request that started it: a request sent again with the same
+   * id (a retry after a lost reply or a refusal marked retryable) is answered with this
+   * rotation, never with a second one or an "already running" about itself.
+   */
+  requestId: z.string().optional(),
 });
 export type Rotation = z.infer<typeof Rotation>;
 
@@ -99,6 +105,14 @@ export const RotateRequest = z.object({
   /** How long holders have to confirm before the rotation is `Stalled`; default the rotator's (5 min). */
   timeoutMs: z.number().int().positive().optional(),
   trigger: z.enum(["manual", "schedule", "handover"]).optional(),
+  /**
+   * Makes the request idempotent: a random id the sender keeps across its retries of one
+   * request. The rotation it started is recorded with it ({@link Rotation.requestId}).
+   */
+  requestId: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{8,64}$/, { message: "must be 8-64 letters, digits, _ or -" })
+    .optional(),
 });
 export type RotateRequest = z.infer<typeof RotateRequest>;
 
