@@ -55,11 +55,15 @@ export interface TestMeshOptions {
   verifier?: { intervalMs?: number };
   /** The agents' probe interval (default: theirs, 10 s). */
   probeIntervalMs?: number;
+  /** A server the test started itself (with authentication, say) instead of a fresh one; stopped with the mesh. */
+  nats?: NatsServer;
+  /** The identity the mesh's services connect with, on such a server. */
+  auth?: { user: string; pass: string };
 }
 
 export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMesh> {
-  const nats = await startNatsServer();
-  const nc = await connectNats(nats.url);
+  const nats = opts.nats ?? (await startNatsServer());
+  const nc = await connectNats(nats.url, opts.auth ?? {});
   const store = await openStore(nc);
   const logs = new LogCapture();
   const logger = (service: string) => createLogger(service, { destination: logs, level: "debug" });

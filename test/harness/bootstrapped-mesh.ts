@@ -92,7 +92,9 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
         await exited;
         clearTimeout(t);
       }
-      rmSync(cwd, { recursive: true, force: true });
+      // MESH_TEST_KEEP_DIRS=1 keeps the directory (logs, NATS store) to look at after a failure.
+      if (process.env.MESH_TEST_KEEP_DIRS === "1") console.error(`kept ${cwd} (MESH_TEST_KEEP_DIRS=1)`);
+      else rmSync(cwd, { recursive: true, force: true });
     },
   };
   try {

@@ -15,6 +15,7 @@ import {
 } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
+import { remainingMs, retrying, type RetryPolicy } from "./retry.js";
 import { makeStyle } from "./style.js";
 
 /** How long meshctl waits for the resolver's reply to an apply. */
@@ -24,7 +25,10 @@ export interface ApplyOptions {
   /** Files to apply; `-` is standard input. */
   files: string[];
   json?: boolean;
+  /** How long one attempt waits for the resolver; default {@link APPLY_TIMEOUT_MS}. */
   timeoutMs?: number;
+  /** How long to keep sending while the resolver does not answer or asks for a retry (apply is idempotent). */
+  policy?: RetryPolicy;
   reader?: FileReader;
 }
 
@@ -43,9 +47,16 @@ export function resolverNotRunningMessage(url: string): string {
 /**
  * Sends validated files in one apply request. Documents are numbered across the files in
  * order; problems in the reply are mapped back to their file. A missing resolver, a timeout
- * or an error reply is a {@link CliError} that says what to do.
+ * or an error reply is a {@link CliError} that says what to do. With `policy`, what may succeed
+ * when sent again (no resolver answers yet, no reply in time, a refusal marked retryable) is
+ * sent again until its deadline: storing the same documents twice changes nothing.
  */
-export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS): Promise<ApplyOutcome> {
+export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS, policy?: RetryPolicy): Promise<ApplyOutcome> {
+  if (!policy) return sendApplyOnce(nc, files, timeoutMs);
+  return retrying("apply", policy, () => sendApplyOnce(nc, files, Math.min(timeoutMs, remainingMs(policy))));
+}
+
+async function sendApplyOnce(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs: number): Promise<ApplyOutcome> {
   const documents = files.flatMap((f) => f.documents);
   const source = files.map((f) => f.source).join(", ");
   const server = nc.getServer();
@@ -55,7 +66,7 @@ export async function sendApply(nc: NatsConnection, files: readonly ManifestFile
     const reply = await nc.request(subjects.apply, JSON.stringify({ documents, source }), { timeout: timeoutMs });
     body = reply.json();
   } catch (e) {
-    if (isNoResponders(e)) throw new CliError(resolverNotRunningMessage(url), undefined, { cause: e });
+    if (isNoResponders(e)) throw new CliError(resolverNotRunningMessage(url), undefined, { cause: e, retryable: true });
     if (isRequestTimeout(e)) {
       throw new CliError(
         [
@@ -64,7 +75,7 @@ export async function sendApply(nc: NatsConnection, files: readonly ManifestFile
           "The documents may or may not be stored; applying the same files again is safe.",
         ].join("\n"),
         undefined,
-        { cause: e },
+        { cause: e, retryable: true },
       );
     }
     throw new CliError(`the apply request failed: ${rootMessage(e)}`, undefined, { cause: e });
@@ -80,7 +91,7 @@ export async function sendApply(nc: NatsConnection, files: readonly ManifestFile
   const error = ErrorReply.safeParse((body as { error?: unknown } | null)?.error);
   if (error.success) {
     const retry = error.data.retryable ? " Trying again later may succeed." : "";
-    throw new CliError(`the resolver refused the request (${error.data.code}): ${error.data.message}.${retry}`);
+    throw new CliError(`the resolver refused the request (${error.data.code}): ${error.data.message}.${retry}`, undefined, { retryable: error.data.retryable });
   }
   throw new CliError("the resolver sent a reply meshctl does not understand; are meshctl and the resolver of the same version?");
 }
@@ -121,6 +132,6 @@ export async function runApply(connect: () => Promise<NatsConnection>, opts: App
   const loaded = await loadManifestFiles(opts.files, opts.reader);
   if (!loaded.ok) return reportApply({ ok: false, problems: loaded.problems }, Boolean(opts.json), out);
   const nc = await connect();
-  const outcome = await sendApply(nc, loaded.files, opts.timeoutMs);
+  const outcome = await sendApply(nc, loaded.files, opts.timeoutMs, opts.policy);
   return reportApply(outcome, Boolean(opts.json), out);
 }

@@ -17,6 +17,7 @@ import { checkRotationArg, runTrace } from "./trace-command.js";
 import { runUp } from "./up-command.js";
 import { BOOTSTRAP_ADMIN, controlPlaneYaml, initUsersFile } from "./bootstrap.js";
 import { runVerify } from "./verify-command.js";
+import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 
 const out = processOutput();
 const collect = (value: string, previous: string[]) => [...previous, value];
@@ -43,6 +44,28 @@ async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => 
   process.exit(code);
 }
 
+/** A duration option (`30s`, `2m`), or exit 2 saying which option is wrong. */
+function durationOption(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  let ms: number;
+  try {
+    ms = parseDuration(value);
+  } catch (e) {
+    throw new CliError(`${name}: ${errorMessage(e)}`, ExitCodes.Usage);
+  }
+  if (ms === 0) throw new CliError(`${name}: must be longer than 0`, ExitCodes.Usage);
+  return ms;
+}
+
+/** The retry policy of a command from its `--timeout` (or `--request-timeout`) and `--verbose`. */
+function policyOf(o: { timeout?: string; verbose?: boolean }, option = "--timeout"): RetryPolicy {
+  const withinMs = durationOption(option, o.timeout);
+  return retryPolicy({ ...(withinMs ? { withinMs } : {}), verbose: Boolean(o.verbose) }, out);
+}
+
+const TIMEOUT_HELP = `how long to keep trying while the service that must answer is not there yet or asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s)`;
+const VERBOSE_HELP = "show every attempt that is tried again, and why";
+
 const program = new Command("meshctl")
   .description("Operate the provisioning mesh: apply manifests, see what is satisfied and why, run it all locally.")
   .addOption(new Option("-s, --server <url>", "NATS server URL(s), comma-separated; default nats://127.0.0.1:4222").env("NATS_URL"))
@@ -59,8 +82,10 @@ program
   .description("validate manifest files here, then store all their documents (or none) through the resolver")
   .requiredOption("-f, --filename <file>", "a YAML or JSON manifest file; - for standard input; repeatable", collect, [])
   .option("--json", "print the outcome as JSON")
-  .action((o: { filename: string[]; json?: boolean }) =>
-    run((connect) => runApply(connect, { files: o.filename, json: o.json }, out)),
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((o: { filename: string[]; json?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect) => runApply(connect, { files: o.filename, json: o.json, policy: policyOf(o) }, out)),
   );
 
 program
@@ -68,8 +93,15 @@ program
   .description("processed modules, their state, and each grant with provider, generation and conditions")
   .argument("[module]", "only this module")
   .option("--json", 'print {"modules":[…]} as JSON')
-  .action((module: string | undefined, o: { json?: boolean }) =>
-    run(async (connect, url) => runStatus(await openStoreForCli(await connect(), url), { module, json: o.json }, out)),
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((module: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
+    run(async (connect, url) => {
+      const policy = policyOf(o);
+      const store = await openStoreForCli(await connect(), url);
+      // Nothing is printed before every record is read, so a read that met a JetStream gap is simply made again.
+      return retrying("status", policy, () => runStatus(store, { module, json: o.json }, out));
+    }),
   );
 
 program
@@ -77,8 +109,14 @@ program
   .description("for each requirement of a module, why it is or is not satisfied and what would satisfy it")
   .argument("<module>", "the module")
   .option("--json", "print the explanation as JSON")
-  .action((module: string, o: { json?: boolean }) =>
-    run(async (connect, url) => runExplain(await openStoreForCli(await connect(), url), { module, json: o.json }, out)),
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((module: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
+    run(async (connect, url) => {
+      const policy = policyOf(o);
+      const store = await openStoreForCli(await connect(), url);
+      return retrying("explain", policy, () => runExplain(store, { module, json: o.json }, out));
+    }),
   );
 
 program
@@ -87,8 +125,10 @@ program
   .argument("<grant>", "the grant: <module>/<requirement>")
   .option("--repair", "repair drift found now, even when the requirement says repair: report")
   .option("--json", "print the result as JSON")
-  .action((grant: string, o: { repair?: boolean; json?: boolean }) =>
-    run((connect) => runVerify(connect, { grant, repair: o.repair, json: o.json }, out)),
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((grant: string, o: { repair?: boolean; json?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect) => runVerify(connect, { grant, repair: o.repair, json: o.json, policy: policyOf(o) }, out)),
   );
 
 program
@@ -97,18 +137,15 @@ program
   .argument("<grant>", "the grant: <module>/<requirement>")
   .option("--wait", "show a live confirmed N/M holders line until the rotation is Committed or Stalled")
   .option("--timeout <duration>", "how long holders have to confirm before the rotation is Stalled (e.g. 90s, 10m; default the rotator's, 5m)")
+  .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers or it asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s); a resent request starts no second rotation`)
+  .option("--verbose", VERBOSE_HELP)
   .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…]} as JSON')
-  .action((grant: string, o: { wait?: boolean; timeout?: string; json?: boolean }) =>
+  .action((grant: string, o: { wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean }) =>
     run(async (connect, url) => {
       checkGrantArg(grant);
-      let timeoutMs: number | undefined;
-      try {
-        timeoutMs = o.timeout === undefined ? undefined : parseDuration(o.timeout);
-      } catch (e) {
-        throw new CliError(`--timeout: ${errorMessage(e)}`, ExitCodes.Usage);
-      }
-      if (timeoutMs === 0) throw new CliError("--timeout: must be longer than 0", ExitCodes.Usage);
-      return runRotate(await openStoreForCli(await connect(), url), { grant, wait: o.wait, json: o.json, ...(timeoutMs ? { timeoutMs } : {}) }, out);
+      const timeoutMs = durationOption("--timeout", o.timeout);
+      const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
+      return runRotate(await openStoreForCli(await connect(), url), { grant, wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}) }, out);
     }),
   );
 
@@ -117,10 +154,14 @@ program
   .description("a rotation's fan-out as a timeline: per holder, broadcast received, applied, confirmed")
   .argument("<rotation>", "the rotation: <module>/<requirement>#<generation> (or <module>/<requirement> for its latest)")
   .option("--json", "print the timeline as JSON")
-  .action((rotation: string, o: { json?: boolean }) =>
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((rotation: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
     run(async (connect, url) => {
       checkRotationArg(rotation);
-      return runTrace(await openStoreForCli(await connect(), url), { rotation, json: o.json }, out);
+      const policy = policyOf(o);
+      const store = await openStoreForCli(await connect(), url);
+      return retrying("trace", policy, () => runTrace(store, { rotation, json: o.json }, out));
     }),
   );
 

@@ -1,8 +1,12 @@
 /**
- * `meshctl rotate GRANT [--wait] [--timeout DUR] [--json]`: asks the rotator to move every
- * holder of a grant to a new generation. With `--wait`, follows the rotation record (a KV
- * watch, no polling) with a live `confirmed N/M holders` line until it is Committed or Stalled.
+ * `meshctl rotate GRANT [--wait] [--timeout DUR] [--request-timeout DUR] [--json]`: asks the
+ * rotator to move every holder of a grant to a new generation. With `--wait`, follows the
+ * rotation record (a KV watch, no polling) with a live `confirmed N/M holders` line until it
+ * is Committed or Stalled. The request is sent again while the rotator does not answer or
+ * answers with a retryable refusal, within `--request-timeout` (default 30 s); it carries a
+ * request id, so however often it is sent, it starts one rotation.
  */
+import { randomBytes } from "node:crypto";
 import {
   ErrorCodes,
   Grant,
@@ -22,6 +26,7 @@ import { CliError } from "./cli-error.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
+import { retrying, retryPolicy, remainingMs, type RetryPolicy } from "./retry.js";
 import { findRotation } from "./rotation-records.js";
 import { formatOutcome, formatStarted, progressLine, rotationProgress, summarizeRotation } from "./rotation-view.js";
 
@@ -38,8 +43,10 @@ export interface RotateOptions {
   /** How long holders have to confirm before the rotation is Stalled (default: the rotator's, 5 min). */
   timeoutMs?: number;
   json?: boolean;
-  /** How long to wait for the rotator's reply; default {@link ROTATE_REQUEST_TIMEOUT_MS}. */
+  /** How long one attempt waits for the rotator's reply; default {@link ROTATE_REQUEST_TIMEOUT_MS}, and never past the policy's deadline. */
   requestTimeoutMs?: number;
+  /** How long to keep sending the request while the rotator does not answer or asks for a retry; default 30 s from the start. */
+  policy?: RetryPolicy;
   /** With `wait`, how long past the deadline to keep waiting; default {@link WAIT_GRACE_MS}. */
   graceMs?: number;
 }
@@ -69,23 +76,28 @@ function serverUrl(store: Store): string {
   return server.includes("://") ? server : `nats://${server}`;
 }
 
-/** Sends the rotate request; every failure is a {@link CliError} with its own exit code. */
-async function requestRotation(store: Store, opts: RotateOptions): Promise<Rotation> {
+/**
+ * Sends the rotate request once; every failure is a {@link CliError} with its own exit code,
+ * `retryable` where sending the same request again may succeed: no rotator answers (it may be
+ * restarting), no reply in time (the request id makes a resend safe), or a refusal the rotator
+ * marks retryable.
+ */
+async function requestRotation(store: Store, opts: RotateOptions, requestId: string, timeout: number): Promise<Rotation> {
   const id = parseGrantId(opts.grant)!;
   const key = keys.grant(id.module, id.requirement);
-  const timeout = opts.requestTimeoutMs ?? ROTATE_REQUEST_TIMEOUT_MS;
   let body: unknown;
   try {
-    const m = await store.nc.request(subjects.rotate, JSON.stringify({ grant: opts.grant, ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}) }), { timeout });
+    const request = { grant: opts.grant, requestId, ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}) };
+    const m = await store.nc.request(subjects.rotate, JSON.stringify(request), { timeout });
     body = m.json();
   } catch (e) {
-    if (isNoResponders(e)) throw new CliError(rotatorNotRunningMessage(serverUrl(store)), ExitCodes.ServiceUnavailable, { cause: e });
+    if (isNoResponders(e)) throw new CliError(rotatorNotRunningMessage(serverUrl(store)), ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
     if (isRequestTimeout(e)) {
       throw new CliError(
         `the rotator did not answer within ${Math.round(timeout / 1000)} s; it may be stuck staging the new generation on the provider (see its log).\n` +
           `The rotation may have started anyway: meshctl status ${id.module} shows it.`,
         ExitCodes.ServiceUnavailable,
-        { cause: e },
+        { cause: e, retryable: true },
       );
     }
     throw new CliError(`the rotate request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
@@ -96,10 +108,12 @@ async function requestRotation(store: Store, opts: RotateOptions): Promise<Rotat
     if (refused.code === ErrorCodes.Conflict) {
       // Conflict is "already rotating" or "not provisioned yet": the record tells them apart.
       const cur = (await readJson(store.kv.rotations, key, Rotation))?.value;
+      // An earlier attempt of this very request started it (its reply was lost): that is the answer.
+      if (cur?.requestId === requestId) return cur;
       if (isRotationRunning(cur)) throw alreadyRotatingError(cur);
     }
     const retry = refused.retryable ? " Trying again later may succeed." : "";
-    throw new CliError(`the rotator refused: ${refused.message}.${retry}`, codes[refused.code] ?? ExitCodes.Failure, { cause: refused });
+    throw new CliError(`the rotator refused: ${refused.message}.${retry}`, codes[refused.code] ?? ExitCodes.Failure, { cause: refused, retryable: refused.retryable });
   }
   const parsed = RotateReply.safeParse(body);
   if (!parsed.success || !parsed.data.ok) {
@@ -115,8 +129,9 @@ async function requestRotation(store: Store, opts: RotateOptions): Promise<Rotat
  */
 export async function followRotation(store: Store, r: Rotation, untilMs: number, onChange: (r: Rotation) => void): Promise<{ rotation: Rotation; timedOut: boolean }> {
   const key = keys.grant(r.module, r.requirement);
-  // Several identities rotating at once keep JetStream quiet through reload after reload.
-  const watch = await retryJetStreamGap(() => store.kv.rotations.watch({ key }), 40);
+  // Several identities rotating at once keep JetStream quiet through reload after reload:
+  // ridden out for as long as the wait lasts.
+  const watch = await retryJetStreamGap(() => store.kv.rotations.watch({ key }), Math.max(1, untilMs - Date.now()));
   let last = r;
   let timedOut = false;
   const timer = setTimeout(() => {
@@ -158,14 +173,19 @@ export function checkGrantArg(grant: string): { module: string; requirement: str
 export async function runRotate(store: Store, opts: RotateOptions, out: Output): Promise<number> {
   const id = checkGrantArg(opts.grant);
   const key = keys.grant(id.module, id.requirement);
+  const policy = opts.policy ?? retryPolicy({}, out);
   // Checked here too so these answers do not depend on a rotator running; the rotator checks again.
-  if (!(await readJson(store.kv.grants, key, Grant))) {
+  if (!(await retrying("read the grant", policy, () => readJson(store.kv.grants, key, Grant)))) {
     throw new CliError(`grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`, ExitCodes.NotFound);
   }
-  const running = (await readJson(store.kv.rotations, key, Rotation))?.value;
+  const running = (await retrying("read the rotation record", policy, () => readJson(store.kv.rotations, key, Rotation)))?.value;
   if (isRotationRunning(running)) throw alreadyRotatingError(running);
 
-  const started = await requestRotation(store, opts);
+  // One id for every attempt of this request: the rotator answers a resend with the rotation it started.
+  const requestId = randomBytes(12).toString("base64url");
+  const started = await retrying("rotate", policy, () =>
+    requestRotation(store, opts, requestId, Math.min(opts.requestTimeoutMs ?? ROTATE_REQUEST_TIMEOUT_MS, remainingMs(policy))),
+  );
   if (!opts.wait) {
     if (opts.json) out.out(JSON.stringify(summarizeRotation(started), null, 2));
     else out.out([formatStarted(started), `follow it with: meshctl status ${id.module}   or   meshctl trace ${started.id}`].join("\n"));

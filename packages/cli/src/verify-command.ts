@@ -15,6 +15,7 @@ import {
   type NatsConnection,
 } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
+import { remainingMs, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
 import { makeStyle, wrapText } from "./style.js";
@@ -30,7 +31,10 @@ export interface VerifyOptions {
   repair?: boolean;
   json?: boolean;
   now?: () => Date;
+  /** How long one attempt waits for the verifier; default {@link VERIFY_TIMEOUT_MS}. */
   timeoutMs?: number;
+  /** How long to keep asking while the verifier does not answer or asks for a retry (a check is safe to ask for again). */
+  policy?: RetryPolicy;
 }
 
 /** The text form of a verify reply. Pure. */
@@ -66,15 +70,20 @@ export async function runVerify(connect: () => Promise<NatsConnection>, opts: Ve
     throw new CliError(`${JSON.stringify(opts.grant)} is not a grant id: give <module>/<requirement>, as meshctl status lists them`, ExitCodes.Usage);
   }
   const nc = await connect();
-  let raw: unknown;
-  try {
-    raw = await requestJson(nc, subjects.verify, { grant: opts.grant, ...(opts.repair ? { repair: true } : {}) }, { service: "verifier", timeoutMs: opts.timeoutMs ?? VERIFY_TIMEOUT_MS });
-  } catch (e) {
-    if (isMeshError(e)) throw new CliError(`${e.message}${e.code === "Unavailable" ? " (meshctl up runs one)" : ""}`, ExitCodes.Failure, { cause: e });
-    throw e;
-  }
-  const refused = errorFromReply(raw);
-  if (refused) throw new CliError(refused.message, ExitCodes.Failure, { cause: refused });
+  const policy = opts.policy ?? retryPolicy({}, out);
+  const timeoutMs = opts.timeoutMs ?? VERIFY_TIMEOUT_MS;
+  const raw = await retrying("verify", policy, async () => {
+    let body: unknown;
+    try {
+      body = await requestJson(nc, subjects.verify, { grant: opts.grant, ...(opts.repair ? { repair: true } : {}) }, { service: "verifier", timeoutMs: Math.min(timeoutMs, remainingMs(policy)) });
+    } catch (e) {
+      if (isMeshError(e)) throw new CliError(`${e.message}${e.code === "Unavailable" ? " (meshctl up runs one)" : ""}`, ExitCodes.Failure, { cause: e, retryable: e.retryable });
+      throw e;
+    }
+    const refused = errorFromReply(body);
+    if (refused) throw new CliError(refused.message, ExitCodes.Failure, { cause: refused, retryable: refused.retryable });
+    return body;
+  });
   const parsed = VerifyReply.safeParse(raw);
   if (!parsed.success || !parsed.data.ok) throw new CliError(`the verifier's reply is not a verify reply`, ExitCodes.Failure);
   const reply = parsed.data;

@@ -1,0 +1,76 @@
+import { describe, expect, it } from "vitest";
+import { ErrorCodes, MeshError } from "@mesh/shared";
+import { CliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
+import { bufferOutput } from "./output.js";
+import { isRetryable, retryPolicy, retrying } from "./retry.js";
+
+const noResponders = Object.assign(new Error("503"), { name: "NoRespondersError" });
+
+describe("isRetryable", () => {
+  it.each<[string, unknown, boolean]>([
+    ["a CliError marked retryable", new CliError("no rotator answers", ExitCodes.ServiceUnavailable, { retryable: true }), true],
+    ["a CliError not marked", new CliError("no such grant", ExitCodes.NotFound), false],
+    ["a retryable MeshError", new MeshError(ErrorCodes.Unavailable, "later", { retryable: true }), true],
+    ["a terminal MeshError", new MeshError(ErrorCodes.InvalidRequest, "bad"), false],
+    ["the client's JetStream gap", Object.assign(new Error("jetstream is not enabled"), { name: "JetStreamNotEnabled" }), true],
+    ["no responders", noResponders, true],
+    ["anything else", new Error("EACCES"), false],
+  ])("%s: %s", (_, e, expected) => {
+    expect(isRetryable(e)).toBe(expected);
+  });
+});
+
+describe("retrying", () => {
+  it("sends again what is retryable until it succeeds, telling each attempt under verbose", async () => {
+    const out = bufferOutput();
+    let n = 0;
+    const v = await retrying("apply", retryPolicy({ withinMs: 5_000, verbose: true }, out), async () => {
+      if (++n < 3) throw new CliError("no resolver answers", ExitCodes.Failure, { retryable: true });
+      return "stored";
+    });
+    expect(v).toBe("stored");
+    expect(n).toBe(3);
+    expect(out.stderr.trim().split("\n")).toEqual([
+      "meshctl: apply: attempt 1 failed: no resolver answers; trying again in 250 ms",
+      "meshctl: apply: attempt 2 failed: no resolver answers; trying again in 500 ms",
+    ]);
+  });
+
+  it("without verbose says once that it is trying again, and how long for", async () => {
+    const out = bufferOutput();
+    let n = 0;
+    await retrying("rotate", retryPolicy({ withinMs: 5_000 }, out), async () => {
+      if (++n < 3) throw new CliError("no rotator answers at nats://x", ExitCodes.ServiceUnavailable, { retryable: true });
+    });
+    expect(out.stderr.trim().split("\n")).toEqual(["meshctl: rotate: no rotator answers at nats://x; trying again for up to 5 s (--timeout; --verbose shows each attempt)"]);
+  });
+
+  it("throws what is not retryable at once, as it is", async () => {
+    const out = bufferOutput();
+    const refusal = new CliError("grant x/y does not exist", ExitCodes.NotFound);
+    let n = 0;
+    const e = await retrying("rotate", retryPolicy({ withinMs: 5_000 }, out), async () => {
+      n++;
+      throw refusal;
+    }).catch((err: unknown) => err);
+    expect(e).toBe(refusal);
+    expect(n).toBe(1);
+    expect(out.stderr).toBe("");
+  });
+
+  it("uses the deadline, then throws the last error with how long it tried, keeping its exit code", async () => {
+    const out = bufferOutput();
+    const start = Date.now();
+    let n = 0;
+    const e = (await retrying("rotate", retryPolicy({ withinMs: 1_200 }, out), async () => {
+      n++;
+      throw new CliError("no rotator answers", ExitCodes.ServiceUnavailable, { retryable: true });
+    }).catch((err: unknown) => err)) as CliError;
+    const took = Date.now() - start;
+    expect(took).toBeGreaterThanOrEqual(1_000);
+    expect(n).toBeGreaterThanOrEqual(3);
+    expect(e.exitCode).toBe(ExitCodes.ServiceUnavailable);
+    expect(e.message).toMatch(new RegExp(`^no rotator answers\\n\\(tried ${n} times over 1(\\.\\d)? s; --timeout gives it longer\\)$`));
+  });
+});

@@ -1,0 +1,94 @@
+/**
+ * meshctl rides out what the mesh marks retryable: a service that does not answer for a moment
+ * (no responders while it restarts or reconnects), a refusal the service marks retryable
+ * (JetStream without a leader, a config reload), JetStream not answering meshctl's own reads.
+ * Each command has a deadline (default {@link DEFAULT_DEADLINE_MS}, `--timeout`); attempts back
+ * off from 250 ms to 2 s, and none starts past the deadline. What is retried must be safe to
+ * send again: apply is idempotent, and rotate carries a request id the rotator answers with the
+ * rotation it already started.
+ */
+import { errorMessage, isJetStreamGap, isMeshError } from "@mesh/shared";
+import { CliError, isCliError } from "./cli-error.js";
+import { isNoResponders } from "./nats-errors.js";
+import type { Output } from "./output.js";
+
+/** How long a command keeps trying what the mesh marks retryable, unless `--timeout` says otherwise. */
+export const DEFAULT_DEADLINE_MS = 30_000;
+/** The first pause between attempts; it doubles up to {@link MAX_PAUSE_MS}. */
+export const FIRST_PAUSE_MS = 250;
+export const MAX_PAUSE_MS = 2_000;
+/** No attempt starts with less than this left before the deadline: it could not get an answer. */
+const LAST_ATTEMPT_MS = 100;
+
+export interface RetryPolicy {
+  /** Epoch ms past which no attempt starts. */
+  readonly deadline: number;
+  /** The deadline as a duration, for messages (`30 s`). */
+  readonly withinMs: number;
+  /** Told of every failed attempt that is tried again. */
+  onRetry(what: string, attempt: number, error: unknown, pauseMs: number): void;
+}
+
+/** Time left before the policy's deadline, at least 1 ms: what a request of one attempt may wait for. */
+export function remainingMs(policy: RetryPolicy, now = Date.now()): number {
+  return Math.max(1, policy.deadline - now);
+}
+
+/**
+ * The policy of one command: `--timeout` (default 30 s) from now. Every retried attempt is
+ * shown on standard error under `verbose`; without it, only the first retry, once, so a long
+ * wait is never silent.
+ */
+export function retryPolicy(opts: { withinMs?: number; verbose?: boolean }, out: Pick<Output, "err">, now = Date.now()): RetryPolicy {
+  const withinMs = opts.withinMs ?? DEFAULT_DEADLINE_MS;
+  let told = false;
+  return {
+    deadline: now + withinMs,
+    withinMs,
+    onRetry(what, attempt, error, pauseMs) {
+      const why = firstLine(errorMessage(error)).replace(/\.$/, "");
+      if (opts.verbose) {
+        out.err(`meshctl: ${what}: attempt ${attempt} failed: ${why}; trying again in ${pauseMs} ms`);
+      } else if (!told) {
+        told = true;
+        out.err(`meshctl: ${what}: ${why}; trying again for up to ${seconds(withinMs)} (--timeout; --verbose shows each attempt)`);
+      }
+    },
+  };
+}
+
+/** Whether meshctl may send again what failed with `e`. */
+export function isRetryable(e: unknown): boolean {
+  if (isCliError(e)) return e.retryable;
+  if (isMeshError(e)) return e.retryable || isJetStreamGap(e);
+  return isJetStreamGap(e) || isNoResponders(e);
+}
+
+/**
+ * Runs `fn` until it succeeds, fails with what is not retryable, or the deadline leaves no
+ * time for another attempt; then throws the last error. A {@link CliError} that was retried is
+ * thrown with how long it was tried added to its message; its exit code stays.
+ */
+export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attempt: number) => Promise<T>): Promise<T> {
+  const start = Date.now();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn(attempt);
+    } catch (e) {
+      // The last pause ends just before the deadline, so the last attempt is made in time.
+      const left = policy.deadline - Date.now() - LAST_ATTEMPT_MS;
+      const pauseMs = Math.min(FIRST_PAUSE_MS * 2 ** (attempt - 1), MAX_PAUSE_MS, left);
+      if (!isRetryable(e) || pauseMs <= 0) {
+        if (attempt === 1 || !isRetryable(e)) throw e;
+        const tried = `(tried ${attempt} times over ${seconds(Date.now() - start)}; --timeout gives it longer)`;
+        if (isCliError(e)) throw new CliError(`${e.message}\n${tried}`, e.exitCode, { cause: e.cause ?? e });
+        throw new CliError(`${what} failed: ${errorMessage(e)} ${tried}`, undefined, { cause: e });
+      }
+      policy.onRetry(what, attempt, e, pauseMs);
+      await new Promise((r) => setTimeout(r, pauseMs));
+    }
+  }
+}
+
+const firstLine = (s: string) => s.split("\n", 1)[0]!;
+const seconds = (ms: number) => `${Math.round(ms / 100) / 10} s`;

@@ -1,0 +1,210 @@
+/**
+ * `meshctl rotate` while JetStream does not answer, and while no rotator does: exactly one
+ * rotation starts and commits, however often the request is sent.
+ *
+ * The gap is made the way it happened in the lock-out test: a nats-server with password
+ * authentication reloads its users file, and on every reload it checks the bcrypt hash of
+ * every connected client again while its JetStream API answers nobody ("jetstream is not
+ * enabled"). With a cost-11 administrator connected several times, reloads one after another
+ * keep it quiet for longer than the rotator rides out by itself (10 s), so the rotator answers
+ * with a retryable refusal and meshctl sends the same request again. A probe of the JetStream
+ * API records that the gap was real while the request was out.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import bcrypt from "bcryptjs";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import {
+  ErrorCodes,
+  JETSTREAM_GAP_RIDE_OUT_MS,
+  Kinds,
+  RotateReply,
+  Rotation,
+  RotationStates,
+  Streams,
+  createLogger,
+  keys,
+  subjects,
+  type ModuleDoc,
+} from "@mesh/shared";
+import { startRotator, type Rotator } from "@mesh/rotator";
+import { ExitCodes, bufferOutput, retryPolicy, runRotate, type RotationSummary } from "../packages/cli/src/index.js";
+import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { startTestMesh, type TestMesh } from "./mesh.js";
+import { waitFor } from "./harness/wait.js";
+
+const ADMIN = "mesh-admin";
+const PASSWORD = randomBytes(18).toString("base64url");
+/** The cost `nats server passwd` uses, and the bootstrap administrator's: ~100 ms per check on 2.9.10. */
+const HASH = bcrypt.hashSync(PASSWORD, 11);
+/** Idle administrator connections, each checked again on every reload. */
+const IDLE_CLIENTS = 8;
+/** How long the reloads go on: past the rotator's own ride-out, well within meshctl's 30 s. */
+const STORM_MS = JETSTREAM_GAP_RIDE_OUT_MS + 4_000;
+
+const doc: ModuleDoc = {
+  kind: "Module",
+  name: "gap",
+  parts: [{ name: "api", node: "node-a", installed: true }],
+  requires: [
+    { name: "key", kind: Kinds.Secret, parts: ["api"] },
+    { name: "token", kind: Kinds.Secret, parts: ["api"] },
+    { name: "salt", kind: Kinds.Secret, parts: ["api"] },
+  ],
+};
+
+let dir: string;
+let nats: NatsServer;
+let mesh: TestMesh;
+let rotator: Rotator | undefined;
+const idle: NatsConnection[] = [];
+
+/** The server's config: the administrator, and one user that changes with `n` so each reload has something to reload. */
+const writeConfig = (n: number) =>
+  writeFileSync(
+    join(dir, "server.conf"),
+    [
+      `jetstream { store_dir: ${JSON.stringify(join(dir, "store"))} }`,
+      `authorization { users: [ { user: ${ADMIN}, password: "${HASH}" }, { user: "reload-${n}", password: "${HASH}" } ] }`,
+      "",
+    ].join("\n"),
+  );
+
+const startRotatorHere = async () =>
+  startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "mesh-gap-"));
+  writeConfig(0);
+  nats = await startNatsServer({ configFile: join(dir, "server.conf"), storeDir: join(dir, "store") });
+  mesh = await startTestMesh({ nats, auth: { user: ADMIN, pass: PASSWORD } });
+  for (let i = 0; i < IDLE_CLIENTS; i++) idle.push(await connect({ servers: nats.url, user: ADMIN, pass: PASSWORD, name: `idle-${i}` }));
+  rotator = await startRotatorHere();
+  expect((await mesh.apply([doc])).ok).toBe(true);
+  await mesh.waitForState("gap", "Ready", 30_000);
+}, 120_000);
+
+afterAll(async () => {
+  await rotator?.stop();
+  for (const c of idle) await c.close();
+  await mesh?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Every version of the grant's rotation record that KV still has (its history). */
+async function rotationIds(requirement: string): Promise<string[]> {
+  const it = await mesh.store.kv.rotations.history({ key: keys.grant("gap", requirement) });
+  const ids: string[] = [];
+  for await (const e of it) if (e.operation === "PUT") ids.push(Rotation.parse(e.json()).id);
+  return [...new Set(ids)];
+}
+
+describe("meshctl rotate while JetStream does not answer", () => {
+  it("rides out the gap: the rotator's refusal is retried, and exactly one rotation commits", async () => {
+    const jsm = await jetstreamManager(mesh.nc);
+    const probe = { failures: 0, lastFailure: 0, firstOkAfterStorm: 0 };
+    let stormOver = false;
+    let probing = true;
+    const probing$ = (async () => {
+      while (probing) {
+        try {
+          await jsm.streams.info(Streams.rotations);
+          if (stormOver && !probe.firstOkAfterStorm) probe.firstOkAfterStorm = Date.now();
+        } catch (e) {
+          if (!/jetstream is not enabled/i.test(String(e))) throw e;
+          probe.failures++;
+          probe.lastFailure = Date.now();
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    const storm = (async () => {
+      const end = Date.now() + STORM_MS;
+      for (let n = 1; Date.now() < end; n++) {
+        writeConfig(n);
+        process.kill(nats.pid, "SIGHUP");
+        await new Promise((r) => setTimeout(r, 300));
+      }
+      stormOver = true;
+    })();
+
+    // The request goes out once the probe has seen JetStream refuse.
+    await waitFor("the JetStream API to stop answering", () => probe.failures > 0, 10_000, 10);
+    const sentAt = Date.now();
+    const out = bufferOutput();
+    const code = await runRotate(mesh.store, { grant: "gap/key", wait: true, json: true, timeoutMs: 30_000, policy: retryPolicy({ verbose: true }, out) }, out);
+    await storm;
+    probing = false;
+    await probing$;
+
+    // The gap was real while the request was out, and lasted past the rotator's own ride-out.
+    expect(probe.lastFailure - sentAt).toBeGreaterThan(JETSTREAM_GAP_RIDE_OUT_MS);
+    // meshctl was told to try again (the rotator's retryable refusal, or no answer at all) and did.
+    expect(out.stderr).toMatch(/meshctl: rotate: attempt 1 failed: .*(jetstream is not enabled|did not answer)/);
+    expect(code, out.stderr).toBe(ExitCodes.Ok);
+    const summary = JSON.parse(out.stdout) as RotationSummary;
+    expect(summary).toMatchObject({ rotation: "gap/key#2", from: 1, to: 2, state: RotationStates.Committed });
+
+    // Exactly one rotation: the record only ever held #2, and the grant is on generation 2.
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(await rotationIds("key")).toEqual(["gap/key#2"]);
+    expect((await mesh.grant("gap", "key"))?.generation).toBe(2);
+  }, 90_000);
+});
+
+describe("a rotate request sent again", () => {
+  it("with the same request id is answered with the rotation it started, not a second one or an 'already running'", async () => {
+    const request = (requestId: string) =>
+      mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "gap/token", requestId, timeoutMs: 30_000 }), { timeout: 10_000 }).then((m) => RotateReply.parse(m.json()));
+    const id = randomBytes(12).toString("base64url");
+    const first = await request(id);
+    const again = await request(id);
+    expect(first.ok && again.ok).toBe(true);
+    if (!first.ok || !again.ok) return;
+    expect(again.rotation.id).toBe(first.rotation.id);
+    expect(again.rotation.requestedAt).toBe(first.rotation.requestedAt);
+    // Another request (another id) is told that a rotation runs.
+    const other = await request(randomBytes(12).toString("base64url"));
+    expect(other).toMatchObject({ ok: false, error: { code: ErrorCodes.Conflict } });
+    await waitFor("gap/token#2 committed", async () => (await mesh.store.kv.rotations.get(keys.grant("gap", "token")))?.json<Rotation>().state === RotationStates.Committed, 30_000);
+    // Sent once more after the commit, the same id still names that rotation: no #3.
+    const late = await request(id);
+    expect(late.ok && late.rotation.id).toBe("gap/token#2");
+    expect(await rotationIds("token")).toEqual(["gap/token#2"]);
+  });
+
+  it("while no rotator answers, meshctl tries again until one does, and the rotation commits once", async () => {
+    await rotator?.stop();
+    rotator = undefined;
+    const out = bufferOutput();
+    const starting = (async () => {
+      await waitFor("meshctl to have met no rotator", () => /no rotator answers/.test(out.stderr), 20_000, 20);
+      rotator = await startRotatorHere();
+    })();
+    const code = await runRotate(mesh.store, { grant: "gap/salt", wait: true, json: true, timeoutMs: 30_000, policy: retryPolicy({ verbose: true }, out) }, out);
+    await starting;
+    expect(code, out.stderr).toBe(ExitCodes.Ok);
+    expect(out.stderr).toMatch(/meshctl: rotate: attempt 1 failed: no rotator answers/);
+    expect(JSON.parse(out.stdout)).toMatchObject({ rotation: "gap/salt#2", state: RotationStates.Committed });
+    expect(await rotationIds("salt")).toEqual(["gap/salt#2"]);
+  });
+
+  it("while no rotator answers past the deadline, meshctl stops with exit 7, saying how long it tried and how to start one", async () => {
+    await rotator?.stop();
+    rotator = undefined;
+    const out = bufferOutput();
+    const e = await runRotate(mesh.store, { grant: "gap/salt", json: true, policy: retryPolicy({ withinMs: 1_500 }, out) }, out).then(
+      () => undefined,
+      (err: unknown) => err as { exitCode?: number; message?: string },
+    );
+    expect(e?.exitCode).toBe(ExitCodes.ServiceUnavailable);
+    expect(e?.message).toMatch(/no rotator answers[\s\S]*npx meshctl up[\s\S]*tried \d+ times over/);
+    // Without --verbose, one line says it is trying again, not one per attempt.
+    expect(out.stderr.trim().split("\n")).toHaveLength(1);
+    expect(out.stderr).toMatch(/trying again for up to 1.5 s/);
+  });
+});
