@@ -2,7 +2,7 @@
  * The all-in-one's live status: the modules and grants kept current from KV watches, shown
  * as a redrawn screen on a terminal, or as one line per change otherwise.
  */
-import { Grant, ModuleStatus, type KV, type Store } from "@mesh/shared";
+import { Grant, ModuleStatus, retryJetStreamGap, type KV, type Store } from "@mesh/shared";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
 import { buildStatusReport } from "./status-report.js";
@@ -58,7 +58,7 @@ async function follow<T>(
   schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } },
   onChange: (key: string, value: T | undefined) => void,
 ): Promise<{ stop(): void }> {
-  const iter = await kv.watch({ key: ">" });
+  const iter = await retryJetStreamGap(() => kv.watch({ key: ">" }));
   void (async () => {
     for await (const e of iter) {
       if (e.operation !== "PUT" || e.length === 0) {

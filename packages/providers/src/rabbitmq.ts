@@ -496,7 +496,7 @@ class RabbitmqAdapter implements ProviderAdapter {
     const management = this.api.slice(0, -"/api".length);
     return new MeshError(
       ErrorCodes.ProviderUnreachable,
-      `RabbitMQ provider ${this.provider.name}: the broker answers AMQP at ${this.endpoint.host}:${this.endpoint.port}, but nothing listens on its management API at ${management}, so could not ${what}. ` +
+      `RabbitMQ at ${this.endpoint.host}:${this.endpoint.port} answers AMQP, but nothing listens on its management API at ${management}, so could not ${what}. ` +
         `Its management plugin is off: on the broker's host run \`${ENABLE_MANAGEMENT_COMMAND}\` (it starts at once, no restart); the provisioner retries by itself. ` +
         `If the plugin runs on another port, set options.managementUrl to it.`,
       { retryable: true, cause },

@@ -8,7 +8,7 @@ import { AckPolicy, JetStreamApiError, jetstream, type JsMsg } from "@nats-io/je
 import type { NatsConnection } from "@nats-io/transport-node";
 import { errorMessage } from "./errors.js";
 import type { Logger } from "./logger.js";
-import type { Consumption, Store } from "./nats.js";
+import { retryJetStreamGap, type Consumption, type Store } from "./nats.js";
 import type { KeyedQueue } from "./keyed-queue.js";
 
 /** Where a new consumer starts: every stored message, the last of each subject, or only new ones. */
@@ -60,7 +60,8 @@ export async function consumeMessages(opts: {
   const ackWaitMs = opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS;
   const keyOf = opts.keyOf ?? ((m: JsMsg) => m.subject);
   try {
-    await store.jsm.consumers.add(stream, {
+    // Made at start-up, which may meet a JetStream gap (a reload, an election): ridden out.
+    await retryJetStreamGap(() => store.jsm.consumers.add(stream, {
       durable_name: durable,
       ack_policy: AckPolicy.Explicit,
       deliver_policy: opts.startAt ?? "last_per_subject",
@@ -68,12 +69,12 @@ export async function consumeMessages(opts: {
       ack_wait: ackWaitMs * 1_000_000,
       max_ack_pending: opts.maxAckPending ?? 256,
       ...(opts.headersOnly ? { headers_only: true } : {}),
-    });
+    }));
   } catch (e) {
     // An existing durable keeps its configuration and its position; that is the point.
     if (!(e instanceof JetStreamApiError)) throw e;
   }
-  const consumer = await store.js.consumers.get(stream, durable);
+  const consumer = await retryJetStreamGap(() => store.js.consumers.get(stream, durable));
   const messages = await consumer.consume({ max_messages: 64 });
   const tails = new Map<string, Promise<void>>();
 
@@ -131,10 +132,12 @@ export type MessageStream = AsyncIterable<JsMsg> & {
  * `last_per_subject`: the latest message of every subject, then every new one).
  */
 export async function orderedMessages(nc: NatsConnection, opts: { stream: string; filter: string; startAt?: StartAt }): Promise<MessageStream> {
-  const consumer = await jetstream(nc).consumers.get(opts.stream, {
-    filter_subjects: opts.filter,
-    deliver_policy: opts.startAt ?? "last_per_subject",
-  });
+  const consumer = await retryJetStreamGap(() =>
+    jetstream(nc).consumers.get(opts.stream, {
+      filter_subjects: opts.filter,
+      deliver_policy: opts.startAt ?? "last_per_subject",
+    }),
+  );
   return consumer.consume();
 }
 

@@ -3,7 +3,7 @@
  * reached from. A provider with no report from a node counts as reachable from it (an agent
  * that has not probed yet must not block resolution).
  */
-import { Buckets, ReachabilityRecord, kvStream, listJson, type GrantTarget, type Store } from "@mesh/shared";
+import { Buckets, ReachabilityRecord, kvStream, listJson, retryJetStreamGap, type GrantTarget, type Store } from "@mesh/shared";
 
 /**
  * The reports that say `provider` cannot be reached from the node of one of `targets`, one
@@ -26,7 +26,7 @@ export class ReachabilityCatalog {
   constructor(private readonly store: Store) {}
 
   async current(): Promise<ReachabilityRecord[]> {
-    const info = await this.store.jsm.streams.info(kvStream(Buckets.reachability));
+    const info = await retryJetStreamGap(() => this.store.jsm.streams.info(kvStream(Buckets.reachability)));
     if (info.state.last_seq !== this.seq) {
       this.reports = (await listJson(this.store.kv.reachability, ReachabilityRecord)).map((r) => r.value);
       this.seq = info.state.last_seq;

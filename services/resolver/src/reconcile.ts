@@ -15,6 +15,7 @@ import {
   listJson,
   mutateJson,
   readJson,
+  retryJetStreamGap,
   type Logger,
   type Store,
 } from "@mesh/shared";
@@ -34,7 +35,7 @@ export class ProviderCatalog {
   constructor(private readonly store: Store) {}
 
   async current(): Promise<ProviderDoc[]> {
-    const info = await this.store.jsm.streams.info(kvStream(Buckets.providers));
+    const info = await retryJetStreamGap(() => this.store.jsm.streams.info(kvStream(Buckets.providers)));
     if (info.state.last_seq !== this.seq) {
       const list = await listJson(this.store.kv.providers, ProviderDoc);
       this.providers = list.map((r) => r.value);
