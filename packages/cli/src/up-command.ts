@@ -20,6 +20,7 @@ import {
 import { join, relative, isAbsolute } from "node:path";
 import { BOOTSTRAP_PROVIDER, CONTROL_PLANE_MODULE, NAME_RULE, connectNats, isValidName, subjects, type NatsConnection } from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
+import { retryPolicy } from "./retry.js";
 import { CliError } from "./cli-error.js";
 import { natsUnreachableMessage, openStoreForCli } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -274,7 +275,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     const applied: string[] = [];
     if (auth) {
       const cpNode = servicesNode ?? nodes[0]!;
-      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth })]);
+      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth })], undefined, retryPolicy({}, out));
       const code = reportApply(outcome, false, out);
       if (code !== ExitCodes.Ok) return code;
       out.out(`declared the control plane: module ${CONTROL_PLANE_MODULE} and provider ${BOOTSTRAP_PROVIDER}; waiting until the mesh has satisfied it…`);
@@ -298,7 +299,8 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
     }
     if (files.length) {
-      const outcome = await sendApply(nc, files);
+      // Under bootstrap the resolver was just restarted on its own identity: a moment without one is ridden out.
+      const outcome = await sendApply(nc, files, undefined, retryPolicy({}, out));
       const code = reportApply(outcome, false, out);
       if (code !== ExitCodes.Ok) return code;
       if (outcome.ok) applied.push(...outcome.accepted.map((a) => `${a.kind.toLowerCase()}/${a.name} ${a.action}`));
