@@ -2,7 +2,7 @@
  * `meshctl apply -f FILE…`: validate the files here, then send all their documents in one
  * request to the resolver, which stores all of them or none.
  */
-import { ApplyReply, ErrorReply, subjects, type AppliedDocument, type NatsConnection } from "@mesh/shared";
+import { ApplyReply, ErrorReply, Limits, formatBytes, subjects, type AppliedDocument, type NatsConnection } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import {
@@ -52,6 +52,18 @@ export function resolverNotRunningMessage(url: string): string {
  * sent again until its deadline: storing the same documents twice changes nothing.
  */
 export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS, policy?: RetryPolicy): Promise<ApplyOutcome> {
+  const documents = files.flatMap((f) => f.documents);
+  // Checked here so the user reads what to do, not the server's bare "maximum payload exceeded".
+  if (documents.length > Limits.documents) {
+    throw new CliError(`${documents.length} documents in one apply; at most ${Limits.documents} go in one: apply the files in several commands`, ExitCodes.Usage);
+  }
+  const size = Buffer.byteLength(JSON.stringify({ documents, source: files.map((f) => f.source).join(", ") }));
+  if (size > Limits.applyRequestBytes) {
+    throw new CliError(
+      `the documents make a request of ${size} bytes; one apply may be at most ${Limits.applyRequestBytes} (${formatBytes(Limits.applyRequestBytes)}): apply the files in several commands`,
+      ExitCodes.Usage,
+    );
+  }
   if (!policy) return sendApplyOnce(nc, files, timeoutMs);
   return retrying("apply", policy, () => sendApplyOnce(nc, files, Math.min(timeoutMs, remainingMs(policy))));
 }

@@ -5,6 +5,7 @@
 import { Grant, ModuleStatus, retryJetStreamGap, type KV, type Store } from "@mesh/shared";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
+import { printable } from "./style.js";
 import { buildStatusReport } from "./status-report.js";
 
 /** `HH:MM:SS` of a time, local. */
@@ -16,7 +17,7 @@ export function clock(d: Date): string {
 export function moduleChangeLines(prev: ModuleStatus | undefined, next: ModuleStatus | undefined): string[] {
   if (!next) return prev ? [`${prev.module} removed`] : [];
   if (prev && prev.state === next.state && prev.message === next.message) return [];
-  return [`${next.module} ${next.state}${next.message ? `: ${next.message}` : ""}`];
+  return [`${next.module} ${next.state}${next.message ? `: ${printable(next.message)}` : ""}`];
 }
 
 /** Lines describing how a grant changed, one per condition that moved (`shop/db Provisioned=True Provisioned: …`). Pure. */
@@ -26,7 +27,7 @@ export function grantChangeLines(prev: Grant | undefined, next: Grant | undefine
   for (const c of next.conditions) {
     const before = prev?.conditions.find((p) => p.type === c.type);
     if (before && before.status === c.status && before.reason === c.reason && before.message === c.message) continue;
-    lines.push(`${next.id} ${c.type}=${c.status} ${c.reason}${c.message ? `: ${c.message}` : ""}`);
+    lines.push(`${next.id} ${c.type}=${c.status} ${c.reason}${c.message ? `: ${printable(c.message)}` : ""}`);
   }
   for (const p of prev?.conditions ?? []) {
     if (!next.conditions.some((c) => c.type === p.type)) lines.push(`${next.id} ${p.type} cleared`);

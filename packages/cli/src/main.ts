@@ -4,7 +4,7 @@
  * functions; each of them takes its inputs and an output and returns the exit code.
  */
 import { Command, Option } from "commander";
-import { errorMessage, parseDuration, type NatsConnection } from "@mesh/shared";
+import { errorMessage, parseTimerDuration, type NatsConnection } from "@mesh/shared";
 import { runApply } from "./apply-command.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, natsUrlFrom, openStoreForCli } from "./connect.js";
@@ -17,6 +17,7 @@ import { checkRotationArg, runTrace } from "./trace-command.js";
 import { runUp } from "./up-command.js";
 import { BOOTSTRAP_ADMIN, controlPlaneYaml, initUsersFile } from "./bootstrap.js";
 import { runVerify } from "./verify-command.js";
+import { printable } from "./style.js";
 import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 
 const out = processOutput();
@@ -32,10 +33,11 @@ async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => 
     code = await fn(connect, url);
   } catch (e) {
     if (isCliError(e)) {
-      out.err(`meshctl: ${e.message}`);
+      // A message may carry a service's words (a refusal), so its control characters are shown, not obeyed.
+      out.err(`meshctl: ${printable(e.message)}`);
       code = e.exitCode;
     } else {
-      out.err(`meshctl: unexpected error: ${errorMessage(e)}`);
+      out.err(`meshctl: unexpected error: ${printable(errorMessage(e))}`);
       if (process.env.MESH_DEBUG && e instanceof Error && e.stack) out.err(e.stack);
       code = ExitCodes.Failure;
     }
@@ -49,9 +51,9 @@ function durationOption(name: string, value: string | undefined): number | undef
   if (value === undefined) return undefined;
   let ms: number;
   try {
-    ms = parseDuration(value);
+    ms = parseTimerDuration(value, name);
   } catch (e) {
-    throw new CliError(`${name}: ${errorMessage(e)}`, ExitCodes.Usage);
+    throw new CliError(errorMessage(e), ExitCodes.Usage);
   }
   if (ms === 0) throw new CliError(`${name}: must be longer than 0`, ExitCodes.Usage);
   return ms;

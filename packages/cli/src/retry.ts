@@ -11,6 +11,7 @@ import { errorMessage, isJetStreamGap, isMeshError } from "@mesh/shared";
 import { CliError, isCliError } from "./cli-error.js";
 import { isNoResponders } from "./nats-errors.js";
 import type { Output } from "./output.js";
+import { printable } from "./style.js";
 
 /** How long a command keeps trying what the mesh marks retryable, unless `--timeout` says otherwise. */
 export const DEFAULT_DEADLINE_MS = 30_000;
@@ -46,7 +47,7 @@ export function retryPolicy(opts: { withinMs?: number; verbose?: boolean }, out:
     deadline: now + withinMs,
     withinMs,
     onRetry(what, attempt, error, pauseMs) {
-      const why = firstLine(errorMessage(error)).replace(/\.$/, "");
+      const why = printable(firstLine(errorMessage(error)).replace(/\.$/, ""));
       if (opts.verbose) {
         out.err(`meshctl: ${what}: attempt ${attempt} failed: ${why}; trying again in ${pauseMs} ms`);
       } else if (!told) {

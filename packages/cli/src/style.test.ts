@@ -1,5 +1,16 @@
 import { describe, expect, it } from "vitest";
-import { makeStyle, pad, visibleLength, wrapText } from "./style.js";
+import { makeStyle, pad, printable, visibleLength, wrapText } from "./style.js";
+
+describe("printable", () => {
+  it("shows control characters from the store as escapes, so a message cannot drive the terminal", () => {
+    expect(printable("ok\u001b[2J\u001b]0;pwned\u0007 done\u009b")).toBe("ok\\x1b[2J\\x1b]0;pwned\\x07 done\\x9b");
+    expect(printable("line one\nline two\tand tab")).toBe("line one\nline two\tand tab");
+    expect(printable("café ✓")).toBe("café ✓");
+  });
+  it("applies to every wrapped message", () => {
+    expect(wrapText("a \u001b[31mred\u001b[0m word", 80)).toEqual(["a \\x1b[31mred\\x1b[0m word"]);
+  });
+});
 
 describe("wrapText", () => {
   it("breaks at spaces within the width, with the indent on every line", () => {

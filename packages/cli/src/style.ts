@@ -35,14 +35,25 @@ export function pad(text: string, width: number): string {
 }
 
 /**
- * Breaks plain `text` into lines of at most `width` characters at spaces (a word longer than
- * `width` is cut), each prefixed with `indent`.
+ * `text` with every control character but newline and tab shown as a visible escape (`\x1b`):
+ * messages come from the store and from services' replies, and a condition message that
+ * carried terminal escapes would otherwise move the cursor, clear the screen or retitle the
+ * terminal of whoever runs `meshctl status`. meshctl's own colours are added after this.
+ */
+export function printable(text: string): string {
+  // C0 controls but \t and \n, DEL, and C1 controls (U+0080-U+009F, which some terminals obey too).
+  return text.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
+}
+
+/**
+ * Breaks `text`, made {@link printable}, into lines of at most `width` characters at spaces (a
+ * word longer than `width` is cut), each prefixed with `indent`.
  */
 export function wrapText(text: string, width: number, indent = ""): string[] {
   const room = Math.max(10, width - indent.length);
   const lines: string[] = [];
   let line = "";
-  for (let word of text.split(/\s+/).filter(Boolean)) {
+  for (let word of printable(text).split(/\s+/).filter(Boolean)) {
     while (word.length > room) {
       if (line) (lines.push(line), (line = ""));
       lines.push(word.slice(0, room));

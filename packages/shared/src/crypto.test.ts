@@ -21,6 +21,18 @@ describe("encryption at rest", () => {
     expect(() => decrypt(key, { ...e, data: Buffer.from("x").toString("base64") }, "shop.db.g1")).toThrow(/does not decrypt/);
     expect(() => decrypt(parseMasterKey("22".repeat(32)), e, "shop.db.g1")).toThrow(/same MESH_MASTER_KEY/);
   });
+  it("takes a tag of exactly 16 bytes and a nonce of 12: a truncated tag is refused, not checked on fewer bits", () => {
+    const e = encrypt(key, "secret", "shop.db.g1");
+    const tag = Buffer.from(e.tag, "base64");
+    expect(tag).toHaveLength(16);
+    expect(decrypt(key, e, "shop.db.g1")).toBe("secret");
+    // The first 4 bytes of the right tag: Node's decipher alone would accept them.
+    for (const short of [tag.subarray(0, 4), tag.subarray(0, 15)]) {
+      expect(() => decrypt(key, { ...e, tag: short.toString("base64") }, "shop.db.g1")).toThrow(/its tag \d+ .*must be 12 and 16/);
+    }
+    expect(() => decrypt(key, { ...e, tag: Buffer.concat([tag, Buffer.alloc(1)]).toString("base64") }, "shop.db.g1")).toThrow(/tag 17/);
+    expect(() => decrypt(key, { ...e, iv: Buffer.alloc(16).toString("base64") }, "shop.db.g1")).toThrow(/nonce is 16 bytes/);
+  });
   it("never prints the master key", () => {
     expect(JSON.stringify({ key })).not.toContain("1111");
     expect(inspect(key)).toBe(`MasterKey(${key.id})`);

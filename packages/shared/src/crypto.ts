@@ -79,6 +79,10 @@ export function loadMasterKey(env: NodeJS.ProcessEnv, fallbackFile: string): { k
   }
 }
 
+/** The AES-GCM nonce and tag lengths the mesh writes, and the only ones it reads. */
+export const GCM_IV_BYTES = 12;
+export const GCM_TAG_BYTES = 16;
+
 /** An AES-256-GCM ciphertext as stored. */
 export interface Encrypted {
   alg: "aes-256-gcm";
@@ -90,8 +94,8 @@ export interface Encrypted {
 
 /** Encrypts `plaintext` under the master key, bound to `aad` (the record's identity). */
 export function encrypt(mk: MasterKey, plaintext: string, aad: string): Encrypted {
-  const iv = randomBytes(12);
-  const c = createCipheriv("aes-256-gcm", mk.key, iv);
+  const iv = randomBytes(GCM_IV_BYTES);
+  const c = createCipheriv("aes-256-gcm", mk.key, iv, { authTagLength: GCM_TAG_BYTES });
   c.setAAD(Buffer.from(aad));
   const data = Buffer.concat([c.update(plaintext, "utf8"), c.final()]);
   return { alg: "aes-256-gcm", keyId: mk.id, iv: iv.toString("base64"), tag: c.getAuthTag().toString("base64"), data: data.toString("base64") };
@@ -106,10 +110,20 @@ export function decrypt(mk: MasterKey, e: Encrypted, aad: string): string {
         "give every provisioner the same MESH_MASTER_KEY or MESH_MASTER_KEY_FILE",
     );
   }
+  const iv = Buffer.from(e.iv, "base64");
+  const tag = Buffer.from(e.tag, "base64");
+  // Node accepts a shorter tag (down to 4 bytes) and checks only that many: a forger would then
+  // need to guess 32 bits, not 128. Only what encrypt() makes is accepted.
+  if (iv.length !== GCM_IV_BYTES || tag.length !== GCM_TAG_BYTES) {
+    throw new MeshError(
+      ErrorCodes.Decrypt,
+      `credential ${aad} does not decrypt: its nonce is ${iv.length} bytes and its tag ${tag.length} (they must be ${GCM_IV_BYTES} and ${GCM_TAG_BYTES}); the record was altered`,
+    );
+  }
   try {
-    const d = createDecipheriv("aes-256-gcm", mk.key, Buffer.from(e.iv, "base64"));
+    const d = createDecipheriv("aes-256-gcm", mk.key, iv, { authTagLength: GCM_TAG_BYTES });
     d.setAAD(Buffer.from(aad));
-    d.setAuthTag(Buffer.from(e.tag, "base64"));
+    d.setAuthTag(tag);
     return Buffer.concat([d.update(Buffer.from(e.data, "base64")), d.final()]).toString("utf8");
   } catch (cause) {
     throw new MeshError(ErrorCodes.Decrypt, `credential ${aad} does not decrypt: the record was altered or belongs elsewhere`, { cause });

@@ -7,6 +7,7 @@ export * from "./kinds.js";
 export * from "./subjects.js";
 export * from "./errors.js";
 export * from "./duration.js";
+export * from "./limits.js";
 export * from "./conditions.js";
 export * from "./schemas/manifest.js";
 export * from "./schemas/grant.js";

@@ -12,7 +12,7 @@
  */
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { NAME_RULE, errorMessage, isValidName, parseDuration, runService } from "@mesh/shared";
+import { NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
 import { startAgent } from "./agent.js";
 
 const USAGE = "usage: mesh-agent --node NAME [--bindings DIR]   (or MESH_NODE, MESH_BINDINGS_ROOT; NATS_URL)";
@@ -45,8 +45,8 @@ const bindingsRoot = resolve(args.bindings ?? process.env.MESH_BINDINGS_ROOT ?? 
 // MESH_PROBE_INTERVAL: between probes of the bindings held here and of providers' reachability (default 10s).
 let probeIntervalMs: number | undefined;
 try {
-  probeIntervalMs = process.env.MESH_PROBE_INTERVAL ? parseDuration(process.env.MESH_PROBE_INTERVAL) : undefined;
+  probeIntervalMs = process.env.MESH_PROBE_INTERVAL ? parseTimerDuration(process.env.MESH_PROBE_INTERVAL, "MESH_PROBE_INTERVAL") : undefined;
 } catch (e) {
-  usageError(`MESH_PROBE_INTERVAL: ${errorMessage(e)}`);
+  usageError(errorMessage(e));
 }
 await runService("agent", ({ store, log }) => startAgent({ store, node, bindingsRoot, log, ...(probeIntervalMs ? { probeIntervalMs } : {}) }));

@@ -9,7 +9,7 @@
  * process right after it persisted a rotation in that state, so a test can SIGKILL it there.
  * Never set it in production.
  */
-import { RotationStates, errorMessage, parseDuration, runService, serviceMasterKey, type RotationState } from "@mesh/shared";
+import { RotationStates, errorMessage, parseTimerDuration, runService, serviceMasterKey, type RotationState } from "@mesh/shared";
 import { startRotator } from "./rotator.js";
 import { startTracing } from "./otel.js";
 
@@ -22,9 +22,9 @@ const pause = process.env.MESH_ROTATOR_TEST_PAUSE_AFTER as RotationState | undef
 if (pause && !Object.values(RotationStates).includes(pause)) usageError(`MESH_ROTATOR_TEST_PAUSE_AFTER=${pause} is not a rotation state`);
 let defaultTimeoutMs: number | undefined;
 try {
-  defaultTimeoutMs = process.env.MESH_ROTATION_TIMEOUT ? parseDuration(process.env.MESH_ROTATION_TIMEOUT) : undefined;
+  defaultTimeoutMs = process.env.MESH_ROTATION_TIMEOUT ? parseTimerDuration(process.env.MESH_ROTATION_TIMEOUT, "MESH_ROTATION_TIMEOUT") : undefined;
 } catch (e) {
-  usageError(`MESH_ROTATION_TIMEOUT: ${errorMessage(e)}`);
+  usageError(errorMessage(e));
 }
 
 await runService("rotator", async ({ store, log }) => {

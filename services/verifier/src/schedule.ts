@@ -2,7 +2,7 @@
  * When to check a grant next: a per-grant interval with jitter, and whether a check made
  * elsewhere (by another verifier instance) is fresh enough to skip one. Pure.
  */
-import { parseDuration, type Grant } from "@mesh/shared";
+import { MAX_TIMER_MS, parseDuration, parseTimerDuration, type Grant } from "@mesh/shared";
 
 /** The default interval when neither `MESH_VERIFY_INTERVAL` nor the requirement says one. */
 export const DEFAULT_VERIFY_INTERVAL_MS = 10_000;
@@ -21,12 +21,7 @@ export const FRESH_SHARE = 0.8;
 export function globalInterval(env: NodeJS.ProcessEnv = process.env): number {
   const text = env.MESH_VERIFY_INTERVAL;
   if (text === undefined || text.trim() === "") return DEFAULT_VERIFY_INTERVAL_MS;
-  let ms: number;
-  try {
-    ms = parseDuration(text);
-  } catch (e) {
-    throw new Error(`MESH_VERIFY_INTERVAL: ${(e as Error).message}`);
-  }
+  const ms = parseTimerDuration(text, "MESH_VERIFY_INTERVAL");
   if (ms <= 0) throw new Error(`MESH_VERIFY_INTERVAL must be longer than 0 (got ${JSON.stringify(text)})`);
   return ms;
 }
@@ -37,7 +32,8 @@ export function intervalOf(grant: Pick<Grant, "verify">, defaultMs: number): num
   if (!every) return defaultMs;
   try {
     const ms = parseDuration(every);
-    return ms > 0 ? ms : defaultMs;
+    // A grant stored before verify.every was bounded: clamped, never a timer that fires at once.
+    return ms > 0 ? Math.min(ms, MAX_TIMER_MS) : defaultMs;
   } catch {
     return defaultMs;
   }

@@ -11,6 +11,10 @@ import { NAME_RULE, NAME_PATTERN } from "../names.js";
 import { parseGrantId } from "../subjects.js";
 import { KIND_LIST } from "../kinds.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
+import { Limits, formatBytes } from "../limits.js";
+
+/** "at most N <what>", the message of every list and length limit. */
+const atMost = (n: number, what: string) => ({ message: `at most ${n} ${what}` });
 
 export const Name = z.string().regex(NAME_PATTERN, { message: NAME_RULE });
 
@@ -29,7 +33,7 @@ const AdminCredential = z
     /** Name of an environment variable of the provisioner that holds the admin password. */
     passwordEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "must be an environment variable name" }).optional(),
     /** Path of a file, readable by the provisioner, that holds the admin password. */
-    passwordFile: z.string().min(1).optional(),
+    passwordFile: z.string().min(1).max(Limits.pathChars, atMost(Limits.pathChars, "characters")).optional(),
   })
   .refine((a) => !(a.passwordEnv && a.passwordFile), {
     message: "give passwordEnv or passwordFile, not both",
@@ -39,25 +43,39 @@ const AdminCredential = z
  * Kind-specific settings of a provider that its endpoint cannot say (RabbitMQ's management URL,
  * the users file of a NATS server…); each adapter validates its own and names what is missing.
  */
-export const ProviderOptions = z.record(z.string().regex(/^[a-zA-Z][a-zA-Z0-9]*$/, { message: "must be a camelCase option name" }), z.string());
+export const ProviderOptions = z
+  .record(
+    z.string().regex(/^[a-zA-Z][a-zA-Z0-9]{0,63}$/, { message: "must be a camelCase option name of at most 64 characters" }),
+    z.string().max(Limits.optionChars, atMost(Limits.optionChars, "characters")),
+  )
+  .refine((o) => Object.keys(o).length <= Limits.options, atMost(Limits.options, "options"));
 export type ProviderOptions = z.infer<typeof ProviderOptions>;
 
 /**
  * Kind-specific settings of a requirement (a `nats.user`'s subjects, a bucket's history…);
  * validated by the kind's adapter when the grant is provisioned.
  */
-export const RequirementOptions = z.record(
-  z.string().regex(/^[a-zA-Z][a-zA-Z0-9]*$/, { message: "must be a camelCase option name" }),
-  z.union([z.string(), z.number(), z.boolean(), z.array(z.string())]),
-);
+const OptionText = z.string().max(Limits.optionChars, atMost(Limits.optionChars, "characters"));
+export const RequirementOptions = z
+  .record(
+    z.string().regex(/^[a-zA-Z][a-zA-Z0-9]{0,63}$/, { message: "must be a camelCase option name of at most 64 characters" }),
+    z.union([OptionText, z.number(), z.boolean(), z.array(OptionText)]),
+  )
+  .refine((o) => Object.keys(o).length <= Limits.options, atMost(Limits.options, "options"))
+  // Counted here, not on the array in the union, whose refusal would read only "Invalid input".
+  .superRefine((o, ctx) => {
+    for (const [k, v] of Object.entries(o)) {
+      if (Array.isArray(v) && v.length > Limits.optionItems) ctx.addIssue({ code: "custom", path: [k], ...atMost(Limits.optionItems, "items") });
+    }
+  });
 export type RequirementOptions = z.infer<typeof RequirementOptions>;
 
 export const ProviderDoc = z.strictObject({
   kind: z.literal("Provider"),
   name: Name,
-  serves: z.array(z.enum(KIND_LIST)).min(1),
+  serves: z.array(z.enum(KIND_LIST)).min(1).max(Limits.serves, atMost(Limits.serves, "kinds")),
   node: Name,
-  endpoint: z.url({ message: "must be a URL such as postgres://127.0.0.1:5432" }),
+  endpoint: z.url({ message: "must be a URL such as postgres://127.0.0.1:5432" }).max(Limits.endpointChars, atMost(Limits.endpointChars, "characters")),
   admin: AdminCredential.optional(),
   /** Kind-specific settings; see the README's section on each kind. */
   options: ProviderOptions.optional(),
@@ -66,7 +84,7 @@ export const ProviderDoc = z.strictObject({
    * anything: a provider that runs as a module of the mesh needs that module's own
    * requirements first. Until they are, requirements it would serve wait, saying for what.
    */
-  needs: z.array(GrantIdRef).optional(),
+  needs: z.array(GrantIdRef).max(Limits.needs, atMost(Limits.needs, "grants")).optional(),
   /**
    * Higher wins. A grant moves from its provider to an installed one with a higher preference
    * (a handover, through the same fan-out as a rotation); between equals it stays where it is.
@@ -85,7 +103,7 @@ export const PartDoc = z.strictObject({
    * confirming, e.g. a reload; it must exit 0 within 60 s. Env: MESH_GRANT, MESH_GENERATION,
    * MESH_BINDING_PATH, MESH_MODULE, MESH_PART, MESH_REQUIREMENT.
    */
-  onRotate: z.string().min(1).optional(),
+  onRotate: z.string().min(1).max(Limits.commandChars, atMost(Limits.commandChars, "characters")).optional(),
 });
 export type PartDoc = z.infer<typeof PartDoc>;
 
@@ -93,7 +111,7 @@ export const RequirementDoc = z.strictObject({
   name: Name,
   kind: z.enum(KIND_LIST),
   /** Parts that need it; all parts of the module when left out. */
-  parts: z.array(Name).min(1).optional(),
+  parts: z.array(Name).min(1).max(Limits.requirementParts, atMost(Limits.requirementParts, "parts")).optional(),
   /** How often the verifier re-checks the grant: `{ every: 30s }`; default `MESH_VERIFY_INTERVAL` (10 s). */
   verify: VerifyPolicy.optional(),
   /** What the verifier does about drift: `auto` (default) repairs it, `report` only records it. */
@@ -109,8 +127,8 @@ export const ModuleDoc = z
   .strictObject({
     kind: z.literal("Module"),
     name: Name,
-    parts: z.array(PartDoc).default([]),
-    requires: z.array(RequirementDoc).default([]),
+    parts: z.array(PartDoc).max(Limits.parts, atMost(Limits.parts, "parts")).default([]),
+    requires: z.array(RequirementDoc).max(Limits.requirements, atMost(Limits.requirements, "requirements")).default([]),
   })
   .superRefine((m, ctx) => {
     const partNames = new Set<string>();
@@ -173,6 +191,9 @@ function issueMessage(iss: z.core.$ZodIssue): string {
  * and name in one file are a problem too.
  */
 export function validateDocuments(raw: readonly unknown[]): ParseResult {
+  if (raw.length > Limits.documents) {
+    return { ok: false, problems: [{ document: Limits.documents, path: "", message: `${raw.length} documents; at most ${Limits.documents} go in one file or one apply: split them` }] };
+  }
   const problems: Problem[] = [];
   const documents: ManifestDoc[] = [];
   const seen = new Map<string, number>();
@@ -201,6 +222,10 @@ export function validateDocuments(raw: readonly unknown[]): ParseResult {
  * single document or an array of documents). Syntax errors are problems like any other.
  */
 export function parseManifestText(text: string): ParseResult {
+  const bytes = Buffer.byteLength(text, "utf8");
+  if (bytes > Limits.manifestBytes) {
+    return { ok: false, problems: [{ document: 0, path: "", message: `the file is ${formatBytes(bytes)}; a manifest file may be at most ${formatBytes(Limits.manifestBytes)}: split it` }] };
+  }
   const trimmed = text.trimStart();
   if (trimmed.startsWith("{") || trimmed.startsWith("[")) {
     try {
@@ -216,8 +241,14 @@ export function parseManifestText(text: string): ParseResult {
   const values: unknown[] = [];
   list.forEach((d, i) => {
     for (const err of d.errors) problems.push({ document: i, path: "", message: `not valid YAML: ${err.message.split("\n")[0]}` });
-    const v: unknown = d.toJS();
-    if (v !== null && v !== undefined) values.push(v);
+    if (d.errors.length) return;
+    try {
+      const v: unknown = d.toJS({ maxAliasCount: Limits.yamlAliases });
+      if (v !== null && v !== undefined) values.push(v);
+    } catch (e) {
+      // yaml refuses an alias bomb here ("excessive alias count"): a problem of the file, not a crash.
+      problems.push({ document: i, path: "", message: `not accepted as YAML: ${(e as Error).message.split("\n")[0]} (at most ${Limits.yamlAliases} aliases in a document)` });
+    }
   });
   if (problems.length) return { ok: false, problems };
   return validateDocuments(values);

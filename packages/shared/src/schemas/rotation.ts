@@ -9,11 +9,15 @@
  */
 import { z } from "zod";
 import { KIND_LIST } from "../kinds.js";
-import { DURATION_PATTERN } from "../duration.js";
+import { DURATION_PATTERN, durationAtMost } from "../duration.js";
+import { MAX_ROTATE_EVERY_MS, MAX_TIMER_MS } from "../limits.js";
 
 /** A requirement's `rotate:` schedule: `{ every: 30d }` rotates the grant that often (counted from its current generation). */
 export const RotatePolicy = z.strictObject({
-  every: z.string().regex(DURATION_PATTERN, { message: "must be a duration such as 12h, 30d" }),
+  every: z
+    .string()
+    .regex(DURATION_PATTERN, { message: "must be a duration such as 12h, 30d" })
+    .refine((s) => durationAtMost(s, MAX_ROTATE_EVERY_MS), { message: "must be at most 3650d" }),
 });
 export type RotatePolicy = z.infer<typeof RotatePolicy>;
 
@@ -103,7 +107,7 @@ export const RotateRequest = z.object({
   /** `<module>/<requirement>`. */
   grant: z.string(),
   /** How long holders have to confirm before the rotation is `Stalled`; default the rotator's (5 min). */
-  timeoutMs: z.number().int().positive().optional(),
+  timeoutMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
   trigger: z.enum(["manual", "schedule", "handover"]).optional(),
   /**
    * Makes the request idempotent: a random id the sender keeps across its retries of one

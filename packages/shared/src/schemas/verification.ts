@@ -6,7 +6,8 @@
  */
 import { z } from "zod";
 import { Condition } from "../conditions.js";
-import { DURATION_PATTERN } from "../duration.js";
+import { DURATION_PATTERN, durationAtMost } from "../duration.js";
+import { MAX_TIMER_MS } from "../limits.js";
 import { ErrorReply } from "./events.js";
 
 /** `verify:` of a requirement: how often the verifier re-checks its grant. */
@@ -16,6 +17,7 @@ export const VerifyPolicy = z.strictObject({
     .string()
     .regex(DURATION_PATTERN, { message: "must be a duration such as 500ms, 10s, 5m" })
     .refine((s) => !/^0+(\.0+)?(ms|s|m|h|d)$/.test(s), { message: "must be longer than 0" })
+    .refine((s) => durationAtMost(s, MAX_TIMER_MS), { message: `must be at most ${MAX_TIMER_MS}ms (about 24 days): it is a timer` })
     .optional(),
 });
 export type VerifyPolicy = z.infer<typeof VerifyPolicy>;
