@@ -53,6 +53,12 @@ export const Limits = {
   pathChars: 4_096,
   /** A part's `onRotate` command, in characters. */
   commandChars: 1_024,
+  /**
+   * Requests one service instance works on at once, per subject it serves (`serveJson`): one
+   * more is answered at once with a retryable `Unavailable`. Above the thousands of holders a
+   * rotation fetches for at once, far below what exhausts a service's memory.
+   */
+  requestsInFlight: 8_192,
 } as const;
 
 /** `n` bytes in the largest unit that keeps it whole or short: `512 KiB`, `1.5 MiB`. */

@@ -19,6 +19,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import type { z } from "zod";
 import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
+import { Limits } from "./limits.js";
 import type { Logger } from "./logger.js";
 
 export type { NatsConnection, KV, JetStreamClient, JetStreamManager, JsMsg };
@@ -291,6 +292,9 @@ export function kvFilter(bucket: string, keyFilter = ">"): string {
 /**
  * Answers requests on `subject` in a queue group with JSON; a handler that throws gets a
  * structured error reply (`{ok:false, error:{code,message,retryable}}`), never a timeout.
+ * At most `maxInFlight` requests (default {@link Limits.requestsInFlight}) are worked on at
+ * once; one more is answered at once with a retryable `Unavailable`, so a flood costs the
+ * service a bounded amount of memory and its callers a retry, not a timeout.
  */
 export function serveJson(
   nc: NatsConnection,
@@ -298,10 +302,29 @@ export function serveJson(
   queue: string,
   log: Logger,
   handler: (body: unknown, msg: { headers?: import("@nats-io/transport-node").MsgHdrs }) => Promise<unknown>,
+  opts: { maxInFlight?: number } = {},
 ): { stop(): Promise<void> } {
+  const maxInFlight = opts.maxInFlight ?? Limits.requestsInFlight;
+  const busy = JSON.stringify({
+    ok: false,
+    error: { code: ErrorCodes.Unavailable, message: `this instance is working on ${maxInFlight} requests on ${subject} already; try again`, retryable: true },
+  });
+  let inFlight = 0;
+  let shed = 0;
   const sub = nc.subscribe(subject, { queue });
   void (async () => {
     for await (const m of sub) {
+      if (inFlight >= maxInFlight) {
+        m.respond(busy);
+        // Logged once per burst, not once per refused request.
+        if (shed++ === 0) log.warn({ subject, maxInFlight }, "too many requests in flight: answering busy until some finish");
+        continue;
+      }
+      if (shed > 0) {
+        log.info({ subject, shed }, "requests in flight below the limit again");
+        shed = 0;
+      }
+      inFlight++;
       void (async () => {
         let body: unknown;
         try {
@@ -318,7 +341,7 @@ export function serveJson(
           if (!(e instanceof MeshError)) log.error({ err: errorMessage(e), subject }, "request handler failed");
           m.respond(JSON.stringify({ ok: false, error: err }));
         }
-      })();
+      })().finally(() => inFlight--);
     }
   })();
   return { stop: () => sub.drain() };
