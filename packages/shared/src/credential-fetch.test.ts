@@ -1,29 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectNats, type NatsConnection } from "./nats.js";
 import { createSealingKey, sealTo } from "./crypto.js";
 import { fetchCredential } from "./credential-fetch.js";
 import { errorFromReply } from "./request-json.js";
 import { retryDelayMs } from "./stream-consumers.js";
 import { isMeshError } from "./errors.js";
 import { subjects } from "./subjects.js";
-import { startNatsServer, type NatsServer } from "../../../test/harness/nats-server.js";
+import { natsForFile } from "../../../test/harness/nats-per-file.js";
 
-let nats: NatsServer;
-let nc: NatsConnection;
-beforeAll(async () => {
-  nats = await startNatsServer();
-  nc = await connectNats(nats.url);
-});
-afterAll(async () => {
-  await nc?.close();
-  await nats?.stop();
-});
+const { nc: conn } = natsForFile();
 
 const target = { grant: "shop/db", part: "api", node: "node-a", generation: 2 };
 
 /** Answers one fetch with whatever `reply` makes of the request. */
 function answerOnce(reply: (req: { recipient: string; generation: number }) => unknown): void {
-  const sub = nc.subscribe(subjects.credentialFetch, { max: 1 });
+  const sub = conn().subscribe(subjects.credentialFetch, { max: 1 });
   void (async () => {
     for await (const m of sub) m.respond(JSON.stringify(reply(m.json())));
   })();
@@ -33,14 +23,14 @@ describe("fetchCredential", () => {
   it("opens values sealed to the caller", async () => {
     const sender = createSealingKey();
     answerOnce((req) => ({ ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed: sealTo(sender, req.recipient, { password: "pw" }) }));
-    expect(await fetchCredential(nc, target, createSealingKey())).toEqual({ generation: 2, values: { password: "pw" } });
+    expect(await fetchCredential(conn(), target, createSealingKey())).toEqual({ generation: 2, values: { password: "pw" } });
   });
 
   it("refuses values sealed to someone else, without quoting them", async () => {
     const sender = createSealingKey();
     const other = createSealingKey();
     answerOnce((req) => ({ ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed: sealTo(sender, other.getPublicKey(), { password: "pw-xyz" }) }));
-    const err = await fetchCredential(nc, target, createSealingKey()).catch((e: unknown) => e);
+    const err = await fetchCredential(conn(), target, createSealingKey()).catch((e: unknown) => e);
     expect(isMeshError(err, "Decrypt")).toBe(true);
     expect((err as Error).message).not.toContain("pw-xyz");
   });
@@ -48,23 +38,23 @@ describe("fetchCredential", () => {
   it("refuses another generation than the one asked for, and values that are not strings", async () => {
     const sender = createSealingKey();
     answerOnce((req) => ({ ok: true, generation: 3, sender: sender.getPublicKey(), sealed: sealTo(sender, req.recipient, { a: "b" }) }));
-    expect(isMeshError(await fetchCredential(nc, target, createSealingKey()).catch((e: unknown) => e), "Internal")).toBe(true);
+    expect(isMeshError(await fetchCredential(conn(), target, createSealingKey()).catch((e: unknown) => e), "Internal")).toBe(true);
     answerOnce((req) => ({ ok: true, generation: 2, sender: sender.getPublicKey(), sealed: sealTo(sender, req.recipient, { port: 5432 }) }));
-    const err = await fetchCredential(nc, target, createSealingKey()).catch((e: unknown) => e);
+    const err = await fetchCredential(conn(), target, createSealingKey()).catch((e: unknown) => e);
     expect(isMeshError(err, "Internal")).toBe(true);
     expect((err as Error).message).not.toContain("5432");
   });
 
   it("passes the provisioner's error on with its code and retryability", async () => {
     answerOnce(() => ({ ok: false, error: { code: "NotFound", message: "not a holder", retryable: false } }));
-    const err = await fetchCredential(nc, target, createSealingKey()).catch((e: unknown) => e);
+    const err = await fetchCredential(conn(), target, createSealingKey()).catch((e: unknown) => e);
     expect(isMeshError(err, "NotFound")).toBe(true);
     expect((err as { retryable: boolean }).retryable).toBe(false);
     expect((err as Error).message).toContain("not a holder");
   });
 
   it("says Unavailable, retryable, when no provisioner answers", async () => {
-    const err = await fetchCredential(nc, target, createSealingKey(), { timeoutMs: 500 }).catch((e: unknown) => e);
+    const err = await fetchCredential(conn(), target, createSealingKey(), { timeoutMs: 500 }).catch((e: unknown) => e);
     expect(isMeshError(err, "Unavailable")).toBe(true);
     expect((err as { retryable: boolean }).retryable).toBe(true);
     expect((err as Error).message).toContain("mesh-provisioner");

@@ -4,37 +4,28 @@
  * at once with a retryable Unavailable, not left to time out.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectNats, serveJson, type NatsConnection } from "./nats.js";
+import { serveJson } from "./nats.js";
 import { createLogger } from "./logger.js";
 import { Limits } from "./limits.js";
 import { ErrorCodes } from "./errors.js";
-import { startNatsServer, type NatsServer } from "../../../test/harness/nats-server.js";
+import { natsForFile } from "../../../test/harness/nats-per-file.js";
 
-let nats: NatsServer;
-let nc: NatsConnection;
-beforeAll(async () => {
-  nats = await startNatsServer();
-  nc = await connectNats(nats.url);
-});
-afterAll(async () => {
-  await nc?.close();
-  await nats?.stop();
-});
+const { nc: conn } = natsForFile();
 
 describe("serveJson", () => {
   it("works on 8,192 requests at once and answers one more busy (retryable), then takes requests again", async () => {
     let release!: () => void;
     const released = new Promise<void>((r) => (release = r));
     let started = 0;
-    const api = serveJson(nc, "test.bounded", "q", createLogger("test", { level: "silent" }), async (body) => {
+    const api = serveJson(conn(), "test.bounded", "q", createLogger("test", { level: "silent" }), async (body) => {
       started++;
       await released;
       return { ok: true, echo: body };
     });
-    await nc.flush();
-    const ask = (i: number) => nc.request("test.bounded", JSON.stringify({ i }), { timeout: 30_000 }).then((m) => m.json<{ ok: boolean; error?: { code: string; retryable: boolean } }>());
+    await conn().flush();
+    const ask = (i: number) => conn().request("test.bounded", JSON.stringify({ i }), { timeout: 30_000 }).then((m) => m.json<{ ok: boolean; error?: { code: string; retryable: boolean } }>());
     const held = Array.from({ length: Limits.requestsInFlight }, (_, i) => ask(i));
-    await nc.flush();
+    await conn().flush();
     // Wait until every one of them reached the handler.
     for (let t = 0; started < Limits.requestsInFlight && t < 600; t++) await new Promise((r) => setTimeout(r, 50));
     expect(started).toBe(Limits.requestsInFlight);
