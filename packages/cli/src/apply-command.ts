@@ -57,25 +57,26 @@ export async function sendApply(nc: NatsConnection, files: readonly ManifestFile
   if (documents.length > Limits.documents) {
     throw new CliError(`${documents.length} documents in one apply; at most ${Limits.documents} go in one: apply the files in several commands`, ExitCodes.Usage);
   }
-  const size = Buffer.byteLength(JSON.stringify({ documents, source: files.map((f) => f.source).join(", ") }));
+  // Encoded once, for the size check and for every attempt.
+  const payload = JSON.stringify({ documents, source: files.map((f) => f.source).join(", ") });
+  const size = Buffer.byteLength(payload);
   if (size > Limits.applyRequestBytes) {
     throw new CliError(
       `the documents make a request of ${size} bytes; one apply may be at most ${Limits.applyRequestBytes} (${formatBytes(Limits.applyRequestBytes)}): apply the files in several commands`,
       ExitCodes.Usage,
     );
   }
-  if (!policy) return sendApplyOnce(nc, files, timeoutMs);
-  return retrying("apply", policy, () => sendApplyOnce(nc, files, Math.min(timeoutMs, remainingMs(policy))));
+  if (!policy) return sendApplyOnce(nc, files, payload, timeoutMs);
+  return retrying("apply", policy, () => sendApplyOnce(nc, files, payload, Math.min(timeoutMs, remainingMs(policy))));
 }
 
-async function sendApplyOnce(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs: number): Promise<ApplyOutcome> {
-  const documents = files.flatMap((f) => f.documents);
-  const source = files.map((f) => f.source).join(", ");
+/** One apply request with `payload`, the encoded documents of `files`. */
+async function sendApplyOnce(nc: NatsConnection, files: readonly ManifestFile[], payload: string, timeoutMs: number): Promise<ApplyOutcome> {
   const server = nc.getServer();
   const url = server.includes("://") ? server : `nats://${server}`;
   let body: unknown;
   try {
-    const reply = await nc.request(subjects.apply, JSON.stringify({ documents, source }), { timeout: timeoutMs });
+    const reply = await nc.request(subjects.apply, payload, { timeout: timeoutMs });
     body = reply.json();
   } catch (e) {
     if (isNoResponders(e)) throw new CliError(resolverNotRunningMessage(url), undefined, { cause: e, retryable: true });
