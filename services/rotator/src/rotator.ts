@@ -219,6 +219,11 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     // Stage k+1 beside k: both log in from here until the commit.
     const staged = await adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
     await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
+    // One rotation per grant: read the record again now that k+1 is staged (another instance
+    // may have started one meanwhile, perhaps for this very request).
+    const cur = await records.read(key);
+    if (startedBy(req, cur?.value)) return cur.value;
+    if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
     const span = tracer("rotator").startSpan(
       "rotate",
       { attributes: { "mesh.rotation": `${g.id}#${to}`, "mesh.grant": g.id, "mesh.from": g.generation, "mesh.to": to, "mesh.holders": holders.length } },
@@ -237,13 +242,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       ...(req.requestId ? { requestId: req.requestId } : {}),
     });
     try {
-      // One rotation per grant: create, or replace a committed one at the revision read.
-      const cur = await records.read(key);
-      if (startedBy(req, cur?.value)) {
-        span.end();
-        return cur.value;
-      }
-      if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
+      // Create, or replace a committed one, at the revision read.
       await persist(key, cur?.revision, rotation);
     } catch (e) {
       span.end();
