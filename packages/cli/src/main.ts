@@ -4,7 +4,7 @@
  * functions; each of them takes its inputs and an output and returns the exit code.
  */
 import { Command, Option } from "commander";
-import { errorMessage, parseTimerDuration, type NatsConnection } from "@mesh/shared";
+import { errorMessage, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
 import { runApply } from "./apply-command.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, natsUrlFrom, openStoreForCli } from "./connect.js";
@@ -65,6 +65,20 @@ function policyOf(o: { timeout?: string; verbose?: boolean }, option = "--timeou
   return retryPolicy({ ...(withinMs ? { withinMs } : {}), verbose: Boolean(o.verbose) }, out);
 }
 
+/**
+ * A command that reads the store and prints once it has read it all (`status`, `explain`,
+ * `trace`): run again whole while what failed is retryable, within `--timeout`. `check`
+ * refuses bad arguments first, before anything connects.
+ */
+function readCommand(what: string, o: { timeout?: string; verbose?: boolean }, fn: (store: Store) => Promise<number>, check?: () => void): Promise<never> {
+  return run(async (connect, url) => {
+    check?.();
+    const policy = policyOf(o);
+    const store = await openStoreForCli(await connect(), url);
+    return retrying(what, policy, () => fn(store));
+  });
+}
+
 const TIMEOUT_HELP = `how long to keep trying while the service that must answer is not there yet or asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s)`;
 const VERBOSE_HELP = "show every attempt that is tried again, and why";
 
@@ -98,12 +112,7 @@ program
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
   .action((module: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
-    run(async (connect, url) => {
-      const policy = policyOf(o);
-      const store = await openStoreForCli(await connect(), url);
-      // Nothing is printed before every record is read, so a read that met a JetStream gap is simply made again.
-      return retrying("status", policy, () => runStatus(store, { module, json: o.json }, out));
-    }),
+    readCommand("status", o, (store) => runStatus(store, { module, json: o.json }, out)),
   );
 
 program
@@ -114,11 +123,7 @@ program
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
   .action((module: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
-    run(async (connect, url) => {
-      const policy = policyOf(o);
-      const store = await openStoreForCli(await connect(), url);
-      return retrying("explain", policy, () => runExplain(store, { module, json: o.json }, out));
-    }),
+    readCommand("explain", o, (store) => runExplain(store, { module, json: o.json }, out)),
   );
 
 program
@@ -159,12 +164,7 @@ program
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
   .action((rotation: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
-    run(async (connect, url) => {
-      checkRotationArg(rotation);
-      const policy = policyOf(o);
-      const store = await openStoreForCli(await connect(), url);
-      return retrying("trace", policy, () => runTrace(store, { rotation, json: o.json }, out));
-    }),
+    readCommand("trace", o, (store) => runTrace(store, { rotation, json: o.json }, out), () => checkRotationArg(rotation)),
   );
 
 /** `up` and `bootstrap`: run until a signal; a first signal stops everything in order, a second kills at once. */
