@@ -15,10 +15,10 @@
  */
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { connect } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";
+import { accepts } from "./harness/ports.js";
 import { postgresBinDir } from "./harness/postgres.js";
 import { RABBITMQ_SERVER_BIN, startOwnRabbitmq, type OwnRabbitmq } from "./harness/rabbitmq.js";
 
@@ -66,15 +66,6 @@ const MACHINE_SERVICES = [
     start: 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log',
   },
 ] as const;
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = connect(port, "127.0.0.1");
-    s.setTimeout(2_000, () => (s.destroy(), resolve(false)));
-    s.once("connect", () => (s.destroy(), resolve(true)));
-    s.once("error", () => resolve(false));
-  });
-}
 
 async function installPackages(missing: readonly Prerequisite[]): Promise<string[]> {
   const pkgs = [...new Set(missing.map((m) => m.pkg))];

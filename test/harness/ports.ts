@@ -1,5 +1,5 @@
 /** A free TCP port on 127.0.0.1, as the kernel hands it out. */
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -13,17 +13,21 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** Whether something accepts a TCP connection on 127.0.0.1:`port` now (within `timeoutMs`). */
+export function accepts(port: number, timeoutMs = 2_000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(port, "127.0.0.1");
+    s.setTimeout(timeoutMs, () => (s.destroy(), resolve(false)));
+    s.once("connect", () => (s.destroy(), resolve(true)));
+    s.once("error", () => resolve(false));
+  });
+}
+
 /** Resolves once something accepts TCP connections on 127.0.0.1:`port`, or rejects after `timeoutMs`. */
 export async function waitForPort(port: number, timeoutMs = 15_000): Promise<void> {
-  const { connect } = await import("node:net");
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = connect(port, "127.0.0.1");
-      s.once("connect", () => (s.destroy(), resolve(true)));
-      s.once("error", () => resolve(false));
-    });
-    if (ok) return;
+    if (await accepts(port)) return;
     if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }
