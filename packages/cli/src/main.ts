@@ -62,7 +62,7 @@ function durationOption(name: string, value: string | undefined): number | undef
 /** The retry policy of a command from its `--timeout` (or `--request-timeout`) and `--verbose`. */
 function policyOf(o: { timeout?: string; verbose?: boolean }, option = "--timeout"): RetryPolicy {
   const withinMs = durationOption(option, o.timeout);
-  return retryPolicy({ ...(withinMs ? { withinMs } : {}), verbose: Boolean(o.verbose) }, out);
+  return retryPolicy({ ...(withinMs ? { withinMs } : {}), verbose: Boolean(o.verbose), option }, out);
 }
 
 /**

@@ -46,6 +46,15 @@ describe("retrying", () => {
     expect(out.stderr.trim().split("\n")).toEqual(["meshctl: rotate: no rotator answers at nats://x; trying again for up to 5 s (--timeout; --verbose shows each attempt)"]);
   });
 
+  it("names no option where the command has none (up)", async () => {
+    const out = bufferOutput();
+    const e = (await retrying("apply", retryPolicy({ withinMs: 600, option: null }, out), async () => {
+      throw new CliError("no resolver answers", ExitCodes.Failure, { retryable: true });
+    }).catch((err: unknown) => err)) as CliError;
+    expect(out.stderr).toBe("meshctl: apply: no resolver answers; trying again for up to 0.6 s\n");
+    expect(e.message).toMatch(/^no resolver answers\n\(tried \d+ times over [\d.]+ s\)$/);
+  });
+
   it("throws what is not retryable at once, as it is", async () => {
     const out = bufferOutput();
     const refusal = new CliError("grant x/y does not exist", ExitCodes.NotFound);

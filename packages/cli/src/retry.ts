@@ -26,6 +26,8 @@ export interface RetryPolicy {
   readonly deadline: number;
   /** The deadline as a duration, for messages (`30 s`). */
   readonly withinMs: number;
+  /** The option that sets the deadline, for messages: `--timeout`, `rotate`'s `--request-timeout`; none for `up`. */
+  readonly option: string | undefined;
   /** Told of every failed attempt that is tried again. */
   onRetry(what: string, attempt: number, error: unknown, pauseMs: number): void;
 }
@@ -40,19 +42,25 @@ export function remainingMs(policy: RetryPolicy, now = Date.now()): number {
  * shown on standard error under `verbose`; without it, only the first retry, once, so a long
  * wait is never silent.
  */
-export function retryPolicy(opts: { withinMs?: number; verbose?: boolean }, out: Pick<Output, "err">, now = Date.now()): RetryPolicy {
+export function retryPolicy(
+  opts: { withinMs?: number; verbose?: boolean; /** Default `--timeout`; `null` for a command without such options (`up`). */ option?: string | null },
+  out: Pick<Output, "err">,
+  now = Date.now(),
+): RetryPolicy {
   const withinMs = opts.withinMs ?? DEFAULT_DEADLINE_MS;
+  const option = opts.option === null ? undefined : (opts.option ?? "--timeout");
   let told = false;
   return {
     deadline: now + withinMs,
     withinMs,
+    option,
     onRetry(what, attempt, error, pauseMs) {
       const why = printable(firstLine(errorMessage(error)).replace(/\.$/, ""));
       if (opts.verbose) {
         out.err(`meshctl: ${what}: attempt ${attempt} failed: ${why}; trying again in ${pauseMs} ms`);
       } else if (!told) {
         told = true;
-        out.err(`meshctl: ${what}: ${why}; trying again for up to ${seconds(withinMs)} (--timeout; --verbose shows each attempt)`);
+        out.err(`meshctl: ${what}: ${why}; trying again for up to ${seconds(withinMs)}${option ? ` (${option}; --verbose shows each attempt)` : ""}`);
       }
     },
   };
@@ -81,7 +89,7 @@ export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attemp
       const pauseMs = Math.min(FIRST_PAUSE_MS * 2 ** (attempt - 1), MAX_PAUSE_MS, left);
       if (!isRetryable(e) || pauseMs <= 0) {
         if (attempt === 1 || !isRetryable(e)) throw e;
-        const tried = `(tried ${attempt} times over ${seconds(Date.now() - start)}; --timeout gives it longer)`;
+        const tried = `(tried ${attempt} times over ${seconds(Date.now() - start)}${policy.option ? `; ${policy.option} gives it longer` : ""})`;
         if (isCliError(e)) throw new CliError(`${e.message}\n${tried}`, e.exitCode, { cause: e.cause ?? e });
         throw new CliError(`${what} failed: ${errorMessage(e)} ${tried}`, undefined, { cause: e });
       }

@@ -173,7 +173,7 @@ export function checkGrantArg(grant: string): { module: string; requirement: str
 export async function runRotate(store: Store, opts: RotateOptions, out: Output): Promise<number> {
   const id = checkGrantArg(opts.grant);
   const key = keys.grant(id.module, id.requirement);
-  const policy = opts.policy ?? retryPolicy({}, out);
+  const policy = opts.policy ?? retryPolicy({ option: "--request-timeout" }, out);
   // Checked here too so these answers do not depend on a rotator running; the rotator checks again.
   if (!(await retrying("read the grant", policy, () => readJson(store.kv.grants, key, Grant)))) {
     throw new CliError(`grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`, ExitCodes.NotFound);

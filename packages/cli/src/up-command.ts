@@ -275,7 +275,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     const applied: string[] = [];
     if (auth) {
       const cpNode = servicesNode ?? nodes[0]!;
-      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth })], undefined, retryPolicy({}, out));
+      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth })], undefined, retryPolicy({ option: null }, out));
       const code = reportApply(outcome, false, out);
       if (code !== ExitCodes.Ok) return code;
       out.out(`declared the control plane: module ${CONTROL_PLANE_MODULE} and provider ${BOOTSTRAP_PROVIDER}; waiting until the mesh has satisfied it…`);
@@ -300,7 +300,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
     if (files.length) {
       // Under bootstrap the resolver was just restarted on its own identity: a moment without one is ridden out.
-      const outcome = await sendApply(nc, files, undefined, retryPolicy({}, out));
+      const outcome = await sendApply(nc, files, undefined, retryPolicy({ option: null }, out));
       const code = reportApply(outcome, false, out);
       if (code !== ExitCodes.Ok) return code;
       if (outcome.ok) applied.push(...outcome.accepted.map((a) => `${a.kind.toLowerCase()}/${a.name} ${a.action}`));
