@@ -106,16 +106,15 @@ async function rotationIds(requirement: string): Promise<string[]> {
 describe("meshctl rotate while JetStream does not answer", () => {
   it("rides out the gap: the rotator's refusal is retried, and exactly one rotation commits", async () => {
     const jsm = await jetstreamManager(mesh.nc);
-    const probe = { failures: 0, lastFailure: 0, firstOkAfterStorm: 0 };
-    let stormOver = false;
+    const probe = { failures: 0, lastFailure: 0 };
     let probing = true;
     const probing$ = (async () => {
       while (probing) {
         try {
           await jsm.streams.info(Streams.rotations);
-          if (stormOver && !probe.firstOkAfterStorm) probe.firstOkAfterStorm = Date.now();
         } catch (e) {
-          if (!/jetstream is not enabled/i.test(String(e))) throw e;
+          // No answer at all (a timeout) is the same gap, seen on a busier machine.
+          if (!/jetstream is not enabled|timeout/i.test(String(e))) throw e;
           probe.failures++;
           probe.lastFailure = Date.now();
         }
@@ -129,7 +128,6 @@ describe("meshctl rotate while JetStream does not answer", () => {
         process.kill(nats.pid, "SIGHUP");
         await new Promise((r) => setTimeout(r, 300));
       }
-      stormOver = true;
     })();
 
     // The request goes out once the probe has seen JetStream refuse.
