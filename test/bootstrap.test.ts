@@ -1,20 +1,24 @@
 /**
  * The control plane as a consumer of its own mechanism: `meshctl bootstrap` from an empty NATS
- * (started with authentication) to services that connect with the identities the mesh granted
- * them, each limited to what it needs, shown by `meshctl status mesh` like any module.
+ * (started with the mesh as its operator) to services that connect with the identities the
+ * mesh issued them (user JWTs), each limited to what it needs, shown by `meshctl status mesh`
+ * like any module.
  */
-import { readFileSync, readdirSync } from "node:fs";
+import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect } from "@nats-io/transport-node";
+import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { CONTROL_PLANE_SERVICES, agentPart, identityRequirement } from "@mesh/shared";
 import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
 
 const parts = [...CONTROL_PLANE_SERVICES, agentPart("node-a")];
-/** The nats.user of generation 1 of part `part`'s identity (see nats-user-config.ts). */
-const userOf = (part: string, generation = 1) => `mesh_${identityRequirement(part)}_${generation % 2 ? "a" : "b"}`;
+/** The name of the user JWT of generation `generation` of part `part`'s identity (see nats-user.ts). */
+const userOf = (part: string, generation = 1) => `mesh_${identityRequirement(part)}_${generation}`;
 const bindingOf = (mesh: BootstrappedMesh, part: string) => join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part));
+const nkeyOf = (mesh: BootstrappedMesh, part: string) => readFileSync(join(bindingOf(mesh, part), "nkey"), "utf8").trim();
+const connectAs = (mesh: BootstrappedMesh, part: string) =>
+  connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(join(bindingOf(mesh, part), "creds"))), reconnect: false });
 
 describe("meshctl bootstrap", () => {
   let mesh: BootstrappedMesh;
@@ -31,17 +35,16 @@ describe("meshctl bootstrap", () => {
       "every service and the agent on its own identity",
       async () => {
         const c = await mesh.connections();
-        return parts.every((p) => c.some((x) => x.name === serviceOf(p) && x.user === userOf(p))) ? c : undefined;
+        return parts.every((p) => c.some((x) => x.name === serviceOf(p) && x.tag === userOf(p))) ? c : undefined;
       },
       30_000,
     );
     // Each service has exactly one connection of its own, as its own user; the administrator
     // is left to meshctl and to the provider adapters that administer the mesh's NATS.
-    for (const p of parts) expect(conns.filter((x) => x.name === serviceOf(p)).map((x) => x.user)).toEqual([userOf(p)]);
+    // Each identity came from the part's own binding, written by the agent: the server knows it by that key.
+    for (const p of parts) expect(conns.filter((x) => x.name === serviceOf(p)).map((x) => [x.tag, x.user])).toEqual([[userOf(p), nkeyOf(mesh, p)]]);
     // (A connection with neither name nor user is an agent checking that the endpoint takes TCP connections.)
-    for (const x of conns.filter((c) => c.user === "mesh-admin")) expect(x.name).not.toMatch(/^mesh-(resolver|provisioner|verifier|rotator|agent)$/);
-    // Each identity came from the part's own binding, written by the agent.
-    for (const p of parts) expect(readFileSync(join(bindingOf(mesh, p), "username"), "utf8").trim()).toBe(userOf(p));
+    for (const x of conns.filter((c) => c.tag === "mesh-admin")) expect(x.name).not.toMatch(/^mesh-(resolver|provisioner|verifier|rotator|agent)$/);
   });
 
   it("meshctl status mesh shows the control plane's own grants like any module's", async () => {
@@ -60,20 +63,14 @@ describe("meshctl bootstrap", () => {
     const text = await mesh.meshctl(["status", "mesh"]);
     expect(text.stdout).toMatch(/mesh\s+Ready/);
     // Without an identity, meshctl says so, and how to get one, rather than "start a nats-server".
-    const anonymous = await mesh.meshctl(["status", "mesh"], { MESH_NATS_USER: "", MESH_NATS_PASSWORD_FILE: "" });
+    const anonymous = await mesh.meshctl(["status", "mesh"], { MESH_NATS_CREDENTIALS: "" });
     expect(anonymous.code).toBe(1);
     expect(anonymous.stderr).toMatch(/refused this process's identity/);
-    expect(anonymous.stderr).toContain("MESH_NATS_USER=mesh-admin");
+    expect(anonymous.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
   });
 
   it("limits each identity to what its service needs: the resolver may not serve rotations", async () => {
-    const dir = bindingOf(mesh, "resolver");
-    const nc = await connect({
-      servers: mesh.url,
-      user: readFileSync(join(dir, "username"), "utf8").trim(),
-      pass: readFileSync(join(dir, "password"), "utf8").trim(),
-      reconnect: false,
-    });
+    const nc = await connectAs(mesh, "resolver");
     try {
       const own = nc.subscribe("mesh.api.apply", { queue: "probe" });
       const foreign = nc.subscribe("mesh.api.rotate");
@@ -89,13 +86,7 @@ describe("meshctl bootstrap", () => {
   });
 
   it("an agent's identity may not write the providers catalog: it could point a provider's admin password anywhere", async () => {
-    const dir = bindingOf(mesh, agentPart("node-a"));
-    const nc = await connect({
-      servers: mesh.url,
-      user: readFileSync(join(dir, "username"), "utf8").trim(),
-      pass: readFileSync(join(dir, "password"), "utf8").trim(),
-      reconnect: false,
-    });
+    const nc = await connectAs(mesh, agentPart("node-a"));
     const errors: string[] = [];
     void (async () => {
       for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
@@ -111,14 +102,28 @@ describe("meshctl bootstrap", () => {
     expect(r.stdout).not.toContain("evil");
   });
 
-  it("keeps no password in the clear on the server's host: the users file has bcrypt hashes only", () => {
-    const users = readFileSync(join(mesh.cwd, ".mesh/nats-auth/users.conf"), "utf8");
-    for (const p of parts) expect(users).not.toContain(readFileSync(join(bindingOf(mesh, p), "password"), "utf8").trim());
-    expect(users).not.toContain(mesh.adminPassword());
+  it("keeps no key in the clear but the holders' own: the signing keys are sealed, the server's files and every log hold no seed", () => {
+    const seedOf = (creds: string) => /SU[A-Z2-7]{56}/.exec(creds)![0];
+    const seeds = [...parts.map((p) => seedOf(readFileSync(join(bindingOf(mesh, p), "creds"), "utf8"))), seedOf(mesh.adminCreds())];
+    const operatorDir = join(mesh.cwd, ".mesh/nats-operator");
+    const keysFile = readFileSync(join(operatorDir, "signing-keys.json"), "utf8");
+    expect(keysFile).not.toMatch(/S[OAU][A-Z2-7]{56}/);
+    expect(readFileSync(join(operatorDir, "identity-keys.json"), "utf8")).not.toMatch(/S[OAU][A-Z2-7]{56}/);
+    expect(readFileSync(join(operatorDir, "server.conf"), "utf8")).not.toMatch(/S[OAU][A-Z2-7]{56}/);
+    for (const f of ["admin.creds", "signing-keys.json", "identity-keys.json", "operator.json", "server.conf"]) {
+      expect((statSync(join(operatorDir, f)).mode & 0o777).toString(8), f).toBe("600");
+    }
+    expect((statSync(operatorDir).mode & 0o777).toString(8)).toBe("700");
     for (const f of readdirSync(join(mesh.cwd, ".mesh/logs"))) {
       const log = readFileSync(join(mesh.cwd, ".mesh/logs", f), "utf8");
-      expect(log).not.toContain(mesh.adminPassword());
-      for (const p of parts) expect(log).not.toContain(readFileSync(join(bindingOf(mesh, p), "password"), "utf8").trim());
+      for (const seed of seeds) expect(log, f).not.toContain(seed);
+      expect(log, f).not.toMatch(/S[OA][A-Z2-7]{56}/);
     }
+  });
+
+  it("reloads the server's configuration never: issuing the control plane's identities changed nothing on the server", async () => {
+    const varz = (await (await fetch(`${mesh.monitorUrl}/varz`)).json()) as { config_load_time: string; start: string };
+    expect(varz.config_load_time).toBe(varz.start);
+    expect(readFileSync(join(mesh.cwd, ".mesh/logs/nats-server.log"), "utf8")).not.toMatch(/Reloaded/);
   });
 });

@@ -1,38 +1,39 @@
 /**
  * The case that once locked a mesh out of its own broker, as a test: the control plane's own
  * broker identities rotated with fan-out while every service runs and work flows through
- * them, on a bootstrapped mesh (real processes, NATS with authentication). No service loses
- * its connection for good, no work is lost, and an old identity is removed only after its
- * holder confirmed; a holder stopped during the rotation comes back on its old binding,
- * catches up and confirms, and only then does the rotation commit.
+ * them, on a bootstrapped mesh (real processes, NATS whose operator is the mesh). No service
+ * loses its connection for good, no work is lost, and an old identity is revoked only after
+ * its holder confirmed; a holder stopped during the rotation comes back on its old binding,
+ * catches up and confirms, and only then does the rotation commit. The server never reloads.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect } from "@nats-io/transport-node";
-import { CONTROL_PLANE_SERVICES, ModuleStatus, Rotation, agentPart, connectNats, identityRequirement, openStore, readJson, subjects, type Store } from "@mesh/shared";
+import { connect, credsAuthenticator } from "@nats-io/transport-node";
+import { CONTROL_PLANE_SERVICES, ModuleStatus, Rotation, agentPart, connectNats, identityRequirement, natsIdentity, openStore, readJson, subjects, type Store } from "@mesh/shared";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
 
-const userOf = (part: string, generation: number) => `mesh_${identityRequirement(part)}_${generation % 2 ? "a" : "b"}`;
+/** The name of the user JWT of generation `generation` of part `part`'s identity (see nats-user.ts). */
+const userOf = (part: string, generation: number) => `mesh_${identityRequirement(part)}_${generation}`;
 const serviceOf = (part: string) => (part.startsWith("agent-") ? "mesh-agent" : `mesh-${part}`);
 const agent = agentPart("node-a");
 
 /**
- * Whether NATS accepts `user` with `pass` now: false only when it says so (an authorization
- * violation); a connection that failed otherwise (a busy machine, a socket closed mid-refusal)
- * is tried again.
+ * Whether NATS accepts the identity of `creds` now: false only when it says so (an
+ * authorization violation); a connection that failed otherwise (a busy machine, a socket
+ * closed mid-refusal) is tried again.
  */
-async function logsIn(url: string, user: string, pass: string): Promise<boolean> {
+async function logsIn(url: string, creds: string): Promise<boolean> {
   for (let attempt = 1; ; attempt++) {
     try {
-      const nc = await connect({ servers: url, user, pass, reconnect: false, timeout: 5_000 });
+      const nc = await connect({ servers: url, authenticator: credsAuthenticator(new TextEncoder().encode(creds)), reconnect: false, timeout: 5_000 });
       await nc.flush();
       await nc.close();
       return true;
     } catch (e) {
-      if (/authorization violation/i.test(String(e))) return false;
+      if (/authorization violation|authentication revoked/i.test(String(e))) return false;
       if (attempt >= 5) throw e;
     }
   }
@@ -44,10 +45,15 @@ describe("rotating the control plane's own broker identities", () => {
   let store: Store;
   const binding = (part: string, key: string) =>
     readFileSync(join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part), key), "utf8").trim();
+  /** The server's configuration load time and start: equal while it never reloaded. */
+  const loads = async () => {
+    const v = (await (await fetch(`${mesh.monitorUrl}/varz`)).json()) as { config_load_time: string; start: string };
+    return { loaded: v.config_load_time, start: v.start };
+  };
 
   beforeAll(async () => {
     mesh = await startBootstrappedMesh();
-    nc = await connectNats(mesh.url, { user: "mesh-admin", pass: mesh.adminPassword(), name: "lockout-test" });
+    nc = await connectNats(mesh.url, { ...natsIdentity({ MESH_NATS_CREDENTIALS: mesh.adminCredsFile }), name: "lockout-test" });
     store = await openStore(nc);
   }, 180_000);
   afterAll(async () => {
@@ -57,6 +63,8 @@ describe("rotating the control plane's own broker identities", () => {
 
   it("rotates every service's identity while work flows: none loses its connection for good, no work is lost", async () => {
     const pids = Object.fromEntries(CONTROL_PLANE_SERVICES.map((s) => [s, mesh.servicePid(s)]));
+    const old: Partial<Record<string, string>> = Object.fromEntries(CONTROL_PLANE_SERVICES.map((s) => [s, binding(s, "creds")]));
+    const before = await loads();
     for (const s of CONTROL_PLANE_SERVICES) expect(pids[s], s).toBeDefined();
 
     // Work through every service: each module's secret is resolved, provisioned, delivered by
@@ -107,20 +115,26 @@ describe("rotating the control plane's own broker identities", () => {
       "every service connected as its generation-2 user",
       async () => {
         const c = await mesh.connections();
-        return CONTROL_PLANE_SERVICES.every((s) => c.some((x) => x.name === serviceOf(s) && x.user === userOf(s, 2))) || undefined;
+        return CONTROL_PLANE_SERVICES.every((s) => c.some((x) => x.name === serviceOf(s) && x.tag === userOf(s, 2))) || undefined;
       },
       30_000,
     );
     for (const s of CONTROL_PLANE_SERVICES) expect(mesh.servicePid(s), `${s} was restarted`).toBe(pids[s]);
     expect(mesh.output()).not.toMatch(/(exited with code|was killed by)/);
     const connected = await mesh.connections();
-    for (const s of CONTROL_PLANE_SERVICES) expect(connected.map((x) => x.user)).not.toContain(userOf(s, 1));
+    for (const s of CONTROL_PLANE_SERVICES) expect(connected.map((x) => x.tag)).not.toContain(userOf(s, 1));
+    for (const s of CONTROL_PLANE_SERVICES) expect(connected.find((x) => x.name === serviceOf(s))?.user, s).toBe(binding(s, "nkey"));
 
-    // The old identities are gone, the new ones (in the bindings) work.
+    // The old identities are revoked, the new ones (in the bindings) work.
     for (const s of CONTROL_PLANE_SERVICES) {
       expect(binding(s, "username")).toBe(userOf(s, 2));
-      expect(await logsIn(mesh.url, binding(s, "username"), binding(s, "password"))).toBe(true);
+      expect(await logsIn(mesh.url, binding(s, "creds"))).toBe(true);
+      expect(old[s] && (await logsIn(mesh.url, old[s]!)), `${s}'s generation 1`).toBe(false);
     }
+    // How we know nothing reloaded: the server's configuration was loaded once, when it started,
+    // and its log has no reload in it.
+    expect(await loads()).toEqual({ loaded: before.start, start: before.start });
+    expect(readFileSync(join(mesh.cwd, ".mesh/logs/nats-server.log"), "utf8")).not.toMatch(/Reloaded/);
 
     // No work was lost: every module applied during the rotations became Ready.
     expect(applied, `retryable answers met on the way: ${retried.join("; ") || "none"}`).toBeGreaterThan(3);
@@ -139,7 +153,7 @@ describe("rotating the control plane's own broker identities", () => {
   it("a holder stopped during the rotation comes back on its old binding, catches up, confirms, and only then is the old identity removed", async () => {
     const pid = mesh.servicePid("agent")!;
     const oldUser = binding(agent, "username");
-    const oldPass = binding(agent, "password");
+    const oldCreds = binding(agent, "creds");
     expect(oldUser).toBe(userOf(agent, 1));
 
     process.kill(pid, "SIGSTOP");
@@ -149,7 +163,7 @@ describe("rotating the control plane's own broker identities", () => {
       expect(r.code, r.stderr).toBe(8); // stalled
       expect(JSON.parse(r.stdout)).toMatchObject({ state: "Stalled", missing: [`node-a/${agent}`] });
       // Stalled: the old identity still works, and the binding on disk is still the old one.
-      expect(await logsIn(mesh.url, oldUser, oldPass)).toBe(true);
+      expect(await logsIn(mesh.url, oldCreds)).toBe(true);
       expect(binding(agent, "username")).toBe(oldUser);
 
       // The agent dies while stopped; meshctl starts it again, with the binding it left.
@@ -178,9 +192,9 @@ describe("rotating the control plane's own broker identities", () => {
     expect(binding(agent, "username")).toBe(userOf(agent, 2));
     await waitFor(
       "the agent connected as its generation-2 user",
-      async () => (await mesh.connections()).some((x) => x.name === "mesh-agent" && x.user === userOf(agent, 2)) || undefined,
+      async () => (await mesh.connections()).some((x) => x.name === "mesh-agent" && x.tag === userOf(agent, 2)) || undefined,
       30_000,
     );
-    expect(await logsIn(mesh.url, oldUser, oldPass)).toBe(false);
+    expect(await logsIn(mesh.url, oldCreds)).toBe(false);
   }, 180_000);
 });

@@ -1,6 +1,6 @@
 /**
  * `meshctl bootstrap` as an operator runs it: a real process tree (meshctl, its nats-server
- * with authentication on a free port, the services, the agents) in a temporary directory.
+ * whose operator is the mesh, on a free port, the services, the agents) in a temporary directory.
  * Tests read what it printed, ask the server's monitoring endpoint who is connected as whom,
  * and find a service's process to stop or kill it.
  */
@@ -23,11 +23,13 @@ export interface BootstrappedMesh {
   proc: ChildProcess;
   /** Everything meshctl printed so far. */
   output(): string;
-  /** The environment that makes meshctl (or a test's client) the bootstrap administrator. */
+  /** The environment that makes meshctl (or a test's client) the operator's admin. */
   adminEnv: Record<string, string>;
-  adminPassword(): string;
-  /** The server's client connections right now: connection name (`mesh-resolver`…) and user. */
-  connections(): Promise<Array<{ name: string; user: string }>>;
+  /** The admin's `.creds` file. */
+  adminCredsFile: string;
+  adminCreds(): string;
+  /** The server's client connections right now: connection name (`mesh-resolver`…), the user's nkey and its JWT's name. */
+  connections(): Promise<Array<{ name: string; user: string; tag: string }>>;
   /** PID of the running process of service `script` (`agent`, `resolver`…) started by this mesh. */
   servicePid(script: string): number | undefined;
   /** Runs meshctl with `args` as the administrator (or with `env` over that); resolves with its exit code and output. */
@@ -46,8 +48,8 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
   });
   proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
   proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-  const adminPasswordFile = join(cwd, ".mesh/nats-auth/admin.password");
-  const adminEnv = { NATS_URL: url, MESH_NATS_USER: "mesh-admin", MESH_NATS_PASSWORD_FILE: adminPasswordFile, MESH_NATS_CREDENTIALS: "" };
+  const adminCredsFile = join(cwd, ".mesh/nats-operator/admin.creds");
+  const adminEnv = { NATS_URL: url, MESH_NATS_USER: "", MESH_NATS_PASSWORD_FILE: "", MESH_NATS_CREDENTIALS: adminCredsFile };
 
   const mesh: BootstrappedMesh = {
     cwd,
@@ -56,11 +58,12 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
     proc,
     output: () => out,
     adminEnv,
-    adminPassword: () => readFileSync(adminPasswordFile, "utf8").trim(),
+    adminCredsFile,
+    adminCreds: () => readFileSync(adminCredsFile, "utf8"),
     async connections() {
       const r = await fetch(`${mesh.monitorUrl}/connz?auth=true&limit=4096`);
-      const j = (await r.json()) as { connections?: Array<{ name?: string; authorized_user?: string }> };
-      return (j.connections ?? []).map((c) => ({ name: c.name ?? "", user: c.authorized_user ?? "" }));
+      const j = (await r.json()) as { connections?: Array<{ name?: string; authorized_user?: string; name_tag?: string }> };
+      return (j.connections ?? []).map((c) => ({ name: c.name ?? "", user: c.authorized_user ?? "", tag: c.name_tag ?? "" }));
     },
     servicePid(script) {
       for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {

@@ -1,12 +1,12 @@
 /**
- * `meshctl bootstrap`: the control plane as a consumer of its own mechanism. On a NATS with
- * authentication (started here when none answers), the services start as the bootstrap
- * administrator, the control plane's own module and its bootstrap provider (the mesh's NATS)
- * are applied, and once module `mesh` is Ready every service is restarted with the broker
- * identity the mesh granted it, read from its own binding. From then on the administrator is
- * only the operator's.
+ * `meshctl bootstrap`: the control plane as a consumer of its own mechanism. On a NATS whose
+ * operator is the mesh (started here when none answers: decentralized JWT authentication, full
+ * account resolver), the services start as the operator's admin, the control plane's own module
+ * and its bootstrap provider (the mesh's NATS) are applied, and once module `mesh` is Ready
+ * every service is restarted with the identity the mesh issued it (a user JWT, as a `.creds`
+ * file in its own binding). From then on the admin is only the operator's.
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
 import { stringify as stringifyYaml } from "yaml";
 import {
@@ -17,89 +17,39 @@ import {
   bootstrapProvider,
   controlPlaneManifest,
   errorMessage,
-  generateSecret,
   identityRequirement,
   readJson,
+  type MasterKey,
   type Store,
 } from "@mesh/shared";
-import { initNatsUsersFile } from "@mesh/providers";
+import { ensureOperator, operatorConfig, operatorFiles, type OperatorFiles } from "@mesh/providers";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import type { ManifestFile } from "./manifest-files.js";
 
-/** The bootstrap administrator's user name on a NATS that bootstrap set up. */
+/** The name of the operator's admin user (its JWT's name; identities are keys, not names). */
 export const BOOTSTRAP_ADMIN = "mesh-admin";
 
-/** The files of a NATS with authentication that bootstrap sets up under the state directory. */
-export interface AuthNatsFiles {
-  dir: string;
-  configFile: string;
-  /** Included by the config; its users are the nats.user provider's to render. */
-  usersFile: string;
-  pidFile: string;
-  adminPasswordFile: string;
-  storeDir: string;
+/** The operator's files under the state directory: keys, JWTs, the admin's .creds, a server's config and stores. */
+export function bootstrapFiles(stateDir: string): OperatorFiles {
+  return operatorFiles(join(stateDir, "nats-operator"));
 }
 
-export function authNatsFiles(stateDir: string): AuthNatsFiles {
-  const dir = join(stateDir, "nats-auth");
-  return {
-    dir,
-    configFile: join(dir, "server.conf"),
-    usersFile: join(dir, "users.conf"),
-    pidFile: join(dir, "nats.pid"),
-    adminPasswordFile: join(dir, "admin.password"),
-    storeDir: join(dir, "store"),
-  };
-}
-
-/** The administrator's identity, as the environment of a process that connects with it. */
-export function adminEnv(files: AuthNatsFiles): Record<string, string> {
-  return { MESH_NATS_USER: BOOTSTRAP_ADMIN, MESH_NATS_PASSWORD_FILE: files.adminPasswordFile };
-}
-
-/** The administrator's password, created (0600) when there is none yet. */
-export function adminPassword(files: AuthNatsFiles): string {
-  mkdirSync(files.dir, { recursive: true, mode: 0o700 });
-  if (!existsSync(files.adminPasswordFile)) writeFileSync(files.adminPasswordFile, `${generateSecret(24)}\n`, { mode: 0o600, flag: "wx" });
-  chmodSync(files.adminPasswordFile, 0o600);
-  return readFileSync(files.adminPasswordFile, "utf8").trim();
-}
-
-/**
- * Writes what a nats-server with authentication needs before it starts: the admin's password,
- * the users file with the admin in it (the config includes it, so it must exist), and the
- * config itself, which listens on `host:port` and names the pid file the nats.user provider
- * signals after each change of the users file.
- */
-export async function prepareAuthNats(files: AuthNatsFiles, listen: { host: string; port: number; monitorPort?: number }): Promise<void> {
-  const password = adminPassword(files);
-  mkdirSync(files.storeDir, { recursive: true, mode: 0o700 });
-  await initNatsUsersFile(files.usersFile, { username: BOOTSTRAP_ADMIN, password });
-  const conf = [
-    "# Written by meshctl bootstrap. The users are in users.conf, which the mesh renders:",
-    "# the administrator, and one user per nats.user grant. Do not edit users.conf by hand.",
-    `listen: ${JSON.stringify(`${listen.host}:${listen.port}`)}`,
-    ...(listen.monitorPort ? [`http: ${JSON.stringify(`${listen.host}:${listen.monitorPort}`)}`] : []),
-    `pid_file: ${JSON.stringify(files.pidFile)}`,
-    `jetstream { store_dir: ${JSON.stringify(files.storeDir)} }`,
-    `include ${JSON.stringify("./users.conf")}`,
-    "",
-  ].join("\n");
-  writeFileSync(files.configFile, conf, { mode: 0o600 });
+/** The admin's identity, as the environment of a process that connects with it. */
+export function adminEnv(files: OperatorFiles): Record<string, string> {
+  return { MESH_NATS_CREDENTIALS: files.adminCredsFile };
 }
 
 /** The documents bootstrap applies: the mesh's NATS as a provider, and the control plane's module. */
-export function controlPlaneFiles(opts: { url: string; servicesNode: string; nodes: readonly string[]; files: AuthNatsFiles }): ManifestFile {
+export function controlPlaneFiles(opts: { url: string; servicesNode: string; nodes: readonly string[]; files: OperatorFiles }): ManifestFile {
   return {
     source: "meshctl bootstrap",
     documents: [
       bootstrapProvider({
         url: opts.url,
         node: opts.servicesNode,
-        usersFile: opts.files.usersFile,
-        pidFile: opts.files.pidFile,
-        admin: { username: BOOTSTRAP_ADMIN, passwordFile: opts.files.adminPasswordFile },
+        signingKeysFile: opts.files.signingKeysFile,
+        admin: { username: BOOTSTRAP_ADMIN, passwordFile: opts.files.adminCredsFile },
       }),
       controlPlaneManifest({ servicesNode: opts.servicesNode, nodes: opts.nodes }),
     ],
@@ -137,7 +87,7 @@ export async function waitForControlPlane(
     if (s?.state === "Ready") return true;
     if (Date.now() - start > opts.timeoutMs) {
       throw new CliError(
-        `the control plane was not Ready within ${Math.round(opts.timeoutMs / 1000)} s (${line}); see meshctl status ${CONTROL_PLANE_MODULE} and the services' logs. Provider ${BOOTSTRAP_PROVIDER} must be able to write the users file and signal the server.`,
+        `the control plane was not Ready within ${Math.round(opts.timeoutMs / 1000)} s (${line}); see meshctl status ${CONTROL_PLANE_MODULE} and the services' logs. Provider ${BOOTSTRAP_PROVIDER}'s services must be able to read its signing keys (under the master key) and reach the server.`,
       );
     }
     await new Promise((r) => setTimeout(r, 250));
@@ -146,13 +96,13 @@ export async function waitForControlPlane(
 }
 
 /**
- * Waits until every identity binding in `dirs` has its `username` and `password` files;
- * throws a CliError naming those still missing after `timeoutMs`, false when aborted.
+ * Waits until every identity binding in `dirs` has its `creds` file; throws a CliError naming
+ * those still missing after `timeoutMs`, false when aborted.
  */
 export async function waitForIdentityBindings(dirs: readonly string[], opts: { timeoutMs: number; signal: AbortSignal }): Promise<boolean> {
   const start = Date.now();
   while (!opts.signal.aborted) {
-    const missing = dirs.filter((d) => !existsSync(join(d, "username")) || !existsSync(join(d, "password")));
+    const missing = dirs.filter((d) => !existsSync(join(d, "creds")));
     if (missing.length === 0) return true;
     if (Date.now() - start > opts.timeoutMs) {
       throw new CliError(`the agents have not written these identity bindings within ${Math.round(opts.timeoutMs / 1000)} s: ${missing.join(", ")}; see the agents' logs`);
@@ -167,10 +117,10 @@ export interface ControlPlaneDocsOptions {
   url: string;
   nodes: readonly string[];
   servicesNode?: string;
-  usersFile: string;
-  pidFile: string;
-  adminUser: string;
-  adminPasswordFile: string;
+  /** The operator admin's `.creds`, as the provisioner reads it. */
+  adminCredsFile: string;
+  /** The sealed signing keys, as the provisioner and the rotator read them. */
+  signingKeysFile: string;
 }
 
 /**
@@ -179,8 +129,8 @@ export interface ControlPlaneDocsOptions {
  * or a path that is not absolute.
  */
 export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
-  for (const [flag, p] of [["--users-file", o.usersFile], ["--pid-file", o.pidFile], ["--admin-password-file", o.adminPasswordFile]] as const) {
-    if (!isAbsolute(p)) throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the NATS server's host`, ExitCodes.Usage);
+  for (const [flag, p] of [["--admin-creds", o.adminCredsFile], ["--signing-keys-file", o.signingKeysFile]] as const) {
+    if (!isAbsolute(p)) throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the services' host`, ExitCodes.Usage);
   }
   const servicesNode = o.servicesNode ?? o.nodes[0];
   if (!servicesNode) throw new CliError("--nodes: name at least one node", ExitCodes.Usage);
@@ -188,7 +138,7 @@ export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
   let docs: ManifestFile["documents"];
   try {
     docs = [
-      bootstrapProvider({ url: o.url, node: servicesNode, usersFile: o.usersFile, pidFile: o.pidFile, admin: { username: o.adminUser, passwordFile: o.adminPasswordFile } }),
+      bootstrapProvider({ url: o.url, node: servicesNode, signingKeysFile: o.signingKeysFile, admin: { username: BOOTSTRAP_ADMIN, passwordFile: o.adminCredsFile } }),
       controlPlaneManifest({ servicesNode, nodes }),
     ];
   } catch (e) {
@@ -198,22 +148,44 @@ export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
   return header + docs.map((d) => stringifyYaml(d)).join("---\n");
 }
 
+/** Where `meshctl nats-config` puts a server's stores unless told otherwise. */
+export interface NatsConfigOptions {
+  files: OperatorFiles;
+  masterKey: MasterKey;
+  listen: string;
+  storeDir?: string;
+  resolverDir?: string;
+  /** A `cluster { … }` block to add, read from a file. */
+  clusterFile?: string;
+}
+
 /**
- * Writes a NATS users file with the administrator in it (its password read from
- * `adminPasswordFile`), for a server whose config includes it; keeps the users already
- * recorded beside it. Returns the revision written.
+ * The configuration of a nats-server (or of each member of a cluster) whose operator is the
+ * mesh, for a server the mesh does not start: the operator's keys are made under `files.dir`
+ * when there are none (and kept when there are), and the text names the operator, the system
+ * account and the full resolver. Throws a CliError for a bad `--listen` or path.
  */
-export async function initUsersFile(o: { usersFile: string; adminUser: string; adminPasswordFile: string }): Promise<string> {
-  let password: string;
-  try {
-    password = readFileSync(o.adminPasswordFile, "utf8").trim();
-  } catch (e) {
-    throw new CliError(`cannot read --admin-password-file ${o.adminPasswordFile}: ${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}`);
+export async function natsConfigText(o: NatsConfigOptions): Promise<string> {
+  const m = /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(o.listen);
+  const port = Number(m?.[2]);
+  if (!m || !(port >= 1 && port <= 65_535)) throw new CliError(`--listen ${JSON.stringify(o.listen)} is not HOST:PORT (e.g. 0.0.0.0:4222)`, ExitCodes.Usage);
+  for (const [flag, p] of [["--store-dir", o.storeDir], ["--resolver-dir", o.resolverDir]] as const) {
+    if (p !== undefined && !isAbsolute(p)) throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the server's host`, ExitCodes.Usage);
   }
-  if (!password) throw new CliError(`--admin-password-file ${o.adminPasswordFile} is empty; write the administrator's password into it (e.g. openssl rand -base64 32)`);
-  try {
-    return await initNatsUsersFile(o.usersFile, { username: o.adminUser, password });
-  } catch (e) {
-    throw new CliError(`cannot write the users file ${o.usersFile}: ${errorMessage(e)}`, undefined, { cause: e });
+  let cluster: string | undefined;
+  if (o.clusterFile) {
+    try {
+      cluster = readFileSync(o.clusterFile, "utf8").trim();
+    } catch (e) {
+      throw new CliError(`cannot read --cluster-file ${o.clusterFile}: ${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}`, ExitCodes.Usage);
+    }
   }
+  const pub = await ensureOperator(o.files, o.masterKey);
+  return operatorConfig(o.files, pub, {
+    host: m[1]!.replace(/^\[|\]$/g, ""),
+    port,
+    ...(o.storeDir ? { storeDir: o.storeDir } : {}),
+    ...(o.resolverDir ? { resolverDir: o.resolverDir } : {}),
+    ...(cluster ? { cluster } : {}),
+  });
 }

@@ -39,7 +39,7 @@ export async function connectForCli(url: string): Promise<NatsConnection> {
     // The server answered and refused the identity: "start a nats-server" would mislead.
     if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
       throw new CliError(
-        `${e.message}.\nOn a mesh set up by meshctl bootstrap, use the line it printed: MESH_NATS_USER=mesh-admin MESH_NATS_PASSWORD_FILE=.mesh/nats-auth/admin.password`,
+        `${e.message}.\nOn a mesh set up by meshctl bootstrap, use the line it printed: MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds`,
         undefined,
         { cause: e },
       );

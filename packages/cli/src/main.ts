@@ -4,7 +4,9 @@
  * functions; each of them takes its inputs and an output and returns the exit code.
  */
 import { Command, Option } from "commander";
-import { errorMessage, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
+import { errorMessage, loadMasterKey, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
+import { operatorFiles } from "@mesh/providers";
+import { resolve } from "node:path";
 import { runApply } from "./apply-command.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, natsUrlFrom, openStoreForCli } from "./connect.js";
@@ -15,7 +17,7 @@ import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
 import { runUp } from "./up-command.js";
-import { BOOTSTRAP_ADMIN, controlPlaneYaml, initUsersFile } from "./bootstrap.js";
+import { bootstrapFiles, controlPlaneYaml, natsConfigText } from "./bootstrap.js";
 import { runVerify } from "./verify-command.js";
 import { printable } from "./style.js";
 import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
@@ -213,28 +215,44 @@ program
   .description("print the control plane's documents (the bootstrap provider and module mesh) as YAML, for a mesh set up by hand; apply them with meshctl apply -f -")
   .requiredOption("--nodes <list>", "comma-separated nodes to run an agent on")
   .option("--services-node <node>", "the node the services run on (default: the first node)")
-  .requiredOption("--users-file <path>", "the users file the NATS server's config includes, on its host")
-  .requiredOption("--pid-file <path>", "the NATS server's pid_file")
-  .requiredOption("--admin-password-file <path>", "the file the provisioner reads the administrator's password from")
-  .option("--admin-user <name>", "the administrator's user name", BOOTSTRAP_ADMIN)
-  .action((o: { nodes: string; servicesNode?: string; usersFile: string; pidFile: string; adminPasswordFile: string; adminUser: string }) =>
+  .requiredOption("--admin-creds <path>", "the operator admin's .creds file, as the provisioner reads it (meshctl nats-config writes it)")
+  .requiredOption("--signing-keys-file <path>", "the sealed signing keys, as the provisioner and the rotator read them (meshctl nats-config writes it)")
+  .action((o: { nodes: string; servicesNode?: string; adminCreds: string; signingKeysFile: string }) =>
     run(async (_connect, url) => {
       const nodes = o.nodes.split(",").map((n) => n.trim()).filter(Boolean);
-      out.out(controlPlaneYaml({ url, nodes, ...(o.servicesNode ? { servicesNode: o.servicesNode } : {}), usersFile: o.usersFile, pidFile: o.pidFile, adminUser: o.adminUser, adminPasswordFile: o.adminPasswordFile }).trimEnd());
+      out.out(controlPlaneYaml({ url, nodes, ...(o.servicesNode ? { servicesNode: o.servicesNode } : {}), adminCredsFile: o.adminCreds, signingKeysFile: o.signingKeysFile }).trimEnd());
       return ExitCodes.Ok;
     }),
   );
 
 program
-  .command("nats-users-init")
-  .description("write a NATS users file with the administrator in it, before a server whose config includes it first starts (meshctl bootstrap does this itself)")
-  .requiredOption("--users-file <path>", "where the server's config includes it")
-  .requiredOption("--admin-password-file <path>", "the administrator's password")
-  .option("--admin-user <name>", "the administrator's user name", BOOTSTRAP_ADMIN)
-  .action((o: { usersFile: string; adminPasswordFile: string; adminUser: string }) =>
+  .command("nats-config")
+  .description(
+    "print the configuration of a nats-server (or of each cluster member) whose operator is the mesh: operator, system account, full resolver. " +
+      "The operator's keys are made under --dir when it has none (and kept when it has), sealed under the master key",
+  )
+  .requiredOption("--listen <host:port>", "where the server listens for clients, e.g. 0.0.0.0:4222")
+  .option("--dir <dir>", "the operator's directory: keys, JWTs, the admin's .creds", ".mesh/nats-operator")
+  .option("--store-dir <path>", "JetStream's store directory on the server's host (default: under --dir)")
+  .option("--resolver-dir <path>", "the account resolver's directory on the server's host (default: under --dir)")
+  .option("--cluster-file <file>", "a file with this member's cluster { … } block, added as it is")
+  .action((o: { listen: string; dir: string; storeDir?: string; resolverDir?: string; clusterFile?: string }) =>
     run(async () => {
-      const revision = await initUsersFile(o);
-      out.out(`wrote ${o.usersFile} (revision ${revision}) with the administrator ${o.adminUser}; users granted later are rendered into it by the provisioner`);
+      const files = o.dir === ".mesh/nats-operator" ? bootstrapFiles(resolve(".mesh")) : operatorFiles(resolve(o.dir));
+      const { key } = loadMasterKey(process.env, resolve(".mesh/master.key"));
+      out.out(
+        (
+          await natsConfigText({
+            files,
+            masterKey: key,
+            listen: o.listen,
+            ...(o.storeDir ? { storeDir: o.storeDir } : {}),
+            ...(o.resolverDir ? { resolverDir: o.resolverDir } : {}),
+            ...(o.clusterFile ? { clusterFile: o.clusterFile } : {}),
+          })
+        ).trimEnd(),
+      );
+      out.err(`operator keys in ${files.dir}; the admin's credentials: ${files.adminCredsFile}; provider option signingKeysFile: ${files.signingKeysFile}`);
       return ExitCodes.Ok;
     }),
   );

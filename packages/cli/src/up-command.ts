@@ -5,20 +5,10 @@
  * answers, and shows a live status until Ctrl-C; then it stops everything it started.
  */
 import { existsSync, mkdirSync } from "node:fs";
-import {
-  BOOTSTRAP_ADMIN,
-  adminEnv,
-  adminPassword,
-  authNatsFiles,
-  controlPlaneFiles,
-  identityBinding,
-  partOfService,
-  prepareAuthNats,
-  waitForControlPlane,
-  waitForIdentityBindings,
-} from "./bootstrap.js";
+import { adminEnv, bootstrapFiles, controlPlaneFiles, identityBinding, partOfService, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
+import { prepareOperatorServer } from "@mesh/providers";
 import { join, relative, isAbsolute } from "node:path";
-import { BOOTSTRAP_PROVIDER, CONTROL_PLANE_MODULE, NAME_RULE, connectNats, isValidName, subjects, type NatsConnection } from "@mesh/shared";
+import { BOOTSTRAP_PROVIDER, CONTROL_PLANE_MODULE, NAME_RULE, connectNats, isValidName, loadMasterKey, natsIdentity, subjects, type NatsConnection } from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
 import { retryPolicy } from "./retry.js";
 import { CliError } from "./cli-error.js";
@@ -202,18 +192,18 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   };
   process.once("exit", emergency);
 
-  const auth = opts.bootstrap ? authNatsFiles(paths.state) : undefined;
-  // In bootstrap, meshctl and the services start as the administrator of a NATS it set up.
-  const identity = auth && existsSync(auth.adminPasswordFile) ? { user: BOOTSTRAP_ADMIN, pass: adminPassword(auth) } : {};
+  const auth = opts.bootstrap ? bootstrapFiles(paths.state) : undefined;
+  // In bootstrap, meshctl and the services start as the operator's admin, on a NATS it set up.
+  const identity = () => (auth && existsSync(auth.adminCredsFile) ? natsIdentity(adminEnv(auth)) : {});
   try {
     let url = probeUrl;
     try {
-      nc = await connectNats(url, { timeout: 2_000, ...identity });
+      nc = await connectNats(url, { timeout: 2_000, ...identity() });
       out.out(`using the NATS server at ${url}`);
-      if (auth && (!existsSync(auth.usersFile) || !nc.info?.auth_required)) {
+      if (auth && (!existsSync(auth.adminCredsFile) || !nc.info?.auth_required)) {
         throw new CliError(
-          `a NATS server already answers at ${url}, but meshctl bootstrap did not set it up (no ${show(auth.usersFile)}), so the mesh cannot grant identities on it.\n` +
-            "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server with authentication, or run it from the directory of the bootstrap that set this one up (its .mesh/nats-auth/ is there).",
+          `a NATS server already answers at ${url}, but meshctl bootstrap did not set it up (no ${show(auth.adminCredsFile)}), so the mesh cannot issue identities on it.\n` +
+            "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server whose operator is the mesh, or run it from the directory of the bootstrap that set this one up (its .mesh/nats-operator/ is there).",
         );
       }
     } catch (e) {
@@ -230,14 +220,14 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       const logFile = join(paths.logs, "nats-server.log");
       if (auth) {
         const monitorPort = await freeTcpPort(local.host);
-        await prepareAuthNats(auth, { ...local, monitorPort });
+        const { key } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
+        await prepareOperatorServer(auth, key, { ...local, monitorPort });
         out.out(
-          `no NATS server answers at ${url}; starting one with authentication: ${bin} -c ${show(auth.configFile)}` +
-            ` (users in ${show(auth.usersFile)}, administrator ${BOOTSTRAP_ADMIN} with the password in ${show(auth.adminPasswordFile)},` +
+          `no NATS server answers at ${url}; starting one whose operator is the mesh (JWT identities, full account resolver): ${bin} -c ${show(auth.configFile)}` +
+            ` (operator keys in ${show(auth.dir)}, sealed under the master key; the admin's credentials in ${show(auth.adminCredsFile)};` +
             ` monitoring on http://${local.host}:${monitorPort}, log in ${show(logFile)})`,
         );
         nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: auth.storeDir, logFile, configFile: auth.configFile });
-        Object.assign(identity, { user: BOOTSTRAP_ADMIN, pass: adminPassword(auth) });
       } else {
         out.out(
           `no NATS server answers at ${url}; starting one: ${bin} -a ${local.host} -p ${local.port} -js -sd ${show(paths.nats)}` +
@@ -247,7 +237,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       }
       url = nats.url;
       try {
-        nc = await connectNats(url, { timeout: 5_000, ...identity });
+        nc = await connectNats(url, { timeout: 5_000, ...identity() });
       } catch (e2) {
         throw new CliError(`started nats-server, but cannot connect to ${url}: ${rootMessage(e2)}; see ${show(logFile)}`);
       }
@@ -295,7 +285,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
         await supervisor.replace({ ...spec, env }, opts.graceMs ?? 5_000);
       }
       out.out(`restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`);
-      out.out(`as the operator, use: MESH_NATS_USER=${BOOTSTRAP_ADMIN} MESH_NATS_PASSWORD_FILE=${show(auth.adminPasswordFile)} NATS_URL=${url} npx meshctl status`);
+      out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} npx meshctl status`);
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
     }
     if (files.length) {

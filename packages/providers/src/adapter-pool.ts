@@ -5,13 +5,13 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { BUILTIN_SECRET_PROVIDER, ErrorCodes, MeshError, type Kind, type ProviderDoc } from "@mesh/shared";
+import { BUILTIN_SECRET_PROVIDER, ErrorCodes, MeshError, type Kind, type MasterKey, type ProviderDoc } from "@mesh/shared";
 import type { ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { createAdapter } from "./registry.js";
 
 /** The provider's configuration with its admin password read from the env var or file it names. */
-export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env): ProviderConfig {
-  const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint, ...(doc.options ? { options: doc.options } : {}) };
+export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env, masterKey?: MasterKey): ProviderConfig {
+  const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint, ...(doc.options ? { options: doc.options } : {}), ...(masterKey ? { masterKey } : {}) };
   if (!doc.admin) return cfg;
   let password: string | undefined;
   if (doc.admin.passwordEnv) {
@@ -40,11 +40,14 @@ export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = proces
 export class AdapterPool {
   private readonly adapters = new Map<string, { fingerprint: string; adapter: ProviderAdapter }>();
 
-  constructor(private readonly env: NodeJS.ProcessEnv = process.env) {}
+  constructor(
+    private readonly env: NodeJS.ProcessEnv = process.env,
+    private readonly masterKey?: MasterKey,
+  ) {}
 
   /** The adapter for `kind` at provider `doc` (undefined doc: the built-in secret provider). */
   get(kind: Kind, doc: ProviderDoc | undefined): ProviderAdapter {
-    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
+    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env, this.masterKey) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
     const key = `${cfg.name}/${kind}`;
     // A hash, so the admin password is not kept as a map key in the clear.
     const fingerprint = createHash("sha256").update(JSON.stringify(cfg)).digest("hex");

@@ -14,7 +14,7 @@
  *   ever spliced into a command unquoted.
  * Cross-cutting concerns (tracing, logging, secret sanitising) wrap adapters; they are not in them.
  */
-import type { Kind, ProviderOptions, RequirementOptions } from "@mesh/shared";
+import type { Kind, MasterKey, ProviderOptions, RequirementOptions } from "@mesh/shared";
 
 /** A provider as the provisioner uses it: the document's fields with the admin password resolved. */
 export interface ProviderConfig {
@@ -24,6 +24,8 @@ export interface ProviderConfig {
   admin?: { username: string; password?: string };
   /** The document's kind-specific `options:`; the adapter's factory validates them. */
   options?: ProviderOptions;
+  /** The master key of the service using the adapter, for keys sealed under it (nats.user's signing keys). */
+  masterKey?: MasterKey;
 }
 
 /** Which grant a request is about. */

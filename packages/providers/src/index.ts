@@ -35,7 +35,24 @@ export { createMariadbAdapter } from "./mariadb.js";
 export { createRedisAdapter } from "./redis.js";
 export { createNatsUserAdapter } from "./nats-user.js";
 export { createRabbitmqAdapter } from "./rabbitmq.js";
-export { initNatsUsersFile } from "./nats-users-file.js";
+export {
+  accountClaims,
+  createOperatorSetup,
+  isCreds,
+  issueUser,
+  jwtOfCreds,
+  newUserSeed,
+  openSigningKeys,
+  operatorServerConfig,
+  sealSigningKeys,
+  userClaims,
+  withRevocations,
+  type OperatorSetup,
+  type SigningKeys,
+} from "./nats-jwt.js";
+export { ensureOperator, operatorConfig, operatorFiles, prepareOperatorServer, readOperator, type OperatorFiles, type OperatorPublic } from "./nats-operator-files.js";
+export { RECORDS_BUCKET as NATS_IDENTITY_RECORDS_BUCKET } from "./nats-user.js";
+export { natsAuth } from "./nats-auth.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";

@@ -16,6 +16,7 @@
  * closes it, and the next call connects afresh and fails at once as ProviderUnreachable rather
  * than after a request timeout.
  */
+import { natsAuth } from "./nats-auth.js";
 import {
   AuthorizationError,
   ClosedConnectionError,
@@ -340,7 +341,7 @@ async function openJetStream(server: string, timeoutMs: number, admin?: Provider
     reconnect: false,
     timeout: timeoutMs,
     name: "mesh jetstream-stores adapter",
-    ...(admin ? { user: admin.username, pass: admin.password } : {}),
+    ...natsAuth(admin),
   });
   try {
     const jsm = await jetstreamManager(nc, { timeout: timeoutMs });

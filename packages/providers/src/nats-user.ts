@@ -1,26 +1,43 @@
 /**
- * The adapter of kind `nats.user`: a user of a NATS server that may publish and subscribe only
- * where its requirement allows (`options.publish` / `options.subscribe`, by default the
- * module's own `app.<module>.>`, plus `_INBOX.>` and responses so request/reply works).
+ * The adapter of kind `nats.user`: an identity on a NATS server whose operator is the mesh
+ * (decentralized JWT authentication, see nats-jwt.ts). Each generation is a fresh user nkey; the
+ * adapter signs a user JWT for it with the account's signing key, with the permissions the
+ * requirement asks for (`options.publish` / `options.subscribe`, by default the module's own
+ * `app.<module>.>`, plus `_INBOX.>` and replies so request/reply works), and hands it out as a
+ * standard decorated `.creds` file. Issuing one touches nothing on the server.
  *
- * nats-server 2.9 keeps one password per user and has no auth callout, so users live in its
- * config: user `<module>_<requirement>_a` serves odd generations and `_b` even ones, with the
- * same permissions; a rotation stages one beside the other. Each user is a record in
- * `<usersFile>.d/`, and the users file the server's config includes is rendered from all of
- * them (nats-users-file.ts: atomic, lock-free, no user lost to concurrent provisioners), always
- * with the provider's admin, so the mesh cannot lock itself out. The server is then told to
- * reload (SIGHUP to the pid in `options.pidFile`), and a change is reported done only once the
- * server has loaded it: the probe user of the new revision logs in. Retire removes the
- * generation's user; on reload nats-server 2.9.10 closes that user's open connections.
+ * Retiring a generation puts its key into the account's revocation list: the adapter re-signs
+ * the account JWT with the operator's signing key and sends it as a claims update from the
+ * system account; the server closes the key's connections at once and refuses it from then on.
+ * Nothing reloads. What was issued and revoked is recorded in a KV bucket of the provider's
+ * server ({@link RECORDS_BUCKET}, one key per generation), and the revocation list is rendered
+ * from those records, so concurrent retirements by several instances all end up in it: each
+ * writer pushes, looks the account up again, and pushes again until every revoked record is
+ * there (a push made from a stale lookup is therefore repaired by whoever wrote after it). A
+ * revocation is dropped from the list once that key's JWT has expired (it can no longer log in
+ * anyway), so the account JWT stays small however many rotations there were.
  *
- * The provisioner must run on the server's host, as a user that may write the users file and
- * signal the server. Passwords are on disk only as bcrypt hashes, and never in a message.
+ * The provider's document names the server (`endpoint`), the admin's `.creds` (its
+ * `admin.passwordFile`: a user of the account with JetStream, for the records) and the file of
+ * the signing keys (`options.signingKeysFile`, encrypted under the master key, which the
+ * services that issue and retire identities hold). `options.userExpiry` (default 90d) is how
+ * long an issued JWT lives.
  */
-import { readFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { isAbsolute } from "node:path";
-import bcrypt from "bcryptjs";
 import { AuthorizationError, connect, type NatsConnection } from "@nats-io/transport-node";
-import { ErrorCodes, Kinds, MeshError, errorMessage, grantId, isMeshError } from "@mesh/shared";
+import { Kvm, type KV } from "@nats-io/kv";
+import {
+  ErrorCodes,
+  Kinds,
+  MeshError,
+  errorMessage,
+  grantId,
+  isCasConflict,
+  isMeshError,
+  parseDuration,
+  retryJetStreamGap,
+} from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -35,299 +52,448 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { generatePassword, passwordOf } from "./password.js";
 import { NATS_ENDPOINT, parseEndpoint } from "./endpoint.js";
-import {
-  RECORD_MARKER,
-  checkAdminName,
-  natsPermissions,
-  natsUserName,
-  natsUserNames,
-  probeUserName,
-  userEntry,
-  type NatsPermissions,
-} from "./nats-user-config.js";
-import { NatsUsersFile } from "./nats-users-file.js";
+import { natsAuth } from "./nats-auth.js";
+import { natsPermissions, type NatsPermissions } from "./nats-permissions.js";
+import { accountClaims, issueUser, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
 
-/**
- * bcrypt cost of the grants' passwords. They carry 192 random bits, so no cost makes guessing
- * feasible; the cost only buys server CPU: nats-server checks it on every connect (~5 ms at 6,
- * ~50 ms at 10) and again for every connected client of the file on every reload.
- */
-export const USER_BCRYPT_COST = 6;
-/** How long a login (connect and flush) may take. */
+/** How long a login (connect and flush) may take, and each request to the server. */
 export const LOGIN_TIMEOUT_MS = 3_000;
-/** How long the server may take to load a changed users file after being signalled. */
-export const RELOAD_TIMEOUT_MS = 10_000;
-/** Signal again when the server has not loaded the file after this long (a concurrent writer's file in between). */
-const RESIGNAL_MS = 1_000;
-const POLL_MS = 25;
+/** The KV bucket, on the provider's server, of what the adapter issued and revoked. */
+export const RECORDS_BUCKET = "mesh-nats-identities";
+/** How long an issued user JWT lives unless `options.userExpiry` says otherwise. */
+export const DEFAULT_USER_EXPIRY_MS = 90 * 24 * 3600_000;
+/** A JWT is issued again when less than this share of its life is left. */
+const RENEW_AT_REMAINING = 0.5;
+/** Clock skew allowed before a revocation of an expired key is dropped (at most the JWTs' lifetime). */
+const PRUNE_SKEW_S = 300;
+/** How often a writer pushes the revocation list before giving up on writers that never stop. */
+const MAX_PUSH_ROUNDS = 20;
 
-/** Makes the `nats.user` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint, admin or options. */
+/** Makes the `nats.user` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
 export const createNatsUserAdapter: AdapterFactory = (provider) => new NatsUserAdapter(provider);
 
-type LoginOutcome = { ok: true } | { ok: false; reason: "rejected" | "unreachable"; error: unknown };
+/** One issued generation, as recorded in {@link RECORDS_BUCKET}. */
+interface IdentityRecord {
+  grant: string;
+  generation: number;
+  /** The user's public key (`U…`). */
+  user: string;
+  /** The JWT last issued for it (not secret: it is useless without the seed). */
+  jwt: string;
+  expiresAt: number;
+  /** Unix seconds of its revocation; absent while it may log in. */
+  revokedAt?: number;
+}
+
+/** A revoked key's entry in the index `revoked.<user>`: what a push of the revocations reads. */
+interface RevokedEntry {
+  /** The record of the generation it was issued for. */
+  key: string;
+  user: string;
+  revokedAt: number;
+  expiresAt: number;
+}
+
+/** The index of revoked keys: `revoked.<user>`, two tokens, where a generation's record has three. */
+const REVOKED = "revoked";
+/** How many records are read at once. */
+const READ_BATCH = 64;
+
+const recordKey = (module: string, requirement: string, generation: number) => `${module}.${requirement}.${generation}`;
+const nowS = () => Math.floor(Date.now() / 1000);
 
 class NatsUserAdapter implements ProviderAdapter {
   readonly kinds = [Kinds.NatsUser] as const;
   private readonly host: string;
   private readonly port: number;
-  /**
-   * What the admin verbs need: the admin, the users file and the pid file, or why the provider
-   * document does not give them. An agent makes login-only adapters from the document without
-   * the admin's password, so the check waits until an admin verb is called.
-   */
-  private readonly managed: { admin: { username: string; password: string }; file: NatsUsersFile; pidFile: string } | MeshError;
-  /** The admin's connection, kept between calls: a check costs a flush, not a bcrypt on the server. */
-  private adminConn: Promise<NatsConnection> | undefined;
+  private admin: Promise<{ nc: NatsConnection; kv: KV }> | undefined;
+  private system: Promise<NatsConnection> | undefined;
+  private keys: SigningKeys | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
     ({ host: this.host, port: this.port } = parseEndpoint(provider, NATS_ENDPOINT));
-    try {
-      this.managed = managedFiles(provider);
-    } catch (e) {
-      if (!isMeshError(e)) throw e;
-      this.managed = e;
-    }
-  }
-
-  /** The admin and its files; throws the provider document's problem with them. */
-  private m() {
-    if (this.managed instanceof MeshError) throw this.managed;
-    return this.managed;
-  }
-
-  private get admin() {
-    return this.m().admin;
-  }
-
-  private get file() {
-    return this.m().file;
-  }
-
-  private get pidFile() {
-    return this.m().pidFile;
   }
 
   generate() {
-    return generatePassword();
+    return { seed: newUserSeed() };
   }
 
   async observe(req: ObserveRequest): Promise<ObserveResult> {
     checkGrantRef(req.grant);
     const { module, requirement, generation } = req.grant;
-    const user = natsUserName(module, requirement, generation);
-    const grant = grantId(module, requirement);
-    await this.checkAdmin(`observe ${grant}`);
-    const details: Record<string, string> = {};
-    if (user === this.admin.username) details.conflict = `user ${user} is the provider's admin`;
-    const record = await this.file.readRecord(user);
-    if (record && record.grant !== grant) details.conflict = `the record of user ${user} is ${record.grant ? `for ${record.grant}` : "the admin's"}`;
-    if (!record || record.grant !== grant) return { exists: false, details };
-    Object.assign(details, describePermissions(user, record.permissions!));
-    // The record alone is not enough: the users file must hold it too (the server's side is checked on change).
-    const rendered = (await this.file.readUsersFile())?.includes(userEntry(record)) ?? false;
-    if (!rendered) details.usersFile = `${this.file.usersFile} lacks ${user}`;
-    return { exists: rendered, details };
+    const what = `observe ${grantId(module, requirement)}`;
+    const account = await this.lookupAccount(what);
+    const keys = this.signingKeys();
+    const details: Record<string, string> = { account: keys.account };
+    if (!account.signingKeys.includes(userIssuer(keys))) {
+      details.conflict = `the server's account ${keys.account} no longer lists the mesh's signing key`;
+      return { exists: false, details, missing: ["signing key"] };
+    }
+    const r = await this.readRecord(what, recordKey(module, requirement, generation));
+    if (!r) return { exists: false, details, missing: ["user"] };
+    Object.assign(details, describe(r), { nkey: r.user, expires: new Date(r.expiresAt * 1000).toISOString() });
+    if (r.revokedAt !== undefined) return { exists: false, details, missing: ["user (revoked)"] };
+    // Due for a new JWT: the provisioner's next create issues it.
+    if (r.expiresAt - nowS() < (this.expiryMs() / 1000) * RENEW_AT_REMAINING) return { exists: false, details, missing: ["a current JWT"] };
+    return { exists: true, details };
   }
 
   async create(req: CreateRequest): Promise<CreateResult> {
     checkGrantRef(req.grant);
     const { module, requirement, generation } = req.grant;
     const grant = grantId(module, requirement);
-    const password = passwordOf(req);
-    const permissions = natsPermissions(module, req.options);
-    const user = natsUserName(module, requirement, generation);
-    if (user === this.admin.username) {
-      throw new MeshError(ErrorCodes.Conflict, `NATS user ${user} of ${grant} is the admin of provider ${this.provider.name}; give the provider another admin.username, or rename the requirement`);
+    const what = `create ${grant}`;
+    const seed = req.secret.seed;
+    if (typeof seed !== "string" || !seed) {
+      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${grant} has no nkey seed (it was made for a users-file NATS); rotate ${grant} to issue it a JWT identity`);
     }
-    await this.changeUsers(`create ${grant}`, async () => {
-      const cur = await this.file.readRecord(user);
-      if (cur && cur.grant !== grant) {
-        throw new MeshError(ErrorCodes.Conflict, `NATS user ${user} has a record in ${this.file.recordsDir} that is not the mesh's for ${grant}; remove that record, or rename the requirement`);
+    const publicKey = userKey(seed).getPublicKey();
+    const permissions = natsPermissions(module, req.options);
+    const account = await this.lookupAccount(what);
+    const keys = this.signingKeys();
+    if (!account.signingKeys.includes(userIssuer(keys))) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${this.at()}: the server's account ${keys.account} does not list the signing key in options.signingKeysFile, so could not ${what}; the server runs with another operator's accounts (see meshctl nats-config)`,
+      );
+    }
+    const { kv } = await this.adminConn(what);
+    const key = recordKey(module, requirement, generation);
+    for (;;) {
+      const cur = await this.readEntry(what, key);
+      const r = cur?.record;
+      if (r?.revokedAt !== undefined) {
+        throw new MeshError(
+          ErrorCodes.Conflict,
+          `${this.at()}: generation ${generation} of ${grant} was ${r.user === publicKey ? "" : `issued to another key (${r.user}) and `}revoked at ${new Date(r.revokedAt * 1000).toISOString()}; rotate ${grant} to issue a new identity`,
+        );
       }
-      const unchanged =
-        cur?.generation === generation &&
-        JSON.stringify(cur.permissions) === JSON.stringify(permissions) &&
-        (await bcrypt.compare(password, cur.passwordHash));
-      if (!unchanged) {
-        const passwordHash = await bcrypt.hash(password, USER_BCRYPT_COST);
-        await this.file.writeRecord({ mesh: RECORD_MARKER, user, passwordHash, grant, generation, permissions });
+      if (r && r.user !== publicKey) {
+        // A new secret for the same generation (one made again after it was lost): the old key
+        // is kept as a revoked record of its own, and revoked before the new one is handed out.
+        await this.indexRevoked(what, `${key}.replaced`, { ...r, revokedAt: nowS() });
+        await this.pushRevocations(what);
       }
-    });
-    const enc = encodeURIComponent;
-    const hostInUri = this.host.includes(":") ? `[${this.host}]` : this.host;
-    return {
-      resource: describePermissions(user, permissions),
-      bindings: {
-        type: "nats",
-        provider: this.provider.name,
-        host: this.host,
-        port: String(this.port),
-        username: user,
-        password,
-        uri: `nats://${enc(user)}:${enc(password)}@${hostInUri}:${this.port}`,
-      },
-    };
+      if (r?.user === publicKey && this.current(r, permissions)) return this.result(r, seed, permissions);
+      const expiresAt = nowS() + Math.ceil(this.expiryMs() / 1000);
+      const issued = await issueUser(keys, { name: `${module}_${requirement}_${generation}`, seed, permissions, expiresAt });
+      const next: IdentityRecord = { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
+      try {
+        await this.kvCall(what, () => (cur ? kv.update(key, JSON.stringify(next), cur.revision) : kv.create(key, JSON.stringify(next))));
+      } catch (e) {
+        if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
+        throw e;
+      }
+      return this.result(next, seed, permissions);
+    }
   }
 
   async delete(req: DeleteRequest): Promise<void> {
     checkGrantRef(req.grant);
     const { module, requirement } = req.grant;
-    const grant = grantId(module, requirement);
-    await this.removeUsers(`delete ${grant}`, grant, natsUserNames(module, requirement));
+    const what = `delete ${grantId(module, requirement)}`;
+    const { kv } = await this.adminConn(what);
+    const keys = await this.kvCall(what, async () => {
+      const out: string[] = [];
+      for await (const k of await kv.keys(`${module}.${requirement}.*`)) out.push(k);
+      return out;
+    });
+    for (const k of keys) await this.revokeRecord(what, k);
+    await this.pushRevocations(what);
   }
 
-  /**
-   * Removes the user of `req.grant.generation` from the users file; the server then closes its
-   * connections. A user that serves a later generation by now (a late retire) is left alone.
-   */
+  /** Revokes the key of `req.grant.generation`; the server closes its connections at once. */
   async retire(req: RetireRequest): Promise<void> {
     checkGrantRef(req.grant);
     const { module, requirement, generation } = req.grant;
-    const grant = grantId(module, requirement);
-    await this.removeUsers(`retire generation ${generation} of ${grant}`, grant, [natsUserName(module, requirement, generation)], generation);
+    const what = `retire generation ${generation} of ${grantId(module, requirement)}`;
+    await this.revokeRecord(what, recordKey(module, requirement, generation));
+    await this.pushRevocations(what);
   }
 
   async login(req: LoginRequest): Promise<LoginResult> {
     const b = req.bindings;
-    const lacking = ["host", "port", "username", "password"].filter((k) => !b[k]);
+    const lacking = ["host", "port", "creds"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
-    const r = await tryLogin(b.host!, Number(b.port), b.username!, b.password!);
-    if (r.ok) return { ok: true };
-    const why = errorMessage(r.error);
-    return r.reason === "rejected"
-      ? { ok: false, reason: "rejected", message: `NATS at ${where} rejected user ${b.username}: ${why}` }
-      : { ok: false, reason: "unreachable", message: `cannot log in to NATS at ${where}: ${why}` };
+    let user = "";
+    try {
+      user = userClaims(/-----BEGIN NATS USER JWT-----\s*\n\s*(\S+)/.exec(b.creds!)?.[1] ?? "").name;
+    } catch {
+      return { ok: false, reason: "rejected", message: "the binding's creds hold no user JWT" };
+    }
+    try {
+      const nc = await connectWith(addressOf(b.host!, Number(b.port)), b.creds!, "mesh nats.user login");
+      await nc.close();
+      return { ok: true };
+    } catch (e) {
+      const why = errorMessage(e);
+      return isRejection(e)
+        ? { ok: false, reason: "rejected", message: `NATS at ${where} rejected identity ${user}: ${why}` }
+        : { ok: false, reason: "unreachable", message: `cannot log in to NATS at ${where}: ${why}` };
+    }
   }
 
   async close(): Promise<void> {
-    const pending = this.adminConn;
-    this.adminConn = undefined;
-    await pending?.then((nc) => nc.close()).catch(() => {});
+    const [a, s] = [this.admin, this.system];
+    this.admin = this.system = undefined;
+    await Promise.all([a?.then((c) => c.nc.close()).catch(() => {}), s?.then((nc) => nc.close()).catch(() => {})]);
+  }
+
+  /** Whether `r` may be handed out again as it is: same permissions, and not due for renewal. */
+  private current(r: IdentityRecord, p: NatsPermissions): boolean {
+    let claims: ReturnType<typeof issued>;
+    try {
+      claims = issued(r.jwt);
+    } catch {
+      return false;
+    }
+    const same = JSON.stringify(claims.pub) === JSON.stringify(p.publish) && JSON.stringify(claims.sub) === JSON.stringify(p.subscribe);
+    return same && claims.issuer === userIssuer(this.signingKeys()) && r.expiresAt - nowS() >= (this.expiryMs() / 1000) * RENEW_AT_REMAINING;
+  }
+
+  private result(r: IdentityRecord, seed: string, p: NatsPermissions): CreateResult {
+    const hostInUri = this.host.includes(":") ? `[${this.host}]` : this.host;
+    const creds = credsOf(r.jwt, seed);
+    return {
+      resource: describe(r, p),
+      bindings: {
+        type: "nats",
+        provider: this.provider.name,
+        host: this.host,
+        port: String(this.port),
+        uri: `nats://${hostInUri}:${this.port}`,
+        username: userClaims(r.jwt).name,
+        nkey: r.user,
+        creds,
+      },
+    };
   }
 
   /**
-   * Removes the records of `users` that are `grant`'s and, given `upTo`, of a generation no
-   * later than it (a record of anything else is left alone).
+   * Marks the record at `key` revoked (now), unless it is already, and indexes it under
+   * `revoked.<key>` (which is all a push reads); a missing record is fine.
    */
-  private async removeUsers(what: string, grant: string, users: readonly string[], upTo = Infinity): Promise<void> {
-    await this.changeUsers(what, async () => {
-      for (const user of users) {
-        const r = await this.file.readRecord(user);
-        if (r?.grant === grant && r.generation! <= upTo) await this.file.removeRecord(user);
+  private async revokeRecord(what: string, key: string): Promise<void> {
+    const { kv } = await this.adminConn(what);
+    for (;;) {
+      const cur = await this.readEntry(what, key);
+      if (!cur) return;
+      if (cur.record.revokedAt !== undefined) return this.indexRevoked(what, key, cur.record);
+      const next: IdentityRecord = { ...cur.record, revokedAt: nowS() };
+      try {
+        await this.kvCall(what, () => kv.update(key, JSON.stringify(next), cur.revision));
+      } catch (e) {
+        if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
+        throw e;
       }
+      return this.indexRevoked(what, key, next);
+    }
+  }
+
+  private async indexRevoked(what: string, key: string, r: IdentityRecord): Promise<void> {
+    const { kv } = await this.adminConn(what);
+    const entry: RevokedEntry = { key, user: r.user, revokedAt: r.revokedAt!, expiresAt: r.expiresAt };
+    await this.kvCall(what, () => kv.put(`${REVOKED}.${r.user}`, JSON.stringify(entry)));
+  }
+
+  /** Every revoked key the records know of, read in parallel. */
+  private async revokedEntries(what: string): Promise<Array<{ key: string; entry: RevokedEntry }>> {
+    const { kv } = await this.adminConn(what);
+    return this.kvCall(what, async () => {
+      const names: string[] = [];
+      for await (const k of await kv.keys(`${REVOKED}.*`)) names.push(k);
+      const out: Array<{ key: string; entry: RevokedEntry }> = [];
+      for (let i = 0; i < names.length; i += READ_BATCH) {
+        const batch = await Promise.all(names.slice(i, i + READ_BATCH).map((k) => kv.get(k)));
+        batch.forEach((e, j) => {
+          if (e?.operation === "PUT") out.push({ key: names[i + j]!, entry: e.json<RevokedEntry>() });
+        });
+      }
+      return out;
     });
   }
 
   /**
-   * Checks the server and its admin before anything is written, applies `mutate` to the
-   * records, renders the users file and waits until the server has loaded it.
+   * Makes the server's account JWT revoke every revoked record's key: looks it up, adds what is
+   * missing, drops revocations of keys whose JWT has expired (and their records), pushes it, and
+   * looks again, until a lookup shows everything the records say.
    */
-  private async changeUsers(what: string, mutate: () => Promise<void>): Promise<void> {
-    await this.checkAdmin(what);
-    await this.file.ensureAdmin();
-    await mutate();
-    await this.untilLoaded(what);
+  private async pushRevocations(what: string): Promise<void> {
+    const { kv } = await this.adminConn(what);
+    const keys = this.signingKeys();
+    for (let round = 0; round < MAX_PUSH_ROUNDS; round++) {
+      const revoked = await this.revokedEntries(what);
+      const skew = Math.min(PRUNE_SKEW_S, Math.ceil(this.expiryMs() / 1000));
+      const expired = revoked.filter((r) => r.entry.expiresAt + skew < nowS());
+      const live = revoked.filter((r) => !expired.includes(r));
+      const account = await this.lookupAccount(what);
+      const wanted = { ...account.revocations };
+      for (const { entry } of expired) delete wanted[entry.user];
+      for (const { entry } of live) wanted[entry.user] = Math.max(wanted[entry.user] ?? 0, entry.revokedAt);
+      const done = live.every(({ entry }) => (account.revocations[entry.user] ?? 0) >= entry.revokedAt) && expired.every(({ entry }) => !(entry.user in account.revocations));
+      if (done) {
+        for (const r of expired) {
+          await this.kvCall(what, async () => {
+            const rec = await kv.get(r.entry.key);
+            if (rec?.operation === "PUT" && rec.json<IdentityRecord>().user === r.entry.user) await kv.purge(r.entry.key);
+            await kv.purge(r.key);
+          });
+        }
+        return;
+      }
+      const jwt = await withRevocations(account.jwt, keys.operatorSigningSeed, wanted);
+      await this.systemRequest(what, `$SYS.REQ.ACCOUNT.${keys.account}.CLAIMS.UPDATE`, jwt, (reply) => {
+        const r = JSON.parse(reply) as { data?: { code?: number; message?: string }; error?: { code?: number; description?: string } };
+        if (r.error || r.data?.code !== 200) {
+          throw new MeshError(ErrorCodes.ProviderRejected, `${this.at()} refused the account's claims update, so could not ${what}: ${r.error?.description ?? r.data?.message ?? reply}`);
+        }
+      });
+    }
+    throw new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()}: the account's revocations did not settle after ${MAX_PUSH_ROUNDS} updates, so could not ${what}; is another writer changing the account?`, {
+      retryable: true,
+    });
   }
 
-  /**
-   * Renders the users file and signals the server until it has loaded the current revision:
-   * the revision's probe user logs in. Another provisioner may render a newer revision
-   * meanwhile; each round renders again and probes whatever revision the records are at.
-   */
-  private async untilLoaded(what: string): Promise<void> {
-    const deadline = Date.now() + RELOAD_TIMEOUT_MS;
-    let signalledAt = 0;
-    for (;;) {
-      const { revision, written } = await this.file.render();
-      if (written) signalledAt = await this.signalReload(what);
-      const probe = await tryLogin(this.host, this.port, probeUserName(revision), this.admin.password);
-      if (probe.ok) return;
-      if (probe.reason === "unreachable") throw this.unreachable(what, probe.error);
-      if (Date.now() > deadline) {
+  /** The account's JWT as the server has it, with its signing keys and revocations. */
+  private async lookupAccount(what: string): Promise<ReturnType<typeof accountClaims> & { jwt: string }> {
+    const keys = this.signingKeys();
+    return this.systemRequest(what, `$SYS.REQ.ACCOUNT.${keys.account}.CLAIMS.LOOKUP`, "", (jwt) => {
+      if (!jwt.startsWith("ey")) {
         throw new MeshError(
-          ErrorCodes.ProviderUnreachable,
-          `${this.at()} did not load the users file ${this.file.usersFile} (revision ${revision}) within ${RELOAD_TIMEOUT_MS / 1000} s, so could not ${what}: unreachable for a reload; check that options.pidFile (${this.pidFile}) is that server's pid_file, that its config includes options.usersFile, and its log for a reload error`,
-          { retryable: true },
+          ErrorCodes.ProviderMisconfigured,
+          `${this.at()} does not know account ${keys.account} (${jwt || "no JWT"}), so could not ${what}; run the server with the configuration meshctl nats-config prints`,
         );
       }
-      if (Date.now() - signalledAt >= RESIGNAL_MS) signalledAt = await this.signalReload(what);
-      await new Promise((r) => setTimeout(r, POLL_MS));
-    }
+      return { ...accountClaims(jwt), jwt };
+    });
   }
 
-  /** Tells the server to reload its config (SIGHUP to the pid in `options.pidFile`); returns when. */
-  private async signalReload(what: string): Promise<number> {
-    const misconfigured = (why: string, cause?: unknown) =>
-      new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: ${why}, so could not ${what}`, cause === undefined ? {} : { cause });
-    const gone = (why: string) =>
-      new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()} is unreachable for a reload (${why}), so could not ${what}; check that nats-server runs with pid_file ${this.pidFile}`, {
-        retryable: true,
-      });
-    let text: string;
-    try {
-      text = await readFile(this.pidFile, "utf8");
-    } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT") throw gone(`there is no pid file ${this.pidFile}`);
-      throw misconfigured(`cannot read options.pidFile ${this.pidFile} (${code ?? errorMessage(e)}); make it readable by the provisioner`, e);
-    }
-    const pid = Number(text.trim());
-    if (!Number.isSafeInteger(pid) || pid <= 1) throw misconfigured(`options.pidFile ${this.pidFile} holds no process id`);
-    // A stale pid file may name another process by now; SIGHUP would end most of them.
-    const comm = await readFile(`/proc/${pid}/comm`, "utf8").then(
-      (s) => s.trim(),
-      () => undefined,
-    );
-    if (comm === undefined) throw gone(`no process ${pid}, as named by ${this.pidFile}, runs on this host`);
-    if (!comm.startsWith("nats-server")) throw misconfigured(`process ${pid} named by options.pidFile ${this.pidFile} is ${JSON.stringify(comm)}, not nats-server; refusing to signal it`);
-    try {
-      process.kill(pid, "SIGHUP");
-    } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ESRCH") throw gone(`process ${pid} has ended`);
-      throw misconfigured(`not allowed to signal nats-server (pid ${pid}: ${code ?? errorMessage(e)}); run the provisioner as the user that runs nats-server, on its host`, e);
-    }
-    return Date.now();
-  }
-
-  /**
-   * Makes sure the server answers and accepts the admin. The admin's connection is kept for the
-   * next call and shared by concurrent ones (one connect in flight, never one per call).
-   */
-  private async checkAdmin(what: string): Promise<void> {
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const pending = (this.adminConn ??= connectAs(this.host, this.port, this.admin.username, this.admin.password));
+  /** A request as the system account's user; its reply goes through `parse`. */
+  private async systemRequest<T>(what: string, subject: string, body: string, parse: (reply: string) => T): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      const pending = (this.system ??= connectWith(addressOf(this.host, this.port), this.signingKeys().systemUserCreds, "mesh nats.user adapter (system)"));
       let nc: NatsConnection;
       try {
         nc = await pending;
       } catch (e) {
-        if (this.adminConn === pending) this.adminConn = undefined;
-        if (isRejection(e)) {
-          throw new MeshError(
-            ErrorCodes.ProviderMisconfigured,
-            `${this.at()} rejected the admin user ${JSON.stringify(this.admin.username)} (${errorMessage(e)}), so could not ${what}; check admin.username and the password given by the provider's admin.passwordEnv or admin.passwordFile against the users file the server runs with`,
-            { cause: e },
-          );
-        }
-        throw this.unreachable(what, e);
+        if (this.system === pending) this.system = undefined;
+        throw this.connectError(what, "the system account's user", e);
       }
-      if (await answers(nc)) return;
-      // Closed (a server restart ends it: it does not reconnect) or silent: connect afresh once.
-      if (this.adminConn === pending) this.adminConn = undefined;
-      await nc.close().catch(() => {});
+      try {
+        const reply = await nc.request(subject, body, { timeout: LOGIN_TIMEOUT_MS });
+        return parse(reply.string());
+      } catch (e) {
+        if (isMeshError(e)) throw e;
+        if (this.system === pending && nc.isClosed()) this.system = undefined;
+        if (attempt === 0 && nc.isClosed()) continue;
+        throw new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()} did not answer ${subject.split(".").slice(-2).join(" ").toLowerCase()} (${errorMessage(e)}), so could not ${what}`, {
+          retryable: true,
+          cause: e,
+        });
+      }
     }
-    throw this.unreachable(what, new Error(`no answer to a flush within ${LOGIN_TIMEOUT_MS} ms`));
   }
 
-  private unreachable(what: string, cause: unknown): MeshError {
-    return new MeshError(
-      ErrorCodes.ProviderUnreachable,
-      `${this.at()} is unreachable (${errorMessage(cause)}), so could not ${what}; check that nats-server runs and listens on that address`,
-      { retryable: true, cause },
-    );
+  /** The admin's connection and the records bucket, opened on first use and again after the server closed it. */
+  private async adminConn(what: string): Promise<{ nc: NatsConnection; kv: KV }> {
+    const admin = this.provider.admin?.password;
+    if (!admin) {
+      throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: give admin.passwordFile, the .creds of a user of the account with JetStream, so the adapter can keep its records`);
+    }
+    const pending = (this.admin ??= (async () => {
+      const nc = await connect({ servers: addressOf(this.host, this.port), reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
+      try {
+        const kv = await retryJetStreamGap(() => new Kvm(nc).create(RECORDS_BUCKET, { history: 1, description: "mesh nats.user: identities issued and revoked" }));
+        void nc.closed().then(() => {
+          if (this.admin === pending) this.admin = undefined;
+        });
+        return { nc, kv };
+      } catch (e) {
+        await nc.close().catch(() => {});
+        throw e;
+      }
+    })());
+    try {
+      return await pending;
+    } catch (e) {
+      if (this.admin === pending) this.admin = undefined;
+      throw this.connectError(what, `the admin ${JSON.stringify(this.provider.admin?.username ?? "")}`, e);
+    }
+  }
+
+  private async readEntry(what: string, key: string): Promise<{ record: IdentityRecord; revision: number } | undefined> {
+    const { kv } = await this.adminConn(what);
+    const e = await this.kvCall(what, () => kv.get(key));
+    if (!e || e.operation !== "PUT") return undefined;
+    return { record: e.json<IdentityRecord>(), revision: e.revision };
+  }
+
+  private async readRecord(what: string, key: string): Promise<IdentityRecord | undefined> {
+    return (await this.readEntry(what, key))?.record;
+  }
+
+  /** A KV call on the admin connection; its failure is a MeshError that says what to do. */
+  private async kvCall<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await retryJetStreamGap(fn);
+    } catch (e) {
+      if (isMeshError(e) || isCasConflict(e)) throw e;
+      throw new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()}: the records bucket ${RECORDS_BUCKET} did not answer (${errorMessage(e)}), so could not ${what}`, {
+        retryable: true,
+        cause: e,
+      });
+    }
+  }
+
+  /** The signing keys, read and opened once; throws `ProviderMisconfigured` saying why they cannot be. */
+  private signingKeys(): SigningKeys {
+    if (this.keys) return this.keys;
+    const file = this.provider.options?.signingKeysFile;
+    if (!file || !isAbsolute(file)) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${this.at()}: options.signingKeysFile ${file ? `${JSON.stringify(file)} is not an absolute path` : "is missing"}; give the file of the mesh's NATS signing keys (meshctl nats-config writes it)`,
+      );
+    }
+    const mk = this.provider.masterKey;
+    if (!mk) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: this service has no master key, so cannot open options.signingKeysFile ${file}`);
+    try {
+      this.keys = openSigningKeys(mk, readFileSync(file, "utf8"));
+    } catch (e) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${this.at()}: cannot open options.signingKeysFile ${file} (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); it must be readable by this service and sealed under the master key it runs with`,
+        { cause: e },
+      );
+    }
+    return this.keys;
+  }
+
+  private expiryMs(): number {
+    const v = this.provider.options?.userExpiry;
+    if (v === undefined) return DEFAULT_USER_EXPIRY_MS;
+    let ms: number;
+    try {
+      ms = parseDuration(v);
+    } catch {
+      ms = NaN;
+    }
+    if (!(ms >= 1_000)) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: options.userExpiry ${JSON.stringify(v)} is not a duration of at least 1s (e.g. 90d)`);
+    return ms;
+  }
+
+  private connectError(what: string, who: string, e: unknown): MeshError {
+    if (isRejection(e)) {
+      return new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()} rejected ${who} (${errorMessage(e)}), so could not ${what}; check the provider's admin.passwordFile and options.signingKeysFile`, {
+        cause: e,
+      });
+    }
+    return new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()} is unreachable (${errorMessage(e)}), so could not ${what}; check that nats-server runs and listens on that address`, {
+      retryable: true,
+      cause: e,
+    });
   }
 
   private at(): string {
@@ -335,91 +501,58 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 }
 
-/** Non-secret names of a user and what it may do, for `resource` and `observe`'s details. */
-function describePermissions(user: string, p: NatsPermissions): Record<string, string> {
-  return { user, publish: p.publish.join(","), subscribe: p.subscribe.join(",") };
+/** The key that signs users: the account's signing key. */
+const userIssuer = (keys: SigningKeys) => publicKeyOf(keys.accountSigningSeed);
+
+/** The permissions and issuer a user JWT carries. */
+function issued(jwt: string): { pub: string[]; sub: string[]; issuer: string } {
+  const payload = JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString("utf8")) as { iss: string; nats?: { pub?: { allow?: string[] }; sub?: { allow?: string[] } } };
+  return { pub: payload.nats?.pub?.allow ?? [], sub: payload.nats?.sub?.allow ?? [], issuer: payload.iss };
 }
 
-/**
- * Connects as `user` without reconnecting, and flushes, so a refused login has surfaced. A
- * refused client is sometimes told only by the socket: the server closes it after its -ERR
- * while the client still writes (EPIPE, ECONNRESET; seen about once in a hundred rejected
- * logins), so such a failure is tried again before it counts.
- */
-async function connectAs(host: string, port: number, user: string, pass: string): Promise<NatsConnection> {
-  const server = `${host.includes(":") ? `[${host}]` : host}:${port}`;
-  for (let attempt = 1; ; attempt++) {
-    let nc: NatsConnection | undefined;
-    try {
-      nc = await connect({ servers: server, user, pass, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter" });
-      await nc.flush();
-      return nc;
-    } catch (e) {
-      await nc?.close().catch(() => {});
-      if (attempt >= HANDSHAKE_ATTEMPTS || !isClosedByPeer(e)) throw e;
-    }
-  }
+/** The decorated `.creds` file of `jwt` and `seed`. */
+function credsOf(jwt: string, seed: string): string {
+  return [
+    "-----BEGIN NATS USER JWT-----",
+    jwt,
+    "------END NATS USER JWT------",
+    "",
+    "************************* IMPORTANT *************************",
+    "NKEY Seed printed below can be used to sign and prove identity.",
+    "NKEYs are sensitive and should be treated as secrets.",
+    "",
+    "-----BEGIN USER NKEY SEED-----",
+    seed,
+    "------END USER NKEY SEED------",
+    "",
+    "*************************************************************",
+    "",
+  ].join("\n");
 }
 
-/** How often {@link connectAs} tries when the server closed the socket mid-handshake. */
-const HANDSHAKE_ATTEMPTS = 3;
+/** Non-secret names of an identity, for `resource` and `observe`'s details. */
+function describe(r: IdentityRecord, p?: NatsPermissions): Record<string, string> {
+  const perms = p ?? (() => {
+    const c = issued(r.jwt);
+    return { publish: c.pub, subscribe: c.sub };
+  })();
+  return { user: userClaims(r.jwt).name, publish: perms.publish.join(","), subscribe: perms.subscribe.join(",") };
+}
 
-const isClosedByPeer = (e: unknown) => {
-  const err = e as { code?: string; cause?: { code?: string } };
-  return ["EPIPE", "ECONNRESET"].includes(err?.code ?? err?.cause?.code ?? "");
-};
+const addressOf = (host: string, port: number) => `${host.includes(":") ? `[${host}]` : host}:${port}`;
 
-/** Logs in as `user` and says how it went; closes the connection. */
-async function tryLogin(host: string, port: number, user: string, pass: string): Promise<LoginOutcome> {
+/** Connects with a `.creds` file, without reconnecting, and flushes, so a refused login has surfaced. */
+async function connectWith(server: string, creds: string, name: string): Promise<NatsConnection> {
+  const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name, ...natsAuth({ username: "", password: creds }) });
   try {
-    await (await connectAs(host, port, user, pass)).close();
-    return { ok: true };
+    await nc.flush();
+    return nc;
   } catch (e) {
-    return { ok: false, reason: isRejection(e) ? "rejected" : "unreachable", error: e };
+    await nc.close().catch(() => {});
+    throw e;
   }
 }
 
-/** True when a connect failed because the server refused the credential ("Authorization Violation"). */
-const isRejection = (e: unknown) => e instanceof AuthorizationError || /authorization violation/i.test(errorMessage(e));
+/** True when a connect failed because the server refused the identity (unknown, revoked or expired). */
+const isRejection = (e: unknown) => e instanceof AuthorizationError || /authorization violation|authentication (revoked|expired)|user authentication/i.test(errorMessage(e));
 
-/** True when `nc` is open and the server answers a flush in time. */
-async function answers(nc: NatsConnection): Promise<boolean> {
-  if (nc.isClosed()) return false;
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), LOGIN_TIMEOUT_MS)));
-  try {
-    return await Promise.race([nc.flush().then(() => true, () => false), late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-
-/** The admin and the files of a provider document; throws `ProviderMisconfigured` naming what is missing. */
-function managedFiles(provider: ProviderConfig): { admin: { username: string; password: string }; file: NatsUsersFile; pidFile: string } {
-  const at = `provider ${provider.name}`;
-  const username = checkAdminName(provider.admin?.username, at);
-  const password = provider.admin?.password;
-  if (!password) {
-    throw new MeshError(
-      ErrorCodes.ProviderMisconfigured,
-      `${at}: the NATS admin ${JSON.stringify(username)} has no password; give admin.passwordEnv or admin.passwordFile (the users file holds the admin, so it needs one)`,
-    );
-  }
-  const admin = { username, password };
-  const option = (key: "usersFile" | "pidFile", what: string) => {
-    const v = provider.options?.[key];
-    if (!v || !isAbsolute(v)) {
-      throw new MeshError(
-        ErrorCodes.ProviderMisconfigured,
-        `${at}: options.${key} ${v ? `${JSON.stringify(v)} is not an absolute path` : "is missing"}; give the absolute path of ${what} on the server's host`,
-      );
-    }
-    return v;
-  };
-  return {
-    admin,
-    file: new NatsUsersFile(option("usersFile", "the users file that the server's config includes"), admin),
-    pidFile: option("pidFile", "the server's pid_file"),
-  };
-}

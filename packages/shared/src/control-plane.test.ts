@@ -52,9 +52,8 @@ describe("the control plane's own module", () => {
     const doc = bootstrapProvider({
       url: "nats://127.0.0.1:4333",
       node: "node-a",
-      usersFile: "/var/lib/mesh/nats/users.conf",
-      pidFile: "/run/nats.pid",
-      admin: { username: "mesh-admin", passwordFile: "/etc/mesh/nats-admin.password" },
+      signingKeysFile: "/var/lib/mesh/nats-operator/signing-keys.json",
+      admin: { username: "mesh-admin", passwordFile: "/var/lib/mesh/nats-operator/admin.creds" },
     });
     expect(ProviderDoc.safeParse(doc).success).toBe(true);
     expect(doc.serves).toEqual(["nats.user", "kv.bucket", "object.store"]);

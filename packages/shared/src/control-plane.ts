@@ -48,9 +48,8 @@ export interface NatsPermissions {
  * of KV values), acks and flow control. These are shared: within one account NATS 2.9 cannot
  * tell a read of one bucket from a read of another on the API's subjects, so every identity
  * can read every bucket's values (credentials are encrypted, delivered values sealed).
- * Replies go to `_INBOX.>` explicitly: `allow_responses` alone loses the pending replies
- * when the server reloads its config, which every nats.user change makes it do (seen: the
- * rotator's answer to a rotate request refused as a publish violation after a reload).
+ * Replies go to `_INBOX.>` explicitly, as they did when identities lived in a users file whose
+ * every reload lost the pending replies of `allow_responses`.
  */
 const JETSTREAM: NatsPermissions = {
   publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>"],
@@ -171,9 +170,9 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
 export function bootstrapProvider(opts: {
   url: string;
   node: string;
-  /** The users file the server includes, and its pid file (nats.user needs both). */
-  usersFile: string;
-  pidFile: string;
+  /** The signing keys (sealed under the master key) with which nats.user issues and revokes identities. */
+  signingKeysFile: string;
+  /** The operator's admin: its `passwordFile` is its `.creds`. */
   admin: { username: string; passwordFile: string };
 }): ProviderDoc {
   return {
@@ -183,7 +182,7 @@ export function bootstrapProvider(opts: {
     node: opts.node,
     endpoint: opts.url,
     admin: { username: opts.admin.username, passwordFile: opts.admin.passwordFile },
-    options: { usersFile: opts.usersFile, pidFile: opts.pidFile },
+    options: { signingKeysFile: opts.signingKeysFile },
     installed: true,
   };
 }

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { isMeshError } from "./errors.js";
+import { createUser } from "@nats-io/nkeys";
 import { natsIdentity } from "./nats.js";
 
 describe("natsIdentity", () => {
@@ -26,7 +27,25 @@ describe("natsIdentity", () => {
       err = e;
     }
     expect(isMeshError(err, "ProviderMisconfigured")).toBe(true);
-    expect(String(err)).toMatch(/MESH_NATS_CREDENTIALS=\/nonexistent\/binding: cannot read username \(ENOENT\).*nats\.user/);
+    expect(String(err)).toMatch(/MESH_NATS_CREDENTIALS=\/nonexistent\/binding: cannot read it \(ENOENT\).*\.creds file.*nats\.user/);
+  });
+
+  it("signs with the .creds in a binding (or a .creds file), read again on every connect", () => {
+    const dir = mkdtempSync(join(tmpdir(), "mesh-ident-"));
+    const creds = (jwt: string, seed: string) =>
+      `-----BEGIN NATS USER JWT-----\n${jwt}\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n${seed}\n------END USER NKEY SEED------\n`;
+    const first = createUser();
+    const second = createUser();
+    const seed = (kp: typeof first) => new TextDecoder().decode(kp.getSeed());
+    writeFileSync(join(dir, "creds"), creds("eyJ.first.jwt", seed(first)));
+    const { authenticator } = natsIdentity({ MESH_NATS_CREDENTIALS: dir });
+    const auth = authenticator as (nonce?: string) => { jwt: string; nkey: string; sig: string };
+    expect(auth("nonce")).toMatchObject({ jwt: "eyJ.first.jwt", nkey: first.getPublicKey() });
+    writeFileSync(join(dir, "creds"), creds("eyJ.second.jwt", seed(second)));
+    expect(auth("nonce")).toMatchObject({ jwt: "eyJ.second.jwt", nkey: second.getPublicKey() });
+    expect(natsIdentity({ MESH_NATS_CREDENTIALS: join(dir, "creds") }).authenticator).toBeTypeOf("function");
+    writeFileSync(join(dir, "not.creds"), "hello");
+    expect(() => natsIdentity({ MESH_NATS_CREDENTIALS: join(dir, "not.creds") })).toThrow(/holds no user JWT/);
   });
 
   it("takes a fixed identity, the password from a file, and nothing when no variable is set", () => {

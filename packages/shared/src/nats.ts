@@ -2,9 +2,9 @@
  * NATS and JetStream plumbing shared by every process: connecting, the store (KV buckets and
  * streams), JSON records with compare-and-set, and level-triggered consumption of changes.
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { connect, usernamePasswordAuthenticator, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
+import { connect, credsAuthenticator, usernamePasswordAuthenticator, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
 import {
   JetStreamApiError,
   jetstream,
@@ -29,28 +29,50 @@ export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222";
 /**
  * The NATS identity a process connects with, from its environment:
  *
- * - `MESH_NATS_CREDENTIALS`: the binding directory of a `nats.user` grant (files `username` and
- *   `password`, as the agent writes them). Read again on every connect and reconnect, so after a
- *   rotation the process comes back with the new generation once the old one is retired.
- * - `MESH_NATS_USER` with `MESH_NATS_PASSWORD_FILE` (or `MESH_NATS_PASSWORD`): a fixed identity,
- *   the bootstrap administrator's, before the mesh has granted any.
+ * - `MESH_NATS_CREDENTIALS`: a standard decorated `.creds` file (a user JWT and its nkey
+ *   seed), or the binding directory of a `nats.user` grant as the agent writes it (its `creds`
+ *   file; `username` and `password` on a server with plain users). Read again on every connect
+ *   and reconnect, so after a rotation the process comes back with the new generation.
+ * - `MESH_NATS_USER` with `MESH_NATS_PASSWORD_FILE` (or `MESH_NATS_PASSWORD`): a fixed user and
+ *   password, for a server with plain users.
  * - neither: no credentials (a server without authentication).
  */
 export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<ConnectionOptions> {
-  const dir = env.MESH_NATS_CREDENTIALS;
-  if (dir) {
+  const path = env.MESH_NATS_CREDENTIALS;
+  if (path) {
+    const fail = (what: string, e: unknown) =>
+      new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `MESH_NATS_CREDENTIALS=${path}: cannot read ${what} (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); it must be a .creds file, or the binding directory of a nats.user grant written by this node's agent`,
+        { cause: e },
+      );
+    let isDir: boolean;
+    try {
+      isDir = statSync(path).isDirectory();
+    } catch (e) {
+      throw fail("it", e);
+    }
+    const credsFile = isDir ? join(path, "creds") : path;
+    if (!isDir || existsSync(credsFile)) {
+      const read = () => {
+        try {
+          return readFileSync(credsFile);
+        } catch (e) {
+          throw fail(credsFile, e);
+        }
+      };
+      // Fail at start, with the message above, rather than inside a reconnect.
+      if (!/-----BEGIN NATS USER JWT-----/.test(read().toString("utf8"))) throw fail(credsFile, new Error("it holds no user JWT"));
+      return { authenticator: credsAuthenticator(() => read()) };
+    }
     const read = (key: string) => () => {
       try {
-        return readFileSync(join(dir, key), "utf8").trim();
+        return readFileSync(join(path, key), "utf8").trim();
       } catch (e) {
-        throw new MeshError(
-          ErrorCodes.ProviderMisconfigured,
-          `MESH_NATS_CREDENTIALS=${dir}: cannot read ${key} (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); it must be the binding directory of a nats.user grant, written by this node's agent`,
-          { cause: e },
-        );
+        throw fail(key, e);
       }
     };
-    read("username")(); // fail at start, with the message above, rather than inside a reconnect
+    read("username")();
     return { authenticator: usernamePasswordAuthenticator(read("username"), read("password")) };
   }
   const user = env.MESH_NATS_USER;
@@ -84,7 +106,7 @@ export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_
     if (/authorization violation|authentication/i.test(errorMessage(e))) {
       throw new MeshError(
         ErrorCodes.ProviderMisconfigured,
-        `NATS at ${url} refused this process's identity (${errorMessage(e)}): check MESH_NATS_CREDENTIALS, or MESH_NATS_USER and its password, against the users the server knows`,
+        `NATS at ${url} refused this process's identity (${errorMessage(e)}): check MESH_NATS_CREDENTIALS (a .creds file, or a nats.user binding), or MESH_NATS_USER and its password, against the identities the server knows`,
         { cause: e },
       );
     }

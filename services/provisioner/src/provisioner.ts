@@ -31,7 +31,7 @@ export interface Provisioner {
 export async function startProvisioner(opts: { store: Store; masterKey: MasterKey; log: Logger; env?: NodeJS.ProcessEnv }): Promise<Provisioner> {
   const { store, log } = opts;
   const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
-  const adapters = new AdapterPool(opts.env ?? process.env);
+  const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
   const deps = { store, credentials, adapters, log };
   const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
   const api = serveJson(store.nc, subjects.credentialFetch, QueueGroups.provisioner, log, (body) => handleCredentialFetch(store, credentials, body));

@@ -96,7 +96,7 @@ export interface Rotator {
 export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const { store, log } = opts;
   const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
-  const adapters = new AdapterPool(opts.env ?? process.env);
+  const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
   const defaultTimeoutMs = opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS;
   const records = new RotationRecords(store);
   // Records whose last confirmations this instance has just written, for the commit that follows.

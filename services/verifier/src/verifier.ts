@@ -101,7 +101,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const instance = opts.instance ?? `verifier@${hostname()}/${process.pid}`;
   const random = opts.random ?? Math.random;
   const probeTimeoutMs = opts.probeTimeoutMs ?? 3_000;
-  const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env), env };
+  const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env, opts.masterKey), env };
   const stats: VerifierStats = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
 
   const pending = new Map<string, Pending>();

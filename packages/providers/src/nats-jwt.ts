@@ -1,0 +1,322 @@
+/**
+ * NATS decentralized authentication, as the mesh uses it: the mesh is the *operator*. It keeps
+ * an operator key, one account for the mesh (with a signing key) and the system account, and
+ * issues every identity as a user JWT signed by the account's signing key, with its permissions
+ * inside. The server runs with the full account resolver: issuing a user changes nothing on the
+ * server, and a retired user's key goes into the account's revocation list, pushed to the
+ * server as a claims update. Nothing here talks to NATS; nats-user.ts does.
+ *
+ * Keys come in two sets, so that what runs online can be told from what does not:
+ * - the *identity* seeds of the operator and the two accounts: needed only to make the server's
+ *   configuration (`meshctl nats-config`) and, once, the account JWTs;
+ * - the *signing* keys ({@link SigningKeys}): the operator's signing key (re-signs the account
+ *   JWT with its revocations), the account's signing key (signs users), and the credentials of a
+ *   system-account user (sends the claims update). The provisioner and the rotator hold these;
+ *   they are on disk only encrypted under the master key.
+ *
+ * Checked with Debian's nats-server 2.9.10 (../shared/NATS-NOTES.md): an account needs its NATS
+ * and JetStream limits set (-1), or no client connects and JetStream is off.
+ */
+import {
+  Algorithms,
+  createAccount,
+  createOperator,
+  createUser,
+  decode,
+  encodeAccount,
+  encodeOperator,
+  encodeUser,
+  fmtCreds,
+  fromSeed,
+  type Account,
+  type KeyPair,
+  type RevocationList,
+} from "@nats-io/jwt";
+import { createPrivateKey, createPublicKey, sign as ed25519Sign, type KeyObject } from "node:crypto";
+import { Codec } from "@nats-io/nkeys/lib/codec.js";
+import { ErrorCodes, MeshError, decrypt, encrypt, type Encrypted, type MasterKey } from "@mesh/shared";
+
+/** NATS limits of both accounts: none (the library's defaults let no connection in). */
+const OPEN_NATS: NonNullable<Account["limits"]> = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
+/** The mesh's account also has JetStream without limits; the system account may not have it at all. */
+const UNLIMITED: NonNullable<Account["limits"]> = { ...OPEN_NATS, mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 };
+
+/** The keys that the services issuing and retiring identities hold online. */
+export interface SigningKeys {
+  /** The operator's signing key (seed `SO…`): signs the account JWT, with its revocations. */
+  operatorSigningSeed: string;
+  /** The mesh's account (public key `A…`), whose users the mesh issues. */
+  account: string;
+  /** The account's signing key (seed `SA…`): signs the users. */
+  accountSigningSeed: string;
+  /** The system account (public key `A…`). */
+  systemAccount: string;
+  /** A user of the system account, as a `.creds` file: sends claims lookups and updates. */
+  systemUserCreds: string;
+}
+
+/** The identity seeds, needed only to set a server up (never online). */
+export interface IdentitySeeds {
+  operator: string;
+  account: string;
+  systemAccount: string;
+}
+
+/** Everything a new operator setup is made of. */
+export interface OperatorSetup {
+  operatorJwt: string;
+  systemAccountJwt: string;
+  accountJwt: string;
+  signing: SigningKeys;
+  identity: IdentitySeeds;
+  /** The operator's own user of the mesh's account, with every permission, as a `.creds` file. */
+  adminCreds: string;
+}
+
+const text = (b: Uint8Array) => new TextDecoder().decode(b);
+
+/** The DER prefix of a PKCS#8 Ed25519 private key; the 32-byte seed follows it. */
+const PKCS8_ED25519 = Buffer.from("302e020100300506032b657004220420", "hex");
+
+/**
+ * An nkey that signs with Node's native Ed25519 and knows its public key from the start. The
+ * nkeys library derives the key pair from the seed again (in JavaScript) for every public-key
+ * read and every signature, about 10 ms each here; Ed25519 is deterministic, so the signatures
+ * are the same bytes.
+ */
+class NativeKeyPair implements KeyPair {
+  private readonly publicKey: string;
+  private readonly key: KeyObject;
+  constructor(private readonly kp: KeyPair) {
+    const { prefix, buf } = Codec.decodeSeed(kp.getSeed());
+    this.key = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, Buffer.from(buf)]), format: "der", type: "pkcs8" });
+    const spki = createPublicKey(this.key).export({ format: "der", type: "spki" });
+    this.publicKey = text(Codec.encode(prefix, new Uint8Array(spki.subarray(spki.length - 32))));
+  }
+  getPublicKey() {
+    return this.publicKey;
+  }
+  getPrivateKey() {
+    return this.kp.getPrivateKey();
+  }
+  getSeed() {
+    return this.kp.getSeed();
+  }
+  sign(input: Uint8Array) {
+    return new Uint8Array(ed25519Sign(null, input, this.key));
+  }
+  verify(input: Uint8Array, sig: Uint8Array) {
+    return this.kp.verify(input, sig);
+  }
+  clear() {
+    this.kp.clear();
+  }
+  seal(input: Uint8Array, recipient: string, nonce?: Uint8Array) {
+    return this.kp.seal(input, recipient, nonce);
+  }
+  open(message: Uint8Array, sender: string) {
+    return this.kp.open(message, sender);
+  }
+}
+
+/** Signing keys by seed, made once: a service signs with the same few keys over and over. */
+const signers = new Map<string, NativeKeyPair>();
+function signer(seed: string): NativeKeyPair {
+  let kp = signers.get(seed);
+  if (!kp) {
+    kp = new NativeKeyPair(fromSeed(new TextEncoder().encode(seed)));
+    signers.set(seed, kp);
+  }
+  return kp;
+}
+
+/** The public key of a signing seed. */
+export const publicKeyOf = (seed: string) => signer(seed).getPublicKey();
+const seedOf = (kp: KeyPair) => text(kp.getSeed());
+
+/**
+ * A new operator, system account and mesh account (named `accountName`), each account with
+ * every limit open, the mesh's account with a signing key, and the operator's admin user.
+ */
+export async function createOperatorSetup(opts: { operatorName?: string; accountName?: string } = {}): Promise<OperatorSetup> {
+  const operator = createOperator();
+  const operatorSigning = createOperator();
+  const system = createAccount();
+  const account = createAccount();
+  const accountSigning = createAccount();
+  const signer = { algorithm: Algorithms.v2, signer: operatorSigning };
+  const operatorJwt = await encodeOperator(opts.operatorName ?? "mesh", operator, {
+    signing_keys: [operatorSigning.getPublicKey()],
+    system_account: system.getPublicKey(),
+  });
+  const systemAccountJwt = await encodeAccount("SYS", system, { limits: OPEN_NATS }, signer);
+  const accountJwt = await encodeAccount(opts.accountName ?? "MESH", account, { limits: UNLIMITED, signing_keys: [accountSigning.getPublicKey()] }, signer);
+  const sysUser = createUser();
+  const sysJwt = await encodeUser("mesh-system", sysUser, system, {});
+  const admin = createUser();
+  const adminJwt = await encodeUser("mesh-admin", admin, accountSigning, { issuer_account: account.getPublicKey() });
+  return {
+    operatorJwt,
+    systemAccountJwt,
+    accountJwt,
+    signing: {
+      operatorSigningSeed: seedOf(operatorSigning),
+      account: account.getPublicKey(),
+      accountSigningSeed: seedOf(accountSigning),
+      systemAccount: system.getPublicKey(),
+      systemUserCreds: text(fmtCreds(sysJwt, sysUser)),
+    },
+    identity: { operator: seedOf(operator), account: seedOf(account), systemAccount: seedOf(system) },
+    adminCreds: text(fmtCreds(adminJwt, admin)),
+  };
+}
+
+/** Where and how a server of the mesh's operator listens and keeps its state. */
+export interface ServerListen {
+  host: string;
+  port: number;
+  monitorPort?: number;
+  /** JetStream's store directory. */
+  storeDir: string;
+  /** The full resolver's directory of account JWTs. */
+  resolverDir: string;
+  pidFile?: string;
+  /** The `cluster { … }` block of a cluster member, as text, if any. */
+  cluster?: string;
+}
+
+/**
+ * The nats-server configuration for the operator: the operator JWT, the system account, the
+ * full resolver (account JWTs kept in `resolverDir`, updates pushed by the mesh, deletes
+ * refused) and the two accounts preloaded, so the server accepts their users from its first
+ * start. Every string is written double-quoted, and only printable text without `"` or `\`
+ * is accepted (the config format's escapes are not JSON's): anything else is refused.
+ */
+export function operatorServerConfig(setup: Pick<OperatorSetup, "operatorJwt" | "systemAccountJwt" | "accountJwt"> & { systemAccount: string; account: string }, at: ServerListen): string {
+  const q = (v: string) => {
+    if (!/^[\x20\x21\x23-\x5b\x5d-\x7e]+$/.test(v)) throw new MeshError(ErrorCodes.InvalidRequest, `${JSON.stringify(v)} cannot be written into a NATS config: use printable characters without " or \\`);
+    return `"${v}"`;
+  };
+  return [
+    "# Written by meshctl: the mesh is this server's NATS operator (decentralized JWT authentication).",
+    "# Identities are user JWTs the mesh signs; nothing here changes when one is issued or revoked.",
+    `listen: ${q(`${at.host}:${at.port}`)}`,
+    ...(at.monitorPort ? [`http: ${q(`${at.host}:${at.monitorPort}`)}`] : []),
+    ...(at.pidFile ? [`pid_file: ${q(at.pidFile)}`] : []),
+    `jetstream { store_dir: ${q(at.storeDir)} }`,
+    `operator: ${q(setup.operatorJwt)}`,
+    `system_account: ${q(setup.systemAccount)}`,
+    `resolver: { type: full, dir: ${q(at.resolverDir)}, allow_delete: false, interval: "2m", limit: 1000 }`,
+    "resolver_preload: {",
+    `  ${setup.systemAccount}: ${q(setup.systemAccountJwt)}`,
+    `  ${setup.account}: ${q(setup.accountJwt)}`,
+    "}",
+    ...(at.cluster ? [at.cluster] : []),
+    "",
+  ].join("\n");
+}
+
+/** What a user JWT allows: publish and subscribe allow lists (empty: nothing). */
+export interface UserPermissions {
+  publish: readonly string[];
+  subscribe: readonly string[];
+}
+
+const allowOrDeny = (subjects: readonly string[]) => (subjects.length > 0 ? { allow: [...subjects] } : { deny: [">"] });
+
+/**
+ * A user JWT for the key of `seed`, signed by the account's signing key, allowed `permissions`
+ * (and replies to the requests it receives), expiring at `expiresAt` (unix seconds); returned
+ * with the `.creds` file a client connects with.
+ */
+export async function issueUser(
+  signing: Pick<SigningKeys, "account" | "accountSigningSeed">,
+  user: { name: string; seed: string; permissions: UserPermissions; expiresAt?: number },
+): Promise<{ jwt: string; creds: string; publicKey: string }> {
+  const kp = userKey(user.seed);
+  const jwt = await encodeUser(
+    user.name,
+    kp.getPublicKey(),
+    signer(signing.accountSigningSeed),
+    {
+      issuer_account: signing.account,
+      pub: allowOrDeny(user.permissions.publish),
+      sub: allowOrDeny(user.permissions.subscribe),
+      resp: { max: 1, ttl: 0 },
+    },
+    user.expiresAt === undefined ? {} : { exp: user.expiresAt },
+  );
+  return { jwt, creds: text(fmtCreds(jwt, kp)), publicKey: kp.getPublicKey() };
+}
+
+/** The user key pair of `seed`; throws MeshError `InvalidRequest` for anything but a user seed (`SU…`). */
+export function userKey(seed: string): KeyPair {
+  let kp: KeyPair;
+  try {
+    kp = fromSeed(new TextEncoder().encode(seed));
+  } catch {
+    throw new MeshError(ErrorCodes.InvalidRequest, "the identity's secret is not an nkey seed");
+  }
+  const native = new NativeKeyPair(kp);
+  if (!native.getPublicKey().startsWith("U")) throw new MeshError(ErrorCodes.InvalidRequest, "the identity's secret is not the seed of a user nkey (SU…)");
+  return native;
+}
+
+/** A fresh user nkey seed (`SU…`): every generation of an identity is a key of its own. */
+export function newUserSeed(): string {
+  return seedOf(createUser());
+}
+
+/**
+ * The account JWT `accountJwt` re-signed by the operator's signing key with `revocations` as
+ * its revocation list; every other claim (limits, signing keys, exports) is kept as it is.
+ */
+export async function withRevocations(accountJwt: string, operatorSigningSeed: string, revocations: RevocationList): Promise<string> {
+  const claims = decode<Account>(accountJwt);
+  const account: Partial<Account> = { ...claims.nats };
+  delete (account as { type?: unknown }).type;
+  delete (account as { version?: unknown }).version;
+  account.revocations = revocations;
+  if (Object.keys(revocations).length === 0) delete account.revocations;
+  return encodeAccount(claims.name, claims.sub, account, { algorithm: Algorithms.v2, signer: signer(operatorSigningSeed) });
+}
+
+/** The claims of an account JWT (decoded, not verified: it came from the server). */
+export function accountClaims(accountJwt: string): { name: string; subject: string; issuedAt: number; signingKeys: string[]; revocations: RevocationList } {
+  const c = decode<Account>(accountJwt);
+  const signingKeys = (c.nats.signing_keys ?? []).map((k) => (typeof k === "string" ? k : k.key));
+  return { name: c.name, subject: c.sub, issuedAt: c.iat, signingKeys, revocations: { ...(c.nats.revocations ?? {}) } };
+}
+
+/** The public key and expiry of a user JWT (decoded, not verified). */
+export function userClaims(jwt: string): { subject: string; issuer: string; expiresAt?: number; name: string } {
+  const c = decode<unknown>(jwt);
+  return { subject: c.sub, issuer: c.iss, name: c.name, ...(c.exp ? { expiresAt: c.exp } : {}) };
+}
+
+/** The JWT inside a decorated `.creds` file, or undefined when `creds` is none. */
+export function jwtOfCreds(creds: string): string | undefined {
+  return /-----BEGIN NATS USER JWT-----\s*\n\s*(\S+)\s*\n/.exec(creds)?.[1];
+}
+
+/** True when `s` looks like a decorated `.creds` file (a user JWT and an nkey seed). */
+export const isCreds = (s: string) => jwtOfCreds(s) !== undefined && /-----BEGIN USER NKEY SEED-----/.test(s);
+
+/** The additional data the signing keys are sealed with, so they open as nothing else. */
+const SIGNING_KEYS_AAD = "mesh nats signing keys";
+
+/** The signing keys, encrypted under the master key, as the file that holds them. */
+export function sealSigningKeys(mk: MasterKey, keys: SigningKeys): string {
+  return `${JSON.stringify({ mesh: SIGNING_KEYS_AAD, sealed: encrypt(mk, JSON.stringify(keys), SIGNING_KEYS_AAD) }, null, 2)}\n`;
+}
+
+/** Opens what {@link sealSigningKeys} wrote; throws an Error saying why it cannot. */
+export function openSigningKeys(mk: MasterKey, fileText: string): SigningKeys {
+  const parsed = JSON.parse(fileText) as { mesh?: string; sealed?: Encrypted };
+  if (parsed?.mesh !== SIGNING_KEYS_AAD || !parsed.sealed) throw new Error("it is not a file of the mesh's NATS signing keys");
+  const keys = JSON.parse(decrypt(mk, parsed.sealed, SIGNING_KEYS_AAD)) as Partial<SigningKeys>;
+  for (const k of ["operatorSigningSeed", "account", "accountSigningSeed", "systemAccount", "systemUserCreds"] as const) {
+    if (typeof keys[k] !== "string" || !keys[k]) throw new Error(`it lacks ${k}`);
+  }
+  return keys as SigningKeys;
+}
