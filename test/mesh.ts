@@ -28,6 +28,7 @@ import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
 import { waitFor } from "./harness/wait.js";
 import { randomBytes } from "node:crypto";
+import type { ConnectionOptions } from "@nats-io/transport-node";
 
 export interface TestMesh {
   nats: NatsServer;
@@ -57,8 +58,10 @@ export interface TestMeshOptions {
   probeIntervalMs?: number;
   /** A server the test started itself (with authentication, say) instead of a fresh one; stopped with the mesh. */
   nats?: NatsServer;
-  /** The identity the mesh's services connect with, on such a server. */
-  auth?: { user: string; pass: string };
+  /** The identity the mesh's services connect with, on such a server (a user and password, or an authenticator). */
+  auth?: { user: string; pass: string } | Pick<ConnectionOptions, "authenticator">;
+  /** The master key (default: a fresh one), e.g. the one an operator server's signing keys are sealed under. */
+  masterKey?: MasterKey;
 }
 
 export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMesh> {
@@ -69,7 +72,7 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
   const logger = (service: string) => createLogger(service, { destination: logs, level: "debug" });
   const bindingsRoot = mkdtempSync(join(tmpdir(), "mesh-bindings-"));
   const resolver = await startResolver({ store, log: logger("resolver") });
-  const masterKey = parseMasterKey(randomBytes(32).toString("hex"));
+  const masterKey = opts.masterKey ?? parseMasterKey(randomBytes(32).toString("hex"));
   const provisioner = await startProvisioner({
     store,
     masterKey,

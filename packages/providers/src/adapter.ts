@@ -59,6 +59,17 @@ export interface CreateResult {
   resource: Record<string, string>;
   /** Everything a holder needs, secret and not, for the binding files. */
   bindings: BindingValues;
+  /**
+   * When the credential stops working by itself (ISO 8601), for a credential that expires (a
+   * NATS user JWT): the rotator rotates the grant before then, with or without a `rotate:`
+   * schedule.
+   */
+  expiresAt?: string;
+}
+
+/** What the grant records of a create: the resource's names, the credential's expiry, the provider. */
+export function recordedResource(result: CreateResult, provider: string): Record<string, string> {
+  return { ...result.resource, ...(result.expiresAt ? { expires: result.expiresAt } : {}), provider };
 }
 
 export interface ObserveRequest {

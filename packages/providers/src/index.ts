@@ -18,6 +18,7 @@ export type {
   RetireRequest,
   SecretMaterial,
 } from "./adapter.js";
+export { recordedResource } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
 export { createSecretAdapter, SECRET_BYTES } from "./secret.js";
 export { createPostgresAdapter, LOGIN_TIMEOUT_MS } from "./postgres.js";

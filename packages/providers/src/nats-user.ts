@@ -27,6 +27,7 @@ import { readFileSync } from "node:fs";
 import { isAbsolute } from "node:path";
 import { AuthorizationError, connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm, type KV } from "@nats-io/kv";
+import { jetstreamManager } from "@nats-io/jetstream";
 import {
   ErrorCodes,
   Kinds,
@@ -134,8 +135,8 @@ class NatsUserAdapter implements ProviderAdapter {
     if (!r) return { exists: false, details, missing: ["user"] };
     Object.assign(details, describe(r), { nkey: r.user, expires: new Date(r.expiresAt * 1000).toISOString() });
     if (r.revokedAt !== undefined) return { exists: false, details, missing: ["user (revoked)"] };
-    // Due for a new JWT: the provisioner's next create issues it.
-    if (r.expiresAt - nowS() < (this.expiryMs() / 1000) * RENEW_AT_REMAINING) return { exists: false, details, missing: ["a current JWT"] };
+    // One that has expired is gone; before then the rotator rotates it (CreateResult.expiresAt).
+    if (r.expiresAt <= nowS()) return { exists: false, details, missing: ["a JWT that has not expired"] };
     return { exists: true, details };
   }
 
@@ -258,6 +259,7 @@ class NatsUserAdapter implements ProviderAdapter {
     const creds = credsOf(r.jwt, seed);
     return {
       resource: describe(r, p),
+      expiresAt: new Date(r.expiresAt * 1000).toISOString(),
       bindings: {
         type: "nats",
         provider: this.provider.name,
@@ -337,8 +339,8 @@ class NatsUserAdapter implements ProviderAdapter {
         for (const r of expired) {
           await this.kvCall(what, async () => {
             const rec = await kv.get(r.entry.key);
-            if (rec?.operation === "PUT" && rec.json<IdentityRecord>().user === r.entry.user) await kv.purge(r.entry.key);
-            await kv.purge(r.key);
+            if (rec?.operation === "PUT" && rec.json<IdentityRecord>().user === r.entry.user) await this.erase(r.entry.key);
+            await this.erase(r.key);
           });
         }
         return;
@@ -421,6 +423,17 @@ class NatsUserAdapter implements ProviderAdapter {
       if (this.admin === pending) this.admin = undefined;
       throw this.connectError(what, `the admin ${JSON.stringify(this.provider.admin?.username ?? "")}`, e);
     }
+  }
+
+  /**
+   * Removes every message of `key` from the records' stream. A KV purge or delete would leave a
+   * marker behind for good (2.9 has no marker TTL), and listing the index would read one per
+   * revocation ever pruned.
+   */
+  private async erase(key: string): Promise<void> {
+    const { nc } = await this.adminConn(`erase ${key}`);
+    const jsm = await jetstreamManager(nc, { timeout: LOGIN_TIMEOUT_MS });
+    await jsm.streams.purge(`KV_${RECORDS_BUCKET}`, { filter: `$KV.${RECORDS_BUCKET}.${key}` });
   }
 
   private async readEntry(what: string, key: string): Promise<{ record: IdentityRecord; revision: number } | undefined> {
@@ -506,8 +519,8 @@ const userIssuer = (keys: SigningKeys) => publicKeyOf(keys.accountSigningSeed);
 
 /** The permissions and issuer a user JWT carries. */
 function issued(jwt: string): { pub: string[]; sub: string[]; issuer: string } {
-  const payload = JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString("utf8")) as { iss: string; nats?: { pub?: { allow?: string[] }; sub?: { allow?: string[] } } };
-  return { pub: payload.nats?.pub?.allow ?? [], sub: payload.nats?.sub?.allow ?? [], issuer: payload.iss };
+  const c = userClaims(jwt);
+  return { pub: c.publish, sub: c.subscribe, issuer: c.issuer };
 }
 
 /** The decorated `.creds` file of `jwt` and `seed`. */

@@ -21,7 +21,7 @@ import {
   type Logger,
   type Store,
 } from "@mesh/shared";
-import type { AdapterPool, CredentialStore } from "@mesh/providers";
+import { recordedResource, type AdapterPool, type CredentialStore } from "@mesh/providers";
 
 export interface ProvisionDeps {
   store: Store;
@@ -86,7 +86,7 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
   const secret = await credentials.ensure(grant, generation, grant.provider!, () => adapter.generate());
   const result = await adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret, options: grant.options });
   await credentials.setBindings(grant.module, grant.requirement, generation, result.bindings);
-  const resource = { ...result.resource, provider: grant.provider! };
+  const resource = recordedResource(result, grant.provider!);
   const what = Object.entries(result.resource).map(([k, v]) => `${k} ${v}`).join(", ");
   return mutateJson(store.kv.grants, `${grant.module}.${grant.requirement}`, Grant, (cur) => {
     if (!cur || cur.provider !== grant.provider) return undefined; // re-resolved meanwhile: the next reconcile acts on it

@@ -18,6 +18,6 @@ export {
   type ConfirmationOutcome,
   type RotationStep,
 } from "./rotation-machine.js";
-export { isDue, startSchedule } from "./schedule.js";
+export { isDue, isExpiring, startSchedule } from "./schedule.js";
 export { contextOfTraceparent, traceparentOf } from "./trace-context.js";
 export { startTracing } from "./otel.js";

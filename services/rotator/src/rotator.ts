@@ -56,7 +56,7 @@ import {
   type SealedHolderPayload,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, type ProviderAdapter } from "@mesh/providers";
+import { AdapterPool, CredentialStore, recordedResource, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
 import {
   allConfirmed,
@@ -233,7 +233,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const rotation = newRotation({
       grant: g,
       holders,
-      resource: { ...staged.resource, provider: g.provider },
+      resource: recordedResource(staged, g.provider),
       timeoutMs: req.timeoutMs ?? defaultTimeoutMs,
       now,
       ...(req.trigger || fromProvider ? { trigger: fromProvider ? "handover" : req.trigger } : {}),

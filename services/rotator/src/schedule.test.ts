@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ModuleDoc, parseDuration } from "@mesh/shared";
-import { isDue } from "./schedule.js";
+import { isDue, isExpiring } from "./schedule.js";
 
 const NOW = new Date("2025-06-01T12:00:00.000Z");
 const daysAgo = (d: number) => new Date(NOW.getTime() - d * 86_400_000);
@@ -26,5 +26,23 @@ describe("isDue for a requirement with rotate: { every: 30d }", () => {
 
   it("reads the schedule as 30 days", () => {
     expect(every).toBe(30 * 86_400_000);
+  });
+});
+
+describe("isExpiring for a credential that expires by itself (a NATS user JWT)", () => {
+  const expires = new Date(NOW.getTime() + 30 * 86_400_000);
+  it.each([
+    { name: "in use 61 of its 90 days is due", since: daysAgo(61), due: true },
+    { name: "at exactly two thirds is due", since: daysAgo(60), due: true },
+    { name: "in use 59 of its 90 days is not due", since: daysAgo(59), due: false },
+    { name: "an unknown start counts from the expiry: due only once expired", since: undefined, due: false },
+  ])("$name", ({ since, due }) => {
+    expect(isExpiring(since, expires, NOW)).toBe(due);
+  });
+
+  it("an expired credential, or one whose start is after its expiry, is due", () => {
+    expect(isExpiring(daysAgo(10), daysAgo(1), NOW)).toBe(true);
+    expect(isExpiring(undefined, NOW, NOW)).toBe(true);
+    expect(isExpiring(new Date(expires.getTime() + 1), expires, NOW)).toBe(false);
   });
 });

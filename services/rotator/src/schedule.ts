@@ -1,7 +1,10 @@
 /**
  * Rotation on a schedule: a requirement's `rotate: { every: 30d }` rotates its grant when its
- * current generation is that old. Level-triggered: every check reads the manifests and the
- * grants and asks for the rotations that are due; a rotation already running is left alone.
+ * current generation is that old, and a grant whose credential expires by itself (its
+ * resource's `expires`, a NATS user JWT's) is rotated once two thirds of that credential's
+ * life have passed, schedule or not, so no holder is cut off by an expiry. Level-triggered:
+ * every check reads the manifests and the grants and asks for the rotations that are due; a
+ * rotation already running is left alone.
  */
 import { CredentialRecord } from "@mesh/providers";
 import {
@@ -28,6 +31,18 @@ export function isDue(since: Date | undefined, everyMs: number, now: Date): bool
   return since !== undefined && now.getTime() - since.getTime() >= everyMs;
 }
 
+/** The share of an expiring credential's life after which its grant is rotated. */
+export const EXPIRY_ROTATE_AT = 2 / 3;
+
+/**
+ * True when a credential in use since `since` that expires at `expires` is due for rotation at
+ * `now`: two thirds of its life have passed (or it has no life left). Pure.
+ */
+export function isExpiring(since: Date | undefined, expires: Date, now: Date): boolean {
+  const start = since && since < expires ? since.getTime() : expires.getTime();
+  return now.getTime() >= start + (expires.getTime() - start) * EXPIRY_ROTATE_AT;
+}
+
 /** When the grant's current generation came into use: its commit, or the credential's creation. */
 async function currentSince(store: Store, g: Grant): Promise<Date | undefined> {
   const key = keys.grant(g.module, g.requirement);
@@ -45,15 +60,20 @@ export function startSchedule(opts: { store: Store; log: Logger; checkMs: number
   const check = async () => {
     for (const { value: m } of await listJson(store.kv.manifests, ModuleDoc)) {
       for (const req of m.requires) {
-        if (!req.rotate) continue;
         const key = keys.grant(m.name, req.name);
         const g = (await readJson(store.kv.grants, key, Grant))?.value;
         if (!g || g.generation === 0) continue;
+        const expires = g.resource.expires ? new Date(g.resource.expires) : undefined;
+        if (!req.rotate && !(expires && !Number.isNaN(expires.getTime()))) continue;
         if (isRotationRunning((await readJson(store.kv.rotations, key, Rotation))?.value)) continue;
-        if (!isDue(await currentSince(store, g), parseDuration(req.rotate.every), new Date())) continue;
+        const since = await currentSince(store, g);
+        const now = new Date();
+        const scheduled = req.rotate !== undefined && isDue(since, parseDuration(req.rotate.every), now);
+        const expiring = expires !== undefined && !Number.isNaN(expires.getTime()) && isExpiring(since, expires, now);
+        if (!scheduled && !expiring) continue;
         try {
           await opts.rotate({ grant: g.id, trigger: "schedule" });
-          log.info({ grant: g.id, every: req.rotate.every }, `scheduled rotation of ${g.id} started`);
+          log.info({ grant: g.id, ...(req.rotate ? { every: req.rotate.every } : {}), ...(expiring ? { expires: g.resource.expires } : {}) }, `scheduled rotation of ${g.id} started${expiring ? ` (its credential expires at ${g.resource.expires})` : ""}`);
         } catch (e) {
           if (!isMeshError(e, "Conflict")) log.warn({ grant: g.id, err: errorMessage(e) }, "scheduled rotation could not start");
         }
