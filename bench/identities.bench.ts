@@ -6,32 +6,25 @@
  *   change), against its floor measured in the same run: signing the same 1,000 user JWTs with
  *   the same library and nothing else (`issueUser`), so the ratio is what the adapter adds (its
  *   record in the KV bucket, the account lookup);
- * - the users-file path it replaces (records, a rendered users file, SIGHUP and a probe login
- *   per change), on a server of its own, while its code is still in the tree
- *   (BENCH_USERS_FILE=0 leaves it out).
+ * - the users-file path it replaced (records, a rendered users file, SIGHUP and a probe login
+ *   per change) was measured beside it in one run while its code was still in the tree (see
+ *   the closing note of issue 12): 1,000 identities in 330 s, one at a time, as at 16 at once
+ *   nats-server 2.9.10 shut down in the middle of the SIGHUP storm.
  *
  * Then the account JWT's size over BENCH_ROTATIONS (default 10,000) rotations of one identity
  * (create generation k+1, retire k) with `userExpiry` BENCH_EXPIRY (default 5s): revocations of
  * keys whose JWTs have expired are pruned, so the size levels off instead of growing with the
  * number of rotations. Nothing here asserts a time.
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
-import { accountClaims, createNatsUserAdapter, issueUser, newUserSeed, openSigningKeys, type ProviderAdapter } from "@mesh/providers";
+import { accountClaims, createNatsUserAdapter, issueUser, newUserSeed, openSigningKeys } from "@mesh/providers";
 import { startOperatorNats } from "../test/harness/nats-operator.js";
-import { startNatsServer } from "../test/harness/nats-server.js";
 
 const N = Number(process.env.BENCH_IDENTITIES ?? 1_000);
 const ROTATIONS = Number(process.env.BENCH_ROTATIONS ?? 10_000);
 const EXPIRY = process.env.BENCH_EXPIRY ?? "5s";
 const CONCURRENCY = 16;
-/**
- * The users-file path one at a time: at 16 at once, nats-server 2.9.10 went down in the middle
- * of the SIGHUP storm here ("Initiating Shutdown" right after a reload; the rest refused).
- */
-const LEGACY_CONCURRENCY = Number(process.env.BENCH_USERS_FILE_CONCURRENCY ?? 1);
 
 const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 function pct(values: number[], p: number): number {
@@ -40,12 +33,12 @@ function pct(values: number[], p: number): number {
 }
 
 /** Runs `fn(i)` for i < n, `CONCURRENCY` at a time; returns the total time and each call's latency. */
-async function pool(n: number, fn: (i: number) => Promise<unknown>, concurrency = CONCURRENCY): Promise<{ total: number; each: number[] }> {
+async function pool(n: number, fn: (i: number) => Promise<unknown>): Promise<{ total: number; each: number[] }> {
   const each: number[] = [];
   let next = 0;
   const t0 = performance.now();
   await Promise.all(
-    Array.from({ length: concurrency }, async () => {
+    Array.from({ length: CONCURRENCY }, async () => {
       while (next < n) {
         const i = next++;
         const t = performance.now();
@@ -81,47 +74,6 @@ async function jwtPath(): Promise<{ floor: { total: number; each: number[] }; ad
   } finally {
     await adapter.close();
     await nats.stop();
-  }
-}
-
-async function usersFilePath(): Promise<{ total: number; each: number[] } | undefined> {
-  const legacy = join(import.meta.dirname, "..", "packages", "providers", "dist", "nats-user-users-file.js");
-  const legacyFile = join(import.meta.dirname, "..", "packages", "providers", "dist", "nats-users-file.js");
-  if (process.env.BENCH_USERS_FILE === "0" || !existsSync(legacy) || !existsSync(legacyFile)) return undefined;
-  const { createNatsUserAdapter: createLegacy } = (await import(legacy)) as { createNatsUserAdapter: (p: unknown) => ProviderAdapter };
-  const { initNatsUsersFile } = (await import(legacyFile)) as { initNatsUsersFile: (f: string, a: { username: string; password: string }) => Promise<string> };
-  const dir = mkdtempSync(join(tmpdir(), "mesh-bench-users-"));
-  mkdirSync(join(dir, "users"));
-  const usersFile = join(dir, "users", "mesh-users.conf");
-  const pidFile = join(dir, "nats.pid");
-  const storeDir = join(dir, "jetstream");
-  writeFileSync(join(dir, "nats.conf"), `pid_file: ${JSON.stringify(pidFile)}\njetstream { store_dir: ${JSON.stringify(storeDir)} }\ninclude ./users/mesh-users.conf\n`);
-  const admin = { username: "mesh-admin", password: `admin-${randomBytes(12).toString("hex")}` };
-  await initNatsUsersFile(usersFile, admin);
-  const server = await startNatsServer({ configFile: join(dir, "nats.conf"), storeDir });
-  while (!existsSync(pidFile)) await new Promise((r) => setTimeout(r, 20));
-  const adapter = createLegacy({ name: "bench", node: "n", endpoint: server.url, admin, options: { usersFile, pidFile } });
-  try {
-    const run = randomBytes(3).toString("hex");
-    // A retryable failure is tried again, as the provisioner does (counted, and in the time).
-    let retries = 0;
-    const r = await pool(N, async (i) => {
-      const secret = adapter.generate();
-      for (;;) {
-        try {
-          return await adapter.create({ grant: grant(i, run), secret });
-        } catch (e) {
-          if (!(e as { options?: { retryable?: boolean } }).options?.retryable || ++retries > 10 * N) throw e;
-          await new Promise((res) => setTimeout(res, 100));
-        }
-      }
-    }, LEGACY_CONCURRENCY);
-    if (retries) console.log(`users-file path: ${retries} retryable failures tried again`);
-    return r;
-  } finally {
-    await adapter.close();
-    await server.stop();
-    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -163,15 +115,8 @@ async function accountSize(): Promise<void> {
 }
 
 const jwt = await jwtPath();
-const legacy = await usersFilePath();
 console.log(`\nissuing ${N} nats.user identities, ${CONCURRENCY} at a time:`);
 console.log(line("floor: signing the user JWTs alone", jwt.floor));
 console.log(line("JWT path (the adapter, operator mode)", jwt.adapter));
 console.log(`  ratio to the floor: ${(jwt.adapter.total / jwt.floor.total).toFixed(1)}× (total time)`);
-if (legacy) {
-  console.log(line(`users-file path (records, file, SIGHUP), ${LEGACY_CONCURRENCY} at a time`, legacy));
-  console.log(`  users-file / JWT: ${(legacy.total / jwt.adapter.total).toFixed(1)}× the time of the JWT path`);
-} else {
-  console.log("users-file path: not run (its code is gone from the tree, or BENCH_USERS_FILE=0)");
-}
 if (ROTATIONS > 0) await accountSize();
