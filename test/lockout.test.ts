@@ -6,7 +6,7 @@
  * its holder confirmed; a holder stopped during the rotation comes back on its old binding,
  * catches up and confirms, and only then does the rotation commit. The server never reloads.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
@@ -135,6 +135,11 @@ describe("rotating the control plane's own broker identities", () => {
     // and its log has no reload in it.
     expect(await loads()).toEqual({ loaded: before.start, start: before.start });
     expect(readFileSync(join(mesh.cwd, ".mesh/logs/nats-server.log"), "utf8")).not.toMatch(/Reloaded/);
+
+    // No seed of any generation reached a log, though every service watched its binding change.
+    for (const f of readdirSync(join(mesh.cwd, ".mesh/logs"))) {
+      expect(readFileSync(join(mesh.cwd, ".mesh/logs", f), "utf8"), f).not.toMatch(/S[UOA][A-Z2-7]{56}/);
+    }
 
     // No work was lost: every module applied during the rotations became Ready.
     expect(applied, `retryable answers met on the way: ${retried.join("; ") || "none"}`).toBeGreaterThan(3);

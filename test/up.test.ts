@@ -1,8 +1,10 @@
 /**
- * The README's first command, as a new user runs it: `meshctl up` with the example files, as
- * a real process tree (meshctl, resolver, provisioner, agents) against a nats-server and the
- * machine's PostgreSQL on 127.0.0.1:5432, which the example provider names. Output is not a
- * terminal, so `up` prints one line per change.
+ * The README's first command, as a new user runs it: `meshctl up` with the example files and
+ * no NATS_URL, as a real process tree (meshctl, its own nats-server whose operator is the mesh,
+ * resolver, provisioner, agents) and the machine's PostgreSQL on 127.0.0.1:5432, which the
+ * example provider names. This machine's shared NATS holds 4222, so up starts its server on a
+ * free port and says which. Output is not a terminal, so `up` prints one line per change. Then
+ * `up` on a named server without authentication: it runs, and says loudly what that exposes.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, type ChildProcess } from "node:child_process";
@@ -11,12 +13,22 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
+import { createServer } from "node:net";
+import { connect } from "@nats-io/transport-node";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { waitFor } from "./harness/wait.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
 const meshctl = join(repo, "packages/cli/bin/meshctl.js");
 const examples = ["examples/providers/postgres.yaml", "examples/shop.yaml", "examples/nothing.yaml"].map((f) => join(repo, f));
+
+/** True when nothing listens on 127.0.0.1:`port`. */
+const isFree = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const srv = createServer();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
+  });
 
 // The example provisions shop's database on the machine's shared server; drop what it made.
 async function dropShop(): Promise<void> {
@@ -29,30 +41,62 @@ async function dropShop(): Promise<void> {
   await c.end();
 }
 
+/** The environment of a new user's shell: no NATS address or identity of the mesh's. */
+const freshEnv = { ...process.env, NATS_URL: "", MESH_NATS_CREDENTIALS: "", MESH_NATS_USER: "", MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "" };
+
+/** Runs meshctl in `cwd` with `env`; resolves with its exit code and output. */
+function meshctlIn(cwd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [meshctl, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    p.once("exit", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
 describe("meshctl up with the examples", () => {
-  let nats: NatsServer;
   let cwd: string;
   let up: ChildProcess;
   let out = "";
+  let url = "";
+  let monitorPort = 0;
 
   beforeAll(async () => {
     await dropShop();
-    nats = await startNatsServer();
     cwd = mkdtempSync(join(tmpdir(), "mesh-up-"));
-    up = spawn(process.execPath, [meshctl, "up", ...examples.flatMap((f) => ["-f", f])], {
-      cwd,
-      env: { ...process.env, NATS_URL: nats.url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    up = spawn(process.execPath, [meshctl, "up", ...examples.flatMap((f) => ["-f", f])], { cwd, env: freshEnv, stdio: ["ignore", "pipe", "pipe"] });
     up.stdout!.on("data", (d: Buffer) => (out += d.toString()));
     up.stderr!.on("data", (d: Buffer) => (out += d.toString()));
   });
 
   afterAll(async () => {
     if (up && up.exitCode === null) up.kill("SIGKILL");
-    await nats?.stop();
     if (cwd) rmSync(cwd, { recursive: true, force: true });
     await dropShop();
+  });
+
+  it("starts a NATS server of its own whose operator is the mesh, on 4222 or, taken, on a port it names; no client without credentials gets in", async () => {
+    const started = await waitFor("up to start its nats-server", () => /listening on (nats:\/\/127\.0\.0\.1:\d+).*monitoring on http:\/\/127\.0\.0\.1:(\d+)/.exec(out) ?? undefined, 30_000).catch((e) => {
+      throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
+    });
+    url = started[1]!;
+    monitorPort = Number(started[2]);
+    if (!(await isFree(4222))) {
+      expect(url).not.toBe("nats://127.0.0.1:4222");
+      expect(out).toContain(`port 4222 is taken on 127.0.0.1`);
+    }
+    await waitFor("up to record where its server listens", () => existsSync(join(cwd, ".mesh/nats-url")) || undefined, 10_000);
+    expect(readFileSync(join(cwd, ".mesh/nats-url"), "utf8").trim()).toBe(url);
+    for (const f of [".mesh/nats-url", ".mesh/nats-operator/admin.creds", ".mesh/nats-operator/signing-keys.json"]) {
+      expect((statSync(join(cwd, f)).mode & 0o777).toString(8), f).toBe("600");
+    }
+    const refused = await connect({ servers: url, reconnect: false, timeout: 3_000 }).then(
+      async (nc) => (await nc.close(), "connected"),
+      (e: unknown) => String(e),
+    );
+    expect(refused).toMatch(/Authorization Violation/);
   });
 
   it("brings shop to Ready and static-site to NothingRequired, with working files", async () => {
@@ -79,17 +123,67 @@ describe("meshctl up with the examples", () => {
     }
   });
 
-  it("stops every service and exits 0 on SIGTERM", async () => {
+  it("every meshctl command run from that directory finds the server and the operator's credentials, with no flag or variable", async () => {
+    const r = await meshctlIn(cwd, ["status", "shop", "--json"], freshEnv);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
+    expect(JSON.parse(r.stdout)).not.toHaveProperty("warnings");
+    expect(r.stderr).toBe("");
+    // From elsewhere, with the address alone, the server refuses meshctl and it says what to do.
+    expect(url).toMatch(/^nats:\/\//);
+    const elsewhere = await meshctlIn(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "shop"], { ...freshEnv, NATS_URL: url });
+    expect(elsewhere.code).toBe(1);
+    expect(elsewhere.stderr).toMatch(/refused this process's identity/);
+    expect(elsewhere.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
+  });
+
+  it("stops every service and its nats-server, and exits 0 on SIGTERM", async () => {
     const exited = new Promise<number | null>((resolve) => up.once("exit", (code) => resolve(code)));
     up.kill("SIGTERM");
     expect(await exited).toBe(0);
-    // Nothing it started still holds a connection to this NATS server.
-    const conns = await waitFor("the services' connections to close", async () => {
-      const r = await fetch(`http://127.0.0.1:${nats.monitorPort}/connz`).catch(() => undefined);
-      if (!r) return undefined;
-      const j = (await r.json()) as { num_connections: number };
-      return j.num_connections === 0 ? j : undefined;
-    }, 10_000);
-    expect(conns.num_connections).toBe(0);
+    expect(out).toMatch(/stopped nats-server/);
+    await waitFor("its nats-server to be gone", async () => (await fetch(`http://127.0.0.1:${monitorPort}/varz`).then(() => false, () => true)) || undefined, 10_000);
   });
+});
+
+describe("meshctl up on a named NATS server without authentication", () => {
+  let nats: NatsServer;
+  let cwd: string;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    cwd = mkdtempSync(join(tmpdir(), "mesh-up-open-"));
+  });
+  afterAll(async () => {
+    await nats?.stop();
+    if (cwd) rmSync(cwd, { recursive: true, force: true });
+  });
+
+  it("runs, and it and every service say loudly that anyone on that server can take every credential", async () => {
+    const up = spawn(process.execPath, [meshctl, "up", "--nodes", "node-a"], { cwd, env: { ...freshEnv, NATS_URL: nats.url }, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    up.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+    up.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+    try {
+      await waitFor("up's live status", () => /live status/.test(out), 30_000).catch((e) => {
+        throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
+      });
+      expect(out).toContain(`using the NATS server at ${nats.url}`);
+      expect(out).toMatch(new RegExp(`WARNING: the NATS server at ${nats.url.replace(/\./g, "\\.")} has no authentication: anyone who can reach it can take every credential`));
+      expect(existsSync(join(cwd, ".mesh/nats-operator/admin.creds"))).toBe(false); // nothing of an operator's on a server it does not run
+      for (const f of ["resolver", "provisioner", "verifier", "rotator", "agent-node-a"]) {
+        await waitFor(`${f}'s warning`, () => readFileSync(join(cwd, `.mesh/logs/${f}.log`), "utf8").includes("has no authentication") || undefined, 10_000);
+      }
+      // meshctl status shows it on the mesh itself, first, in both forms.
+      const text = await meshctlIn(cwd, ["status"], { ...freshEnv, NATS_URL: nats.url });
+      expect(text.code, text.stderr).toBe(0);
+      expect(text.stderr).toMatch(/^WARNING: the NATS server at .* has no authentication/);
+      const json = await meshctlIn(cwd, ["status", "--json"], { ...freshEnv, NATS_URL: nats.url });
+      expect((JSON.parse(json.stdout) as { warnings?: string[] }).warnings?.[0]).toMatch(/has no authentication: anyone who can reach it can take every credential/);
+    } finally {
+      const exited = new Promise<number | null>((resolve) => up.once("exit", (code) => resolve(code)));
+      up.kill("SIGTERM");
+      expect(await exited).toBe(0);
+    }
+  }, 60_000);
 });

@@ -2,13 +2,46 @@
  * Connecting meshctl to NATS and opening the store, with failures that say which server
  * was tried and how to get one.
  */
-import { DEFAULT_NATS_URL, ErrorCodes, connectNats, isMeshError, openStore, type NatsConnection, type Store } from "@mesh/shared";
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { ConnectionOptions } from "@nats-io/transport-node";
+import { DEFAULT_NATS_URL, ErrorCodes, connectNats, isMeshError, natsIdentity, openStore, type NatsConnection, type Store } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { rootMessage } from "./nats-errors.js";
 
-/** The NATS URL meshctl uses: `--server`, else `NATS_URL`, else nats://127.0.0.1:4222. */
-export function natsUrlFrom(option: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
-  return option || env.NATS_URL || DEFAULT_NATS_URL;
+/** Where `meshctl up` records the address of the NATS server it runs, under the state directory. */
+export const NATS_URL_FILE = "nats-url";
+/** The operator admin's `.creds`, under the state directory (see bootstrap.ts, bootstrapFiles). */
+export const ADMIN_CREDS_FILE = join("nats-operator", "admin.creds");
+
+/**
+ * The NATS URL meshctl uses: `--server`, else `NATS_URL`, else the address `meshctl up` recorded
+ * in `.mesh/nats-url` of the working directory, else nats://127.0.0.1:4222.
+ */
+export function natsUrlFrom(option: string | undefined, env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): string {
+  if (option) return option;
+  if (env.NATS_URL) return env.NATS_URL;
+  try {
+    const recorded = readFileSync(join(resolve(cwd, ".mesh"), NATS_URL_FILE), "utf8").trim();
+    if (recorded) return recorded;
+  } catch {
+    // none recorded
+  }
+  return DEFAULT_NATS_URL;
+}
+
+/** True when the user named a server (`--server` or `NATS_URL`). */
+export const isNamedServer = (option: string | undefined, env: NodeJS.ProcessEnv = process.env) => Boolean(option || env.NATS_URL);
+
+/**
+ * The identity meshctl connects with: `MESH_NATS_CREDENTIALS` (or `MESH_NATS_USER`) when set,
+ * else the operator admin's `.creds` that `meshctl up` or `bootstrap` left in `.mesh/` of the
+ * working directory, else none. `--server` and `NATS_URL` change only the address.
+ */
+export function cliIdentity(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): Partial<ConnectionOptions> {
+  if (env.MESH_NATS_CREDENTIALS || env.MESH_NATS_USER) return natsIdentity(env);
+  const creds = join(resolve(cwd, ".mesh"), ADMIN_CREDS_FILE);
+  return existsSync(creds) ? natsIdentity({ MESH_NATS_CREDENTIALS: creds }) : {};
 }
 
 /** What to tell a user whose NATS at `url` did not answer. */
@@ -34,12 +67,12 @@ export function noJetStreamMessage(url: string, cause: string): string {
 /** Connects to `url`; a failure is a {@link CliError} that explains how to get a server. */
 export async function connectForCli(url: string): Promise<NatsConnection> {
   try {
-    return await connectNats(url, { timeout: 3_000, maxReconnectAttempts: 3 });
+    return await connectNats(url, { timeout: 3_000, maxReconnectAttempts: 3, ...cliIdentity() });
   } catch (e) {
     // The server answered and refused the identity: "start a nats-server" would mislead.
     if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
       throw new CliError(
-        `${e.message}.\nOn a mesh set up by meshctl bootstrap, use the line it printed: MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds`,
+        `${e.message}.\nRun meshctl from the directory of the meshctl up or bootstrap that runs this mesh (its .mesh/ holds the operator's credentials), or set MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds`,
         undefined,
         { cause: e },
       );

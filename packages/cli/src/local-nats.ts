@@ -55,6 +55,15 @@ export function freeTcpPort(host: string): Promise<number> {
   });
 }
 
+/** True when nothing listens on `host:port` now (it could be bound). */
+export function isTcpPortFree(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, host, () => srv.close(() => resolve(true)));
+  });
+}
+
 /** A nats-server this process started. */
 export interface StartedNats {
   pid: number;

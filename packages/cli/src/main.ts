@@ -9,7 +9,7 @@ import { operatorFiles } from "@mesh/providers";
 import { resolve } from "node:path";
 import { runApply } from "./apply-command.js";
 import { CliError, isCliError } from "./cli-error.js";
-import { connectForCli, natsUrlFrom, openStoreForCli } from "./connect.js";
+import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { runExplain } from "./explain-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput } from "./output.js";
@@ -86,7 +86,7 @@ const VERBOSE_HELP = "show every attempt that is tried again, and why";
 
 const program = new Command("meshctl")
   .description("Operate the provisioning mesh: apply manifests, see what is satisfied and why, run it all locally.")
-  .addOption(new Option("-s, --server <url>", "NATS server URL(s), comma-separated; default nats://127.0.0.1:4222").env("NATS_URL"))
+  .addOption(new Option("-s, --server <url>", "NATS server URL(s), comma-separated; default: the one meshctl up recorded in .mesh/nats-url, else nats://127.0.0.1:4222").env("NATS_URL"))
   .showHelpAfterError()
   // Wrong usage exits 2 (commander's own default is 1, which meshctl keeps for failures).
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
@@ -184,7 +184,8 @@ function runLocalMesh(o: { filename: string[]; nodes?: string; bindings: string 
     };
     for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
     const nodes = o.nodes?.split(",").map((n) => n.trim()).filter(Boolean);
-    return runUp({ files: o.filename, natsUrl: url, bindings: o.bindings, ...(nodes ? { nodes } : {}), ...(bootstrap ? { bootstrap } : {}) }, out, stop.signal);
+    const natsUrlNamed = isNamedServer(program.opts<{ server?: string }>().server);
+    return runUp({ files: o.filename, natsUrl: url, natsUrlNamed, bindings: o.bindings, ...(nodes ? { nodes } : {}), ...(bootstrap ? { bootstrap } : {}) }, out, stop.signal);
   });
 }
 

@@ -2,7 +2,7 @@
  * `meshctl status [MODULE] [--json]`: processed modules, their state, and each grant with
  * provider, generation and conditions, read straight from KV.
  */
-import type { Store } from "@mesh/shared";
+import { unauthenticatedWarning, type Store } from "@mesh/shared";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
@@ -22,10 +22,14 @@ export async function runStatus(store: Store, opts: StatusOptions, out: Output):
   const now = opts.now ?? new Date();
   const report = await loadStatus(store, opts.module, now);
   const code = report.error ? ExitCodes.NotProcessed : ExitCodes.Ok;
+  // The mesh's own exposure comes first: on a server without authentication anyone can take every credential.
+  const info = store.nc.info;
+  const warnings = info && !info.auth_required ? [unauthenticatedWarning(store.nc.getServer())] : [];
   if (opts.json) {
-    out.out(JSON.stringify(report, null, 2));
+    out.out(JSON.stringify(warnings.length ? { ...report, warnings } : report, null, 2));
     return code;
   }
+  for (const w of warnings) out.err(w);
   const text = formatStatus(report, { now, color: out.color, width: out.columns });
   if (report.error) out.err(text);
   else out.out(text);

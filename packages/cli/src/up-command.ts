@@ -4,18 +4,30 @@
  * child processes (their logs under `.mesh/logs/`), applies the given files once the resolver
  * answers, and shows a live status until Ctrl-C; then it stops everything it started.
  */
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { adminEnv, bootstrapFiles, controlPlaneFiles, identityBinding, partOfService, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
 import { prepareOperatorServer } from "@mesh/providers";
 import { join, relative, isAbsolute } from "node:path";
-import { BOOTSTRAP_PROVIDER, CONTROL_PLANE_MODULE, NAME_RULE, connectNats, isValidName, loadMasterKey, natsIdentity, subjects, type NatsConnection } from "@mesh/shared";
+import {
+  BOOTSTRAP_PROVIDER,
+  CONTROL_PLANE_MODULE,
+  ErrorCodes,
+  NAME_RULE,
+  connectNats,
+  isMeshError,
+  isValidName,
+  loadMasterKey,
+  subjects,
+  unauthenticatedWarning,
+  type NatsConnection,
+} from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
 import { retryPolicy } from "./retry.js";
 import { CliError } from "./cli-error.js";
-import { natsUnreachableMessage, openStoreForCli } from "./connect.js";
+import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
 import { startLiveStatus, type LiveStatus } from "./live-status.js";
-import { findNatsServer, freeTcpPort, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
+import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
@@ -42,6 +54,11 @@ export interface UpOptions {
   /** Repository root holding `services/` (default: this installation's). */
   root?: string;
   reader?: FileReader;
+  /**
+   * Whether the user named the server (`--server`, `NATS_URL`): only a named server is used
+   * when one answers; otherwise up starts its own (default: named, as the URL is given).
+   */
+  natsUrlNamed?: boolean;
   /** How long to wait for the resolver to answer (default 60 s). */
   resolverWaitMs?: number;
   /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
@@ -81,6 +98,33 @@ export function serviceSpecs(opts: { root: string; paths: UpPaths; natsUrl: stri
       logFile: log(`agent-${node}`),
     })),
   ];
+}
+
+/** What up says, loudly, when it runs on a server without authentication. */
+export function unauthenticatedLines(url: string): string[] {
+  const bar = "!".repeat(78);
+  return [bar, unauthenticatedWarning(url), bar];
+}
+
+/**
+ * Where up's own server listens: at the named URL's port; otherwise at the port it used last
+ * (`.mesh/nats-url`), else 4222, when free, else a free port, which it names.
+ */
+async function listenAddress(url: string, named: boolean, stateDir: string, out: Output): Promise<{ host: string; port: number }> {
+  const host = "127.0.0.1";
+  if (named) return loopbackAddress(url)!;
+  let recorded: number | undefined;
+  try {
+    recorded = loopbackAddress(readFileSync(join(stateDir, NATS_URL_FILE), "utf8").trim())?.port;
+  } catch {
+    // first run here
+  }
+  for (const port of [recorded, 4222]) {
+    if (port !== undefined && (await isTcpPortFree(host, port))) return { host, port };
+  }
+  const port = await freeTcpPort(host);
+  out.out(`port 4222 is taken on ${host} (another server listens there, not this mesh's); the mesh's NATS listens on nats://${host}:${port} instead (recorded in ${join(stateDir, NATS_URL_FILE)}, where every meshctl command run from this directory finds it)`);
+  return { host, port };
 }
 
 /** A path as shown to the user: relative to `cwd` when inside it. */
@@ -192,59 +236,68 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   };
   process.once("exit", emergency);
 
-  const auth = opts.bootstrap ? bootstrapFiles(paths.state) : undefined;
-  // In bootstrap, meshctl and the services start as the operator's admin, on a NATS it set up.
-  const identity = () => (auth && existsSync(auth.adminCredsFile) ? natsIdentity(adminEnv(auth)) : {});
+  // The server this command starts, when it starts one, has the mesh as its operator; its
+  // keys and the operator's admin are kept here, for up and bootstrap alike.
+  const own = bootstrapFiles(paths.state);
+  const auth = opts.bootstrap ? own : undefined;
+  // meshctl and the services connect as the operator's admin once there is one (or as MESH_NATS_CREDENTIALS says).
+  const identity = () => cliIdentity(process.env, cwd);
+  const usesOwnAdmin = () => !process.env.MESH_NATS_CREDENTIALS && !process.env.MESH_NATS_USER && existsSync(own.adminCredsFile);
   try {
     let url = probeUrl;
-    try {
-      nc = await connectNats(url, { timeout: 2_000, ...identity() });
-      out.out(`using the NATS server at ${url}`);
-      if (auth && (!existsSync(auth.adminCredsFile) || !nc.info?.auth_required)) {
-        throw new CliError(
-          `a NATS server already answers at ${url}, but meshctl bootstrap did not set it up (no ${show(auth.adminCredsFile)}), so the mesh cannot issue identities on it.\n` +
-            "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server whose operator is the mesh, or run it from the directory of the bootstrap that set this one up (its .mesh/nats-operator/ is there).",
-        );
+    let answered = false;
+    // A server is used only when named (--server, NATS_URL), or by bootstrap at its URL.
+    if (opts.natsUrlNamed !== false || opts.bootstrap) {
+      try {
+        nc = await connectNats(url, { timeout: 2_000, ...identity() });
+        answered = true;
+        out.out(`using the NATS server at ${url}`);
+        if (auth && (!existsSync(auth.adminCredsFile) || !nc.info?.auth_required)) {
+          throw new CliError(
+            `a NATS server already answers at ${url}, but meshctl bootstrap did not set it up (no ${show(auth.adminCredsFile)}), so the mesh cannot issue identities on it.\n` +
+              "Give bootstrap a free loopback URL (--server nats://127.0.0.1:4333), where it starts a server whose operator is the mesh, or run it from the directory of the bootstrap that set this one up (its .mesh/nats-operator/ is there).",
+          );
+        }
+        if (!nc.info?.auth_required) for (const line of unauthenticatedLines(url)) out.err(line);
+      } catch (e) {
+        if (e instanceof CliError) throw e;
+        if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
+          throw new CliError(`${e.message}.\nThe server at ${url} is not this directory's mesh: set MESH_NATS_CREDENTIALS to an identity it knows, or run meshctl up without NATS_URL or --server to start a server of its own.`);
+        }
+        if (!loopbackAddress(url)) throw new CliError(`${natsUnreachableMessage(url, rootMessage(e))}\n(meshctl up starts a server itself only for a loopback URL such as nats://127.0.0.1:4222.)`);
       }
-    } catch (e) {
-      if (e instanceof CliError) throw e;
-      const local = loopbackAddress(url);
-      if (!local) throw new CliError(`${natsUnreachableMessage(url, rootMessage(e))}\n(meshctl up starts a server itself only for a loopback URL such as nats://127.0.0.1:4222.)`);
+    }
+    if (!answered) {
       const bin = findNatsServer();
       if (!bin) {
         throw new CliError(
-          `no NATS server answers at ${url}, and nats-server is not installed, so meshctl up cannot start one.\n` +
+          `no NATS server runs for this mesh, and nats-server is not installed, so meshctl up cannot start one.\n` +
             "Install it with: apt-get install nats-server\n(or set NATS_URL to a running nats-server with JetStream)",
         );
       }
+      const local = await listenAddress(url, opts.natsUrlNamed !== false || Boolean(opts.bootstrap), paths.state, out);
       const logFile = join(paths.logs, "nats-server.log");
-      if (auth) {
-        const monitorPort = await freeTcpPort(local.host);
-        const { key } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
-        await prepareOperatorServer(auth, key, { ...local, monitorPort });
-        out.out(
-          `no NATS server answers at ${url}; starting one whose operator is the mesh (JWT identities, full account resolver): ${bin} -c ${show(auth.configFile)}` +
-            ` (operator keys in ${show(auth.dir)}, sealed under the master key; the admin's credentials in ${show(auth.adminCredsFile)};` +
-            ` monitoring on http://${local.host}:${monitorPort}, log in ${show(logFile)})`,
-        );
-        nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: auth.storeDir, logFile, configFile: auth.configFile });
-      } else {
-        out.out(
-          `no NATS server answers at ${url}; starting one: ${bin} -a ${local.host} -p ${local.port} -js -sd ${show(paths.nats)}` +
-            ` (JetStream store in ${show(paths.nats)}, log in ${show(logFile)})`,
-        );
-        nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: paths.nats, logFile });
-      }
+      const monitorPort = await freeTcpPort(local.host);
+      const { key } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
+      await prepareOperatorServer(own, key, { ...local, monitorPort });
+      out.out(
+        `starting a NATS server whose operator is the mesh (JWT identities, full account resolver; a client without credentials is refused): ${bin} -c ${show(own.configFile)}` +
+          ` (listening on nats://${local.host}:${local.port}; operator keys in ${show(own.dir)}, sealed under the master key; the admin's credentials in ${show(own.adminCredsFile)};` +
+          ` monitoring on http://${local.host}:${monitorPort}, log in ${show(logFile)})`,
+      );
+      nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: own.storeDir, logFile, configFile: own.configFile });
       url = nats.url;
+      writeFileSync(join(paths.state, NATS_URL_FILE), `${url}\n`, { mode: 0o600 });
       try {
         nc = await connectNats(url, { timeout: 5_000, ...identity() });
       } catch (e2) {
         throw new CliError(`started nats-server, but cannot connect to ${url}: ${rootMessage(e2)}; see ${show(logFile)}`);
       }
     }
+    if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
     const store = await openStoreForCli(nc, url);
 
-    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes, ...(auth ? { env: adminEnv(auth) } : {}) });
+    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes, ...(usesOwnAdmin() ? { env: adminEnv(own) } : {}) });
     const started: string[] = [];
     for (const spec of specs) started.push(`${spec.name} (pid ${await supervisor.start(spec)})`);
     out.out(`started ${started.join(", ")}`);
@@ -297,7 +350,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
 
     const header = () => [
-      `mesh up on ${url}${nats ? ` (nats-server started here, store ${show(paths.nats)})` : ""}`,
+      `mesh up on ${url}${nats ? ` (nats-server started here, the mesh its operator, store ${show(own.storeDir)})` : ""}`,
       `services: ${specs.map((s) => s.name).join(", ")}; logs in ${show(paths.logs)}/`,
       `bindings: ${show(paths.bindings)}/<node>/<module>/<part>/<requirement>/`,
       ...(applied.length ? [`applied: ${applied.join(", ")}`] : []),
@@ -314,7 +367,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     await nc?.close().catch(() => undefined);
     if (nats) {
       await nats.stop(opts.graceMs ?? 5_000);
-      out.err(`stopped nats-server (its store stays in ${show(auth ? auth.storeDir : paths.nats)})`);
+      out.err(`stopped nats-server (its store stays in ${show(own.storeDir)})`);
     }
     process.off("exit", emergency);
     if (anything) out.err("stopped.");

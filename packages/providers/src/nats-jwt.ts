@@ -96,8 +96,10 @@ class NativeKeyPair implements KeyPair {
   getPublicKey() {
     return this.publicKey;
   }
+  private privateKey: Uint8Array | undefined;
+  /** Derived once (the library asks for it on every signature, to check that a signer has a seed). */
   getPrivateKey() {
-    return this.kp.getPrivateKey();
+    return (this.privateKey ??= this.kp.getPrivateKey());
   }
   getSeed() {
     return this.kp.getSeed();

@@ -3,7 +3,7 @@
  * first SIGINT/SIGTERM stop once, drain and exit 0 (a second signal exits at once). A failure
  * to start is printed with what to do and exits 1.
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { errorMessage } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -29,6 +29,7 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
     const store = await openStore(nc);
     const service = await start({ nc, store, log });
     log.info({ nats: nc.getServer() }, `${name} started`);
+    if (nc.info && !nc.info.auth_required) log.warn({ nats: nc.getServer() }, unauthenticatedWarning(nc.getServer()));
     const identity = followIdentity(nc, log);
     let stopping = false;
     const shutdown = async (signal: string) => {
@@ -71,6 +72,11 @@ export function serviceMasterKey(log: Logger, env: NodeJS.ProcessEnv = process.e
   return key;
 }
 
+/** What a service and meshctl say, loudly, about a NATS server without authentication. */
+export function unauthenticatedWarning(server: string): string {
+  return `WARNING: the NATS server at ${server} has no authentication: anyone who can reach it can take every credential of this mesh, apply any document, and forge rotation notices and confirmations. Run the mesh on a server whose operator is the mesh (meshctl up without NATS_URL or --server starts one; meshctl nats-config configures one).`;
+}
+
 /** How often a service looks at its identity's binding for a new generation. */
 export const IDENTITY_CHECK_MS = 1_000;
 
@@ -84,7 +90,8 @@ export const IDENTITY_CHECK_MS = 1_000;
 export function followIdentity(nc: NatsConnection, log: Logger, env: NodeJS.ProcessEnv = process.env): { stop(): void } | undefined {
   const dir = env.MESH_NATS_CREDENTIALS;
   if (!dir) return undefined;
-  const file = join(dir, "username");
+  // A binding's creds (a new generation, or a renewed JWT), or its username on a server with plain users; a .creds file itself.
+  const file = [join(dir, "creds"), join(dir, "username")].find((f) => existsSync(f)) ?? dir;
   const read = () => {
     try {
       return readFileSync(file, "utf8").trim();
@@ -96,7 +103,8 @@ export function followIdentity(nc: NatsConnection, log: Logger, env: NodeJS.Proc
   const timer = setInterval(() => {
     const next = read();
     if (!next || next === current) return;
-    log.info({ from: current, to: next }, "the binding of this service's NATS identity changed; reconnecting with it");
+    // Never the content: a creds file holds the identity's seed.
+    log.info({ binding: file }, "the binding of this service's NATS identity changed; reconnecting with it");
     current = next;
     nc.reconnect().catch((e: unknown) => log.warn({ err: errorMessage(e) }, "could not reconnect with the new identity; the server will drop the old one at commit and the client reconnects then"));
   }, IDENTITY_CHECK_MS);
