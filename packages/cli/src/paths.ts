@@ -19,7 +19,6 @@ export function serviceMain(name: string, root = repoRoot()): string {
 export interface UpPaths {
   state: string;
   logs: string;
-  nats: string;
   bindings: string;
   masterKey: string;
 }
@@ -31,7 +30,6 @@ export function upPaths(opts: { cwd?: string; state?: string; bindings?: string;
   return {
     state,
     logs: join(state, "logs"),
-    nats: join(state, "nats"),
     bindings: resolve(cwd, opts.bindings ?? join(state, "bindings")),
     masterKey: resolve(cwd, opts.masterKeyFile ?? join(state, "master.key")),
   };
