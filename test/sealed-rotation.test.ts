@@ -28,6 +28,7 @@ import {
   openStore,
   parseMasterKey,
   readJson,
+  sealTo,
   sendConfirmation,
   subjects,
   type Confirmation,
@@ -191,6 +192,52 @@ describe("rotations held by SDK instances", () => {
     await expect(store.jsm.streams.find(h0Msg.subject)).rejects.toThrow();
 
     await Promise.all(holders.map((h) => h.stop()));
+  }, 60_000);
+
+  it("opens values sealed by the mesh's sealing key only: a forged notice pinning generation 999999 changes nothing", async () => {
+    await applySecretModule("forged");
+    const c = await connect({ servers: nats.url });
+    conns.push(c);
+    const h = await holdCredential(c, { module: "forged", part: "app", requirement: "key", node: "n1", instance: "victim" });
+    const got: HeldCredential[] = [];
+    void (async () => {
+      for await (const u of h) {
+        got.push(u);
+        if (u.rotation) await u.confirm();
+      }
+    })();
+    await waitUntil("the victim on generation 1", () => got.some((u) => u.generation === 1));
+    const reg = (await readJson(store.kv.holders, keys.holder("forged", "key", "n1", "app", "victim"), HolderRegistration))!.value;
+
+    // Whoever may publish on the notice subject can read the victim's public xkey and seal to it.
+    const attacker = createSealingKey();
+    const rotationId = "forged/key#999999";
+    const forged: HolderNotice = {
+      rotation: rotationId,
+      grant: "forged/key",
+      holder: reg.holder,
+      generation: 999_999,
+      sender: attacker.getPublicKey(),
+      sealed: sealTo(attacker, reg.xkey!, { rotation: rotationId, holder: reg.holder, generation: 999_999, values: { value: "attacker's" } }),
+    };
+    const fetches: number[] = [];
+    const fetchSub = nc.subscribe(subjects.credentialFetch, { callback: (_e, m) => void fetches.push((m.json() as { generation: number }).generation) });
+    await nc.flush();
+    nc.publish(subjects.holderValues("forged", "key", "n1", "app", "victim"), JSON.stringify(forged));
+    await nc.flush();
+    // The victim did not open it: it asked the provisioner for generation 999999, which has none.
+    await waitUntil("the victim's fetch of 999999", () => fetches.includes(999_999), 10_000);
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(got.map((u) => u.generation)).toEqual([1]);
+
+    // A real rotation afterwards is held as usual, sealed by the mesh's key (the provisioner's too).
+    await rotator.rotate({ grant: "forged/key" });
+    await waitUntil("the victim on generation 2", () => got.some((u) => u.generation === 2));
+    expect(got.find((u) => u.generation === 2)!.values.value).not.toBe("attacker's");
+    expect(fetches.filter((g) => g === 2)).toEqual([]); // opened from its notice: the sender was the mesh's
+    fetchSub.unsubscribe();
+    await waitUntil("the commit", () => committed("forged"));
+    await h.stop();
   }, 60_000);
 
   it("tells a holder that missed its notice again, and the rotation commits once it confirms", async () => {

@@ -121,6 +121,8 @@ class Holder implements CredentialHolder {
   readonly holder: string;
   private readonly grant: string;
   private readonly key = createSealingKey();
+  /** The mesh's sealing key, learned from the last credential fetched; notices must be sealed by it. */
+  private meshSender: string | undefined;
   private readonly buffer: HeldCredential[] = [];
   private waiter: ((r: IteratorResult<HeldCredential>) => void) | undefined;
   private done = false;
@@ -255,9 +257,16 @@ class Holder implements CredentialHolder {
     }
   }
 
-  /** The values `notice` sealed to this instance, when they open for it, its rotation and generation; undefined otherwise (fetch). */
+  /**
+   * The values `notice` sealed to this instance, when they open for it, its rotation and
+   * generation, and were sealed by the mesh's sealing key as this instance learned it from a
+   * credential it fetched (a reply only the provisioner may send), never from the notice itself:
+   * anyone who may publish on the notice subject could seal values of their own to this
+   * instance's public xkey. Undefined otherwise (fetch, which the provisioner answers only for a
+   * generation that exists).
+   */
   private sealedValues(notice: HolderNotice | undefined): CredentialValues | undefined {
-    if (!notice?.sealed || !notice.sender) return undefined;
+    if (!notice?.sealed || !notice.sender || notice.sender !== this.meshSender) return undefined;
     try {
       const p = SealedHolderPayload.safeParse(openFrom(this.key, notice.sender, notice.sealed));
       if (!p.success || p.data.holder !== this.holder || p.data.rotation !== notice.rotation || p.data.generation !== notice.generation) return undefined;
@@ -276,11 +285,11 @@ class Holder implements CredentialHolder {
     span?.setAttribute("mesh.values", values ? "sealed" : "fetched");
     for (let attempt = 0; !this.done && values === undefined; attempt++) {
       try {
-        values = (
-          await fetchCredential(this.nc, { grant: this.grant, part: this.opts.part, node: this.opts.node, generation }, this.key, {
-            timeoutMs: this.opts.fetchTimeoutMs ?? 5_000,
-          })
-        ).values;
+        const fetched = await fetchCredential(this.nc, { grant: this.grant, part: this.opts.part, node: this.opts.node, generation }, this.key, {
+          timeoutMs: this.opts.fetchTimeoutMs ?? 5_000,
+        });
+        values = fetched.values;
+        this.meshSender = fetched.sender;
       } catch (e) {
         if (attempt >= 8 || (e instanceof MeshError && !e.retryable)) {
           span?.setStatus({ code: 2, message: errorMessage(e) });

@@ -30,6 +30,8 @@ export interface FetchCredentialOptions {
 export interface FetchedCredential {
   generation: number;
   values: CredentialValues;
+  /** The key the provisioner sealed them with: the mesh's sealing key, which notices must come from too. */
+  sender: string;
 }
 
 /**
@@ -79,5 +81,5 @@ export async function fetchCredential(
     // Do not echo the parse error: zod may quote the input, and the input is secret.
     throw new MeshError(ErrorCodes.Internal, `credential ${target.grant} generation ${target.generation} is not a map of string values`, { retryable: false });
   }
-  return { generation: reply.data.generation, values: values.data };
+  return { generation: reply.data.generation, values: values.data, sender: reply.data.sender };
 }

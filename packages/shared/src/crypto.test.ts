@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { inspect } from "node:util";
-import { createSealingKey, decrypt, encrypt, generateSecret, loadMasterKey, openFrom, parseMasterKey, sealTo } from "./crypto.js";
+import { createSealingKey, decrypt, encrypt, generateSecret, loadMasterKey, meshSealingKey, openFrom, parseMasterKey, sealTo } from "./crypto.js";
 import { isMeshError } from "./errors.js";
 
 const key = parseMasterKey("11".repeat(32));
@@ -99,5 +99,20 @@ describe("generateSecret", () => {
     const seen = new Set(Array.from({ length: 1000 }, () => generateSecret()));
     expect(seen.size).toBe(1000);
     for (const s of seen) expect(s).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  });
+});
+
+describe("the mesh's sealing key", () => {
+  it("is the same for every instance with the master key, another for another key, and seals so that a holder opens it", () => {
+    const hex = "11".repeat(32);
+    const a = meshSealingKey(parseMasterKey(hex));
+    const again = meshSealingKey(parseMasterKey(hex));
+    const other = meshSealingKey(parseMasterKey("22".repeat(32)));
+    expect(a.getPublicKey()).toMatch(/^X[A-Z2-7]{55}$/);
+    expect(again.getPublicKey()).toBe(a.getPublicKey());
+    expect(other.getPublicKey()).not.toBe(a.getPublicKey());
+    const holder = createSealingKey();
+    expect(openFrom(holder, a.getPublicKey(), sealTo(again, holder.getPublicKey(), { v: 1 }))).toEqual({ v: 1 });
+    expect(() => openFrom(holder, other.getPublicKey(), sealTo(a, holder.getPublicKey(), { v: 1 }))).toThrow(/did not open/);
   });
 });

@@ -8,12 +8,15 @@
  * - In transit to a holder they are sealed to the holder's curve25519 xkey (nkeys), so the
  *   broker and other subscribers see only ciphertext.
  */
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes } from "node:crypto";
 import { chmodSync, existsSync, linkSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
-import { createCurve, fromCurveSeed, type KeyPair } from "@nats-io/nkeys";
+import { Prefix, createCurve, fromCurveSeed, type KeyPair } from "@nats-io/nkeys";
+import { Codec } from "@nats-io/nkeys/lib/codec.js";
 import { ErrorCodes, MeshError } from "./errors.js";
 import { SealingKeyPair } from "./sealing-key.js";
+
+export type { KeyPair };
 
 /** A 32-byte master key and a short id of it (not secret: a hash prefix) for messages. */
 export interface MasterKey {
@@ -149,6 +152,24 @@ export function createSealingKey(): KeyPair {
 /** Rebuilds a sealing key pair from its seed (as kept in a holder's state file). */
 export function sealingKeyFromSeed(seed: string): KeyPair {
   return new SealingKeyPair(fromCurveSeed(new TextEncoder().encode(seed)));
+}
+
+const meshSealingKeys = new Map<string, KeyPair>();
+
+/**
+ * The mesh's sealing key: derived from the master key (HKDF-SHA256), so every provisioner and
+ * rotator instance seals with the same key, and a holder that learned its public half from a
+ * credential it fetched (a reply only the provisioner may send) can refuse values sealed by
+ * anyone else. Made once per master key.
+ */
+export function meshSealingKey(mk: MasterKey): KeyPair {
+  let kp = meshSealingKeys.get(mk.id);
+  if (!kp) {
+    const raw = new Uint8Array(hkdfSync("sha256", mk.key, Buffer.alloc(0), "mesh sealing key v1", 32));
+    kp = sealingKeyFromSeed(new TextDecoder().decode(Codec.encodeSeed(Prefix.Curve, raw)));
+    meshSealingKeys.set(mk.id, kp);
+  }
+  return kp;
 }
 
 /** Seals a JSON value to `recipient`'s public xkey; returns base64. */

@@ -8,20 +8,21 @@ import {
   Grant,
   MeshError,
   RotationStates,
-  createSealingKey,
   keys,
   parseGrantId,
   readJson,
   sealTo,
   type CredentialFetchReply,
+  type KeyPair,
   type Store,
 } from "@mesh/shared";
 import type { CredentialStore } from "@mesh/providers";
 
-// The provisioner's sealing key: ephemeral, one per process; its public half travels with each reply.
-const sender = createSealingKey();
-
-export async function handleCredentialFetch(store: Store, credentials: CredentialStore, body: unknown): Promise<CredentialFetchReply> {
+/**
+ * Answers a fetch, sealing the values with `sender`: the mesh's sealing key (meshSealingKey), whose
+ * public half a holder learns from this reply and then asks of every rotation notice.
+ */
+export async function handleCredentialFetch(store: Store, credentials: CredentialStore, body: unknown, sender: KeyPair): Promise<CredentialFetchReply> {
   const parsed = CredentialFetchRequest.safeParse(body);
   if (!parsed.success) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not a credential fetch request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);

@@ -12,6 +12,7 @@ import {
   kvFilter,
   kvKeyOf,
   kvStream,
+  meshSealingKey,
   serveJson,
   subjects,
   type Logger,
@@ -34,7 +35,8 @@ export async function startProvisioner(opts: { store: Store; masterKey: MasterKe
   const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
   const deps = { store, credentials, adapters, log };
   const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
-  const api = serveJson(store.nc, subjects.credentialFetch, QueueGroups.provisioner, log, (body) => handleCredentialFetch(store, credentials, body));
+  const sealer = meshSealingKey(opts.masterKey);
+  const api = serveJson(store.nc, subjects.credentialFetch, QueueGroups.provisioner, log, (body) => handleCredentialFetch(store, credentials, body, sealer));
   const consumer = await consumeKeys({
     store,
     stream: kvStream(Buckets.grants),

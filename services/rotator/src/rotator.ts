@@ -24,7 +24,7 @@ import {
   RotationStates,
   Streams,
   consumeKeys,
-  createSealingKey,
+  meshSealingKey,
   errorMessage,
   holderKey,
   isCasConflict,
@@ -108,8 +108,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   // When this instance last sent each running rotation's notices to SDK holders.
   const noticed = new Map<string, { at: number; every: number }>();
   const noticeResendMs = opts.noticeResendMs ?? HOLDER_NOTICE_RESEND_MS;
-  // This instance's sealing key: ephemeral; its public half travels in each notice it seals.
-  const sealer = createSealingKey();
+  // The mesh's sealing key (from the master key, the provisioner's too): holders open only what it sealed.
+  const sealer = meshSealingKey(opts.masterKey);
   // The box key with each registered holder, computed in idle time as registrations arrive
   // (sealing to nothing computes and keeps it), so a rotation's sealing is symmetric only.
   const warmed = new Set<string>();
