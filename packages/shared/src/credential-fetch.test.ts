@@ -20,10 +20,10 @@ function answerOnce(reply: (req: { recipient: string; generation: number }) => u
 }
 
 describe("fetchCredential", () => {
-  it("opens values sealed to the caller", async () => {
+  it("opens values sealed to the caller, and says which key sealed them", async () => {
     const sender = createSealingKey();
     answerOnce((req) => ({ ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed: sealTo(sender, req.recipient, { password: "pw" }) }));
-    expect(await fetchCredential(conn(), target, createSealingKey())).toEqual({ generation: 2, values: { password: "pw" } });
+    expect(await fetchCredential(conn(), target, createSealingKey())).toEqual({ generation: 2, values: { password: "pw" }, sender: sender.getPublicKey() });
   });
 
   it("refuses values sealed to someone else, without quoting them", async () => {
