@@ -56,7 +56,7 @@ import { checkGrantRef } from "./grant-ref.js";
 import { NATS_ENDPOINT, parseEndpoint } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
 import { natsPermissions, type NatsPermissions } from "./nats-permissions.js";
-import { accountClaims, issueUser, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
+import { accountClaims, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
 
 /** How long a login (connect and flush) may take, and each request to the server. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -220,7 +220,7 @@ class NatsUserAdapter implements ProviderAdapter {
     const where = `${b.host}:${b.port}`;
     let user = "";
     try {
-      user = userClaims(/-----BEGIN NATS USER JWT-----\s*\n\s*(\S+)/.exec(b.creds!)?.[1] ?? "").name;
+      user = userClaims(jwtOfCreds(b.creds!) ?? "").name;
     } catch {
       return { ok: false, reason: "rejected", message: "the binding's creds hold no user JWT" };
     }
