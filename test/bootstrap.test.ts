@@ -9,9 +9,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { CONTROL_PLANE_SERVICES, agentPart, identityRequirement } from "@mesh/shared";
-import { spawn } from "node:child_process";
 import { tmpdir } from "node:os";
-import { meshctlBin, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
 
 const parts = [...CONTROL_PLANE_SERVICES, agentPart("node-a")];
@@ -66,12 +65,7 @@ describe("meshctl bootstrap", () => {
     expect(text.stdout).toMatch(/mesh\s+Ready/);
     // Without an identity, meshctl says so, and how to get one, rather than "start a nats-server".
     // (From another directory: in the mesh's own, meshctl finds the operator's credentials in .mesh/.)
-    const anonymous = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      const p = spawn(process.execPath, [meshctlBin, "status", "mesh"], { cwd: mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), env: { ...process.env, NATS_URL: mesh.url, MESH_NATS_CREDENTIALS: "", MESH_NATS_USER: "" } });
-      let stderr = "";
-      p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-      p.once("exit", (code) => resolve({ code, stderr }));
-    });
+    const anonymous = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "mesh"], { ...process.env, NATS_URL: mesh.url, MESH_NATS_CREDENTIALS: "", MESH_NATS_USER: "" });
     expect(anonymous.code).toBe(1);
     expect(anonymous.stderr).toMatch(/refused this process's identity/);
     expect(anonymous.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");

@@ -13,22 +13,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { createServer } from "node:net";
 import { connect } from "@nats-io/transport-node";
+import { isTcpPortFree } from "@mesh/cli";
+import { runMeshctl } from "./harness/bootstrapped-mesh.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { waitFor } from "./harness/wait.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
 const meshctl = join(repo, "packages/cli/bin/meshctl.js");
 const examples = ["examples/providers/postgres.yaml", "examples/shop.yaml", "examples/nothing.yaml"].map((f) => join(repo, f));
-
-/** True when nothing listens on 127.0.0.1:`port`. */
-const isFree = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const srv = createServer();
-    srv.once("error", () => resolve(false));
-    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
-  });
 
 // The example provisions shop's database on the machine's shared server; drop what it made.
 async function dropShop(): Promise<void> {
@@ -43,18 +36,6 @@ async function dropShop(): Promise<void> {
 
 /** The environment of a new user's shell: no NATS address or identity of the mesh's. */
 const freshEnv = { ...process.env, NATS_URL: "", MESH_NATS_CREDENTIALS: "", MESH_NATS_USER: "", MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "" };
-
-/** Runs meshctl in `cwd` with `env`; resolves with its exit code and output. */
-function meshctlIn(cwd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [meshctl, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-    p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    p.once("exit", (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 describe("meshctl up with the examples", () => {
   let cwd: string;
@@ -83,7 +64,7 @@ describe("meshctl up with the examples", () => {
     });
     url = started[1]!;
     monitorPort = Number(started[2]);
-    if (!(await isFree(4222))) {
+    if (!(await isTcpPortFree("127.0.0.1", 4222))) {
       expect(url).not.toBe("nats://127.0.0.1:4222");
       expect(out).toContain(`port 4222 is taken on 127.0.0.1`);
     }
@@ -124,14 +105,14 @@ describe("meshctl up with the examples", () => {
   });
 
   it("every meshctl command run from that directory finds the server and the operator's credentials, with no flag or variable", async () => {
-    const r = await meshctlIn(cwd, ["status", "shop", "--json"], freshEnv);
+    const r = await runMeshctl(cwd, ["status", "shop", "--json"], freshEnv);
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
     expect(JSON.parse(r.stdout)).not.toHaveProperty("warnings");
     expect(r.stderr).toBe("");
     // From elsewhere, with the address alone, the server refuses meshctl and it says what to do.
     expect(url).toMatch(/^nats:\/\//);
-    const elsewhere = await meshctlIn(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "shop"], { ...freshEnv, NATS_URL: url });
+    const elsewhere = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "shop"], { ...freshEnv, NATS_URL: url });
     expect(elsewhere.code).toBe(1);
     expect(elsewhere.stderr).toMatch(/refused this process's identity/);
     expect(elsewhere.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
@@ -175,10 +156,10 @@ describe("meshctl up on a named NATS server without authentication", () => {
         await waitFor(`${f}'s warning`, () => readFileSync(join(cwd, `.mesh/logs/${f}.log`), "utf8").includes("has no authentication") || undefined, 10_000);
       }
       // meshctl status shows it on the mesh itself, first, in both forms.
-      const text = await meshctlIn(cwd, ["status"], { ...freshEnv, NATS_URL: nats.url });
+      const text = await runMeshctl(cwd, ["status"], { ...freshEnv, NATS_URL: nats.url });
       expect(text.code, text.stderr).toBe(0);
       expect(text.stderr).toMatch(/^WARNING: the NATS server at .* has no authentication/);
-      const json = await meshctlIn(cwd, ["status", "--json"], { ...freshEnv, NATS_URL: nats.url });
+      const json = await runMeshctl(cwd, ["status", "--json"], { ...freshEnv, NATS_URL: nats.url });
       expect((JSON.parse(json.stdout) as { warnings?: string[] }).warnings?.[0]).toMatch(/has no authentication: anyone who can reach it can take every credential/);
     } finally {
       const exited = new Promise<number | null>((resolve) => up.once("exit", (code) => resolve(code)));

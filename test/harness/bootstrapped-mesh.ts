@@ -15,6 +15,18 @@ import { waitFor } from "./wait.js";
 const repo = fileURLToPath(new URL("../..", import.meta.url));
 export const meshctlBin = join(repo, "packages/cli/bin/meshctl.js");
 
+/** Runs meshctl with `args` in `cwd` with exactly `env`; resolves with its exit code and output. */
+export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [meshctlBin, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    p.once("exit", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
 export interface BootstrappedMesh {
   cwd: string;
   url: string;
@@ -77,16 +89,7 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
       }
       return undefined;
     },
-    meshctl(args, env = {}) {
-      return new Promise((resolve) => {
-        const p = spawn(process.execPath, [meshctlBin, ...args], { cwd, env: { ...process.env, ...adminEnv, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-        let stdout = "";
-        let stderr = "";
-        p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-        p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-        p.once("exit", (code) => resolve({ code, stdout, stderr }));
-      });
-    },
+    meshctl: (args, env = {}) => runMeshctl(cwd, args, { ...process.env, ...adminEnv, ...env }),
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) {
         const exited = new Promise((r) => proc.once("exit", r));

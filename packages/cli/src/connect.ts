@@ -6,13 +6,12 @@ import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { ConnectionOptions } from "@nats-io/transport-node";
 import { DEFAULT_NATS_URL, ErrorCodes, connectNats, isMeshError, natsIdentity, openStore, type NatsConnection, type Store } from "@mesh/shared";
+import { bootstrapFiles } from "./bootstrap.js";
 import { CliError } from "./cli-error.js";
 import { rootMessage } from "./nats-errors.js";
 
 /** Where `meshctl up` records the address of the NATS server it runs, under the state directory. */
 export const NATS_URL_FILE = "nats-url";
-/** The operator admin's `.creds`, under the state directory (see bootstrap.ts, bootstrapFiles). */
-export const ADMIN_CREDS_FILE = join("nats-operator", "admin.creds");
 
 /**
  * The NATS URL meshctl uses: `--server`, else `NATS_URL`, else the address `meshctl up` recorded
@@ -40,8 +39,18 @@ export const isNamedServer = (option: string | undefined, env: NodeJS.ProcessEnv
  */
 export function cliIdentity(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): Partial<ConnectionOptions> {
   if (env.MESH_NATS_CREDENTIALS || env.MESH_NATS_USER) return natsIdentity(env);
-  const creds = join(resolve(cwd, ".mesh"), ADMIN_CREDS_FILE);
-  return existsSync(creds) ? natsIdentity({ MESH_NATS_CREDENTIALS: creds }) : {};
+  const creds = ownAdminCreds(env, resolve(cwd, ".mesh"));
+  return creds ? natsIdentity({ MESH_NATS_CREDENTIALS: creds }) : {};
+}
+
+/**
+ * The operator admin's `.creds` in the state directory `stateDir` when that is the identity to
+ * use: there is one, and the environment names none (`MESH_NATS_CREDENTIALS`, `MESH_NATS_USER`).
+ */
+export function ownAdminCreds(env: NodeJS.ProcessEnv, stateDir: string): string | undefined {
+  if (env.MESH_NATS_CREDENTIALS || env.MESH_NATS_USER) return undefined;
+  const creds = bootstrapFiles(stateDir).adminCredsFile;
+  return existsSync(creds) ? creds : undefined;
 }
 
 /** What to tell a user whose NATS at `url` did not answer. */

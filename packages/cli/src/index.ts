@@ -6,6 +6,7 @@ export { ExitCodes, type ExitCode } from "./exit-codes.js";
 export { CliError, isCliError } from "./cli-error.js";
 export { bufferOutput, processOutput, type Output, type BufferedOutput } from "./output.js";
 export { connectForCli, openStoreForCli, natsUrlFrom, natsUnreachableMessage, noJetStreamMessage } from "./connect.js";
+export { isTcpPortFree } from "./local-nats.js";
 export {
   loadManifestFiles,
   formatFileProblems,

@@ -24,7 +24,7 @@ import {
 import { reportApply, sendApply } from "./apply-command.js";
 import { retryPolicy } from "./retry.js";
 import { CliError } from "./cli-error.js";
-import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli } from "./connect.js";
+import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli, ownAdminCreds } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
 import { startLiveStatus, type LiveStatus } from "./live-status.js";
 import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
@@ -242,7 +242,6 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   const auth = opts.bootstrap ? own : undefined;
   // meshctl and the services connect as the operator's admin once there is one (or as MESH_NATS_CREDENTIALS says).
   const identity = () => cliIdentity(process.env, cwd);
-  const usesOwnAdmin = () => !process.env.MESH_NATS_CREDENTIALS && !process.env.MESH_NATS_USER && existsSync(own.adminCredsFile);
   try {
     let url = probeUrl;
     let answered = false;
@@ -297,7 +296,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
     const store = await openStoreForCli(nc, url);
 
-    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes, ...(usesOwnAdmin() ? { env: adminEnv(own) } : {}) });
+    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes, ...(ownAdminCreds(process.env, paths.state) ? { env: adminEnv(own) } : {}) });
     const started: string[] = [];
     for (const spec of specs) started.push(`${spec.name} (pid ${await supervisor.start(spec)})`);
     out.out(`started ${started.join(", ")}`);

@@ -27,6 +27,9 @@ export interface Endpoint {
   path: string;
 }
 
+/** `host:port` as a client dials it, with an IPv6 host in brackets. */
+export const hostPort = (host: string, port: number) => `${host.includes(":") ? `[${host}]` : host}:${port}`;
+
 /** Parses `provider.endpoint` by `rule`; throws `ProviderMisconfigured` saying what is wrong and giving the example. */
 export function parseEndpoint(provider: ProviderConfig, rule: EndpointRule): Endpoint {
   const bad = (why: string, quote = true) =>

@@ -49,7 +49,7 @@ import type {
   SecretMaterial,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { NATS_ENDPOINT, parseEndpoint } from "./endpoint.js";
+import { NATS_ENDPOINT, hostPort, parseEndpoint } from "./endpoint.js";
 import { NATS_BUCKET_NAME, bucketName, limitsUpdate, markerOf, storeLimits, streamName, type StoreKind, type StoreLimits } from "./jetstream-store-layout.js";
 
 /** How long connecting, and each JetStream API request, may take. */
@@ -174,7 +174,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
         host,
         port: String(port),
         // No credential: a holder connects with its own nats.user identity.
-        uri: `nats://${addressOf(host, port)}`,
+        uri: `nats://${hostPort(host, port)}`,
         bucket: names.bucket,
       },
     };
@@ -210,7 +210,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
     if (!NATS_BUCKET_NAME.test(b.bucket!) || !Number.isInteger(port) || port < 1 || port > 65_535) {
       return { ok: false, reason: "rejected", message: `the binding's bucket ${JSON.stringify(b.bucket)} or port ${JSON.stringify(b.port)} is not valid` };
     }
-    const where = addressOf(b.host!, port);
+    const where = hostPort(b.host!, port);
     const stream = streamName(this.kind, b.bucket!);
     const own = b.host === this.endpoint.host && port === this.endpoint.port;
     try {
@@ -264,7 +264,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   private adminConnection(): Promise<JetStreamConnection> {
     if (this.admin) return this.admin;
     const { host, port } = this.endpoint;
-    const opening = openJetStream(addressOf(host, port), ADMIN_TIMEOUT_MS, this.provider.admin);
+    const opening = openJetStream(hostPort(host, port), ADMIN_TIMEOUT_MS, this.provider.admin);
     const forget = () => {
       if (this.admin === opening) this.admin = undefined;
     };
@@ -332,7 +332,6 @@ class JetStreamStoreAdapter implements ProviderAdapter {
 
 
 /** `host:port`, with an IPv6 host in brackets. */
-const addressOf = (host: string, port: number) => `${host.includes(":") ? `[${host}]` : host}:${port}`;
 
 /** Connects to `server` without reconnects, with JetStream checked; `admin` is the identity, if any. */
 async function openJetStream(server: string, timeoutMs: number, admin?: ProviderConfig["admin"]): Promise<JetStreamConnection> {

@@ -264,6 +264,11 @@ export function userKey(seed: string): KeyPair {
   return native;
 }
 
+/** The standard decorated `.creds` file of a user JWT and its key's seed. */
+export function credsOf(jwt: string, seed: string): string {
+  return text(fmtCreds(jwt, userKey(seed)));
+}
+
 /** A fresh user nkey seed (`SU…`): every generation of an identity is a key of its own. */
 export function newUserSeed(): string {
   return seedOf(createUser());

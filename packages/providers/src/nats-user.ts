@@ -27,7 +27,7 @@ import { readFileSync } from "node:fs";
 import { isAbsolute } from "node:path";
 import { AuthorizationError, connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm, type KV } from "@nats-io/kv";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import {
   ErrorCodes,
   Kinds,
@@ -53,10 +53,10 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { NATS_ENDPOINT, parseEndpoint } from "./endpoint.js";
+import { NATS_ENDPOINT, hostPort, parseEndpoint } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
 import { natsPermissions, type NatsPermissions } from "./nats-permissions.js";
-import { accountClaims, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
+import { accountClaims, credsOf, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
 
 /** How long a login (connect and flush) may take, and each request to the server. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -108,7 +108,7 @@ class NatsUserAdapter implements ProviderAdapter {
   readonly kinds = [Kinds.NatsUser] as const;
   private readonly host: string;
   private readonly port: number;
-  private admin: Promise<{ nc: NatsConnection; kv: KV }> | undefined;
+  private admin: Promise<{ nc: NatsConnection; kv: KV; jsm: JetStreamManager }> | undefined;
   private system: Promise<NatsConnection> | undefined;
   private keys: SigningKeys | undefined;
 
@@ -225,7 +225,7 @@ class NatsUserAdapter implements ProviderAdapter {
       return { ok: false, reason: "rejected", message: "the binding's creds hold no user JWT" };
     }
     try {
-      const nc = await connectWith(addressOf(b.host!, Number(b.port)), b.creds!, "mesh nats.user login");
+      const nc = await connectWith(hostPort(b.host!, Number(b.port)), b.creds!, "mesh nats.user login");
       await nc.close();
       return { ok: true };
     } catch (e) {
@@ -244,18 +244,17 @@ class NatsUserAdapter implements ProviderAdapter {
 
   /** Whether `r` may be handed out again as it is: same permissions, and not due for renewal. */
   private current(r: IdentityRecord, p: NatsPermissions): boolean {
-    let claims: ReturnType<typeof issued>;
+    let claims: ReturnType<typeof userClaims>;
     try {
-      claims = issued(r.jwt);
+      claims = userClaims(r.jwt);
     } catch {
       return false;
     }
-    const same = JSON.stringify(claims.pub) === JSON.stringify(p.publish) && JSON.stringify(claims.sub) === JSON.stringify(p.subscribe);
+    const same = JSON.stringify(claims.publish) === JSON.stringify(p.publish) && JSON.stringify(claims.subscribe) === JSON.stringify(p.subscribe);
     return same && claims.issuer === userIssuer(this.signingKeys()) && r.expiresAt - nowS() >= (this.expiryMs() / 1000) * RENEW_AT_REMAINING;
   }
 
   private result(r: IdentityRecord, seed: string, p: NatsPermissions): CreateResult {
-    const hostInUri = this.host.includes(":") ? `[${this.host}]` : this.host;
     const creds = credsOf(r.jwt, seed);
     return {
       resource: describe(r, p),
@@ -265,7 +264,7 @@ class NatsUserAdapter implements ProviderAdapter {
         provider: this.provider.name,
         host: this.host,
         port: String(this.port),
-        uri: `nats://${hostInUri}:${this.port}`,
+        uri: `nats://${hostPort(this.host, this.port)}`,
         username: userClaims(r.jwt).name,
         nkey: r.user,
         creds,
@@ -375,7 +374,7 @@ class NatsUserAdapter implements ProviderAdapter {
   /** A request as the system account's user; its reply goes through `parse`. */
   private async systemRequest<T>(what: string, subject: string, body: string, parse: (reply: string) => T): Promise<T> {
     for (let attempt = 0; ; attempt++) {
-      const pending = (this.system ??= connectWith(addressOf(this.host, this.port), this.signingKeys().systemUserCreds, "mesh nats.user adapter (system)"));
+      const pending = (this.system ??= connectWith(hostPort(this.host, this.port), this.signingKeys().systemUserCreds, "mesh nats.user adapter (system)"));
       let nc: NatsConnection;
       try {
         nc = await pending;
@@ -399,19 +398,20 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 
   /** The admin's connection and the records bucket, opened on first use and again after the server closed it. */
-  private async adminConn(what: string): Promise<{ nc: NatsConnection; kv: KV }> {
+  private async adminConn(what: string): Promise<{ nc: NatsConnection; kv: KV; jsm: JetStreamManager }> {
     const admin = this.provider.admin?.password;
     if (!admin) {
       throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: give admin.passwordFile, the .creds of a user of the account with JetStream, so the adapter can keep its records`);
     }
     const pending = (this.admin ??= (async () => {
-      const nc = await connect({ servers: addressOf(this.host, this.port), reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
+      const nc = await connect({ servers: hostPort(this.host, this.port), reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
       try {
         const kv = await retryJetStreamGap(() => new Kvm(nc).create(RECORDS_BUCKET, { history: 1, description: "mesh nats.user: identities issued and revoked" }));
+        const jsm = await jetstreamManager(nc, { timeout: LOGIN_TIMEOUT_MS });
         void nc.closed().then(() => {
           if (this.admin === pending) this.admin = undefined;
         });
-        return { nc, kv };
+        return { nc, kv, jsm };
       } catch (e) {
         await nc.close().catch(() => {});
         throw e;
@@ -431,8 +431,7 @@ class NatsUserAdapter implements ProviderAdapter {
    * revocation ever pruned.
    */
   private async erase(key: string): Promise<void> {
-    const { nc } = await this.adminConn(`erase ${key}`);
-    const jsm = await jetstreamManager(nc, { timeout: LOGIN_TIMEOUT_MS });
+    const { jsm } = await this.adminConn(`erase ${key}`);
     await jsm.streams.purge(`KV_${RECORDS_BUCKET}`, { filter: `$KV.${RECORDS_BUCKET}.${key}` });
   }
 
@@ -517,42 +516,12 @@ class NatsUserAdapter implements ProviderAdapter {
 /** The key that signs users: the account's signing key. */
 const userIssuer = (keys: SigningKeys) => publicKeyOf(keys.accountSigningSeed);
 
-/** The permissions and issuer a user JWT carries. */
-function issued(jwt: string): { pub: string[]; sub: string[]; issuer: string } {
-  const c = userClaims(jwt);
-  return { pub: c.publish, sub: c.subscribe, issuer: c.issuer };
-}
-
-/** The decorated `.creds` file of `jwt` and `seed`. */
-function credsOf(jwt: string, seed: string): string {
-  return [
-    "-----BEGIN NATS USER JWT-----",
-    jwt,
-    "------END NATS USER JWT------",
-    "",
-    "************************* IMPORTANT *************************",
-    "NKEY Seed printed below can be used to sign and prove identity.",
-    "NKEYs are sensitive and should be treated as secrets.",
-    "",
-    "-----BEGIN USER NKEY SEED-----",
-    seed,
-    "------END USER NKEY SEED------",
-    "",
-    "*************************************************************",
-    "",
-  ].join("\n");
-}
-
 /** Non-secret names of an identity, for `resource` and `observe`'s details. */
 function describe(r: IdentityRecord, p?: NatsPermissions): Record<string, string> {
-  const perms = p ?? (() => {
-    const c = issued(r.jwt);
-    return { publish: c.pub, subscribe: c.sub };
-  })();
+  const perms = p ?? userClaims(r.jwt);
   return { user: userClaims(r.jwt).name, publish: perms.publish.join(","), subscribe: perms.subscribe.join(",") };
 }
 
-const addressOf = (host: string, port: number) => `${host.includes(":") ? `[${host}]` : host}:${port}`;
 
 /** Connects with a `.creds` file, without reconnecting, and flushes, so a refused login has surfaced. */
 async function connectWith(server: string, creds: string, name: string): Promise<NatsConnection> {

@@ -63,13 +63,14 @@ export function startSchedule(opts: { store: Store; log: Logger; checkMs: number
         const key = keys.grant(m.name, req.name);
         const g = (await readJson(store.kv.grants, key, Grant))?.value;
         if (!g || g.generation === 0) continue;
-        const expires = g.resource.expires ? new Date(g.resource.expires) : undefined;
-        if (!req.rotate && !(expires && !Number.isNaN(expires.getTime()))) continue;
+        const at = g.resource.expires ? new Date(g.resource.expires) : undefined;
+        const expires = at && !Number.isNaN(at.getTime()) ? at : undefined;
+        if (!req.rotate && !expires) continue;
         if (isRotationRunning((await readJson(store.kv.rotations, key, Rotation))?.value)) continue;
         const since = await currentSince(store, g);
         const now = new Date();
         const scheduled = req.rotate !== undefined && isDue(since, parseDuration(req.rotate.every), now);
-        const expiring = expires !== undefined && !Number.isNaN(expires.getTime()) && isExpiring(since, expires, now);
+        const expiring = expires !== undefined && isExpiring(since, expires, now);
         if (!scheduled && !expiring) continue;
         try {
           await opts.rotate({ grant: g.id, trigger: "schedule" });
