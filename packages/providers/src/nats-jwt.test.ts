@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { decode, fromSeed } from "@nats-io/jwt";
+import { credsAuthenticator } from "@nats-io/transport-node";
 import { MeshError, parseMasterKey } from "@mesh/shared";
 import {
   accountClaims,
@@ -50,6 +51,9 @@ describe("nats-jwt", () => {
     expect(isCreds(u.creds)).toBe(true);
     expect(jwtOfCreds(u.creds)).toBe(u.jwt);
     expect(u.creds).toContain(seed);
+    // Read back trimmed (a password file loses its last newline; readers trim), it still signs in.
+    const auth = credsAuthenticator(new TextEncoder().encode(u.creds.trim())) as (nonce?: string) => { jwt: string; nkey: string };
+    expect(auth("nonce")).toMatchObject({ jwt: u.jwt, nkey: c.sub });
   });
 
   it("re-signs the account JWT with revocations and keeps every other claim", async () => {

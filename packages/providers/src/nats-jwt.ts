@@ -25,7 +25,6 @@ import {
   encodeAccount,
   encodeOperator,
   encodeUser,
-  fmtCreds,
   fromSeed,
   type Account,
   type ClaimsData,
@@ -166,10 +165,10 @@ export async function createOperatorSetup(opts: { operatorName?: string; account
       account: account.getPublicKey(),
       accountSigningSeed: seedOf(accountSigning),
       systemAccount: system.getPublicKey(),
-      systemUserCreds: text(fmtCreds(sysJwt, sysUser)),
+      systemUserCreds: credsOf(sysJwt, seedOf(sysUser)),
     },
     identity: { operator: seedOf(operator), account: seedOf(account), systemAccount: seedOf(system) },
-    adminCreds: text(fmtCreds(adminJwt, admin)),
+    adminCreds: credsOf(adminJwt, seedOf(admin)),
   };
 }
 
@@ -248,7 +247,7 @@ export async function issueUser(
     },
     user.expiresAt === undefined ? {} : { exp: user.expiresAt },
   );
-  return { jwt, creds: text(fmtCreds(jwt, kp)), publicKey: kp.getPublicKey() };
+  return { jwt, creds: credsOf(jwt, user.seed), publicKey: kp.getPublicKey() };
 }
 
 /** The user key pair of `seed`; throws MeshError `InvalidRequest` for anything but a user seed (`SU…`). */
@@ -264,9 +263,29 @@ export function userKey(seed: string): KeyPair {
   return native;
 }
 
-/** The standard decorated `.creds` file of a user JWT and its key's seed. */
+/**
+ * The decorated `.creds` file of a user JWT and its key's seed, laid out as `nsc` writes it:
+ * with the closing line of stars after the seed. The client's parser needs a newline after the
+ * seed's end line, and the library's `fmtCreds` ends right there, so a reader that trims the
+ * file (or a password file read without its last newline) would break it; this one survives.
+ */
 export function credsOf(jwt: string, seed: string): string {
-  return text(fmtCreds(jwt, userKey(seed)));
+  return [
+    "-----BEGIN NATS USER JWT-----",
+    jwt,
+    "------END NATS USER JWT------",
+    "",
+    "************************* IMPORTANT *************************",
+    "NKEY Seed printed below can be used to sign and prove identity.",
+    "NKEYs are sensitive and should be treated as secrets.",
+    "",
+    "-----BEGIN USER NKEY SEED-----",
+    seed,
+    "------END USER NKEY SEED------",
+    "",
+    "*************************************************************",
+    "",
+  ].join("\n");
 }
 
 /** A fresh user nkey seed (`SU…`): every generation of an identity is a key of its own. */
