@@ -102,7 +102,7 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     schema: CredentialFetchRequest,
     io: "input",
     description:
-      `Request on ${subjects.credentialFetch}: the values of one generation of a grant for one part on one node. ` +
+      `Request on mesh.api.credential.fetch.<module>.<requirement>.<node>.<part> (a body naming another is refused): the values of one generation of a grant for one part on one node. ` +
       "recipient is the caller's public curve25519 key (an nkeys xkey, starting with X).",
   },
   {
@@ -110,7 +110,7 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     schema: CredentialFetchReply,
     io: "output",
     description:
-      `Reply to a request on ${subjects.credentialFetch}: ok true with the values sealed to the recipient key ` +
+      `Reply to a request on ${subjects.credentialFetchesAll}: ok true with the values sealed to the recipient key ` +
       "(sealed is base64; open it with the recipient's key and the sender's public xkey, and parse the JSON as " +
       "CredentialValues), or ok false with an error.",
   },

@@ -136,7 +136,7 @@ describe("rotations held by SDK instances", () => {
 
     // Watch every fetch request (a plain subscriber sees a copy of each) and every notice.
     const fetchesBy = new Map<string, number>();
-    const fetchSub = nc.subscribe(subjects.credentialFetch, {
+    const fetchSub = nc.subscribe(subjects.credentialFetchesAll, {
       callback: (_e, m) => {
         const who = xkeyOf.get((m.json() as { recipient: string }).recipient) ?? "other";
         fetchesBy.set(who, (fetchesBy.get(who) ?? 0) + 1);
@@ -221,7 +221,7 @@ describe("rotations held by SDK instances", () => {
       sealed: sealTo(attacker, reg.xkey!, { rotation: rotationId, holder: reg.holder, generation: 999_999, values: { value: "attacker's" } }),
     };
     const fetches: number[] = [];
-    const fetchSub = nc.subscribe(subjects.credentialFetch, { callback: (_e, m) => void fetches.push((m.json() as { generation: number }).generation) });
+    const fetchSub = nc.subscribe(subjects.credentialFetchesAll, { callback: (_e, m) => void fetches.push((m.json() as { generation: number }).generation) });
     await nc.flush();
     nc.publish(subjects.holderValues("forged", "key", "n1", "app", "victim"), JSON.stringify(forged));
     await nc.flush();

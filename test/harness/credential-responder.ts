@@ -1,7 +1,7 @@
 /**
  * A stand-in for the provisioner's credential source, for tests of holders (the agent, the
  * SDK) without a provisioner: it stores a generation's binding values encrypted in KV
- * `credentials` under a master key, and answers `subjects.credentialFetch` with them sealed
+ * `credentials` under a master key, and answers `subjects.credentialFetchesAll` with them sealed
  * to the caller's xkey — with the real shared crypto, the real subjects and schemas. It
  * checks, as the provisioner does, that the caller is a target of the grant.
  */
@@ -69,7 +69,7 @@ export function credentialResponder(store: Store, log: Logger): CredentialRespon
       return served;
     },
     start() {
-      sub ??= serveJson(store.nc, subjects.credentialFetch, QueueGroups.provisioner, log, handle);
+      sub ??= serveJson(store.nc, subjects.credentialFetchesAll, QueueGroups.provisioner, log, handle);
     },
     async stop() {
       await sub?.stop();

@@ -20,6 +20,7 @@ import {
   identityRequirement,
   readJson,
   type MasterKey,
+  type ProviderDoc,
   type Store,
 } from "@mesh/shared";
 import { ensureOperator, operatorConfig, operatorFiles, type OperatorFiles } from "@mesh/providers";
@@ -45,15 +46,24 @@ export function controlPlaneFiles(opts: { url: string; servicesNode: string; nod
   return {
     source: "meshctl bootstrap",
     documents: [
-      bootstrapProvider({
-        url: opts.url,
-        node: opts.servicesNode,
-        signingKeysFile: opts.files.signingKeysFile,
-        admin: { username: BOOTSTRAP_ADMIN, passwordFile: opts.files.adminCredsFile },
-      }),
+      busProvider({ url: opts.url, node: opts.servicesNode, files: opts.files }),
       controlPlaneManifest({ servicesNode: opts.servicesNode, nodes: opts.nodes }),
     ],
   };
+}
+
+/**
+ * The mesh's bus as provider `mesh-nats`: with the operator's `files`, it issues identities
+ * (parts', nats.user) and serves JetStream stores; without (a server that has no
+ * authentication), it hands the parts identities that carry the url alone.
+ */
+export function busProvider(opts: { url: string; node: string; files?: OperatorFiles }): ProviderDoc {
+  const f = opts.files;
+  return bootstrapProvider({
+    url: opts.url,
+    node: opts.node,
+    ...(f ? { auth: { signingKeysFile: f.signingKeysFile, admin: { username: BOOTSTRAP_ADMIN, passwordFile: f.adminCredsFile } } } : {}),
+  });
 }
 
 /** Where the identity of control-plane part `part` on `node` lands: its nats.user binding. */
@@ -138,7 +148,7 @@ export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
   let docs: ManifestFile["documents"];
   try {
     docs = [
-      bootstrapProvider({ url: o.url, node: servicesNode, signingKeysFile: o.signingKeysFile, admin: { username: BOOTSTRAP_ADMIN, passwordFile: o.adminCredsFile } }),
+      bootstrapProvider({ url: o.url, node: servicesNode, auth: { signingKeysFile: o.signingKeysFile, admin: { username: BOOTSTRAP_ADMIN, passwordFile: o.adminCredsFile } } }),
       controlPlaneManifest({ servicesNode, nodes }),
     ];
   } catch (e) {

@@ -5,13 +5,15 @@
  * answers, and shows a live status until Ctrl-C; then it stops everything it started.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { adminEnv, bootstrapFiles, controlPlaneFiles, identityBinding, partOfService, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
+import { adminEnv, bootstrapFiles, busProvider, controlPlaneFiles, identityBinding, partOfService, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
 import { prepareOperatorServer } from "@mesh/providers";
 import { join, relative, isAbsolute } from "node:path";
 import {
   BOOTSTRAP_PROVIDER,
   CONTROL_PLANE_MODULE,
   ErrorCodes,
+  IDENTITY_BINDING,
+  Kinds,
   NAME_RULE,
   connectNats,
   isMeshError,
@@ -339,6 +341,20 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       out.out(`restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`);
       out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} npx meshctl status`);
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
+    }
+    if (!auth) {
+      // The bus as the provider of the parts' identities: issued by the operator's keys on a
+      // server this directory's mesh is operator of, the url alone on one without authentication.
+      const ours = ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true;
+      if (ours || !nc.info?.auth_required) {
+        const bus = busProvider({ url, node: nodes[0]!, ...(ours ? { files: own } : {}) });
+        const outcome = await sendApply(nc, [{ source: "meshctl up", documents: [bus] }], undefined, retryPolicy({ option: null }, out));
+        const code = reportApply(outcome, false, out);
+        if (code !== ExitCodes.Ok) return code;
+        out.out(`declared provider ${BOOTSTRAP_PROVIDER}: every installed part gets its identity on this bus (binding ${IDENTITY_BINDING})${ours ? "" : ", the url alone: the server has no authentication"}`);
+      } else {
+        out.err(`the server at ${url} is not this directory's mesh (its identity comes from MESH_NATS_CREDENTIALS), so parts get no identity binding: apply a provider of ${Kinds.MeshIdentity} with that server's signing keys (examples/providers/nats.yaml)`);
+      }
     }
     if (files.length) {
       // Under bootstrap the resolver was just restarted on its own identity: a moment without one is ridden out.

@@ -111,7 +111,12 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
   }
   const js = jetstream(nc);
   const kvm = new Kvm(js);
-  const [holders, grants, rotations] = await Promise.all([kvm.open(Buckets.holders), kvm.open(Buckets.grants), kvm.open(Buckets.rotations)]);
+  // Direct gets name the key in their subject, so a part's identity may read its own module's records and no other's.
+  const [holders, grants, rotations] = await Promise.all([
+    kvm.open(Buckets.holders),
+    kvm.open(Buckets.grants, { allow_direct: true }),
+    kvm.open(Buckets.rotations, { allow_direct: true }),
+  ]);
   const h = new Holder(nc, { holders, grants, rotations }, { ...opts, instance });
   await h.start();
   return h;

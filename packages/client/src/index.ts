@@ -12,3 +12,10 @@ export {
 } from "./watch-credentials.js";
 export { MeshError, isMeshError, ErrorCodes, type ErrorCode, type Problem, type CredentialValues } from "@mesh/shared";
 export { holdCredential, type CredentialHolder, type HeldCredential, type HoldCredentialOptions } from "./hold-credential.js";
+export {
+  connectWithIdentity,
+  readIdentityBinding,
+  type ConnectWithIdentityOptions,
+  type IdentityBinding,
+  type IdentityConnection,
+} from "./connect-with-identity.js";

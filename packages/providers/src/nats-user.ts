@@ -36,8 +36,13 @@ import {
   grantId,
   isCasConflict,
   isMeshError,
+  isValidName,
   parseDuration,
+  partIdentityPermissions,
   retryJetStreamGap,
+  subjects,
+  type Kind,
+  type PartIdentityOptions,
 } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -72,7 +77,17 @@ const PRUNE_SKEW_S = 300;
 const MAX_PUSH_ROUNDS = 20;
 
 /** Makes the `nats.user` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
-export const createNatsUserAdapter: AdapterFactory = (provider) => new NatsUserAdapter(provider);
+export const createNatsUserAdapter: AdapterFactory = (provider) => new NatsUserAdapter(provider, Kinds.NatsUser);
+
+/**
+ * Makes the `mesh.identity` adapter of `provider`, the mesh's own bus: a part's workload
+ * identity, issued as a `nats.user` is but with the permissions of the part
+ * (`partIdentityPermissions`) and delivered as the binding `identity` (`type` nats, `url`,
+ * `creds`, `inboxPrefix`, and the grant, module, part and node it is for). On a bus without
+ * authentication (a provider with no `options.signingKeysFile`) the binding carries the `url`
+ * alone, and there is nothing to issue, retire or revoke.
+ */
+export const createMeshIdentityAdapter: AdapterFactory = (provider) => new NatsUserAdapter(provider, Kinds.MeshIdentity);
 
 /** One issued generation, as recorded in {@link RECORDS_BUCKET}. */
 interface IdentityRecord {
@@ -105,15 +120,22 @@ const recordKey = (module: string, requirement: string, generation: number) => `
 const nowS = () => Math.floor(Date.now() / 1000);
 
 class NatsUserAdapter implements ProviderAdapter {
-  readonly kinds = [Kinds.NatsUser] as const;
+  readonly kinds: readonly Kind[];
   private readonly host: string;
   private readonly port: number;
   private admin: Promise<{ nc: NatsConnection; kv: KV; jsm: JetStreamManager }> | undefined;
   private system: Promise<NatsConnection> | undefined;
   private keys: SigningKeys | undefined;
+  /** A part identity on a bus without authentication: the url is all there is to hand out. */
+  private readonly open: boolean;
 
-  constructor(private readonly provider: ProviderConfig) {
+  constructor(
+    private readonly provider: ProviderConfig,
+    private readonly kind: typeof Kinds.NatsUser | typeof Kinds.MeshIdentity,
+  ) {
     ({ host: this.host, port: this.port } = parseEndpoint(provider, NATS_ENDPOINT));
+    this.kinds = [kind];
+    this.open = kind === Kinds.MeshIdentity && provider.options?.signingKeysFile === undefined;
   }
 
   generate() {
@@ -122,6 +144,7 @@ class NatsUserAdapter implements ProviderAdapter {
 
   async observe(req: ObserveRequest): Promise<ObserveResult> {
     checkGrantRef(req.grant);
+    if (this.open) return { exists: true, details: { identity: "none: the server has no authentication" } };
     const { module, requirement, generation } = req.grant;
     const what = `observe ${grantId(module, requirement)}`;
     const account = await this.lookupAccount(what);
@@ -149,8 +172,9 @@ class NatsUserAdapter implements ProviderAdapter {
     if (typeof seed !== "string" || !seed) {
       throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${grant} has no nkey seed (it was made for a users-file NATS); rotate ${grant} to issue it a JWT identity`);
     }
+    if (this.open) return this.result(undefined, seed, req);
     const publicKey = userKey(seed).getPublicKey();
-    const permissions = natsPermissions(module, req.options);
+    const permissions = this.permissions(module, req.options);
     const account = await this.lookupAccount(what);
     const keys = this.signingKeys();
     if (!account.signingKeys.includes(userIssuer(keys))) {
@@ -176,7 +200,7 @@ class NatsUserAdapter implements ProviderAdapter {
         await this.indexRevoked(what, `${key}.replaced`, { ...r, revokedAt: nowS() });
         await this.pushRevocations(what);
       }
-      if (r?.user === publicKey && this.current(r, permissions)) return this.result(r, seed, permissions);
+      if (r?.user === publicKey && this.current(r, permissions)) return this.result(r, seed, req, permissions);
       const expiresAt = nowS() + Math.ceil(this.expiryMs() / 1000);
       const issued = await issueUser(keys, { name: `${module}_${requirement}_${generation}`, seed, permissions, expiresAt });
       const next: IdentityRecord = { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
@@ -186,12 +210,13 @@ class NatsUserAdapter implements ProviderAdapter {
         if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
         throw e;
       }
-      return this.result(next, seed, permissions);
+      return this.result(next, seed, req, permissions);
     }
   }
 
   async delete(req: DeleteRequest): Promise<void> {
     checkGrantRef(req.grant);
+    if (this.open) return;
     const { module, requirement } = req.grant;
     const what = `delete ${grantId(module, requirement)}`;
     const { kv } = await this.adminConn(what);
@@ -207,6 +232,7 @@ class NatsUserAdapter implements ProviderAdapter {
   /** Revokes the key of `req.grant.generation`; the server closes its connections at once. */
   async retire(req: RetireRequest): Promise<void> {
     checkGrantRef(req.grant);
+    if (this.open) return;
     const { module, requirement, generation } = req.grant;
     const what = `retire generation ${generation} of ${grantId(module, requirement)}`;
     await this.revokeRecord(what, recordKey(module, requirement, generation));
@@ -215,6 +241,7 @@ class NatsUserAdapter implements ProviderAdapter {
 
   async login(req: LoginRequest): Promise<LoginResult> {
     const b = req.bindings;
+    if (this.open && !b.creds && b.host && b.port) return this.openLogin(hostPort(b.host, Number(b.port)));
     const lacking = ["host", "port", "creds"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
@@ -254,22 +281,42 @@ class NatsUserAdapter implements ProviderAdapter {
     return same && claims.issuer === userIssuer(this.signingKeys()) && r.expiresAt - nowS() >= (this.expiryMs() / 1000) * RENEW_AT_REMAINING;
   }
 
-  private result(r: IdentityRecord, seed: string, p: NatsPermissions): CreateResult {
-    const creds = credsOf(r.jwt, seed);
+  /** What `module`'s requirement may do: as its options ask (nats.user), or as its part needs (mesh.identity). */
+  private permissions(module: string, options: CreateRequest["options"]): NatsPermissions {
+    if (this.kind === Kinds.NatsUser) return natsPermissions(module, options);
+    const { part, node } = partIdentityOptions(options);
+    return partIdentityPermissions(module, node, part);
+  }
+
+  /** The grant's bindings: the identity (none on an open bus) and, for a part's identity, whom it is for. */
+  private result(r: IdentityRecord | undefined, seed: string, req: CreateRequest, p?: NatsPermissions): CreateResult {
+    const url = `nats://${hostPort(this.host, this.port)}`;
+    const where = { type: "nats", provider: this.provider.name, host: this.host, port: String(this.port), uri: url };
+    const identity: Record<string, string> = r ? { username: userClaims(r.jwt).name, nkey: r.user, creds: credsOf(r.jwt, seed) } : {};
+    const resource = r ? describe(r, p) : { identity: "none: the server has no authentication" };
+    const expires = r ? { expiresAt: new Date(r.expiresAt * 1000).toISOString() } : {};
+    if (this.kind === Kinds.NatsUser) return { resource, ...expires, bindings: { ...where, ...identity } };
+    const { module, requirement } = req.grant;
+    const { part, node } = partIdentityOptions(req.options);
     return {
-      resource: describe(r, p),
-      expiresAt: new Date(r.expiresAt * 1000).toISOString(),
-      bindings: {
-        type: "nats",
-        provider: this.provider.name,
-        host: this.host,
-        port: String(this.port),
-        uri: `nats://${hostPort(this.host, this.port)}`,
-        username: userClaims(r.jwt).name,
-        nkey: r.user,
-        creds,
-      },
+      resource,
+      ...expires,
+      bindings: { ...where, url, ...identity, inboxPrefix: subjects.partInboxPrefix(module, node, part), grant: grantId(module, requirement), module, part, node },
     };
+  }
+
+  /** A login to a server without authentication: it answers. */
+  private async openLogin(server: string): Promise<LoginResult> {
+    try {
+      const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh identity login" });
+      await nc.flush();
+      await nc.close();
+      return { ok: true };
+    } catch (e) {
+      return isRejection(e)
+        ? { ok: false, reason: "rejected", message: `NATS at ${server} asks for credentials, but the identity binding carries none (${errorMessage(e)}); the provider needs options.signingKeysFile` }
+        : { ok: false, reason: "unreachable", message: `cannot reach NATS at ${server}: ${errorMessage(e)}` };
+    }
   }
 
   /**
@@ -522,6 +569,16 @@ function describe(r: IdentityRecord, p?: NatsPermissions): Record<string, string
   return { user: userClaims(r.jwt).name, publish: perms.publish.join(","), subscribe: perms.subscribe.join(",") };
 }
 
+
+/** The part and node of a `mesh.identity` requirement (the resolver sets them); `InvalidRequest` when they are not names. */
+function partIdentityOptions(options: CreateRequest["options"]): PartIdentityOptions {
+  const part = options?.part;
+  const node = options?.node;
+  if (typeof part !== "string" || typeof node !== "string" || !isValidName(part) || !isValidName(node)) {
+    throw new MeshError(ErrorCodes.InvalidRequest, `a ${Kinds.MeshIdentity} requirement names its part and node in its options (the resolver sets them), not ${JSON.stringify(options ?? {})}`);
+  }
+  return { part, node };
+}
 
 /** Connects with a `.creds` file, without reconnecting, and flushes, so a refused login has surfaced. */
 async function connectWith(server: string, creds: string, name: string): Promise<NatsConnection> {

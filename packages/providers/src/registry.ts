@@ -7,7 +7,7 @@ import { createPostgresAdapter } from "./postgres.js";
 import { createSecretAdapter } from "./secret.js";
 import { createMariadbAdapter } from "./mariadb.js";
 import { createRedisAdapter } from "./redis.js";
-import { createNatsUserAdapter } from "./nats-user.js";
+import { createMeshIdentityAdapter, createNatsUserAdapter } from "./nats-user.js";
 import { createRabbitmqAdapter } from "./rabbitmq.js";
 import { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 
@@ -18,6 +18,7 @@ const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.RedisUser]: createRedisAdapter,
   [Kinds.RabbitmqVhost]: createRabbitmqAdapter,
   [Kinds.NatsUser]: createNatsUserAdapter,
+  [Kinds.MeshIdentity]: createMeshIdentityAdapter,
   [Kinds.KvBucket]: createKvBucketAdapter,
   [Kinds.ObjectStore]: createObjectStoreAdapter,
 };

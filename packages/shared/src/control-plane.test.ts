@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { CONTROL_PLANE_SERVICES, bootstrapProvider, controlPlaneManifest, sdkHolderPermissions, servicePermissions } from "./control-plane.js";
+import { CONTROL_PLANE_SERVICES, bootstrapProvider, controlPlaneManifest, servicePermissions } from "./control-plane.js";
+import { partIdentityPermissions } from "./part-identity.js";
 import { ModuleDoc, ProviderDoc } from "./schemas/manifest.js";
 
 describe("the control plane's own module", () => {
@@ -35,13 +36,20 @@ describe("the control plane's own module", () => {
     expect([...agent.publish, ...agent.subscribe].some((s) => s.includes("node-a"))).toBe(false);
   });
 
-  it("gives an SDK holder's part its own notices, registrations and confirmations, nothing of another part or grant", () => {
-    const p = sdkHolderPermissions("shop", "key", "node-a", "web");
-    expect(p.subscribe).toContain("mesh.rotation.values.shop.key.node-a.web.*");
-    expect(p.publish).toEqual(expect.arrayContaining(["$KV.mesh-holders.shop.key.node-a.web.*", "mesh.api.credential.fetch", "mesh.api.confirm.shop.key.node-a.web"]));
-    expect([...p.publish, ...p.subscribe].filter((s) => s.startsWith("mesh.") && !s.startsWith("mesh.api.credential")).every((s) => s.includes("shop.key.node-a.web"))).toBe(true);
-    expect(p.publish.some((s) => s.startsWith("mesh.rotation."))).toBe(false);
-    expect(() => sdkHolderPermissions("shop", "key", "node-a", "Web!")).toThrow(/invalid name/);
+  it("gives a part's identity its own module's reads, its own notices, registrations, fetches and confirmations, nothing of another part", () => {
+    const p = partIdentityPermissions("shop", "node-a", "web");
+    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.rotation.values.shop.*.node-a.web.*"]);
+    expect(p.publish).toEqual([
+      "$JS.API.DIRECT.GET.KV_mesh-grants.$KV.mesh-grants.shop.*",
+      "$JS.API.DIRECT.GET.KV_mesh-rotations.$KV.mesh-rotations.shop.*",
+      "$KV.mesh-holders.shop.*.node-a.web.*",
+      "mesh.api.credential.fetch.shop.*.node-a.web",
+      "mesh.api.confirm.shop.*.node-a.web",
+    ]);
+    // No JetStream API but the two reads by key; nothing that publishes a notice or applies.
+    expect(p.publish.filter((s) => s.startsWith("$JS.API.")).every((s) => s.startsWith("$JS.API.DIRECT.GET."))).toBe(true);
+    expect(p.publish.some((s) => s.startsWith("mesh.rotation.") || s.startsWith("mesh.api.apply"))).toBe(false);
+    expect(() => partIdentityPermissions("shop", "node-a", "Web!")).toThrow(/invalid name/);
   });
 
   it("refuses a node whose identity requirement would not be a valid name", () => {
@@ -52,10 +60,14 @@ describe("the control plane's own module", () => {
     const doc = bootstrapProvider({
       url: "nats://127.0.0.1:4333",
       node: "node-a",
-      signingKeysFile: "/var/lib/mesh/nats-operator/signing-keys.json",
-      admin: { username: "mesh-admin", passwordFile: "/var/lib/mesh/nats-operator/admin.creds" },
+      auth: { signingKeysFile: "/var/lib/mesh/nats-operator/signing-keys.json", admin: { username: "mesh-admin", passwordFile: "/var/lib/mesh/nats-operator/admin.creds" } },
     });
     expect(ProviderDoc.safeParse(doc).success).toBe(true);
-    expect(doc.serves).toEqual(["nats.user", "kv.bucket", "object.store"]);
+    expect(doc.serves).toEqual(["nats.user", "kv.bucket", "object.store", "mesh.identity"]);
+    // On a server without authentication: the parts' identities only, with nothing to read.
+    const open = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a" });
+    expect(ProviderDoc.safeParse(open).success).toBe(true);
+    expect(open).toMatchObject({ serves: ["mesh.identity"] });
+    expect(open.admin).toBeUndefined();
   });
 });

@@ -52,7 +52,7 @@ export interface NatsPermissions {
  * every reload lost the pending replies of `allow_responses`.
  */
 const JETSTREAM: NatsPermissions = {
-  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>"],
+  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>", subjects.partInboxesAll],
   subscribe: ["_INBOX.>"],
 };
 
@@ -74,7 +74,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
           ...writes(Buckets.grants, Buckets.nodes, Buckets.reachability),
           // The artifact store the agents hold (object.store names its bucket <module>_<requirement>).
           `$O.${CONTROL_PLANE_MODULE}_${ControlPlaneRequirements.artifacts}.>`,
-          subjects.credentialFetch,
+          subjects.credentialFetchesOfNode(node),
           subjects.rotationConfirmsOfNode(node),
           `mesh.probe.report.${node}.>`,
         ],
@@ -85,7 +85,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       case "resolver":
         return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply] };
       case "provisioner":
-        return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll], subscribe: [subjects.credentialFetch] };
+        return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll], subscribe: [subjects.credentialFetchesAll] };
       case "verifier":
         return { publish: [...writes(Buckets.grants, Buckets.verifications), "mesh.probe.request.*"], subscribe: [subjects.verify, subjects.probeReportsAll] };
       case "rotator":
@@ -96,26 +96,6 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     }
   })();
   return { publish: [...JETSTREAM.publish, ...own.publish], subscribe: [...JETSTREAM.subscribe, ...own.subscribe] };
-}
-
-/**
- * What the broker identity of a module's part needs for SDK instances of it on `node` to hold
- * `requirement` through its rotations (`holdCredential` in @mesh/client): JetStream's API (the
- * buckets it reads: its grant, the rotation record), its instances' registrations in
- * `mesh-holders`, fetching values, its instances' rotation notices, and confirming rotations of
- * that grant; nothing else of the mesh's. Give it, for example, as the options of the module's
- * `nats.user` requirement. Throws an Error naming a bad name.
- */
-export function sdkHolderPermissions(module: string, requirement: string, node: string, part: string): NatsPermissions {
-  return {
-    publish: [
-      ...JETSTREAM.publish,
-      `$KV.${Buckets.holders}.${keys.holdersOfPart(module, requirement, node, part)}`,
-      subjects.credentialFetch,
-      subjects.rotationConfirm(module, requirement, node, part),
-    ],
-    subscribe: [...JETSTREAM.subscribe, subjects.holderValuesOfPart(module, requirement, node, part)],
-  };
 }
 
 /** Where the control plane runs: its services on one node, an agent on each node. */
@@ -166,23 +146,27 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
   };
 }
 
-/** The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. */
+/**
+ * The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. On
+ * a server without authentication (`auth` left out) it serves only the parts' identities, as
+ * bindings that carry the server's url alone.
+ */
 export function bootstrapProvider(opts: {
   url: string;
   node: string;
-  /** The signing keys (sealed under the master key) with which nats.user issues and revokes identities. */
-  signingKeysFile: string;
-  /** The operator's admin: its `passwordFile` is its `.creds`. */
-  admin: { username: string; passwordFile: string };
+  auth?: {
+    /** The signing keys (sealed under the master key) with which nats.user issues and revokes identities. */
+    signingKeysFile: string;
+    /** The operator's admin: its `passwordFile` is its `.creds`. */
+    admin: { username: string; passwordFile: string };
+  };
 }): ProviderDoc {
+  const base = { kind: "Provider" as const, name: BOOTSTRAP_PROVIDER, node: opts.node, endpoint: opts.url, installed: true };
+  if (!opts.auth) return { ...base, serves: [Kinds.MeshIdentity] };
   return {
-    kind: "Provider",
-    name: BOOTSTRAP_PROVIDER,
-    serves: [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore],
-    node: opts.node,
-    endpoint: opts.url,
-    admin: { username: opts.admin.username, passwordFile: opts.admin.passwordFile },
-    options: { signingKeysFile: opts.signingKeysFile },
-    installed: true,
+    ...base,
+    serves: [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity],
+    admin: { username: opts.auth.admin.username, passwordFile: opts.auth.admin.passwordFile },
+    options: { signingKeysFile: opts.auth.signingKeysFile },
   };
 }

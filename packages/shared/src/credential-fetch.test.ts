@@ -13,7 +13,7 @@ const target = { grant: "shop/db", part: "api", node: "node-a", generation: 2 };
 
 /** Answers one fetch with whatever `reply` makes of the request. */
 function answerOnce(reply: (req: { recipient: string; generation: number }) => unknown): void {
-  const sub = conn().subscribe(subjects.credentialFetch, { max: 1 });
+  const sub = conn().subscribe(subjects.credentialFetch("shop", "db", "node-a", "api"), { max: 1 });
   void (async () => {
     for await (const m of sub) m.respond(JSON.stringify(reply(m.json())));
   })();

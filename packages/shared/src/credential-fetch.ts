@@ -1,7 +1,8 @@
 /**
  * Fetching a delivered credential's values, as every holder does it (the node agent and the
- * client SDK alike): a {@link CredentialFetchRequest} on `subjects.credentialFetch` carrying
- * the holder's public xkey, and a reply whose values are sealed to that key.
+ * client SDK alike): a {@link CredentialFetchRequest} on the subject of its grant, node and
+ * part (`subjects.credentialFetch`) carrying the holder's public xkey, and a reply whose values
+ * are sealed to that key.
  */
 import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import type { KeyPair } from "@nats-io/nkeys";
@@ -9,7 +10,8 @@ import { z } from "zod";
 import { ErrorCodes, MeshError } from "./errors.js";
 import { openFrom } from "./crypto.js";
 import { CredentialFetchReply, type CredentialFetchRequest } from "./schemas/events.js";
-import { subjects } from "./subjects.js";
+import { parseGrantId, subjects } from "./subjects.js";
+import { NAME_RULE, isValidName } from "./names.js";
 import { errorFromReply, requestJson } from "./request-json.js";
 
 /** The binding values of one generation of a grant, key → value (`type`, `username`, `password`, …). Secret: never log them. */
@@ -35,6 +37,18 @@ export interface FetchedCredential {
 }
 
 /**
+ * The subject a fetch of `target` goes to; throws MeshError `InvalidName` when the grant id,
+ * node or part is not a valid name.
+ */
+export function credentialFetchSubject(target: Pick<CredentialFetchTarget, "grant" | "node" | "part">): string {
+  const id = parseGrantId(target.grant);
+  if (!id || !isValidName(target.node) || !isValidName(target.part)) {
+    throw new MeshError(ErrorCodes.InvalidName, `cannot fetch ${JSON.stringify(target.grant)} for ${JSON.stringify(target.part)} on ${JSON.stringify(target.node)}: the grant must be <module>/<requirement> and every name ${NAME_RULE}`);
+  }
+  return subjects.credentialFetch(id.module, id.requirement, target.node, target.part);
+}
+
+/**
  * Requests generation `target.generation` of `target.grant` for `target.part` on
  * `target.node`, sealed to `key`'s public xkey, and opens it with `key`.
  *
@@ -50,7 +64,8 @@ export async function fetchCredential(
   opts: FetchCredentialOptions = {},
 ): Promise<FetchedCredential> {
   const req: CredentialFetchRequest = { ...target, recipient: key.getPublicKey() };
-  const body = await requestJson(nc, subjects.credentialFetch, req, {
+  const subject = credentialFetchSubject(target);
+  const body = await requestJson(nc, subject, req, {
     service: "provisioner",
     timeoutMs: opts.timeoutMs ?? 5_000,
     ...(opts.headers ? { headers: opts.headers } : {}),
@@ -59,7 +74,7 @@ export async function fetchCredential(
   if (refused) throw refused;
   const reply = CredentialFetchReply.safeParse(body);
   if (!reply.success || !reply.data.ok) {
-    throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialFetch} does not match its schema`, { retryable: true });
+    throw new MeshError(ErrorCodes.Internal, `the reply on ${subject} does not match its schema`, { retryable: true });
   }
   if (reply.data.generation !== target.generation) {
     throw new MeshError(

@@ -10,6 +10,8 @@ export const ErrorCodes = {
   /** A module has no state because the resolver has never processed a manifest of it (meshctl exit code 3). */
   NotProcessed: "NotProcessed",
   Conflict: "Conflict",
+  /** A request its sender may not make: its body names another module, node or part than the subject the server let it publish on. */
+  Forbidden: "Forbidden",
   ProviderUnreachable: "ProviderUnreachable",
   ProviderRejected: "ProviderRejected",
   ProviderMisconfigured: "ProviderMisconfigured",

@@ -11,6 +11,12 @@ export const Kinds = {
   NatsUser: "nats.user",
   KvBucket: "kv.bucket",
   ObjectStore: "object.store",
+  /**
+   * The workload identity of one installed part on the mesh's own NATS (part-identity.ts):
+   * never declared by a module, each part gets one from the mesh, served by the provider of the
+   * mesh's bus (`mesh-nats`).
+   */
+  MeshIdentity: "mesh.identity",
 } as const;
 export type Kind = (typeof Kinds)[keyof typeof Kinds];
 export const KIND_LIST = Object.values(Kinds) as [Kind, ...Kind[]];

@@ -23,17 +23,28 @@ export interface DerivedState {
 }
 
 /**
- * The state of a module with `requirements` declared requirements and these grants.
+ * The state of a module with `requirements` requirements (declared, and its parts' identities,
+ * `identities` of them) and these grants.
  *
- * - no requirement: `NothingRequired` (a positive state, not "never ran");
+ * - no requirement declared: `NothingRequired` (a positive state, not "never ran"), once its
+ *   parts' identities are delivered; a failing identity shows as below;
  * - a requirement that cannot be resolved: `Unsatisfiable`;
  * - a grant whose provisioning, delivery or verification failed: `Degraded`;
  * - every grant with an installed part provisioned and delivered (and not failing
  *   verification): `Ready`; grants none of whose parts is installed do not count;
  * - otherwise `Pending`.
  */
-export function deriveModuleState(requirements: number, grants: readonly Grant[]): DerivedState {
-  if (requirements === 0) return { state: ModuleStates.NothingRequired, message: "the module declares no requirement" };
+export function deriveModuleState(requirements: number, grants: readonly Grant[], identities = 0): DerivedState {
+  const nothing: DerivedState = {
+    state: ModuleStates.NothingRequired,
+    message: identities ? `the module declares no requirement (its parts' identities are delivered)` : "the module declares no requirement",
+  };
+  if (requirements === 0) return nothing;
+  const derived = derive(requirements, grants);
+  return requirements === identities && derived.state === ModuleStates.Ready ? nothing : derived;
+}
+
+function derive(requirements: number, grants: readonly Grant[]): DerivedState {
   const unsat = grants.filter((g) => {
     const r = getCondition(g.conditions, "Resolved");
     return r?.status === "False" && UNSATISFIABLE.has(r.reason);

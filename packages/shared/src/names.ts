@@ -29,6 +29,7 @@ export const NAME_PATTERN_PORTABLE = "^[a-z](?:-?[a-z0-9])*$";
 
 /**
  * A binding key: a file name in a requirement's binding directory (servicebinding.io) and the
- * tail of an env name (`DB_HOST`). Every adapter's bindings use only such keys.
+ * tail of an env name (`DB_HOST`; `inboxPrefix` → `IDENTITY_INBOX_PREFIX`). Every adapter's
+ * bindings use only such keys.
  */
-export const BINDING_KEY_PATTERN = /^[a-z][a-z0-9_-]*$/;
+export const BINDING_KEY_PATTERN = /^[a-z][A-Za-z0-9_-]*$/;

@@ -323,7 +323,7 @@ export function serveJson(
   subject: string,
   queue: string,
   log: Logger,
-  handler: (body: unknown, msg: { headers?: import("@nats-io/transport-node").MsgHdrs }) => Promise<unknown>,
+  handler: (body: unknown, msg: { subject: string; headers?: import("@nats-io/transport-node").MsgHdrs }) => Promise<unknown>,
   opts: { maxInFlight?: number } = {},
 ): { stop(): Promise<void> } {
   const maxInFlight = opts.maxInFlight ?? Limits.requestsInFlight;
@@ -356,7 +356,7 @@ export function serveJson(
           return;
         }
         try {
-          const reply = await handler(body, { headers: m.headers });
+          const reply = await handler(body, { subject: m.subject, headers: m.headers });
           m.respond(JSON.stringify(reply));
         } catch (e) {
           const err = e instanceof MeshError ? e.toJSON() : { code: ErrorCodes.Internal, message: errorMessage(e), retryable: true };

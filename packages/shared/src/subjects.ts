@@ -56,8 +56,19 @@ function checked(...parts: string[]): string {
 export const subjects = {
   /** Request: apply a set of manifest documents (all or nothing). Served by the resolver. */
   apply: "mesh.api.apply",
-  /** Request: fetch the values of a delivered credential, sealed to the caller's xkey. Served by the provisioner. */
-  credentialFetch: "mesh.api.credential.fetch",
+  /**
+   * Request: fetch the values of a delivered credential for part `part` on `node`, sealed to the
+   * caller's xkey. Served by the provisioner, which refuses a body that names another grant,
+   * node or part than the subject: only that part's identity (and that node's agent) may
+   * publish here, so the subject is the authentication.
+   */
+  credentialFetch: (module: string, requirement: string, node: string, part: string) => `mesh.api.credential.fetch.${checked(module, requirement, node, part)}`,
+  /** Every credential fetch (the provisioner's subscription). */
+  credentialFetchesAll: "mesh.api.credential.fetch.>",
+  /** The fetches for every part on one node (what its agent may publish to). */
+  credentialFetchesOfNode: (node: string) => `mesh.api.credential.fetch.*.*.${checked(node)}.*`,
+  /** The fetches of one part on one node, for any requirement of its module (what its identity may publish to). */
+  credentialFetchesOfPart: (module: string, node: string, part: string) => `mesh.api.credential.fetch.${checked(module)}.*.${checked(node, part)}`,
   /** Wildcard of all deliveries, the stream's subject space. */
   deliveriesAll: "mesh.delivery.>",
   /** Deliveries for every part on one node (an agent's filter). */
@@ -91,6 +102,8 @@ export const subjects = {
    * holder of a plain one (the SDK's) again while the record misses it.
    */
   rotationConfirm: (module: string, requirement: string, node: string, part: string) => `mesh.api.confirm.${checked(module, requirement, node, part)}`,
+  /** The confirmations of one part on one node, for any requirement of its module (what its identity may publish to). */
+  rotationConfirmsOfPart: (module: string, node: string, part: string) => `mesh.api.confirm.${checked(module)}.*.${checked(node, part)}`,
   /** The confirmation subjects of every part on one node (what its agent may publish to). */
   rotationConfirmsOfNode: (node: string) => `mesh.api.confirm.*.*.${checked(node)}.*`,
   /**
@@ -101,8 +114,18 @@ export const subjects = {
     `mesh.rotation.values.${checked(module, requirement, node, part, instance)}`,
   /** The notice subjects of every SDK instance of one part on one node (what its identity may subscribe to). */
   holderValuesOfPart: (module: string, requirement: string, node: string, part: string) => `mesh.rotation.values.${checked(module, requirement, node, part)}.*`,
+  /** The notice subjects of every SDK instance of one part on one node, for any requirement of its module (what its identity may subscribe to). */
+  holderValuesOfPartAll: (module: string, node: string, part: string) => `mesh.rotation.values.${checked(module)}.*.${checked(node, part)}.*`,
   /** Wildcard of all confirmations (the rotator's subscription). */
   rotationConfirmsAll: "mesh.api.confirm.>",
+  /**
+   * The reply-subject prefix of part `part` of `module` on `node` (its connections' `inboxPrefix`):
+   * only its identity may subscribe under it, so no part reads another's replies. Outside
+   * `_INBOX.>`, which `nats.user` holders may subscribe to.
+   */
+  partInboxPrefix: (module: string, node: string, part: string) => `_MESH_INBOX.${checked(module, node, part)}`,
+  /** Every part's replies (what the services that answer parts may publish to). */
+  partInboxesAll: "_MESH_INBOX.>",
   /** The delivery subject of one grant to one part on one node. */
   delivery: (node: string, module: string, part: string, requirement: string) =>
     `mesh.delivery.${checked(node, module, part, requirement)}`,
@@ -151,6 +174,8 @@ export const keys = {
   holder: (module: string, requirement: string, node: string, part: string, instance: string) => checked(module, requirement, node, part, instance),
   /** Filter of every SDK holder instance of one grant. */
   holdersOf: (module: string, requirement: string) => `${checked(module, requirement)}.>`,
+  /** Filter of the SDK instances of one part on one node, for any requirement of its module. */
+  holdersOfPartAll: (module: string, node: string, part: string) => `${checked(module)}.*.${checked(node, part)}.*`,
   /** Filter of the SDK instances of one grant's part on one node. */
   holdersOfPart: (module: string, requirement: string, node: string, part: string) => `${checked(module, requirement, node, part)}.*`,
   /** Filter of every grant of one module. */

@@ -6,6 +6,7 @@
 import { hostname } from "node:os";
 import {
   Delivery,
+  bindingNameOf,
   ErrorCodes,
   Grant,
   MeshError,
@@ -85,7 +86,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     const run = (grace: number) => {
       prunes.delete(id);
       try {
-        pruneBinding(bindingsRoot, d.module, d.part, d.requirement, { graceMs: grace });
+        pruneBinding(bindingsRoot, d.module, d.part, bindingNameOf(d.part, d.requirement), { graceMs: grace });
       } catch (e) {
         log.warn({ grant: d.grant, part: d.part, err: errorMessage(e) }, "could not remove replaced binding files");
       }
@@ -113,7 +114,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     return withSpan("agent", "deliver", { "mesh.grant": d.grant, "mesh.part": d.part, "mesh.node": node, "mesh.generation": d.generation }, m.headers, async (span) => {
       try {
         const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
-        const local = bindingGeneration(bindingsRoot, d.module, d.part, d.requirement);
+        const binding = bindingNameOf(d.part, d.requirement);
+        const local = bindingGeneration(bindingsRoot, d.module, d.part, binding);
         const plan = planDelivery(d, grant?.value, local);
         span.setAttribute("mesh.plan", plan.action);
         if (plan.action === "ignore") {
@@ -134,7 +136,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
             { timeoutMs: opts.fetchTimeoutMs ?? 5_000, headers: traceHeaders() },
           );
           const written = writeBinding(
-            { root: bindingsRoot, module: d.module, part: d.part, requirement: d.requirement, generation: fetched.generation, values: fetched.values },
+            { root: bindingsRoot, module: d.module, part: d.part, requirement: binding, generation: fetched.generation, values: fetched.values },
             { graceMs },
           );
           if (written.retained) schedulePrune(d);
@@ -149,7 +151,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         if (rotationDue) {
           // Written before a crash: fetch the values again to prove them.
           values ??= (await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, { timeoutMs: opts.fetchTimeoutMs ?? 5_000 })).values;
-          await confirmRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, d.requirement), receivedAt, log: dlog });
+          await confirmRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, log: dlog });
         }
         prober.probeSoon(d.module, d.part, d.requirement);
         return "ack";

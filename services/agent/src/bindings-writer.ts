@@ -135,7 +135,7 @@ function validateWrite(w: BindingWrite): void {
     throw new MeshError(ErrorCodes.InvalidRequest, `generation must be a positive integer, got ${w.generation}`);
   }
   for (const [key, value] of Object.entries(w.values)) {
-    if (!BINDING_KEY_PATTERN.test(key)) refuse("binding key", key, "must be lower-case letters, digits, '_' and '-', starting with a letter");
+    if (!BINDING_KEY_PATTERN.test(key)) refuse("binding key", key, "must be letters, digits, '_' and '-', starting with a lower-case letter");
     if (typeof value !== "string") throw new MeshError(ErrorCodes.InvalidRequest, `binding key ${key} of ${w.requirement} has no string value`);
     // The value itself is never quoted in a message.
     if (value.includes("\0")) throw new MeshError(ErrorCodes.InvalidRequest, `binding key ${key} of ${w.requirement} holds a NUL byte, which no file reader or env file can carry`);
@@ -279,7 +279,7 @@ function lstatOrUndefined(path: string) {
 
 /** `REQUIREMENT_KEY` in upper snake case: `db` + `password` → `DB_PASSWORD`, `session-key` + `value` → `SESSION_KEY_VALUE`. */
 export function envName(requirement: string, key: string): string {
-  return `${requirement}_${key}`.replace(/-/g, "_").toUpperCase();
+  return `${requirement}_${key}`.replace(/([a-z0-9])([A-Z])/g, "$1_$2").replace(/-/g, "_").toUpperCase();
 }
 
 /**

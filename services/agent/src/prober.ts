@@ -30,6 +30,8 @@ import {
   type ProbeReply,
   type ProbeReport,
   type Store,
+  bindingNameOf,
+  requirementOfBinding,
 } from "@mesh/shared";
 import { createAdapter, type LoginResult, type ProviderAdapter } from "@mesh/providers";
 import { BINDING_KEY_PATTERN, bindingGeneration, bindingPath } from "./bindings-writer.js";
@@ -62,11 +64,13 @@ export interface Prober {
   stop(): Promise<void>;
 }
 
-/** A binding held on this node: `<root>/<module>/<part>/<requirement>`. */
+/** A binding held on this node: `<root>/<module>/<part>/<binding>`, the binding of `requirement`. */
 interface Held {
   module: string;
   part: string;
   requirement: string;
+  /** Its directory: the requirement's name, or `identity` for the part's identity. */
+  binding: string;
 }
 
 /** The outcome of a login from this node as a probe result. Pure. */
@@ -128,8 +132,8 @@ function heldBindings(root: string): Held[] {
     if (!isDir(join(root, module))) continue;
     for (const part of names(join(root, module))) {
       if (!isDir(join(root, module, part))) continue;
-      for (const requirement of names(join(root, module, part))) {
-        if (bindingGeneration(root, module, part, requirement) !== undefined) out.push({ module, part, requirement });
+      for (const binding of names(join(root, module, part))) {
+        if (bindingGeneration(root, module, part, binding) !== undefined) out.push({ module, part, requirement: requirementOfBinding(part, binding), binding });
       }
     }
   }
@@ -138,7 +142,7 @@ function heldBindings(root: string): Held[] {
 
 /** The values of a binding as the part reads them; undefined when it cannot be read. */
 function readBinding(root: string, h: Held): Record<string, string> | undefined {
-  const dir = bindingPath(root, h.module, h.part, h.requirement);
+  const dir = bindingPath(root, h.module, h.part, h.binding);
   try {
     const values: Record<string, string> = {};
     for (const key of readdirSync(dir)) if (BINDING_KEY_PATTERN.test(key)) values[key] = readFileSync(join(dir, key), "utf8");
@@ -186,7 +190,7 @@ export function startProber(opts: ProberOptions): Prober {
   const probeOne = async (h: Held, providers: Map<string, ProviderDoc | undefined>): Promise<ProbeReport | undefined> => {
     const grant = (await readJson(store.kv.grants, keys.grant(h.module, h.requirement), Grant))?.value;
     if (!grant?.provider || !grant.targets.some((t) => t.node === node && t.part === h.part)) return undefined;
-    const generation = bindingGeneration(root, h.module, h.part, h.requirement);
+    const generation = bindingGeneration(root, h.module, h.part, h.binding);
     const values = readBinding(root, h);
     if (!generation || !values) return undefined;
     if (!providers.has(grant.provider)) {
@@ -303,7 +307,7 @@ export function startProber(opts: ProberOptions): Prober {
     },
     probeSoon(module, part, requirement) {
       if (stopped) return;
-      const p = probeBindings([{ module, part, requirement }]).then(publish, (e: unknown) => log.warn({ err: errorMessage(e) }, "probe after delivery failed"));
+      const p = probeBindings([{ module, part, requirement, binding: bindingNameOf(part, requirement) }]).then(publish, (e: unknown) => log.warn({ err: errorMessage(e) }, "probe after delivery failed"));
       soon.add(p);
       void p.finally(() => soon.delete(p));
     },

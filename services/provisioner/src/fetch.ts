@@ -12,6 +12,7 @@ import {
   parseGrantId,
   readJson,
   sealTo,
+  subjects,
   type CredentialFetchReply,
   type KeyPair,
   type Store,
@@ -22,7 +23,13 @@ import type { CredentialStore } from "@mesh/providers";
  * Answers a fetch, sealing the values with `sender`: the mesh's sealing key (meshSealingKey), whose
  * public half a holder learns from this reply and then asks of every rotation notice.
  */
-export async function handleCredentialFetch(store: Store, credentials: CredentialStore, body: unknown, sender: KeyPair): Promise<CredentialFetchReply> {
+export async function handleCredentialFetch(
+  store: Store,
+  credentials: CredentialStore,
+  body: unknown,
+  sender: KeyPair,
+  subject: string,
+): Promise<CredentialFetchReply> {
   const parsed = CredentialFetchRequest.safeParse(body);
   if (!parsed.success) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not a credential fetch request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
@@ -30,6 +37,13 @@ export async function handleCredentialFetch(store: Store, credentials: Credentia
   const req = parsed.data;
   const id = parseGrantId(req.grant);
   if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>)`);
+  // The subject is what the server let the caller publish to: a body naming another holder is refused.
+  if (subject !== subjects.credentialFetch(id.module, id.requirement, req.node, req.part)) {
+    throw new MeshError(
+      ErrorCodes.Forbidden,
+      `a fetch of ${req.grant} for ${req.part} on ${req.node} must be sent on ${subjects.credentialFetch(id.module, id.requirement, req.node, req.part)}, not on ${subject}`,
+    );
+  }
   const grant = await readGrant(store, credentials, keys.grant(id.module, id.requirement));
   if (!grant) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist`);
   if (!grant.value.targets.some((t) => t.part === req.part && t.node === req.node)) {

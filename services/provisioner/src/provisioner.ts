@@ -36,7 +36,9 @@ export async function startProvisioner(opts: { store: Store; masterKey: MasterKe
   const deps = { store, credentials, adapters, log };
   const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
   const sealer = meshSealingKey(opts.masterKey);
-  const api = serveJson(store.nc, subjects.credentialFetch, QueueGroups.provisioner, log, (body) => handleCredentialFetch(store, credentials, body, sealer));
+  const api = serveJson(store.nc, subjects.credentialFetchesAll, QueueGroups.provisioner, log, (body, m) =>
+    handleCredentialFetch(store, credentials, body, sealer, m.subject),
+  );
   const consumer = await consumeKeys({
     store,
     stream: kvStream(Buckets.grants),

@@ -99,7 +99,7 @@ export async function reconcileModule(
       log.info({ grant: g.value.id }, "requirement no longer declared; grant removed, resource kept");
     }
   }
-  const derived = deriveModuleState(manifest.value.requires.length, grants);
+  const derived = deriveModuleState(resolutions.length, grants, resolutions.length - manifest.value.requires.length);
   await mutateJson(store.kv.modules, name, ModuleStatus, (cur) => {
     if (cur && cur.state === derived.state && cur.message === derived.message && cur.manifestRevision === manifest.revision) {
       return undefined;

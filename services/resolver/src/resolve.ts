@@ -6,6 +6,7 @@ import {
   BUILTIN_SECRET_PROVIDER,
   Kinds,
   grantId,
+  partIdentityRequirements,
   setCondition,
   withDeliveredCondition,
   type Condition,
@@ -15,6 +16,7 @@ import {
   type ModuleDoc,
   type ProviderDoc,
   type ReachabilityRecord,
+  type RequirementDoc,
   type RepairPolicy,
   type RequirementOptions,
   type VerifyPolicy,
@@ -141,6 +143,15 @@ export function chooseProvider(
   };
 }
 
+/**
+ * What a module requires: what it declares, and, once some provider serves `mesh.identity`
+ * (the mesh's bus), an identity for each of its parts.
+ */
+export function requirementsOf(manifest: ModuleDoc, providers: readonly ProviderDoc[]): RequirementDoc[] {
+  const identities = providers.some((p) => p.serves.includes(Kinds.MeshIdentity)) ? partIdentityRequirements(manifest) : [];
+  return [...manifest.requires, ...identities];
+}
+
 /** The resolution of every requirement of a module. `current` maps requirement → chosen provider so far. */
 export function resolveModule(
   manifest: ModuleDoc,
@@ -150,7 +161,7 @@ export function resolveModule(
   needed: NeededGrants = new Map(),
 ): Resolution[] {
   const partByName = new Map(manifest.parts.map((p) => [p.name, p]));
-  return manifest.requires.map((req) => {
+  return requirementsOf(manifest, providers).map((req) => {
     const parts = req.parts ?? manifest.parts.map((p) => p.name);
     const targets = parts
       .map((name) => partByName.get(name))

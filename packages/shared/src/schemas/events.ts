@@ -51,7 +51,8 @@ export const Delivery = z.object({
 export type Delivery = z.infer<typeof Delivery>;
 
 /**
- * Request on `mesh.api.credential.fetch`: the values of one generation of a grant, for a part
+ * Request on `mesh.api.credential.fetch.<module>.<requirement>.<node>.<part>` (the subject names
+ * what the body does, or it is refused): the values of one generation of a grant, for a part
  * the grant is delivered to. `recipient` is the caller's curve25519 public key (an nkeys
  * xkey): the values come back sealed to it, so nothing between sees them.
  */

@@ -9,7 +9,8 @@ import { RotatePolicy } from "./rotation.js";
 import { parseAllDocuments } from "yaml";
 import { NAME_RULE, NAME_PATTERN } from "../names.js";
 import { parseGrantId } from "../subjects.js";
-import { KIND_LIST } from "../kinds.js";
+import { KIND_LIST, Kinds } from "../kinds.js";
+import { IDENTITY_BINDING, isReservedRequirementName } from "../part-identity.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
 import { Limits, formatBytes } from "../limits.js";
 
@@ -140,6 +141,12 @@ export const ModuleDoc = z
     m.requires.forEach((r, i) => {
       if (reqNames.has(r.name)) ctx.addIssue({ code: "custom", path: ["requires", i, "name"], message: `duplicate requirement ${r.name}` });
       reqNames.add(r.name);
+      if (isReservedRequirementName(r.name)) {
+        ctx.addIssue({ code: "custom", path: ["requires", i, "name"], message: `${r.name} is reserved: the mesh gives every part its identity itself (binding ${IDENTITY_BINDING}); name the requirement otherwise` });
+      }
+      if (r.kind === Kinds.MeshIdentity) {
+        ctx.addIssue({ code: "custom", path: ["requires", i, "kind"], message: `${Kinds.MeshIdentity} is not declared: every installed part gets its identity from the mesh (binding ${IDENTITY_BINDING}); for application traffic declare a ${Kinds.NatsUser}` });
+      }
       (r.parts ?? []).forEach((p, j) => {
         if (!partNames.has(p)) {
           ctx.addIssue({ code: "custom", path: ["requires", i, "parts", j], message: `names no part of module ${m.name}: ${p}` });

@@ -1,0 +1,160 @@
+/**
+ * A part's connection to the mesh's bus as its own workload identity: the binding `identity`
+ * that the node's agent writes beside the part's other bindings (`type` nats, `url`, `creds`,
+ * `inboxPrefix`, and the grant, module, part and node it is for). The identity may do what the
+ * part needs of the mesh and nothing else: fetch and hold its own module's credentials for this
+ * part (`holdCredential`), confirm its own rotations. Application traffic goes through a
+ * declared `nats.user` requirement.
+ *
+ * The identity rotates like any credential, and this connection is one of its holders: when a
+ * rotation stages a new generation, the connection reconnects with it (what is sent meanwhile
+ * is buffered by the client) and only then confirms, so the rotation commits, and the old key is
+ * revoked, once this connection no longer uses it.
+ */
+import { readFileSync, realpathSync } from "node:fs";
+import { join } from "node:path";
+import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { ErrorCodes, IDENTITY_BINDING, MeshError, errorMessage, parseGrantId } from "@mesh/shared";
+import { holdCredential, type CredentialHolder } from "./hold-credential.js";
+
+/** The identity binding as the agent writes it. `creds` is secret: never log it. */
+export interface IdentityBinding {
+  url: string;
+  /** A standard decorated `.creds` file's content; absent on a bus without authentication. */
+  creds?: string;
+  inboxPrefix: string;
+  /** `<module>/<identity requirement>`. */
+  grant: string;
+  module: string;
+  part: string;
+  node: string;
+}
+
+const REQUIRED = ["url", "inboxPrefix", "grant", "module", "part", "node"] as const;
+
+/**
+ * Reads the identity binding in `dir` (a part's `identity` directory) at one generation: the
+ * directory is a symlink the agent swaps atomically, so it is resolved once and every file read
+ * from the generation it points to. Throws MeshError `NotFound` saying what is missing.
+ */
+export function readIdentityBinding(dir: string): IdentityBinding {
+  let real: string;
+  try {
+    real = realpathSync(dir);
+  } catch (e) {
+    throw new MeshError(
+      ErrorCodes.NotFound,
+      `no identity binding at ${dir} (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); the node's agent writes it as <part dir>/${IDENTITY_BINDING} once the mesh has a provider of the parts' identities (meshctl up declares one)`,
+    );
+  }
+  const read = (key: string): string | undefined => {
+    try {
+      return readFileSync(join(real, key), "utf8");
+    } catch {
+      return undefined;
+    }
+  };
+  const values = Object.fromEntries([...REQUIRED, "creds"].map((k) => [k, read(k)]));
+  const missing = REQUIRED.filter((k) => !values[k]);
+  if (missing.length) throw new MeshError(ErrorCodes.NotFound, `the identity binding at ${dir} lacks ${missing.join(", ")}; is it the directory named ${IDENTITY_BINDING} of a part?`);
+  return values as unknown as IdentityBinding;
+}
+
+export interface ConnectWithIdentityOptions {
+  /** The connection's name, as the server shows it; default `<module>/<part>@<node>`. */
+  name?: string;
+  /** Follow the identity's rotations (default true); without, the connection keeps the generation it started with until that is retired. */
+  follow?: boolean;
+  /** How long a reconnect with a rotated identity may take before the rotation is left waiting; default 10 s. */
+  switchTimeoutMs?: number;
+}
+
+/** A connection made with a part's identity. */
+export interface IdentityConnection {
+  nc: NatsConnection;
+  /** Who it is: the binding without its secret. */
+  identity: Omit<IdentityBinding, "creds">;
+  /** Stops following rotations (removing this holder's registration), then drains the connection. */
+  close(): Promise<void>;
+}
+
+/**
+ * Connects to the mesh's bus as the part whose identity binding is `dir`, with the binding's
+ * `inboxPrefix` (the only reply subjects the identity may subscribe to), reconnecting for ever.
+ * Throws MeshError `NotFound` for a missing binding, `ProviderMisconfigured` when the server
+ * refuses the identity, `ProviderUnreachable` when it does not answer.
+ */
+export async function connectWithIdentity(dir: string, opts: ConnectWithIdentityOptions = {}): Promise<IdentityConnection> {
+  const b = readIdentityBinding(dir);
+  const { creds: initial, ...identity } = b;
+  let creds = initial;
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers: b.url.split(","),
+      inboxPrefix: b.inboxPrefix,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      ignoreAuthErrorAbort: true,
+      name: opts.name ?? `${b.module}/${b.part}@${b.node}`,
+      ...(creds !== undefined ? { authenticator: credsAuthenticator(() => new TextEncoder().encode(creds)) } : {}),
+    });
+  } catch (e) {
+    const refused = /authorization violation|authentication/i.test(errorMessage(e));
+    throw new MeshError(
+      refused ? ErrorCodes.ProviderMisconfigured : ErrorCodes.ProviderUnreachable,
+      refused
+        ? `NATS at ${b.url} refused the identity of ${b.module}/${b.part} on ${b.node} (${errorMessage(e)}): its generation may have been retired; the agent writes the current one to ${dir}`
+        : `cannot connect to NATS at ${b.url} (${errorMessage(e)})`,
+      { cause: e, retryable: !refused },
+    );
+  }
+  let holder: CredentialHolder | undefined;
+  const requirement = parseGrantId(b.grant)?.requirement;
+  if (opts.follow !== false && initial !== undefined && requirement) {
+    holder = await holdCredential(nc, { module: b.module, part: b.part, node: b.node, requirement });
+    void (async () => {
+      for await (const held of holder!) {
+        const next = held.values.creds;
+        if (!next || next === creds) {
+          await held.confirm();
+          continue;
+        }
+        const previous = creds;
+        creds = next;
+        try {
+          // The client closes the socket and connects again, asking the authenticator, so with the new key.
+          await withTimeout(reconnected(nc), opts.switchTimeoutMs ?? 10_000);
+          await nc.flush();
+        } catch {
+          // The new generation did not connect: back to the one that works; the rotation waits (meshctl status shows it).
+          creds = previous;
+          if (!nc.isClosed()) await nc.reconnect().catch(() => undefined);
+          continue;
+        }
+        await held.confirm();
+      }
+    })().catch(() => undefined);
+  }
+  return {
+    nc,
+    identity,
+    async close() {
+      await holder?.stop();
+      if (!nc.isClosed()) await nc.drain();
+    },
+  };
+}
+
+/** Forces a reconnect and resolves once the client is connected again. */
+async function reconnected(nc: NatsConnection): Promise<void> {
+  const events = nc.status();
+  await nc.reconnect();
+  for await (const s of events) if (s.type === "reconnect") return;
+  throw new Error("the connection closed");
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,242 @@
+/**
+ * A part's workload identity, on a NATS whose operator is the mesh: the agent delivers it as
+ * the part's binding `identity`, and a connection made with it (`connectWithIdentity`) does what
+ * the part needs — holds its own module's credential through a rotation — and nothing else:
+ * every attack below is tried for real and refused by the server or by the service, and the
+ * state it aimed at is unchanged. The identity itself rotates while a holder uses it, with no
+ * failed fetch or confirmation, and its old key is revoked only once the holder has moved on.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import {
+  BOOTSTRAP_PROVIDER,
+  Buckets,
+  IDENTITY_BINDING,
+  Kinds,
+  Rotation,
+  createLogger,
+  createSealingKey,
+  fetchCredential,
+  keys,
+  partIdentityRequirement,
+  readJson,
+  subjects,
+  type ModuleDoc,
+} from "@mesh/shared";
+import { connectWithIdentity, holdCredential, type HeldCredential, type IdentityConnection } from "@mesh/client";
+import { bindingPath } from "@mesh/agent";
+import { startRotator, type Rotator } from "@mesh/rotator";
+import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
+import { startTestMesh, type TestMesh } from "../mesh.js";
+import { waitFor } from "../harness/wait.js";
+
+const shop: ModuleDoc = {
+  kind: "Module",
+  name: "shop",
+  parts: [{ name: "app", node: "node-a", installed: true }],
+  requires: [{ name: "key", kind: Kinds.Secret, parts: ["app"] }],
+};
+const other: ModuleDoc = {
+  kind: "Module",
+  name: "other",
+  parts: [{ name: "web", node: "node-a", installed: true }],
+  requires: [{ name: "token", kind: Kinds.Secret, parts: ["web"] }],
+};
+
+let nats: OperatorNats;
+let mesh: TestMesh;
+let rotator: Rotator;
+const opened: IdentityConnection[] = [];
+
+const root = () => join(mesh.bindingsRoot, "node-a");
+const identityDir = (module = "shop", part = "app") => bindingPath(root(), module, part, IDENTITY_BINDING);
+const file = (dir: string, key: string) => readFileSync(join(dir, key), "utf8");
+
+async function rotate(grant: string): Promise<Rotation> {
+  const m = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant, timeoutMs: 60_000 }), { timeout: 15_000 });
+  const r = m.json<{ ok: boolean; rotation?: Rotation; error?: { message: string } }>();
+  if (!r.ok) throw new Error(`rotate ${grant}: ${r.error?.message}`);
+  return r.rotation!;
+}
+
+async function committed(grant: string, id: string): Promise<Rotation> {
+  const [module, requirement] = grant.split("/") as [string, string];
+  return waitFor(`rotation ${id} of ${grant} to commit`, async () => {
+    const r = (await readJson(mesh.store.kv.rotations, keys.grant(module, requirement), Rotation))?.value;
+    return r?.id === id && r.state === "Committed" ? r : undefined;
+  }, 30_000);
+}
+
+/** The first message the server sends back about `fn`'s traffic: a permissions violation, as an error. */
+async function refused(nc: NatsConnection, fn: () => Promise<unknown>): Promise<string> {
+  const errors: string[] = [];
+  const watching = (async () => {
+    for await (const s of nc.status()) if (s.type === "error") errors.push(String((s as { error?: unknown }).error ?? s));
+  })();
+  let thrown = "";
+  try {
+    await fn();
+  } catch (e) {
+    thrown = String(e);
+  }
+  await nc.flush().catch(() => undefined);
+  // The server's -ERR came before the flush's PONG; the status loop gets it on a later turn.
+  await new Promise((r) => setTimeout(r, 100));
+  void watching;
+  return [thrown, ...errors].join(" | ");
+}
+
+beforeAll(async () => {
+  nats = await startOperatorNats();
+  mesh = await startTestMesh({ nodes: ["node-a"], nats: nats.server, auth: { authenticator: credsAuthenticator(new TextEncoder().encode(nats.adminCreds)) }, masterKey: nats.masterKey });
+  rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+  expect((await mesh.apply([nats.providerDoc(BOOTSTRAP_PROVIDER, [Kinds.MeshIdentity]), shop, other])).ok).toBe(true);
+  await mesh.waitForState("shop", "Ready");
+  await mesh.waitForState("other", "Ready");
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all(opened.map((c) => c.close().catch(() => undefined)));
+  await rotator?.stop();
+  await mesh?.stop();
+  await nats?.stop().catch(() => {});
+});
+
+async function asPart(module = "shop", part = "app"): Promise<IdentityConnection> {
+  const c = await connectWithIdentity(identityDir(module, part));
+  opened.push(c);
+  return c;
+}
+
+describe("a part's identity binding", () => {
+  it("is delivered as identity: type nats, url, a standard .creds, its own inbox prefix", () => {
+    const dir = identityDir();
+    expect(file(dir, "type")).toBe("nats");
+    expect(file(dir, "url")).toBe(nats.url);
+    expect(file(dir, "creds")).toMatch(/-----BEGIN NATS USER JWT-----[\s\S]*-----BEGIN USER NKEY SEED-----/);
+    expect(file(dir, "inboxPrefix")).toBe(subjects.partInboxPrefix("shop", "node-a", "app"));
+    expect(file(dir, "grant")).toBe(`shop/${partIdentityRequirement("app")}`);
+  });
+});
+
+describe("as part app of module shop", () => {
+  it("holds its own credential through a rotation, and the rotation commits", async () => {
+    const { nc } = await asPart();
+    const holder = await holdCredential(nc, { module: "shop", part: "app", node: "node-a", requirement: "key" });
+    const it = holder[Symbol.asyncIterator]();
+    const first = (await it.next()).value as HeldCredential;
+    expect(first.values.value).toBe(file(bindingPath(root(), "shop", "app", "key"), "value"));
+    const r = await rotate("shop/key");
+    const next = (await it.next()).value as HeldCredential;
+    expect(next.generation).toBe(first.generation + 1);
+    expect(next.values.value).not.toBe(first.values.value);
+    await next.confirm();
+    const done = await committed("shop/key", r.id);
+    expect(Object.keys(done.holders)).toContain(holder.holder);
+    await holder.stop();
+  }, 60_000);
+
+  it("cannot fetch another module's credential: the server refuses the subject, the provisioner a body that disagrees with it", async () => {
+    const { nc } = await asPart();
+    const key = createSealingKey();
+    // On the other module's subject: the server does not let it publish there.
+    const onTheirs = await refused(nc, () => fetchCredential(nc, { grant: "other/token", part: "web", node: "node-a", generation: 1 }, key, { timeoutMs: 2_000 }));
+    expect(onTheirs).toMatch(/permissions violation|timeout|TIMEOUT/i);
+    // On its own subject, with a body naming the other module: the provisioner refuses it.
+    const body = JSON.stringify({ grant: "other/token", part: "web", node: "node-a", generation: 1, recipient: key.getPublicKey() });
+    const reply = await nc.request(subjects.credentialFetch("shop", "key", "node-a", "app"), body, { timeout: 5_000 });
+    expect(reply.json<{ ok: boolean; error?: { code: string } }>()).toMatchObject({ ok: false, error: { code: "Forbidden" } });
+  });
+
+  it("cannot subscribe to >, nor to another part's inbox or notices", async () => {
+    const { nc } = await asPart();
+    for (const subject of [">", "_INBOX.>", `${subjects.partInboxPrefix("other", "node-a", "web")}.>`, subjects.holderValuesOfPartAll("other", "node-a", "web")]) {
+      const sub = nc.subscribe(subject);
+      const closed = await Promise.race([sub.closed.then((e) => String(e ?? "closed"), (e: unknown) => String(e)), new Promise((r) => setTimeout(() => r("open"), 2_000))]);
+      expect(String(closed), subject).toMatch(/permissions violation/i);
+    }
+  });
+
+  it("cannot read, delete or purge any stream or bucket, nor write a grant, nor confirm or register for another part", async () => {
+    const { nc } = await asPart();
+    const before = (await mesh.store.jsm.streams.info(`KV_${Buckets.credentials}`)).state.messages;
+    const jsm = await jetstreamManager(nc, { timeout: 2_000 }).catch((e: unknown) => e);
+    // The JetStream manager asks the account's info first, which it may not.
+    expect(String(jsm)).toMatch(/permissions violation|timeout/i);
+    for (const [subject, body] of [
+      [`$JS.API.STREAM.DELETE.KV_${Buckets.credentials}`, ""],
+      [`$JS.API.STREAM.PURGE.KV_${Buckets.grants}`, ""],
+      [`$JS.API.STREAM.MSG.GET.KV_${Buckets.credentials}`, JSON.stringify({ seq: 1 })],
+      [`$JS.API.DIRECT.GET.KV_${Buckets.grants}.$KV.${Buckets.grants}.other.token`, ""],
+      [`$JS.API.STREAM.LIST`, ""],
+    ] as const) {
+      const why = await refused(nc, () => nc.request(subject, body, { timeout: 2_000 }));
+      expect(why, subject).toMatch(/permissions violation|timeout/i);
+    }
+    for (const subject of [
+      `$KV.${Buckets.grants}.shop.key`,
+      `$KV.${Buckets.holders}.other.token.node-a.web.i1`,
+      subjects.rotationConfirm("other", "token", "node-a", "web"),
+      // Its own module, another part; and a notice, even on its own instance's subject (only the rotator tells).
+      subjects.rotationConfirm("shop", "key", "node-a", "worker"),
+      subjects.holderValues("shop", "key", "node-a", "app", "i1"),
+      subjects.holderValues("other", "token", "node-a", "web", "i1"),
+    ]) {
+      const why = await refused(nc, async () => nc.publish(subject, "{}"));
+      expect(why, subject).toMatch(/permissions violation/i);
+    }
+    expect((await mesh.store.jsm.streams.info(`KV_${Buckets.credentials}`)).state.messages).toBe(before);
+    const kv = await new Kvm(mesh.nc).open(Buckets.holders);
+    expect(await kv.get("other.token.node-a.web.i1")).toBeNull();
+  });
+
+  it("cannot declare anything: apply is not its subject", async () => {
+    const { nc } = await asPart();
+    const why = await refused(nc, () => nc.request(subjects.apply, JSON.stringify({ documents: [] }), { timeout: 2_000 }));
+    expect(why).toMatch(/permissions violation|timeout/i);
+  });
+});
+
+describe("the identity's own rotation", () => {
+  it("moves a holder to the new key with no failed fetch or confirmation; the old key is revoked once it has", async () => {
+    const conn = await asPart();
+    const oldCreds = file(identityDir(), "creds");
+    const holder = await holdCredential(conn.nc, { module: "shop", part: "app", node: "node-a", requirement: "key", fetchTimeoutMs: 5_000 });
+    const it = holder[Symbol.asyncIterator]();
+    const first = (await it.next()).value as HeldCredential;
+    // What the connection goes through: one reconnect of its own, and no error (a revoked
+    // identity's connection is closed by the server with "User Authentication Revoked").
+    const events: string[] = [];
+    void (async () => {
+      for await (const s of conn.nc.status()) if (s.type === "reconnect" || s.type === "error") events.push(s.type === "error" ? String((s as { error?: unknown }).error) : s.type);
+    })();
+    const r = await rotate(`shop/${partIdentityRequirement("app")}`);
+    const done = await committed(`shop/${partIdentityRequirement("app")}`, r.id);
+    // This connection was one of the identity's holders, and confirmed after it had moved.
+    expect(Object.keys(done.holders).some((h) => h.startsWith("node-a/app/"))).toBe(true);
+    expect(file(identityDir(), "creds")).not.toBe(oldCreds);
+    // The old key no longer logs in.
+    await waitFor("the old identity to be refused", async () => {
+      try {
+        const nc = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(oldCreds)), reconnect: false, timeout: 2_000 });
+        await nc.close();
+        return undefined;
+      } catch (e) {
+        return /authorization violation|revoked/i.test(String(e)) ? true : undefined;
+      }
+    }, 20_000);
+    // The holder goes on, on the new key: the next rotation of its credential reaches it.
+    const r2 = await rotate("shop/key");
+    const next = (await it.next()).value as HeldCredential;
+    expect(next.generation).toBe(first.generation + 1);
+    await next.confirm();
+    await committed("shop/key", r2.id);
+    expect(conn.nc.isClosed()).toBe(false);
+    expect(events).toEqual(["reconnect"]);
+    await holder.stop();
+  }, 90_000);
+});
