@@ -27,7 +27,7 @@ import {
   subjects,
   type ModuleDoc,
 } from "@mesh/shared";
-import { connectWithIdentity, holdCredential, type HeldCredential, type IdentityConnection } from "@mesh/client";
+import { connectWithIdentity, declare, holdCredential, type HeldCredential, type IdentityConnection } from "@mesh/client";
 import { bindingPath } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
@@ -194,10 +194,30 @@ describe("as part app of module shop", () => {
     expect(await kv.get("other.token.node-a.web.i1")).toBeNull();
   });
 
-  it("cannot declare anything: apply is not its subject", async () => {
+  it("declares its own module's requirements, and nothing else: no other module, no Provider, not on the operator's apply subject", async () => {
     const { nc } = await asPart();
-    const why = await refused(nc, () => nc.request(subjects.apply, JSON.stringify({ documents: [] }), { timeout: 2_000 }));
-    expect(why).toMatch(/permissions violation|timeout/i);
+    // Its own module, with one more requirement: accepted, and provisioned.
+    const more: ModuleDoc = { ...shop, requires: [...shop.requires, { name: "extra", kind: Kinds.Secret, parts: ["app"] }] };
+    const declared = await declare(nc, [more]);
+    expect(declared.accepted).toEqual([{ kind: "Module", name: "shop", action: "updated" }]);
+    await waitFor("shop/extra provisioned", async () => ((await mesh.grant("shop", "extra"))?.generation ?? 0) >= 1 || undefined);
+    // Another module's subject: the server does not let it publish there.
+    const theirs = await refused(nc, () => declare(nc, [{ ...other, requires: [] }], { timeoutMs: 2_000 }));
+    expect(theirs).toMatch(/permissions violation|timeout/i);
+    // On its own subject, a Provider or another module in the body: refused, nothing stored.
+    const provider = nats.providerDoc("evil", [Kinds.Secret]);
+    const reply = await nc.request(subjects.applyModule("shop"), JSON.stringify({ documents: [shop, provider, { ...other, requires: [] }] }), { timeout: 5_000 });
+    const r = reply.json<{ ok: boolean; problems?: Array<{ document: number; message: string }> }>();
+    expect(r.ok).toBe(false);
+    expect(r.problems?.map((p) => p.document)).toEqual([1, 2]);
+    expect(r.problems?.[0]?.message).toMatch(/only module shop may be declared, not Provider evil: Providers and other modules are the operator's/);
+    expect(await mesh.store.kv.providers.get("evil")).toBeNull();
+    expect((await mesh.grant("other", "token"))?.generation).toBeGreaterThanOrEqual(1);
+    // The operator's subject: refused by the server.
+    const operators = await refused(nc, () => nc.request(subjects.apply, JSON.stringify({ documents: [] }), { timeout: 2_000 }));
+    expect(operators).toMatch(/permissions violation|timeout/i);
+    // Back as it was, for the tests below.
+    await declare(nc, [shop]);
   });
 });
 

@@ -56,11 +56,14 @@ export async function declare(nc: NatsConnection, manifest: readonly unknown[] |
   const parsed = typeof manifest === "string" ? parseManifestText(manifest) : validateDocuments(manifest);
   if (!parsed.ok) throw new ManifestRejectedError(parsed.problems, opts.source);
   const req: ApplyRequest = { documents: parsed.documents, ...(opts.source ? { source: opts.source } : {}) };
-  const body = await requestJson(nc, subjects.apply, req, { service: "resolver", timeoutMs: opts.timeoutMs ?? 10_000 });
+  // One module alone goes on its own subject, the one a part's identity may publish to.
+  const only = parsed.documents.length > 0 && parsed.documents.every((d) => d.kind === "Module" && d.name === parsed.documents[0]!.name);
+  const subject = only ? subjects.applyModule(parsed.documents[0]!.name) : subjects.apply;
+  const body = await requestJson(nc, subject, req, { service: "resolver", timeoutMs: opts.timeoutMs ?? 10_000 });
   const refused = errorFromReply(body, "the resolver refused the manifest: ");
   if (refused) throw refused;
   const reply = ApplyReply.safeParse(body);
-  if (!reply.success) throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.apply} does not match its schema`);
+  if (!reply.success) throw new MeshError(ErrorCodes.Internal, `the reply on ${subject} does not match its schema`);
   if (!reply.data.ok) throw new ManifestRejectedError(reply.data.problems, opts.source);
   return reply.data;
 }

@@ -45,10 +45,11 @@ describe("the control plane's own module", () => {
       "$KV.mesh-holders.shop.*.node-a.web.*",
       "mesh.api.credential.fetch.shop.*.node-a.web",
       "mesh.api.confirm.shop.*.node-a.web",
+      "mesh.api.apply.shop",
     ]);
     // No JetStream API but the two reads by key; nothing that publishes a notice or applies.
     expect(p.publish.filter((s) => s.startsWith("$JS.API.")).every((s) => s.startsWith("$JS.API.DIRECT.GET."))).toBe(true);
-    expect(p.publish.some((s) => s.startsWith("mesh.rotation.") || s.startsWith("mesh.api.apply"))).toBe(false);
+    expect(p.publish.some((s) => s.startsWith("mesh.rotation.") || s === "mesh.api.apply")).toBe(false);
     expect(() => partIdentityPermissions("shop", "node-a", "Web!")).toThrow(/invalid name/);
   });
 

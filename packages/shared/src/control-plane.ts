@@ -83,7 +83,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     }
     switch (service) {
       case "resolver":
-        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply] };
+        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply, subjects.applyModulesAll] };
       case "provisioner":
         return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll], subscribe: [subjects.credentialFetchesAll] };
       case "verifier":

@@ -57,6 +57,13 @@ export const subjects = {
   /** Request: apply a set of manifest documents (all or nothing). Served by the resolver. */
   apply: "mesh.api.apply",
   /**
+   * Request: apply documents of module `module` only (a part's identity may publish here for its
+   * own module, and nowhere else on the apply path); the resolver refuses any other document.
+   */
+  applyModule: (module: string) => `mesh.api.apply.${checked(module)}`,
+  /** Every module's apply subject (the resolver's subscription). */
+  applyModulesAll: "mesh.api.apply.*",
+  /**
    * Request: fetch the values of a delivered credential for part `part` on `node`, sealed to the
    * caller's xkey. Served by the provisioner, which refuses a body that names another grant,
    * node or part than the subject: only that part's identity (and that node's agent) may

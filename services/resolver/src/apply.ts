@@ -11,22 +11,30 @@ import {
   validateDocuments,
   type AppliedDocument,
   type ApplyReply,
+  subjects,
   type ManifestDoc,
+  type Problem,
   type Store,
 } from "@mesh/shared";
 
 /**
  * Handles one apply: a request that fails validation stores nothing and gets every problem
  * back; a valid one is stored document by document (each write is idempotent, so a retry
- * after a failure half-way converges to the same state).
+ * after a failure half-way converges to the same state). On a module's own subject
+ * (`onlyModule`: what a part's identity may publish to) every document must be that module;
+ * any other (a Provider, another module) is a problem of the request, and nothing is stored.
  */
-export async function handleApply(store: Store, body: unknown): Promise<ApplyReply> {
+export async function handleApply(store: Store, body: unknown, onlyModule?: string): Promise<ApplyReply> {
   const req = ApplyRequest.safeParse(body);
   if (!req.success) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not an apply request: ${req.error.issues.map((i) => i.message).join("; ")}`);
   }
   const result = validateDocuments(req.data.documents);
   if (!result.ok) return { ok: false, problems: result.problems };
+  if (onlyModule !== undefined) {
+    const problems = outsideModule(result.documents, onlyModule);
+    if (problems.length) return { ok: false, problems };
+  }
   const accepted: AppliedDocument[] = [];
   // Each write is idempotent, so one that met JetStream's reload gap is simply made again.
   for (const doc of result.documents) accepted.push(await retryJetStreamGap(() => storeDocument(store, doc)));
@@ -46,4 +54,19 @@ async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDoc
   }
   await kv.put(doc.name, data);
   return { kind: doc.kind, name: doc.name, action: "created" };
+}
+
+/** The documents of a request on module `module`'s apply subject that are not that module. */
+export function outsideModule(documents: readonly ManifestDoc[], module: string): Problem[] {
+  return documents.flatMap((d, i) =>
+    d.kind === "Module" && d.name === module
+      ? []
+      : [
+          {
+            document: i,
+            path: d.kind === "Module" ? "name" : "kind",
+            message: `on ${subjects.applyModule(module)} only module ${module} may be declared, not ${d.kind} ${d.name}: Providers and other modules are the operator's (apply them as the operator, on ${subjects.apply})`,
+          },
+        ],
+  );
 }

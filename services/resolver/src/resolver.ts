@@ -58,6 +58,8 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
   }, 1);
 
   const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body));
+  // A module's own subject: what a part's identity may declare (its module, nothing else).
+  const moduleApi = serveJson(store.nc, subjects.applyModulesAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, m.subject.slice(subjects.apply.length + 1)));
   const consumers = await Promise.all([
     consumeKeys({ store, stream: kvStream(Buckets.manifests), durable: "resolver-manifests", filter: kvFilter(Buckets.manifests), keyOf: kvKeyOf(Buckets.manifests), queue: modules, log }),
     consumeKeys({
@@ -100,7 +102,7 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
     reconcile: (module) => modules.enqueue(module),
     async stop() {
       clearInterval(resync);
-      await api.stop();
+      await Promise.all([api.stop(), moduleApi.stop()]);
       await Promise.all(consumers.map((c) => c.stop()));
     },
   };
