@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
-import { CONTROL_PLANE_SERVICES, agentPart, identityRequirement } from "@mesh/shared";
+import { CONTROL_PLANE_SERVICES, agentPart, identityRequirement, subjects } from "@mesh/shared";
 import { tmpdir } from "node:os";
 import { runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
@@ -102,6 +102,25 @@ describe("meshctl bootstrap", () => {
     }
     const r = await mesh.meshctl(["status", "--json"]);
     expect(r.stdout).not.toContain("evil");
+  });
+
+  it("an agent's identity may fetch and confirm only for its own node's parts", async () => {
+    const nc = await connectAs(mesh, agentPart("node-a"));
+    const errors: string[] = [];
+    void (async () => {
+      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
+    })();
+    try {
+      const body = JSON.stringify({ grant: "mesh/records", part: "resolver", node: "node-b", generation: 1, recipient: "X" });
+      await nc.request(subjects.credentialFetch("mesh", "records", "node-b", "resolver"), body, { timeout: 2_000 }).catch(() => undefined);
+      nc.publish(subjects.rotationConfirm("mesh", "records", "node-b", "resolver"), "{}");
+      await nc.flush();
+      await waitFor("the server to refuse both", () => (errors.filter((e) => /permissions violation/i.test(e)).length >= 2 ? true : undefined), 5_000);
+      expect(errors.join("\n")).toMatch(/mesh\.api\.credential\.fetch\.mesh\.records\.node-b\.resolver/);
+      expect(errors.join("\n")).toMatch(/mesh\.api\.confirm\.mesh\.records\.node-b\.resolver/);
+    } finally {
+      await nc.close();
+    }
   });
 
   it("keeps no key in the clear but the holders' own: the signing keys are sealed, the server's files and every log hold no seed", () => {
