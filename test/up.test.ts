@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { connect } from "@nats-io/transport-node";
+import { connectWithIdentity } from "@mesh/client";
 import { isTcpPortFree } from "@mesh/cli";
 import { runMeshctl } from "./harness/bootstrapped-mesh.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
@@ -93,6 +94,14 @@ describe("meshctl up with the examples", () => {
     await client.query("create table orders (id int)");
     await client.end();
     expect(existsSync(join(cwd, ".mesh/bindings/node-a/shop/api/session-key/value"))).toBe(true);
+    // Every installed part has its own identity on up's server, the part of a module that requires nothing too.
+    for (const part of [".mesh/bindings/node-a/shop/api", ".mesh/bindings/node-a/static-site/web"]) {
+      await waitFor(`${part}'s identity`, () => existsSync(join(cwd, part, "identity/creds")) || undefined, 10_000);
+      const conn = await connectWithIdentity(join(cwd, part, "identity"), { follow: false });
+      expect(conn.identity.url).toBe(url);
+      await conn.nc.flush();
+      await conn.close();
+    }
     expect(existsSync(join(cwd, ".mesh/bindings/node-b/shop/worker"))).toBe(false);
     expect(statSync(join(cwd, ".mesh/master.key")).mode & 0o777).toBe(0o600);
 
@@ -141,7 +150,11 @@ describe("meshctl up on a named NATS server without authentication", () => {
   });
 
   it("runs, and it and every service say loudly that anyone on that server can take every credential", async () => {
-    const up = spawn(process.execPath, [meshctl, "up", "--nodes", "node-a"], { cwd, env: { ...freshEnv, NATS_URL: nats.url }, stdio: ["ignore", "pipe", "pipe"] });
+    const up = spawn(process.execPath, [meshctl, "up", "--nodes", "node-a", "-f", join(repo, "examples/nothing.yaml")], {
+      cwd,
+      env: { ...freshEnv, NATS_URL: nats.url },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let out = "";
     up.stdout!.on("data", (d: Buffer) => (out += d.toString()));
     up.stderr!.on("data", (d: Buffer) => (out += d.toString()));
@@ -161,6 +174,12 @@ describe("meshctl up on a named NATS server without authentication", () => {
       expect(text.stderr).toMatch(/^WARNING: the NATS server at .* has no authentication/);
       const json = await runMeshctl(cwd, ["status", "--json"], { ...freshEnv, NATS_URL: nats.url });
       expect((JSON.parse(json.stdout) as { warnings?: string[] }).warnings?.[0]).toMatch(/has no authentication: anyone who can reach it can take every credential/);
+      // A part's identity carries the url alone: there is no identity to give on such a server.
+      const identity = join(cwd, ".mesh/bindings/node-a/static-site/web/identity");
+      await waitFor("the part's identity binding", () => existsSync(join(identity, "url")) || undefined, 20_000);
+      expect(readFileSync(join(identity, "url"), "utf8")).toBe(nats.url);
+      expect(existsSync(join(identity, "creds"))).toBe(false);
+      expect(out).toMatch(/the url alone: the server has no authentication/);
     } finally {
       const exited = new Promise<number | null>((resolve) => up.once("exit", (code) => resolve(code)));
       up.kill("SIGTERM");
