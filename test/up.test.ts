@@ -94,6 +94,8 @@ describe("meshctl up with the examples", () => {
     await client.query("create table orders (id int)");
     await client.end();
     expect(existsSync(join(cwd, ".mesh/bindings/node-a/shop/api/session-key/value"))).toBe(true);
+    // Every service runs on an identity the mesh granted it, not as the operator's admin.
+    expect(out).toMatch(/restarted resolver, provisioner, verifier, rotator, agent node-a, agent node-b with the identities the mesh granted them/);
     // Every installed part has its own identity on up's server, the part of a module that requires nothing too.
     for (const part of [".mesh/bindings/node-a/shop/api", ".mesh/bindings/node-a/static-site/web"]) {
       await waitFor(`${part}'s identity`, () => existsSync(join(cwd, part, "identity/creds")) || undefined, 10_000);

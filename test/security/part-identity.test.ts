@@ -112,6 +112,16 @@ async function asPart(module = "shop", part = "app"): Promise<IdentityConnection
   return c;
 }
 
+describe("a client without credentials", () => {
+  it("is refused by the server", async () => {
+    const why = await connect({ servers: nats.url, reconnect: false, timeout: 3_000 }).then(
+      async (nc) => (await nc.close(), "connected"),
+      (e: unknown) => String(e),
+    );
+    expect(why).toMatch(/Authorization Violation/);
+  });
+});
+
 describe("a part's identity binding", () => {
   it("is delivered as identity: type nats, url, a standard .creds, its own inbox prefix", () => {
     const dir = identityDir();

@@ -241,7 +241,9 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   // The server this command starts, when it starts one, has the mesh as its operator; its
   // keys and the operator's admin are kept here, for up and bootstrap alike.
   const own = bootstrapFiles(paths.state);
-  const auth = opts.bootstrap ? own : undefined;
+  // Under bootstrap, and whenever the server is this directory's mesh's own (started here, or one
+  // whose operator's admin is in .mesh/), the services move onto identities the mesh grants them.
+  let auth = opts.bootstrap ? own : undefined;
   // meshctl and the services connect as the operator's admin once there is one (or as MESH_NATS_CREDENTIALS says).
   const identity = () => cliIdentity(process.env, cwd);
   try {
@@ -296,6 +298,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       }
     }
     if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
+    if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
     const store = await openStoreForCli(nc, url);
 
     const specs = serviceSpecs({ root, paths, natsUrl: url, nodes, ...(ownAdminCreds(process.env, paths.state) ? { env: adminEnv(own) } : {}) });
@@ -339,19 +342,17 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
         await supervisor.replace({ ...spec, env }, opts.graceMs ?? 5_000);
       }
       out.out(`restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`);
-      out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} npx meshctl status`);
+      if (opts.bootstrap) out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} npx meshctl status`);
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
     }
     if (!auth) {
-      // The bus as the provider of the parts' identities: issued by the operator's keys on a
-      // server this directory's mesh is operator of, the url alone on one without authentication.
-      const ours = ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true;
-      if (ours || !nc.info?.auth_required) {
-        const bus = busProvider({ url, node: nodes[0]!, ...(ours ? { files: own } : {}) });
-        const outcome = await sendApply(nc, [{ source: "meshctl up", documents: [bus] }], undefined, retryPolicy({ option: null }, out));
+      // The bus as the provider of the parts' identities: on a server without authentication
+      // they carry the url alone (on the mesh's own server, bootstrap's provider issues them).
+      if (!nc.info?.auth_required) {
+        const outcome = await sendApply(nc, [{ source: "meshctl up", documents: [busProvider({ url, node: nodes[0]! })] }], undefined, retryPolicy({ option: null }, out));
         const code = reportApply(outcome, false, out);
         if (code !== ExitCodes.Ok) return code;
-        out.out(`declared provider ${BOOTSTRAP_PROVIDER}: every installed part gets its identity on this bus (binding ${IDENTITY_BINDING})${ours ? "" : ", the url alone: the server has no authentication"}`);
+        out.out(`declared provider ${BOOTSTRAP_PROVIDER}: every installed part gets its identity on this bus (binding ${IDENTITY_BINDING}), the url alone: the server has no authentication`);
       } else {
         out.err(`the server at ${url} is not this directory's mesh (its identity comes from MESH_NATS_CREDENTIALS), so parts get no identity binding: apply a provider of ${Kinds.MeshIdentity} with that server's signing keys (examples/providers/nats.yaml)`);
       }
