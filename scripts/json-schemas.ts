@@ -14,6 +14,7 @@ import {
   HolderNotice,
   HolderRegistration,
   CredentialFetchReply,
+  CredentialListReply,
   CredentialFetchRequest,
   CredentialValues,
   Delivery,
@@ -113,6 +114,14 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
       `Reply to a request on ${subjects.credentialFetchesAll}: ok true with the values sealed to the recipient key ` +
       "(sealed is base64; open it with the recipient's key and the sender's public xkey, and parse the JSON as " +
       "CredentialValues), or ok false with an error.",
+  },
+  {
+    name: "CredentialListReply",
+    schema: CredentialListReply,
+    io: "output",
+    description:
+      "Reply to an empty request on mesh.api.credential.list.<module>.<node>.<part>: the current Delivery of every grant of the module " +
+      "delivered to that part on that node (what a part's identity watches from; new ones follow on mesh.delivery.<node>.<module>.<part>.*), or ok false with an error.",
   },
   {
     name: "CredentialValues",

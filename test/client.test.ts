@@ -205,8 +205,8 @@ requires:
     expect(err.message).toContain("bad.yaml");
   });
 
-  it("declares text and documents through the resolver's apply handler", async () => {
-    const api = serveJson(nc, subjects.apply, QueueGroups.resolver, quiet(), (body) => handleApply(store, body));
+  it("declares text and documents through the resolver's apply handler, one module on its own subject", async () => {
+    const api = serveJson(nc, subjects.applyModule("blog"), QueueGroups.resolver, quiet(), (body) => handleApply(store, body, "blog"));
     try {
       const r1 = await declare(nc, manifest, { source: "blog.yaml" });
       expect(r1).toEqual({ ok: true, accepted: [{ kind: "Module", name: "blog", action: "created" }] });
@@ -220,7 +220,7 @@ requires:
 
   it("turns the resolver's rejection and error replies into errors", async () => {
     let reply: unknown = { ok: false, problems: [{ document: 0, path: "requires[0].kind", message: "required" }] };
-    const api = serveJson(nc, subjects.apply, "test-apply", quiet(), async () => reply);
+    const api = serveJson(nc, subjects.applyModule("blog"), "test-apply", quiet(), async () => reply);
     try {
       const rejected = await declare(nc, manifest).catch((e: unknown) => e);
       expect(isManifestRejectedError(rejected)).toBe(true);

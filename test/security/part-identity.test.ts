@@ -27,7 +27,7 @@ import {
   subjects,
   type ModuleDoc,
 } from "@mesh/shared";
-import { connectWithIdentity, declare, holdCredential, type HeldCredential, type IdentityConnection } from "@mesh/client";
+import { connectWithIdentity, declare, holdCredential, watchCredentials, type CredentialUpdate, type HeldCredential, type IdentityConnection } from "@mesh/client";
 import { bindingPath } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
@@ -148,6 +148,25 @@ describe("as part app of module shop", () => {
     const done = await committed("shop/key", r.id);
     expect(Object.keys(done.holders)).toContain(holder.holder);
     await holder.stop();
+  }, 60_000);
+
+  it("watches its own credentials with watchCredentials: the current generation first, then a rotated one", async () => {
+    const { nc } = await asPart();
+    const watch = await watchCredentials(nc, { module: "shop", part: "app" });
+    const it = watch[Symbol.asyncIterator]();
+    const seen = new Map<string, number>();
+    while (!seen.has("shop/key") || !seen.has(`shop/${partIdentityRequirement("app")}`)) {
+      const u = (await it.next()).value as CredentialUpdate;
+      seen.set(u.grant, u.generation);
+    }
+    const r = await rotate("shop/key");
+    for (;;) {
+      const u = (await it.next()).value as CredentialUpdate;
+      if (u.grant === "shop/key" && u.generation === r.to) break;
+    }
+    await committed("shop/key", r.id);
+    await watch.stop();
+    expect(await watch.closed).toBeUndefined();
   }, 60_000);
 
   it("cannot fetch another module's credential: the server refuses the subject, the provisioner a body that disagrees with it", async () => {

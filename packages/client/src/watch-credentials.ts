@@ -5,6 +5,7 @@
  * generation sealed to a key made for this watch.
  */
 import {
+  CredentialListReply,
   Delivery,
   ErrorCodes,
   MeshError,
@@ -15,10 +16,11 @@ import {
   fetchCredential,
   isMeshError,
   isValidName,
+  errorFromReply,
   orderedMessages,
+  requestJson,
   subjects,
   type CredentialValues,
-  type JsMsg,
   type MessageStream,
   type NatsConnection,
 } from "@mesh/shared";
@@ -29,6 +31,13 @@ export interface WatchCredentialsOptions {
   part: string;
   /** Only this requirement's credential; all of the part's when left out. */
   requirement?: string;
+  /**
+   * The node the part runs on. Given, or learned from a connection made with the part's identity
+   * (`connectWithIdentity`), the watch needs only what that identity allows: it asks the
+   * provisioner for the part's current deliveries on that node and listens for new ones, instead
+   * of reading the delivery stream (every node) through a consumer of its own.
+   */
+  node?: string;
   /** How long to wait for the provisioner per fetch; default 5 s. */
   fetchTimeoutMs?: number;
   /**
@@ -72,12 +81,109 @@ export async function watchCredentials(nc: NatsConnection, opts: WatchCredential
   for (const [what, name] of [["module", opts.module], ["part", opts.part], ["requirement", opts.requirement]] as const) {
     if (name !== undefined && !isValidName(name)) throw new MeshError(ErrorCodes.InvalidName, `${what} ${JSON.stringify(name)} ${NAME_RULE}`);
   }
+  const node = opts.node ?? identityNode(nc, opts.module, opts.part);
+  if (node !== undefined) {
+    if (!isValidName(node)) throw new MeshError(ErrorCodes.InvalidName, `node ${JSON.stringify(node)} ${NAME_RULE}`);
+    return new Watch(nc, await listedDeliveries(nc, { ...opts, node }), opts);
+  }
   const filter =
     opts.requirement === undefined
       ? subjects.deliveriesForPart(opts.module, opts.part)
       : subjects.deliveriesForPartRequirement(opts.module, opts.part, opts.requirement);
-  const messages = await orderedMessages(nc, { stream: Streams.deliveries, filter });
-  return new Watch(nc, messages, opts);
+  return new Watch(nc, streamedDeliveries(await orderedMessages(nc, { stream: Streams.deliveries, filter })), opts);
+}
+
+/** Deliveries as the watch reads them: each message's body, and whether a newer one is known to follow. */
+interface DeliverySource extends AsyncIterable<{ body: unknown; newerFollows: boolean }> {
+  close(): Promise<void>;
+  closed(): Promise<void | Error>;
+}
+
+/** The delivery stream, read through an ordered consumer. */
+function streamedDeliveries(messages: MessageStream): DeliverySource {
+  return {
+    async *[Symbol.asyncIterator]() {
+      for await (const m of messages) yield { body: safeJson(m), newerFollows: m.info.pending > 0 };
+    },
+    close: async () => void (await messages.close()),
+    closed: () => messages.closed(),
+  };
+}
+
+/** The node of `module`'s part `part` when `nc` was made with that part's identity (its inbox prefix names it). */
+function identityNode(nc: NatsConnection, module: string, part: string): string | undefined {
+  const prefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix ?? "";
+  const [root, m, node, p, ...rest] = prefix.split(".");
+  return rest.length === 0 && `${root}.` === subjects.partInboxesAll.slice(0, -1) && m === module && p === part ? node : undefined;
+}
+
+/** How often a watch on a part's identity asks for the part's deliveries again, for one a disconnect hid. */
+const RELIST_MS = 30_000;
+
+/**
+ * The part's deliveries on one node as its identity may read them: the provisioner's list of the
+ * current ones (at start, after every reconnect and every {@link RELIST_MS}), and each new one
+ * as it is published (a plain subscription: nothing is kept on the server for the watch).
+ */
+async function listedDeliveries(nc: NatsConnection, opts: WatchCredentialsOptions & { node: string }): Promise<DeliverySource> {
+  const items: Array<{ body: unknown; newerFollows: boolean }> = [];
+  let wake: (() => void) | undefined;
+  let ended: { error?: Error } | undefined;
+  let resolveClosed!: (e: void | Error) => void;
+  const closed = new Promise<void | Error>((r) => (resolveClosed = r));
+  const push = (xs: Array<{ body: unknown; newerFollows: boolean }>) => {
+    items.push(...xs);
+    wake?.();
+  };
+  const end = (error?: Error) => {
+    if (ended) return;
+    ended = error ? { error } : {};
+    clearInterval(timer);
+    sub.unsubscribe();
+    resolveClosed(error);
+    wake?.();
+  };
+  const sub = nc.subscribe(subjects.deliveriesForPartOnNode(opts.node, opts.module, opts.part), {
+    callback: (err, m) => {
+      if (err) return end(err);
+      push([{ body: safeJson(m), newerFollows: false }]);
+    },
+  });
+  const list = async () => {
+    const body = await requestJson(nc, subjects.credentialList(opts.module, opts.node, opts.part), {}, { service: "provisioner", timeoutMs: opts.fetchTimeoutMs ?? 5_000 });
+    const refused = errorFromReply(body, `the provisioner refused the list of ${opts.module}/${opts.part}'s credentials on ${opts.node}: `);
+    if (refused) throw refused;
+    const reply = CredentialListReply.safeParse(body);
+    if (!reply.success || !reply.data.ok) throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialList(opts.module, opts.node, opts.part)} does not match its schema`, { retryable: true });
+    push(reply.data.deliveries.map((d) => ({ body: d, newerFollows: false })));
+  };
+  const listSoon = () => void list().catch(() => undefined);
+  await list();
+  const timer = setInterval(listSoon, RELIST_MS);
+  timer.unref();
+  void (async () => {
+    for await (const s of nc.status()) {
+      if (ended) break;
+      if (s.type === "reconnect") listSoon();
+    }
+  })().catch(() => undefined);
+  void nc.closed().then(() => end());
+  return {
+    async *[Symbol.asyncIterator]() {
+      for (;;) {
+        const next = items.shift();
+        if (next) {
+          yield next;
+          continue;
+        }
+        if (ended) return;
+        await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+      }
+    },
+    close: async () => end(),
+    closed: () => closed,
+  };
 }
 
 class Watch implements CredentialWatch {
@@ -93,7 +199,7 @@ class Watch implements CredentialWatch {
 
   constructor(
     private readonly nc: NatsConnection,
-    private readonly messages: MessageStream,
+    private readonly messages: DeliverySource,
     private readonly opts: WatchCredentialsOptions,
   ) {
     this.closed = this.pump().then(
@@ -105,7 +211,7 @@ class Watch implements CredentialWatch {
   private async pump(): Promise<void> {
     for await (const m of this.messages) {
       if (this.done) break;
-      const update = await this.handle(m);
+      const update = await this.handle(m.body, m.newerFollows);
       if (update && !this.done) this.push(update);
     }
     const ended = await this.messages.closed();
@@ -113,8 +219,8 @@ class Watch implements CredentialWatch {
   }
 
   /** The update a message stands for; undefined when there is none to yield. */
-  private async handle(m: JsMsg): Promise<CredentialUpdate | undefined> {
-    const parsed = Delivery.safeParse(safeJson(m));
+  private async handle(body: unknown, newerFollows: boolean): Promise<CredentialUpdate | undefined> {
+    const parsed = Delivery.safeParse(body);
     if (!parsed.success) return undefined;
     const d = parsed.data;
     // Only what the subject filter promised: this module's part (and requirement).
@@ -132,7 +238,7 @@ class Watch implements CredentialWatch {
       } catch (e) {
         if (isMeshError(e) && !e.retryable) {
           if (this.opts.onError) this.opts.onError(e, d);
-          else if (m.info.pending === 0) throw e;
+          else if (!newerFollows) throw e;
           return undefined;
         }
         await this.sleep(Math.min(RETRY_MAX_MS, 250 * 2 ** Math.min(attempt, 6)));
@@ -213,7 +319,7 @@ class Watch implements CredentialWatch {
   }
 }
 
-function safeJson(m: JsMsg): unknown {
+function safeJson(m: { json(): unknown }): unknown {
   try {
     return m.json();
   } catch {

@@ -21,6 +21,7 @@ export {
   Delivery,
   CredentialFetchRequest,
   CredentialFetchReply,
+  CredentialListReply,
   ErrorReply,
   NodeRecord,
 } from "./schemas/events.js";

@@ -60,7 +60,7 @@ const readsOf = (bucket: BucketName, module: string) => `$JS.API.DIRECT.GET.KV_$
 /**
  * The workload identity of part `part` of `module` on `node`: exactly what an SDK instance of
  * it needs to hold its module's credentials through their rotations (`holdCredential` in
- * @mesh/client) and to declare its own module (`declare`), and nothing else — no JetStream API
+ * @mesh/client) or watch them (`watchCredentials`), and to declare its own module (`declare`), and nothing else — no JetStream API
  * but reading its own module's grants and
  * rotation records by key, its instances' registrations in `mesh-holders`, fetching and
  * confirming for itself (the subjects name its module, node and part), its instances' rotation
@@ -77,8 +77,9 @@ export function partIdentityPermissions(module: string, node: string, part: stri
       subjects.credentialFetchesOfPart(module, node, part),
       subjects.rotationConfirmsOfPart(module, node, part),
       subjects.applyModule(module),
+      subjects.credentialList(module, node, part),
     ],
-    subscribe: [`${subjects.partInboxPrefix(module, node, part)}.>`, subjects.holderValuesOfPartAll(module, node, part)],
+    subscribe: [`${subjects.partInboxPrefix(module, node, part)}.>`, subjects.holderValuesOfPartAll(module, node, part), subjects.deliveriesForPartOnNode(node, module, part)],
   };
 }
 

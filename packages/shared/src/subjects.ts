@@ -72,6 +72,13 @@ export const subjects = {
   credentialFetch: (module: string, requirement: string, node: string, part: string) => `mesh.api.credential.fetch.${checked(module, requirement, node, part)}`,
   /** Every credential fetch (the provisioner's subscription). */
   credentialFetchesAll: "mesh.api.credential.fetch.>",
+  /**
+   * Request: the current delivery of every grant delivered to part `part` on `node`
+   * ({@link CredentialListReply}); the body is empty, the subject says who asks. Served by the provisioner.
+   */
+  credentialList: (module: string, node: string, part: string) => `mesh.api.credential.list.${checked(module, node, part)}`,
+  /** Every credential list request (the provisioner's subscription). */
+  credentialListsAll: "mesh.api.credential.list.*.*.*",
   /** The fetches for every part on one node (what its agent may publish to). */
   credentialFetchesOfNode: (node: string) => `mesh.api.credential.fetch.*.*.${checked(node)}.*`,
   /** The fetches of one part on one node, for any requirement of its module (what its identity may publish to). */
@@ -82,6 +89,8 @@ export const subjects = {
   deliveriesForNode: (node: string) => `mesh.delivery.${checked(node)}.>`,
   /** Deliveries for one part of a module, on whatever node it runs (an SDK holder's filter). */
   deliveriesForPart: (module: string, part: string) => `mesh.delivery.*.${checked(module, part)}.*`,
+  /** Deliveries to one part of a module on one node (what its identity may subscribe to). */
+  deliveriesForPartOnNode: (node: string, module: string, part: string) => `mesh.delivery.${checked(node, module, part)}.*`,
   /** Deliveries of one requirement to one part of a module, on whatever node it runs (an SDK holder narrowed to one grant). */
   deliveriesForPartRequirement: (module: string, part: string, requirement: string) =>
     `mesh.delivery.*.${checked(module, part, requirement)}`,

@@ -13,7 +13,10 @@ import {
   readJson,
   sealTo,
   subjects,
+  listJson,
   type CredentialFetchReply,
+  type CredentialListReply,
+  type Delivery,
   type KeyPair,
   type Store,
 } from "@mesh/shared";
@@ -64,6 +67,24 @@ export async function handleCredentialFetch(
     throw new MeshError(ErrorCodes.InvalidRequest, "recipient is not a curve25519 public key (an nkeys xkey starting with X)", { cause: e });
   }
   return { ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed };
+}
+
+/**
+ * Answers a list request on `subject` (`mesh.api.credential.list.<module>.<node>.<part>`): the
+ * current delivery of each of the module's grants that is delivered to that part on that node.
+ * Nothing secret is in it; the holder fetches the values as for any delivery.
+ */
+export async function handleCredentialList(store: Store, subject: string, now = new Date()): Promise<CredentialListReply> {
+  const [module, node, part] = subject.split(".").slice(4);
+  if (!module || !node || !part || subject !== subjects.credentialList(module, node, part)) {
+    throw new MeshError(ErrorCodes.InvalidRequest, `not a credential list subject: ${subject} (expected ${subjects.credentialListsAll})`);
+  }
+  const grants = await listJson(store.kv.grants, Grant, keys.grantsOf(module));
+  const deliveries: Delivery[] = grants
+    .map((g) => g.value)
+    .filter((g) => g.provider !== null && g.generation > 0 && g.targets.some((t) => t.part === part && t.node === node))
+    .map((g) => ({ grant: g.id, module, requirement: g.requirement, part, node, kind: g.kind, provider: g.provider!, generation: g.generation, publishedAt: now.toISOString() }));
+  return { ok: true, deliveries };
 }
 
 /** How long decrypted binding values of one generation are kept to answer a fan-out of fetches. */

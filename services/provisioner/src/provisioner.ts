@@ -20,7 +20,7 @@ import {
   type Store,
 } from "@mesh/shared";
 import { AdapterPool, CredentialStore } from "@mesh/providers";
-import { handleCredentialFetch } from "./fetch.js";
+import { handleCredentialFetch, handleCredentialList } from "./fetch.js";
 import { reconcileGrant } from "./provision.js";
 
 export interface Provisioner {
@@ -39,6 +39,7 @@ export async function startProvisioner(opts: { store: Store; masterKey: MasterKe
   const api = serveJson(store.nc, subjects.credentialFetchesAll, QueueGroups.provisioner, log, (body, m) =>
     handleCredentialFetch(store, credentials, body, sealer, m.subject),
   );
+  const list = serveJson(store.nc, subjects.credentialListsAll, QueueGroups.provisioner, log, (_body, m) => handleCredentialList(store, m.subject));
   const consumer = await consumeKeys({
     store,
     stream: kvStream(Buckets.grants),
@@ -52,7 +53,7 @@ export async function startProvisioner(opts: { store: Store; masterKey: MasterKe
   return {
     reconcile: (key) => queue.enqueue(key),
     async stop() {
-      await api.stop();
+      await Promise.all([api.stop(), list.stop()]);
       await consumer.stop();
       await adapters.close();
     },

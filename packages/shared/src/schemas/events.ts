@@ -81,6 +81,18 @@ export const CredentialFetchReply = z.discriminatedUnion("ok", [
 ]);
 export type CredentialFetchReply = z.infer<typeof CredentialFetchReply>;
 
+/**
+ * Reply to a request on `mesh.api.credential.list.<module>.<node>.<part>` (its body is empty: the
+ * subject says who asks): the current delivery of every grant of the module delivered to that
+ * part on that node, as the Delivery a holder would have received. Served by the provisioner; what
+ * `watchCredentials` on a part's identity starts from.
+ */
+export const CredentialListReply = z.discriminatedUnion("ok", [
+  z.object({ ok: z.literal(true), deliveries: z.array(Delivery) }),
+  z.object({ ok: z.literal(false), error: ErrorReply }),
+]);
+export type CredentialListReply = z.infer<typeof CredentialListReply>;
+
 /** The record of an agent, written when it starts and refreshed while it runs. */
 export const NodeRecord = z.object({
   node: z.string(),
