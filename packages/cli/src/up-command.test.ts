@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { chooseNodes, displayPath, serviceSpecs } from "./up-command.js";
 import { loopbackAddress } from "./local-nats.js";
 import { upPaths } from "./paths.js";
+import { allowedHooksOf, parseAllowedHooks } from "@mesh/agent";
 import type { ManifestFile } from "./manifest-files.js";
 
 const files: ManifestFile[] = [
@@ -46,6 +47,19 @@ describe("serviceSpecs", () => {
       },
     });
     expect(upPaths({ cwd: "/w", bindings: "/srv/b" }).bindings).toBe("/srv/b");
+  });
+
+  it("gives every agent, and only the agents, the hooks and the hook user", () => {
+    const hooks = parseAllowedHooks(["reload=/usr/bin/systemctl reload nginx", "flush=/usr/local/bin/flush"]);
+    const specs = serviceSpecs({ root: "/opt/mesh/", paths: upPaths({ cwd: "/w" }), natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"], hooks, hookUser: "mesh-hooks" });
+    for (const s of specs) {
+      if (s.name.startsWith("agent ")) {
+        expect(s.env).toMatchObject({ MESH_ALLOW_HOOKS: "reload=/usr/bin/systemctl reload nginx;flush=/usr/local/bin/flush", MESH_HOOK_USER: "mesh-hooks" });
+        expect(allowedHooksOf([], s.env)).toEqual(hooks);
+      } else {
+        expect(s.env.MESH_ALLOW_HOOKS).toBeUndefined();
+      }
+    }
   });
 });
 
