@@ -15,14 +15,13 @@
  */
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
+import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
 import { startAgent } from "./agent.js";
 import { allowedHooksOf, type AllowedHooks } from "./allowed-hooks.js";
 import { resolveHookPrograms } from "./hook-runner.js";
 
 const USAGE =
   "usage: mesh-agent --node NAME [--bindings DIR] [--allow-hook NAME=COMMAND]... [--hook-user USER]   (or MESH_NODE, MESH_BINDINGS_ROOT, MESH_ALLOW_HOOKS, MESH_HOOK_USER; NATS_URL)";
-const DEFAULT_BINDINGS_ROOT = "/var/lib/mesh/bindings";
 
 function usageError(message: string): never {
   process.stderr.write(`mesh-agent: ${message}\n${USAGE}\n`);
