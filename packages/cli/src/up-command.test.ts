@@ -36,6 +36,8 @@ describe("serviceSpecs", () => {
     const specs = serviceSpecs({ root: "/opt/mesh/", paths, natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"] });
     expect(specs.map((s) => s.name)).toEqual(["resolver", "provisioner", "verifier", "rotator", "agent node-a", "agent node-b"]);
     expect(specs[0]!.script).toBe("/opt/mesh/services/resolver/dist/main.js");
+    // Every service knows where the mesh's own files are; an agent's bindings root is its node's.
+    expect(specs[0]!.env).toMatchObject({ MESH_STATE_DIR: "/work/demo/.mesh", MESH_BINDINGS_ROOT: "/work/demo/.mesh/bindings", MESH_MASTER_KEY_FILE: "/work/demo/.mesh/master.key" });
     expect(specs.at(-1)).toMatchObject({
       script: "/opt/mesh/services/agent/dist/main.js",
       logFile: "/work/demo/.mesh/logs/agent-node-b.log",

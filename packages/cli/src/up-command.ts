@@ -88,8 +88,11 @@ export function chooseNodes(given: readonly string[] | undefined, files: readonl
 }
 
 /**
- * The services of the all-in-one, with their environment and log files. Every agent gets the
- * same hooks (`MESH_ALLOW_HOOKS`, `MESH_HOOK_USER`): they all run on this machine.
+ * The services of the all-in-one, with their environment and log files. Every service learns
+ * where the mesh's own files are (`MESH_STATE_DIR`, `MESH_BINDINGS_ROOT`: the root of every
+ * node's bindings), which no Provider's admin password may name; an agent's
+ * `MESH_BINDINGS_ROOT` is its node's own. Every agent gets the same hooks (`MESH_ALLOW_HOOKS`,
+ * `MESH_HOOK_USER`): they all run on this machine.
  */
 export function serviceSpecs(opts: {
   root: string;
@@ -100,7 +103,7 @@ export function serviceSpecs(opts: {
   hooks?: AllowedHooks;
   hookUser?: string;
 }): ServiceSpec[] {
-  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey, ...opts.env };
+  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey, MESH_STATE_DIR: opts.paths.state, MESH_BINDINGS_ROOT: opts.paths.bindings, ...opts.env };
   const hooks = { ...(opts.hooks?.size ? { MESH_ALLOW_HOOKS: formatHookList(opts.hooks) } : {}), ...(opts.hookUser ? { MESH_HOOK_USER: opts.hookUser } : {}) };
   const log = (name: string) => join(opts.paths.logs, `${name}.log`);
   return [

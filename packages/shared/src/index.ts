@@ -38,3 +38,4 @@ export * from "./stream-consumers.js";
 export * from "./service-main.js";
 export * from "./control-plane.js";
 export * from "./state-dir.js";
+export * from "./admin-password-policy.js";

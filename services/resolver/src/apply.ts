@@ -7,8 +7,12 @@ import {
   MeshError,
   ModuleDoc,
   ProviderDoc,
+  adminPasswordPolicy,
+  checkAdminPassword,
   retryJetStreamGap,
   validateDocuments,
+  type AdminPasswordPolicy,
+  type Problem,
   type AppliedDocument,
   type ApplyReply,
   type ManifestDoc,
@@ -18,15 +22,22 @@ import {
 /**
  * Handles one apply: a request that fails validation stores nothing and gets every problem
  * back; a valid one is stored document by document (each write is idempotent, so a retry
- * after a failure half-way converges to the same state).
+ * after a failure half-way converges to the same state). Beyond the schemas, a Provider's
+ * admin password source must be one `policy` allows (see admin-password-policy.ts).
  */
-export async function handleApply(store: Store, body: unknown): Promise<ApplyReply> {
+export async function handleApply(store: Store, body: unknown, policy: AdminPasswordPolicy = adminPasswordPolicy()): Promise<ApplyReply> {
   const req = ApplyRequest.safeParse(body);
   if (!req.success) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not an apply request: ${req.error.issues.map((i) => i.message).join("; ")}`);
   }
   const result = validateDocuments(req.data.documents);
   if (!result.ok) return { ok: false, problems: result.problems };
+  // Documents come back in their order when all are valid, so the index is the document's.
+  const problems: Problem[] = result.documents.flatMap((doc, document) => {
+    const p = doc.kind === "Provider" ? checkAdminPassword(doc, policy) : undefined;
+    return p ? [{ document, ...p }] : [];
+  });
+  if (problems.length) return { ok: false, problems };
   const accepted: AppliedDocument[] = [];
   // Each write is idempotent, so one that met JetStream's reload gap is simply made again.
   for (const doc of result.documents) accepted.push(await retryJetStreamGap(() => storeDocument(store, doc)));
