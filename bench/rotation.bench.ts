@@ -65,7 +65,7 @@ const nc = await connectNats(nats.url);
 const driver = await openStore(nc);
 const masterKeyHex = randomBytes(32).toString("hex");
 const masterKey = parseMasterKey(masterKeyHex);
-const ADMIN_ENV = "MESH_BENCH_PG_ADMIN_PASSWORD";
+const ADMIN_ENV = "PG_BENCH_ADMIN_PASSWORD";
 // Room for the holders' logins beside the provisioner's and the rotator's admin pools (the harness's default is 40).
 const pgServer = withPg ? await startPostgres({ maxConnections: 150 }) : undefined;
 const env = { ...process.env, [ADMIN_ENV]: pgServer?.adminPassword ?? "" };

@@ -206,7 +206,7 @@ requires:
   });
 
   it("declares text and documents through the resolver's apply handler, one module on its own subject", async () => {
-    const api = serveJson(nc, subjects.applyModule("blog"), QueueGroups.resolver, quiet(), (body) => handleApply(store, body, "blog"));
+    const api = serveJson(nc, subjects.applyModule("blog"), QueueGroups.resolver, quiet(), (body) => handleApply(store, body, undefined, "blog"));
     try {
       const r1 = await declare(nc, manifest, { source: "blog.yaml" });
       expect(r1).toEqual({ ok: true, accepted: [{ kind: "Module", name: "blog", action: "created" }] });

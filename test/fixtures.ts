@@ -47,7 +47,7 @@ export function shopModule(): ModuleDoc {
 }
 
 /** The environment variable through which tests hand a harness PostgreSQL's admin password to the services. */
-export const PG_ADMIN_ENV = "MESH_TEST_PG_ADMIN_PASSWORD";
+export const PG_ADMIN_ENV = "PG_TEST_ADMIN_PASSWORD";
 
 /** Provider `pg-main` on node-a for a harness PostgreSQL, its admin password read from {@link PG_ADMIN_ENV}. */
 export function harnessProvider(db: { endpoint: string; adminUser: string }, over: Partial<ProviderDoc> = {}): ProviderDoc {

@@ -71,7 +71,7 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
   const logs = new LogCapture();
   const logger = (service: string) => createLogger(service, { destination: logs, level: "debug" });
   const bindingsRoot = mkdtempSync(join(tmpdir(), "mesh-bindings-"));
-  const resolver = await startResolver({ store, log: logger("resolver") });
+  const resolver = await startResolver({ store, log: logger("resolver"), env: opts.env ?? process.env });
   const masterKey = opts.masterKey ?? parseMasterKey(randomBytes(32).toString("hex"));
   const provisioner = await startProvisioner({
     store,

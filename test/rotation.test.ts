@@ -5,7 +5,7 @@
  * in each state is finished by a fresh one.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -30,7 +30,7 @@ import {
   type ModuleDoc,
 } from "@mesh/shared";
 import { createAdapter, CredentialStore } from "@mesh/providers";
-import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
+import { startAgent, bindingGeneration, bindingPath, parseAllowedHooks, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -39,6 +39,9 @@ import { adminEnv, harnessProvider } from "./fixtures.js";
 
 const exporter = new InMemorySpanExporter();
 registerTracing(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }), new W3CTraceContextPropagator());
+
+/** The hook the parts of the first test name, which the agents allow (written in beforeAll). */
+const AWAIT_SWITCH = "await-switch";
 
 function moduleDoc(name: string, onRotate?: string): ModuleDoc {
   return {
@@ -72,7 +75,7 @@ async function loginWith(mesh: TestMesh, module: string, generation: number) {
 /**
  * A part as a real application runs it: one open connection, a query every 50 ms, and a switch
  * to new credentials when the binding on disk changes (then it leaves a marker the part's
- * onRotate command waits for, so the agent confirms only once the part switched).
+ * onRotate hook waits for, so the agent confirms only once the part switched).
  */
 function startPart(root: string, module: string, part: string, markers: string) {
   const errors: string[] = [];
@@ -139,15 +142,21 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
   let rotator: Rotator;
   let roots: Record<string, string>;
   let markers: string;
+  let hooks: Map<string, string[]>;
   const agents: Record<string, Agent> = {};
   const startNodeAgent = async (node: string) => {
-    agents[node] = await startAgent({ store: mesh.store, node, bindingsRoot: roots[node]!, log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
+    agents[node] = await startAgent({ store: mesh.store, node, bindingsRoot: roots[node]!, hooks, log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
   };
 
   beforeAll(async () => {
     db = await startPostgres();
     mesh = await startTestMesh({ nodes: [], env: adminEnv(db) });
     markers = mkdtempSync(join(tmpdir(), "mesh-markers-"));
+    // The hook runs as nobody: it must be able to read the script and look for the markers.
+    chmodSync(markers, 0o755);
+    const script = join(markers, "await-switch.sh");
+    writeFileSync(script, `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`, { mode: 0o755 });
+    hooks = parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]);
     roots = { "node-a": join(mesh.bindingsRoot, "node-a"), "node-b": join(mesh.bindingsRoot, "node-b") };
     await startNodeAgent("node-a");
     await startNodeAgent("node-b");
@@ -162,8 +171,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
   });
 
   it("keeps every holder's queries working, ends both on k+1, retires k only at commit, as one trace", async () => {
-    const onRotate = `for i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1`;
-    expect((await mesh.apply([harnessProvider(db), moduleDoc("shop", onRotate)])).ok).toBe(true);
+    expect((await mesh.apply([harnessProvider(db), moduleDoc("shop", AWAIT_SWITCH)])).ok).toBe(true);
     await mesh.waitForState("shop", "Ready");
     await waitFor("both holders on generation 1", async () => {
       const g = await mesh.grant("shop", "db");
@@ -190,6 +198,8 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     await Promise.all(parts.map((p) => p.stop()));
 
     expect(parts.map((p) => p.errors)).toEqual([[], []]);
+    // Each agent ran the parts' hook, which waited for its part to switch, before confirming.
+    expect(mesh.logs.lines.filter((l) => l.includes("the part's onRotate hook ran") && l.includes('"grant":"shop/db"')).length).toBe(2);
     parts.forEach((p, i) => expect(p.queries).toBeGreaterThan(before[i]!));
     expect(parts.map((p) => p.generation)).toEqual([2, 2]);
     const g = await mesh.grant("shop", "db");

@@ -13,6 +13,7 @@ import {
   BOOTSTRAP_PROVIDER,
   CONTROL_PLANE_MODULE,
   ModuleStatus,
+  StateFiles,
   agentPart,
   bootstrapProvider,
   controlPlaneManifest,
@@ -33,7 +34,7 @@ export const BOOTSTRAP_ADMIN = "mesh-admin";
 
 /** The operator's files under the state directory: keys, JWTs, the admin's .creds, a server's config and stores. */
 export function bootstrapFiles(stateDir: string): OperatorFiles {
-  return operatorFiles(join(stateDir, "nats-operator"));
+  return operatorFiles(join(stateDir, StateFiles.operatorDir));
 }
 
 /** The admin's identity, as the environment of a process that connects with it. */

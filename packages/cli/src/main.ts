@@ -6,6 +6,7 @@
 import { Command, Option } from "commander";
 import { errorMessage, loadMasterKey, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
 import { operatorFiles } from "@mesh/providers";
+import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
 import { resolve } from "node:path";
 import { runApply } from "./apply-command.js";
 import { CliError, isCliError } from "./cli-error.js";
@@ -169,9 +170,32 @@ program
     readCommand("trace", o, (store) => runTrace(store, { rotation, json: o.json }, out), () => checkRotationArg(rotation)),
   );
 
+/** The options `up` and `bootstrap` share. */
+interface LocalMeshOptions {
+  filename: string[];
+  nodes?: string;
+  bindings: string;
+  allowHook: string[];
+  hookUser?: string;
+}
+
+/** `--allow-hook` of up and bootstrap, checked before anything starts (exit 2 when wrong). */
+function hooksOption(specs: readonly string[]): AllowedHooks | undefined {
+  if (specs.length === 0) return undefined;
+  try {
+    return parseAllowedHooks(specs);
+  } catch (e) {
+    throw new CliError(errorMessage(e), ExitCodes.Usage);
+  }
+}
+
+const ALLOW_HOOK_HELP = "a hook every agent allows, for parts' onRotate: NAME=COMMAND, COMMAND run without a shell (split on whitespace) as --hook-user; repeatable";
+const HOOK_USER_HELP = "the unprivileged user the agents run hooks as (default nobody; the agents' own user when meshctl is not root)";
+
 /** `up` and `bootstrap`: run until a signal; a first signal stops everything in order, a second kills at once. */
-function runLocalMesh(o: { filename: string[]; nodes?: string; bindings: string }, bootstrap?: { servicesNode?: string }): Promise<never> {
+function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }): Promise<never> {
   return run(async (_connect, url) => {
+    const hooks = hooksOption(o.allowHook);
     const stop = new AbortController();
     let signals = 0;
     const onSignal = () => {
@@ -185,7 +209,20 @@ function runLocalMesh(o: { filename: string[]; nodes?: string; bindings: string 
     for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
     const nodes = o.nodes?.split(",").map((n) => n.trim()).filter(Boolean);
     const natsUrlNamed = isNamedServer(program.opts<{ server?: string }>().server);
-    return runUp({ files: o.filename, natsUrl: url, natsUrlNamed, bindings: o.bindings, ...(nodes ? { nodes } : {}), ...(bootstrap ? { bootstrap } : {}) }, out, stop.signal);
+    return runUp(
+      {
+        files: o.filename,
+        natsUrl: url,
+        natsUrlNamed,
+        bindings: o.bindings,
+        ...(nodes ? { nodes } : {}),
+        ...(bootstrap ? { bootstrap } : {}),
+        ...(hooks ? { hooks } : {}),
+        ...(o.hookUser ? { hookUser: o.hookUser } : {}),
+      },
+      out,
+      stop.signal,
+    );
   });
 }
 
@@ -195,7 +232,9 @@ program
   .option("-f, --filename <file>", "a manifest file to apply once the mesh runs; repeatable", collect, [])
   .option("--nodes <list>", "comma-separated nodes to run an agent for (default: the nodes of the applied parts, else node-a)")
   .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
-  .action((o: { filename: string[]; nodes?: string; bindings: string }) => runLocalMesh(o));
+  .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
+  .option("--hook-user <user>", HOOK_USER_HELP)
+  .action((o: LocalMeshOptions) => runLocalMesh(o));
 
 program
   .command("bootstrap")
@@ -207,7 +246,9 @@ program
   .option("--nodes <list>", "comma-separated nodes to run an agent for (default: the nodes of the applied parts, else node-a)")
   .option("--services-node <node>", "the node the services run on (default: the first node)")
   .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
-  .action((o: { filename: string[]; nodes?: string; bindings: string; servicesNode?: string }) =>
+  .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
+  .option("--hook-user <user>", HOOK_USER_HELP)
+  .action((o: LocalMeshOptions & { servicesNode?: string }) =>
     runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}),
   );
 

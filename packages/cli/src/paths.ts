@@ -4,6 +4,7 @@
  */
 import { fileURLToPath } from "node:url";
 import { join, resolve } from "node:path";
+import { DEFAULT_STATE_DIR, StateFiles } from "@mesh/shared";
 
 /** The repository root of this installation: `packages/cli/{src,dist}/` → three levels up. */
 export function repoRoot(): string {
@@ -26,11 +27,11 @@ export interface UpPaths {
 /** The all-in-one's paths; relative inputs are taken from `cwd`. */
 export function upPaths(opts: { cwd?: string; state?: string; bindings?: string; masterKeyFile?: string } = {}): UpPaths {
   const cwd = opts.cwd ?? process.cwd();
-  const state = resolve(cwd, opts.state ?? ".mesh");
+  const state = resolve(cwd, opts.state ?? DEFAULT_STATE_DIR);
   return {
     state,
-    logs: join(state, "logs"),
-    bindings: resolve(cwd, opts.bindings ?? join(state, "bindings")),
-    masterKey: resolve(cwd, opts.masterKeyFile ?? join(state, "master.key")),
+    logs: join(state, StateFiles.logs),
+    bindings: resolve(cwd, opts.bindings ?? join(state, StateFiles.bindings)),
+    masterKey: resolve(cwd, opts.masterKeyFile ?? join(state, StateFiles.masterKey)),
   };
 }

@@ -31,8 +31,11 @@ export function styleState(state: string, s: Style): string {
 /** False conditions that say "not yet" rather than "failed". */
 const WAITING_REASONS = new Set(["AwaitingResolution", "AwaitingDelivery", "NoInstalledPart", "AwaitingHolders"]);
 
+/** True conditions that say a rotation waits for someone to act on a node. */
+const BLOCKED_REASONS = new Set(["HookNotAllowed", "HookFailed"]);
+
 function styleStatus(status: string, reason: string, s: Style): string {
-  if (status === "True") return s.ok(status);
+  if (status === "True") return BLOCKED_REASONS.has(reason) ? s.warn(status) : s.ok(status);
   return status === "False" && !WAITING_REASONS.has(reason) ? s.bad(status) : s.warn(status);
 }
 

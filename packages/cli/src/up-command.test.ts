@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { chooseNodes, displayPath, serviceSpecs } from "./up-command.js";
 import { loopbackAddress } from "./local-nats.js";
 import { upPaths } from "./paths.js";
+import { allowedHooksOf, parseAllowedHooks } from "@mesh/agent";
 import type { ManifestFile } from "./manifest-files.js";
 
 const files: ManifestFile[] = [
@@ -35,6 +36,8 @@ describe("serviceSpecs", () => {
     const specs = serviceSpecs({ root: "/opt/mesh/", paths, natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"] });
     expect(specs.map((s) => s.name)).toEqual(["resolver", "provisioner", "verifier", "rotator", "agent node-a", "agent node-b"]);
     expect(specs[0]!.script).toBe("/opt/mesh/services/resolver/dist/main.js");
+    // Every service knows where the mesh's own files are; an agent's bindings root is its node's.
+    expect(specs[0]!.env).toMatchObject({ MESH_STATE_DIR: "/work/demo/.mesh", MESH_BINDINGS_ROOT: "/work/demo/.mesh/bindings", MESH_MASTER_KEY_FILE: "/work/demo/.mesh/master.key" });
     expect(specs.at(-1)).toMatchObject({
       script: "/opt/mesh/services/agent/dist/main.js",
       logFile: "/work/demo/.mesh/logs/agent-node-b.log",
@@ -46,6 +49,19 @@ describe("serviceSpecs", () => {
       },
     });
     expect(upPaths({ cwd: "/w", bindings: "/srv/b" }).bindings).toBe("/srv/b");
+  });
+
+  it("gives every agent, and only the agents, the hooks and the hook user", () => {
+    const hooks = parseAllowedHooks(["reload=/usr/bin/systemctl reload nginx", "flush=/usr/local/bin/flush"]);
+    const specs = serviceSpecs({ root: "/opt/mesh/", paths: upPaths({ cwd: "/w" }), natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"], hooks, hookUser: "mesh-hooks" });
+    for (const s of specs) {
+      if (s.name.startsWith("agent ")) {
+        expect(s.env).toMatchObject({ MESH_ALLOW_HOOKS: "reload=/usr/bin/systemctl reload nginx;flush=/usr/local/bin/flush", MESH_HOOK_USER: "mesh-hooks" });
+        expect(allowedHooksOf([], s.env)).toEqual(hooks);
+      } else {
+        expect(s.env.MESH_ALLOW_HOOKS).toBeUndefined();
+      }
+    }
   });
 });
 

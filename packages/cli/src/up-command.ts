@@ -35,6 +35,7 @@ import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js"
 import type { Output } from "./output.js";
 import { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
 import { Supervisor, type ChildEvent, type ServiceSpec } from "./supervisor.js";
+import { formatHookList, type AllowedHooks } from "@mesh/agent";
 
 /** The node an agent runs for when neither `--nodes` nor the applied parts name one. */
 export const DEFAULT_NODE = "node-a";
@@ -65,6 +66,10 @@ export interface UpOptions {
   resolverWaitMs?: number;
   /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
   graceMs?: number;
+  /** Hooks every agent it runs allows (`--allow-hook NAME=COMMAND`), for parts' `onRotate`. */
+  hooks?: AllowedHooks;
+  /** Who the agents run hooks as (`--hook-user`; the agents' default: `nobody`). */
+  hookUser?: string;
   /**
    * `meshctl bootstrap`: NATS with authentication, the control plane declared as module
    * `mesh`, and the services moved onto the identities it grants them (see bootstrap.ts).
@@ -84,9 +89,24 @@ export function chooseNodes(given: readonly string[] | undefined, files: readonl
   return named.length ? named : [DEFAULT_NODE];
 }
 
-/** The services of the all-in-one, with their environment and log files. */
-export function serviceSpecs(opts: { root: string; paths: UpPaths; natsUrl: string; nodes: readonly string[]; env?: Record<string, string> }): ServiceSpec[] {
-  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey, ...opts.env };
+/**
+ * The services of the all-in-one, with their environment and log files. Every service learns
+ * where the mesh's own files are (`MESH_STATE_DIR`, `MESH_BINDINGS_ROOT`: the root of every
+ * node's bindings), which no Provider's admin password may name; an agent's
+ * `MESH_BINDINGS_ROOT` is its node's own. Every agent gets the same hooks (`MESH_ALLOW_HOOKS`,
+ * `MESH_HOOK_USER`): they all run on this machine.
+ */
+export function serviceSpecs(opts: {
+  root: string;
+  paths: UpPaths;
+  natsUrl: string;
+  nodes: readonly string[];
+  env?: Record<string, string>;
+  hooks?: AllowedHooks;
+  hookUser?: string;
+}): ServiceSpec[] {
+  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey, MESH_STATE_DIR: opts.paths.state, MESH_BINDINGS_ROOT: opts.paths.bindings, ...opts.env };
+  const hooks = { ...(opts.hooks?.size ? { MESH_ALLOW_HOOKS: formatHookList(opts.hooks) } : {}), ...(opts.hookUser ? { MESH_HOOK_USER: opts.hookUser } : {}) };
   const log = (name: string) => join(opts.paths.logs, `${name}.log`);
   return [
     { name: "resolver", script: serviceMain("resolver", opts.root), env: { ...common }, logFile: log("resolver") },
@@ -96,7 +116,7 @@ export function serviceSpecs(opts: { root: string; paths: UpPaths; natsUrl: stri
     ...opts.nodes.map((node) => ({
       name: `agent ${node}`,
       script: serviceMain("agent", opts.root),
-      env: { ...common, MESH_NODE: node, MESH_BINDINGS_ROOT: join(opts.paths.bindings, node) },
+      env: { ...common, MESH_NODE: node, MESH_BINDINGS_ROOT: join(opts.paths.bindings, node), ...hooks },
       logFile: log(`agent-${node}`),
     })),
   ];
@@ -301,7 +321,15 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
     const store = await openStoreForCli(nc, url);
 
-    const specs = serviceSpecs({ root, paths, natsUrl: url, nodes, ...(ownAdminCreds(process.env, paths.state) ? { env: adminEnv(own) } : {}) });
+    const specs = serviceSpecs({
+      root,
+      paths,
+      natsUrl: url,
+      nodes,
+      ...(ownAdminCreds(process.env, paths.state) ? { env: adminEnv(own) } : {}),
+      ...(opts.hooks ? { hooks: opts.hooks } : {}),
+      ...(opts.hookUser ? { hookUser: opts.hookUser } : {}),
+    });
     const started: string[] = [];
     for (const spec of specs) started.push(`${spec.name} (pid ${await supervisor.start(spec)})`);
     out.out(`started ${started.join(", ")}`);

@@ -5,14 +5,31 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { BUILTIN_SECRET_PROVIDER, ErrorCodes, MeshError, type Kind, type MasterKey, type ProviderDoc } from "@mesh/shared";
+import {
+  BUILTIN_SECRET_PROVIDER,
+  ErrorCodes,
+  MeshError,
+  adminPasswordPolicy,
+  checkAdminPassword,
+  type AdminPasswordPolicy,
+  type Kind,
+  type MasterKey,
+  type ProviderDoc,
+} from "@mesh/shared";
 import type { ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { createAdapter } from "./registry.js";
 
-/** The provider's configuration with its admin password read from the env var or file it names. */
-export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env, masterKey?: MasterKey): ProviderConfig {
+/**
+ * The provider's configuration with its admin password read from the env var or file it names.
+ * Throws `ProviderMisconfigured` when that source is one `policy` refuses (the mesh's own
+ * secrets; see admin-password-policy.ts), checked again here, where it is read: the resolver
+ * checked it at apply, but on its own machine and at that time.
+ */
+export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env, masterKey?: MasterKey, policy: AdminPasswordPolicy = adminPasswordPolicy(env)): ProviderConfig {
   const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint, ...(doc.options ? { options: doc.options } : {}), ...(masterKey ? { masterKey } : {}) };
   if (!doc.admin) return cfg;
+  const refused = checkAdminPassword(doc, policy);
+  if (refused) throw new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${doc.name}: ${refused.path} ${refused.message}; nothing was read or sent`);
   let password: string | undefined;
   if (doc.admin.passwordEnv) {
     password = env[doc.admin.passwordEnv];
@@ -39,15 +56,19 @@ export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = proces
 
 export class AdapterPool {
   private readonly adapters = new Map<string, { fingerprint: string; adapter: ProviderAdapter }>();
+  /** Read once: a bad `MESH_ADMIN_PASSWORD_*` value fails the service's start. */
+  private readonly policy: AdminPasswordPolicy;
 
   constructor(
     private readonly env: NodeJS.ProcessEnv = process.env,
     private readonly masterKey?: MasterKey,
-  ) {}
+  ) {
+    this.policy = adminPasswordPolicy(env);
+  }
 
   /** The adapter for `kind` at provider `doc` (undefined doc: the built-in secret provider). */
   get(kind: Kind, doc: ProviderDoc | undefined): ProviderAdapter {
-    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env, this.masterKey) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
+    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env, this.masterKey, this.policy) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
     const key = `${cfg.name}/${kind}`;
     // A hash, so the admin password is not kept as a map key in the clear.
     const fingerprint = createHash("sha256").update(JSON.stringify(cfg)).digest("hex");

@@ -13,7 +13,7 @@
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { decrypt, encrypt, type Encrypted, type MasterKey } from "@mesh/shared";
+import { OPERATOR_ADMIN_CREDS, decrypt, encrypt, type Encrypted, type MasterKey } from "@mesh/shared";
 import { createOperatorSetup, openSigningKeys, operatorServerConfig, sealSigningKeys, type IdentitySeeds, type ServerListen } from "./nats-jwt.js";
 
 /** The public half of an operator setup, as `operator.json` keeps it. */
@@ -43,7 +43,7 @@ export function operatorFiles(dir: string): OperatorFiles {
     operatorFile: join(dir, "operator.json"),
     signingKeysFile: join(dir, "signing-keys.json"),
     identityKeysFile: join(dir, "identity-keys.json"),
-    adminCredsFile: join(dir, "admin.creds"),
+    adminCredsFile: join(dir, OPERATOR_ADMIN_CREDS),
     configFile: join(dir, "server.conf"),
     resolverDir: join(dir, "resolver"),
     storeDir: join(dir, "store"),

@@ -42,6 +42,10 @@ export const Reasons = {
   // Rotating (rotator)
   AwaitingHolders: "AwaitingHolders",
   HolderTimedOut: "HolderTimedOut",
+  /** A holder's agent does not allow the hook its part's `onRotate` names: nothing ran; it waits (written by that agent). */
+  HookNotAllowed: "HookNotAllowed",
+  /** A holder's `onRotate` hook ran and failed, or could not start; the agent tries again (written by that agent). */
+  HookFailed: "HookFailed",
   /** The grant moved to a preferred provider, and the handover cannot start there (retried). */
   HandoverBlocked: "HandoverBlocked",
 } as const;

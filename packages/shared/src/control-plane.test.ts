@@ -38,7 +38,7 @@ describe("the control plane's own module", () => {
 
   it("gives a part's identity its own module's reads, its own notices, registrations, fetches and confirmations, nothing of another part", () => {
     const p = partIdentityPermissions("shop", "node-a", "web");
-    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.rotation.values.shop.*.node-a.web.*"]);
+    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.rotation.values.shop.*.node-a.web.*", "mesh.delivery.node-a.shop.web.*"]);
     expect(p.publish).toEqual([
       "$JS.API.DIRECT.GET.KV_mesh-grants.$KV.mesh-grants.shop.*",
       "$JS.API.DIRECT.GET.KV_mesh-rotations.$KV.mesh-rotations.shop.*",
@@ -46,6 +46,7 @@ describe("the control plane's own module", () => {
       "mesh.api.credential.fetch.shop.*.node-a.web",
       "mesh.api.confirm.shop.*.node-a.web",
       "mesh.api.apply.shop",
+      "mesh.api.credential.list.shop.node-a.web",
     ]);
     // No JetStream API but the two reads by key; nothing that publishes a notice or applies.
     expect(p.publish.filter((s) => s.startsWith("$JS.API.")).every((s) => s.startsWith("$JS.API.DIRECT.GET."))).toBe(true);

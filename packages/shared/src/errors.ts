@@ -17,6 +17,10 @@ export const ErrorCodes = {
   ProviderMisconfigured: "ProviderMisconfigured",
   MasterKey: "MasterKey",
   Decrypt: "Decrypt",
+  /** A part's `onRotate` names a hook that its node's agent was not started with (`--allow-hook`): nothing ran. */
+  HookNotAllowed: "HookNotAllowed",
+  /** A part's `onRotate` hook ran and failed (exit status, signal, timeout), or could not start. */
+  HookFailed: "HookFailed",
   /** No instance of the service that answers a request is running (no responders, or a timeout). */
   Unavailable: "Unavailable",
   Internal: "Internal",

@@ -39,3 +39,5 @@ export * from "./stream-consumers.js";
 export * from "./service-main.js";
 export * from "./control-plane.js";
 export * from "./part-identity.js";
+export * from "./state-dir.js";
+export * from "./admin-password-policy.js";

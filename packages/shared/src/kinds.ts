@@ -21,5 +21,11 @@ export const Kinds = {
 export type Kind = (typeof Kinds)[keyof typeof Kinds];
 export const KIND_LIST = Object.values(Kinds) as [Kind, ...Kind[]];
 
+/**
+ * The kinds a NATS server serves. Their adapters take an admin password that is a `.creds` as a
+ * `.creds`: the server's nonce is signed with its seed, which is never sent.
+ */
+export const NATS_KINDS: readonly Kind[] = [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity];
+
 /** The built-in provider of `secret`: it needs no external system and is always installed. */
 export const BUILTIN_SECRET_PROVIDER = "builtin-secret";

@@ -8,6 +8,7 @@ import { Limits, MAX_ROTATE_EVERY_MS, MAX_TIMER_MS } from "./limits.js";
 import { parseTimerDuration } from "./duration.js";
 import { ModuleDoc, ProviderDoc, parseManifestText } from "./schemas/manifest.js";
 import { RotateRequest } from "./schemas/rotation.js";
+import { NAME_MAX_LENGTH } from "./names.js";
 
 const names = (n: number, prefix: string) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
 const provider = (over: Record<string, unknown> = {}) => ({ kind: "Provider", name: "p", serves: ["secret"], node: "n1", endpoint: "postgres://127.0.0.1:5432", ...over });
@@ -36,7 +37,7 @@ describe("each limit: accepted at its value, refused one past it, with a message
     ["items of a list option", ModuleDoc, module({ requires: [requirement({ options: { subjects: names(Limits.optionItems, "s.") } })] }), module({ requires: [requirement({ options: { subjects: names(Limits.optionItems + 1, "s.") } })] }), /at most 256 items/],
     ["an option value", ModuleDoc, module({ requires: [requirement({ options: { x: "a".repeat(Limits.optionChars) } })] }), module({ requires: [requirement({ options: { x: "a".repeat(Limits.optionChars + 1) } })] }), /at most 4096 characters/],
     ["an item of a list option", ModuleDoc, module({ requires: [requirement({ options: { x: ["a".repeat(Limits.optionChars)] } })] }), module({ requires: [requirement({ options: { x: ["a".repeat(Limits.optionChars + 1)] } })] }), /at most 4096 characters/],
-    ["a part's onRotate", ModuleDoc, module({ parts: [{ name: "app", node: "n1", onRotate: "x".repeat(Limits.commandChars) }] }), module({ parts: [{ name: "app", node: "n1", onRotate: "x".repeat(Limits.commandChars + 1) }] }), /at most 1024 characters/],
+    ["a part's onRotate, a hook name", ModuleDoc, module({ parts: [{ name: "app", node: "n1", onRotate: "h".repeat(NAME_MAX_LENGTH) }] }), module({ parts: [{ name: "app", node: "n1", onRotate: "h".repeat(NAME_MAX_LENGTH + 1) }] }), /is not a hook name: .*1-40 characters/],
     ["verify.every, a timer", ModuleDoc, module({ requires: [requirement({ verify: { every: `${MAX_TIMER_MS}ms` } })] }), module({ requires: [requirement({ verify: { every: `${MAX_TIMER_MS + 1}ms` } })] }), /at most 2147483647ms/],
     ["rotate.every", ModuleDoc, module({ requires: [requirement({ rotate: { every: `${MAX_ROTATE_EVERY_MS / 86_400_000}d` } })] }), module({ requires: [requirement({ rotate: { every: `${MAX_ROTATE_EVERY_MS / 86_400_000 + 1}d` } })] }), /at most 3650d/],
     ["kinds a provider serves", ProviderDoc, provider({ serves: Array(Limits.serves).fill("secret") }), provider({ serves: Array(Limits.serves + 1).fill("secret") }), /at most 16 kinds/],

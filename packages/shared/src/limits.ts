@@ -51,8 +51,6 @@ export const Limits = {
   endpointChars: 2_048,
   /** A path (an admin `passwordFile`), in characters: Linux's PATH_MAX. */
   pathChars: 4_096,
-  /** A part's `onRotate` command, in characters. */
-  commandChars: 1_024,
   /**
    * Requests one service instance works on at once, per subject it serves (`serveJson`): one
    * more is answered at once with a retryable `Unavailable`. Above the thousands of holders a

@@ -33,3 +33,19 @@ export const NAME_PATTERN_PORTABLE = "^[a-z](?:-?[a-z0-9])*$";
  * bindings use only such keys.
  */
 export const BINDING_KEY_PATTERN = /^[a-z][A-Za-z0-9_-]*$/;
+
+/**
+ * `.<requirement>-g<generation>-<6 random>`: the hidden directory a generation of a binding is
+ * written into, which `<requirement>` is a symlink to (see the agent's bindings-writer.ts).
+ */
+export function bindingGenerationDirPattern(requirement: string): RegExp {
+  // Names hold only [a-z0-9-], so the requirement needs no escaping.
+  return new RegExp(`^\\.${requirement}-g(\\d+)-[A-Za-z0-9]{6}$`);
+}
+
+/** The requirement and generation of a hidden binding directory's name, or undefined for another name. */
+export function parseBindingGenerationDir(dir: string): { requirement: string; generation: number } | undefined {
+  // The random part holds no '-', so the name parses from the right, whatever '-g' the requirement holds.
+  const m = /^\.(.+)-g(\d+)-[A-Za-z0-9]{6}$/.exec(dir);
+  return m && isValidName(m[1]!) ? { requirement: m[1]!, generation: Number(m[2]) } : undefined;
+}

@@ -9,6 +9,7 @@ import { errorMessage } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
 import { loadMasterKey, type MasterKey } from "./crypto.js";
 import { connectNats, openStore, type NatsConnection, type Store } from "./nats.js";
+import { DEFAULT_STATE_DIR, StateFiles } from "./state-dir.js";
 
 /** A started service: `stop()` ends its work; `closed`, if given, rejecting means it failed for good. */
 export interface RunningService {
@@ -63,11 +64,11 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
 
 /**
  * The master key of a service that reads or writes credentials, from `MESH_MASTER_KEY` or
- * `MESH_MASTER_KEY_FILE` (default `.mesh/master.key`, created 0600 when missing); logs where it
- * came from and its id, never the key.
+ * `MESH_MASTER_KEY_FILE` (default `master.key` in `MESH_STATE_DIR`, `.mesh`, created 0600 when
+ * missing); logs where it came from and its id, never the key.
  */
 export function serviceMasterKey(log: Logger, env: NodeJS.ProcessEnv = process.env): MasterKey {
-  const { key, source, created } = loadMasterKey(env, ".mesh/master.key");
+  const { key, source, created } = loadMasterKey(env, join(env.MESH_STATE_DIR || DEFAULT_STATE_DIR, StateFiles.masterKey));
   log.info({ keyId: key.id, from: source }, created ? "created a new master key (keep this file; credentials are encrypted under it)" : "master key loaded");
   return key;
 }

@@ -2,6 +2,7 @@
  * Options of {@link startAgent}.
  */
 import type { Logger, Store } from "@mesh/shared";
+import type { AllowedHooks } from "./allowed-hooks.js";
 
 export interface AgentOptions {
   /** The opened store (KV buckets and streams). The agent does not close its connection. */
@@ -19,4 +20,11 @@ export interface AgentOptions {
   graceMs?: number;
   /** Between probe rounds (logins with the delivered values, providers' reachability); default 10 s. */
   probeIntervalMs?: number;
+  /**
+   * The hooks a part's `onRotate` may name on this node (`--allow-hook NAME=COMMAND`, parsed by
+   * `parseAllowedHooks`); default none, so a part with an `onRotate` waits, saying which hook to allow.
+   */
+  hooks?: AllowedHooks;
+  /** The unprivileged user hooks run as (`--hook-user`); default `nobody`. Switching needs an agent running as root. */
+  hookUser?: string;
 }

@@ -28,12 +28,15 @@ import {
   type CredentialValues,
   type Disposition,
   type JsMsg,
+  type Logger,
   type NodeRecord,
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
 import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, pruneBinding, writeBinding } from "./bindings-writer.js";
-import { confirmRotation, isRotationDue } from "./rotation-confirm.js";
+import { clearHookFailure, confirmRotation, isHookError, isRotationDue, recordHookFailure, type AgentHooks } from "./rotation-confirm.js";
 import { planDelivery, recordDeliveryFailure, recordHolder } from "./delivery-plan.js";
+import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
+import { HookOptionError } from "./allowed-hooks.js";
 import { startProber } from "./prober.js";
 
 /** A running agent. */
@@ -53,9 +56,11 @@ export function agentDurable(node: string): string {
  * Starts the agent of `node`: registers the node in KV `nodes` (refreshing `seenAt`), and
  * delivers every credential published for the parts on this node, including those published
  * while it was not running. Deliveries of one grant to one part are applied in order and
- * never move a holder back to an older generation. Values are never logged.
+ * never move a holder back to an older generation. Values are never logged. A part's
+ * `onRotate` runs only a hook of `opts.hooks` (see hook-runner.ts for how).
  *
- * Throws `InvalidName` for a node name that is not a valid name.
+ * Throws `InvalidName` for a node name that is not a valid name, and `InvalidRequest` for a
+ * hook whose program is not on this node or a hook user this node does not have.
  */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const { store, node, bindingsRoot } = opts;
@@ -63,6 +68,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const log = opts.log.child({ node });
   const graceMs = opts.graceMs ?? DEFAULT_GRACE_MS;
   const key = createSealingKey();
+  const hooks = startHooks(opts, log);
 
   const startedAt = new Date().toISOString();
   const nodeRecord = (): NodeRecord => ({
@@ -151,13 +157,25 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         if (rotationDue) {
           // Written before a crash: fetch the values again to prove them.
           values ??= (await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, { timeoutMs: opts.fetchTimeoutMs ?? 5_000 })).values;
-          await confirmRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, log: dlog });
+          await confirmRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, hooks, log: dlog });
+          // A hook failure recorded on the grant (seen when this delivery began) is over: the hook ran.
+          if (clearHookFailure(grant?.value, node, d.part, d.rotation!, receivedAt)) {
+            await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => clearHookFailure(g, node, d.part, d.rotation!, new Date()));
+          }
         }
         prober.probeSoon(d.module, d.part, d.requirement);
         return "ack";
       } catch (e) {
         const retryable = !isMeshError(e) || e.retryable;
         span.setStatus({ code: 2, message: errorMessage(e) });
+        if (isHookError(e)) {
+          // The operator must act on this node: shown on the grant (meshctl status), and tried again, so the rotation confirms by itself once fixed.
+          dlog.warn({ err: e.message, code: e.code, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
+          await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => recordHookFailure(g, node, d, e, new Date())).catch(
+            (e2: unknown) => dlog.warn({ err: errorMessage(e2) }, "could not record the hook's failure on the grant"),
+          );
+          return "retry";
+        }
         if (retryable) {
           dlog.warn({ err: errorMessage(e), attempt: m.info.deliveryCount }, "delivery failed; it is retried");
           return "retry";
@@ -201,4 +219,23 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     },
     closed: consumption.closed,
   };
+}
+
+/**
+ * The agent's hooks, checked once at start: every program exists here, and who they run as
+ * (`opts.hookUser`, default `nobody`; the agent's own user when it is not root, said once).
+ */
+function startHooks(opts: AgentOptions, log: Logger): AgentHooks {
+  const allowed = opts.hooks ?? new Map<string, string[]>();
+  if (allowed.size === 0) return { allowed, runAs: undefined };
+  try {
+    const resolved = resolveHookPrograms(allowed);
+    const { runAs, warning } = decideHookRunAs(opts.hookUser ?? DEFAULT_HOOK_USER, process.getuid?.() ?? -1);
+    if (warning) log.warn(warning);
+    log.info({ hooks: Object.fromEntries([...resolved].map(([n, argv]) => [n, argv.join(" ")])), runAs: runAs?.user ?? "the agent's user" }, `hooks allowed on this node: ${[...resolved.keys()].join(", ")}`);
+    return { allowed: resolved, runAs };
+  } catch (e) {
+    if (e instanceof HookOptionError) throw new MeshError(ErrorCodes.InvalidRequest, e.message, { cause: e });
+    throw e;
+  }
 }

@@ -42,7 +42,7 @@ import {
 } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { BINDING_KEY_PATTERN, ErrorCodes, MeshError, NAME_RULE, isValidName } from "@mesh/shared";
+import { BINDING_KEY_PATTERN, ErrorCodes, MeshError, NAME_RULE, bindingGenerationDirPattern, isValidName } from "@mesh/shared";
 
 export { BINDING_KEY_PATTERN };
 
@@ -98,12 +98,6 @@ export function bindingPath(root: string, module: string, part: string, requirem
   return join(root, module, part, requirement);
 }
 
-/** Hidden directory names of `requirement`: `.<requirement>-g<generation>-<6 random>`. */
-function hiddenDirPattern(requirement: string): RegExp {
-  // Names hold only [a-z0-9-], so the requirement needs no escaping.
-  return new RegExp(`^\\.${requirement}-g(\\d+)-[A-Za-z0-9]{6}$`);
-}
-
 /** Temporary symlink names of `requirement` (a `.` cannot occur in a name, so no clash). */
 function tempLinkPrefix(requirement: string): string {
   return `.${requirement}.link-`;
@@ -123,7 +117,7 @@ function readLink(path: string): string | undefined {
  */
 export function bindingGeneration(root: string, module: string, part: string, requirement: string): number | undefined {
   const target = readLink(bindingPath(root, module, part, requirement));
-  const m = target === undefined ? null : hiddenDirPattern(requirement).exec(target);
+  const m = target === undefined ? null : bindingGenerationDirPattern(requirement).exec(target);
   return m ? Number(m[1]) : undefined;
 }
 
@@ -186,7 +180,7 @@ export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Da
   ensureDir(join(w.root, w.module));
   ensureDir(partDir);
 
-  const pattern = hiddenDirPattern(w.requirement);
+  const pattern = bindingGenerationDirPattern(w.requirement);
   const now = opts.now ?? new Date();
   const grace = opts.graceMs ?? DEFAULT_GRACE_MS;
   const previous = readLink(linkPath);
@@ -224,7 +218,7 @@ export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Da
  * any hidden directory was left.
  */
 function removeStale(partDir: string, requirement: string, current: string | undefined, before: number): boolean {
-  const pattern = hiddenDirPattern(requirement);
+  const pattern = bindingGenerationDirPattern(requirement);
   let left = false;
   for (const entry of readdirSync(partDir)) {
     if (entry === current) continue;

@@ -21,4 +21,16 @@ export {
 export { planDelivery, recordHolder, recordDeliveryFailure, isTarget, type DeliveryPlan } from "./delivery-plan.js";
 export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PROBE_INTERVAL_MS, type Prober, type ProberOptions } from "./prober.js";
 export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";
-export { confirmRotation, isRotationDue, runOnRotate, ON_ROTATE_TIMEOUT_MS } from "./rotation-confirm.js";
+export { confirmRotation, isRotationDue, isHookError, hookNotAllowed, recordHookFailure, clearHookFailure, type AgentHooks } from "./rotation-confirm.js";
+export {
+  parseAllowHook,
+  parseAllowedHooks,
+  allowedHooksOf,
+  splitHookList,
+  formatHookList,
+  HookOptionError,
+  HOOK_PATH,
+  HOOK_LIST_SEPARATOR,
+  type AllowedHooks,
+} from "./allowed-hooks.js";
+export { runHook, hookEnvironment, resolveHookPrograms, decideHookRunAs, lookUpUser, HOOK_TIMEOUT_MS, DEFAULT_HOOK_USER, type HookRunAs } from "./hook-runner.js";

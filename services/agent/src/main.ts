@@ -2,31 +2,42 @@
 /**
  * mesh-agent: the agent of one node.
  *
- *     mesh-agent --node NAME [--bindings DIR]
+ *     mesh-agent --node NAME [--bindings DIR] [--allow-hook NAME=COMMAND]... [--hook-user USER]
  *
  * Environment: `NATS_URL` (default nats://127.0.0.1:4222), `MESH_NODE` (or `--node`),
  * `MESH_BINDINGS_ROOT` (or `--bindings`, default /var/lib/mesh/bindings), `MESH_LOG_LEVEL`,
  * `MESH_PROBE_INTERVAL` (default `10s`: how often the agent logs in with what it delivered and
- * checks that providers answer from this node).
+ * checks that providers answer from this node), `MESH_ALLOW_HOOKS` (or `--allow-hook`, which
+ * wins: `NAME=COMMAND;NAME=COMMAND`, the hooks a part's `onRotate` may name; COMMAND is split
+ * on whitespace and run without a shell), `MESH_HOOK_USER` (or `--hook-user`, default
+ * `nobody`: who hooks run as).
  * Exits 2 on a usage error, 1 when it cannot start, 0 after SIGINT/SIGTERM.
  */
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
+import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
 import { startAgent } from "./agent.js";
+import { allowedHooksOf, type AllowedHooks } from "./allowed-hooks.js";
+import { resolveHookPrograms } from "./hook-runner.js";
 
-const USAGE = "usage: mesh-agent --node NAME [--bindings DIR]   (or MESH_NODE, MESH_BINDINGS_ROOT; NATS_URL)";
-const DEFAULT_BINDINGS_ROOT = "/var/lib/mesh/bindings";
+const USAGE =
+  "usage: mesh-agent --node NAME [--bindings DIR] [--allow-hook NAME=COMMAND]... [--hook-user USER]   (or MESH_NODE, MESH_BINDINGS_ROOT, MESH_ALLOW_HOOKS, MESH_HOOK_USER; NATS_URL)";
 
 function usageError(message: string): never {
   process.stderr.write(`mesh-agent: ${message}\n${USAGE}\n`);
   process.exit(2);
 }
 
-let args: { node?: string; bindings?: string; help?: boolean };
+let args: { node?: string; bindings?: string; "allow-hook"?: string[]; "hook-user"?: string; help?: boolean };
 try {
   args = parseArgs({
-    options: { node: { type: "string" }, bindings: { type: "string" }, help: { type: "boolean", short: "h" } },
+    options: {
+      node: { type: "string" },
+      bindings: { type: "string" },
+      "allow-hook": { type: "string", multiple: true },
+      "hook-user": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
     strict: true,
     allowPositionals: false,
   }).values;
@@ -49,4 +60,12 @@ try {
 } catch (e) {
   usageError(errorMessage(e));
 }
-await runService("agent", ({ store, log }) => startAgent({ store, node, bindingsRoot, log, ...(probeIntervalMs ? { probeIntervalMs } : {}) }));
+let hooks: AllowedHooks;
+try {
+  // Checked here too, before connecting: a hook whose program is not on this node is a usage error.
+  hooks = resolveHookPrograms(allowedHooksOf(args["allow-hook"], process.env));
+} catch (e) {
+  usageError(errorMessage(e));
+}
+const hookUser = args["hook-user"] ?? (process.env.MESH_HOOK_USER || undefined);
+await runService("agent", ({ store, log }) => startAgent({ store, node, bindingsRoot, log, hooks, ...(hookUser ? { hookUser } : {}), ...(probeIntervalMs ? { probeIntervalMs } : {}) }));

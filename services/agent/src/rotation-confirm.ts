@@ -1,21 +1,24 @@
 /**
  * The agent's side of a rotation: after it wrote generation k+1 of a grant for a part, it runs
- * the part's `onRotate` command, proves k+1 logs in from this node, and confirms to the rotator
+ * the hook the part's `onRotate` names (one this node allows), proves k+1 logs in from this
+ * node, and confirms to the rotator
  * (a request carrying its holder id, the grant and the generation, answered once recorded).
  */
-import { spawn } from "node:child_process";
 import {
   BUILTIN_SECRET_PROVIDER,
   ErrorCodes,
   MeshError,
   ModuleDoc,
   ProviderDoc,
+  Reasons,
   ReplyLine,
   errorMessage,
+  getCondition,
   holderKey,
   isMeshError,
   readJson,
   sendConfirmation,
+  setCondition,
   traceHeaders,
   type Confirmation,
   type CredentialValues,
@@ -25,12 +28,11 @@ import {
   type Store,
 } from "@mesh/shared";
 import { createAdapter } from "@mesh/providers";
+import type { AllowedHooks } from "./allowed-hooks.js";
+import { hookEnvironment, runHook, type HookRunAs } from "./hook-runner.js";
 
 /** How long a confirmation is sent again while no rotator answers, before the Delivery comes back. */
 export const CONFIRM_BUDGET_MS = 30_000;
-
-/** How long a part's `onRotate` command may run. */
-export const ON_ROTATE_TIMEOUT_MS = 60_000;
 
 /**
  * True when `d` stages a generation of a running rotation that the grant has not committed yet:
@@ -40,36 +42,72 @@ export function isRotationDue(d: Delivery, grant: Grant | undefined): boolean {
   return d.rotation !== undefined && grant !== undefined && d.generation > grant.generation;
 }
 
+/** The hooks of a node's agent, and who they run as (see hook-runner.ts). */
+export interface AgentHooks {
+  allowed: AllowedHooks;
+  runAs: HookRunAs;
+}
+
 /**
- * Runs `command` with `sh -c` and the rotation's environment; resolves when it exits 0, throws
- * a retryable MeshError with its exit status and the tail of its stderr otherwise.
+ * The refusal of a hook this node does not allow: which hook, which node, how to allow it. A
+ * retryable MeshError `HookNotAllowed`: the Delivery comes back, so the rotation confirms by
+ * itself once the agent is started with the hook.
  */
-export function runOnRotate(command: string, env: Record<string, string>, timeoutMs = ON_ROTATE_TIMEOUT_MS): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("sh", ["-c", command], { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "pipe"] });
-    let stderr = "";
-    child.stderr.on("data", (b: Buffer) => (stderr = (stderr + b.toString()).slice(-500)));
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      reject(new MeshError(ErrorCodes.Internal, `the part's onRotate command could not start: ${e.message}`, { retryable: true, cause: e }));
-    });
-    child.on("exit", (code, signal) => {
-      clearTimeout(timer);
-      if (code === 0) resolve();
-      else {
-        const why = signal ? `was killed (${signal}${signal === "SIGKILL" ? `, after ${timeoutMs} ms` : ""})` : `exited with ${code}`;
-        reject(new MeshError(ErrorCodes.Internal, `the part's onRotate command ${why}${stderr ? `: ${stderr.trim()}` : ""}; fix the command (the confirmation waits for it)`, { retryable: true }));
-      }
-    });
-  });
+export function hookNotAllowed(hook: string, node: string, d: Pick<Delivery, "generation">, allowed: AllowedHooks): MeshError {
+  const names = [...allowed.keys()].sort();
+  return new MeshError(
+    ErrorCodes.HookNotAllowed,
+    `the part's onRotate names hook ${JSON.stringify(hook)}, which the agent of node ${node} does not allow (it allows ${names.length ? names.join(", ") : "none"}), ` +
+      `so nothing ran and generation ${d.generation} is not confirmed (the one before keeps working): start that agent with --allow-hook ${hook}=COMMAND ` +
+      `(or MESH_ALLOW_HOOKS, or meshctl up --allow-hook ${hook}=COMMAND), or name a hook it allows in the part's onRotate`,
+    { retryable: true },
+  );
+}
+
+/** True for a failure of a part's hook (not allowed, or failed): one the agent records on the grant while it retries. */
+export function isHookError(e: unknown): e is MeshError {
+  return isMeshError(e, ErrorCodes.HookNotAllowed) || isMeshError(e, ErrorCodes.HookFailed);
+}
+
+/** How a hook failure's `Rotating` message starts: the rotation and the holder it waits for. */
+function hookFailurePrefix(rotation: string, node: string, part: string): string {
+  return `rotation ${rotation} waits for ${holderKey(node, part)}: `;
+}
+
+/**
+ * The grant with `Rotating` saying that rotation `d.rotation` waits for `node/part` because of
+ * hook error `e` (`HookNotAllowed` or `HookFailed`, its message, which names the hook and what
+ * to do), so it is seen in `meshctl status` and not only in the agent's log. Undefined when
+ * there is nothing to write: the grant is gone, the rotation committed (the grant is on
+ * `d.generation` already), or the same is said already. `Rotating` is the rotator's, which
+ * sets it again at the next state it enters; the agent says this again at each attempt. Pure.
+ */
+export function recordHookFailure(grant: Grant | undefined, node: string, d: Pick<Delivery, "part" | "rotation" | "generation">, e: MeshError, now: Date): Grant | undefined {
+  if (!grant || !d.rotation || grant.generation >= d.generation) return undefined;
+  const reason = e.code === ErrorCodes.HookNotAllowed ? Reasons.HookNotAllowed : Reasons.HookFailed;
+  const conditions = setCondition(grant.conditions, { type: "Rotating", status: "True", reason, message: `${hookFailurePrefix(d.rotation, node, d.part)}${e.message}` }, now);
+  return conditions === grant.conditions ? undefined : { ...grant, conditions };
+}
+
+/**
+ * The grant with the `Rotating` condition {@link recordHookFailure} wrote for `node/part` in
+ * rotation `rotation` back to `AwaitingHolders`, once its hook ran and it confirmed (the rotator
+ * removes it at the commit); undefined when `Rotating` says anything else (the rotator's own,
+ * another holder's). Pure.
+ */
+export function clearHookFailure(grant: Grant | undefined, node: string, part: string, rotation: string, now: Date): Grant | undefined {
+  const c = grant ? getCondition(grant.conditions, "Rotating") : undefined;
+  if (!grant || !c || (c.reason !== Reasons.HookNotAllowed && c.reason !== Reasons.HookFailed) || !c.message.startsWith(hookFailurePrefix(rotation, node, part))) return undefined;
+  const message = `rotation ${rotation}: ${holderKey(node, part)} confirmed once its hook ran; waiting for the other holders, if any, to confirm`;
+  return { ...grant, conditions: setCondition(grant.conditions, { type: "Rotating", status: "True", reason: Reasons.AwaitingHolders, message }, now) };
 }
 
 /**
  * Confirms generation `d.generation` of rotation `d.rotation` for part `d.part` on `node`: the
- * part's `onRotate` (if any), then a login with `values` (the delivered k+1) through the
+ * hook the part's `onRotate` names (if any; one `hooks` does not allow runs nothing and throws
+ * {@link hookNotAllowed}), then a login with `values` (the delivered k+1) through the
  * provider's adapter, then the confirmation, sent until the rotator recorded it (for up to
- * {@link CONFIRM_BUDGET_MS}). Throws a retryable MeshError when the command or the login fails,
+ * {@link CONFIRM_BUDGET_MS}). Throws a retryable MeshError when the hook or the login fails,
  * or no rotator answered, so the Delivery comes back and the rotation waits (k keeps working);
  * a refused confirmation is logged, as there is nothing to do again.
  */
@@ -80,21 +118,17 @@ export async function confirmRotation(opts: {
   values: CredentialValues;
   bindingPath: string;
   receivedAt: Date;
+  hooks: AgentHooks;
   log: Logger;
 }): Promise<void> {
   const { store, node, delivery: d, values, log } = opts;
   const doc = (await readJson(store.kv.manifests, d.module, ModuleDoc))?.value;
-  const onRotate = doc?.parts.find((p) => p.name === d.part)?.onRotate;
-  if (onRotate) {
-    await runOnRotate(onRotate, {
-      MESH_GRANT: d.grant,
-      MESH_GENERATION: String(d.generation),
-      MESH_BINDING_PATH: opts.bindingPath,
-      MESH_MODULE: d.module,
-      MESH_PART: d.part,
-      MESH_REQUIREMENT: d.requirement,
-    });
-    log.info("onRotate command ran");
+  const hook = doc?.parts.find((p) => p.name === d.part)?.onRotate;
+  if (hook) {
+    const argv = opts.hooks.allowed.get(hook);
+    if (!argv) throw hookNotAllowed(hook, node, d, opts.hooks.allowed);
+    await runHook({ name: hook, argv }, hookEnvironment(d, opts.bindingPath), { runAs: opts.hooks.runAs, log });
+    log.info({ hook }, "the part's onRotate hook ran");
   }
   const provider = d.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, d.provider, ProviderDoc))?.value;
   const adapter = createAdapter(d.kind, { name: d.provider, node: provider?.node ?? "builtin", endpoint: provider?.endpoint ?? "builtin://secret" });

@@ -7,11 +7,14 @@ import {
   MeshError,
   ModuleDoc,
   ProviderDoc,
+  adminPasswordPolicy,
+  checkAdminPassword,
   retryJetStreamGap,
   validateDocuments,
+  subjects,
+  type AdminPasswordPolicy,
   type AppliedDocument,
   type ApplyReply,
-  subjects,
   type ManifestDoc,
   type Problem,
   type Store,
@@ -20,11 +23,13 @@ import {
 /**
  * Handles one apply: a request that fails validation stores nothing and gets every problem
  * back; a valid one is stored document by document (each write is idempotent, so a retry
- * after a failure half-way converges to the same state). On a module's own subject
- * (`onlyModule`: what a part's identity may publish to) every document must be that module;
- * any other (a Provider, another module) is a problem of the request, and nothing is stored.
+ * after a failure half-way converges to the same state). Beyond the schemas, a Provider's
+ * admin password source must be one `policy` allows (see admin-password-policy.ts). On a
+ * module's own subject (`onlyModule`: what a part's identity may publish to) every document
+ * must be that module; any other (a Provider, another module) is a problem of the request, and
+ * nothing is stored.
  */
-export async function handleApply(store: Store, body: unknown, onlyModule?: string): Promise<ApplyReply> {
+export async function handleApply(store: Store, body: unknown, policy: AdminPasswordPolicy = adminPasswordPolicy(), onlyModule?: string): Promise<ApplyReply> {
   const req = ApplyRequest.safeParse(body);
   if (!req.success) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not an apply request: ${req.error.issues.map((i) => i.message).join("; ")}`);
@@ -35,6 +40,12 @@ export async function handleApply(store: Store, body: unknown, onlyModule?: stri
     const problems = outsideModule(result.documents, onlyModule);
     if (problems.length) return { ok: false, problems };
   }
+  // Documents come back in their order when all are valid, so the index is the document's.
+  const refused: Problem[] = result.documents.flatMap((doc, document) => {
+    const p = doc.kind === "Provider" ? checkAdminPassword(doc, policy) : undefined;
+    return p ? [{ document, ...p }] : [];
+  });
+  if (refused.length) return { ok: false, problems: refused };
   const accepted: AppliedDocument[] = [];
   // Each write is idempotent, so one that met JetStream's reload gap is simply made again.
   for (const doc of result.documents) accepted.push(await retryJetStreamGap(() => storeDocument(store, doc)));

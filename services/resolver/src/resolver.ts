@@ -6,6 +6,7 @@
 import {
   Buckets,
   KeyedQueue,
+  adminPasswordPolicy,
   QueueGroups,
   kvFilter,
   kvKeyOf,
@@ -30,8 +31,14 @@ export interface Resolver {
 /** How often every module is reconciled even when nothing said it changed. */
 export const RESYNC_MS = 5 * 60_000;
 
-export async function startResolver(opts: { store: Store; log: Logger }): Promise<Resolver> {
+/**
+ * Starts the resolver. `env` (default `process.env`) says where the mesh's own secrets are and
+ * how the services narrow what a Provider's admin password may name (`adminPasswordPolicy`);
+ * read once, at start: a bad `MESH_ADMIN_PASSWORD_*` value fails the start.
+ */
+export async function startResolver(opts: { store: Store; log: Logger; env?: NodeJS.ProcessEnv }): Promise<Resolver> {
   const { store, log } = opts;
+  const policy = adminPasswordPolicy(opts.env ?? process.env);
   const catalog = new ProviderCatalog(store);
   const reachability = new ReachabilityCatalog(store);
   // Whether each grant that a provider needs was provisioned when this instance last looked.
@@ -57,9 +64,9 @@ export async function startResolver(opts: { store: Store; log: Logger }): Promis
     await Promise.all(names.map((n) => modules.enqueue(n)));
   }, 1);
 
-  const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body));
+  const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body, policy));
   // A module's own subject: what a part's identity may declare (its module, nothing else).
-  const moduleApi = serveJson(store.nc, subjects.applyModulesAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, m.subject.slice(subjects.apply.length + 1)));
+  const moduleApi = serveJson(store.nc, subjects.applyModulesAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, policy, m.subject.slice(subjects.apply.length + 1)));
   const consumers = await Promise.all([
     consumeKeys({ store, stream: kvStream(Buckets.manifests), durable: "resolver-manifests", filter: kvFilter(Buckets.manifests), keyOf: kvKeyOf(Buckets.manifests), queue: modules, log }),
     consumeKeys({

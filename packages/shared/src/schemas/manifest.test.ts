@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { parseManifestText, validateDocuments } from "./manifest.js";
+import { formatProblems, parseManifestText, validateDocuments } from "./manifest.js";
 import { isValidName } from "../names.js";
 
 const shop = `
@@ -79,6 +79,20 @@ extra: 1
     expect(r.ok).toBe(false);
     if (r.ok) return;
     expect(r.problems.map((p) => `${p.document}:${p.path}`)).toEqual(["0:parts", "1:name"]);
+  });
+
+  it("takes a hook name in a part's onRotate and refuses shell text, saying what to name instead", () => {
+    expect(validateDocuments([{ kind: "Module", name: "m", parts: [{ name: "api", node: "n", onRotate: "reload-app" }] }]).ok).toBe(true);
+    const r = parseManifestText("kind: Module\nname: m\nparts:\n  - { name: api, node: n, onRotate: systemctl reload x }\n");
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(formatProblems(r.problems)).toBe(
+      'document 0: parts[0].onRotate: "systemctl reload x" is not a hook name: name a hook the part\'s node allows (mesh-agent --allow-hook NAME=COMMAND, or meshctl up --allow-hook NAME=COMMAND); a hook name must be 1-40 characters of lower-case letters, digits and inner hyphens, starting with a letter',
+    );
+    // A long command is quoted in part.
+    const long = validateDocuments([{ kind: "Module", name: "m", parts: [{ name: "api", node: "n", onRotate: `sh -c '${"x".repeat(500)}'` }] }]);
+    expect(long.ok).toBe(false);
+    if (!long.ok) expect(long.problems[0]!.message).toMatch(/^"sh -c 'x{53}…" is not a hook name/);
   });
 
   it("reports YAML syntax errors and empty files", () => {

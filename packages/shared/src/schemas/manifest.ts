@@ -95,16 +95,32 @@ export const ProviderDoc = z.strictObject({
 });
 export type ProviderDoc = z.infer<typeof ProviderDoc>;
 
+/** The longest stretch of a refused `onRotate` quoted back in its message. */
+const QUOTED_CHARS = 60;
+
+/**
+ * A part's `onRotate`: a hook name, under the name rule. Text that is not one (shell text, as
+ * `onRotate` once was) is refused saying what to do instead.
+ */
+const HookName = z.string().regex(NAME_PATTERN, {
+  error: (iss) => {
+    const text = typeof iss.input === "string" ? iss.input : "";
+    const quoted = JSON.stringify(text.length > QUOTED_CHARS ? `${text.slice(0, QUOTED_CHARS)}…` : text);
+    return `${quoted} is not a hook name: name a hook the part's node allows (mesh-agent --allow-hook NAME=COMMAND, or meshctl up --allow-hook NAME=COMMAND); a hook name ${NAME_RULE}`;
+  },
+});
+
 export const PartDoc = z.strictObject({
   name: Name,
   node: Name,
   installed: z.boolean().default(true),
   /**
-   * Command the node agent runs (with `sh -c`) after writing a rotated credential and before
-   * confirming, e.g. a reload; it must exit 0 within 60 s. Env: MESH_GRANT, MESH_GENERATION,
-   * MESH_BINDING_PATH, MESH_MODULE, MESH_PART, MESH_REQUIREMENT.
+   * The name of a hook that the part's node's agent allows (`mesh-agent --allow-hook
+   * NAME=COMMAND`): the agent runs that COMMAND after writing a rotated credential and before
+   * confirming, e.g. a reload. Never a command itself: what runs on a node is the node's
+   * operator's to say, not a manifest's.
    */
-  onRotate: z.string().min(1).max(Limits.commandChars, atMost(Limits.commandChars, "characters")).optional(),
+  onRotate: HookName.optional(),
 });
 export type PartDoc = z.infer<typeof PartDoc>;
 
