@@ -21,7 +21,9 @@
  * `admin.passwordFile`: a user of the account with JetStream, for the records) and the file of
  * the signing keys (`options.signingKeysFile`, encrypted under the master key, which the
  * services that issue and retire identities hold). `options.userExpiry` (default 90d) is how
- * long an issued JWT lives.
+ * long an issued JWT lives. `options.allowPublish` and `options.allowSubscribe` are the
+ * operator's ceiling on what a requirement may ask for (nats-permissions.ts, by default each
+ * module's own `app.<module>.>`): a requirement past it is refused before anything is issued.
  */
 import { readFileSync } from "node:fs";
 import { isAbsolute } from "node:path";
@@ -55,7 +57,7 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { NATS_ENDPOINT, hostPort, parseEndpoint } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
-import { natsPermissions, type NatsPermissions } from "./nats-permissions.js";
+import { checkWithinCeiling, natsCeiling, natsPermissions, type NatsPermissions } from "./nats-permissions.js";
 import { accountClaims, credsOf, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
 
 /** How long a login (connect and flush) may take, and each request to the server. */
@@ -151,6 +153,7 @@ class NatsUserAdapter implements ProviderAdapter {
     }
     const publicKey = userKey(seed).getPublicKey();
     const permissions = natsPermissions(module, req.options);
+    checkWithinCeiling(req.grant, permissions, this.provider.name, natsCeiling(this.provider.name, this.provider.options));
     const account = await this.lookupAccount(what);
     const keys = this.signingKeys();
     if (!account.signingKeys.includes(userIssuer(keys))) {
@@ -462,7 +465,7 @@ class NatsUserAdapter implements ProviderAdapter {
   /** The signing keys, read and opened once; throws `ProviderMisconfigured` saying why they cannot be. */
   private signingKeys(): SigningKeys {
     if (this.keys) return this.keys;
-    const file = this.provider.options?.signingKeysFile;
+    const file = this.textOption("signingKeysFile");
     if (!file || !isAbsolute(file)) {
       throw new MeshError(
         ErrorCodes.ProviderMisconfigured,
@@ -484,7 +487,7 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 
   private expiryMs(): number {
-    const v = this.provider.options?.userExpiry;
+    const v = this.textOption("userExpiry");
     if (v === undefined) return DEFAULT_USER_EXPIRY_MS;
     let ms: number;
     try {
@@ -494,6 +497,13 @@ class NatsUserAdapter implements ProviderAdapter {
     }
     if (!(ms >= 1_000)) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: options.userExpiry ${JSON.stringify(v)} is not a duration of at least 1s (e.g. 90d)`);
     return ms;
+  }
+
+  /** A provider option that is one value, not a list; throws `ProviderMisconfigured` for a list. */
+  private textOption(name: string): string | undefined {
+    const v = this.provider.options?.[name];
+    if (Array.isArray(v)) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: options.${name} is a list; give one value`);
+    return v;
   }
 
   private connectError(what: string, who: string, e: unknown): MeshError {

@@ -8,6 +8,7 @@ import { Kinds } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
 import { Buckets, keys, subjects, type BucketName } from "./subjects.js";
+import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
 
 /** The control plane's module name. */
 export const CONTROL_PLANE_MODULE = "mesh";
@@ -166,7 +167,12 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
   };
 }
 
-/** The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. */
+/**
+ * The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. Its
+ * ceiling on `nats.user` permissions lets module `mesh` (the control plane, whose identities
+ * need JetStream's API and the mesh's own subjects) ask for anything, and every other module
+ * only the default: its own namespace.
+ */
 export function bootstrapProvider(opts: {
   url: string;
   node: string;
@@ -182,7 +188,11 @@ export function bootstrapProvider(opts: {
     node: opts.node,
     endpoint: opts.url,
     admin: { username: opts.admin.username, passwordFile: opts.admin.passwordFile },
-    options: { signingKeysFile: opts.signingKeysFile },
+    options: {
+      signingKeysFile: opts.signingKeysFile,
+      [CeilingOptions.publish]: [...DEFAULT_NATS_CEILING.publish, scopedToModule(CONTROL_PLANE_MODULE, ">")],
+      [CeilingOptions.subscribe]: [...DEFAULT_NATS_CEILING.subscribe, scopedToModule(CONTROL_PLANE_MODULE, ">")],
+    },
     installed: true,
   };
 }

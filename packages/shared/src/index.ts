@@ -37,3 +37,4 @@ export * from "./nats.js";
 export * from "./stream-consumers.js";
 export * from "./service-main.js";
 export * from "./control-plane.js";
+export * from "./nats-ceiling.js";
