@@ -4,9 +4,11 @@
 import {
   ApplyRequest,
   ErrorCodes,
+  Kinds,
   MeshError,
   ModuleDoc,
   ProviderDoc,
+  listJson,
   retryJetStreamGap,
   validateDocuments,
   type AppliedDocument,
@@ -14,11 +16,13 @@ import {
   type ManifestDoc,
   type Store,
 } from "@mesh/shared";
+import { ceilingProblems } from "./ceiling-check.js";
 
 /**
  * Handles one apply: a request that fails validation stores nothing and gets every problem
- * back; a valid one is stored document by document (each write is idempotent, so a retry
- * after a failure half-way converges to the same state).
+ * back, and so does one with a `nats.user` requirement past the ceiling of every provider that
+ * could serve it (ceiling-check.ts); a valid one is stored document by document (each write is
+ * idempotent, so a retry after a failure half-way converges to the same state).
  */
 export async function handleApply(store: Store, body: unknown): Promise<ApplyReply> {
   const req = ApplyRequest.safeParse(body);
@@ -27,6 +31,11 @@ export async function handleApply(store: Store, body: unknown): Promise<ApplyRep
   }
   const result = validateDocuments(req.data.documents);
   if (!result.ok) return { ok: false, problems: result.problems };
+  if (result.documents.some((d) => d.kind === "Module" && d.requires.some((r) => r.kind === Kinds.NatsUser))) {
+    const stored = await retryJetStreamGap(() => listJson(store.kv.providers, ProviderDoc));
+    const problems = ceilingProblems(result.documents, stored.map((r) => r.value));
+    if (problems.length > 0) return { ok: false, problems };
+  }
   const accepted: AppliedDocument[] = [];
   // Each write is idempotent, so one that met JetStream's reload gap is simply made again.
   for (const doc of result.documents) accepted.push(await retryJetStreamGap(() => storeDocument(store, doc)));
