@@ -34,6 +34,7 @@ export * from "./logger.js";
 export * from "./tracing.js";
 export * from "./keyed-queue.js";
 export * from "./nats.js";
+export * from "./bucket-limits.js";
 export * from "./stream-consumers.js";
 export * from "./service-main.js";
 export * from "./control-plane.js";

@@ -10,6 +10,7 @@ import {
   ProviderDoc,
   listJson,
   retryJetStreamGap,
+  storeWrite,
   validateDocuments,
   type AppliedDocument,
   type ApplyReply,
@@ -47,12 +48,13 @@ async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDoc
   const schema = doc.kind === "Module" ? ModuleDoc : ProviderDoc;
   const before = await kv.get(doc.name);
   const data = JSON.stringify(doc);
+  const put = () => storeWrite(kv, doc.name, () => kv.put(doc.name, data), { bytes: Buffer.byteLength(data) });
   if (before && before.operation === "PUT" && before.length > 0) {
     const prev = schema.safeParse(before.json());
     if (prev.success && JSON.stringify(prev.data) === data) return { kind: doc.kind, name: doc.name, action: "unchanged" };
-    await kv.put(doc.name, data);
+    await put();
     return { kind: doc.kind, name: doc.name, action: "updated" };
   }
-  await kv.put(doc.name, data);
+  await put();
   return { kind: doc.kind, name: doc.name, action: "created" };
 }
