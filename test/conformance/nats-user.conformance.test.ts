@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vites
 import { connect, credsAuthenticator, type NatsConnection, type Status } from "@nats-io/transport-node";
 import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { ErrorCodes, isMeshError, parseMasterKey, type RequirementOptions } from "@mesh/shared";
+import { ErrorCodes, IDENTITY_RECORDS_LIMITS, isMeshError, parseMasterKey, type RequirementOptions } from "@mesh/shared";
 import { NATS_IDENTITY_RECORDS_BUCKET, accountClaims, createOperatorSetup, newUserSeed, openSigningKeys, sealSigningKeys, type BindingValues, type ProviderAdapter, type ProviderConfig } from "@mesh/providers";
 import { createNatsUserAdapter } from "../../packages/providers/src/nats-user.js";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
@@ -254,6 +254,17 @@ describe("nats.user adapter (operator mode)", () => {
     // The entry scoped to this module widens nothing for another one, on the same provider.
     await expectMeshError(wide.create({ grant: freshGrant(), secret: wide.generate(), options: { publish: "orders.>" } }), ErrorCodes.InvalidRequest);
     await wide.delete({ grant });
+  });
+
+  it("keeps its records in a bucket with the mesh's limits for it", async () => {
+    await create(freshGrant());
+    const nc = await nats.connect();
+    try {
+      const c = (await (await jetstreamManager(nc)).streams.info(`KV_${NATS_IDENTITY_RECORDS_BUCKET}`)).config;
+      expect({ max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, discard: c.discard }).toEqual({ max_bytes: IDENTITY_RECORDS_LIMITS.maxBytes, max_msg_size: IDENTITY_RECORDS_LIMITS.maxValueSize, discard: "new" });
+    } finally {
+      await nc.close();
+    }
   });
 
   it("refuses a hostile subject, option or name before anything is recorded", async () => {

@@ -32,14 +32,18 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import {
   ErrorCodes,
+  IDENTITY_RECORDS_LIMITS,
   Kinds,
   MeshError,
+  createLogger,
+  ensureBucketLimits,
   errorMessage,
   grantId,
   isCasConflict,
   isMeshError,
   parseDuration,
   retryJetStreamGap,
+  storeWrite,
 } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -184,7 +188,8 @@ class NatsUserAdapter implements ProviderAdapter {
       const issued = await issueUser(keys, { name: `${module}_${requirement}_${generation}`, seed, permissions, expiresAt });
       const next: IdentityRecord = { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
       try {
-        await this.kvCall(what, () => (cur ? kv.update(key, JSON.stringify(next), cur.revision) : kv.create(key, JSON.stringify(next))));
+        const data = JSON.stringify(next);
+        await this.kvCall(what, () => storeWrite(kv, key, () => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data)), { bytes: data.length }));
       } catch (e) {
         if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
         throw e;
@@ -287,7 +292,8 @@ class NatsUserAdapter implements ProviderAdapter {
       if (cur.record.revokedAt !== undefined) return this.indexRevoked(what, key, cur.record);
       const next: IdentityRecord = { ...cur.record, revokedAt: nowS() };
       try {
-        await this.kvCall(what, () => kv.update(key, JSON.stringify(next), cur.revision));
+        const data = JSON.stringify(next);
+        await this.kvCall(what, () => storeWrite(kv, key, () => kv.update(key, data, cur.revision), { bytes: data.length }));
       } catch (e) {
         if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
         throw e;
@@ -299,7 +305,9 @@ class NatsUserAdapter implements ProviderAdapter {
   private async indexRevoked(what: string, key: string, r: IdentityRecord): Promise<void> {
     const { kv } = await this.adminConn(what);
     const entry: RevokedEntry = { key, user: r.user, revokedAt: r.revokedAt!, expiresAt: r.expiresAt };
-    await this.kvCall(what, () => kv.put(`${REVOKED}.${r.user}`, JSON.stringify(entry)));
+    const index = `${REVOKED}.${r.user}`;
+    const data = JSON.stringify(entry);
+    await this.kvCall(what, () => storeWrite(kv, index, () => kv.put(index, data), { bytes: data.length }));
   }
 
   /** Every revoked key the records know of, read in parallel. */
@@ -409,8 +417,13 @@ class NatsUserAdapter implements ProviderAdapter {
     const pending = (this.admin ??= (async () => {
       const nc = await connect({ servers: hostPort(this.host, this.port), reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
       try {
-        const kv = await retryJetStreamGap(() => new Kvm(nc).create(RECORDS_BUCKET, { history: 1, description: "mesh nats.user: identities issued and revoked" }));
+        const l = IDENTITY_RECORDS_LIMITS;
+        const kv = await retryJetStreamGap(() =>
+          new Kvm(nc).create(RECORDS_BUCKET, { history: l.history, max_bytes: l.maxBytes, maxValueSize: l.maxValueSize, description: "mesh nats.user: identities issued and revoked" }),
+        );
         const jsm = await jetstreamManager(nc, { timeout: LOGIN_TIMEOUT_MS });
+        // A bucket made before it had limits gets them; what that keeps is said in the log of the service using the adapter.
+        await retryJetStreamGap(() => ensureBucketLimits(jsm, RECORDS_BUCKET, l, recordsLog()));
         void nc.closed().then(() => {
           if (this.admin === pending) this.admin = undefined;
         });
@@ -522,6 +535,10 @@ class NatsUserAdapter implements ProviderAdapter {
     return `NATS provider ${this.provider.name} at ${this.provider.endpoint}`;
   }
 }
+
+/** Where the records bucket's limits are said to have changed or been kept: once per process, beside the service's own log. */
+let records: ReturnType<typeof createLogger> | undefined;
+const recordsLog = () => (records ??= createLogger("nats.user records"));
 
 /** The key that signs users: the account's signing key. */
 const userIssuer = (keys: SigningKeys) => publicKeyOf(keys.accountSigningSeed);

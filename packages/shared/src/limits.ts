@@ -141,6 +141,18 @@ export const BUCKET_LIMITS: Record<keyof typeof Buckets, BucketLimits> = {
   holders: { history: 5, maxBytes: 64 * MiB, maxValueSize: 4 * KiB, ttlMs: 3_600_000, holds: "the SDK instances' registrations of the last hour" },
 };
 
+/**
+ * The nats.user adapter's records on its provider's server (`mesh-nats-identities`, one
+ * revision per key): a record per generation whose JWT has not expired (about 1.5 KiB) and an
+ * index entry per revoked key (0.3 KiB). 10,000 grants × 4 live generations × 1.8 KiB = 72 MB.
+ */
+export const IDENTITY_RECORDS_LIMITS: BucketLimits = {
+  history: 1,
+  maxBytes: 256 * MiB,
+  maxValueSize: 16 * KiB,
+  holds: "a record of every nats.user identity whose JWT has not expired, and of every revoked key",
+};
+
 /** `n` bytes in the largest unit that keeps it whole or short: `512 KiB`, `1.5 MiB`. */
 export function formatBytes(n: number): string {
   if (n < 1024) return `${n} bytes`;
