@@ -218,6 +218,25 @@ requires:
     }
   });
 
+  it("the resolver's apply refuses a nats.user asking for > past every provider's ceiling, and stores nothing", async () => {
+    const api = serveJson(nc, subjects.apply, QueueGroups.resolver, quiet(), (body) => handleApply(store, body));
+    try {
+      const provider = (options: Record<string, string | string[]>) => ({ kind: "Provider", name: "nats-ceiling", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options });
+      const module = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe: ">" } }] };
+      expect((await declare(nc, [provider({ signingKeysFile: "/k" })])).ok).toBe(true);
+      const refused = await declare(nc, [module]).catch((e: unknown) => e);
+      expect(isManifestRejectedError(refused)).toBe(true);
+      if (!isManifestRejectedError(refused)) return;
+      expect(refused.problems).toEqual([{ document: 0, path: "requires[0].options", message: expect.stringMatching(/^nats\.user greedy\/bus asks to subscribe ">" .*past the ceiling of provider nats-ceiling.*Ask the operator to widen/) }]);
+      expect(await store.kv.manifests.get("greedy")).toBeNull();
+      // Widened by the operator in the same apply: accepted.
+      const r = await declare(nc, [provider({ signingKeysFile: "/k", allowSubscribe: "greedy:>" }), module]);
+      expect(r.accepted.map((a) => a.name)).toEqual(["nats-ceiling", "greedy"]);
+    } finally {
+      await api.stop();
+    }
+  });
+
   it("turns the resolver's rejection and error replies into errors", async () => {
     let reply: unknown = { ok: false, problems: [{ document: 0, path: "requires[0].kind", message: "required" }] };
     const api = serveJson(nc, subjects.applyModule("blog"), "test-apply", quiet(), async () => reply);

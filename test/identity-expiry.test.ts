@@ -3,13 +3,14 @@
  * operator is the mesh, with user JWTs that live 6 s (`userExpiry`), no `rotate:` schedule,
  * delivered to node-a/api by its agent. The rotator (checking every 200 ms) rotates it once two
  * thirds of each JWT's life have passed, so the holder's binding always holds a JWT that logs
- * in, and the generation before it is revoked.
+ * in, and the generation before it is revoked. And a `nats.user` past the provider's ceiling
+ * is never issued: its grant says why, and what to do.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
-import { Kinds, Rotation, createLogger, keys, readJson, type ModuleDoc } from "@mesh/shared";
+import { Kinds, Rotation, createLogger, getCondition, keys, readJson, type ModuleDoc } from "@mesh/shared";
 import { bindingPath } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "./harness/nats-operator.js";
@@ -90,5 +91,23 @@ describe("an identity whose JWT expires", () => {
     expect(r!.to).toBeGreaterThanOrEqual(3);
     expect(await logsIn(first), "generation 1, revoked after its rotation").toBe(false);
     expect((await mesh.grant("shop", "bus"))?.resource.expires).toMatch(/^\d{4}-\d\d-\d\dT/);
+  }, 60_000);
+
+  it("is not issued past the provider's ceiling: a manifest stored past apply's check (as before the ceiling) is ProvisionFailed, saying what to do", async () => {
+    const greedy: ModuleDoc = { ...shop, name: "greedy", requires: [{ name: "bus", kind: Kinds.NatsUser, parts: ["api"], options: { publish: ">" } }] };
+    // apply refuses it at once…
+    const reply = await mesh.apply([greedy]);
+    expect(reply.ok).toBe(false);
+    // …so it is written the way a manifest stored before the ceiling existed was.
+    await mesh.store.kv.manifests.put("greedy", JSON.stringify(greedy));
+    const condition = await waitFor("the grant's Provisioned condition", async () => {
+      const c = getCondition((await mesh.grant("greedy", "bus"))?.conditions ?? [], "Provisioned");
+      return c?.reason === "ProvisionFailed" ? c : undefined;
+    });
+    expect(condition.status).toBe("False");
+    expect(condition.message).toMatch(/^provider nats-op: nats\.user greedy\/bus asks to publish ">" \(it reaches "x"\), past the ceiling of provider nats-op, which lets module greedy publish app\.greedy\.>\. Ask the operator to widen/);
+    const g = await mesh.grant("greedy", "bus");
+    expect(g?.generation).toBe(0);
+    expect(g?.resource).toEqual({});
   }, 60_000);
 });

@@ -7,11 +7,11 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { connect, credsAuthenticator, type NatsConnection, type Status } from "@nats-io/transport-node";
 import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { ErrorCodes, isMeshError, parseMasterKey, type RequirementOptions } from "@mesh/shared";
+import { ErrorCodes, IDENTITY_RECORDS_LIMITS, isMeshError, parseMasterKey, type RequirementOptions } from "@mesh/shared";
 import { NATS_IDENTITY_RECORDS_BUCKET, accountClaims, createOperatorSetup, newUserSeed, openSigningKeys, sealSigningKeys, type BindingValues, type ProviderAdapter, type ProviderConfig } from "@mesh/providers";
 import { createNatsUserAdapter } from "../../packages/providers/src/nats-user.js";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
@@ -185,10 +185,12 @@ describe("nats.user adapter (operator mode)", () => {
     await adapter.delete({ grant: responderGrant });
   });
 
-  it("applies explicit options.publish and options.subscribe, and a changed option on the next create (a new JWT for the same key)", async () => {
+  it("applies explicit options.publish and options.subscribe within a widened ceiling, and a changed option on the next create (a new JWT for the same key)", async () => {
     const grant = freshGrant();
-    const secret = adapter.generate();
-    const { resource, bindings } = await adapter.create({ grant, secret, options: { publish: ["orders.created"], subscribe: ["orders.*"] } });
+    const wide = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: ["app.{module}.>", "orders.>"], allowSubscribe: ["app.{module}.>", "orders.>"] } }));
+    onTestFinished(() => wide.close());
+    const secret = wide.generate();
+    const { resource, bindings } = await wide.create({ grant, secret, options: { publish: ["orders.created"], subscribe: ["orders.*"] } });
     expect(resource).toMatchObject({ publish: "orders.created", subscribe: "orders.*,_INBOX.>" });
     let h = await asHolder(bindings);
     expect(await publishRefused(h, "orders.created")).toBe(false);
@@ -198,14 +200,71 @@ describe("nats.user adapter (operator mode)", () => {
     expect(await subscribeRefused(h.nc, "orders.created.eu")).toBe(true);
     await h.nc.close();
 
-    const again = await adapter.create({ grant, secret, options: { publish: "orders.>" } });
+    const again = await wide.create({ grant, secret, options: { publish: "orders.>" } });
     expect(again.resource).toMatchObject({ publish: "orders.>", subscribe: `app.${grant.module}.>,_INBOX.>` });
     expect(again.bindings.nkey).toBe(bindings.nkey);
     expect(again.bindings.creds).not.toBe(bindings.creds);
     h = await asHolder(again.bindings);
     expect(await publishRefused(h, "orders.cancelled")).toBe(false);
     await h.nc.close();
-    await adapter.delete({ grant });
+    await wide.delete({ grant });
+  });
+
+  it("refuses a requirement past the provider's ceiling (by default the module's own namespace) before anything is issued or recorded", async () => {
+    const records = await recordCount();
+    const grant = freshGrant();
+    const past: RequirementOptions[] = [{ publish: ">" }, { subscribe: [">"] }, { publish: ["$JS.API.>"] }, { subscribe: "$SYS.>" }, { publish: ["mesh.>"] }, { subscribe: ["app.other-module.>"] }, { publish: `app.${grant.module}.*.>`, subscribe: "app.>" }];
+    for (const options of past) {
+      const e = await expectMeshError(adapter.create({ grant, secret: adapter.generate(), options }), ErrorCodes.InvalidRequest);
+      expect(e.message).toMatch(new RegExp(`^nats\\.user ${grant.module}/res asks to (publish|subscribe) ".*, past the ceiling of provider nats-test, which lets module ${grant.module} `));
+      expect(e.message).toMatch(/Ask the operator to widen the provider's options\.allow(Publish|Subscribe)/);
+    }
+    expect(await recordCount()).toBe(records);
+    expect((await adapter.observe({ grant })).exists).toBe(false);
+    // A misconfigured ceiling is the provider's fault, and nothing is issued either.
+    const bad = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: ["orders..x"] } }));
+    onTestFinished(() => bad.close());
+    expect((await expectMeshError(bad.create({ grant, secret: bad.generate() }), ErrorCodes.ProviderMisconfigured)).message).toMatch(/options\.allowPublish entry "orders\.\.x"/);
+    expect(await recordCount()).toBe(records);
+  });
+
+  it("issues what a widened ceiling allows, and the server enforces the requirement's permissions, not the ceiling's", async () => {
+    const grant = freshGrant();
+    const m = grant.module;
+    const wide = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: [`${m}:>`], allowSubscribe: ["app.{module}.>", "events.{module}.>"] } }));
+    onTestFinished(() => wide.close());
+    const { resource, bindings } = await wide.create({ grant, secret: wide.generate(), options: { publish: "orders.>", subscribe: [`events.${m}.*`] } });
+    expect(resource).toMatchObject({ publish: "orders.>", subscribe: `events.${m}.*,_INBOX.>` });
+    const h = await asHolder(bindings);
+    expect(await publishRefused(h, "orders.eu.created")).toBe(false);
+    expect(await publishRefused(h, `app.${m}.x`)).toBe(true); // within the ceiling, but not asked for
+    expect(await publishRefused(h, "$JS.API.STREAM.LIST")).toBe(true);
+    expect(await subscribeRefused(h.nc, `events.${m}.created`)).toBe(false);
+    expect(await subscribeRefused(h.nc, `app.${m}.>`)).toBe(true);
+    expect(await subscribeRefused(h.nc, ">")).toBe(true);
+    // Why a subscribe permission ending in * is checked as if it ended in >: the server lets
+    // this one subscribe to events.<m>.> (still within this ceiling).
+    expect(await subscribeRefused(h.nc, `events.${m}.>`)).toBe(false);
+    await h.nc.close();
+    // Under a ceiling ending in * there, the same request is refused for that reason.
+    const narrow = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowSubscribe: ["app.{module}.>", "events.{module}.*"] } }));
+    onTestFinished(() => narrow.close());
+    const e = await expectMeshError(narrow.create({ grant: { ...grant, requirement: "narrow" }, secret: narrow.generate(), options: { subscribe: `events.${m}.*` } }), ErrorCodes.InvalidRequest);
+    expect(e.message).toMatch(/nats-server lets a subscription end in > where a permission ends in \*/);
+    // The entry scoped to this module widens nothing for another one, on the same provider.
+    await expectMeshError(wide.create({ grant: freshGrant(), secret: wide.generate(), options: { publish: "orders.>" } }), ErrorCodes.InvalidRequest);
+    await wide.delete({ grant });
+  });
+
+  it("keeps its records in a bucket with the mesh's limits for it", async () => {
+    await create(freshGrant());
+    const nc = await nats.connect();
+    try {
+      const c = (await (await jetstreamManager(nc)).streams.info(`KV_${NATS_IDENTITY_RECORDS_BUCKET}`)).config;
+      expect({ max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, discard: c.discard }).toEqual({ max_bytes: IDENTITY_RECORDS_LIMITS.maxBytes, max_msg_size: IDENTITY_RECORDS_LIMITS.maxValueSize, discard: "new" });
+    } finally {
+      await nc.close();
+    }
   });
 
   it("refuses a hostile subject, option or name before anything is recorded", async () => {

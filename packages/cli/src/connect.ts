@@ -90,10 +90,16 @@ export async function connectForCli(url: string): Promise<NatsConnection> {
   }
 }
 
+/** What opening the store says of its buckets' limits, as meshctl's lines on stderr (JSON logs are for services). */
+const storeNotes = {
+  info: (_: object, msg: string) => void process.stderr.write(`meshctl: ${msg}\n`),
+  warn: (_: object, msg: string) => void process.stderr.write(`meshctl: warning: ${msg}\n`),
+};
+
 /** Opens the mesh's store on `nc`; a server without JetStream is a {@link CliError}. */
 export async function openStoreForCli(nc: NatsConnection, url: string): Promise<Store> {
   try {
-    return await openStore(nc);
+    return await openStore(nc, { log: storeNotes });
   } catch (e) {
     throw new CliError(noJetStreamMessage(url, rootMessage(e)), undefined, { cause: e });
   }

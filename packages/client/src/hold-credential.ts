@@ -46,6 +46,7 @@ import {
   propagating,
   sdkHolderId,
   sendConfirmation,
+  storeWrite,
   subjects,
   traceHeaders,
   tracer,
@@ -192,7 +193,8 @@ class Holder implements CredentialHolder {
       seenAt: new Date().toISOString(),
       xkey: this.key.getPublicKey(),
     };
-    return this.kv.holders.put(this.regKey, JSON.stringify(r));
+    const data = JSON.stringify(r);
+    return storeWrite(this.kv.holders, this.regKey, () => this.kv.holders.put(this.regKey, data), { bytes: data.length, checkRoom: false });
   }
 
   private enqueue(fn: () => Promise<void>): void {

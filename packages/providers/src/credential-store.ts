@@ -13,6 +13,7 @@ import {
   encrypt,
   isCasConflict,
   keys,
+  storeWrite,
   type Encrypted,
   type KV,
   type MasterKey,
@@ -79,7 +80,8 @@ export class CredentialStore {
       encrypted: encrypt(this.key, JSON.stringify({ secret } satisfies StoredCredential), k),
     };
     try {
-      await this.kv.create(k, JSON.stringify(record));
+      const data = JSON.stringify(record);
+      await storeWrite(this.kv, k, () => this.kv.create(k, data), { bytes: Buffer.byteLength(data) });
       return secret;
     } catch (e) {
       if (!isCasConflict(e)) throw e;
@@ -102,7 +104,8 @@ export class CredentialStore {
         encrypted: encrypt(this.key, JSON.stringify({ secret: cur.secret, bindings } satisfies StoredCredential), k),
       };
       try {
-        await this.kv.update(k, JSON.stringify(record), cur.revision);
+        const data = JSON.stringify(record);
+        await storeWrite(this.kv, k, () => this.kv.update(k, data, cur.revision), { bytes: Buffer.byteLength(data) });
         return;
       } catch (e) {
         if (!isCasConflict(e)) throw e;

@@ -54,6 +54,20 @@ export {
 export { ensureOperator, operatorConfig, operatorFiles, prepareOperatorServer, readOperator, type OperatorFiles, type OperatorPublic } from "./nats-operator-files.js";
 export { RECORDS_BUCKET as NATS_IDENTITY_RECORDS_BUCKET } from "./nats-user.js";
 export { natsAuth } from "./nats-auth.js";
+export {
+  INBOX_PATTERN,
+  ceilingBreaches,
+  ceilingFor,
+  ceilingRefusal,
+  checkSubjectPattern,
+  checkWithinCeiling,
+  natsCeiling,
+  natsPermissions,
+  subscribeReach,
+  type CeilingBreach,
+  type NatsPermissions,
+} from "./nats-permissions.js";
+export { matches, uncovered, within } from "./subject-containment.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";

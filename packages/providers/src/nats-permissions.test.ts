@@ -1,6 +1,16 @@
 import { describe, expect, it } from "vitest";
 import { ErrorCodes, isMeshError } from "@mesh/shared";
-import { INBOX_PATTERN, checkSubjectPattern, natsPermissions } from "./nats-permissions.js";
+import { CONTROL_PLANE_MODULE, DEFAULT_NATS_CEILING, Kinds, bootstrapProvider, controlPlaneManifest } from "@mesh/shared";
+import {
+  INBOX_PATTERN,
+  ceilingBreaches,
+  ceilingFor,
+  checkSubjectPattern,
+  checkWithinCeiling,
+  natsCeiling,
+  natsPermissions,
+  subscribeReach,
+} from "./nats-permissions.js";
 
 /** What `fn` throws, or undefined. */
 const thrown = (fn: () => unknown): unknown => {
@@ -74,5 +84,126 @@ describe("natsPermissions", () => {
     const e = thrown(() => natsPermissions("shop", options as never));
     expect(isMeshError(e, ErrorCodes.InvalidRequest)).toBe(true);
     expect((e as Error).message).toMatch(message);
+  });
+});
+
+describe("natsCeiling", () => {
+  it("defaults to each module's own namespace, and its inbox to subscribe to", () => {
+    expect(natsCeiling("p")).toEqual(DEFAULT_NATS_CEILING);
+    expect(natsCeiling("p", { signingKeysFile: "/k" })).toEqual({ publish: ["app.{module}.>"], subscribe: ["app.{module}.>", INBOX_PATTERN] });
+  });
+
+  it("takes allowPublish and allowSubscribe, each a pattern or a list, each defaulting on its own", () => {
+    expect(natsCeiling("p", { allowPublish: ["events.{module}.*", "billing:orders.>"] })).toEqual({
+      publish: ["events.{module}.*", "billing:orders.>"],
+      subscribe: DEFAULT_NATS_CEILING.subscribe,
+    });
+    expect(natsCeiling("p", { allowSubscribe: ">" })).toEqual({ publish: DEFAULT_NATS_CEILING.publish, subscribe: [">"] });
+    expect(natsCeiling("p", { allowPublish: [] }).publish).toEqual([]);
+  });
+
+  it.each([
+    [{ allowPublish: ["a..b"] }, /options\.allowPublish entry "a\.\.b" is not a subject pattern/],
+    [{ allowSubscribe: "x{mod}" }, /options\.allowSubscribe entry "x\{mod\}" is not a subject pattern/],
+    [{ allowPublish: ["Billing:orders.>"] }, /scoped to something that is not a module name/],
+    [{ allowPublish: [":orders.>"] }, /scoped to something that is not a module name/],
+    [{ allowPublish: ["billing:"] }, /is not a subject pattern/],
+  ])("refuses %j as ProviderMisconfigured, naming the option and entry", (options, message) => {
+    const e = thrown(() => natsCeiling("nats-main", options));
+    expect(isMeshError(e, ErrorCodes.ProviderMisconfigured)).toBe(true);
+    expect((e as Error).message).toMatch(message);
+    expect((e as Error).message).toMatch(/^provider nats-main: /);
+  });
+});
+
+describe("ceilingFor", () => {
+  it("fills in {module}, keeps only the entries scoped to the module or to none, and always allows the inbox", () => {
+    const c = natsCeiling("p", { allowPublish: ["app.{module}.>", "events.{module}.*", "billing:orders.>", "mesh:>"], allowSubscribe: ["app.{module}.>"] });
+    expect(ceilingFor(c, "billing")).toEqual({ publish: ["app.billing.>", "events.billing.*", "orders.>"], subscribe: ["app.billing.>", INBOX_PATTERN] });
+    expect(ceilingFor(c, "shop")).toEqual({ publish: ["app.shop.>", "events.shop.*"], subscribe: ["app.shop.>", INBOX_PATTERN] });
+    expect(ceilingFor(c, "mesh").publish).toContain(">");
+  });
+});
+
+describe("checkWithinCeiling", () => {
+  const grant = { module: "shop", requirement: "events" };
+
+  it.each([
+    ["the default permissions, under the default ceiling", {}, {}],
+    ["a narrower pattern of the namespace", { publish: ["app.shop.orders.*"], subscribe: "app.shop.orders" }, {}],
+    ["nothing to publish", { publish: [] }, {}],
+    ["the inbox, explicitly", { subscribe: ["_INBOX.>"] }, {}],
+    ["what a widened ceiling allows", { publish: ["orders.created", "$JS.API.>"] }, { allowPublish: ["app.{module}.>", "orders.*", "$JS.API.>"] }],
+    ["what a ceiling scoped to the module allows", { publish: ">" }, { allowPublish: ["shop:>"] }],
+    ["a subscription ending in *, under a ceiling ending in > there", { subscribe: ["events.shop.*"] }, { allowSubscribe: ["events.{module}.>"] }],
+    ["a publish ending in *, under a ceiling ending in * there", { publish: ["events.shop.*"] }, { allowPublish: ["events.{module}.*"] }],
+    ["a subscription to one subject, under a ceiling ending in *", { subscribe: ["events.shop.created"] }, { allowSubscribe: ["events.{module}.*"] }],
+    ["anything, under a ceiling of >", { subscribe: "$SYS.>" }, { allowSubscribe: [">"] }],
+    ["a pattern covered by two ceiling patterns together", { publish: ["orders.>"] }, { allowPublish: ["orders.*", "orders.*.>"] }],
+  ])("allows %s", (_, options, providerOptions) => {
+    expect(() => checkWithinCeiling(grant, natsPermissions("shop", options), "nats-main", natsCeiling("nats-main", providerOptions))).not.toThrow();
+  });
+
+  it.each([
+    ["everything", { publish: ">" }, {}, /publish ">" \(it reaches "x"\)/],
+    ["JetStream's API", { publish: ["app.shop.>", "$JS.API.>"] }, {}, /publish "\$JS\.API\.>"/],
+    ["another module's namespace", { subscribe: ["app.other.>"] }, {}, /subscribe "app\.other\.>"/],
+    ["> under a ceiling of *", { publish: "orders.>" }, { allowPublish: ["orders.*"] }, /publish "orders\.>" \(it reaches "orders\.x\.x"\)/],
+    ["what another module's scoped entry allows", { publish: "orders.>" }, { allowPublish: ["billing:orders.>"] }, /lets module shop publish nothing/],
+    ["a subscription ending in *, under a ceiling ending in * there (the server lets it subscribe with >)", { subscribe: "events.shop.*" }, { allowSubscribe: ["events.{module}.*"] }, /subscribe "events\.shop\.\*" \(it reaches "events\.shop\.x\.x": nats-server lets a subscription end in > where a permission ends in \*; name the last token instead\)/],
+    ["the default, under a ceiling narrower than it", {}, { allowPublish: ["app.{module}.events"] }, /publish "app\.shop\.>"/],
+  ])("refuses %s as InvalidRequest, naming the subject, the ceiling and what to do", (_, options, providerOptions, message) => {
+    const permissions = natsPermissions("shop", options);
+    const ceiling = natsCeiling("nats-main", providerOptions);
+    const e = thrown(() => checkWithinCeiling(grant, permissions, "nats-main", ceiling));
+    expect(isMeshError(e, ErrorCodes.InvalidRequest)).toBe(true);
+    const text = (e as Error).message;
+    expect(text).toMatch(message);
+    expect(text).toMatch(/^nats\.user shop\/events asks to .* past the ceiling of provider nats-main, which lets module shop /);
+    expect(text).toMatch(/Ask the operator to widen the provider's options\.allow(Publish|Subscribe)/);
+    expect(text).toContain('"shop:<pattern>"');
+  });
+
+  it("lists every breach, each list's ceiling once", () => {
+    const breaches = ceilingBreaches(natsPermissions("shop", { publish: [">", "a.b"], subscribe: ["$SYS.>"] }), DEFAULT_NATS_CEILING, "shop");
+    expect(breaches).toEqual([
+      { list: "publish", pattern: ">", example: "x" },
+      { list: "publish", pattern: "a.b", example: "a.b" },
+      { list: "subscribe", pattern: "$SYS.>", example: "$SYS.x" },
+    ]);
+    const text = (thrown(() => checkWithinCeiling(grant, natsPermissions("shop", { publish: [">"], subscribe: ["$SYS.>"] }), "p", DEFAULT_NATS_CEILING)) as Error).message;
+    expect(text).toContain("lets module shop publish app.shop.>; subscribe app.shop.>, _INBOX.>");
+    expect(text).toContain("options.allowPublish and options.allowSubscribe");
+  });
+});
+
+describe("subscribeReach", () => {
+  it.each([
+    ["*", ">"],
+    ["a.*", "a.>"],
+    ["a.*.b", "a.*.b"],
+    ["a.>", "a.>"],
+    ["a.b", "a.b"],
+  ])("%s reaches as far as %s", (p, reach) => {
+    expect(subscribeReach(p)).toBe(reach);
+  });
+});
+
+describe("the bootstrap provider's ceiling", () => {
+  const doc = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } });
+  const ceiling = natsCeiling(doc.name, doc.options);
+
+  it("admits every identity of the control plane", () => {
+    const manifest = controlPlaneManifest({ servicesNode: "node-a", nodes: ["node-a", "node-b"] });
+    const identities = manifest.requires.filter((r) => r.kind === Kinds.NatsUser);
+    expect(identities.length).toBeGreaterThan(5);
+    for (const r of identities) {
+      expect(() => checkWithinCeiling({ module: CONTROL_PLANE_MODULE, requirement: r.name }, natsPermissions(CONTROL_PLANE_MODULE, r.options), doc.name, ceiling)).not.toThrow();
+    }
+  });
+
+  it("gives every other module only its own namespace", () => {
+    expect(ceilingFor(ceiling, "shop")).toEqual({ publish: ["app.shop.>"], subscribe: ["app.shop.>", INBOX_PATTERN] });
+    expect(ceilingBreaches(natsPermissions("shop", { publish: ">", subscribe: "$JS.API.>" }), ceiling, "shop")).toHaveLength(2);
   });
 });

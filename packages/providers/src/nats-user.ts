@@ -21,7 +21,9 @@
  * `admin.passwordFile`: a user of the account with JetStream, for the records) and the file of
  * the signing keys (`options.signingKeysFile`, encrypted under the master key, which the
  * services that issue and retire identities hold). `options.userExpiry` (default 90d) is how
- * long an issued JWT lives.
+ * long an issued JWT lives. `options.allowPublish` and `options.allowSubscribe` are the
+ * operator's ceiling on what a requirement may ask for (nats-permissions.ts, by default each
+ * module's own `app.<module>.>`): a requirement past it is refused before anything is issued.
  */
 import { readFileSync } from "node:fs";
 import { isAbsolute } from "node:path";
@@ -30,8 +32,11 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import {
   ErrorCodes,
+  IDENTITY_RECORDS_LIMITS,
   Kinds,
   MeshError,
+  createLogger,
+  ensureBucketLimits,
   errorMessage,
   grantId,
   isCasConflict,
@@ -43,6 +48,7 @@ import {
   subjects,
   type Kind,
   type PartIdentityOptions,
+  storeWrite,
 } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -60,7 +66,7 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { NATS_ENDPOINT, hostPort, parseEndpoint } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
-import { natsPermissions, type NatsPermissions } from "./nats-permissions.js";
+import { checkWithinCeiling, natsCeiling, natsPermissions, type NatsPermissions } from "./nats-permissions.js";
 import { accountClaims, credsOf, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
 
 /** How long a login (connect and flush) may take, and each request to the server. */
@@ -174,7 +180,7 @@ class NatsUserAdapter implements ProviderAdapter {
     }
     if (this.open) return this.result(undefined, seed, req);
     const publicKey = userKey(seed).getPublicKey();
-    const permissions = this.permissions(module, req.options);
+    const permissions = this.permissions(req.grant, req.options);
     const account = await this.lookupAccount(what);
     const keys = this.signingKeys();
     if (!account.signingKeys.includes(userIssuer(keys))) {
@@ -205,7 +211,8 @@ class NatsUserAdapter implements ProviderAdapter {
       const issued = await issueUser(keys, { name: `${module}_${requirement}_${generation}`, seed, permissions, expiresAt });
       const next: IdentityRecord = { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
       try {
-        await this.kvCall(what, () => (cur ? kv.update(key, JSON.stringify(next), cur.revision) : kv.create(key, JSON.stringify(next))));
+        const data = JSON.stringify(next);
+        await this.kvCall(what, () => storeWrite(kv, key, () => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data)), { bytes: data.length }));
       } catch (e) {
         if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
         throw e;
@@ -282,8 +289,13 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 
   /** What `module`'s requirement may do: as its options ask (nats.user), or as its part needs (mesh.identity). */
-  private permissions(module: string, options: CreateRequest["options"]): NatsPermissions {
-    if (this.kind === Kinds.NatsUser) return natsPermissions(module, options);
+  private permissions(grant: CreateRequest["grant"], options: CreateRequest["options"]): NatsPermissions {
+    const { module } = grant;
+    if (this.kind === Kinds.NatsUser) {
+      const permissions = natsPermissions(module, options);
+      checkWithinCeiling(grant, permissions, this.provider.name, natsCeiling(this.provider.name, this.provider.options));
+      return permissions;
+    }
     const { part, node } = partIdentityOptions(options);
     return partIdentityPermissions(module, node, part);
   }
@@ -331,7 +343,8 @@ class NatsUserAdapter implements ProviderAdapter {
       if (cur.record.revokedAt !== undefined) return this.indexRevoked(what, key, cur.record);
       const next: IdentityRecord = { ...cur.record, revokedAt: nowS() };
       try {
-        await this.kvCall(what, () => kv.update(key, JSON.stringify(next), cur.revision));
+        const data = JSON.stringify(next);
+        await this.kvCall(what, () => storeWrite(kv, key, () => kv.update(key, data, cur.revision), { bytes: data.length }));
       } catch (e) {
         if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
         throw e;
@@ -343,7 +356,9 @@ class NatsUserAdapter implements ProviderAdapter {
   private async indexRevoked(what: string, key: string, r: IdentityRecord): Promise<void> {
     const { kv } = await this.adminConn(what);
     const entry: RevokedEntry = { key, user: r.user, revokedAt: r.revokedAt!, expiresAt: r.expiresAt };
-    await this.kvCall(what, () => kv.put(`${REVOKED}.${r.user}`, JSON.stringify(entry)));
+    const index = `${REVOKED}.${r.user}`;
+    const data = JSON.stringify(entry);
+    await this.kvCall(what, () => storeWrite(kv, index, () => kv.put(index, data), { bytes: data.length }));
   }
 
   /** Every revoked key the records know of, read in parallel. */
@@ -453,8 +468,13 @@ class NatsUserAdapter implements ProviderAdapter {
     const pending = (this.admin ??= (async () => {
       const nc = await connect({ servers: hostPort(this.host, this.port), reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
       try {
-        const kv = await retryJetStreamGap(() => new Kvm(nc).create(RECORDS_BUCKET, { history: 1, description: "mesh nats.user: identities issued and revoked" }));
+        const l = IDENTITY_RECORDS_LIMITS;
+        const kv = await retryJetStreamGap(() =>
+          new Kvm(nc).create(RECORDS_BUCKET, { history: l.history, max_bytes: l.maxBytes, maxValueSize: l.maxValueSize, description: "mesh nats.user: identities issued and revoked" }),
+        );
         const jsm = await jetstreamManager(nc, { timeout: LOGIN_TIMEOUT_MS });
+        // A bucket made before it had limits gets them; what that keeps is said in the log of the service using the adapter.
+        await retryJetStreamGap(() => ensureBucketLimits(jsm, RECORDS_BUCKET, l, recordsLog()));
         void nc.closed().then(() => {
           if (this.admin === pending) this.admin = undefined;
         });
@@ -509,7 +529,7 @@ class NatsUserAdapter implements ProviderAdapter {
   /** The signing keys, read and opened once; throws `ProviderMisconfigured` saying why they cannot be. */
   private signingKeys(): SigningKeys {
     if (this.keys) return this.keys;
-    const file = this.provider.options?.signingKeysFile;
+    const file = this.textOption("signingKeysFile");
     if (!file || !isAbsolute(file)) {
       throw new MeshError(
         ErrorCodes.ProviderMisconfigured,
@@ -531,7 +551,7 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 
   private expiryMs(): number {
-    const v = this.provider.options?.userExpiry;
+    const v = this.textOption("userExpiry");
     if (v === undefined) return DEFAULT_USER_EXPIRY_MS;
     let ms: number;
     try {
@@ -541,6 +561,13 @@ class NatsUserAdapter implements ProviderAdapter {
     }
     if (!(ms >= 1_000)) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: options.userExpiry ${JSON.stringify(v)} is not a duration of at least 1s (e.g. 90d)`);
     return ms;
+  }
+
+  /** A provider option that is one value, not a list; throws `ProviderMisconfigured` for a list. */
+  private textOption(name: string): string | undefined {
+    const v = this.provider.options?.[name];
+    if (Array.isArray(v)) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: options.${name} is a list; give one value`);
+    return v;
   }
 
   private connectError(what: string, who: string, e: unknown): MeshError {
@@ -559,6 +586,10 @@ class NatsUserAdapter implements ProviderAdapter {
     return `NATS provider ${this.provider.name} at ${this.provider.endpoint}`;
   }
 }
+
+/** Where the records bucket's limits are said to have changed or been kept: once per process, beside the service's own log. */
+let records: ReturnType<typeof createLogger> | undefined;
+const recordsLog = () => (records ??= createLogger("nats.user records"));
 
 /** The key that signs users: the account's signing key. */
 const userIssuer = (keys: SigningKeys) => publicKeyOf(keys.accountSigningSeed);

@@ -565,6 +565,7 @@ function parseManagementUrl(provider: ProviderConfig): string {
   if (unknown.length > 0) throw bad(`unknown option ${unknown.map((k) => JSON.stringify(k)).join(", ")} (rabbitmq.vhost knows only ${KNOWN_OPTIONS.join(", ")})`);
   const raw = options.managementUrl;
   if (!raw) throw bad("options.managementUrl is not set");
+  if (typeof raw !== "string") throw bad("options.managementUrl is a list; give one URL");
   let url: URL;
   try {
     url = new URL(raw);

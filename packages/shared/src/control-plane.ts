@@ -8,6 +8,7 @@ import { Kinds } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
 import { Buckets, keys, subjects, type BucketName } from "./subjects.js";
+import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
 
 /** The control plane's module name. */
 export const CONTROL_PLANE_MODULE = "mesh";
@@ -150,6 +151,9 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
  * The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. On
  * a server without authentication (`auth` left out) it serves only the parts' identities, as
  * bindings that carry the server's url alone.
+ * Its ceiling on `nats.user` permissions lets module `mesh` (the control plane, whose identities
+ * need JetStream's API and the mesh's own subjects) ask for anything, and every other module
+ * only the default: its own namespace.
  */
 export function bootstrapProvider(opts: {
   url: string;
@@ -167,6 +171,10 @@ export function bootstrapProvider(opts: {
     ...base,
     serves: [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity],
     admin: { username: opts.auth.admin.username, passwordFile: opts.auth.admin.passwordFile },
-    options: { signingKeysFile: opts.auth.signingKeysFile },
+    options: {
+      signingKeysFile: opts.auth.signingKeysFile,
+      [CeilingOptions.publish]: [...DEFAULT_NATS_CEILING.publish, scopedToModule(CONTROL_PLANE_MODULE, ">")],
+      [CeilingOptions.subscribe]: [...DEFAULT_NATS_CEILING.subscribe, scopedToModule(CONTROL_PLANE_MODULE, ">")],
+    },
   };
 }

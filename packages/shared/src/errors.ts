@@ -23,6 +23,8 @@ export const ErrorCodes = {
   HookFailed: "HookFailed",
   /** No instance of the service that answers a request is running (no responders, or a timeout). */
   Unavailable: "Unavailable",
+  /** One of the mesh's store buckets is full (its `max_bytes`): the write was refused, nothing was lost. */
+  StoreFull: "StoreFull",
   Internal: "Internal",
 } as const;
 export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes];

@@ -43,6 +43,8 @@ describe("each limit: accepted at its value, refused one past it, with a message
     ["kinds a provider serves", ProviderDoc, provider({ serves: Array(Limits.serves).fill("secret") }), provider({ serves: Array(Limits.serves + 1).fill("secret") }), /at most 16 kinds/],
     ["grants a provider needs", ProviderDoc, provider({ needs: names(Limits.needs, "m/r") }), provider({ needs: names(Limits.needs + 1, "m/r") }), /at most 32 grants/],
     ["options of a provider", ProviderDoc, provider({ options: Object.fromEntries(names(Limits.options, "o").map((k) => [k, "v"])) }), provider({ options: Object.fromEntries(names(Limits.options + 1, "o").map((k) => [k, "v"])) }), /at most 32 options/],
+    ["items of a provider's list option", ProviderDoc, provider({ options: { allowPublish: names(Limits.optionItems, "s.") } }), provider({ options: { allowPublish: names(Limits.optionItems + 1, "s.") } }), /at most 256 items/],
+    ["an item of a provider's list option", ProviderDoc, provider({ options: { x: ["a".repeat(Limits.optionChars)] } }), provider({ options: { x: ["a".repeat(Limits.optionChars + 1)] } }), /at most 4096 characters/],
     ["a provider option value", ProviderDoc, provider({ options: { x: "a".repeat(Limits.optionChars) } }), provider({ options: { x: "a".repeat(Limits.optionChars + 1) } }), /at most 4096 characters/],
     [
       "a provider's endpoint",

@@ -19,8 +19,9 @@ import { Kvm, type KV } from "@nats-io/kv";
 import type { z } from "zod";
 import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
-import { Limits } from "./limits.js";
-import type { Logger } from "./logger.js";
+import { BUCKET_LIMITS, Limits, type BucketLimits } from "./limits.js";
+import { createLogger, type Logger } from "./logger.js";
+import { planBucketLimits, storeWrite } from "./bucket-limits.js";
 
 export type { NatsConnection, KV, JetStreamClient, JetStreamManager, JsMsg };
 
@@ -126,12 +127,30 @@ export interface Store {
   kv: Record<keyof typeof Buckets, KV>;
 }
 
+/** Where opening the store says what it changed of a bucket's limits, and what it kept (a pino Logger is one). */
+export interface StoreLog {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+/** How {@link openStore} makes the store. */
+export interface OpenStoreOptions {
+  /** 1 on one server, 3 on a cluster; default `MESH_REPLICAS`, else 1. */
+  replicas?: number;
+  /** Where it says what it changed of an existing bucket's limits, and what it kept; default a logger of its own. */
+  log?: StoreLog;
+  /** Limits other than limits.ts's `BUCKET_LIMITS`, per bucket, for the buckets this call makes or brings up to them (a store sized otherwise; a test's bucket that fills up). */
+  bucketLimits?: Partial<Record<keyof typeof Buckets, Partial<BucketLimits>>>;
+}
+
 /**
- * Opens the store, creating buckets and streams that do not exist yet; safe to call from
- * every process at once. `replicas` is 1 on one server, 3 on a cluster (`MESH_REPLICAS`).
+ * Opens the store, creating buckets and streams that do not exist yet, and bringing the limits
+ * of buckets that do up to `BUCKET_LIMITS` (bucket-limits.ts says how, and that it loses
+ * nothing); safe to call from every process at once.
  */
-export async function openStore(nc: NatsConnection, replicas = Number(process.env.MESH_REPLICAS || 1)): Promise<Store> {
-  return retryJetStreamGap(() => openStoreOnce(nc, replicas), 20_000);
+export async function openStore(nc: NatsConnection, opts: OpenStoreOptions = {}): Promise<Store> {
+  const replicas = opts.replicas ?? Number(process.env.MESH_REPLICAS || 1);
+  return retryJetStreamGap(() => openStoreOnce(nc, replicas, opts), 20_000);
 }
 
 /** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
@@ -168,7 +187,7 @@ export async function retryJetStreamGap<T>(fn: () => Promise<T>, withinMs = JETS
   }
 }
 
-async function openStoreOnce(nc: NatsConnection, replicas: number): Promise<Store> {
+async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenStoreOptions): Promise<Store> {
   const jsm = await jetstreamManager(nc, { timeout: 10_000 }).catch((e: unknown) => {
     throw new MeshError(
       ErrorCodes.ProviderUnreachable,
@@ -179,10 +198,18 @@ async function openStoreOnce(nc: NatsConnection, replicas: number): Promise<Stor
   const js = jetstream(nc, { timeout: 10_000 });
   const kvm = new Kvm(js);
   const kv = {} as Record<keyof typeof Buckets, KV>;
+  let log = opts.log;
   for (const [name, bucket] of Object.entries(Buckets) as Array<[keyof typeof Buckets, BucketName]>) {
-    // History: grants and credentials keep earlier revisions for diagnosis.
-    const history = name === "credentials" || name === "grants" ? 16 : 5;
-    kv[name] = await kvm.create(bucket, { history, replicas, storage: StorageType.File });
+    const limits = { ...BUCKET_LIMITS[name], ...opts.bucketLimits?.[name] };
+    kv[name] = await kvm.create(bucket, {
+      history: limits.history,
+      replicas,
+      storage: StorageType.File,
+      max_bytes: limits.maxBytes,
+      maxValueSize: limits.maxValueSize,
+      ...(limits.ttlMs !== undefined ? { ttl: limits.ttlMs } : {}),
+    });
+    await ensureBucketLimits(jsm, bucket, limits, (log ??= createLogger("store")));
   }
   // Every stream: limits retention, file storage, the store's replicas, a 2-minute de-duplication window.
   const common = { retention: RetentionPolicy.Limits, num_replicas: replicas, storage: StorageType.File, duplicate_window: 120_000_000_000 };
@@ -201,6 +228,31 @@ async function openStoreOnce(nc: NatsConnection, replicas: number): Promise<Stor
     max_msgs_per_subject: 1,
   });
   return { nc, js, jsm, kv };
+}
+
+/**
+ * Brings the stream of KV bucket `bucket` up to `limits` (planBucketLimits) with one stream
+ * update, logging what changed; a limit it keeps, or an update the server refuses (an identity
+ * without the right to update streams), is a warning, and the caller goes on.
+ */
+export async function ensureBucketLimits(jsm: JetStreamManager, bucket: string, limits: BucketLimits, log: StoreLog): Promise<void> {
+  const stream = kvStream(bucket);
+  const si = await jsm.streams.info(stream);
+  const c = si.config;
+  const plan = planBucketLimits(bucket, { max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, max_age: c.max_age, discard: c.discard, bytes: si.state.bytes }, limits);
+  if (plan.kept) log.warn({ bucket, bytes: si.state.bytes, limit: limits.maxBytes }, plan.kept);
+  if (Object.keys(plan.changes).length === 0) return;
+  try {
+    await jsm.streams.update(stream, plan.changes);
+  } catch (e) {
+    if (isJetStreamGap(e)) throw e;
+    log.warn(
+      { bucket, err: errorMessage(e) },
+      `could not bring the limits of the mesh's store bucket ${bucket} up to date (${errorMessage(e)}); it works as it is, and an identity that may update streams (the operator's, which meshctl up uses) does it when it opens the store`,
+    );
+    return;
+  }
+  log.info({ bucket, ...plan.changes }, `the mesh's store bucket ${bucket}: limits brought up to date`);
 }
 
 async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamManager["streams"]["add"]>[0]): Promise<void> {
@@ -262,8 +314,7 @@ export async function mutateJson<T>(
     const data = JSON.stringify(next);
     try {
       // A retried write whose first try landed fails compare-and-set, and is read again below.
-      if (cur) await retryJetStreamGap(() => kv.update(key, data, cur.revision));
-      else await retryJetStreamGap(() => kv.create(key, data));
+      await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
       return next;
     } catch (e) {
       if (!isCasConflict(e) || i >= attempts) throw e;

@@ -27,7 +27,7 @@ export interface ServiceContext {
 export async function runService(name: string, start: (ctx: ServiceContext) => Promise<RunningService>, log: Logger = createLogger(name)): Promise<void> {
   try {
     const nc = await connectNats(undefined, { name: `mesh-${name}` });
-    const store = await openStore(nc);
+    const store = await openStore(nc, { log });
     const service = await start({ nc, store, log });
     log.info({ nats: nc.getServer() }, `${name} started`);
     if (nc.info && !nc.info.auth_required) log.warn({ nats: nc.getServer() }, unauthenticatedWarning(nc.getServer()));

@@ -4,12 +4,15 @@
 import {
   ApplyRequest,
   ErrorCodes,
+  Kinds,
   MeshError,
   ModuleDoc,
   ProviderDoc,
   adminPasswordPolicy,
   checkAdminPassword,
+  listJson,
   retryJetStreamGap,
+  storeWrite,
   validateDocuments,
   subjects,
   type AdminPasswordPolicy,
@@ -19,6 +22,7 @@ import {
   type Problem,
   type Store,
 } from "@mesh/shared";
+import { ceilingProblems } from "./ceiling-check.js";
 
 /**
  * Handles one apply: a request that fails validation stores nothing and gets every problem
@@ -27,7 +31,8 @@ import {
  * admin password source must be one `policy` allows (see admin-password-policy.ts). On a
  * module's own subject (`onlyModule`: what a part's identity may publish to) every document
  * must be that module; any other (a Provider, another module) is a problem of the request, and
- * nothing is stored.
+ * nothing is stored. So is a `nats.user` requirement past the ceiling of every provider that
+ * could serve it (ceiling-check.ts).
  */
 export async function handleApply(store: Store, body: unknown, policy: AdminPasswordPolicy = adminPasswordPolicy(), onlyModule?: string): Promise<ApplyReply> {
   const req = ApplyRequest.safeParse(body);
@@ -46,6 +51,11 @@ export async function handleApply(store: Store, body: unknown, policy: AdminPass
     return p ? [{ document, ...p }] : [];
   });
   if (refused.length) return { ok: false, problems: refused };
+  if (result.documents.some((d) => d.kind === "Module" && d.requires.some((r) => r.kind === Kinds.NatsUser))) {
+    const stored = await retryJetStreamGap(() => listJson(store.kv.providers, ProviderDoc));
+    const problems = ceilingProblems(result.documents, stored.map((r) => r.value));
+    if (problems.length > 0) return { ok: false, problems };
+  }
   const accepted: AppliedDocument[] = [];
   // Each write is idempotent, so one that met JetStream's reload gap is simply made again.
   for (const doc of result.documents) accepted.push(await retryJetStreamGap(() => storeDocument(store, doc)));
@@ -57,13 +67,14 @@ async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDoc
   const schema = doc.kind === "Module" ? ModuleDoc : ProviderDoc;
   const before = await kv.get(doc.name);
   const data = JSON.stringify(doc);
+  const put = () => storeWrite(kv, doc.name, () => kv.put(doc.name, data), { bytes: Buffer.byteLength(data) });
   if (before && before.operation === "PUT" && before.length > 0) {
     const prev = schema.safeParse(before.json());
     if (prev.success && JSON.stringify(prev.data) === data) return { kind: doc.kind, name: doc.name, action: "unchanged" };
-    await kv.put(doc.name, data);
+    await put();
     return { kind: doc.kind, name: doc.name, action: "updated" };
   }
-  await kv.put(doc.name, data);
+  await put();
   return { kind: doc.kind, name: doc.name, action: "created" };
 }
 

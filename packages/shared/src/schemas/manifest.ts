@@ -40,35 +40,35 @@ const AdminCredential = z
     message: "give passwordEnv or passwordFile, not both",
   });
 
+const OptionName = z.string().regex(/^[a-zA-Z][a-zA-Z0-9]{0,63}$/, { message: "must be a camelCase option name of at most 64 characters" });
+const OptionText = z.string().max(Limits.optionChars, atMost(Limits.optionChars, "characters"));
+
+/** At most {@link Limits.optionItems} items in each list option: counted here, not on the array in the union, whose refusal would read only "Invalid input". */
+const countItems = (o: Record<string, unknown>, ctx: z.RefinementCtx) => {
+  for (const [k, v] of Object.entries(o)) {
+    if (Array.isArray(v) && v.length > Limits.optionItems) ctx.addIssue({ code: "custom", path: [k], ...atMost(Limits.optionItems, "items") });
+  }
+};
+
 /**
  * Kind-specific settings of a provider that its endpoint cannot say (RabbitMQ's management URL,
- * the users file of a NATS server…); each adapter validates its own and names what is missing.
+ * a NATS provider's signing keys and the subjects its users may be given…), each a string or a
+ * list of strings; each adapter validates its own and names what is missing.
  */
 export const ProviderOptions = z
-  .record(
-    z.string().regex(/^[a-zA-Z][a-zA-Z0-9]{0,63}$/, { message: "must be a camelCase option name of at most 64 characters" }),
-    z.string().max(Limits.optionChars, atMost(Limits.optionChars, "characters")),
-  )
-  .refine((o) => Object.keys(o).length <= Limits.options, atMost(Limits.options, "options"));
+  .record(OptionName, z.union([OptionText, z.array(OptionText)]))
+  .refine((o) => Object.keys(o).length <= Limits.options, atMost(Limits.options, "options"))
+  .superRefine(countItems);
 export type ProviderOptions = z.infer<typeof ProviderOptions>;
 
 /**
  * Kind-specific settings of a requirement (a `nats.user`'s subjects, a bucket's history…);
  * validated by the kind's adapter when the grant is provisioned.
  */
-const OptionText = z.string().max(Limits.optionChars, atMost(Limits.optionChars, "characters"));
 export const RequirementOptions = z
-  .record(
-    z.string().regex(/^[a-zA-Z][a-zA-Z0-9]{0,63}$/, { message: "must be a camelCase option name of at most 64 characters" }),
-    z.union([OptionText, z.number(), z.boolean(), z.array(OptionText)]),
-  )
+  .record(OptionName, z.union([OptionText, z.number(), z.boolean(), z.array(OptionText)]))
   .refine((o) => Object.keys(o).length <= Limits.options, atMost(Limits.options, "options"))
-  // Counted here, not on the array in the union, whose refusal would read only "Invalid input".
-  .superRefine((o, ctx) => {
-    for (const [k, v] of Object.entries(o)) {
-      if (Array.isArray(v) && v.length > Limits.optionItems) ctx.addIssue({ code: "custom", path: [k], ...atMost(Limits.optionItems, "items") });
-    }
-  });
+  .superRefine(countItems);
 export type RequirementOptions = z.infer<typeof RequirementOptions>;
 
 export const ProviderDoc = z.strictObject({
