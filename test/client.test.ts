@@ -220,6 +220,8 @@ requires:
 
   it("the resolver's apply refuses a nats.user asking for > past every provider's ceiling, and stores nothing", async () => {
     const api = serveJson(nc, subjects.apply, QueueGroups.resolver, quiet(), (body) => handleApply(store, body));
+    // declare() sends one module on its own subject.
+    const moduleApi = serveJson(nc, subjects.applyModule("greedy"), QueueGroups.resolver, quiet(), (body) => handleApply(store, body, undefined, "greedy"));
     try {
       const provider = (options: Record<string, string | string[]>) => ({ kind: "Provider", name: "nats-ceiling", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options });
       const module = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe: ">" } }] };
@@ -233,7 +235,7 @@ requires:
       const r = await declare(nc, [provider({ signingKeysFile: "/k", allowSubscribe: "greedy:>" }), module]);
       expect(r.accepted.map((a) => a.name)).toEqual(["nats-ceiling", "greedy"]);
     } finally {
-      await api.stop();
+      await Promise.all([api.stop(), moduleApi.stop()]);
     }
   });
 

@@ -190,7 +190,7 @@ describe("subscribeReach", () => {
 });
 
 describe("the bootstrap provider's ceiling", () => {
-  const doc = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } });
+  const doc = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } } });
   const ceiling = natsCeiling(doc.name, doc.options);
 
   it("admits every identity of the control plane", () => {

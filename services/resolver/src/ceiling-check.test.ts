@@ -51,7 +51,7 @@ describe("ceilingProblems", () => {
   });
 
   it("accepts the control plane as meshctl bootstrap applies it", () => {
-    const docs = [bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } }), controlPlaneManifest({ servicesNode: "node-a", nodes: ["node-a"] })];
+    const docs = [bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } } }), controlPlaneManifest({ servicesNode: "node-a", nodes: ["node-a"] })];
     expect(ceilingProblems(docs, [provider("mesh-nats")])).toEqual([]);
     // Without its ceiling, the stored one refuses the control plane's identities.
     expect(ceilingProblems([docs[1]!], [provider("mesh-nats")]).length).toBeGreaterThan(0);
