@@ -13,9 +13,9 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorCodes, getCondition, isMeshError, type ProviderDoc } from "@mesh/shared";
 import { providerConfig } from "@mesh/providers";
-import { bufferOutput, runApply } from "../packages/cli/src/index.js";
-import { startTestMesh, type TestMesh } from "./mesh.js";
-import { waitFor } from "./harness/wait.js";
+import { bufferOutput, runApply } from "../../packages/cli/src/index.js";
+import { startTestMesh, type TestMesh } from "../mesh.js";
+import { waitFor } from "../harness/wait.js";
 
 let mesh: TestMesh;
 let dir: string;
@@ -125,5 +125,18 @@ describe("a Provider's admin password source", () => {
     expect((err as Error).message).not.toContain(KEY);
     // A source of its own is read as before.
     expect(providerConfig(redisProvider("fine", { username: "default", passwordEnv: "REDIS_ADMIN_PASSWORD" }), { REDIS_ADMIN_PASSWORD: "pw" }).admin).toEqual({ username: "default", password: "pw" });
+  });
+});
+
+describe("a nats.user requirement past the operator's ceiling", () => {
+  it("is refused at apply by the real resolver: asking for > when the provider allows the module's own namespace, and nothing is stored", async () => {
+    const provider: ProviderDoc = { kind: "Provider", name: "nats-main", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options: { signingKeysFile: "/etc/mesh/signing-keys.json" }, installed: true };
+    const greedy = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { publish: ">", subscribe: ">" } }] };
+    const reply = await mesh.apply([provider, greedy]);
+    expect(reply.ok).toBe(false);
+    if (reply.ok) return;
+    expect(reply.problems[0]).toMatchObject({ document: 1, path: "requires[0].options", message: expect.stringMatching(/asks to publish ">".*past the ceiling of provider nats-main/) });
+    expect(await mesh.store.kv.manifests.get("greedy")).toBeNull();
+    expect(await keysOf(mesh.store.kv.providers)).not.toContain("nats-main");
   });
 });

@@ -18,10 +18,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kinds, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type ModuleDoc } from "@mesh/shared";
 import { HOOK_PATH, lookUpUser } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
-import { startTestMesh, type TestMesh } from "./mesh.js";
-import { waitFor } from "./harness/wait.js";
+import { startTestMesh, type TestMesh } from "../mesh.js";
+import { waitFor } from "../harness/wait.js";
 
-const repo = join(import.meta.dirname, "..");
+const repo = join(import.meta.dirname, "../..");
 const agentMain = join(repo, "services/agent/dist/main.js");
 const NODE = "node-a";
 
