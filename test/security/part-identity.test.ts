@@ -25,6 +25,7 @@ import {
   partIdentityRequirement,
   readJson,
   subjects,
+  ModuleDoc as ModuleDocSchema,
   type ModuleDoc,
 } from "@mesh/shared";
 import { connectWithIdentity, declare, holdCredential, watchCredentials, type CredentialUpdate, type HeldCredential, type IdentityConnection } from "@mesh/client";
@@ -39,6 +40,8 @@ const shop: ModuleDoc = {
   name: "shop",
   parts: [{ name: "app", node: "node-a", installed: true }],
   requires: [{ name: "key", kind: Kinds.Secret, parts: ["app"] }],
+  // What the operator lets the module's parts declare themselves.
+  allowKinds: [Kinds.Secret],
 };
 const other: ModuleDoc = {
   kind: "Module",
@@ -242,6 +245,19 @@ describe("as part app of module shop", () => {
     expect(r.problems?.[0]?.message).toMatch(/only module shop may be declared, not Provider evil: Providers and other modules are the operator's/);
     expect(await mesh.store.kv.providers.get("evil")).toBeNull();
     expect((await mesh.grant("other", "token"))?.generation).toBeGreaterThanOrEqual(1);
+    // Its own module, but past what the operator allows it: another kind, other parts, wider allowKinds.
+    const past = await nc.request(
+      subjects.applyModule("shop"),
+      JSON.stringify({
+        documents: [{ ...shop, parts: [...shop.parts, { name: "miner", node: "node-b" }], allowKinds: [Kinds.Secret, Kinds.NatsUser], requires: [...shop.requires, { name: "bus", kind: Kinds.NatsUser }] }],
+      }),
+      { timeout: 5_000 },
+    );
+    const p = past.json<{ ok: boolean; problems?: Array<{ path: string; message: string }> }>();
+    expect(p.ok).toBe(false);
+    expect(p.problems?.map((x) => x.path)).toEqual(["parts", "allowKinds", "requires[1].kind"]);
+    expect(p.problems?.[2]?.message).toMatch(/module shop's parts may not declare a nats\.user \(requirement bus\): the operator allows them secret/);
+    expect((await readJson(mesh.store.kv.manifests, "shop", ModuleDocSchema))?.value.parts).toEqual(shop.parts);
     // The operator's subject: refused by the server.
     const operators = await refused(nc, () => nc.request(subjects.apply, JSON.stringify({ documents: [] }), { timeout: 2_000 }));
     expect(operators).toMatch(/permissions violation|timeout/i);

@@ -11,6 +11,7 @@ import {
   adminPasswordPolicy,
   checkAdminPassword,
   listJson,
+  readJson,
   retryJetStreamGap,
   storeWrite,
   validateDocuments,
@@ -42,7 +43,8 @@ export async function handleApply(store: Store, body: unknown, policy: AdminPass
   const result = validateDocuments(req.data.documents);
   if (!result.ok) return { ok: false, problems: result.problems };
   if (onlyModule !== undefined) {
-    const problems = outsideModule(result.documents, onlyModule);
+    const stored = await retryJetStreamGap(() => readJson(store.kv.manifests, onlyModule, ModuleDoc));
+    const problems = selfDeclarationProblems(result.documents, onlyModule, stored?.value);
     if (problems.length) return { ok: false, problems };
   }
   // Documents come back in their order when all are valid, so the index is the document's.
@@ -78,17 +80,34 @@ async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDoc
   return { kind: doc.kind, name: doc.name, action: "created" };
 }
 
-/** The documents of a request on module `module`'s apply subject that are not that module. */
-export function outsideModule(documents: readonly ManifestDoc[], module: string): Problem[] {
-  return documents.flatMap((d, i) =>
-    d.kind === "Module" && d.name === module
-      ? []
-      : [
-          {
-            document: i,
-            path: d.kind === "Module" ? "name" : "kind",
-            message: `on ${subjects.applyModule(module)} only module ${module} may be declared, not ${d.kind} ${d.name}: Providers and other modules are the operator's (apply them as the operator, on ${subjects.apply})`,
-          },
-        ],
-  );
+/**
+ * What a part may not declare on its module's own subject (`mesh.api.apply.<module>`), given the
+ * module as stored (`stored`, as the operator or an earlier declaration left it): anything but
+ * that module (a Provider, another module); a module the operator has not declared yet; other
+ * `parts` or `allowKinds` than stored (where parts run, and what they may ask for, are the
+ * operator's); a requirement, new or changed, of a kind outside the stored `allowKinds`. Pure.
+ */
+export function selfDeclarationProblems(documents: readonly ManifestDoc[], module: string, stored: ModuleDoc | undefined): Problem[] {
+  const operators = `are the operator's (apply them as the operator, on ${subjects.apply})`;
+  return documents.flatMap((d, document): Problem[] => {
+    if (d.kind !== "Module" || d.name !== module) {
+      return [{ document, path: d.kind === "Module" ? "name" : "kind", message: `on ${subjects.applyModule(module)} only module ${module} may be declared, not ${d.kind} ${d.name}: Providers and other modules ${operators}` }];
+    }
+    if (!stored) return [{ document, path: "", message: `module ${module} has not been declared by the operator yet: a part may only declare again a module the operator declared` }];
+    const same = (a: unknown, b: unknown) => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
+    const problems: Problem[] = [];
+    if (!same(d.parts, stored.parts)) problems.push({ document, path: "parts", message: `a part may not change module ${module}'s parts: which parts run where ${operators}` });
+    if (!same(d.allowKinds, stored.allowKinds)) problems.push({ document, path: "allowKinds", message: `a part may not change the kinds module ${module}'s parts may declare: they ${operators}` });
+    const allowed = new Set(stored.allowKinds ?? []);
+    const before = new Map(stored.requires.map((r) => [r.name, r]));
+    d.requires.forEach((r, i) => {
+      if (allowed.has(r.kind) || same(r, before.get(r.name))) return;
+      problems.push({
+        document,
+        path: `requires[${i}].kind`,
+        message: `module ${module}'s parts may not declare a ${r.kind} (requirement ${r.name}): the operator allows them ${allowed.size ? [...allowed].join(", ") : "no kind"} (the module's allowKinds)`,
+      });
+    });
+    return problems;
+  });
 }

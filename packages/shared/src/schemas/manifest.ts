@@ -146,6 +146,12 @@ export const ModuleDoc = z
     name: Name,
     parts: z.array(PartDoc).max(Limits.parts, atMost(Limits.parts, "parts")).default([]),
     requires: z.array(RequirementDoc).max(Limits.requirements, atMost(Limits.requirements, "requirements")).default([]),
+    /**
+     * The kinds the module's own parts may declare requirements of, when they re-declare the
+     * module with their identity (`declare` in @mesh/client, on `mesh.api.apply.<module>`);
+     * none when left out. Only the operator sets it: a part may change neither it nor `parts`.
+     */
+    allowKinds: z.array(z.enum(KIND_LIST)).max(Limits.serves, atMost(Limits.serves, "kinds")).optional(),
   })
   .superRefine((m, ctx) => {
     const partNames = new Set<string>();
