@@ -123,6 +123,35 @@ describe("meshctl bootstrap", () => {
     }
   });
 
+  it("an agent's identity may use no JetStream API but its own: no stream deleted or purged, no other consumer read, no message deleted", async () => {
+    const nc = await connectAs(mesh, agentPart("node-a"));
+    const errors: string[] = [];
+    void (async () => {
+      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
+    })();
+    const attempts = [
+      "$JS.API.STREAM.DELETE.KV_mesh-credentials",
+      "$JS.API.STREAM.PURGE.KV_mesh-grants",
+      "$JS.API.STREAM.MSG.DELETE.KV_mesh-grants",
+      "$JS.API.STREAM.UPDATE.MESH_DELIVERIES",
+      "$JS.API.CONSUMER.DELETE.MESH_DELIVERIES.agent-node-b",
+      "$JS.API.CONSUMER.MSG.NEXT.MESH_DELIVERIES.agent-node-b",
+      "$JS.API.CONSUMER.CREATE.KV_mesh-grants.provisioner.$KV.mesh-grants.>",
+    ];
+    try {
+      for (const subject of attempts) await nc.request(subject, "{}", { timeout: 1_000 }).catch(() => undefined);
+      await nc.flush();
+      await waitFor("the server to refuse all", () => (attempts.every((a) => errors.some((e) => e.includes(a))) ? true : undefined), 5_000).catch(() => {
+        throw new Error(`not all refused: ${attempts.filter((a) => !errors.some((e) => e.includes(a))).join(", ")}; errors: ${errors.join("; ")}`);
+      });
+    } finally {
+      await nc.close();
+    }
+    expect((await mesh.meshctl(["status", "--json"])).code).toBe(0);
+    // The agent itself needs nothing it was refused.
+    expect(readFileSync(join(mesh.cwd, ".mesh/logs/agent-node-a.log"), "utf8")).not.toMatch(/Permissions Violation/i);
+  });
+
   it("keeps no key in the clear but the holders' own: the signing keys are sealed, the server's files and every log hold no seed", () => {
     const seedOf = (creds: string) => /SU[A-Z2-7]{56}/.exec(creds)![0];
     const seeds = [...parts.map((p) => seedOf(readFileSync(join(bindingOf(mesh, p), "creds"), "utf8"))), seedOf(mesh.adminCreds())];

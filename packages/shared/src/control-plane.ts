@@ -7,7 +7,7 @@
 import { Kinds } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
-import { Buckets, keys, subjects, type BucketName } from "./subjects.js";
+import { Buckets, Streams, keys, subjects, type BucketName } from "./subjects.js";
 import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
 
 /** The control plane's module name. */
@@ -31,6 +31,40 @@ export const ControlPlaneRequirements = {
 /** The part of the agent of `node`. */
 export function agentPart(node: string): string {
   return `agent-${node}`;
+}
+
+/** The durable consumer of the delivery stream that the agent of `node` reads. */
+export function agentDurable(node: string): string {
+  return `agent-${node}`;
+}
+
+/**
+ * The JetStream API a node's agent may use, instead of `$JS.API.>`: nothing that creates,
+ * changes, deletes or purges a stream, deletes a message or a consumer, or reads another
+ * consumer's messages. It may read stream info and, by key, the buckets it reads or writes
+ * (direct gets); create, look up and pull from its own durable of the delivery stream (and ack
+ * there); and list the providers catalog for its reachability probes (an ordered push consumer
+ * of that bucket, delivered to its own inbox). Measured on 2.9.10 with the server's trace of a
+ * real agent process: these are all the API subjects it uses.
+ */
+function agentJetStream(node: string): string[] {
+  const durable = agentDurable(node);
+  const deliveries = Streams.deliveries;
+  const reads = [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.nodes, Buckets.reachability, Buckets.rotations].map((b) => `$JS.API.DIRECT.GET.KV_${b}.>`);
+  return [
+    "$JS.API.INFO",
+    "$JS.API.STREAM.INFO.*",
+    ...reads,
+    `$JS.API.CONSUMER.INFO.${deliveries}.${durable}`,
+    `$JS.API.CONSUMER.CREATE.${deliveries}.${durable}.>`,
+    `$JS.API.CONSUMER.DURABLE.CREATE.${deliveries}.${durable}`,
+    `$JS.API.CONSUMER.MSG.NEXT.${deliveries}.${durable}`,
+    `$JS.ACK.${deliveries}.${durable}.>`,
+    `$JS.API.CONSUMER.CREATE.KV_${Buckets.providers}.*.$KV.${Buckets.providers}.>`,
+    `$JS.API.CONSUMER.INFO.KV_${Buckets.providers}.*`,
+    "$JS.FC.>",
+    "_INBOX.>",
+  ];
 }
 
 /** The requirement holding the NATS identity of control-plane part `part`. */
@@ -96,7 +130,8 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
         };
     }
   })();
-  return { publish: [...JETSTREAM.publish, ...own.publish], subscribe: [...JETSTREAM.subscribe, ...own.subscribe] };
+  const api = typeof service === "object" ? agentJetStream(service.agent) : JETSTREAM.publish;
+  return { publish: [...api, ...own.publish], subscribe: [...JETSTREAM.subscribe, ...own.subscribe] };
 }
 
 /** Where the control plane runs: its services on one node, an agent on each node. */

@@ -27,6 +27,13 @@ export interface ServiceContext {
 export async function runService(name: string, start: (ctx: ServiceContext) => Promise<RunningService>, log: Logger = createLogger(name)): Promise<void> {
   try {
     const nc = await connectNats(undefined, { name: `mesh-${name}` });
+    // What the server refuses (a permission this identity lacks) reaches no caller when it was a
+    // plain publish: logged, so a service that lacks a permission says so.
+    void (async () => {
+      for await (const s of nc.status()) {
+        if (s.type === "error") log.warn({ err: errorMessage((s as { error?: unknown }).error) }, "the NATS server refused something this service sent: its identity may lack a permission it needs");
+      }
+    })().catch(() => undefined);
     const store = await openStore(nc, { log });
     const service = await start({ nc, store, log });
     log.info({ nats: nc.getServer() }, `${name} started`);

@@ -6,6 +6,7 @@
 import { hostname } from "node:os";
 import {
   Delivery,
+  agentDurable,
   bindingNameOf,
   ErrorCodes,
   Grant,
@@ -47,10 +48,8 @@ export interface Agent {
   closed: Promise<void>;
 }
 
-/** The durable consumer name of a node's agent. */
-export function agentDurable(node: string): string {
-  return `agent-${node}`;
-}
+/** The durable consumer name of a node's agent (defined with its permissions in @mesh/shared). */
+export { agentDurable };
 
 /**
  * Starts the agent of `node`: registers the node in KV `nodes` (refreshing `seenAt`), and
