@@ -186,6 +186,9 @@ export interface ServerListen {
   cluster?: string;
 }
 
+/** The server's `max_control_line`, in bytes: room for a CONNECT carrying the longest user JWT the mesh issues. */
+export const MAX_CONTROL_LINE = 16_384;
+
 /**
  * The nats-server configuration for the operator: the operator JWT, the system account, the
  * full resolver (account JWTs kept in `resolverDir`, updates pushed by the mesh, deletes
@@ -205,6 +208,9 @@ export function operatorServerConfig(setup: Pick<OperatorSetup, "operatorJwt" | 
     ...(at.monitorPort ? [`http: ${q(`${at.host}:${at.monitorPort}`)}`] : []),
     ...(at.pidFile ? [`pid_file: ${q(at.pidFile)}`] : []),
     `jetstream { store_dir: ${q(at.storeDir)} }`,
+    // A user JWT, with its permissions, comes in the client's CONNECT line: the control plane's
+    // own identities, which list their JetStream API subjects, need more than the default 4 KB.
+    `max_control_line: ${MAX_CONTROL_LINE}`,
     `operator: ${q(setup.operatorJwt)}`,
     `system_account: ${q(setup.systemAccount)}`,
     `resolver: { type: full, dir: ${q(at.resolverDir)}, allow_delete: false, interval: "2m", limit: 1000 }`,

@@ -7,7 +7,7 @@
 import { Kinds } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
-import { Buckets, Streams, keys, subjects, type BucketName } from "./subjects.js";
+import { Buckets, Durables, Streams, keys, subjects, type BucketName } from "./subjects.js";
 import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
 
 /** The control plane's module name. */
@@ -48,23 +48,8 @@ export function agentDurable(node: string): string {
  * real agent process: these are all the API subjects it uses.
  */
 function agentJetStream(node: string): string[] {
-  const durable = agentDurable(node);
-  const deliveries = Streams.deliveries;
   const reads = [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.nodes, Buckets.reachability, Buckets.rotations].map((b) => `$JS.API.DIRECT.GET.KV_${b}.>`);
-  return [
-    "$JS.API.INFO",
-    "$JS.API.STREAM.INFO.*",
-    ...reads,
-    `$JS.API.CONSUMER.INFO.${deliveries}.${durable}`,
-    `$JS.API.CONSUMER.CREATE.${deliveries}.${durable}.>`,
-    `$JS.API.CONSUMER.DURABLE.CREATE.${deliveries}.${durable}`,
-    `$JS.API.CONSUMER.MSG.NEXT.${deliveries}.${durable}`,
-    `$JS.ACK.${deliveries}.${durable}.>`,
-    `$JS.API.CONSUMER.CREATE.KV_${Buckets.providers}.*.$KV.${Buckets.providers}.>`,
-    `$JS.API.CONSUMER.INFO.KV_${Buckets.providers}.*`,
-    "$JS.FC.>",
-    "_INBOX.>",
-  ];
+  return ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", ...reads, ...durableOf(Streams.deliveries, agentDurable(node)), ...listing(Buckets.providers)];
 }
 
 /** The requirement holding the NATS identity of control-plane part `part`. */
@@ -79,17 +64,74 @@ export interface NatsPermissions {
 }
 
 /**
- * Every service works through JetStream: its API (stream and consumer management, direct gets
- * of KV values), acks and flow control. These are shared: within one account NATS 2.9 cannot
- * tell a read of one bucket from a read of another on the API's subjects, so every identity
- * can read every bucket's values (credentials are encrypted, delivered values sealed).
- * Replies go to `_INBOX.>` explicitly, as they did when identities lived in a users file whose
- * every reload lost the pending replies of `allow_responses`.
+ * What every identity of the control plane needs beside its JetStream API: replies to requests
+ * it makes (`_INBOX.>`) and answers to parts (`_MESH_INBOX.>`), and flow control of the push
+ * consumers it lists buckets with.
  */
-const JETSTREAM: NatsPermissions = {
-  publish: ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>", subjects.partInboxesAll],
+const COMMON: NatsPermissions = {
+  publish: ["$JS.FC.>", "_INBOX.>", subjects.partInboxesAll],
   subscribe: ["_INBOX.>"],
 };
+
+/** Create, look up, pull from and ack a durable consumer of `stream` named `durable`. */
+const durableOf = (stream: string, durable: string) => [
+  `$JS.API.CONSUMER.INFO.${stream}.${durable}`,
+  `$JS.API.CONSUMER.CREATE.${stream}.${durable}.>`,
+  `$JS.API.CONSUMER.MSG.NEXT.${stream}.${durable}`,
+  `$JS.ACK.${stream}.${durable}.>`,
+];
+
+/**
+ * Listing a bucket (keys, watch, history): an ordered push consumer of it, with a name of the
+ * client's, filtered within the bucket and delivered to the caller's inbox. On 2.9 its name
+ * cannot be narrowed, so whoever may list a bucket may also create a consumer under another's
+ * durable name on its stream (and so change that durable's editable settings): given to the
+ * services only for the buckets they list.
+ */
+const listing = (bucket: BucketName) => [`$JS.API.CONSUMER.CREATE.KV_${bucket}.*.$KV.${bucket}.>`, `$JS.API.CONSUMER.INFO.KV_${bucket}.*`];
+
+/**
+ * The JetStream API an identity of the control plane may use, never `$JS.API.>`: account and
+ * stream info, reading the mesh's buckets by key (direct gets), its own durables, and listing the buckets in `lists`. Nothing that creates, changes, deletes or
+ * purges a stream, deletes a message or a consumer, or pulls another consumer's messages: the
+ * stores are made by the operator's admin (`meshctl up`, `bootstrap`) before the services move
+ * onto these identities. What each service uses was measured with nats-server 2.9.10's trace of
+ * the real processes through provisioning, rotations (of a database, a secret and the control
+ * plane's own identities), verification and status.
+ */
+function jetStreamOf(durables: ReadonlyArray<{ stream: string; name: string }>, lists: readonly BucketName[]): string[] {
+  return [
+    "$JS.API.INFO",
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.DIRECT.GET.>",
+    ...durables.flatMap((d) => durableOf(d.stream, d.name)),
+    ...lists.flatMap(listing),
+  ];
+}
+
+/** A service's durables, as the streams and names its identity is allowed. */
+const kvDurables = (...ds: Array<(typeof Durables)[keyof typeof Durables]>) => ds.map((d) => ({ stream: `KV_${d.bucket}`, name: d.name }));
+
+/** The JetStream API of each service: its durables and the buckets it lists. */
+function serviceJetStream(service: ControlPlaneService): string[] {
+  switch (service) {
+    case "resolver":
+      return jetStreamOf(kvDurables(Durables.resolverManifests, Durables.resolverProviders, Durables.resolverReachability, Durables.resolverGrants), [
+        Buckets.grants,
+        Buckets.manifests,
+        Buckets.providers,
+        Buckets.reachability,
+        Buckets.modules,
+        Buckets.nodes,
+      ]);
+    case "provisioner":
+      return jetStreamOf(kvDurables(Durables.provisioner), [Buckets.grants, Buckets.credentials]);
+    case "verifier":
+      return jetStreamOf([], [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes]);
+    case "rotator":
+      return jetStreamOf(kvDurables(Durables.rotator, Durables.rotatorHandovers), [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.credentials]);
+  }
+}
 
 /** KV writes are publishes to `$KV.<bucket>.<key>`: each service may write the buckets it owns, and no other. */
 const writes = (...buckets: BucketName[]) => buckets.map((b) => `$KV.${b}.>`);
@@ -130,8 +172,8 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
         };
     }
   })();
-  const api = typeof service === "object" ? agentJetStream(service.agent) : JETSTREAM.publish;
-  return { publish: [...api, ...own.publish], subscribe: [...JETSTREAM.subscribe, ...own.subscribe] };
+  const api = typeof service === "object" ? agentJetStream(service.agent) : serviceJetStream(service);
+  return { publish: [...api, ...COMMON.publish, ...own.publish], subscribe: [...COMMON.subscribe, ...own.subscribe] };
 }
 
 /** Where the control plane runs: its services on one node, an agent on each node. */

@@ -38,6 +38,20 @@ export const Streams = {
   rotations: "MESH_ROTATIONS",
 } as const;
 
+/**
+ * The services' durable consumers, by the bucket whose stream they read: one place for their
+ * names, which the services consume under and their identities are allowed (control-plane.ts).
+ */
+export const Durables = {
+  provisioner: { bucket: Buckets.grants, name: "provisioner" },
+  resolverManifests: { bucket: Buckets.manifests, name: "resolver-manifests" },
+  resolverProviders: { bucket: Buckets.providers, name: "resolver-providers" },
+  resolverReachability: { bucket: Buckets.reachability, name: "resolver-reachability" },
+  resolverGrants: { bucket: Buckets.grants, name: "resolver-grants" },
+  rotator: { bucket: Buckets.rotations, name: "rotator" },
+  rotatorHandovers: { bucket: Buckets.grants, name: "rotator-handovers" },
+} as const satisfies Record<string, { bucket: BucketName; name: string }>;
+
 /** Queue groups, so that several instances of a service share the work. */
 export const QueueGroups = {
   resolver: "mesh-resolver",

@@ -5,6 +5,7 @@
  * converge.
  */
 import {
+  Durables,
   Buckets,
   KeyedQueue,
   QueueGroups,
@@ -43,7 +44,7 @@ export async function startProvisioner(opts: { store: Store; masterKey: MasterKe
   const consumer = await consumeKeys({
     store,
     stream: kvStream(Buckets.grants),
-    durable: "provisioner",
+    durable: Durables.provisioner.name,
     filter: kvFilter(Buckets.grants),
     keyOf: kvKeyOf(Buckets.grants),
     queue,

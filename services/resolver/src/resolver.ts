@@ -4,6 +4,7 @@
  * consumers; compare-and-set on every write keeps them from undoing each other.
  */
 import {
+  Durables,
   Buckets,
   KeyedQueue,
   adminPasswordPolicy,
@@ -68,11 +69,11 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   // A module's own subject: what a part's identity may declare (its module, nothing else).
   const moduleApi = serveJson(store.nc, subjects.applyModulesAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, policy, m.subject.slice(subjects.apply.length + 1)));
   const consumers = await Promise.all([
-    consumeKeys({ store, stream: kvStream(Buckets.manifests), durable: "resolver-manifests", filter: kvFilter(Buckets.manifests), keyOf: kvKeyOf(Buckets.manifests), queue: modules, log }),
+    consumeKeys({ store, stream: kvStream(Buckets.manifests), durable: Durables.resolverManifests.name, filter: kvFilter(Buckets.manifests), keyOf: kvKeyOf(Buckets.manifests), queue: modules, log }),
     consumeKeys({
       store,
       stream: kvStream(Buckets.providers),
-      durable: "resolver-providers",
+      durable: Durables.resolverProviders.name,
       filter: kvFilter(Buckets.providers),
       // Every provider change collapses onto one key: "all modules".
       keyOf: (s) => (kvKeyOf(Buckets.providers)(s) ? "*" : undefined),
@@ -82,7 +83,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
     consumeKeys({
       store,
       stream: kvStream(Buckets.reachability),
-      durable: "resolver-reachability",
+      durable: Durables.resolverReachability.name,
       filter: kvFilter(Buckets.reachability),
       // A provider became (un)reachable from a node: any module may be affected, as for a provider change.
       keyOf: (s) => (kvKeyOf(Buckets.reachability)(s) ? "*" : undefined),
@@ -92,7 +93,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
     consumeKeys({
       store,
       stream: kvStream(Buckets.grants),
-      durable: "resolver-grants",
+      durable: Durables.resolverGrants.name,
       filter: kvFilter(Buckets.grants),
       // A grant changed: its module's state may have changed.
       keyOf: (s) => kvKeyOf(Buckets.grants)(s)?.split(".")[0],

@@ -6,6 +6,7 @@
  * looked at, and a handover already running is left alone.
  */
 import {
+  Durables,
   Buckets,
   Grant,
   KeyedQueue,
@@ -74,7 +75,7 @@ export async function startHandovers(opts: { store: Store; log: Logger; rotate: 
   return consumeKeys({
     store,
     stream: kvStream(Buckets.grants),
-    durable: "rotator-handovers",
+    durable: Durables.rotatorHandovers.name,
     filter: kvFilter(Buckets.grants),
     keyOf: kvKeyOf(Buckets.grants),
     queue,

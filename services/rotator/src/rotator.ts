@@ -6,6 +6,7 @@
  */
 import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
 import {
+  Durables,
   BUILTIN_SECRET_PROVIDER,
   Buckets,
   Confirmation,
@@ -593,7 +594,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const changes = await consumeKeys({
     store,
     stream: kvStream(Buckets.rotations),
-    durable: "rotator",
+    durable: Durables.rotator.name,
     filter: kvFilter(Buckets.rotations),
     keyOf: kvKeyOf(Buckets.rotations),
     queue,
