@@ -4,7 +4,8 @@
  * the part needs — holds its own module's credential through a rotation — and nothing else:
  * every attack below is tried for real and refused by the server or by the service, and the
  * state it aimed at is unchanged. The identity itself rotates while a holder uses it, with no
- * failed fetch or confirmation, and its old key is revoked only once the holder has moved on.
+ * failed fetch or confirmation of the PostgreSQL credential a holder keeps using, and its old
+ * key is revoked only once the holder has moved on.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -34,12 +35,17 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { startTestMesh, type TestMesh } from "../mesh.js";
 import { waitFor } from "../harness/wait.js";
+import { postgresProvider } from "../fixtures.js";
+import pg from "pg";
 
 const shop: ModuleDoc = {
   kind: "Module",
-  name: "shop",
+  name: "idshop",
   parts: [{ name: "app", node: "node-a", installed: true }],
-  requires: [{ name: "key", kind: Kinds.Secret, parts: ["app"] }],
+  requires: [
+    { name: "key", kind: Kinds.Secret, parts: ["app"] },
+    { name: "db", kind: Kinds.PostgresDatabase, parts: ["app"] },
+  ],
   // What the operator lets the module's parts declare themselves.
   allowKinds: [Kinds.Secret],
 };
@@ -56,7 +62,7 @@ let rotator: Rotator;
 const opened: IdentityConnection[] = [];
 
 const root = () => join(mesh.bindingsRoot, "node-a");
-const identityDir = (module = "shop", part = "app") => bindingPath(root(), module, part, IDENTITY_BINDING);
+const identityDir = (module = "idshop", part = "app") => bindingPath(root(), module, part, IDENTITY_BINDING);
 const file = (dir: string, key: string) => readFileSync(join(dir, key), "utf8");
 
 async function rotate(grant: string): Promise<Rotation> {
@@ -97,8 +103,9 @@ beforeAll(async () => {
   nats = await startOperatorNats();
   mesh = await startTestMesh({ nodes: ["node-a"], nats: nats.server, auth: { authenticator: credsAuthenticator(new TextEncoder().encode(nats.adminCreds)) }, masterKey: nats.masterKey });
   rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
-  expect((await mesh.apply([nats.providerDoc(BOOTSTRAP_PROVIDER, [Kinds.MeshIdentity]), shop, other])).ok).toBe(true);
-  await mesh.waitForState("shop", "Ready");
+  await dropDatabases();
+  expect((await mesh.apply([nats.providerDoc(BOOTSTRAP_PROVIDER, [Kinds.MeshIdentity]), postgresProvider("pg-main", "node-a"), shop, other])).ok).toBe(true);
+  await mesh.waitForState("idshop", "Ready");
   await mesh.waitForState("other", "Ready");
 }, 60_000);
 
@@ -107,9 +114,27 @@ afterAll(async () => {
   await rotator?.stop();
   await mesh?.stop();
   await nats?.stop().catch(() => {});
+  await dropDatabases();
 });
 
-async function asPart(module = "shop", part = "app"): Promise<IdentityConnection> {
+/** The module's database on the machine's PostgreSQL, and its roles: dropped before and after. */
+async function dropDatabases(): Promise<void> {
+  const c = new pg.Client({ host: "127.0.0.1", port: 5432, user: "postgres", database: "postgres" });
+  await c.connect();
+  for (const r of (await c.query<{ datname: string }>("select datname from pg_database where datname like 'idshop\\_%'")).rows) await c.query(`drop database if exists "${r.datname}" with (force)`);
+  for (const r of (await c.query<{ rolname: string }>("select rolname from pg_roles where rolname like 'idshop\\_%' order by length(rolname) desc")).rows) await c.query(`drop role if exists "${r.rolname}"`);
+  await c.end();
+}
+
+/** Runs a query with a held database credential: it works. */
+async function query(values: Record<string, string>): Promise<void> {
+  const c = new pg.Client({ connectionString: values.uri });
+  await c.connect();
+  await c.query("select 1");
+  await c.end();
+}
+
+async function asPart(module = "idshop", part = "app"): Promise<IdentityConnection> {
   const c = await connectWithIdentity(identityDir(module, part));
   opened.push(c);
   return c;
@@ -131,43 +156,43 @@ describe("a part's identity binding", () => {
     expect(file(dir, "type")).toBe("nats");
     expect(file(dir, "url")).toBe(nats.url);
     expect(file(dir, "creds")).toMatch(/-----BEGIN NATS USER JWT-----[\s\S]*-----BEGIN USER NKEY SEED-----/);
-    expect(file(dir, "inboxPrefix")).toBe(subjects.partInboxPrefix("shop", "node-a", "app"));
-    expect(file(dir, "grant")).toBe(`shop/${partIdentityRequirement("app")}`);
+    expect(file(dir, "inboxPrefix")).toBe(subjects.partInboxPrefix("idshop", "node-a", "app"));
+    expect(file(dir, "grant")).toBe(`idshop/${partIdentityRequirement("app")}`);
   });
 });
 
-describe("as part app of module shop", () => {
+describe("as part app of module idshop", () => {
   it("holds its own credential through a rotation, and the rotation commits", async () => {
     const { nc } = await asPart();
-    const holder = await holdCredential(nc, { module: "shop", part: "app", node: "node-a", requirement: "key" });
+    const holder = await holdCredential(nc, { module: "idshop", part: "app", node: "node-a", requirement: "key" });
     const it = holder[Symbol.asyncIterator]();
     const first = (await it.next()).value as HeldCredential;
-    expect(first.values.value).toBe(file(bindingPath(root(), "shop", "app", "key"), "value"));
-    const r = await rotate("shop/key");
+    expect(first.values.value).toBe(file(bindingPath(root(), "idshop", "app", "key"), "value"));
+    const r = await rotate("idshop/key");
     const next = (await it.next()).value as HeldCredential;
     expect(next.generation).toBe(first.generation + 1);
     expect(next.values.value).not.toBe(first.values.value);
     await next.confirm();
-    const done = await committed("shop/key", r.id);
+    const done = await committed("idshop/key", r.id);
     expect(Object.keys(done.holders)).toContain(holder.holder);
     await holder.stop();
   }, 60_000);
 
   it("watches its own credentials with watchCredentials: the current generation first, then a rotated one", async () => {
     const { nc } = await asPart();
-    const watch = await watchCredentials(nc, { module: "shop", part: "app" });
+    const watch = await watchCredentials(nc, { module: "idshop", part: "app" });
     const it = watch[Symbol.asyncIterator]();
     const seen = new Map<string, number>();
-    while (!seen.has("shop/key") || !seen.has(`shop/${partIdentityRequirement("app")}`)) {
+    while (!seen.has("idshop/key") || !seen.has(`idshop/${partIdentityRequirement("app")}`)) {
       const u = (await it.next()).value as CredentialUpdate;
       seen.set(u.grant, u.generation);
     }
-    const r = await rotate("shop/key");
+    const r = await rotate("idshop/key");
     for (;;) {
       const u = (await it.next()).value as CredentialUpdate;
-      if (u.grant === "shop/key" && u.generation === r.to) break;
+      if (u.grant === "idshop/key" && u.generation === r.to) break;
     }
-    await committed("shop/key", r.id);
+    await committed("idshop/key", r.id);
     await watch.stop();
     expect(await watch.closed).toBeUndefined();
   }, 60_000);
@@ -180,7 +205,7 @@ describe("as part app of module shop", () => {
     expect(onTheirs).toMatch(/permissions violation|timeout|TIMEOUT/i);
     // On its own subject, with a body naming the other module: the provisioner refuses it.
     const body = JSON.stringify({ grant: "other/token", part: "web", node: "node-a", generation: 1, recipient: key.getPublicKey() });
-    const reply = await nc.request(subjects.credentialFetch("shop", "key", "node-a", "app"), body, { timeout: 5_000 });
+    const reply = await nc.request(subjects.credentialFetch("idshop", "key", "node-a", "app"), body, { timeout: 5_000 });
     expect(reply.json<{ ok: boolean; error?: { code: string } }>()).toMatchObject({ ok: false, error: { code: "Forbidden" } });
   });
 
@@ -210,12 +235,12 @@ describe("as part app of module shop", () => {
       expect(why, subject).toMatch(/permissions violation|timeout/i);
     }
     for (const subject of [
-      `$KV.${Buckets.grants}.shop.key`,
+      `$KV.${Buckets.grants}.idshop.key`,
       `$KV.${Buckets.holders}.other.token.node-a.web.i1`,
       subjects.rotationConfirm("other", "token", "node-a", "web"),
       // Its own module, another part; and a notice, even on its own instance's subject (only the rotator tells).
-      subjects.rotationConfirm("shop", "key", "node-a", "worker"),
-      subjects.holderValues("shop", "key", "node-a", "app", "i1"),
+      subjects.rotationConfirm("idshop", "key", "node-a", "worker"),
+      subjects.holderValues("idshop", "key", "node-a", "app", "i1"),
       subjects.holderValues("other", "token", "node-a", "web", "i1"),
     ]) {
       const why = await refused(nc, async () => nc.publish(subject, "{}"));
@@ -231,23 +256,23 @@ describe("as part app of module shop", () => {
     // Its own module, with one more requirement: accepted, and provisioned.
     const more: ModuleDoc = { ...shop, requires: [...shop.requires, { name: "extra", kind: Kinds.Secret, parts: ["app"] }] };
     const declared = await declare(nc, [more]);
-    expect(declared.accepted).toEqual([{ kind: "Module", name: "shop", action: "updated" }]);
-    await waitFor("shop/extra provisioned", async () => ((await mesh.grant("shop", "extra"))?.generation ?? 0) >= 1 || undefined);
+    expect(declared.accepted).toEqual([{ kind: "Module", name: "idshop", action: "updated" }]);
+    await waitFor("idshop/extra provisioned", async () => ((await mesh.grant("idshop", "extra"))?.generation ?? 0) >= 1 || undefined);
     // Another module's subject: the server does not let it publish there.
     const theirs = await refused(nc, () => declare(nc, [{ ...other, requires: [] }], { timeoutMs: 2_000 }));
     expect(theirs).toMatch(/permissions violation|timeout/i);
     // On its own subject, a Provider or another module in the body: refused, nothing stored.
     const provider = nats.providerDoc("evil", [Kinds.Secret]);
-    const reply = await nc.request(subjects.applyModule("shop"), JSON.stringify({ documents: [shop, provider, { ...other, requires: [] }] }), { timeout: 5_000 });
+    const reply = await nc.request(subjects.applyModule("idshop"), JSON.stringify({ documents: [shop, provider, { ...other, requires: [] }] }), { timeout: 5_000 });
     const r = reply.json<{ ok: boolean; problems?: Array<{ document: number; message: string }> }>();
     expect(r.ok).toBe(false);
     expect(r.problems?.map((p) => p.document)).toEqual([1, 2]);
-    expect(r.problems?.[0]?.message).toMatch(/only module shop may be declared, not Provider evil: Providers and other modules are the operator's/);
+    expect(r.problems?.[0]?.message).toMatch(/only module idshop may be declared, not Provider evil: Providers and other modules are the operator's/);
     expect(await mesh.store.kv.providers.get("evil")).toBeNull();
     expect((await mesh.grant("other", "token"))?.generation).toBeGreaterThanOrEqual(1);
     // Its own module, but past what the operator allows it: another kind, other parts, wider allowKinds.
     const past = await nc.request(
-      subjects.applyModule("shop"),
+      subjects.applyModule("idshop"),
       JSON.stringify({
         documents: [{ ...shop, parts: [...shop.parts, { name: "miner", node: "node-b" }], allowKinds: [Kinds.Secret, Kinds.NatsUser], requires: [...shop.requires, { name: "bus", kind: Kinds.NatsUser }] }],
       }),
@@ -255,9 +280,9 @@ describe("as part app of module shop", () => {
     );
     const p = past.json<{ ok: boolean; problems?: Array<{ path: string; message: string }> }>();
     expect(p.ok).toBe(false);
-    expect(p.problems?.map((x) => x.path)).toEqual(["parts", "allowKinds", "requires[1].kind"]);
-    expect(p.problems?.[2]?.message).toMatch(/module shop's parts may not declare a nats\.user \(requirement bus\): the operator allows them secret/);
-    expect((await readJson(mesh.store.kv.manifests, "shop", ModuleDocSchema))?.value.parts).toEqual(shop.parts);
+    expect(p.problems?.map((x) => x.path)).toEqual(["parts", "allowKinds", "requires[2].kind"]);
+    expect(p.problems?.[2]?.message).toMatch(/module idshop's parts may not declare a nats\.user \(requirement bus\): the operator allows them secret/);
+    expect((await readJson(mesh.store.kv.manifests, "idshop", ModuleDocSchema))?.value.parts).toEqual(shop.parts);
     // The operator's subject: refused by the server.
     const operators = await refused(nc, () => nc.request(subjects.apply, JSON.stringify({ documents: [] }), { timeout: 2_000 }));
     expect(operators).toMatch(/permissions violation|timeout/i);
@@ -267,20 +292,21 @@ describe("as part app of module shop", () => {
 });
 
 describe("the identity's own rotation", () => {
-  it("moves a holder to the new key with no failed fetch or confirmation; the old key is revoked once it has", async () => {
+  it("moves a holder of a database credential to the new key with no failed fetch or confirmation; the old key is revoked once it has", async () => {
     const conn = await asPart();
     const oldCreds = file(identityDir(), "creds");
-    const holder = await holdCredential(conn.nc, { module: "shop", part: "app", node: "node-a", requirement: "key", fetchTimeoutMs: 5_000 });
+    const holder = await holdCredential(conn.nc, { module: "idshop", part: "app", node: "node-a", requirement: "db", fetchTimeoutMs: 5_000 });
     const it = holder[Symbol.asyncIterator]();
     const first = (await it.next()).value as HeldCredential;
+    await query(first.values);
     // What the connection goes through: one reconnect of its own, and no error (a revoked
     // identity's connection is closed by the server with "User Authentication Revoked").
     const events: string[] = [];
     void (async () => {
       for await (const s of conn.nc.status()) if (s.type === "reconnect" || s.type === "error") events.push(s.type === "error" ? String((s as { error?: unknown }).error) : s.type);
     })();
-    const r = await rotate(`shop/${partIdentityRequirement("app")}`);
-    const done = await committed(`shop/${partIdentityRequirement("app")}`, r.id);
+    const r = await rotate(`idshop/${partIdentityRequirement("app")}`);
+    const done = await committed(`idshop/${partIdentityRequirement("app")}`, r.id);
     // This connection was one of the identity's holders, and confirmed after it had moved.
     expect(Object.keys(done.holders).some((h) => h.startsWith("node-a/app/"))).toBe(true);
     expect(file(identityDir(), "creds")).not.toBe(oldCreds);
@@ -294,12 +320,13 @@ describe("the identity's own rotation", () => {
         return /authorization violation|revoked/i.test(String(e)) ? true : undefined;
       }
     }, 20_000);
-    // The holder goes on, on the new key: the next rotation of its credential reaches it.
-    const r2 = await rotate("shop/key");
+    // The holder goes on, on the new key: the next rotation of its database credential reaches it, and works.
+    const r2 = await rotate("idshop/db");
     const next = (await it.next()).value as HeldCredential;
     expect(next.generation).toBe(first.generation + 1);
+    await query(next.values);
     await next.confirm();
-    await committed("shop/key", r2.id);
+    await committed("idshop/db", r2.id);
     expect(conn.nc.isClosed()).toBe(false);
     expect(events).toEqual(["reconnect"]);
     await holder.stop();
