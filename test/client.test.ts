@@ -205,8 +205,8 @@ requires:
     expect(err.message).toContain("bad.yaml");
   });
 
-  it("declares text and documents through the resolver's apply handler, one module on its own subject", async () => {
-    const api = serveJson(nc, subjects.applyModule("blog"), QueueGroups.resolver, quiet(), (body) => handleApply(store, body, undefined, "blog"));
+  it("declares text and documents through the resolver's apply handler", async () => {
+    const api = serveJson(nc, subjects.apply, QueueGroups.resolver, quiet(), (body) => handleApply(store, body));
     try {
       const r1 = await declare(nc, manifest, { source: "blog.yaml" });
       expect(r1).toEqual({ ok: true, accepted: [{ kind: "Module", name: "blog", action: "created" }] });
@@ -220,8 +220,6 @@ requires:
 
   it("the resolver's apply refuses a nats.user asking for > past every provider's ceiling, and stores nothing", async () => {
     const api = serveJson(nc, subjects.apply, QueueGroups.resolver, quiet(), (body) => handleApply(store, body));
-    // declare() sends one module on its own subject.
-    const moduleApi = serveJson(nc, subjects.applyModule("greedy"), QueueGroups.resolver, quiet(), (body) => handleApply(store, body, undefined, "greedy"));
     try {
       const provider = (options: Record<string, string | string[]>) => ({ kind: "Provider", name: "nats-ceiling", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options });
       const module = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe: ">" } }] };
@@ -235,13 +233,13 @@ requires:
       const r = await declare(nc, [provider({ signingKeysFile: "/k", allowSubscribe: "greedy:>" }), module]);
       expect(r.accepted.map((a) => a.name)).toEqual(["nats-ceiling", "greedy"]);
     } finally {
-      await Promise.all([api.stop(), moduleApi.stop()]);
+      await api.stop();
     }
   });
 
   it("turns the resolver's rejection and error replies into errors", async () => {
     let reply: unknown = { ok: false, problems: [{ document: 0, path: "requires[0].kind", message: "required" }] };
-    const api = serveJson(nc, subjects.applyModule("blog"), "test-apply", quiet(), async () => reply);
+    const api = serveJson(nc, subjects.apply, "test-apply", quiet(), async () => reply);
     try {
       const rejected = await declare(nc, manifest).catch((e: unknown) => e);
       expect(isManifestRejectedError(rejected)).toBe(true);

@@ -14,7 +14,7 @@
 import { readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { ErrorCodes, IDENTITY_BINDING, MeshError, errorMessage, parseGrantId } from "@mesh/shared";
+import { ErrorCodes, IDENTITY_BINDING, MeshError, errorMessage, parseGrantId, subjects } from "@mesh/shared";
 import { holdCredential, type CredentialHolder } from "./hold-credential.js";
 
 /** The identity binding as the agent writes it. `creds` is secret: never log it. */
@@ -58,6 +58,17 @@ export function readIdentityBinding(dir: string): IdentityBinding {
   const missing = REQUIRED.filter((k) => !values[k]);
   if (missing.length) throw new MeshError(ErrorCodes.NotFound, `the identity binding at ${dir} lacks ${missing.join(", ")}; is it the directory named ${IDENTITY_BINDING} of a part?`);
   return values as unknown as IdentityBinding;
+}
+
+/**
+ * The part whose identity `nc` was made with, from its inbox prefix (which only that identity
+ * may subscribe under); undefined for any other connection.
+ */
+export function partOfConnection(nc: NatsConnection): { module: string; node: string; part: string } | undefined {
+  const prefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix ?? "";
+  const [root, module, node, part, ...rest] = prefix.split(".");
+  if (rest.length || `${root}.>` !== subjects.partInboxesAll || !module || !node || !part) return undefined;
+  return { module, node, part };
 }
 
 export interface ConnectWithIdentityOptions {

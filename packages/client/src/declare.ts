@@ -17,6 +17,7 @@ import {
   type NatsConnection,
   type Problem,
 } from "@mesh/shared";
+import { partOfConnection } from "./connect-with-identity.js";
 
 /** A manifest the mesh refused, with every problem by document and path. Nothing of it was stored. */
 export class ManifestRejectedError extends MeshError {
@@ -56,9 +57,10 @@ export async function declare(nc: NatsConnection, manifest: readonly unknown[] |
   const parsed = typeof manifest === "string" ? parseManifestText(manifest) : validateDocuments(manifest);
   if (!parsed.ok) throw new ManifestRejectedError(parsed.problems, opts.source);
   const req: ApplyRequest = { documents: parsed.documents, ...(opts.source ? { source: opts.source } : {}) };
-  // One module alone goes on its own subject, the one a part's identity may publish to.
-  const only = parsed.documents.length > 0 && parsed.documents.every((d) => d.kind === "Module" && d.name === parsed.documents[0]!.name);
-  const subject = only ? subjects.applyModule(parsed.documents[0]!.name) : subjects.apply;
+  // On a part's identity, its own module goes on the module's subject, the one it may publish to.
+  const part = partOfConnection(nc);
+  const own = part !== undefined && parsed.documents.length > 0 && parsed.documents.every((d) => d.kind === "Module" && d.name === part.module);
+  const subject = own ? subjects.applyModule(part.module) : subjects.apply;
   const body = await requestJson(nc, subject, req, { service: "resolver", timeoutMs: opts.timeoutMs ?? 10_000 });
   const refused = errorFromReply(body, "the resolver refused the manifest: ");
   if (refused) throw refused;

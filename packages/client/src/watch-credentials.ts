@@ -4,6 +4,7 @@
  * agent reads (an ordered consumer, so nothing is kept on the server) and fetches each
  * generation sealed to a key made for this watch.
  */
+import { partOfConnection } from "./connect-with-identity.js";
 import {
   CredentialListReply,
   Delivery,
@@ -110,11 +111,10 @@ function streamedDeliveries(messages: MessageStream): DeliverySource {
   };
 }
 
-/** The node of `module`'s part `part` when `nc` was made with that part's identity (its inbox prefix names it). */
+/** The node of `module`'s part `part` when `nc` was made with that part's identity. */
 function identityNode(nc: NatsConnection, module: string, part: string): string | undefined {
-  const prefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix ?? "";
-  const [root, m, node, p, ...rest] = prefix.split(".");
-  return rest.length === 0 && `${root}.` === subjects.partInboxesAll.slice(0, -1) && m === module && p === part ? node : undefined;
+  const who = partOfConnection(nc);
+  return who?.module === module && who.part === part ? who.node : undefined;
 }
 
 /** How often a watch on a part's identity asks for the part's deliveries again, for one a disconnect hid. */

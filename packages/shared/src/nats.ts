@@ -155,7 +155,8 @@ export async function openStore(nc: NatsConnection, opts: OpenStoreOptions = {})
 
 /** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
 export function isJetStreamGap(e: unknown): boolean {
-  return /no responders|jetstream is not enabled/i.test(errorMessage(e));
+  // 2.9.10 says it both ways during a reload: "jetstream is not enabled", "JetStream not enabled for account".
+  return /no responders|jetstream (is )?not enabled/i.test(errorMessage(e));
 }
 
 /**
