@@ -130,6 +130,7 @@ async function listedDeliveries(nc: NatsConnection, opts: WatchCredentialsOption
   let wake: (() => void) | undefined;
   let ended: { error?: Error } | undefined;
   let resolveClosed!: (e: void | Error) => void;
+  let timer: NodeJS.Timeout | undefined;
   const closed = new Promise<void | Error>((r) => (resolveClosed = r));
   const push = (xs: Array<{ body: unknown; newerFollows: boolean }>) => {
     items.push(...xs);
@@ -158,8 +159,13 @@ async function listedDeliveries(nc: NatsConnection, opts: WatchCredentialsOption
     push(reply.data.deliveries.map((d) => ({ body: d, newerFollows: false })));
   };
   const listSoon = () => void list().catch(() => undefined);
-  await list();
-  const timer = setInterval(listSoon, RELIST_MS);
+  try {
+    await list();
+  } catch (e) {
+    end();
+    throw e;
+  }
+  timer = setInterval(listSoon, RELIST_MS);
   timer.unref();
   void (async () => {
     for await (const s of nc.status()) {

@@ -13,6 +13,7 @@ import {
   readJson,
   sealTo,
   subjects,
+  isValidName,
   listJson,
   type CredentialFetchReply,
   type CredentialListReply,
@@ -75,8 +76,9 @@ export async function handleCredentialFetch(
  * Nothing secret is in it; the holder fetches the values as for any delivery.
  */
 export async function handleCredentialList(store: Store, subject: string, now = new Date()): Promise<CredentialListReply> {
-  const [module, node, part] = subject.split(".").slice(4);
-  if (!module || !node || !part || subject !== subjects.credentialList(module, node, part)) {
+  const names = subject.split(".").slice(4);
+  const [module, node, part] = names;
+  if (names.length !== 3 || !names.every(isValidName) || !module || !node || !part || subject !== subjects.credentialList(module, node, part)) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not a credential list subject: ${subject} (expected ${subjects.credentialListsAll})`);
   }
   const grants = await listJson(store.kv.grants, Grant, keys.grantsOf(module));
