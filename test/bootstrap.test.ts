@@ -8,6 +8,7 @@ import { mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
+import { Kvm } from "@nats-io/kv";
 import { CONTROL_PLANE_SERVICES, agentPart, identityRequirement, subjects } from "@mesh/shared";
 import { tmpdir } from "node:os";
 import { runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
@@ -137,6 +138,8 @@ describe("meshctl bootstrap", () => {
       "$JS.API.CONSUMER.DELETE.MESH_DELIVERIES.agent-node-b",
       "$JS.API.CONSUMER.MSG.NEXT.MESH_DELIVERIES.agent-node-b",
       "$JS.API.CONSUMER.CREATE.KV_mesh-grants.provisioner.$KV.mesh-grants.>",
+      // The providers catalog it may list, but not under the resolver's durable name.
+      "$JS.API.CONSUMER.CREATE.KV_mesh-providers.resolver-providers.$KV.mesh-providers.>",
     ];
     try {
       for (const subject of attempts) await nc.request(subject, "{}", { timeout: 1_000 }).catch(() => undefined);
@@ -151,6 +154,26 @@ describe("meshctl bootstrap", () => {
     // No service, the agent included, was refused anything it needs.
     for (const f of readdirSync(join(mesh.cwd, ".mesh/logs")).filter((f) => f !== "nats-server.log")) {
       expect(readFileSync(join(mesh.cwd, ".mesh/logs", f), "utf8"), f).not.toMatch(/Permissions Violation/i);
+    }
+  });
+
+  it("a service may list a bucket, but not create a consumer under another service's durable name on it", async () => {
+    const nc = await connectAs(mesh, "resolver");
+    const errors: string[] = [];
+    void (async () => {
+      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
+    })();
+    const theirs = "$JS.API.CONSUMER.CREATE.KV_mesh-grants.provisioner.$KV.mesh-grants.>";
+    try {
+      await nc.request(theirs, "{}", { timeout: 1_000 }).catch(() => undefined);
+      await waitFor("the server to refuse it", () => errors.some((e) => e.includes(theirs)) || undefined, 5_000);
+      // Its own listing of the same bucket works.
+      const kv = await new Kvm(nc).open("mesh-grants");
+      const keys: string[] = [];
+      for await (const k of await kv.keys()) keys.push(k);
+      expect(keys).toContain("mesh.records");
+    } finally {
+      await nc.close();
     }
   });
 

@@ -123,7 +123,11 @@ describe("rotating the control plane's own broker identities", () => {
     expect(mesh.output()).not.toMatch(/(exited with code|was killed by)/);
     const connected = await mesh.connections();
     for (const s of CONTROL_PLANE_SERVICES) expect(connected.map((x) => x.tag)).not.toContain(userOf(s, 1));
-    for (const s of CONTROL_PLANE_SERVICES) expect(connected.find((x) => x.name === serviceOf(s))?.user, s).toBe(binding(s, "nkey"));
+    // Connected as the key in its binding; a service caught reconnecting (seen once in CI, on a
+    // loaded machine, with the verifier) is looked at again: it must not lose it for good.
+    for (const s of CONTROL_PLANE_SERVICES) {
+      await waitFor(`${s} connected as the key in its binding`, async () => ((await mesh.connections()).find((x) => x.name === serviceOf(s))?.user === binding(s, "nkey") ? true : undefined), 10_000);
+    }
 
     // The old identities are revoked, the new ones (in the bindings) work.
     for (const s of CONTROL_PLANE_SERVICES) {

@@ -227,6 +227,8 @@ export function operatorServerConfig(setup: Pick<OperatorSetup, "operatorJwt" | 
 export interface UserPermissions {
   publish: readonly string[];
   subscribe: readonly string[];
+  /** Denied even where `publish` allows (the server's deny wins). */
+  denyPublish?: readonly string[];
 }
 
 const allowOrDeny = (subjects: readonly string[]) => (subjects.length > 0 ? { allow: [...subjects] } : { deny: [">"] });
@@ -247,7 +249,7 @@ export async function issueUser(
     signer(signing.accountSigningSeed),
     {
       issuer_account: signing.account,
-      pub: allowOrDeny(user.permissions.publish),
+      pub: { ...allowOrDeny(user.permissions.publish), ...(user.permissions.denyPublish?.length && user.permissions.publish.length ? { deny: [...user.permissions.denyPublish] } : {}) },
       sub: allowOrDeny(user.permissions.subscribe),
       resp: { max: 1, ttl: 0 },
     },
@@ -331,9 +333,19 @@ export function accountClaims(accountJwt: string): { name: string; subject: stri
 }
 
 /** The public key and expiry of a user JWT (not verified). */
-export function userClaims(jwt: string): { subject: string; issuer: string; expiresAt?: number; name: string; publish: string[]; subscribe: string[] } {
-  const c = claimsOf<{ pub?: { allow?: string[] }; sub?: { allow?: string[] } }>(jwt);
-  return { subject: c.sub, issuer: c.iss, name: c.name, publish: c.nats.pub?.allow ?? [], subscribe: c.nats.sub?.allow ?? [], ...(c.exp ? { expiresAt: c.exp } : {}) };
+export function userClaims(jwt: string): { subject: string; issuer: string; expiresAt?: number; name: string; publish: string[]; subscribe: string[]; denyPublish: string[] } {
+  const c = claimsOf<{ pub?: { allow?: string[]; deny?: string[] }; sub?: { allow?: string[] } }>(jwt);
+  const allow = c.nats.pub?.allow ?? [];
+  return {
+    subject: c.sub,
+    issuer: c.iss,
+    name: c.name,
+    publish: allow,
+    subscribe: c.nats.sub?.allow ?? [],
+    // A user allowed nothing is written as a deny of everything: no deny list of its own.
+    denyPublish: allow.length ? (c.nats.pub?.deny ?? []) : [],
+    ...(c.exp ? { expiresAt: c.exp } : {}),
+  };
 }
 
 /** The JWT inside a decorated `.creds` file, or undefined when `creds` is none. */

@@ -64,6 +64,13 @@ describe("natsPermissions", () => {
     expect(natsPermissions("shop", {})).toEqual(natsPermissions("shop"));
   });
 
+  it("takes a deny list that only narrows: checked like the others, no ceiling bounds it", () => {
+    const p = natsPermissions("shop", { publish: "app.shop.>", denyPublish: ["app.shop.admin.>", "app.shop.admin.>"] });
+    expect(p).toEqual({ publish: ["app.shop.>"], subscribe: ["app.shop.>", INBOX_PATTERN], denyPublish: ["app.shop.admin.>"] });
+    expect(() => checkWithinCeiling({ module: "shop", requirement: "bus" }, natsPermissions("shop", { denyPublish: ">" }), "nats-main", natsCeiling("nats-main", {}))).not.toThrow();
+    expect(() => natsPermissions("shop", { denyPublish: "a..b" })).toThrow(/subject in requirement option denyPublish/);
+  });
+
   it("takes explicit lists, or one pattern as a string, each defaulting on its own", () => {
     expect(natsPermissions("shop", { publish: ["orders.created", "orders.created"] })).toEqual({
       publish: ["orders.created"],

@@ -50,9 +50,14 @@ export interface NatsPermissions {
   publish: string[];
   /** Subject patterns it may subscribe to; always includes {@link INBOX_PATTERN}. */
   subscribe: string[];
+  /** Subject patterns it may not publish to even where `publish` allows them (the server's deny wins); absent: none. */
+  denyPublish?: string[];
 }
 
+/** The allow lists, which a provider's ceiling bounds. */
 const PERMISSION_OPTIONS = ["publish", "subscribe"] as const;
+/** What only narrows an allow list: no ceiling bounds it. */
+const DENY_OPTION = "denyPublish";
 
 /**
  * The permissions of a `nats.user` grant of `module` from its requirement's options:
@@ -62,17 +67,18 @@ const PERMISSION_OPTIONS = ["publish", "subscribe"] as const;
  * a value that is not a string or list of strings, too many patterns, or a refused pattern.
  */
 export function natsPermissions(module: string, options: RequirementOptions = {}): NatsPermissions {
+  const accepted: readonly string[] = [...PERMISSION_OPTIONS, DENY_OPTION];
   for (const key of Object.keys(options)) {
-    if (!(PERMISSION_OPTIONS as readonly string[]).includes(key)) {
+    if (!accepted.includes(key)) {
       throw new MeshError(
         ErrorCodes.InvalidRequest,
-        `requirement option ${JSON.stringify(key)} is not one of nats.user's (${PERMISSION_OPTIONS.join(", ")}); remove it or fix its name`,
+        `requirement option ${JSON.stringify(key)} is not one of nats.user's (${accepted.join(", ")}); remove it or fix its name`,
       );
     }
   }
-  const list = (key: (typeof PERMISSION_OPTIONS)[number]): string[] => {
+  const list = (key: (typeof PERMISSION_OPTIONS)[number] | typeof DENY_OPTION): string[] => {
     const v = options[key];
-    if (v === undefined) return [moduleSubjectPattern(module)];
+    if (v === undefined) return key === DENY_OPTION ? [] : [moduleSubjectPattern(module)];
     const values = typeof v === "string" ? [v] : v;
     if (!Array.isArray(values)) {
       throw new MeshError(ErrorCodes.InvalidRequest, `requirement option ${key} must be a subject pattern or a list of them, not ${JSON.stringify(v)}`);
@@ -83,12 +89,13 @@ export function natsPermissions(module: string, options: RequirementOptions = {}
     return [...new Set(values.map((s) => checkSubjectPattern(s, `subject in requirement option ${key}`)))];
   };
   const subscribe = list("subscribe");
-  return { publish: list("publish"), subscribe: subscribe.includes(INBOX_PATTERN) ? subscribe : [...subscribe, INBOX_PATTERN] };
+  const deny = list(DENY_OPTION);
+  return { publish: list("publish"), subscribe: subscribe.includes(INBOX_PATTERN) ? subscribe : [...subscribe, INBOX_PATTERN], ...(deny.length ? { denyPublish: deny } : {}) };
 }
 
 /** One pattern a requirement asks for that its provider's ceiling does not allow. */
 export interface CeilingBreach {
-  list: keyof NatsPermissions;
+  list: (typeof PERMISSION_OPTIONS)[number];
   pattern: string;
   /** A subject the pattern reaches and the ceiling does not. */
   example: string;

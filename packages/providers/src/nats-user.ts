@@ -284,7 +284,10 @@ class NatsUserAdapter implements ProviderAdapter {
     } catch {
       return false;
     }
-    const same = JSON.stringify(claims.publish) === JSON.stringify(p.publish) && JSON.stringify(claims.subscribe) === JSON.stringify(p.subscribe);
+    const same =
+      JSON.stringify(claims.publish) === JSON.stringify(p.publish) &&
+      JSON.stringify(claims.subscribe) === JSON.stringify(p.subscribe) &&
+      JSON.stringify(claims.denyPublish) === JSON.stringify(p.denyPublish ?? []);
     return same && claims.issuer === userIssuer(this.signingKeys()) && r.expiresAt - nowS() >= (this.expiryMs() / 1000) * RENEW_AT_REMAINING;
   }
 

@@ -61,6 +61,8 @@ export function identityRequirement(part: string): string {
 export interface NatsPermissions {
   publish: string[];
   subscribe: string[];
+  /** Denied even where `publish` allows (the server's deny wins over an allow). */
+  denyPublish?: string[];
 }
 
 /**
@@ -85,10 +87,21 @@ const durableOf = (stream: string, durable: string) => [
  * Listing a bucket (keys, watch, history): an ordered push consumer of it, with a name of the
  * client's, filtered within the bucket and delivered to the caller's inbox. On 2.9 its name
  * cannot be narrowed, so whoever may list a bucket may also create a consumer under another's
- * durable name on its stream (and so change that durable's editable settings): given to the
- * services only for the buckets they list.
+ * durable name on its stream (and so change that durable's editable settings): given only
+ * for the buckets an identity lists, with the durables of others on them denied ({@link othersDurables}).
  */
 const listing = (bucket: BucketName) => [`$JS.API.CONSUMER.CREATE.KV_${bucket}.*.$KV.${bucket}.>`, `$JS.API.CONSUMER.INFO.KV_${bucket}.*`];
+
+/**
+ * What listing `buckets` would let an identity do to the durables of others on their streams
+ * (create one under its name, and so change its editable settings): denied, for every durable
+ * but `own`. A deny wins over an allow on the server, so this carves them out of the listings.
+ */
+function othersDurables(buckets: readonly BucketName[], own: ReadonlyArray<{ stream: string; name: string }>): string[] {
+  return Object.values(Durables)
+    .filter((d) => buckets.includes(d.bucket) && !own.some((o) => o.stream === `KV_${d.bucket}` && o.name === d.name))
+    .map((d) => `$JS.API.CONSUMER.CREATE.KV_${d.bucket}.${d.name}.>`);
+}
 
 /**
  * The JetStream API an identity of the control plane may use, never `$JS.API.>`: account and
@@ -112,25 +125,28 @@ function jetStreamOf(durables: ReadonlyArray<{ stream: string; name: string }>, 
 /** A service's durables, as the streams and names its identity is allowed. */
 const kvDurables = (...ds: Array<(typeof Durables)[keyof typeof Durables]>) => ds.map((d) => ({ stream: `KV_${d.bucket}`, name: d.name }));
 
-/** The JetStream API of each service: its durables and the buckets it lists. */
-function serviceJetStream(service: ControlPlaneService): string[] {
+/** Each service's durables and the buckets it lists. */
+function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: string; name: string }>; lists: BucketName[] } {
   switch (service) {
     case "resolver":
-      return jetStreamOf(kvDurables(Durables.resolverManifests, Durables.resolverProviders, Durables.resolverReachability, Durables.resolverGrants), [
-        Buckets.grants,
-        Buckets.manifests,
-        Buckets.providers,
-        Buckets.reachability,
-        Buckets.modules,
-        Buckets.nodes,
-      ]);
+      return {
+        durables: kvDurables(Durables.resolverManifests, Durables.resolverProviders, Durables.resolverReachability, Durables.resolverGrants),
+        lists: [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.reachability, Buckets.modules, Buckets.nodes],
+      };
     case "provisioner":
-      return jetStreamOf(kvDurables(Durables.provisioner), [Buckets.grants, Buckets.credentials]);
+      return { durables: kvDurables(Durables.provisioner), lists: [Buckets.grants, Buckets.credentials] };
     case "verifier":
-      return jetStreamOf([], [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes]);
+      return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes] };
     case "rotator":
-      return jetStreamOf(kvDurables(Durables.rotator, Durables.rotatorHandovers), [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.credentials]);
+      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.credentials] };
   }
+}
+
+/** The JetStream API of a service (or a node's agent): what it may use, and what of that is denied. */
+function jetStreamPermissions(service: ControlPlaneService | { agent: string }): { allow: string[]; deny: string[] } {
+  if (typeof service === "object") return { allow: agentJetStream(service.agent), deny: othersDurables([Buckets.providers], []) };
+  const { durables, lists } = serviceUse(service);
+  return { allow: jetStreamOf(durables, lists), deny: othersDurables(lists, durables) };
 }
 
 /** KV writes are publishes to `$KV.<bucket>.<key>`: each service may write the buckets it owns, and no other. */
@@ -172,8 +188,12 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
         };
     }
   })();
-  const api = typeof service === "object" ? agentJetStream(service.agent) : serviceJetStream(service);
-  return { publish: [...api, ...COMMON.publish, ...own.publish], subscribe: [...COMMON.subscribe, ...own.subscribe] };
+  const api = jetStreamPermissions(service);
+  return {
+    publish: [...api.allow, ...COMMON.publish, ...own.publish],
+    subscribe: [...COMMON.subscribe, ...own.subscribe],
+    ...(api.deny.length ? { denyPublish: api.deny } : {}),
+  };
 }
 
 /** Where the control plane runs: its services on one node, an agent on each node. */
@@ -209,7 +229,7 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
     name: identityRequirement(part),
     kind: Kinds.NatsUser,
     parts: [part],
-    options: { publish: permissions.publish, subscribe: permissions.subscribe },
+    options: { publish: permissions.publish, subscribe: permissions.subscribe, ...(permissions.denyPublish ? { denyPublish: permissions.denyPublish } : {}) },
   }));
   return {
     kind: "Module",
