@@ -123,7 +123,13 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
   let holder: CredentialHolder | undefined;
   const requirement = parseGrantId(b.grant)?.requirement;
   if (opts.follow !== false && initial !== undefined && requirement) {
-    holder = await holdCredential(nc, { module: b.module, part: b.part, node: b.node, requirement });
+    try {
+      holder = await holdCredential(nc, { module: b.module, part: b.part, node: b.node, requirement });
+    } catch (e) {
+      // No connection left behind that nothing follows.
+      await nc.close().catch(() => undefined);
+      throw e;
+    }
     void (async () => {
       for await (const held of holder!) {
         const next = held.values.creds;
