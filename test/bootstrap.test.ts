@@ -177,6 +177,33 @@ describe("meshctl bootstrap", () => {
     }
   });
 
+  it("each identity may list every bucket its service's code lists (some only once a minute, which a short run never reaches)", async () => {
+    // From the services' code: listJson, keys and watch of each (grep them when this table changes).
+    const lists: Record<string, string[]> = {
+      resolver: ["mesh-providers", "mesh-reachability", "mesh-grants", "mesh-manifests"],
+      provisioner: ["mesh-grants"],
+      verifier: ["mesh-grants"],
+      rotator: ["mesh-holders", "mesh-rotations", "mesh-manifests"],
+      [agentPart("node-a")]: ["mesh-providers"],
+    };
+    for (const [part, buckets] of Object.entries(lists)) {
+      const nc = await connectAs(mesh, part);
+      try {
+        for (const b of buckets) {
+          const kv = await new Kvm(nc).open(b);
+          const keys = await (async () => {
+            const out: string[] = [];
+            for await (const k of await kv.keys()) out.push(k);
+            return out;
+          })().catch((e: unknown) => e);
+          expect(Array.isArray(keys), `${part} listing ${b}: ${String(keys)}`).toBe(true);
+        }
+      } finally {
+        await nc.close();
+      }
+    }
+  });
+
   it("keeps no key in the clear but the holders' own: the signing keys are sealed, the server's files and every log hold no seed", () => {
     const seedOf = (creds: string) => /SU[A-Z2-7]{56}/.exec(creds)![0];
     const seeds = [...parts.map((p) => seedOf(readFileSync(join(bindingOf(mesh, p), "creds"), "utf8"))), seedOf(mesh.adminCreds())];

@@ -110,7 +110,8 @@ function othersDurables(buckets: readonly BucketName[], own: ReadonlyArray<{ str
  * stores are made by the operator's admin (`meshctl up`, `bootstrap`) before the services move
  * onto these identities. What each service uses was measured with nats-server 2.9.10's trace of
  * the real processes through provisioning, rotations (of a database, a secret and the control
- * plane's own identities), verification and status.
+ * plane's own identities), verification and status, and checked against every bucket the
+ * services' code lists (`listJson`, `keys`, `watch`).
  */
 function jetStreamOf(durables: ReadonlyArray<{ stream: string; name: string }>, lists: readonly BucketName[]): string[] {
   return [
@@ -138,7 +139,9 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
     case "verifier":
       return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes] };
     case "rotator":
-      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.credentials] };
+      // The manifests: its schedule check reads every module's rotate policies (once a minute,
+      // which the trace missed; seen refused in a rehearsal of the README's first command).
+      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests] };
   }
 }
 
