@@ -13,6 +13,7 @@ import { CONTROL_PLANE_SERVICES, agentPart, identityRequirement, subjects } from
 import { tmpdir } from "node:os";
 import { runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { serverErrors } from "./harness/refusals.js";
 
 const parts = [...CONTROL_PLANE_SERVICES, agentPart("node-a")];
 /** The name of the user JWT of generation `generation` of part `part`'s identity (see nats-user.ts). */
@@ -90,10 +91,7 @@ describe("meshctl bootstrap", () => {
 
   it("an agent's identity may not write the providers catalog: it could point a provider's admin password anywhere", async () => {
     const nc = await connectAs(mesh, agentPart("node-a"));
-    const errors: string[] = [];
-    void (async () => {
-      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
-    })();
+    const errors = serverErrors(nc);
     try {
       nc.publish("$KV.mesh-providers.evil", JSON.stringify({ kind: "Provider" }));
       await nc.flush();
@@ -107,10 +105,7 @@ describe("meshctl bootstrap", () => {
 
   it("an agent's identity may fetch and confirm only for its own node's parts", async () => {
     const nc = await connectAs(mesh, agentPart("node-a"));
-    const errors: string[] = [];
-    void (async () => {
-      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
-    })();
+    const errors = serverErrors(nc);
     try {
       const body = JSON.stringify({ grant: "mesh/records", part: "resolver", node: "node-b", generation: 1, recipient: "X" });
       await nc.request(subjects.credentialFetch("mesh", "records", "node-b", "resolver"), body, { timeout: 2_000 }).catch(() => undefined);
@@ -126,10 +121,7 @@ describe("meshctl bootstrap", () => {
 
   it("an agent's identity may use no JetStream API but its own: no stream deleted or purged, no other consumer read, no message deleted; no service is refused what it needs", async () => {
     const nc = await connectAs(mesh, agentPart("node-a"));
-    const errors: string[] = [];
-    void (async () => {
-      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
-    })();
+    const errors = serverErrors(nc);
     const attempts = [
       "$JS.API.STREAM.DELETE.KV_mesh-credentials",
       "$JS.API.STREAM.PURGE.KV_mesh-grants",
@@ -159,10 +151,7 @@ describe("meshctl bootstrap", () => {
 
   it("a service may list a bucket, but not create a consumer under another service's durable name on it", async () => {
     const nc = await connectAs(mesh, "resolver");
-    const errors: string[] = [];
-    void (async () => {
-      for await (const st of nc.status()) if (st.type === "error") errors.push(String(st.error));
-    })();
+    const errors = serverErrors(nc);
     const theirs = "$JS.API.CONSUMER.CREATE.KV_mesh-grants.provisioner.$KV.mesh-grants.>";
     try {
       await nc.request(theirs, "{}", { timeout: 1_000 }).catch(() => undefined);

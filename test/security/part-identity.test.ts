@@ -35,6 +35,7 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { startTestMesh, type TestMesh } from "../mesh.js";
 import { waitFor } from "../harness/wait.js";
+import { serverErrors } from "../harness/refusals.js";
 import { postgresProvider } from "../fixtures.js";
 import pg from "pg";
 
@@ -82,10 +83,7 @@ async function committed(grant: string, id: string): Promise<Rotation> {
 
 /** The first message the server sends back about `fn`'s traffic: a permissions violation, as an error. */
 async function refused(nc: NatsConnection, fn: () => Promise<unknown>): Promise<string> {
-  const errors: string[] = [];
-  const watching = (async () => {
-    for await (const s of nc.status()) if (s.type === "error") errors.push(String((s as { error?: unknown }).error ?? s));
-  })();
+  const errors = serverErrors(nc);
   let thrown = "";
   try {
     await fn();
@@ -95,7 +93,6 @@ async function refused(nc: NatsConnection, fn: () => Promise<unknown>): Promise<
   await nc.flush().catch(() => undefined);
   // The server's -ERR came before the flush's PONG; the status loop gets it on a later turn.
   await new Promise((r) => setTimeout(r, 100));
-  void watching;
   return [thrown, ...errors].join(" | ");
 }
 

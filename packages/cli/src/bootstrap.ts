@@ -58,7 +58,7 @@ export function controlPlaneFiles(opts: { url: string; servicesNode: string; nod
  * (parts', nats.user) and serves JetStream stores; without (a server that has no
  * authentication), it hands the parts identities that carry the url alone.
  */
-export function busProvider(opts: { url: string; node: string; files?: OperatorFiles }): ProviderDoc {
+export function busProvider(opts: { url: string; node: string; files?: Pick<OperatorFiles, "signingKeysFile" | "adminCredsFile"> }): ProviderDoc {
   const f = opts.files;
   return bootstrapProvider({
     url: opts.url,
@@ -149,7 +149,7 @@ export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
   let docs: ManifestFile["documents"];
   try {
     docs = [
-      bootstrapProvider({ url: o.url, node: servicesNode, auth: { signingKeysFile: o.signingKeysFile, admin: { username: BOOTSTRAP_ADMIN, passwordFile: o.adminCredsFile } } }),
+      busProvider({ url: o.url, node: servicesNode, files: { signingKeysFile: o.signingKeysFile, adminCredsFile: o.adminCredsFile } }),
       controlPlaneManifest({ servicesNode, nodes }),
     ];
   } catch (e) {
