@@ -142,8 +142,6 @@ export const subjects = {
    */
   holderValues: (module: string, requirement: string, node: string, part: string, instance: string) =>
     `mesh.rotation.values.${checked(module, requirement, node, part, instance)}`,
-  /** The notice subjects of every SDK instance of one part on one node (what its identity may subscribe to). */
-  holderValuesOfPart: (module: string, requirement: string, node: string, part: string) => `mesh.rotation.values.${checked(module, requirement, node, part)}.*`,
   /** The notice subjects of every SDK instance of one part on one node, for any requirement of its module (what its identity may subscribe to). */
   holderValuesOfPartAll: (module: string, node: string, part: string) => `mesh.rotation.values.${checked(module)}.*.${checked(node, part)}.*`,
   /** Wildcard of all confirmations (the rotator's subscription). */
@@ -206,8 +204,6 @@ export const keys = {
   holdersOf: (module: string, requirement: string) => `${checked(module, requirement)}.>`,
   /** Filter of the SDK instances of one part on one node, for any requirement of its module. */
   holdersOfPartAll: (module: string, node: string, part: string) => `${checked(module)}.*.${checked(node, part)}.*`,
-  /** Filter of the SDK instances of one grant's part on one node. */
-  holdersOfPart: (module: string, requirement: string, node: string, part: string) => `${checked(module, requirement, node, part)}.*`,
   /** Filter of every grant of one module. */
   grantsOf: (module: string) => `${checked(module)}.*`,
 } as const;
