@@ -18,6 +18,7 @@ import {
   CredentialFetchRequest,
   CredentialValues,
   Delivery,
+  DeliveryReceipt,
   ErrorReply,
   Grant,
   ModuleDoc,
@@ -145,6 +146,14 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     schema: Grant,
     io: "output",
     description: `A grant as stored in KV bucket ${Buckets.grants} under the key <module>.<requirement>: the mesh's claim that a requirement is satisfied.`,
+  },
+  {
+    name: "DeliveryReceipt",
+    schema: DeliveryReceipt,
+    io: "output",
+    description:
+      `What a node's agent did with a grant for a part on its node, as stored in KV bucket ${Buckets.receipts} under the key ` +
+      "<node>.<module>.<requirement>.<part>, written by that node's agent alone; the provisioner folds it into the grant.",
   },
   {
     name: "ModuleStatus",

@@ -1,8 +1,10 @@
 /**
  * The node agent against a real nats-server: deliveries become binding files, holders and the
  * `Delivered` condition are recorded, generations replace each other, deliveries survive the
- * agent being down, and no value reaches the log. The provisioner's credential source is
- * stood in for by test/harness/credential-responder.ts (real crypto, subjects and schemas).
+ * agent being down, and no value reaches the log. The agent records what it did in its own
+ * node's receipts, which the provisioner's real fold (`foldReceipts`) turns into the grant's
+ * holders and conditions; the provisioner's credential source is stood in for by
+ * test/harness/credential-responder.ts (real crypto, subjects and schemas).
  */
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { randomBytes } from "node:crypto";
@@ -10,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
+  DeliveryReceipt,
   Grant,
   NodeRecord,
   Streams,
@@ -22,12 +25,14 @@ import {
   readJson,
   subjects,
   traceHeaders,
+  type Consumption,
   type Delivery,
   type Kind,
   type NatsConnection,
   type Store,
 } from "@mesh/shared";
 import { agentDurable, bindingGeneration, startAgent, type Agent } from "@mesh/agent";
+import { foldReceipts } from "@mesh/provisioner";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
 import { waitFor } from "./harness/wait.js";
@@ -42,6 +47,7 @@ let store: Store;
 let root: string;
 let responder: CredentialResponder;
 let agent: Agent | undefined;
+let folding: Consumption;
 const logs = new LogCapture();
 const secrets: string[] = [];
 
@@ -130,11 +136,13 @@ beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "mesh-agent-test-"));
   // The stand-in provisioner logs elsewhere: this test's log assertions are about the agent.
   responder = credentialResponder(store, createLogger("test-provisioner", { destination: new LogCapture() }));
+  folding = await foldReceipts({ store, log: createLogger("test-provisioner", { destination: new LogCapture() }) });
 });
 
 afterAll(async () => {
   await agent?.stop();
   await responder?.stop();
+  await folding?.stop();
   await nc?.close();
   await nats?.stop();
   if (root) rmSync(root, { recursive: true, force: true });
@@ -163,12 +171,14 @@ describe("agent", () => {
     expect(read("shop/api/part.env")).toContain(`DB_PASSWORD='${pw1}'\n`);
   });
 
-  it("records itself as holder and sets Delivered", async () => {
+  it("records itself as holder in its own node's receipt, which sets the grant's holder and Delivered", async () => {
     const g = await waitFor("the holder to be recorded", async () => {
       const g = await grant("shop", "db");
       return g?.holders["node-a/api"]?.generation === 1 ? g : undefined;
     });
     expect(getCondition(g.conditions, "Delivered")).toMatchObject({ status: "True", reason: "Delivered" });
+    const receipt = await readJson(store.kv.receipts, keys.receipt(NODE, "shop", "db", "api"), DeliveryReceipt);
+    expect(receipt?.value).toMatchObject({ generation: 1 });
   });
 
   it("replaces the first generation with the second, and removes the first's files after the grace", async () => {

@@ -3,7 +3,7 @@ import { DiscardPolicy } from "@nats-io/jetstream";
 import { fillLimit, planBucketLimits, type StreamLimitsNow } from "./bucket-limits.js";
 import { BUCKET_LIMITS, STORE_SCALE, type BucketLimits } from "./limits.js";
 import { encrypt, parseMasterKey } from "./crypto.js";
-import { Grant } from "./schemas/grant.js";
+import { DeliveryReceipt, Grant, RECEIPT_MESSAGE_MAX } from "./schemas/grant.js";
 import { Rotation } from "./schemas/rotation.js";
 import { Buckets } from "./subjects.js";
 
@@ -99,6 +99,20 @@ describe("BUCKET_LIMITS hold STORE_SCALE", () => {
     const reg = { holder: "node-a/api/i0123456789", grant: grant.id, node: "node-a", part: "api", instance: "i0123456789", registeredAt: now, seenAt: now, xkey: `X${"A".repeat(55)}` };
     expect(JSON.stringify(reg).length).toBeLessThanOrEqual(BUCKET_LIMITS.holders.maxValueSize);
     expect(STORE_SCALE.holders * BUCKET_LIMITS.holders.history * stored(Buckets.holders, "shop-orders.events.node-a.api.i0123456789", reg) * 2).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.holders.maxBytes));
+  });
+
+  it("receipts: one with a hook's failure at the longest message fits in a value; two per grant at every revision fit the bucket", () => {
+    const longest = "x".repeat(RECEIPT_MESSAGE_MAX);
+    const r = DeliveryReceipt.parse({
+      generation: 12,
+      deliveredAt: now,
+      failure: { generation: 13, message: longest, at: now },
+      hook: { rotation: "shop-orders/events#13", generation: 13, failed: { reason: "HookFailed", message: longest, at: now } },
+    });
+    expect(JSON.stringify(r).length).toBeLessThanOrEqual(BUCKET_LIMITS.receipts.maxValueSize);
+    // A typical one: a delivery, and now and then a hook's failure of a few hundred bytes.
+    const typical = { generation: 12, deliveredAt: now, hook: { rotation: "shop-orders/events#13", generation: 13, failed: { reason: "HookFailed", message: "x".repeat(300), at: now } } };
+    expect(STORE_SCALE.grants * 2 * BUCKET_LIMITS.receipts.history * stored(Buckets.receipts, "node-a.shop-orders.events.api", typical) * 2).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.receipts.maxBytes));
   });
 
   it("every value limit is within NATS's default max_payload (1 MiB)", () => {

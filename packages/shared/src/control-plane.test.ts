@@ -36,6 +36,20 @@ describe("the control plane's own module", () => {
     expect([...agent.publish, ...agent.subscribe].some((s) => s.includes("node-a"))).toBe(false);
   });
 
+  it("lets an agent write only its own node's records, and no grant: its receipts, node record and reachability", () => {
+    const agent = servicePermissions({ agent: "node-b" });
+    const kvWrites = agent.publish.filter((s) => s.startsWith("$KV."));
+    expect(kvWrites).toEqual(["$KV.mesh-nodes.node-b", "$KV.mesh-reachability.node-b.>", "$KV.mesh-receipts.node-b.>"]);
+    // Of those buckets it reads by key only its own node's records.
+    expect(agent.publish.filter((s) => /DIRECT\.GET\.KV_mesh-(nodes|reachability|receipts)/.test(s))).toEqual([
+      "$JS.API.DIRECT.GET.KV_mesh-nodes.$KV.mesh-nodes.node-b",
+      "$JS.API.DIRECT.GET.KV_mesh-reachability.$KV.mesh-reachability.node-b.>",
+      "$JS.API.DIRECT.GET.KV_mesh-receipts.$KV.mesh-receipts.node-b.>",
+    ]);
+    // The provisioner, which folds the receipts into the grants, may consume them under its durable.
+    expect(servicePermissions("provisioner").publish).toContain("$JS.API.CONSUMER.MSG.NEXT.KV_mesh-receipts.provisioner-receipts");
+  });
+
   it("gives a part's identity its own module's reads, its own notices, registrations, fetches and confirmations, nothing of another part", () => {
     const p = partIdentityPermissions("shop", "node-a", "web");
     expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.rotation.values.shop.*.node-a.web.*", "mesh.delivery.node-a.shop.web.*"]);

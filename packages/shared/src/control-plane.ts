@@ -48,8 +48,24 @@ export function agentDurable(node: string): string {
  * real agent process: these are all the API subjects it uses.
  */
 function agentJetStream(node: string): string[] {
-  const reads = [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.nodes, Buckets.reachability, Buckets.rotations].map((b) => `$JS.API.DIRECT.GET.KV_${b}.>`);
-  return ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", ...reads, ...durableOf(Streams.deliveries, agentDurable(node)), ...listing(Buckets.providers)];
+  const reads = [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.rotations].map((b) => `$JS.API.DIRECT.GET.KV_${b}.>`);
+  // Of the records it writes, only its own node's (direct gets name the key in their subject).
+  const own = nodeOwned(node).map(({ bucket, filter }) => `$JS.API.DIRECT.GET.KV_${bucket}.$KV.${bucket}.${filter}`);
+  return ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", ...reads, ...own, ...durableOf(Streams.deliveries, agentDurable(node)), ...listing(Buckets.providers)];
+}
+
+/**
+ * The records a node's agent writes, each under its own node's keys and nowhere else: its
+ * node record, its reachability probes, and its receipts of deliveries (which the provisioner
+ * folds into the grants: an agent writes no grant, so it cannot touch another node's holders
+ * or any grant's generation, provider or conditions).
+ */
+function nodeOwned(node: string): Array<{ bucket: BucketName; filter: string }> {
+  return [
+    { bucket: Buckets.nodes, filter: node },
+    { bucket: Buckets.reachability, filter: `${node}.>` },
+    { bucket: Buckets.receipts, filter: keys.receiptsOfNode(node) },
+  ];
 }
 
 /** The requirement holding the NATS identity of control-plane part `part`. */
@@ -135,7 +151,7 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
         lists: [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.reachability, Buckets.modules, Buckets.nodes],
       };
     case "provisioner":
-      return { durables: kvDurables(Durables.provisioner), lists: [Buckets.grants, Buckets.credentials] };
+      return { durables: kvDurables(Durables.provisioner, Durables.provisionerReceipts), lists: [Buckets.grants, Buckets.credentials] };
     case "verifier":
       return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes] };
     case "rotator":
@@ -167,7 +183,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       const node = service.agent;
       return {
         publish: [
-          ...writes(Buckets.grants, Buckets.nodes, Buckets.reachability),
+          ...nodeOwned(node).map(({ bucket, filter }) => `$KV.${bucket}.${filter}`),
           // The artifact store the agents hold (object.store names its bucket <module>_<requirement>).
           `$O.${CONTROL_PLANE_MODULE}_${ControlPlaneRequirements.artifacts}.>`,
           subjects.credentialFetchesOfNode(node),

@@ -4,6 +4,11 @@
 import { setCondition, type Condition } from "./conditions.js";
 import { holderKey, type Grant } from "./schemas/grant.js";
 
+/** True when `part` on `node` is one of the grant's delivery targets. */
+export function isTarget(grant: Grant, node: string, part: string): boolean {
+  return grant.targets.some((t) => t.node === node && t.part === part);
+}
+
 /** Targets that do not yet hold the grant's current generation. */
 export function undelivered(grant: Grant): Grant["targets"] {
   return grant.targets.filter((t) => (grant.holders[holderKey(t.node, t.part)]?.generation ?? 0) < grant.generation);

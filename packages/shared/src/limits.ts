@@ -137,6 +137,10 @@ export const BUCKET_LIMITS: Record<keyof typeof Buckets, BucketLimits> = {
   // one that stopped left its revisions and a delete marker for good: the hour's age limit
   // (a live one refreshes every 30 s, and is stale after 90 s) keeps that to an hour of churn.
   holders: { history: 5, maxBytes: 64 * MiB, maxValueSize: 4 * KiB, ttlMs: 3_600_000, holds: "the SDK instances' registrations of the last hour" },
+  // 10,000 grants × 2 parts on nodes × 5 × about 0.6 KiB (one with a hook's failure of a few
+  // hundred bytes; one that only records a delivery is 0.1 KiB) = 58 MB; a value is bounded by
+  // the two messages it may carry (RECEIPT_MESSAGE_MAX each).
+  receipts: { history: 5, maxBytes: 256 * MiB, maxValueSize: 16 * KiB, holds: "what each node's agent delivered to each part on its node, 5 revisions each" },
 };
 
 /**

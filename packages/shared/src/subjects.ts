@@ -28,6 +28,12 @@ export const Buckets = {
   rotations: "mesh-rotations",
   /** SDK holder instances, key: `<module>.<requirement>.<node>.<part>.<instance>`. */
   holders: "mesh-holders",
+  /**
+   * What each node's agent did with each grant for each part on its node (`DeliveryReceipt`),
+   * key: `<node>.<module>.<requirement>.<part>`, the node first so that an agent may write its
+   * own node's receipts and nothing else; the provisioner folds them into the grants.
+   */
+  receipts: "mesh-receipts",
 } as const;
 export type BucketName = (typeof Buckets)[keyof typeof Buckets];
 
@@ -50,6 +56,7 @@ export const Durables = {
   resolverGrants: { bucket: Buckets.grants, name: "resolver-grants" },
   rotator: { bucket: Buckets.rotations, name: "rotator" },
   rotatorHandovers: { bucket: Buckets.grants, name: "rotator-handovers" },
+  provisionerReceipts: { bucket: Buckets.receipts, name: "provisioner-receipts" },
 } as const satisfies Record<string, { bucket: BucketName; name: string }>;
 
 /** Queue groups, so that several instances of a service share the work. */
@@ -206,4 +213,16 @@ export const keys = {
   holdersOfPartAll: (module: string, node: string, part: string) => `${checked(module)}.*.${checked(node, part)}.*`,
   /** Filter of every grant of one module. */
   grantsOf: (module: string) => `${checked(module)}.*`,
+  /** The receipt of node `node`'s agent for `part`'s holding of grant `<module>/<requirement>`. */
+  receipt: (node: string, module: string, requirement: string, part: string) => checked(node, module, requirement, part),
+  /** Filter of every receipt of node `node`'s agent: all it may write. */
+  receiptsOfNode: (node: string) => `${checked(node)}.>`,
 } as const;
+
+/** The holder and grant a receipt's key names ({@link keys.receipt}), or undefined for a key that is not one. */
+export function parseReceiptKey(key: string): { node: string; module: string; requirement: string; part: string } | undefined {
+  const names = key.split(".");
+  if (names.length !== 4 || !names.every(isValidName)) return undefined;
+  const [node, module, requirement, part] = names as [string, string, string, string];
+  return { node, module, requirement, part };
+}

@@ -1,11 +1,13 @@
 /**
  * The node agent: the holder of credentials for the parts placed on its node. It consumes the
  * deliveries for its node durably, fetches each delivered generation sealed to its own xkey,
- * writes the binding files atomically, and records itself as a holder in the grant.
+ * writes the binding files atomically, and records what it did in its own node's receipts
+ * (the provisioner folds them into the grant; the agent may write no grant).
  */
 import { hostname } from "node:os";
 import {
   Delivery,
+  DeliveryReceipt,
   agentDurable,
   bindingNameOf,
   ErrorCodes,
@@ -34,8 +36,9 @@ import {
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
 import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, pruneBinding, writeBinding } from "./bindings-writer.js";
-import { clearHookFailure, confirmRotation, isHookError, isRotationDue, recordHookFailure, type AgentHooks } from "./rotation-confirm.js";
-import { planDelivery, recordDeliveryFailure, recordHolder } from "./delivery-plan.js";
+import { confirmRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
+import { planDelivery } from "./delivery-plan.js";
+import { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan } from "./receipts.js";
 import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
 import { HookOptionError } from "./allowed-hooks.js";
 import { startProber } from "./prober.js";
@@ -115,6 +118,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       return "term";
     }
     const receivedAt = new Date();
+    const receiptKey = keys.receipt(node, d.module, d.requirement, d.part);
+    const receipt = (fn: (r: DeliveryReceipt | undefined) => DeliveryReceipt | undefined) => mutateJson(store.kv.receipts, receiptKey, DeliveryReceipt, fn);
     const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation, ...(d.rotation ? { rotation: d.rotation } : {}) });
     return withSpan("agent", "deliver", { "mesh.grant": d.grant, "mesh.part": d.part, "mesh.node": node, "mesh.generation": d.generation }, m.headers, async (span) => {
       try {
@@ -151,16 +156,16 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");
           values = fetched.values;
         }
-        await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => recordHolder(g, node, d.part, d.generation, new Date()));
-        dlog.info("delivery recorded");
+        if (plan.action !== "skip") {
+          await receipt((r) => receiptDelivered(r, d.generation, new Date()));
+          dlog.info("delivery recorded");
+        }
         if (rotationDue) {
           // Written before a crash: fetch the values again to prove them.
           values ??= (await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, { timeoutMs: opts.fetchTimeoutMs ?? 5_000 })).values;
           await confirmRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, hooks, log: dlog });
-          // A hook failure recorded on the grant (seen when this delivery began) is over: the hook ran.
-          if (clearHookFailure(grant?.value, node, d.part, d.rotation!, receivedAt)) {
-            await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => clearHookFailure(g, node, d.part, d.rotation!, new Date()));
-          }
+          // A hook failure this receipt said in this rotation is over: the hook ran.
+          await receipt((r) => receiptHookRan(r, d.rotation!));
         }
         prober.probeSoon(d.module, d.part, d.requirement);
         return "ack";
@@ -168,10 +173,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         const retryable = !isMeshError(e) || e.retryable;
         span.setStatus({ code: 2, message: errorMessage(e) });
         if (isHookError(e)) {
-          // The operator must act on this node: shown on the grant (meshctl status), and tried again, so the rotation confirms by itself once fixed.
+          // The operator must act on this node: shown on the grant (meshctl status) through the node's receipt, and tried again, so the rotation confirms by itself once fixed.
           dlog.warn({ err: e.message, code: e.code, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
-          await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => recordHookFailure(g, node, d, e, new Date())).catch(
-            (e2: unknown) => dlog.warn({ err: errorMessage(e2) }, "could not record the hook's failure on the grant"),
+          await receipt((r) => receiptHookFailed(r, d.rotation!, d.generation, e, new Date())).catch((e2: unknown) =>
+            dlog.warn({ err: errorMessage(e2) }, "could not record the hook's failure in the node's receipt"),
           );
           return "retry";
         }
@@ -179,10 +184,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           dlog.warn({ err: errorMessage(e), attempt: m.info.deliveryCount }, "delivery failed; it is retried");
           return "retry";
         }
-        dlog.error({ err: errorMessage(e), code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded on the grant");
-        await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) =>
-          recordDeliveryFailure(g, node, d.part, d.generation, errorMessage(e), new Date()),
-        ).catch((e2: unknown) => dlog.warn({ err: errorMessage(e2) }, "could not record the failure on the grant"));
+        dlog.error({ err: errorMessage(e), code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded in the node's receipt, so the grant shows it");
+        await receipt((r) => receiptFailed(r, d.generation, errorMessage(e), new Date())).catch((e2: unknown) =>
+          dlog.warn({ err: errorMessage(e2) }, "could not record the failure in the node's receipt"),
+        );
         return "term";
       }
     });

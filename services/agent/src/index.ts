@@ -18,10 +18,11 @@ export {
   type BindingWrite,
   type BindingWriteResult,
 } from "./bindings-writer.js";
-export { planDelivery, recordHolder, recordDeliveryFailure, isTarget, type DeliveryPlan } from "./delivery-plan.js";
+export { planDelivery, type DeliveryPlan } from "./delivery-plan.js";
+export { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan } from "./receipts.js";
 export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PROBE_INTERVAL_MS, type Prober, type ProberOptions } from "./prober.js";
 export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";
-export { confirmRotation, isRotationDue, isHookError, hookNotAllowed, recordHookFailure, clearHookFailure, type AgentHooks } from "./rotation-confirm.js";
+export { confirmRotation, isRotationDue, isHookError, hookNotAllowed, type AgentHooks } from "./rotation-confirm.js";
 export {
   parseAllowHook,
   parseAllowedHooks,

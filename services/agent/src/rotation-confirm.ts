@@ -69,39 +69,6 @@ export function isHookError(e: unknown): e is MeshError {
   return isMeshError(e, ErrorCodes.HookNotAllowed) || isMeshError(e, ErrorCodes.HookFailed);
 }
 
-/** How a hook failure's `Rotating` message starts: the rotation and the holder it waits for. */
-function hookFailurePrefix(rotation: string, node: string, part: string): string {
-  return `rotation ${rotation} waits for ${holderKey(node, part)}: `;
-}
-
-/**
- * The grant with `Rotating` saying that rotation `d.rotation` waits for `node/part` because of
- * hook error `e` (`HookNotAllowed` or `HookFailed`, its message, which names the hook and what
- * to do), so it is seen in `meshctl status` and not only in the agent's log. Undefined when
- * there is nothing to write: the grant is gone, the rotation committed (the grant is on
- * `d.generation` already), or the same is said already. `Rotating` is the rotator's, which
- * sets it again at the next state it enters; the agent says this again at each attempt. Pure.
- */
-export function recordHookFailure(grant: Grant | undefined, node: string, d: Pick<Delivery, "part" | "rotation" | "generation">, e: MeshError, now: Date): Grant | undefined {
-  if (!grant || !d.rotation || grant.generation >= d.generation) return undefined;
-  const reason = e.code === ErrorCodes.HookNotAllowed ? Reasons.HookNotAllowed : Reasons.HookFailed;
-  const conditions = setCondition(grant.conditions, { type: "Rotating", status: "True", reason, message: `${hookFailurePrefix(d.rotation, node, d.part)}${e.message}` }, now);
-  return conditions === grant.conditions ? undefined : { ...grant, conditions };
-}
-
-/**
- * The grant with the `Rotating` condition {@link recordHookFailure} wrote for `node/part` in
- * rotation `rotation` back to `AwaitingHolders`, once its hook ran and it confirmed (the rotator
- * removes it at the commit); undefined when `Rotating` says anything else (the rotator's own,
- * another holder's). Pure.
- */
-export function clearHookFailure(grant: Grant | undefined, node: string, part: string, rotation: string, now: Date): Grant | undefined {
-  const c = grant ? getCondition(grant.conditions, "Rotating") : undefined;
-  if (!grant || !c || (c.reason !== Reasons.HookNotAllowed && c.reason !== Reasons.HookFailed) || !c.message.startsWith(hookFailurePrefix(rotation, node, part))) return undefined;
-  const message = `rotation ${rotation}: ${holderKey(node, part)} confirmed once its hook ran; waiting for the other holders, if any, to confirm`;
-  return { ...grant, conditions: setCondition(grant.conditions, { type: "Rotating", status: "True", reason: Reasons.AwaitingHolders, message }, now) };
-}
-
 /**
  * Confirms generation `d.generation` of rotation `d.rotation` for part `d.part` on `node`: the
  * hook the part's `onRotate` names (if any; one `hooks` does not allow runs nothing and throws

@@ -1,6 +1,6 @@
 /**
- * The provisioner service: reconciles grants as they change, and serves credential values to
- * their holders. Several instances share the durable consumer (and so the work); writes use
+ * The provisioner service: reconciles grants as they change, serves credential values to
+ * their holders, and folds the agents' receipts of deliveries into the grants. Several instances share the durable consumer (and so the work); writes use
  * compare-and-set, and resources are created idempotently, so two instances on one grant
  * converge.
  */
@@ -23,6 +23,7 @@ import {
 import { AdapterPool, CredentialStore } from "@mesh/providers";
 import { handleCredentialFetch, handleCredentialList } from "./fetch.js";
 import { reconcileGrant } from "./provision.js";
+import { foldReceipts } from "./receipts.js";
 
 export interface Provisioner {
   /** Reconciles one grant now (key `<module>.<requirement>`). */
@@ -50,12 +51,14 @@ export async function startProvisioner(opts: { store: Store; masterKey: MasterKe
     queue,
     log,
   });
+  // The agents' receipts, folded into the grants (an agent may write no grant).
+  const receipts = await foldReceipts({ store, log });
   log.info({ masterKey: opts.masterKey.id }, "provisioner started");
   return {
     reconcile: (key) => queue.enqueue(key),
     async stop() {
       await Promise.all([api.stop(), list.stop()]);
-      await consumer.stop();
+      await Promise.all([consumer.stop(), receipts.stop()]);
       await adapters.close();
     },
   };

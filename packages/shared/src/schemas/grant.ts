@@ -18,6 +18,34 @@ export const HolderState = z.object({
 });
 export type HolderState = z.infer<typeof HolderState>;
 
+/** The longest message a receipt carries (a delivery's failure, a hook's); longer ones are cut there by the agent. */
+export const RECEIPT_MESSAGE_MAX = 2_048;
+
+/**
+ * What node `<node>`'s agent did with grant `<module>/<requirement>` for part `<part>` on its
+ * node, written by that agent alone: its identity may write `mesh-receipts.<node>.>` and no
+ * grant. The provisioner folds it into the grant ({@link Grant.holders}, `Delivered`, a hook's
+ * failure on `Rotating`). The key (`keys.receipt`) names the holder and the grant; the value
+ * says only what happened, so there is nothing in it to disagree with the key.
+ */
+export const DeliveryReceipt = z.object({
+  /** The newest generation written to the part's binding; 0 while none is. */
+  generation: z.number().int().nonnegative(),
+  /** When it was written, or found written and recorded again (new each time, so a holder the grant lost is folded in again). */
+  deliveredAt: z.string().optional(),
+  /** A delivery of generation `generation` (newer than the one held) that cannot succeed as things are, and why. */
+  failure: z.object({ generation: z.number().int().positive(), message: z.string().max(RECEIPT_MESSAGE_MAX), at: z.string() }).optional(),
+  /** The part's onRotate hook in rotation `rotation` (to `generation`): failed, and why; without `failed`, it ran. */
+  hook: z
+    .object({
+      rotation: z.string().max(200),
+      generation: z.number().int().positive(),
+      failed: z.object({ reason: z.enum(["HookNotAllowed", "HookFailed"]), message: z.string().max(RECEIPT_MESSAGE_MAX), at: z.string() }).optional(),
+    })
+    .optional(),
+});
+export type DeliveryReceipt = z.infer<typeof DeliveryReceipt>;
+
 export const Grant = z.object({
   /** `<module>/<requirement>`. */
   id: z.string(),
