@@ -81,6 +81,19 @@ async function committed(grant: string, id: string): Promise<Rotation> {
   }, 30_000);
 }
 
+/** Every client connection the server has seen (open and closed), with who authenticated it. */
+async function connections(monitorPort: number): Promise<Array<{ cid: number; name?: string; authorized_user?: string; start: string; stop?: string }>> {
+  const r = await fetch(`http://127.0.0.1:${monitorPort}/connz?state=all&auth=true&limit=100000`);
+  return ((await r.json()) as { connections: Array<{ cid: number; name?: string; authorized_user?: string; start: string; stop?: string }> }).connections;
+}
+
+/** An RFC 3339 time with nanoseconds (as nats-server writes it) in nanoseconds, exactly. */
+function nanos(t: string): bigint {
+  const m = /^(.*?)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(t);
+  if (!m) throw new Error(`not an RFC 3339 time: ${t}`);
+  return BigInt(Date.parse(`${m[1]}${m[3]}`)) * 1_000_000n + BigInt((m[2] ?? "").padEnd(9, "0").slice(0, 9));
+}
+
 /** The first message the server sends back about `fn`'s traffic: a permissions violation, as an error. */
 async function refused(nc: NatsConnection, fn: () => Promise<unknown>): Promise<string> {
   const errors = serverErrors(nc);
@@ -302,6 +315,8 @@ describe("the identity's own rotation", () => {
     void (async () => {
       for await (const s of conn.nc.status()) if (s.type === "reconnect" || s.type === "error") events.push(s.type === "error" ? String((s as { error?: unknown }).error) : s.type);
     })();
+    const oldKey = file(identityDir(), "nkey");
+    const oldCid = conn.nc.info!.client_id;
     const r = await rotate(`idshop/${partIdentityRequirement("app")}`);
     const done = await committed(`idshop/${partIdentityRequirement("app")}`, r.id);
     // This connection was one of the identity's holders, and confirmed after it had moved.
@@ -326,6 +341,20 @@ describe("the identity's own rotation", () => {
     await committed("idshop/db", r2.id);
     expect(conn.nc.isClosed()).toBe(false);
     expect(events).toEqual(["reconnect"]);
+    // Make before break, as the server saw it: the part's connection on the new key opened
+    // before its connection on the old key closed, and stayed until the holder's own
+    // connection was on the new key.
+    const newKey = file(identityDir(), "nkey");
+    expect(newKey).not.toBe(oldKey);
+    const seen = await connections(nats.server.monitorPort);
+    const old = seen.find((c) => c.cid === oldCid);
+    const moved = seen.find((c) => c.cid === conn.nc.info!.client_id);
+    // (2.9.10 shows who authenticated a connection only while it is open.)
+    const bridges = seen.filter((c) => c.cid > oldCid && c.name === "idshop/app@node-a (moving to its new identity)");
+    expect(old?.stop).toBeDefined();
+    expect(moved?.authorized_user).toBe(newKey);
+    const across = bridges.filter((b) => nanos(b.start) < nanos(old!.stop!) && b.stop !== undefined && nanos(b.stop) >= nanos(moved!.start));
+    expect(across, JSON.stringify({ old, moved, bridges })).toHaveLength(1);
     await holder.stop();
   }, 90_000);
 });

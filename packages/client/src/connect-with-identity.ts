@@ -7,13 +7,15 @@
  * declared `nats.user` requirement.
  *
  * The identity rotates like any credential, and this connection is one of its holders: when a
- * rotation stages a new generation, the connection reconnects with it (what is sent meanwhile
- * is buffered by the client) and only then confirms, so the rotation commits, and the old key is
- * revoked, once this connection no longer uses it.
+ * rotation stages a new generation, the part connects with it on a second connection first
+ * (make before break), then this connection reconnects with it (what is sent meanwhile is
+ * buffered by the client; its subscriptions are made again on the new socket), the second one
+ * closes, and only then does it confirm: the rotation commits, and the old key is revoked,
+ * once this connection no longer uses it.
  */
 import { readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
-import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { connect, credsAuthenticator, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
 import { ErrorCodes, IDENTITY_BINDING, MeshError, errorMessage, parseGrantId, subjects } from "@mesh/shared";
 import { holdCredential, type CredentialHolder } from "./hold-credential.js";
 
@@ -99,17 +101,18 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
   const b = readIdentityBinding(dir);
   const { creds: initial, ...identity } = b;
   let creds = initial;
+  const name = opts.name ?? `${b.module}/${b.part}@${b.node}`;
+  // The authenticator asks `key` at every connect, so a reconnect uses the generation it gives then.
+  const options = (key: () => string | undefined, extra: Partial<ConnectionOptions>): ConnectionOptions => ({
+    servers: b.url.split(","),
+    inboxPrefix: b.inboxPrefix,
+    name,
+    ...(initial !== undefined ? { authenticator: credsAuthenticator(() => new TextEncoder().encode(key())) } : {}),
+    ...extra,
+  });
   let nc: NatsConnection;
   try {
-    nc = await connect({
-      servers: b.url.split(","),
-      inboxPrefix: b.inboxPrefix,
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: 500,
-      ignoreAuthErrorAbort: true,
-      name: opts.name ?? `${b.module}/${b.part}@${b.node}`,
-      ...(creds !== undefined ? { authenticator: credsAuthenticator(() => new TextEncoder().encode(creds)) } : {}),
-    });
+    nc = await connect(options(() => creds, { maxReconnectAttempts: -1, reconnectTimeWait: 500, ignoreAuthErrorAbort: true }));
   } catch (e) {
     const refused = /authorization violation|authentication/i.test(errorMessage(e));
     throw new MeshError(
@@ -137,17 +140,30 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
           await held.confirm();
           continue;
         }
+        const timeoutMs = opts.switchTimeoutMs ?? 10_000;
+        // Make before break: the new key connects on a connection of its own first, and stays
+        // connected while this one moves over, so the part is on the new identity before its
+        // connection on the old one closes; a key the server does not take yet breaks nothing.
+        let bridge: NatsConnection;
+        try {
+          bridge = await withTimeout(connect(options(() => next, { name: `${name} (moving to its new identity)`, reconnect: false })), timeoutMs);
+        } catch {
+          // Not taken: the rotation waits on this holder (meshctl status shows it), tried again at its next notice.
+          continue;
+        }
         const previous = creds;
         creds = next;
         try {
           // The client closes the socket and connects again, asking the authenticator, so with the new key.
-          await withTimeout(reconnected(nc), opts.switchTimeoutMs ?? 10_000);
+          await withTimeout(reconnected(nc), timeoutMs);
           await nc.flush();
         } catch {
-          // The new generation did not connect: back to the one that works; the rotation waits (meshctl status shows it).
+          // The new generation did not connect here: back to the one that works; the rotation waits.
           creds = previous;
           if (!nc.isClosed()) await nc.reconnect().catch(() => undefined);
           continue;
+        } finally {
+          await bridge.close().catch(() => undefined);
         }
         await held.confirm();
       }
