@@ -39,8 +39,8 @@ import { holdCredential, type CredentialHolder, type HeldCredential } from "@mes
 import { startResolver, type Resolver } from "@mesh/resolver";
 import { startProvisioner, type Provisioner } from "@mesh/provisioner";
 import { startRotator, type Rotator } from "@mesh/rotator";
-import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
-import { LogCapture } from "./harness/log-capture.js";
+import { startNatsServer, type NatsServer } from "../harness/nats-server.js";
+import { LogCapture } from "../harness/log-capture.js";
 
 /** Short, so the test of a missed notice need not wait the default 5 s. */
 const NOTICE_RESEND_MS = 1_000;
