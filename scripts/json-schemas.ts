@@ -17,6 +17,8 @@ import {
   CredentialListReply,
   CredentialFetchRequest,
   CredentialValues,
+  DeleteReply,
+  DeleteRequest,
   Delivery,
   DeliveryReceipt,
   ErrorReply,
@@ -89,6 +91,18 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     schema: ApplyReply,
     io: "output",
     description: `Reply to a request on ${subjects.apply}: ok true with what was accepted, or ok false with every problem and nothing stored.`,
+  },
+  {
+    name: "DeleteRequest",
+    schema: DeleteRequest,
+    io: "input",
+    description: `Request on ${subjects.delete} (the operator's alone): delete modules and providers, and drop what removed grants retained. All or nothing; module mesh, and a provider that still serves grants, need force.`,
+  },
+  {
+    name: "DeleteReply",
+    schema: DeleteReply,
+    io: "output",
+    description: `Reply to a request on ${subjects.delete}: ok true with what was deleted (a deleted module's grants are then taken back), or ok false with every problem and nothing deleted.`,
   },
   {
     name: "Delivery",

@@ -30,6 +30,8 @@ export interface ApplyOptions {
   /** How long to keep sending while the resolver does not answer or asks for a retry (apply is idempotent). */
   policy?: RetryPolicy;
   reader?: FileReader;
+  /** Apply what the control plane protects itself from: a module `mesh` without a requirement it had. */
+  force?: boolean;
 }
 
 /** The resolver's answer: everything stored, or nothing stored and the problems. */
@@ -51,14 +53,14 @@ export function resolverNotRunningMessage(url: string): string {
  * when sent again (no resolver answers yet, no reply in time, a refusal marked retryable) is
  * sent again until its deadline: storing the same documents twice changes nothing.
  */
-export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS, policy?: RetryPolicy): Promise<ApplyOutcome> {
+export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS, policy?: RetryPolicy, force = false): Promise<ApplyOutcome> {
   const documents = files.flatMap((f) => f.documents);
   // Checked here so the user reads what to do, not the server's bare "maximum payload exceeded".
   if (documents.length > Limits.documents) {
     throw new CliError(`${documents.length} documents in one apply; at most ${Limits.documents} go in one: apply the files in several commands`, ExitCodes.Usage);
   }
   // Encoded once, for the size check and for every attempt.
-  const payload = JSON.stringify({ documents, source: files.map((f) => f.source).join(", ") });
+  const payload = JSON.stringify({ documents, source: files.map((f) => f.source).join(", "), ...(force ? { force } : {}) });
   const size = Buffer.byteLength(payload);
   if (size > Limits.applyRequestBytes) {
     throw new CliError(
@@ -145,6 +147,6 @@ export async function runApply(connect: () => Promise<NatsConnection>, opts: App
   const loaded = await loadManifestFiles(opts.files, opts.reader);
   if (!loaded.ok) return reportApply({ ok: false, problems: loaded.problems }, Boolean(opts.json), out);
   const nc = await connect();
-  const outcome = await sendApply(nc, loaded.files, opts.timeoutMs, opts.policy);
+  const outcome = await sendApply(nc, loaded.files, opts.timeoutMs, opts.policy, opts.force);
   return reportApply(outcome, Boolean(opts.json), out);
 }

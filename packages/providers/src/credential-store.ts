@@ -91,6 +91,25 @@ export class CredentialStore {
     }
   }
 
+  /** The generations of a grant the store holds a value of, ascending. */
+  async generations(module: string, requirement: string): Promise<number[]> {
+    const found: number[] = [];
+    for await (const k of await this.kv.keys(keys.credentialsOf(module, requirement))) {
+      const m = /\.g(\d+)$/.exec(k);
+      if (m) found.push(Number(m[1]));
+    }
+    return found.sort((a, b) => a - b);
+  }
+
+  /**
+   * Erases every generation of a grant: each key is purged (a rollup that removes all its
+   * revisions from the stream), so no value of it is readable through the API any more, not a
+   * delete marker over its history. Idempotent.
+   */
+  async purge(module: string, requirement: string): Promise<void> {
+    for (const generation of await this.generations(module, requirement)) await this.kv.purge(keys.credential(module, requirement, generation));
+  }
+
   /** Records the binding values the provider produced for a generation. */
   async setBindings(module: string, requirement: string, generation: number, bindings: BindingValues): Promise<void> {
     const k = keys.credential(module, requirement, generation);

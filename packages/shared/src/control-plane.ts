@@ -195,7 +195,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     }
     switch (service) {
       case "resolver":
-        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply, subjects.applyModulesAll] };
+        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply, subjects.applyModulesAll, subjects.delete] };
       case "provisioner":
         return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll], subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll] };
       case "verifier":

@@ -17,6 +17,8 @@ export * from "./verification.js";
 export {
   ApplyRequest,
   ApplyReply,
+  DeleteRequest,
+  DeleteReply,
   AppliedDocument,
   Delivery,
   CredentialFetchRequest,
@@ -27,6 +29,7 @@ export {
 } from "./schemas/events.js";
 export * from "./module-state.js";
 export * from "./delivery.js";
+export * from "./removal.js";
 export * from "./crypto.js";
 export * from "./credential-fetch.js";
 export * from "./request-json.js";

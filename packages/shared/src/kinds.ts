@@ -27,5 +27,22 @@ export const KIND_LIST = Object.values(Kinds) as [Kind, ...Kind[]];
  */
 export const NATS_KINDS: readonly Kind[] = [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity];
 
+/**
+ * The kinds whose resource holds data (a database, a vhost, a bucket, an object store): when no
+ * installed part needs such a grant any more its logins are revoked and, by default
+ * (`deletionPolicy: Retain`), the data is kept. Every other kind is a credential alone, and is
+ * always deleted.
+ */
+export const DATA_KINDS: readonly Kind[] = [Kinds.PostgresDatabase, Kinds.MariadbDatabase, Kinds.RabbitmqVhost, Kinds.KvBucket, Kinds.ObjectStore];
+
+/** What happens to a grant's resource once nothing needs it: `Retain` keeps the data (its logins are revoked), `Delete` drops it. */
+export type DeletionPolicy = "Retain" | "Delete";
+
+/** The policy that applies to a requirement of `kind` that says `declared` (or nothing): a credential-only kind is always deleted. */
+export function deletionPolicyOf(kind: Kind, declared: DeletionPolicy | undefined): DeletionPolicy {
+  if (!DATA_KINDS.includes(kind)) return "Delete";
+  return declared ?? "Retain";
+}
+
 /** The built-in provider of `secret`: it needs no external system and is always installed. */
 export const BUILTIN_SECRET_PROVIDER = "builtin-secret";

@@ -77,6 +77,8 @@ function checked(...parts: string[]): string {
 export const subjects = {
   /** Request: apply a set of manifest documents (all or nothing). Served by the resolver. */
   apply: "mesh.api.apply",
+  /** Request: delete modules and providers, or drop what a removed grant retained (all or nothing). Served by the resolver; the operator's alone. */
+  delete: "mesh.api.delete",
   /**
    * Request: apply documents of module `module` only (a part's identity may publish here for its
    * own module, and nowhere else on the apply path); the resolver refuses any other document.

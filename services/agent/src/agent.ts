@@ -21,6 +21,7 @@ import {
   fetchCredential,
   grantId,
   isMeshError,
+  isTarget,
   isValidName,
   keys,
   mutateJson,
@@ -35,10 +36,10 @@ import {
   type NodeRecord,
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
-import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, pruneBinding, writeBinding } from "./bindings-writer.js";
+import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, pruneBinding, removeBinding, writeBinding } from "./bindings-writer.js";
 import { confirmRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
 import { planDelivery } from "./delivery-plan.js";
-import { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan } from "./receipts.js";
+import { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan, receiptWithdrawn } from "./receipts.js";
 import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
 import { HookOptionError } from "./allowed-hooks.js";
 import { startProber } from "./prober.js";
@@ -125,6 +126,17 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       try {
         const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
         const binding = bindingNameOf(d.part, d.requirement);
+        if (d.withdraw) {
+          // The part no longer needs the grant: its binding goes (unless it is a target again by now).
+          if (grant && isTarget(grant.value, node, d.part)) {
+            dlog.info("withdrawal ignored: the part is a target of the grant again");
+            return "ack";
+          }
+          const { removed } = removeBinding(bindingsRoot, d.module, d.part, binding);
+          await receipt(() => receiptWithdrawn(new Date()));
+          dlog.info({ removed, path: bindingPath(bindingsRoot, d.module, d.part, binding) }, removed ? "binding removed: the part no longer needs the grant" : "nothing to remove: the part held no binding of the grant");
+          return "ack";
+        }
         const local = bindingGeneration(bindingsRoot, d.module, d.part, binding);
         const plan = planDelivery(d, grant?.value, local);
         span.setAttribute("mesh.plan", plan.action);

@@ -258,6 +258,23 @@ export function pruneBinding(
   return removeStale(partDir, requirement, readLink(linkPath), cutoff(opts.now ?? new Date(), opts.graceMs ?? DEFAULT_GRACE_MS));
 }
 
+/**
+ * Removes one binding from a part's directory: its link, every generation's directory and any
+ * leftover of an interrupted write, and rewrites the part's env file without it. Returns
+ * whether anything of it was there. Safe to call again, and for a binding never written.
+ */
+export function removeBinding(root: string, module: string, part: string, requirement: string): { removed: boolean } {
+  const linkPath = bindingPath(root, module, part, requirement);
+  const partDir = join(root, module, part);
+  if (!lstatOrUndefined(partDir)?.isDirectory()) return { removed: false };
+  const had = lstatOrUndefined(linkPath) !== undefined;
+  rmSync(linkPath, { recursive: true, force: true });
+  const left = readdirSync(partDir).some((e) => bindingGenerationDirPattern(requirement).test(e) || e.startsWith(tempLinkPrefix(requirement)));
+  removeStale(partDir, requirement, undefined, Infinity);
+  writePartEnv(partDir);
+  return { removed: had || left };
+}
+
 /** Directories out of use since before this time (ms) are removed; a grace of 0 removes all. */
 function cutoff(now: Date, graceMs: number): number {
   return graceMs <= 0 ? Infinity : now.getTime() - graceMs;

@@ -7,6 +7,7 @@ export type { AgentOptions } from "./agent-options.js";
 export {
   writeBinding,
   pruneBinding,
+  removeBinding,
   bindingPath,
   bindingGeneration,
   envName,
@@ -19,7 +20,7 @@ export {
   type BindingWriteResult,
 } from "./bindings-writer.js";
 export { planDelivery, type DeliveryPlan } from "./delivery-plan.js";
-export { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan } from "./receipts.js";
+export { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan, receiptWithdrawn } from "./receipts.js";
 export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PROBE_INTERVAL_MS, type Prober, type ProberOptions } from "./prober.js";
 export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";
 export { confirmRotation, isRotationDue, isHookError, hookNotAllowed, type AgentHooks } from "./rotation-confirm.js";

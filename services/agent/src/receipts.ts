@@ -15,7 +15,7 @@ const bounded = (message: string) => (message.length > RECEIPT_MESSAGE_MAX ? `${
  * older one is over.
  */
 export function receiptDelivered(r: DeliveryReceipt | undefined, generation: number, now: Date): DeliveryReceipt {
-  const { failure, ...rest } = r ?? { generation: 0 };
+  const { failure, withdrawnAt: _withdrawn, ...rest } = r ?? { generation: 0 };
   return {
     ...rest,
     generation: Math.max(rest.generation, generation),
@@ -45,4 +45,9 @@ export function receiptHookFailed(r: DeliveryReceipt | undefined, rotation: stri
 export function receiptHookRan(r: DeliveryReceipt | undefined, rotation: string): DeliveryReceipt | undefined {
   if (!r?.hook?.failed || r.hook.rotation !== rotation) return undefined;
   return { ...r, hook: { rotation, generation: r.hook.generation } };
+}
+
+/** The part's binding was removed, now (it is no longer a target): it holds nothing. */
+export function receiptWithdrawn(now: Date): DeliveryReceipt {
+  return { generation: 0, withdrawnAt: now.toISOString() };
 }

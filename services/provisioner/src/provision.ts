@@ -15,6 +15,8 @@ import {
   setCondition,
   subjects,
   traceHeaders,
+  isUnneeded,
+  pendingWithdrawals,
   undelivered,
   withDeliveredCondition,
   type Delivery,
@@ -22,6 +24,7 @@ import {
   type Store,
 } from "@mesh/shared";
 import { recordedResource, type AdapterPool, type CredentialStore } from "@mesh/providers";
+import { takeBack } from "./take-back.js";
 
 export interface ProvisionDeps {
   store: Store;
@@ -38,6 +41,8 @@ export interface ProvisionDeps {
  */
 export function targetGeneration(g: Grant): number | undefined {
   if (g.generation === 0) return 1;
+  // Taken back, and needed again: a fresh credential, on what was kept of the resource.
+  if (g.revoked && g.revoked.generation >= g.generation) return g.generation + 1;
   const moved = g.resource.provider !== undefined && g.resource.provider !== g.provider;
   if (moved) return isTrue(g.conditions, "Provisioned") ? undefined : g.generation + 1;
   if (!isTrue(g.conditions, "Provisioned")) return g.generation; // retry the same generation
@@ -50,15 +55,18 @@ export async function reconcileGrant(deps: ProvisionDeps, key: string): Promise<
   const found = await readJson(store.kv.grants, key, Grant);
   if (!found) return;
   const grant = found.value;
-  if (!isTrue(grant.conditions, "Resolved") || !grant.provider) return;
-  if (grant.targets.length === 0) {
-    await setProvisioned(store, key, {
-      status: "False",
-      reason: "NoInstalledPart",
-      message: `not provisioned: none of the parts that need it (${grant.parts.join(", ")}) is installed`,
-    });
+  // Whatever no installed part needs is taken back (take-back.ts), and so are the bindings of holders that are no longer targets.
+  if ((isUnneeded(grant) || pendingWithdrawals(grant).length) && (await takeBack(deps, key, grant))) {
+    if (grant.generation === 0 && !grant.removal) {
+      await setProvisioned(store, key, {
+        status: "False",
+        reason: "NoInstalledPart",
+        message: `not provisioned: none of the parts that need it (${grant.parts.join(", ")}) is installed`,
+      });
+    }
     return;
   }
+  if (!isTrue(grant.conditions, "Resolved") || !grant.provider) return;
   const generation = targetGeneration(grant);
   let current = grant;
   if (generation !== undefined) {
@@ -94,6 +102,8 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
       ...cur,
       generation: Math.max(cur.generation, generation),
       resource,
+      // A generation made after a take-back: what was revoked is in use again.
+      revoked: cur.revoked && cur.revoked.generation >= Math.max(cur.generation, generation) ? cur.revoked : undefined,
       conditions: setCondition(cur.conditions, {
         type: "Provisioned",
         status: "True",

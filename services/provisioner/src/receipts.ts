@@ -114,10 +114,18 @@ export function clearHookFailure(grant: Grant | undefined, node: string, part: s
 /**
  * The grant with everything receipt `r` of `node/part` says folded in: the generation it
  * holds, a delivery that failed past it, its hook's failure in a rotation or that the hook
- * ran. Undefined when the grant is gone, the part is no longer its target, or nothing changes.
+ * ran; for a part that is no longer a target, that its binding was removed (it leaves the
+ * holders). Undefined when the grant is gone or nothing changes.
  */
 export function foldReceipt(grant: Grant | undefined, node: string, part: string, r: DeliveryReceipt, now: Date): Grant | undefined {
-  if (!grant || !isTarget(grant, node, part)) return undefined;
+  if (!grant) return undefined;
+  if (!isTarget(grant, node, part)) {
+    // Its binding is gone from the node: it no longer holds anything of the grant.
+    const key = holderKey(node, part);
+    if (!r.withdrawnAt || !Object.hasOwn(grant.holders, key)) return undefined;
+    const { [key]: _gone, ...holders } = grant.holders;
+    return { ...grant, holders };
+  }
   let g = grant;
   if (r.generation > 0) g = recordHolder(g, node, part, r.generation, r.deliveredAt ? new Date(r.deliveredAt) : now) ?? g;
   if (r.failure && r.failure.generation > r.generation) g = recordDeliveryFailure(g, node, part, r.failure.generation, r.failure.message, now) ?? g;

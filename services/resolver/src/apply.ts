@@ -3,6 +3,7 @@
  */
 import {
   ApplyRequest,
+  CONTROL_PLANE_MODULE,
   ErrorCodes,
   Kinds,
   MeshError,
@@ -58,10 +59,26 @@ export async function handleApply(store: Store, body: unknown, policy: AdminPass
     const problems = ceilingProblems(result.documents, stored.map((r) => r.value));
     if (problems.length > 0) return { ok: false, problems };
   }
+  const selfCut = await controlPlaneCuts(store, result.documents, req.data.force === true);
+  if (selfCut.length) return { ok: false, problems: selfCut };
   const accepted: AppliedDocument[] = [];
   // Each write is idempotent, so one that met JetStream's reload gap is simply made again.
   for (const doc of result.documents) accepted.push(await retryJetStreamGap(() => storeDocument(store, doc)));
   return { ok: true, accepted };
+}
+
+/**
+ * The control plane protects itself: a module `mesh` that drops a requirement the stored one
+ * has (an identity, its store) is refused without `force`.
+ */
+async function controlPlaneCuts(store: Store, documents: readonly ManifestDoc[], force: boolean): Promise<Problem[]> {
+  const document = documents.findIndex((d) => d.kind === "Module" && d.name === CONTROL_PLANE_MODULE);
+  if (force || document < 0) return [];
+  const stored = (await retryJetStreamGap(() => readJson(store.kv.manifests, CONTROL_PLANE_MODULE, ModuleDoc)))?.value;
+  const next = new Set((documents[document] as ModuleDoc).requires.map((r) => r.name));
+  const dropped = (stored?.requires ?? []).map((r) => r.name).filter((n) => !next.has(n));
+  if (!dropped.length) return [];
+  return [{ document, path: "requires", message: `module ${CONTROL_PLANE_MODULE} is the mesh's own control plane: dropping ${dropped.join(", ")} revokes what its services run on; refused without --force` }];
 }
 
 async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDocument> {

@@ -1,7 +1,7 @@
 /**
  * Reconciling one module: resolve its requirements against the providers as they are now,
- * write the grants that changed, drop grants of requirements it no longer declares, and
- * record the module's state.
+ * write the grants that changed, mark the grants of requirements it no longer declares to be
+ * taken back (the provisioner does it), and record the module's state.
  */
 import {
   Grant,
@@ -10,12 +10,15 @@ import {
   ProviderDoc,
   Buckets,
   deriveModuleState,
+  deletedModuleState,
   keys,
   kvStream,
   listJson,
   mutateJson,
   readJson,
   retryJetStreamGap,
+  withRemoval,
+  type DerivedState,
   type Logger,
   type Store,
 } from "@mesh/shared";
@@ -74,10 +77,16 @@ export async function reconcileModule(
   const manifest = await readJson(store.kv.manifests, name, ModuleDoc);
   const existing = await listJson(store.kv.grants, Grant, keys.grantsOf(name));
   if (!manifest) {
-    // The manifest was deleted: the module is no longer processed.
-    for (const g of existing) await store.kv.grants.delete(g.key);
-    await store.kv.modules.delete(name);
-    log.info({ module: name }, "module removed");
+    // The module was deleted: every grant of it is taken back (removal.ts says how far each is).
+    for (const g of existing) await markRemoved(store, g.key, "the module was deleted", log);
+    const left = (await listJson(store.kv.grants, Grant, keys.grantsOf(name))).map((g) => g.value);
+    const status = deletedModuleState(left);
+    if (!status) {
+      await store.kv.modules.delete(name);
+      log.info({ module: name }, "module removed");
+    } else {
+      await writeModuleState(store, name, status, 0, 0, log);
+    }
     return neededHere;
   }
   const providers = await catalog.current();
@@ -93,15 +102,23 @@ export async function reconcileModule(
   for (const g of grants) if (neededIds.has(g.id)) neededHere.set(g.id, neededGrant(g).provisioned);
   const declared = new Set(resolutions.map((r) => r.requirement));
   for (const g of existing) {
-    if (!declared.has(g.value.requirement)) {
-      // The resource itself is kept: dropping a database is an operator's decision.
-      await store.kv.grants.delete(g.key);
-      log.info({ grant: g.value.id }, "requirement no longer declared; grant removed, resource kept");
-    }
+    // Taken back: revoked at its provider, its values purged, its bindings removed (the provisioner's).
+    if (!declared.has(g.value.requirement)) await markRemoved(store, g.key, "the module no longer declares it", log);
   }
   const derived = deriveModuleState(resolutions.length, grants, resolutions.length - manifest.value.requires.length);
+  await writeModuleState(store, name, derived, manifest.value.requires.length, manifest.revision, log);
+  return neededHere;
+}
+
+/** Marks the grant under `key` to be taken back (once; a grant already marked, or retained, is left as it is). */
+async function markRemoved(store: Store, key: string, reason: string, log: Logger): Promise<void> {
+  const g = await mutateJson(store.kv.grants, key, Grant, (cur) => (cur && !cur.removal && !cur.retained ? withRemoval(cur, reason) : undefined));
+  if (g?.removal?.reason === reason) log.info({ grant: g.id, why: reason }, "requirement no longer needed; taking the grant back");
+}
+
+async function writeModuleState(store: Store, name: string, derived: DerivedState, requirements: number, manifestRevision: number, log: Logger): Promise<void> {
   await mutateJson(store.kv.modules, name, ModuleStatus, (cur) => {
-    if (cur && cur.state === derived.state && cur.message === derived.message && cur.manifestRevision === manifest.revision) {
+    if (cur && cur.state === derived.state && cur.message === derived.message && cur.manifestRevision === manifestRevision) {
       return undefined;
     }
     const now = new Date().toISOString();
@@ -110,11 +127,10 @@ export async function reconcileModule(
       module: name,
       state: derived.state,
       message: derived.message,
-      requirements: manifest.value.requires.length,
-      manifestRevision: manifest.revision,
+      requirements,
+      manifestRevision,
       processedAt: now,
       since: cur && cur.state === derived.state ? cur.since : now,
     };
   });
-  return neededHere;
 }

@@ -10,6 +10,7 @@ import {
   setCondition,
   withDeliveredCondition,
   type Condition,
+  type DeletionPolicy,
   type Grant,
   type GrantTarget,
   type Kind,
@@ -49,6 +50,8 @@ export interface Resolution {
   repair?: RepairPolicy;
   /** The requirement's kind-specific options, copied onto the grant for the adapter. */
   options?: RequirementOptions;
+  /** The requirement's `deletionPolicy:`, copied onto the grant for when nothing needs it any more. */
+  deletionPolicy?: DeletionPolicy;
 }
 
 /** Every provider that can serve `kind`, built-ins included, sorted by name. */
@@ -177,6 +180,7 @@ export function resolveModule(
       ...(req.verify ? { verify: req.verify } : {}),
       ...(req.repair ? { repair: req.repair } : {}),
       ...(req.options ? { options: req.options } : {}),
+      ...(req.deletionPolicy ? { deletionPolicy: req.deletionPolicy } : {}),
     };
   });
 }
@@ -220,7 +224,9 @@ function sameJson(a: unknown, b: unknown): boolean {
 /**
  * The grant after applying a resolution to what is stored (`current`, undefined when new).
  * Returns undefined when nothing changes, so the caller writes nothing. Fields owned by other
- * services (generation, resource, holders, their conditions) are kept.
+ * services (generation, resource, holders, `revoked`, their conditions) are kept; a grant being
+ * removed, or retained, that is declared again is neither any more (the provisioner then gives
+ * it a fresh generation on what was kept).
  */
 export function applyResolution(current: Grant | undefined, r: Resolution, now = new Date()): Grant | undefined {
   const base: Grant = current ?? {
@@ -249,6 +255,10 @@ export function applyResolution(current: Grant | undefined, r: Resolution, now =
     verify: r.verify,
     repair: r.repair,
     options: r.options,
+    deletionPolicy: r.deletionPolicy,
+    // Declared again: no longer being removed, and what was retained is adopted.
+    removal: undefined,
+    retained: undefined,
   };
   // Holders that are no longer targets stop counting for delivery.
   next.conditions = withDeliveredCondition(next, now);

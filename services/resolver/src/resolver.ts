@@ -20,6 +20,7 @@ import {
   type Store,
 } from "@mesh/shared";
 import { handleApply } from "./apply.js";
+import { handleDelete } from "./delete.js";
 import { ProviderCatalog, reconcileModule } from "./reconcile.js";
 import { ReachabilityCatalog } from "./reachability.js";
 
@@ -66,6 +67,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   }, 1);
 
   const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body, policy));
+  const deletes = serveJson(store.nc, subjects.delete, QueueGroups.resolver, log, (body) => handleDelete(store, body));
   // A module's own subject: what a part's identity may declare (its module, nothing else).
   const moduleApi = serveJson(store.nc, subjects.applyModulesAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, policy, m.subject.slice(subjects.apply.length + 1)));
   const consumers = await Promise.all([
@@ -110,7 +112,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
     reconcile: (module) => modules.enqueue(module),
     async stop() {
       clearInterval(resync);
-      await Promise.all([api.stop(), moduleApi.stop()]);
+      await Promise.all([api.stop(), moduleApi.stop(), deletes.stop()]);
       await Promise.all(consumers.map((c) => c.stop()));
     },
   };

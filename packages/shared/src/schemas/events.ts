@@ -10,6 +10,8 @@ export const ApplyRequest = z.object({
   documents: z.array(z.unknown()),
   /** Where the documents came from (a file name), for messages. */
   source: z.string().optional(),
+  /** Apply what the control plane protects itself from (removing a requirement of module `mesh`). */
+  force: z.boolean().optional(),
 });
 export type ApplyRequest = z.infer<typeof ApplyRequest>;
 
@@ -31,6 +33,25 @@ export const ApplyReply = z.discriminatedUnion("ok", [
 export type ApplyReply = z.infer<typeof ApplyReply>;
 
 /**
+ * Request on `mesh.api.delete`: delete modules and providers (by kind and name), and drop what
+ * removed grants retained (`retained`: grant ids). All or nothing: any problem deletes nothing.
+ * Deleting module `mesh`, or a provider that still serves grants, needs `force`.
+ */
+export const DeleteRequest = z.object({
+  documents: z.array(z.object({ kind: z.enum(["Provider", "Module"]), name: z.string().max(64) })).max(256).default([]),
+  retained: z.array(z.string().max(128)).max(256).default([]),
+  force: z.boolean().optional(),
+});
+export type DeleteRequest = z.infer<typeof DeleteRequest>;
+
+/** Reply to a delete: what was deleted (a module's grants are then taken back), or nothing and every problem. */
+export const DeleteReply = z.discriminatedUnion("ok", [
+  z.object({ ok: z.literal(true), deleted: z.array(z.object({ kind: z.enum(["Provider", "Module", "Retained"]), name: z.string() })) }),
+  z.object({ ok: z.literal(false), problems: z.array(Problem) }),
+]);
+export type DeleteReply = z.infer<typeof DeleteReply>;
+
+/**
  * Event on `mesh.delivery.<node>.<module>.<part>.<requirement>` (stream MESH_DELIVERIES):
  * generation `generation` of a grant is ready for that part. It carries no secret value;
  * the holder fetches the values with a {@link CredentialFetchRequest}.
@@ -47,6 +68,8 @@ export const Delivery = z.object({
   publishedAt: z.string(),
   /** Set when the generation is staged by a rotation (its id): the holder confirms once it applied it. */
   rotation: z.string().optional(),
+  /** Set when the part is no longer a target of the grant: the agent removes its binding, and the receipt says so. */
+  withdraw: z.literal(true).optional(),
 });
 export type Delivery = z.infer<typeof Delivery>;
 

@@ -36,6 +36,8 @@ export const DeliveryReceipt = z.object({
   /** A delivery of generation `generation` (newer than the one held) that cannot succeed as things are, and why. */
   failure: z.object({ generation: z.number().int().positive(), message: z.string().max(RECEIPT_MESSAGE_MAX), at: z.string() }).optional(),
   /** The part's onRotate hook in rotation `rotation` (to `generation`): failed, and why; without `failed`, it ran. */
+  /** When the agent removed the part's binding of this grant (the part is no longer a target): the holder holds nothing. */
+  withdrawnAt: z.string().optional(),
   hook: z
     .object({
       rotation: z.string().max(200),
@@ -72,11 +74,32 @@ export const Grant = z.object({
   options: RequirementOptions.optional(),
   /** The verifier's repairs of this grant, oldest first, at most REPAIR_HISTORY_LIMIT (the newest). */
   repairs: z.array(RepairEvent).optional(),
+  /** The requirement's `deletionPolicy:`, copied by the resolver (absent: its kind's default, `deletionPolicyOf`). */
+  deletionPolicy: z.enum(["Retain", "Delete"]).optional(),
+  /**
+   * Set by the resolver when the module no longer declares the requirement (or the module was
+   * deleted): the grant is taken back — revoked at its provider, its values purged, its bindings
+   * removed from the nodes — and then removed (or kept as `retained`).
+   */
+  removal: z.object({ requestedAt: z.string(), reason: z.string().max(1_024) }).optional(),
+  /**
+   * Set by the provisioner once no installed part needed the grant and it was taken back at its
+   * provider: every generation up to `generation` no longer logs in, the store holds no value of
+   * them, and the resource was dropped (`dropped`) or its data kept. A part that needs it again
+   * gets a fresh generation (generation + 1) on what was kept.
+   */
+  revoked: z.object({ at: z.string(), generation: z.number().int().nonnegative(), dropped: z.boolean() }).optional(),
+  /** What was kept of a removed grant's resource (its data), since when: listed by meshctl status until `meshctl delete retained`, or adopted by declaring it again. */
+  retained: z.object({ since: z.string() }).optional(),
 });
 export type Grant = z.infer<typeof Grant>;
 
 export const ModuleStates = {
   NothingRequired: "NothingRequired",
+  /** The module was deleted and its grants are being taken back; the message says what remains. */
+  Deleting: "Deleting",
+  /** The module was deleted and all is taken back but data kept by `deletionPolicy: Retain`, which the message lists. */
+  Deleted: "Deleted",
   Pending: "Pending",
   Ready: "Ready",
   Degraded: "Degraded",

@@ -137,6 +137,12 @@ export const RequirementDoc = z.strictObject({
   rotate: RotatePolicy.optional(),
   /** Kind-specific settings (see the README's section on the kind). */
   options: RequirementOptions.optional(),
+  /**
+   * What happens to the resource once no installed part needs the grant: `Retain` (the default
+   * of kinds that hold data) revokes its logins and keeps the data, `Delete` drops it. Kinds that
+   * are a credential alone are always deleted.
+   */
+  deletionPolicy: z.enum(["Retain", "Delete"]).optional(),
 });
 export type RequirementDoc = z.infer<typeof RequirementDoc>;
 

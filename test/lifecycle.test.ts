@@ -1,0 +1,217 @@
+/**
+ * The end of a claim, on a real nats-server and the harness's scram PostgreSQL (a wrong or
+ * locked login really fails): whatever no installed part needs any more is taken back —
+ * revoked at its provider, its values purged from the store, its bindings removed from the
+ * node — whether a requirement was removed, the module deleted, or a part uninstalled; data
+ * is kept unless `deletionPolicy: Delete`, and adopted when declared again.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { DeleteReply, getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { startPostgres, type Postgres } from "./harness/postgres.js";
+import { adminEnv, harnessProvider } from "./fixtures.js";
+import { startTestMesh, type TestMesh } from "./mesh.js";
+import { waitFor } from "./harness/wait.js";
+
+let db: Postgres;
+let mesh: TestMesh;
+
+const partDir = (module: string, part: string) => join(mesh.bindingsRoot, "node-a", module, part);
+const read = (dir: string, key: string) => readFileSync(join(dir, key), "utf8");
+/** What a part was delivered of a database grant. */
+const dbBinding = (module: string, part: string, requirement = "db") => {
+  const dir = join(partDir(module, part), requirement);
+  return { user: read(dir, "username"), password: read(dir, "password"), database: read(dir, "database") };
+};
+
+async function login(b: { user: string; password: string; database: string }): Promise<string | undefined> {
+  const c = new pg.Client({ host: db.host, port: db.port, user: b.user, password: b.password, database: b.database });
+  try {
+    await c.connect();
+    await c.query("select 1");
+    return undefined;
+  } catch (e) {
+    return String(e);
+  } finally {
+    await c.end().catch(() => undefined);
+  }
+}
+
+async function del(body: object): Promise<DeleteReply> {
+  const m = await mesh.nc.request(subjects.delete, JSON.stringify(body), { timeout: 10_000 });
+  return DeleteReply.parse(m.json());
+}
+
+/** Every value the store holds of a grant, at any revision (a purge leaves none). */
+async function storedRevisions(module: string, requirement: string): Promise<number> {
+  let n = 0;
+  for await (const k of await mesh.store.kv.credentials.keys(keys.credentialsOf(module, requirement))) void k, n++;
+  for (let g = 1; g <= 5; g++) {
+    for await (const e of await mesh.store.kv.credentials.history({ key: keys.credential(module, requirement, g) })) if (e.operation === "PUT") n++;
+  }
+  return n;
+}
+
+const module = (name: string, requires: ModuleDoc["requires"], parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }]): ModuleDoc => ({ kind: "Module", name, parts, requires });
+
+beforeAll(async () => {
+  db = await startPostgres();
+  mesh = await startTestMesh({ env: adminEnv(db) });
+  expect((await mesh.apply([harnessProvider(db)])).ok).toBe(true);
+}, 60_000);
+
+afterAll(async () => {
+  await mesh?.stop();
+  await db?.stop();
+});
+
+describe("removing a requirement", () => {
+  it("revokes the credential at the provider within seconds, removes the binding, and leaves no value of it in the store; the data is retained", async () => {
+    await mesh.apply([module("rm", [{ name: "db", kind: "postgres.database" }, { name: "key", kind: "secret" }])]);
+    await mesh.waitForState("rm", "Ready");
+    const b = dbBinding("rm", "api");
+    expect(await login(b)).toBeUndefined();
+    expect(await storedRevisions("rm", "db")).toBeGreaterThan(0);
+
+    await mesh.apply([module("rm", [{ name: "key", kind: "secret" }])]);
+    const g = await waitFor("the grant to be taken back and retained", async () => {
+      const g = await mesh.grant("rm", "db");
+      return g?.retained ? g : undefined;
+    }, 15_000);
+    expect(await login(b)).toMatch(/not permitted to log in|password authentication failed/);
+    expect(existsSync(join(partDir("rm", "api"), "db"))).toBe(false);
+    expect(read(partDir("rm", "api"), "part.env")).not.toContain("DB_PASSWORD");
+    expect(await storedRevisions("rm", "db")).toBe(0);
+    expect(g.holders).toEqual({});
+    expect(getCondition(g.conditions, "Provisioned")).toMatchObject({ status: "False", reason: "NoInstalledPart" });
+    // The data is still there; the other requirement untouched.
+    expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(1);
+    expect(existsSync(join(partDir("rm", "api"), "key", "value"))).toBe(true);
+    expect((await mesh.moduleStatus("rm"))?.state).toBe("Ready");
+  });
+
+  it("a secret (a credential alone) is deleted outright: no grant, no value left", async () => {
+    await mesh.apply([module("rm", [])]);
+    await waitFor("the secret's grant to be gone", async () => ((await mesh.grant("rm", "key")) ? undefined : true), 15_000);
+    expect(existsSync(join(partDir("rm", "api"), "key"))).toBe(false);
+    expect(await storedRevisions("rm", "key")).toBe(0);
+  });
+});
+
+describe("deleting a module", () => {
+  it("with the default policy: logins fail, the database and its table stay, listed as retained; applying it again adopts them with a new credential", async () => {
+    await mesh.apply([module("keep", [{ name: "db", kind: "postgres.database" }])]);
+    await mesh.waitForState("keep", "Ready");
+    const b = dbBinding("keep", "api");
+    const c = new pg.Client({ host: db.host, port: db.port, user: b.user, password: b.password, database: b.database });
+    await c.connect();
+    await c.query("create table orders (id int primary key, item text)");
+    await c.query("insert into orders values (1, 'tea')");
+    await c.end();
+
+    expect(await del({ documents: [{ kind: "Module", name: "keep" }] })).toEqual({ ok: true, deleted: [{ kind: "Module", name: "keep" }] });
+    const status = await mesh.waitForState("keep", "Deleted", 15_000);
+    expect(status.message).toContain("retained db");
+    expect(status.message).toContain("meshctl delete retained keep/db");
+    expect(await login(b)).toMatch(/not permitted to log in|password authentication failed/);
+    expect(existsSync(join(partDir("keep", "api"), "db"))).toBe(false);
+
+    await mesh.apply([module("keep", [{ name: "db", kind: "postgres.database" }])]);
+    await mesh.waitForState("keep", "Ready", 15_000);
+    const again = dbBinding("keep", "api");
+    expect(again.password).not.toBe(b.password);
+    expect(again.database).toBe(b.database);
+    const c2 = new pg.Client({ host: db.host, port: db.port, user: again.user, password: again.password, database: again.database });
+    await c2.connect();
+    expect((await c2.query("select item from orders")).rows).toEqual([{ item: "tea" }]);
+    await c2.end();
+    const g = (await mesh.grant("keep", "db"))!;
+    expect(g.retained).toBeUndefined();
+    expect(g.revoked).toBeUndefined();
+    expect(g.generation).toBe(2);
+  });
+
+  it("with deletionPolicy Delete: the database is dropped and the module has no state any more", async () => {
+    await mesh.apply([module("drop", [{ name: "db", kind: "postgres.database", deletionPolicy: "Delete" }])]);
+    await mesh.waitForState("drop", "Ready");
+    const b = dbBinding("drop", "api");
+    expect((await del({ documents: [{ kind: "Module", name: "drop" }] })).ok).toBe(true);
+    await waitFor("the module to have no state", async () => ((await mesh.moduleStatus("drop")) ? undefined : true), 15_000);
+    expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
+    expect(await mesh.grant("drop", "db")).toBeUndefined();
+    expect(await storedRevisions("drop", "db")).toBe(0);
+  });
+
+  it("meshctl delete retained drops what was kept", async () => {
+    const b = dbBinding("keep", "api");
+    await mesh.apply([module("keep", [])]);
+    await waitFor("keep/db to be retained", async () => ((await mesh.grant("keep", "db"))?.retained ? true : undefined), 15_000);
+    expect(await del({ retained: ["keep/db"] })).toEqual({ ok: true, deleted: [{ kind: "Retained", name: "keep/db" }] });
+    await waitFor("keep/db to be gone", async () => ((await mesh.grant("keep", "db")) ? undefined : true), 15_000);
+    expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
+    const refused = await del({ retained: ["keep/db"] });
+    expect(refused.ok).toBe(false);
+  });
+
+  it("module mesh, the control plane, is not deleted without force, and nothing changes", async () => {
+    await mesh.apply([module("mesh", [{ name: "records-key", kind: "secret" }])]);
+    await mesh.waitForState("mesh", "Ready");
+    const before = (await mesh.grant("mesh", "records-key"))!;
+    const r = await del({ documents: [{ kind: "Module", name: "mesh" }] });
+    expect(r.ok).toBe(false);
+    expect(r.ok ? "" : r.problems[0]!.message).toMatch(/control plane.*refused without --force/);
+    // Nor is one of its requirements dropped by an apply.
+    const applied = await mesh.apply([module("mesh", [])]);
+    expect(applied.ok).toBe(false);
+    expect(JSON.stringify(applied)).toMatch(/dropping records-key.*refused without --force/);
+    expect((await mesh.grant("mesh", "records-key"))?.generation).toBe(before.generation);
+    expect((await mesh.moduleStatus("mesh"))?.state).toBe("Ready");
+  });
+
+  it("a provider that still serves grants is not deleted without force", async () => {
+    await mesh.apply([module("uses", [{ name: "db", kind: "postgres.database" }])]);
+    await mesh.waitForState("uses", "Ready");
+    const r = await del({ documents: [{ kind: "Provider", name: "pg-main" }] });
+    expect(r.ok).toBe(false);
+    expect(r.ok ? "" : r.problems[0]!.message).toMatch(/pg-main still serves .*uses\/db.*--force/);
+  });
+});
+
+describe("uninstalling a part", () => {
+  it("revokes only what no other installed part needs", async () => {
+    const parts = (aInstalled: boolean): ModuleDoc["parts"] => [
+      { name: "a", node: "node-a", installed: aInstalled },
+      { name: "b", node: "node-a", installed: true },
+    ];
+    const requires: ModuleDoc["requires"] = [
+      { name: "shared", kind: "postgres.database", parts: ["a", "b"] },
+      { name: "own", kind: "postgres.database", parts: ["a"] },
+    ];
+    await mesh.apply([module("two", requires, parts(true))]);
+    await mesh.waitForState("two", "Ready");
+    const shared = dbBinding("two", "b", "shared");
+    const own = dbBinding("two", "a", "own");
+
+    await mesh.apply([module("two", requires, parts(false))]);
+    await waitFor("a's bindings to be removed", () => (!existsSync(join(partDir("two", "a"), "shared")) && !existsSync(join(partDir("two", "a"), "own")) ? true : undefined), 15_000);
+    await waitFor("two/own to be revoked", async () => ((await mesh.grant("two", "own"))?.revoked ? true : undefined), 15_000);
+    expect(await login(own)).toMatch(/not permitted to log in|password authentication failed/);
+    expect(await storedRevisions("two", "own")).toBe(0);
+    // What b still needs keeps working, unrevoked, still delivered to b.
+    expect(await login(shared)).toBeUndefined();
+    expect(dbBinding("two", "b", "shared").password).toBe(shared.password);
+    const g = (await mesh.grant("two", "shared"))!;
+    expect(g.revoked).toBeUndefined();
+    expect(Object.keys(g.holders)).toEqual(["node-a/b"]);
+
+    // Installed again: a fresh credential for what was taken back, on the same database.
+    await mesh.apply([module("two", requires, parts(true))]);
+    await waitFor("a's own database delivered again", () => (existsSync(join(partDir("two", "a"), "own", "password")) ? true : undefined), 15_000);
+    const ownAgain = dbBinding("two", "a", "own");
+    expect(ownAgain.database).toBe(own.database);
+    expect(ownAgain.password).not.toBe(own.password);
+    expect(await login(ownAgain)).toBeUndefined();
+  });
+});
