@@ -5,11 +5,15 @@
  * node — whether a requirement was removed, the module deleted, or a part uninstalled; data
  * is kept unless `deletionPolicy: Delete`, and adopted when declared again.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
-import { DeleteReply, getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { DeleteReply, createLogger, getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { startProvisioner } from "@mesh/provisioner";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -214,4 +218,101 @@ describe("uninstalling a part", () => {
     expect(ownAgain.password).not.toBe(own.password);
     expect(await login(ownAgain)).toBeUndefined();
   });
+});
+
+describe("meshctl delete (built)", () => {
+  const repo = fileURLToPath(new URL("..", import.meta.url));
+  const meshctl = (args: string[]) =>
+    new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      const p = spawn(process.execPath, [join(repo, "packages/cli/bin/meshctl.js"), ...args], { env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url, MESH_NATS_CREDENTIALS: "" } });
+      let stdout = "";
+      let stderr = "";
+      p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+      p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      p.on("close", (code) => resolve({ code, stdout, stderr }));
+    });
+
+  it("delete module exits 0 once revoked at the provider, saying what is retained; status shows it; delete -f and retained follow", async () => {
+    await mesh.apply([module("cli", [{ name: "db", kind: "postgres.database" }, { name: "key", kind: "secret" }])]);
+    await mesh.waitForState("cli", "Ready");
+    const b = dbBinding("cli", "api");
+    const r = await meshctl(["delete", "module", "cli"]);
+    expect(r.stderr + r.stdout).toContain("deleted module cli");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain("cli/db: revoked, its data retained (meshctl delete retained cli/db drops it)");
+    // Revoked by the time it exits.
+    expect(await login(b)).toMatch(/not permitted to log in|password authentication failed/);
+    const status = await waitFor("status to show Deleted", async () => {
+      const s = await meshctl(["status", "cli"]);
+      return /cli\s+Deleted/.test(s.stdout) ? s : undefined;
+    }, 15_000);
+    expect(status.stdout).toContain("Retained");
+    expect(status.stdout).toContain("meshctl delete retained cli/db");
+
+    const dropped = await meshctl(["delete", "retained", "cli/db", "--json"]);
+    expect(dropped.code, dropped.stderr).toBe(0);
+    expect(JSON.parse(dropped.stdout)).toMatchObject({ ok: true, deleted: [{ kind: "Retained", name: "cli/db" }], grants: [{ grant: "cli/db", gone: true }] });
+    expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
+    await waitFor("cli to have no state", async () => ((await meshctl(["status", "cli"])).code === 3 ? true : undefined), 15_000);
+
+    const dir = mkdtempSync(join(tmpdir(), "mesh-delete-"));
+    const f = join(dir, "m.yaml");
+    writeFileSync(f, "kind: Module\nname: clif\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: key, kind: secret }]\n");
+    expect((await meshctl(["apply", "-f", f])).code).toBe(0);
+    await mesh.waitForState("clif", "Ready");
+    const byFile = await meshctl(["delete", "-f", f]);
+    expect(byFile.code, byFile.stderr).toBe(0);
+    await waitFor("clif to have no state", async () => ((await meshctl(["status", "clif"])).code === 3 ? true : undefined), 15_000);
+  });
+
+  it("refuses what it cannot do, with the reason: wrong usage exits 2, a protected or missing one 1, and nothing is deleted", async () => {
+    expect((await meshctl(["delete", "modle", "x"])).code).toBe(2);
+    expect((await meshctl(["delete"])).code).toBe(2);
+    const missing = await meshctl(["delete", "module", "nosuch"]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("there is no module nosuch");
+    const protectedOne = await meshctl(["delete", "module", "mesh"]);
+    expect(protectedOne.code).toBe(1);
+    expect(protectedOne.stderr).toMatch(/control plane.*refused without --force/);
+    expect(protectedOne.stderr).toContain("refused: nothing was deleted.");
+    expect((await mesh.moduleStatus("mesh"))?.state).toBe("Ready");
+  });
+});
+
+describe("a provisioner SIGKILLed in the middle of taking a grant back", () => {
+  const main = join(fileURLToPath(new URL("..", import.meta.url)), "services", "provisioner", "dist", "main.js");
+
+  for (const step of ["Revoked", "Purged"] as const) {
+    it(`after ${step}: a fresh provisioner finishes it, and nothing is left that logs in`, async () => {
+      const name = `kill-${step.toLowerCase()}`;
+      await mesh.provisioner.stop();
+      const child = spawn(process.execPath, [main], {
+        env: { ...adminEnv(db), NATS_URL: mesh.nats.url, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"), MESH_PROVISIONER_TEST_PAUSE_AFTER: step, MESH_LOG_LEVEL: "warn" },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let out = "";
+      child.stdout!.on("data", (b: Buffer) => (out += b.toString()));
+      child.stderr!.on("data", (b: Buffer) => (out += b.toString()));
+      let b: ReturnType<typeof dbBinding>;
+      try {
+        await mesh.apply([module(name, [{ name: "db", kind: "postgres.database", deletionPolicy: "Delete" }])]);
+        await mesh.waitForState(name, "Ready", 20_000);
+        b = dbBinding(name, "api");
+        expect((await del({ documents: [{ kind: "Module", name }] })).ok).toBe(true);
+        await waitFor(`the provisioner to freeze after ${step}`, () => out.includes(`TEST-HOOK paused-after ${step}`), 20_000);
+        child.kill("SIGKILL");
+        await new Promise((r) => child.once("exit", r));
+      } finally {
+        if (child.exitCode === null) child.kill("SIGKILL");
+      }
+      // A fresh one picks the grant up where it was (its durable consumer redelivers it).
+      mesh.provisioner = await startProvisioner({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("provisioner", { destination: mesh.logs, level: "debug" }), env: adminEnv(db) });
+      await waitFor(`module ${name} to have no state`, async () => ((await mesh.moduleStatus(name)) ? undefined : true), 30_000);
+      expect(await mesh.grant(name, "db")).toBeUndefined();
+      expect(await storedRevisions(name, "db")).toBe(0);
+      expect(existsSync(join(partDir(name, "api"), "db"))).toBe(false);
+      expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
+      expect(await login(b)).toMatch(/does not exist|password authentication failed|not permitted/);
+    }, 90_000);
+  }
 });

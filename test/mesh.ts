@@ -116,7 +116,8 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
     async stop() {
       await verifier?.stop();
       await Promise.all(agents.map((a) => a.stop()));
-      await provisioner.stop();
+      // The provisioner the test left running (it may have replaced the first one).
+      await Promise.all([provisioner.stop(), mesh.provisioner.stop()]);
       await resolver.stop();
       await nc.close();
       await nats.stop();

@@ -9,6 +9,7 @@ import { operatorFiles } from "@mesh/providers";
 import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
 import { resolve } from "node:path";
 import { runApply } from "./apply-command.js";
+import { deleteRequestOf, deleteRequestOfFiles, runDelete } from "./delete-command.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { runExplain } from "./explain-command.js";
@@ -101,10 +102,32 @@ program
   .description("validate manifest files here, then store all their documents (or none) through the resolver")
   .requiredOption("-f, --filename <file>", "a YAML or JSON manifest file; - for standard input; repeatable", collect, [])
   .option("--json", "print the outcome as JSON")
+  .option("--force", "apply what the control plane protects itself from: module mesh without a requirement it had")
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((o: { filename: string[]; json?: boolean; timeout?: string; verbose?: boolean }) =>
-    run((connect) => runApply(connect, { files: o.filename, json: o.json, policy: policyOf(o) }, out)),
+  .action((o: { filename: string[]; json?: boolean; force?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect) => runApply(connect, { files: o.filename, json: o.json, force: o.force, policy: policyOf(o) }, out)),
+  );
+
+program
+  .command("delete")
+  .description("delete modules or providers (what no installed part needs any more is revoked and taken back), or drop what a removed grant retained")
+  .argument("[what]", "module, provider or retained")
+  .argument("[names...]", "the modules' or providers' names, or the grants (<module>/<requirement>) whose retained data to drop")
+  .option("-f, --filename <file>", "delete the modules and providers a manifest file declares; repeatable", collect, [])
+  .option("--force", "delete what the mesh protects: module mesh (its control plane), a provider that still serves grants (they are re-resolved)")
+  .option("--wait-timeout <duration>", "how long to wait for the providers to revoke what was deleted (default 60s); exit 9 when they have not")
+  .option("--json", 'print {"ok","deleted":[…],"grants":[{"grant","revoked","retained","gone","remains"}]} as JSON')
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((what: string | undefined, names: string[], o: { filename: string[]; force?: boolean; waitTimeout?: string; json?: boolean; timeout?: string; verbose?: boolean }) =>
+    run(async (connect, url) => {
+      const force = Boolean(o.force);
+      if (o.filename.length && (what || names.length)) throw new CliError("give either -f FILE… or WHAT NAME…, not both", ExitCodes.Usage);
+      const request = o.filename.length ? await deleteRequestOfFiles(o.filename, force) : deleteRequestOf(what, names, force);
+      const waitMs = durationOption("--wait-timeout", o.waitTimeout);
+      return runDelete(await openStoreForCli(await connect(), url), { request, json: o.json, policy: policyOf(o), ...(waitMs ? { waitMs } : {}) }, out);
+    }),
   );
 
 program

@@ -24,7 +24,7 @@ export function ageOf(iso: string, now: Date): string {
 /** A module state, coloured by how good it is. */
 export function styleState(state: string, s: Style): string {
   if (state === "Ready" || state === "NothingRequired") return s.ok(state);
-  if (state === "Pending") return s.warn(state);
+  if (state === "Pending" || state === "Deleting" || state === "Deleted") return s.warn(state);
   return s.bad(state);
 }
 
@@ -49,6 +49,7 @@ function formatGrant(g: StatusGrant, o: Required<FormatOptions>, s: Style, reaso
   ].join("  ");
   const lines = [head];
   if (g.rotation) lines.push(...formatRotationLine(g.rotation, o, s));
+  if (g.lifecycle) lines.push(...formatLifecycle(g.lifecycle, o, s));
   for (const c of g.conditions) {
     // Verified: the age of the last check and where from, not of the last change.
     const age =
@@ -68,6 +69,15 @@ function formatGrant(g: StatusGrant, o: Required<FormatOptions>, s: Style, reaso
   }
   if (g.conditions.length === 0) lines.push(`    ${s.dim("no condition yet")}`);
   return lines;
+}
+
+/** A grant being taken back (`Deleting`, what remains) or kept (`Retained`, how to drop it). */
+export function formatLifecycle(l: NonNullable<StatusGrant["lifecycle"]>, o: Required<FormatOptions>, s: Style): string[] {
+  const text =
+    l.state === "Retained"
+      ? `its data is kept since ${l.since} (${ageOf(l.since, o.now)}); its logins are revoked. ${l.drop} drops it; declaring the requirement again adopts it`
+      : `${l.reason ?? "taken back"}${l.remains.length ? `: ${l.remains.join("; ")}` : ": finishing"}`;
+  return [`    ${s.warn(pad(l.state, 12))}`, ...wrapText(text, o.width, "      ")];
 }
 
 /**

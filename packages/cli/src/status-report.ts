@@ -9,12 +9,14 @@ import {
   NAME_RULE,
   Rotation,
   Verification,
+  dropRetainedHint,
   formatAge,
   isRotationRunning,
   isValidName,
   keys,
   listJson,
   readJson,
+  removalRemains,
   type Condition,
   type RepairEvent,
   type Store,
@@ -46,6 +48,29 @@ export interface StatusGrant {
   repairs?: RepairEvent[];
   /** The rotation of the grant that is running (not yet Committed), when there is one. */
   rotation?: StatusRotation;
+  /** Being taken back (no installed part needs it), with what remains; or retained data of a removed grant. */
+  lifecycle?: StatusLifecycle;
+}
+
+/** Where a grant is in its end: being taken back, or kept as retained data. */
+export interface StatusLifecycle {
+  state: "Deleting" | "Retained";
+  since: string;
+  /** Why it is taken back (`the module was deleted`…). */
+  reason?: string;
+  /** What is left to do, in words (nodes whose agent must still remove a binding…). */
+  remains: string[];
+  /** For retained data: the command that drops it. */
+  drop?: string;
+}
+
+/** The lifecycle entry of a grant, when it is ending or retained. Pure. */
+export function toStatusLifecycle(g: Grant): StatusLifecycle | undefined {
+  if (g.retained) return { state: "Retained", since: g.retained.since, remains: [], drop: dropRetainedHint(g) };
+  const remains = removalRemains(g);
+  if (g.removal) return { state: "Deleting", since: g.removal.requestedAt, reason: g.removal.reason, remains };
+  if (remains.length) return { state: "Deleting", since: g.revoked?.at ?? new Date().toISOString(), reason: "no installed part needs it", remains };
+  return undefined;
 }
 
 /** A running (or Stalled) rotation of a grant, as `meshctl status` reports it. */
@@ -135,6 +160,7 @@ export function toStatusGrant(g: Grant, v?: Verification, now = new Date(), r?: 
     probes: v.probes,
   };
   const rotation = toStatusRotation(r);
+  const lifecycle = toStatusLifecycle(g);
   return {
     id: g.id,
     requirement: g.requirement,
@@ -149,6 +175,7 @@ export function toStatusGrant(g: Grant, v?: Verification, now = new Date(), r?: 
     ...(verification ? { verification } : {}),
     ...(g.repairs?.length ? { repairs: g.repairs } : {}),
     ...(rotation ? { rotation } : {}),
+    ...(lifecycle ? { lifecycle } : {}),
   };
 }
 

@@ -3,8 +3,26 @@
  * mesh-provisioner: `NATS_URL`, and the master key from `MESH_MASTER_KEY` or the file
  * `MESH_MASTER_KEY_FILE` (default `.mesh/master.key`, created with mode 0600 if missing).
  * Admin passwords of providers come from the variables or files their documents name.
+ *
+ * TEST HOOK: `MESH_PROVISIONER_TEST_PAUSE_AFTER=Revoked|Purged` freezes the process after that
+ * step of taking a grant back (it prints `TEST-HOOK paused-after <step>`), so a test can
+ * SIGKILL it there and show that a fresh provisioner finishes.
  */
 import { runService, serviceMasterKey } from "@mesh/shared";
 import { startProvisioner } from "./provisioner.js";
+import { TakeBackSteps, type TakeBackStep } from "./provision.js";
 
-await runService("provisioner", ({ store, log }) => startProvisioner({ store, masterKey: serviceMasterKey(log), log }));
+const pause = process.env.MESH_PROVISIONER_TEST_PAUSE_AFTER as TakeBackStep | undefined;
+if (pause && !TakeBackSteps.includes(pause)) {
+  process.stderr.write(`mesh-provisioner: MESH_PROVISIONER_TEST_PAUSE_AFTER=${pause} is not one of ${TakeBackSteps.join(", ")}\n`);
+  process.exit(2);
+}
+
+await runService("provisioner", ({ store, log }) =>
+  startProvisioner({
+    store,
+    masterKey: serviceMasterKey(log),
+    log,
+    ...(pause ? { testPauseAfter: pause, onTestPause: (s: TakeBackStep) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
+  }),
+);

@@ -31,7 +31,14 @@ export interface ProvisionDeps {
   credentials: CredentialStore;
   adapters: AdapterPool;
   log: Logger;
+  /** TEST HOOK (`MESH_PROVISIONER_TEST_PAUSE_AFTER`): freeze after this step of a take-back, so a test can SIGKILL the process there. */
+  testPauseAfter?: TakeBackStep;
+  onTestPause?: (step: TakeBackStep) => void;
 }
+
+/** The steps of taking a grant back after which a test may freeze the provisioner. */
+export const TakeBackSteps = ["Revoked", "Purged"] as const;
+export type TakeBackStep = (typeof TakeBackSteps)[number];
 
 /**
  * The generation a grant should be provisioned at, or undefined when there is nothing for the

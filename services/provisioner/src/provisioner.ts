@@ -22,20 +22,28 @@ import {
 } from "@mesh/shared";
 import { AdapterPool, CredentialStore } from "@mesh/providers";
 import { handleCredentialFetch, handleCredentialList } from "./fetch.js";
-import { reconcileGrant } from "./provision.js";
+import { reconcileGrant, type TakeBackStep } from "./provision.js";
 import { foldReceipts } from "./receipts.js";
 
 export interface Provisioner {
   /** Reconciles one grant now (key `<module>.<requirement>`). */
   reconcile(key: string): Promise<void>;
+  /** Stops serving and consuming, and closes the adapters. Idempotent. */
   stop(): Promise<void>;
 }
 
-export async function startProvisioner(opts: { store: Store; masterKey: MasterKey; log: Logger; env?: NodeJS.ProcessEnv }): Promise<Provisioner> {
+export async function startProvisioner(opts: {
+  store: Store;
+  masterKey: MasterKey;
+  log: Logger;
+  env?: NodeJS.ProcessEnv;
+  testPauseAfter?: TakeBackStep;
+  onTestPause?: (step: TakeBackStep) => void;
+}): Promise<Provisioner> {
   const { store, log } = opts;
   const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
   const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
-  const deps = { store, credentials, adapters, log };
+  const deps = { store, credentials, adapters, log, testPauseAfter: opts.testPauseAfter, onTestPause: opts.onTestPause };
   const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
   const sealer = meshSealingKey(opts.masterKey);
   const api = serveJson(store.nc, subjects.credentialFetchesAll, QueueGroups.provisioner, log, (body, m) =>
@@ -54,12 +62,16 @@ export async function startProvisioner(opts: { store: Store; masterKey: MasterKe
   // The agents' receipts, folded into the grants (an agent may write no grant).
   const receipts = await foldReceipts({ store, log });
   log.info({ masterKey: opts.masterKey.id }, "provisioner started");
+  let stopped: Promise<void> | undefined;
   return {
     reconcile: (key) => queue.enqueue(key),
-    async stop() {
-      await Promise.all([api.stop(), list.stop()]);
-      await Promise.all([consumer.stop(), receipts.stop()]);
-      await adapters.close();
+    stop() {
+      stopped ??= (async () => {
+        await Promise.all([api.stop(), list.stop()]);
+        await Promise.all([consumer.stop(), receipts.stop()]);
+        await adapters.close();
+      })();
+      return stopped;
     },
   };
 }

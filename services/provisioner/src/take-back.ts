@@ -27,7 +27,15 @@ import {
   type Delivery,
   type Logger,
 } from "@mesh/shared";
-import type { ProvisionDeps } from "./provision.js";
+import type { ProvisionDeps, TakeBackStep } from "./provision.js";
+
+/** TEST HOOK: freezes for good after `step` when the deps say so (the test then SIGKILLs the process). */
+async function testPause(deps: ProvisionDeps, step: TakeBackStep): Promise<void> {
+  if (deps.testPauseAfter !== step) return;
+  deps.log.warn({ step }, "TEST HOOK: the provisioner froze after this step of a take-back");
+  deps.onTestPause?.(step);
+  await new Promise<never>(() => undefined);
+}
 
 /**
  * Does what is due of taking the grant under `key` back. Returns true when the grant is
@@ -74,7 +82,9 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
       throw e;
     }
   }
+  await testPause(deps, "Revoked");
   await credentials.purge(g.module, g.requirement);
+  await testPause(deps, "Purged");
   glog.info(drop ? "taken back: the resource is dropped and its values erased" : "taken back: its logins are revoked and its values erased; its data is kept");
   return mutateJson(store.kv.grants, key, Grant, (cur) => {
     if (!cur || !isUnneeded(cur) || cur.generation !== g.generation) return undefined; // needed again, or moved on: the next reconcile decides
