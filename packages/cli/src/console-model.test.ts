@@ -93,6 +93,13 @@ describe("graphModel", () => {
     expect(m.nodes.find((n) => n.id === "provider:builtin-secret")).toMatchObject({ state: "built in", tone: "ok" });
   });
 
+  it("lists the grants the manifest does not declare (a part's identity) beside the declared ones", () => {
+    const doc: ModuleDoc = { kind: "Module", name: "shop", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "db", kind: "postgres.database", parts: ["api"] }] };
+    const identity = grant({ requirement: "identity-api", kind: "mesh.identity", provider: "mesh-nats", generation: 1, conditions: [cond("Resolved", "True", "ProviderSelected", "x")] });
+    const m = graphModel(snapOf({ modules: [ready], grants: [verifiedDb, identity], providers: [pgMain], manifests: [doc] }), NOW);
+    expect(m.edges.filter((e) => e.label === "requires").map((e) => e.to)).toEqual(["requirement:shop/db", "requirement:shop/identity-api"]);
+  });
+
   it("marks a grant whose rotation is Stalled", () => {
     const m = graphModel(snapOf({ modules: [ready], grants: [verifiedDb], providers: [pgMain], rotations: [rotation({ state: "Stalled" })] }), NOW);
     const g = m.nodes.find((n) => n.id === "grant:shop/db")!;

@@ -189,14 +189,12 @@ export function graphModel(snap: ConsoleSnapshot, now = new Date()): GraphModel 
     const module = status.module;
     const manifest = snap.manifests.get(module);
     const own = grants.filter((g) => g.module === module);
-    const explanation = explainModule({
-      status,
-      ...(manifest ? { manifest: { doc: manifest.value, revision: manifest.revision } } : {}),
-      grants: own,
-      providers,
-      nodes: nodeRecords,
-      now,
-    });
+    const input = { status, grants: own, providers, nodes: nodeRecords, now };
+    const explanation = explainModule({ ...input, ...(manifest ? { manifest: { doc: manifest.value, revision: manifest.revision } } : {}) });
+    // Grants the manifest does not declare (each part's identity): explained from the grants alone.
+    const declared = new Set(explanation.requirements.map((r) => r.requirement));
+    const implicit = own.filter((g) => !declared.has(g.requirement));
+    if (manifest && implicit.length) explanation.requirements.push(...explainModule({ ...input, grants: implicit }).requirements);
     nodes.push({
       id: `module:${module}`,
       column: "module",
