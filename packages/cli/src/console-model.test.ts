@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { keys, type Grant, type ModuleDoc, type ModuleStatus, type ProviderDoc, type ReachabilityRecord, type Rotation, type Verification } from "@mesh/shared";
 import { applyChange, emptySnapshot, type ConsoleSnapshot } from "./console-snapshot.js";
 import { endpointShown, grantPage, graphModel, rotationTimeline } from "./console-model.js";
-import { routeOf } from "./console-views.js";
+import { routeConcerns, routeOf } from "./console-views.js";
 import { NOW, ago, cond, grant, moduleStatus, nodeA, pgMain, readyDb, rotationFixture } from "./test-fixtures.js";
 
 /** A snapshot holding these records, each at revision 1. */
@@ -195,6 +195,20 @@ describe("routeOf", () => {
     ["/etc/passwd", undefined],
   ])("%s", (path, route) => {
     expect(routeOf(path)).toEqual(route);
+  });
+});
+
+describe("routeConcerns", () => {
+  it.each([
+    [{ page: "overview" }, "grants", "shop.db", true],
+    [{ page: "overview" }, "verifications", "shop.db", false],
+    [{ page: "grant", grant: "shop/db" }, "verifications", "shop.db", true],
+    [{ page: "grant", grant: "shop/db" }, "grants", "shop.key", false],
+    [{ page: "grant", grant: "shop/db" }, "modules", "shop", false],
+    [{ page: "rotation", rotation: "shop/db#2" }, "rotations", "shop.db", true],
+    [{ page: "rotation", rotation: "shop/db#2" }, "grants", "shop.db", false],
+  ] as const)("%o, a change of %s %s: %s", (route, bucket, key, concerns) => {
+    expect(routeConcerns(route, { bucket, key })).toBe(concerns);
   });
 });
 

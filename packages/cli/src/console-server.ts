@@ -12,7 +12,7 @@ import { errorMessage } from "@mesh/shared";
 import { checkRequest, type AccessPolicy } from "./console-access.js";
 import { renderDocument, type Linker, type View } from "./console-html.js";
 import type { ConsoleState } from "./console-state.js";
-import { renderRoute, routeOf } from "./console-views.js";
+import { renderRoute, routeConcerns, routeOf, type Route } from "./console-views.js";
 
 /** The assets the page loads, served from the package's `assets/` directory. */
 const ASSETS: Record<string, string> = { "/assets/console.js": "text/javascript; charset=utf-8", "/assets/console.css": "text/css; charset=utf-8" };
@@ -57,6 +57,17 @@ export function createConsoleServer(opts: ConsoleServerOptions): ConsoleServer {
   const link: Linker = (path) => `${path}${path.includes("?") ? "&" : "?"}token=${encodeURIComponent(access.token)}`;
   const assets = new Map(Object.keys(ASSETS).map((p) => [p, readFileSync(new URL(p.slice("/assets/".length), assetsDir))]));
   const channels = new Set<ServerResponse>();
+  // One rendering per page and version, shared by every channel that follows the page.
+  const rendered = new Map<string, { version: number; view: Promise<View> }>();
+  const renderShared = (path: string, route: Route): Promise<View> => {
+    const hit = rendered.get(path);
+    if (hit && hit.version === state.version) return hit.view;
+    const view = renderRoute(state, route, link);
+    if (rendered.size >= 100) rendered.clear(); // pages nobody follows any more
+    rendered.set(path, { version: state.version, view });
+    view.catch(() => rendered.delete(path));
+    return view;
+  };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? "/", "http://console.invalid");
@@ -97,7 +108,7 @@ export function createConsoleServer(opts: ConsoleServerOptions): ConsoleServer {
       }
       rendering = true;
       try {
-        const view: View = await renderRoute(state, route, link);
+        const view = await renderShared(path, route);
         const data = JSON.stringify({ version: state.version, title: view.title, html: view.html });
         if (view.html !== last && !res.writableEnded) res.write(`event: view\ndata: ${data}\n\n`);
         last = view.html;
@@ -114,7 +125,9 @@ export function createConsoleServer(opts: ConsoleServerOptions): ConsoleServer {
     const schedule = () => {
       timer ??= setTimeout(() => void push(), LIVE_DEBOUNCE_MS);
     };
-    const unsubscribe = state.onChange(schedule);
+    const unsubscribe = state.onChange((_version, change) => {
+      if (routeConcerns(route, change)) schedule();
+    });
     const heartbeat = setInterval(() => res.write(": heartbeat\n\n"), LIVE_HEARTBEAT_MS);
     const end = () => {
       unsubscribe();

@@ -22,14 +22,20 @@ export function withoutCredentials(store: Store): Store {
   return { ...store, kv };
 }
 
+/** What one change touched: a record of a bucket. */
+export interface ConsoleChange {
+  bucket: ConsoleBucket;
+  key: string;
+}
+
 /** A running copy; `version` grows with every change. */
 export interface ConsoleState {
   readonly snapshot: ConsoleSnapshot;
   readonly version: number;
   /** The store the pages read more from (a grant's history): without credentials. */
   readonly store: Store;
-  /** Calls `fn` after each change; returns what stops calling it. */
-  onChange(fn: (version: number) => void): () => void;
+  /** Calls `fn` after each change, with what changed; returns what stops calling it. */
+  onChange(fn: (version: number, change: ConsoleChange) => void): () => void;
   /** Ends the watches. */
   stop(): void;
   /** Resolves when a watch ends (the connection closed). */
@@ -63,10 +69,10 @@ export async function startConsoleState(full: Store): Promise<ConsoleState> {
   const store = withoutCredentials(full);
   const snapshot = emptySnapshot();
   let version = 0;
-  const listeners = new Set<(v: number) => void>();
-  const changed = () => {
+  const listeners = new Set<(v: number, change: ConsoleChange) => void>();
+  const changed = (change: ConsoleChange) => {
     version++;
-    for (const fn of listeners) fn(version);
+    for (const fn of listeners) fn(version, change);
   };
   const watches: Watch[] = [];
   const ended: Array<Promise<void>> = [];
@@ -80,20 +86,20 @@ export async function startConsoleState(full: Store): Promise<ConsoleState> {
       watches.push(watch);
       const pending: Array<() => boolean> = [];
       let listed = false;
-      const apply = (fn: () => boolean) => {
+      const apply = (key: string, fn: () => boolean) => {
         if (!listed) pending.push(fn);
-        else if (fn()) changed();
+        else if (fn()) changed({ bucket, key });
       };
       ended.push(
         (async () => {
           for await (const e of watch) {
             if (e.operation !== "PUT" || e.length === 0) {
-              apply(() => applyChange(snapshot, bucket, e.key, undefined, e.revision));
+              apply(e.key, () => applyChange(snapshot, bucket, e.key, undefined, e.revision));
               continue;
             }
             const r = schema.safeParse(safeJson(e));
             // A record that does not parse is one a newer mesh wrote; the console shows what it can read.
-            if (r.success) apply(() => applyChange(snapshot, bucket, e.key, r.data as never, e.revision));
+            if (r.success) apply(e.key, () => applyChange(snapshot, bucket, e.key, r.data as never, e.revision));
           }
         })().catch(() => undefined),
       );

@@ -6,7 +6,7 @@
 import { keys, parseGrantId, rotationId } from "@mesh/shared";
 import { grantPage, graphModel, rotationTimeline } from "./console-model.js";
 import { renderGrant, renderMissing, renderOverview, renderRotation, type Linker, type View } from "./console-html.js";
-import { grantHistory, type ConsoleState } from "./console-state.js";
+import { grantHistory, type ConsoleChange, type ConsoleState } from "./console-state.js";
 import { findRotation, latestRotation, rotationsOf } from "./rotation-records.js";
 
 /** A page of the console. */
@@ -26,6 +26,20 @@ export function routeOf(pathname: string): Route | undefined {
     return parseGrantId(grant) ? { page: "rotation", rotation: rotationId(grant, Number(r[3])) } : undefined;
   }
   return undefined;
+}
+
+/**
+ * Whether `change` can alter the page of `route`: the overview shows no verification record
+ * (which the verifier rewrites at every check), a grant's page only its own records, a
+ * rotation's page only its grant's rotation record. The live channel renders a page again only
+ * when this holds.
+ */
+export function routeConcerns(route: Route, change: ConsoleChange): boolean {
+  if (route.page === "overview") return change.bucket !== "verifications";
+  const { module, requirement } = parseGrantId(route.page === "grant" ? route.grant : route.rotation.split("#")[0]!)!;
+  const own = change.key === keys.grant(module, requirement);
+  if (route.page === "grant") return own && (change.bucket === "grants" || change.bucket === "verifications" || change.bucket === "rotations");
+  return own && change.bucket === "rotations";
 }
 
 /** Renders the page of `route` as the state is now. */
