@@ -19,6 +19,7 @@ const model: GraphModel = {
     { from: "grant:shop/db", to: "provider:pg-main", label: "served by" },
   ],
   summary: [{ state: "Unsatisfiable", tone: "bad", count: 1 }],
+  running: [],
 };
 
 describe("the console's HTML", () => {

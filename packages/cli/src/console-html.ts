@@ -116,6 +116,11 @@ export function renderOverview(model: GraphModel, link: Linker): View {
     `<h1>Mesh</h1><p class="summary">${summary || "no module has been applied yet: apply one with <code>meshctl apply -f FILE</code>"}</p>` +
     `<figure class="graph-box">${svgGraph(layout, link)}<figcaption>modules → requirements → grants → providers; dashed: a provider's needs, or one that could serve but is not installed. Click a requirement or grant for its page.</figcaption></figure>` +
     `<h2>Modules</h2><table class="modules"><thead><tr><th>requirement</th><th>kind, parts</th><th>state</th><th>reason</th><th>grant</th><th>provider</th><th>why</th></tr></thead>${rows}</table>` +
+    `<h2>Rotations running</h2>${
+      model.running.length
+        ? `<ul class="running">${model.running.map((r) => `<li data-rotation="${esc(r.id)}"><a href="${esc(link(r.href))}">${esc(r.id)}</a> ${badge(r.state, r.tone)} ${r.from} → ${r.to}, ${r.confirmed}/${r.total} confirmed${r.missing.length ? `; waiting for ${esc(r.missing.slice(0, 10).join(", "))}${r.missing.length > 10 ? ` and ${r.missing.length - 10} more` : ""}` : ""}</li>`).join("")}</ul>`
+        : `<p class="none">none</p>`
+    }` +
     `<h2>Providers</h2><table class="providers"><thead><tr><th>provider</th><th>state</th><th>reason</th><th>serves, node, endpoint, needs</th></tr></thead><tbody>${providers}</tbody></table>`;
   return { title: `mesh console: ${modules.length} module${modules.length === 1 ? "" : "s"}`, html };
 }

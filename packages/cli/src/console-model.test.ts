@@ -105,6 +105,7 @@ describe("graphModel", () => {
     const g = m.nodes.find((n) => n.id === "grant:shop/db")!;
     expect(g.tone).toBe("bad");
     expect(g.lines).toContain("rotating 1→2: Stalled, 1/2 confirmed");
+    expect(m.running).toEqual([expect.objectContaining({ id: "shop/db#2", state: "Stalled", tone: "bad", href: "/rotation/shop/db/2", missing: ["node-b/worker/i-1"] })]);
   });
 
   it("shows an endpoint without its credentials", () => {

@@ -62,6 +62,8 @@ export interface GraphModel {
   edges: GraphEdge[];
   /** Counts for the heading: modules by state. */
   summary: Array<{ state: string; tone: Tone; count: number }>;
+  /** Rotations that have not committed (running or Stalled), by id. */
+  running: Array<StatusRotation & { tone: Tone; href: string }>;
 }
 
 /** The page of a grant. */
@@ -259,6 +261,10 @@ export function graphModel(snap: ConsoleSnapshot, now = new Date()): GraphModel 
     // An edge to a provider that is not registered (removed meanwhile) has nothing to point at.
     edges: edges.filter((e) => ids.has(e.from) && ids.has(e.to)),
     summary: [...counts.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([state, count]) => ({ state, count, tone: stateTone(state) })),
+    running: valuesOf(snap, "rotations")
+      .map((r) => toStatusRotation(r))
+      .filter((r) => r !== undefined)
+      .map((r) => ({ ...r, tone: rotationTone(r.state), href: rotationHref(r.id) })),
   };
 }
 
