@@ -17,6 +17,7 @@ import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { CHROMIUM_BIN } from "./harness/browser.js";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";
 import { accepts } from "./harness/ports.js";
 import { postgresBinDir } from "./harness/postgres.js";
@@ -54,6 +55,7 @@ const PACKAGES: readonly Prerequisite[] = [
   { what: "redis-server", pkg: "redis-server", present: () => onPath(process.env.REDIS_SERVER_BIN || "redis-server") },
   { what: `rabbitmq-server (${RABBITMQ_SERVER_BIN})`, pkg: "rabbitmq-server", present: () => onPath(RABBITMQ_SERVER_BIN) },
   { what: "ip, for the tests' network namespaces", pkg: "iproute2", present: () => onPath("ip") },
+  { what: `chromium (${CHROMIUM_BIN}), for the console's browser test`, pkg: "chromium", present: () => onPath(CHROMIUM_BIN) },
 ];
 
 /** The machine's own servers that tests use as they are, with the machine's command that starts each. */

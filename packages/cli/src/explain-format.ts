@@ -1,9 +1,10 @@
 /** The human form of an {@link Explanation}. Pure. */
 import type { Explanation, RequirementState } from "./explain.js";
-import { styleState } from "./status-format.js";
+import { styleState, type Tone } from "./status-format.js";
 import { makeStyle, wrapText, type Style } from "./style.js";
 
-const WORDS: Record<RequirementState, string> = {
+/** What a requirement state is called in words (`cannot be satisfied yet`). */
+export const REQUIREMENT_WORDS: Record<RequirementState, string> = {
   Satisfied: "satisfied",
   InProgress: "in progress",
   Unsatisfiable: "cannot be satisfied yet",
@@ -11,11 +12,14 @@ const WORDS: Record<RequirementState, string> = {
   Dormant: "not provisioned (no installed part needs it)",
 };
 
+/** The tone of a requirement state. */
+export function requirementTone(state: RequirementState): Tone {
+  if (state === "Satisfied") return "ok";
+  return state === "InProgress" || state === "Dormant" ? "warn" : "bad";
+}
+
 function styleWords(state: RequirementState, s: Style): string {
-  const w = WORDS[state];
-  if (state === "Satisfied") return s.ok(w);
-  if (state === "InProgress" || state === "Dormant") return s.warn(w);
-  return s.bad(w);
+  return s[requirementTone(state)](REQUIREMENT_WORDS[state]);
 }
 
 /** Indents `text` wrapped at `width`, the first line after `label`. */

@@ -72,3 +72,6 @@ export { toStatusRotation, type StatusRotation } from "./status-report.js";
 export { formatRotationLine } from "./status-format.js";
 export { checkGrantArg } from "./rotate-command.js";
 export { checkRotationArg } from "./trace-command.js";
+export { runConsole, startConsole, checkConsoleOptions, type ConsoleOptions, type RunningConsole } from "./console-command.js";
+export { checkRequest, checkListen, parseListen, allowedHosts, isLoopback, DEFAULT_CONSOLE_LISTEN, type AccessPolicy, type Refusal } from "./console-access.js";
+export { graphModel, grantPage, rotationTimeline, type GraphModel, type GrantPage, type RotationTimeline } from "./console-model.js";

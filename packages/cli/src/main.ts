@@ -10,6 +10,8 @@ import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
 import { resolve } from "node:path";
 import { runApply } from "./apply-command.js";
 import { deleteRequestOf, deleteRequestOfFiles, runDelete } from "./delete-command.js";
+import { checkConsoleOptions, runConsole, type ConsoleOptions } from "./console-command.js";
+import { DEFAULT_CONSOLE_LISTEN } from "./console-access.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { runExplain } from "./explain-command.js";
@@ -191,6 +193,23 @@ program
   .option("--verbose", VERBOSE_HELP)
   .action((rotation: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
     readCommand("trace", o, (store) => runTrace(store, { rotation, json: o.json }, out), () => checkRotationArg(rotation)),
+  );
+
+program
+  .command("console")
+  .description("a read-only web console of the mesh, live: the graph of modules, requirements, grants and providers, each grant's page, each rotation's fan-out")
+  .option("--listen <host:port>", "where to listen; an address beyond loopback only with --tls-cert and --tls-key (port 0 picks a free one)", DEFAULT_CONSOLE_LISTEN)
+  .option("--tls-cert <file>", "PEM certificate, to serve HTTPS (required beyond loopback)")
+  .option("--tls-key <file>", "PEM private key of --tls-cert")
+  .option("--host <name>", "a host name clients reach a console beyond loopback by (the Host header it accepts); repeatable", collect, [])
+  .action((o: { listen: string; tlsCert?: string; tlsKey?: string; host: string[] }) =>
+    run(async (connect, url) => {
+      const opts: ConsoleOptions = { listen: o.listen, hostNames: o.host, ...(o.tlsCert ? { tlsCert: o.tlsCert } : {}), ...(o.tlsKey ? { tlsKey: o.tlsKey } : {}) };
+      checkConsoleOptions(opts);
+      const stop = new AbortController();
+      for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.once(s, () => stop.abort());
+      return runConsole(await openStoreForCli(await connect(), url), opts, out, stop.signal);
+    }),
   );
 
 /** The options `up` and `bootstrap` share. */

@@ -24,14 +24,24 @@ export async function findRotation(store: Store, id: string): Promise<FoundRotat
   if (!rid) return latest ? { rotation: latest } : undefined;
   if (latest?.id === id) return { rotation: latest };
   // An earlier rotation of the grant: its last revision may still be in the bucket's history.
-  let found: Rotation | undefined;
-  const history = await retryJetStreamGap(() => store.kv.rotations.history({ key }));
+  const found = (await rotationsOf(store, grant.module, grant.requirement)).find((r) => r.id === id);
+  return found ? { rotation: found } : undefined;
+}
+
+/**
+ * Every rotation of a grant still recorded (the latest and those the bucket's history keeps),
+ * each as its newest revision says, oldest first.
+ */
+export async function rotationsOf(store: Store, module: string, requirement: string): Promise<Rotation[]> {
+  const byId = new Map<string, Rotation>();
+  const history = await retryJetStreamGap(() => store.kv.rotations.history({ key: keys.grant(module, requirement) }));
   for await (const e of history) {
     if (e.operation !== "PUT") continue;
     const r = Rotation.safeParse(e.json());
-    if (r.success && r.data.id === id) found = r.data; // history is oldest first: keep the newest
+    // History is oldest first: a later revision of a rotation replaces the earlier, in its place.
+    if (r.success) byId.set(r.data.id, r.data);
   }
-  return found ? { rotation: found } : undefined;
+  return [...byId.values()];
 }
 
 /** The latest rotation of a grant, whatever its id; undefined when the grant never rotated. */

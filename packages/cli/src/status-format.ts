@@ -21,11 +21,18 @@ export function ageOf(iso: string, now: Date): string {
   return Number.isNaN(t) ? "?" : `${formatAge(now.getTime() - t)} ago`;
 }
 
+/** How good a state or condition is: what its colour says, in the terminal and in the console. */
+export type Tone = "ok" | "warn" | "bad";
+
+/** The tone of a module state. */
+export function stateTone(state: string): Tone {
+  if (state === "Ready" || state === "NothingRequired") return "ok";
+  return state === "Pending" || state === "Deleting" || state === "Deleted" ? "warn" : "bad";
+}
+
 /** A module state, coloured by how good it is. */
 export function styleState(state: string, s: Style): string {
-  if (state === "Ready" || state === "NothingRequired") return s.ok(state);
-  if (state === "Pending" || state === "Deleting" || state === "Deleted") return s.warn(state);
-  return s.bad(state);
+  return s[stateTone(state)](state);
 }
 
 /** False conditions that say "not yet" rather than "failed". */
@@ -34,9 +41,14 @@ const WAITING_REASONS = new Set(["AwaitingResolution", "AwaitingDelivery", "NoIn
 /** True conditions that say a rotation waits for someone to act on a node. */
 const BLOCKED_REASONS = new Set(["HookNotAllowed", "HookFailed"]);
 
+/** The tone of a condition: True is ok (but a blocked rotation waits), False is bad unless it only says "not yet". */
+export function conditionTone(status: string, reason: string): Tone {
+  if (status === "True") return BLOCKED_REASONS.has(reason) ? "warn" : "ok";
+  return status === "False" && !WAITING_REASONS.has(reason) ? "bad" : "warn";
+}
+
 function styleStatus(status: string, reason: string, s: Style): string {
-  if (status === "True") return BLOCKED_REASONS.has(reason) ? s.warn(status) : s.ok(status);
-  return status === "False" && !WAITING_REASONS.has(reason) ? s.bad(status) : s.warn(status);
+  return s[conditionTone(status, reason)](status);
 }
 
 function formatGrant(g: StatusGrant, o: Required<FormatOptions>, s: Style, reasonWidth: number): string[] {

@@ -2,7 +2,7 @@
  * Records for the CLI's unit tests: grants and module states as the services write them.
  * Not part of the package's public surface.
  */
-import type { Condition, Grant, ModuleStatus, NodeRecord, ProviderDoc } from "@mesh/shared";
+import type { Condition, Grant, ModuleStatus, NodeRecord, ProviderDoc, Rotation } from "@mesh/shared";
 import { grantFixture, postgresProvider } from "../../../test/fixtures.js";
 
 export const NOW = new Date("2025-06-01T12:00:00.000Z");
@@ -52,3 +52,29 @@ export const readyDb = grant({
     cond("Delivered", "True", "Delivered", "generation 1 delivered to api@node-a", 30),
   ],
 });
+
+/** A rotation of shop/db from generation 1 to 2, requested a minute before {@link NOW}, awaiting holders: node-a/api confirmed, an SDK instance on node-b not. */
+export function rotationFixture(over: Partial<Rotation> = {}): Rotation {
+  return {
+    id: "shop/db#2",
+    grant: "shop/db",
+    module: "shop",
+    requirement: "db",
+    kind: "postgres.database",
+    provider: "pg-main",
+    from: 1,
+    to: 2,
+    state: "AwaitingHolders",
+    requestedAt: ago(60),
+    deadline: ago(30),
+    holders: { "node-a/api": { r: 12, a: 140, c: 151 }, "node-b/worker/i-1": { r: 20 } },
+    refused: [],
+    resource: {},
+    history: [
+      { state: "Staged", at: ago(60) },
+      { state: "AwaitingHolders", at: ago(59.99) },
+    ],
+    trigger: "manual",
+    ...over,
+  };
+}

@@ -1,0 +1,124 @@
+/**
+ * `meshctl console [--listen 127.0.0.1:PORT]`: a read-only web console of the mesh, live from
+ * its KV buckets. The first line printed is the URL to open, with the token every request must
+ * carry (as Jupyter prints its own).
+ */
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { errorMessage, type Store } from "@mesh/shared";
+import { CliError } from "./cli-error.js";
+import { DEFAULT_CONSOLE_LISTEN, allowedHosts, checkListen, hostForUrl, parseListen, type ListenAddress } from "./console-access.js";
+import { createConsoleServer, type ConsoleServer } from "./console-server.js";
+import { startConsoleState, type ConsoleState } from "./console-state.js";
+import { ExitCodes } from "./exit-codes.js";
+import type { Output } from "./output.js";
+
+export interface ConsoleOptions {
+  /** `HOST:PORT`; default {@link DEFAULT_CONSOLE_LISTEN}. */
+  listen?: string;
+  /** PEM files: required to listen beyond loopback. */
+  tlsCert?: string;
+  tlsKey?: string;
+  /** Host names (with no port) clients use to reach a console listening beyond loopback. */
+  hostNames?: string[];
+}
+
+/** A console that runs. */
+export interface RunningConsole {
+  /** The URL to open, with the token. */
+  url: string;
+  token: string;
+  state: ConsoleState;
+  server: ConsoleServer;
+  stop(): Promise<void>;
+}
+
+function readPem(option: string, path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (e) {
+    throw new CliError(`${option} ${path}: cannot read it (${errorMessage(e)}); give a PEM file meshctl can read`, ExitCodes.Usage);
+  }
+}
+
+function listenOn(server: ConsoleServer, addr: ListenAddress): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (e: NodeJS.ErrnoException) => {
+      const why =
+        e.code === "EADDRINUSE"
+          ? `port ${addr.port} is taken on ${addr.host}: give another with --listen ${hostForUrl(addr.host)}:PORT (port 0 picks a free one)`
+          : e.code === "EADDRNOTAVAIL"
+            ? `${addr.host} is no address of this machine: give one it has, e.g. --listen ${DEFAULT_CONSOLE_LISTEN}`
+            : `${errorMessage(e)}: give another --listen address`;
+      reject(new CliError(`cannot listen on ${hostForUrl(addr.host)}:${addr.port}: ${why}`));
+    };
+    server.server.once("error", onError);
+    server.server.listen(addr.port, addr.host, () => {
+      server.server.off("error", onError);
+      resolve();
+    });
+  });
+}
+
+/**
+ * The address to listen on, once the options are found consistent: refuses (exit 2) an
+ * address beyond loopback without TLS, half of the TLS pair, and a wildcard address without
+ * `hostNames`. Meant to run before anything connects.
+ */
+export function checkConsoleOptions(opts: ConsoleOptions): ListenAddress {
+  const addr = parseListen(opts.listen ?? DEFAULT_CONSOLE_LISTEN);
+  const tlsGiven = Boolean(opts.tlsCert || opts.tlsKey);
+  if (tlsGiven && !(opts.tlsCert && opts.tlsKey)) throw new CliError("give both --tls-cert and --tls-key, or neither", ExitCodes.Usage);
+  checkListen(addr, tlsGiven);
+  if ((addr.host === "0.0.0.0" || addr.host === "::") && !opts.hostNames?.length) {
+    throw new CliError(`--listen ${addr.host} is every address: name the host name clients use with --host NAME, so requests for other names are refused`, ExitCodes.Usage);
+  }
+  return addr;
+}
+
+/** Checks the options, reads the mesh's state, then listens; the URL is known once it listens. */
+export async function startConsole(store: Store, opts: ConsoleOptions = {}): Promise<RunningConsole> {
+  const addr = checkConsoleOptions(opts);
+  const tls = opts.tlsCert && opts.tlsKey ? { cert: readPem("--tls-cert", opts.tlsCert), key: readPem("--tls-key", opts.tlsKey) } : undefined;
+  const names = opts.hostNames ?? [];
+  const token = randomBytes(24).toString("base64url");
+  const state = await startConsoleState(store);
+  // The access policy needs the port, known only once listening; it is filled in before the first request is answered.
+  const access = { token, hosts: new Set<string>(), scheme: tls ? ("https" as const) : ("http" as const) };
+  const server = createConsoleServer({ state, access, ...(tls ? { tls } : {}) });
+  try {
+    await listenOn(server, addr);
+  } catch (e) {
+    state.stop();
+    throw e;
+  }
+  const port = server.port();
+  for (const h of allowedHosts(addr, port, names)) access.hosts.add(h);
+  const shownHost = addr.host === "0.0.0.0" || addr.host === "::" ? names[0]! : hostForUrl(addr.host);
+  return {
+    url: `${access.scheme}://${shownHost}:${port}/?token=${token}`,
+    token,
+    state,
+    server,
+    async stop() {
+      state.stop();
+      await server.close();
+    },
+  };
+}
+
+/** Runs the console until `signal` aborts or the connection to NATS ends; returns the exit code. */
+export async function runConsole(store: Store, opts: ConsoleOptions, out: Output, signal: AbortSignal): Promise<number> {
+  const c = await startConsole(store, opts);
+  out.out(c.url);
+  out.err(
+    `meshctl console: serving the mesh at ${store.nc.getServer()} read-only; open the URL above (its token is needed for every request). Ctrl-C stops it.`,
+  );
+  const aborted = new Promise<"signal">((resolve) => (signal.aborted ? resolve("signal") : signal.addEventListener("abort", () => resolve("signal"), { once: true })));
+  const why = await Promise.race([aborted, c.state.closed.then(() => "closed" as const)]);
+  await c.stop();
+  if (why === "closed") {
+    throw new CliError(`the connection to NATS at ${store.nc.getServer()} ended, so the console stopped; start it again once the server runs`);
+  }
+  return ExitCodes.Ok;
+}
