@@ -2,11 +2,13 @@
  * The contract of {@link ProviderAdapter}, as tests every adapter's test file registers against
  * its real backend (after Vault's dbplugin test helpers): idempotent create, an observe that
  * never mutates, a delete of what is gone that succeeds, a login that proves a credential and
- * classifies failures, and names refused before they reach the backend.
+ * classifies failures, and names refused before they reach the backend; and both ways of
+ * taking a grant back (named by its kind: `name` is the kind): its data kept with every
+ * generation locked, or dropped.
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BINDING_KEY_PATTERN, ErrorCodes, isMeshError, type ErrorCode } from "@mesh/shared";
+import { BINDING_KEY_PATTERN, DATA_KINDS, ErrorCodes, isMeshError, type ErrorCode, type Kind } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter } from "@mesh/providers";
 
 /** The name the issue requires every adapter to refuse. */
@@ -178,6 +180,32 @@ export function describeProviderConformance(
         await adapter.delete({ grant });
       });
     }
+
+    // The kinds that hold data are the ones whose data is kept (Retain) when nothing needs them; the others are always deleted.
+    if (opts.credential !== false && opts.stateful && DATA_KINDS.includes(name as Kind)) {
+      it("taking back, data kept (Retain): retiring every generation locks each of them, the resource stays, and a later generation logs in on it", async () => {
+        const grant = freshGrant(1);
+        const g1 = await create(grant);
+        const g2 = await create({ ...grant, generation: 2 });
+        for (const generation of [1, 2]) await adapter.retire({ grant: { ...grant, generation } });
+        expect(await adapter.login({ bindings: g1.bindings })).toMatchObject({ ok: false, reason: "rejected" });
+        expect(await adapter.login({ bindings: g2.bindings })).toMatchObject({ ok: false, reason: "rejected" });
+        expect((await adapter.observe({ grant: { ...grant, generation: 2 } })).exists).toBe(true);
+        const g3 = await create({ ...grant, generation: 3 });
+        expect(await adapter.login({ bindings: g3.bindings })).toEqual({ ok: true });
+        await adapter.delete({ grant });
+      });
+    }
+
+    it("taking back, dropped (Delete): no generation logs in any more, and the resource is missing", async () => {
+      const grant = freshGrant(1);
+      const g1 = await create(grant);
+      const g2 = await create({ ...grant, generation: 2 });
+      await adapter.delete({ grant });
+      if (!opts.stateful) return;
+      for (const g of [g1, g2]) expect((await adapter.login({ bindings: g.bindings })).ok).toBe(false);
+      expect((await adapter.observe({ grant: { ...grant, generation: 2 } })).exists).toBe(false);
+    });
 
     it("delete of what never existed succeeds, and so does deleting twice", async () => {
       const grant = freshGrant();
