@@ -14,6 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { DeleteReply, createLogger, getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
 import { startProvisioner } from "@mesh/provisioner";
+import { startRotator } from "@mesh/rotator";
+import { startAgent } from "@mesh/agent";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -56,6 +58,19 @@ async function storedRevisions(module: string, requirement: string): Promise<num
     for await (const e of await mesh.store.kv.credentials.history({ key: keys.credential(module, requirement, g) })) if (e.operation === "PUT") n++;
   }
   return n;
+}
+
+/** Runs the built meshctl against the test's mesh. */
+function meshctlIn(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const repo = fileURLToPath(new URL("..", import.meta.url));
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [join(repo, "packages/cli/bin/meshctl.js"), ...args], { env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url, MESH_NATS_CREDENTIALS: "" } });
+    let stdout = "";
+    let stderr = "";
+    p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    p.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
 }
 
 const module = (name: string, requires: ModuleDoc["requires"], parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }]): ModuleDoc => ({ kind: "Module", name, parts, requires });
@@ -221,16 +236,7 @@ describe("uninstalling a part", () => {
 });
 
 describe("meshctl delete (built)", () => {
-  const repo = fileURLToPath(new URL("..", import.meta.url));
-  const meshctl = (args: string[]) =>
-    new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-      const p = spawn(process.execPath, [join(repo, "packages/cli/bin/meshctl.js"), ...args], { env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url, MESH_NATS_CREDENTIALS: "" } });
-      let stdout = "";
-      let stderr = "";
-      p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-      p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-      p.on("close", (code) => resolve({ code, stdout, stderr }));
-    });
+  const meshctl = meshctlIn;
 
   it("delete module exits 0 once revoked at the provider, saying what is retained; status shows it; delete -f and retained follow", async () => {
     await mesh.apply([module("cli", [{ name: "db", kind: "postgres.database" }, { name: "key", kind: "secret" }])]);
@@ -277,6 +283,40 @@ describe("meshctl delete (built)", () => {
     expect(protectedOne.stderr).toContain("refused: nothing was deleted.");
     expect((await mesh.moduleStatus("mesh"))?.state).toBe("Ready");
   });
+});
+
+describe("a holder that never comes back", () => {
+  it("meshctl rotate --evict commits a Stalled rotation without it, and names it in the record (meshctl trace) and in its output", async () => {
+    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: adminEnv(db), sweepMs: 300 });
+    try {
+      // Part away runs on node-z: its agent takes generation 1, then stops for good.
+      const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
+      const z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
+      await mesh.apply([module("evict", [{ name: "key", kind: "secret" }], [{ name: "api", node: "node-a", installed: true }, { name: "away", node: "node-z", installed: true }])]);
+      await mesh.waitForState("evict", "Ready", 20_000);
+      await z.stop();
+      const before = read(join(partDir("evict", "api"), "key"), "value");
+      const started = await meshctlIn(["rotate", "evict/key", "--timeout", "1s", "--wait"]);
+      expect(started.code, started.stderr).toBe(8);
+      expect(started.stdout).toContain("node-z/away");
+      const r = await meshctlIn(["rotate", "evict/key", "--evict", "node-z/away"]);
+      expect(r.code, r.stderr + r.stdout).toBe(0);
+      expect(r.stdout).toContain("evicted node-z/away from rotation evict/key#2");
+      expect(r.stdout).toContain("Committed");
+      const json = await meshctlIn(["trace", "evict/key", "--json"]);
+      const trace = JSON.parse(json.stdout) as { state: string; holders: Array<{ holder: string; evicted?: unknown; confirmed: unknown }> };
+      expect(trace.state).toBe("Committed");
+      expect(trace.holders.find((h) => h.holder === "node-z/away")?.evicted).toBeTruthy();
+      expect(trace.holders.find((h) => h.holder === "node-a/api")?.confirmed).toBeTruthy();
+      expect(read(join(partDir("evict", "api"), "key"), "value")).not.toBe(before);
+      // Nothing runs any more: evicting again says so.
+      const again = await meshctlIn(["rotate", "evict/key", "--evict", "node-z/away"]);
+      expect(again.code).toBe(5);
+      expect(again.stderr).toContain("no rotation of evict/key is running");
+    } finally {
+      await rotator.stop();
+    }
+  }, 90_000);
 });
 
 describe("a provisioner SIGKILLed in the middle of taking a grant back", () => {

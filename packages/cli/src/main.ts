@@ -174,13 +174,14 @@ program
   .option("--timeout <duration>", "how long holders have to confirm before the rotation is Stalled (e.g. 90s, 10m; default the rotator's, 5m)")
   .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers or it asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s); a resent request starts no second rotation`)
   .option("--verbose", VERBOSE_HELP)
-  .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…]} as JSON')
-  .action((grant: string, o: { wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean }) =>
+  .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…],"evicted":[…]} as JSON')
+  .option("--evict <holder>", "commit the grant's running (or Stalled) rotation without this holder (<node>/<part>, or <node>/<part>/<instance> for an SDK instance), which never came back; repeatable", collect, [])
+  .action((grant: string, o: { wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; evict: string[] }) =>
     run(async (connect, url) => {
       checkGrantArg(grant);
       const timeoutMs = durationOption("--timeout", o.timeout);
       const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
-      return runRotate(await openStoreForCli(await connect(), url), { grant, wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}) }, out);
+      return runRotate(await openStoreForCli(await connect(), url), { grant, wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}), ...(o.evict.length ? { evict: o.evict } : {}) }, out);
     }),
   );
 

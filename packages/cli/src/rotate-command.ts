@@ -49,6 +49,8 @@ export interface RotateOptions {
   policy?: RetryPolicy;
   /** With `wait`, how long past the deadline to keep waiting; default {@link WAIT_GRACE_MS}. */
   graceMs?: number;
+  /** Holders to commit the running (or Stalled) rotation without, instead of starting one. */
+  evict?: string[];
 }
 
 /** What to tell a user when nothing answers on the rotate subject. */
@@ -179,6 +181,7 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
     throw new CliError(`grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`, ExitCodes.NotFound);
   }
   const running = (await retrying("read the rotation record", policy, () => readJson(store.kv.rotations, key, Rotation)))?.value;
+  if (opts.evict?.length) return evict(store, opts, running, policy, out);
   if (isRotationRunning(running)) throw alreadyRotatingError(running);
 
   // One id for every attempt of this request: the rotator answers a resend with the rotation it started.
@@ -216,4 +219,43 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
     );
   }
   return ExitCodes.WaitTimedOut;
+}
+
+/**
+ * `--evict HOLDER…`: commits the grant's running rotation without those holders (they never
+ * came back), then follows it to the commit. Exit 0 once committed; 5 when no rotation runs;
+ * 2 for a holder it does not have.
+ */
+async function evict(store: Store, opts: RotateOptions, running: Rotation | undefined, policy: RetryPolicy, out: Output): Promise<number> {
+  if (!isRotationRunning(running)) {
+    throw new CliError(`no rotation of ${opts.grant} is running: --evict commits a running or Stalled rotation without the holders named (meshctl status shows one)`, ExitCodes.NotFound);
+  }
+  const request = { grant: opts.grant, holders: opts.evict! };
+  const r = await retrying("evict", policy, async () => {
+    let body: unknown;
+    try {
+      body = (await store.nc.request(subjects.evict, JSON.stringify(request), { timeout: Math.min(ROTATE_REQUEST_TIMEOUT_MS, remainingMs(policy)) })).json();
+    } catch (e) {
+      if (isNoResponders(e)) throw new CliError(rotatorNotRunningMessage(serverUrl(store)), ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
+      if (isRequestTimeout(e)) throw new CliError("the rotator did not answer in time; the holders may have been evicted anyway (meshctl status shows it)", ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
+      throw new CliError(`the evict request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
+    }
+    const refused = errorFromReply(body);
+    if (refused) {
+      const code = refused.code === ErrorCodes.NotFound ? ExitCodes.NotFound : refused.code === ErrorCodes.InvalidRequest ? ExitCodes.Usage : ExitCodes.Failure;
+      throw new CliError(`the rotator refused: ${refused.message}`, code, { cause: refused, retryable: refused.retryable });
+    }
+    const parsed = RotateReply.safeParse(body);
+    if (!parsed.success || !parsed.data.ok) throw new CliError("the rotator sent a reply meshctl does not understand; are meshctl and the rotator of the same version?");
+    return parsed.data.rotation;
+  });
+  // A Stalled rotation commits at the rotator's next look at it, now that nobody is missing.
+  let done = r;
+  for (const until = Date.now() + 30_000; done.state !== RotationStates.Committed && Date.now() < until; ) {
+    await new Promise((res) => setTimeout(res, 200));
+    done = (await findRotation(store, r.id))?.rotation ?? done;
+  }
+  if (opts.json) out.out(JSON.stringify(summarizeRotation(done), null, 2));
+  else out.out([`evicted ${opts.evict!.join(", ")} from rotation ${r.id}`, ...formatOutcome(done, { color: out.color, width: out.columns })].join("\n"));
+  return done.state === RotationStates.Committed ? ExitCodes.Ok : ExitCodes.WaitTimedOut;
 }

@@ -27,6 +27,8 @@ export interface RotationSummary {
   holders: SummaryHolder[];
   /** Holders that have not confirmed yet, sorted. */
   missing: string[];
+  /** Holders the operator evicted (meshctl rotate --evict), sorted. */
+  evicted: string[];
   requestedAt: string;
   deadline: string;
   committedAt?: string;
@@ -38,6 +40,8 @@ export interface RotationProgress {
   confirmed: number;
   total: number;
   missing: string[];
+  /** Holders the operator evicted: the rotation went on without them. */
+  evicted: string[];
 }
 
 /** The absolute ISO time of an offset `ms` from the rotation's start; undefined for no offset. */
@@ -50,8 +54,9 @@ export function atOffset(r: Rotation, ms: number | undefined): string | undefine
 /** How many holders confirmed, of how many, and which are missing (sorted). */
 export function rotationProgress(r: Rotation): RotationProgress {
   const entries = Object.entries(r.holders);
-  const missing = entries.filter(([, p]) => p.c === undefined).map(([h]) => h).sort();
-  return { confirmed: entries.length - missing.length, total: entries.length, missing };
+  const missing = entries.filter(([, p]) => p.c === undefined && p.e === undefined).map(([h]) => h).sort();
+  const evicted = entries.filter(([, p]) => p.c === undefined && p.e !== undefined).map(([h]) => h).sort();
+  return { confirmed: entries.length - missing.length - evicted.length, total: entries.length, missing, evicted };
 }
 
 /** What names a rotation and where it stands: the first fields of every JSON form of it. */
@@ -64,10 +69,12 @@ export function summarizeRotation(r: Rotation): RotationSummary {
   const holders = Object.keys(r.holders)
     .sort()
     .map((holder) => ({ holder, confirmedAt: atOffset(r, r.holders[holder]?.c) ?? null }));
+  const progress = rotationProgress(r);
   return {
     ...rotationIdentity(r),
     holders,
-    missing: rotationProgress(r).missing,
+    missing: progress.missing,
+    evicted: progress.evicted,
     requestedAt: r.requestedAt,
     deadline: r.deadline,
     ...(r.committedAt ? { committedAt: r.committedAt } : {}),
@@ -145,6 +152,8 @@ export interface TraceHolder {
   applied: TraceEvent | null;
   /** The rotator accepted its confirmation. */
   confirmed: TraceEvent | null;
+  /** The operator evicted it: the rotation went on without it. */
+  evicted?: TraceEvent | null;
 }
 
 /** What `meshctl trace --json` prints. */
@@ -176,7 +185,7 @@ export function traceRotation(r: Rotation): RotationTrace {
   const start = Date.parse(r.requestedAt);
   const holders = Object.entries(r.holders)
     .sort(([a, pa], [b, pb]) => (pa.c ?? Infinity) - (pb.c ?? Infinity) || a.localeCompare(b))
-    .map(([holder, p]) => ({ holder, received: event(r, p.r), applied: event(r, p.a), confirmed: event(r, p.c) }));
+    .map(([holder, p]) => ({ holder, received: event(r, p.r), applied: event(r, p.a), confirmed: event(r, p.c), ...(p.e !== undefined ? { evicted: event(r, p.e) } : {}) }));
   return {
     ...rotationIdentity(r),
     requestedAt: r.requestedAt,

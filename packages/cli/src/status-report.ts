@@ -24,6 +24,7 @@ import {
 } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
+import { rotationProgress } from "./rotation-view.js";
 
 /** One grant of a module, as reported. */
 export interface StatusGrant {
@@ -85,6 +86,8 @@ export interface StatusRotation {
   total: number;
   /** Holders that have not confirmed, sorted. */
   missing: string[];
+  /** Holders the operator evicted, sorted (when any). */
+  evicted?: string[];
   requestedAt: string;
   /** Past it, a rotation still waiting is Stalled. */
   deadline: string;
@@ -93,16 +96,16 @@ export interface StatusRotation {
 /** The report entry of a running rotation; undefined for none or a Committed one. */
 export function toStatusRotation(r: Rotation | undefined): StatusRotation | undefined {
   if (!isRotationRunning(r)) return undefined;
-  const entries = Object.entries(r.holders);
-  const missing = entries.filter(([, p]) => p.c === undefined).map(([h]) => h).sort();
+  const { confirmed, total, missing, evicted } = rotationProgress(r);
   return {
     id: r.id,
     from: r.from,
     to: r.to,
     state: r.state,
-    confirmed: entries.length - missing.length,
-    total: entries.length,
+    confirmed,
+    total,
     missing,
+    ...(evicted.length ? { evicted } : {}),
     requestedAt: r.requestedAt,
     deadline: r.deadline,
   };

@@ -202,8 +202,9 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
         return { publish: [...writes(Buckets.grants, Buckets.verifications), "mesh.probe.request.*"], subscribe: [subjects.verify, subjects.probeReportsAll] };
       case "rotator":
         return {
-          publish: [...writes(Buckets.grants, Buckets.rotations, Buckets.credentials), subjects.deliveriesAll, subjects.rotationBroadcastsAll, "mesh.rotation.values.>"],
-          subscribe: [subjects.rotate, subjects.rotationConfirmsAll],
+          // mesh-holders: an evicted SDK instance's registration is removed.
+          publish: [...writes(Buckets.grants, Buckets.rotations, Buckets.credentials, Buckets.holders), subjects.deliveriesAll, subjects.rotationBroadcastsAll, "mesh.rotation.values.>"],
+          subscribe: [subjects.rotate, subjects.evict, subjects.rotationConfirmsAll],
         };
     }
   })();

@@ -128,6 +128,8 @@ export const subjects = {
   probeRequest: (node: string) => `mesh.probe.request.${checked(node)}`,
   /** Request: rotate a grant ({@link RotateRequest}). Served by the rotator. */
   rotate: "mesh.api.rotate",
+  /** Request: commit a grant's running rotation without the holders named ({@link EvictRequest}). Served by the rotator; the operator's alone. */
+  evict: "mesh.api.evict",
   /** Event: a rotation of one grant started ({@link RotationBroadcast}), stored; holders hear of it by their own Delivery or notice. */
   rotationBroadcast: (module: string, requirement: string) => `mesh.rotation.broadcast.${checked(module, requirement)}`,
   /** Wildcard of all rotation broadcasts, the MESH_ROTATIONS stream's subject space. */

@@ -85,25 +85,46 @@ export function enter(r: Rotation, state: Rotation["state"], now: Date): Rotatio
   return next;
 }
 
-/** Holders that have not confirmed yet, sorted. */
+/** Holders that have neither confirmed nor been evicted yet, sorted. */
 export function missingHolders(r: Rotation): string[] {
   return Object.entries(r.holders)
-    .filter(([, p]) => p.c === undefined)
+    .filter(([, p]) => p.c === undefined && p.e === undefined)
     .map(([h]) => h)
     .sort();
 }
 
-/** How many holders have not confirmed (no list made). */
+/** How many holders are missing (no list made). */
 export function countMissing(r: Rotation): number {
   let n = 0;
-  for (const h in r.holders) if (r.holders[h]!.c === undefined) n++;
+  for (const h in r.holders) if (r.holders[h]!.c === undefined && r.holders[h]!.e === undefined) n++;
   return n;
 }
 
-/** True when every holder has confirmed (no list made: this runs on every confirmation batch). */
+/** True when every holder has confirmed or was evicted (no list made: this runs on every confirmation batch). */
 export function allConfirmed(r: Rotation): boolean {
-  for (const h in r.holders) if (r.holders[h]!.c === undefined) return false;
+  for (const h in r.holders) if (r.holders[h]!.c === undefined && r.holders[h]!.e === undefined) return false;
   return true;
+}
+
+/**
+ * The running rotation `r` with `holders` evicted (`e` set, now): it no longer waits for them.
+ * Holders it does not have, or that confirmed already, are listed and left alone. Pure.
+ */
+export function evictHolders(r: Rotation, holders: readonly string[], now: Date): { rotation: Rotation; evicted: string[]; unknown: string[]; confirmed: string[] } {
+  const evicted: string[] = [];
+  const unknown: string[] = [];
+  const confirmed: string[] = [];
+  const next = { ...r.holders };
+  for (const h of holders) {
+    const p = next[h];
+    if (!p) unknown.push(h);
+    else if (p.c !== undefined) confirmed.push(h);
+    else if (p.e === undefined) {
+      next[h] = { ...p, e: Math.max(0, now.getTime() - Date.parse(r.requestedAt)) };
+      evicted.push(h);
+    }
+  }
+  return { rotation: evicted.length ? { ...r, holders: next } : r, evicted, unknown, confirmed };
 }
 
 /**

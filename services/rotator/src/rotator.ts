@@ -21,6 +21,7 @@ import {
   ProviderDoc,
   QueueGroups,
   RotateRequest,
+  EvictRequest,
   Rotation,
   RotationStates,
   Streams,
@@ -66,6 +67,7 @@ import {
   enter,
   holdersOf,
   missingHolders,
+  evictHolders,
   nameHolders,
   newRotation,
   nextNoticeInterval,
@@ -591,6 +593,36 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     return { ok: true, rotation: await rotate(parsed.data) };
   });
 
+  // Holders that never came back: the operator commits without them (meshctl rotate --evict).
+  const evictApi = serveJson(store.nc, subjects.evict, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
+    const parsed = EvictRequest.safeParse(body);
+    if (!parsed.success) throw new MeshError(ErrorCodes.InvalidRequest, `not an evict request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+    const req = parsed.data;
+    const id = parseGrantId(req.grant);
+    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `${JSON.stringify(req.grant)} is not a grant id (<module>/<requirement>)`);
+    const key = keys.grant(id.module, id.requirement);
+    let outcome: ReturnType<typeof evictHolders> | undefined;
+    const { record } = await records.update(key, (r) => {
+      outcome = undefined;
+      if (!isRotationRunning(r)) return undefined;
+      outcome = evictHolders(r, req.holders, new Date());
+      return outcome.evicted.length ? outcome.rotation : undefined;
+    });
+    const r = record?.value;
+    if (!isRotationRunning(r) || !outcome) throw new MeshError(ErrorCodes.NotFound, `no rotation of ${req.grant} is running: --evict commits a running or Stalled one without the holders named`);
+    if (outcome.unknown.length) {
+      throw new MeshError(ErrorCodes.InvalidRequest, `rotation ${r.id} has no holder ${outcome.unknown.join(", ")}; its holders are ${Object.keys(r.holders).sort().join(", ")}`);
+    }
+    for (const h of outcome.evicted) {
+      log.warn({ rotation: r.id, holder: h }, `rotation ${r.id}: holder ${h} evicted by the operator; the rotation goes on without it`);
+      // An SDK instance leaves the holders: later rotations do not wait for it until it registers again.
+      const holder = parseHolderId(h);
+      if (holder?.instance) await store.kv.holders.delete(keys.holder(r.module, r.requirement, holder.node, holder.part, holder.instance)).catch(() => undefined);
+    }
+    void queue.enqueue(key).catch(() => undefined);
+    return { ok: true, rotation: r };
+  });
+
   const changes = await consumeKeys({
     store,
     stream: kvStream(Buckets.rotations),
@@ -619,7 +651,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       scheduler.stop();
       await handovers.stop();
       for (const t of timers.values()) clearTimeout(t);
-      await api.stop();
+      await Promise.all([api.stop(), evictApi.stop()]);
       await changes.stop();
       await confirmations.drain().catch(() => undefined);
       await batches.drain();

@@ -45,6 +45,8 @@ export const HolderProgress = z.object({
   r: z.number().optional(),
   a: z.number().optional(),
   c: z.number().optional(),
+  /** Evicted by the operator (`meshctl rotate --evict`): the rotation went on without it. */
+  e: z.number().optional(),
 });
 export type HolderProgress = z.infer<typeof HolderProgress>;
 
@@ -121,6 +123,18 @@ export const RotateRequest = z.object({
 export type RotateRequest = z.infer<typeof RotateRequest>;
 
 /** Reply to a rotate request: the rotation as recorded, or an error (a running one is named in it). */
+/**
+ * Request on `mesh.api.evict` (the operator's): commit the grant's running (or Stalled) rotation
+ * without `holders` (holder ids as the record names them), which never came back. Their old
+ * generation is retired at the commit like everyone's; an SDK instance's registration is
+ * removed, so later rotations do not wait for it until it registers again.
+ */
+export const EvictRequest = z.object({
+  grant: z.string(),
+  holders: z.array(z.string().max(200)).min(1).max(1_000),
+});
+export type EvictRequest = z.infer<typeof EvictRequest>;
+
 export const RotateReply = z.discriminatedUnion("ok", [
   z.object({ ok: z.literal(true), rotation: Rotation }),
   z.object({ ok: z.literal(false), error: z.object({ code: z.string(), message: z.string(), retryable: z.boolean() }) }),
