@@ -33,7 +33,7 @@ import {
   type NodeRecord,
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
-import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, pruneBinding, writeBinding } from "./bindings-writer.js";
+import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, migrateBindings, pruneBinding, writeBinding, type PartBinding } from "./bindings-writer.js";
 import { clearHookFailure, confirmRotation, isHookError, isRotationDue, recordHookFailure, type AgentHooks } from "./rotation-confirm.js";
 import { planDelivery, recordDeliveryFailure, recordHolder } from "./delivery-plan.js";
 import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
@@ -85,21 +85,32 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
 
   // Replaced generations' directories, removed once their grace has passed.
   const prunes = new Map<string, { timer: NodeJS.Timeout; run: (graceMs: number) => void }>();
-  const schedulePrune = (d: Delivery) => {
-    const id = `${d.module}/${d.part}/${d.requirement}`;
+  const schedulePrune = (b: PartBinding) => {
+    const id = `${b.module}/${b.part}/${b.binding}`;
     clearTimeout(prunes.get(id)?.timer);
     const run = (grace: number) => {
       prunes.delete(id);
       try {
-        pruneBinding(bindingsRoot, d.module, d.part, bindingNameOf(d.part, d.requirement), { graceMs: grace });
+        pruneBinding(bindingsRoot, b.module, b.part, b.binding, { graceMs: grace });
       } catch (e) {
-        log.warn({ grant: d.grant, part: d.part, err: errorMessage(e) }, "could not remove replaced binding files");
+        log.warn({ module: b.module, part: b.part, binding: b.binding, err: errorMessage(e) }, "could not remove replaced binding files");
       }
     };
     const timer = setTimeout(() => run(graceMs), graceMs + 50);
     timer.unref();
     prunes.set(id, { timer, run });
   };
+
+  // A root written by an agent before the generations directory: moved over before anything reads or writes it.
+  const migration = migrateBindings(bindingsRoot, { graceMs });
+  if (migration.migrated.length) {
+    const parts = [...new Set(migration.migrated.map((b) => `${b.module}/${b.part}`))];
+    log.warn(
+      { bindings: migration.migrated.map((b) => `${b.module}/${b.part}/${b.binding}`) },
+      `moved the bindings of ${parts.join(", ")} to the current layout: each part's directory now holds only its bindings (use it as SERVICE_BINDING_ROOT), its env file is <module>/<part>.env beside it (part.env inside it is gone; point EnvironmentFile= there)`,
+    );
+  }
+  for (const b of migration.retained) schedulePrune(b);
 
   const deliver = async (m: JsMsg): Promise<Disposition> => {
     let d: Delivery;
@@ -144,7 +155,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
             { root: bindingsRoot, module: d.module, part: d.part, requirement: binding, generation: fetched.generation, values: fetched.values },
             { graceMs },
           );
-          if (written.retained) schedulePrune(d);
+          if (written.retained) schedulePrune({ module: d.module, part: d.part, binding });
           if (written.envCollisions.length) {
             dlog.warn({ names: written.envCollisions, envFile: written.envFile }, "some env names are produced twice; the first is kept");
           }

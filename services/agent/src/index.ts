@@ -8,15 +8,18 @@ export {
   writeBinding,
   pruneBinding,
   bindingPath,
+  partBindingsDir,
+  partEnvFile,
+  migrateBindings,
   bindingGeneration,
   envName,
   quoteEnvValue,
   renderPartEnv,
   BINDING_KEY_PATTERN,
-  PART_ENV_FILE,
   DEFAULT_GRACE_MS,
   type BindingWrite,
   type BindingWriteResult,
+  type PartBinding,
 } from "./bindings-writer.js";
 export { planDelivery, recordHolder, recordDeliveryFailure, isTarget, type DeliveryPlan } from "./delivery-plan.js";
 export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PROBE_INTERVAL_MS, type Prober, type ProberOptions } from "./prober.js";
