@@ -29,8 +29,8 @@ import {
   ModuleDoc as ModuleDocSchema,
   type ModuleDoc,
 } from "@mesh/shared";
-import { connectWithIdentity, declare, holdCredential, watchCredentials, type CredentialUpdate, type HeldCredential, type IdentityConnection } from "@mesh/client";
-import { bindingPath } from "@mesh/agent";
+import { connectWithIdentity, declare, holdCredential, readIdentityBinding, watchCredentials, type CredentialUpdate, type HeldCredential, type IdentityConnection } from "@mesh/client";
+import { bindingPath, partBindingsDir } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { startTestMesh, type TestMesh } from "../mesh.js";
@@ -155,6 +155,13 @@ describe("a part's identity binding", () => {
     expect(file(dir, "creds")).toMatch(/-----BEGIN NATS USER JWT-----[\s\S]*-----BEGIN USER NKEY SEED-----/);
     expect(file(dir, "inboxPrefix")).toBe(subjects.partInboxPrefix("idshop", "node-a", "app"));
     expect(file(dir, "grant")).toBe(`idshop/${partIdentityRequirement("app")}`);
+  });
+
+  it("is read by connectWithIdentity from the part's directory (its SERVICE_BINDING_ROOT) as from the binding itself", async () => {
+    const c = await connectWithIdentity(partBindingsDir(root(), "idshop", "app"));
+    opened.push(c);
+    expect(c.identity).toMatchObject({ module: "idshop", part: "app", node: "node-a" });
+    expect(readIdentityBinding(partBindingsDir(root(), "idshop", "app"))).toEqual(readIdentityBinding(identityDir()));
   });
 });
 
