@@ -83,7 +83,7 @@ export async function consumeMessages(opts: {
     try {
       d = await handle(m);
     } catch (e) {
-      log.warn({ subject: m.subject, err: errorMessage(e) }, "handling a message failed; it comes back later");
+      log.warn({ subject: m.subject, err: e }, "handling a message failed; it comes back later");
       d = "retry";
     }
     try {
@@ -92,7 +92,7 @@ export async function consumeMessages(opts: {
       else m.nak(retryDelayMs(m.info.deliveryCount));
     } catch (e) {
       // Not acknowledged: the server redelivers it after ack_wait, and handling is idempotent.
-      log.warn({ subject: m.subject, err: errorMessage(e) }, "could not settle a message with the server");
+      log.warn({ subject: m.subject, err: e }, "could not settle a message with the server");
     }
   };
 

@@ -79,7 +79,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   });
   await store.kv.nodes.put(node, JSON.stringify(nodeRecord()));
   const heartbeat = setInterval(() => {
-    store.kv.nodes.put(node, JSON.stringify(nodeRecord())).catch((e: unknown) => log.warn({ err: errorMessage(e) }, "could not refresh the node record"));
+    store.kv.nodes.put(node, JSON.stringify(nodeRecord())).catch((e: unknown) => log.warn({ err: e }, "could not refresh the node record"));
   }, opts.heartbeatMs ?? 10_000);
   heartbeat.unref();
 
@@ -93,7 +93,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       try {
         pruneBinding(bindingsRoot, b.module, b.part, b.binding, { graceMs: grace });
       } catch (e) {
-        log.warn({ module: b.module, part: b.part, binding: b.binding, err: errorMessage(e) }, "could not remove replaced binding files");
+        log.warn({ module: b.module, part: b.part, binding: b.binding, err: e }, "could not remove replaced binding files");
       }
     };
     const timer = setTimeout(() => run(graceMs), graceMs + 50);
@@ -180,20 +180,20 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         span.setStatus({ code: 2, message: errorMessage(e) });
         if (isHookError(e)) {
           // The operator must act on this node: shown on the grant (meshctl status), and tried again, so the rotation confirms by itself once fixed.
-          dlog.warn({ err: e.message, code: e.code, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
+          dlog.warn({ err: e, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
           await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) => recordHookFailure(g, node, d, e, new Date())).catch(
-            (e2: unknown) => dlog.warn({ err: errorMessage(e2) }, "could not record the hook's failure on the grant"),
+            (e2: unknown) => dlog.warn({ err: e2 }, "could not record the hook's failure on the grant"),
           );
           return "retry";
         }
         if (retryable) {
-          dlog.warn({ err: errorMessage(e), attempt: m.info.deliveryCount }, "delivery failed; it is retried");
+          dlog.warn({ err: e, attempt: m.info.deliveryCount }, "delivery failed; it is retried");
           return "retry";
         }
-        dlog.error({ err: errorMessage(e), code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded on the grant");
+        dlog.error({ err: e, code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded on the grant");
         await mutateJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant, (g) =>
           recordDeliveryFailure(g, node, d.part, d.generation, errorMessage(e), new Date()),
-        ).catch((e2: unknown) => dlog.warn({ err: errorMessage(e2) }, "could not record the failure on the grant"));
+        ).catch((e2: unknown) => dlog.warn({ err: e2 }, "could not record the failure on the grant"));
         return "term";
       }
     });

@@ -155,7 +155,7 @@ export async function confirmRotation(opts: {
     await sendConfirmation(line, c, { headers: traceHeaders(), budgetMs: CONFIRM_BUDGET_MS });
   } catch (e) {
     if (isMeshError(e) && !e.retryable) {
-      log.warn({ rotation: d.rotation, err: errorMessage(e) }, "the rotator refused the confirmation; nothing to confirm again");
+      log.warn({ rotation: d.rotation, err: e }, "the rotator refused the confirmation; nothing to confirm again");
       return;
     }
     throw e;

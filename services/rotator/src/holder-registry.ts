@@ -55,7 +55,7 @@ export async function watchHolderRegistry(opts: { store: Store; log: Logger; onX
       for (const w of waiters) if (seen >= w.revision) (waiters.delete(w), w.resolve());
     }
   })()
-    .catch((e: unknown) => log.warn({ err: errorMessage(e) }, "the watch of holder registrations ended; rotations read them from the bucket"))
+    .catch((e: unknown) => log.warn({ err: e }, "the watch of holder registrations ended; rotations read them from the bucket"))
     .finally(() => {
       ended = true;
       for (const w of waiters) w.resolve();

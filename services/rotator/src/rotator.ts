@@ -275,7 +275,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     try {
       values = (await credentials.read(r.module, r.requirement, r.to))?.bindings;
     } catch (e) {
-      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not read the new values to seal them to SDK holders; they fetch them");
+      log.warn({ rotation: r.id, err: e }, "could not read the new values to seal them to SDK holders; they fetch them");
     }
     const sender = sealer.getPublicKey();
     // One set of headers for every notice (each publish encodes them as they are); none when
@@ -341,7 +341,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       await sendNotices(r, holders.sdk);
     } catch (e) {
       // Sent again while they have not confirmed.
-      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not tell the SDK holders of the rotation; it is tried again");
+      log.warn({ rotation: r.id, err: e }, "could not tell the SDK holders of the rotation; it is tried again");
     }
     await Promise.all(
       holders.agents.map(async (h) => {
@@ -413,7 +413,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       }
       // Every holder is on the new provider: the handover commits. The old generation could not
       // be ended on a provider that is down (often why the grant moved), so it is said, not hidden.
-      log.warn({ rotation: r.id, provider, err: errorMessage(e) }, `handover ${r.id}: generation ${r.from} could not be retired on ${provider}; it may still work there`);
+      log.warn({ rotation: r.id, provider, err: e }, `handover ${r.id}: generation ${r.from} could not be retired on ${provider}; it may still work there`);
       return `handed over from ${provider}, where generation ${r.from} could not be retired (${errorMessage(e)}): it may still work there: end it by hand on that server once it answers`;
     }
     log.info({ rotation: r.id, provider }, `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`);
@@ -516,7 +516,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
         }
       } catch (e) {
         if (isCasConflict(e)) continue; // someone else moved it: look again
-        rlog.warn({ err: errorMessage(e) }, "rotation step failed; it is retried");
+        rlog.warn({ err: e }, "rotation step failed; it is retried");
         throw e;
       }
     }
@@ -531,7 +531,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
         if (isRotationRunning((await records.read(key))?.value)) void queue.enqueue(key).catch(() => undefined);
       }
     } catch (e) {
-      log.warn({ err: errorMessage(e) }, "could not list rotations");
+      log.warn({ err: e }, "could not list rotations");
     }
   };
 
