@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { trace } from "@opentelemetry/api";
-import { startTracing } from "./otel.js";
+import { resourceAttributes, startTracing, tracesEndpoint } from "./start-tracing.js";
 
 describe("startTracing", () => {
   let server: Server | undefined;
@@ -20,7 +20,7 @@ describe("startTracing", () => {
     });
     await new Promise<void>((r) => server!.listen(0, "127.0.0.1", r));
     const { port } = server.address() as AddressInfo;
-    const tracing = await startTracing("mesh-rotator", { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}/` });
+    const tracing = await startTracing("mesh-rotator", { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}/`, OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test" }, "0.1.0");
     const span = trace.getTracer("mesh.rotator").startSpan("rotate", { attributes: { "mesh.grant": "shop/db" } });
     span.end();
     await tracing.stop(); // flushes the batch
@@ -29,6 +29,25 @@ describe("startTracing", () => {
     expect(bodies[0]!.body).toContain("rotate");
     expect(bodies[0]!.body).toContain("shop/db");
     expect(bodies[0]!.body).toContain("mesh-rotator");
+    expect(bodies[0]!.body).toContain("deployment.environment.name");
+  });
+
+  it("reads the resource from the environment: OTEL_SERVICE_NAME over OTEL_RESOURCE_ATTRIBUTES over the process's own", () => {
+    expect(resourceAttributes("mesh-agent", "0.1.0", {})).toEqual({ "service.name": "mesh-agent", "service.version": "0.1.0" });
+    expect(
+      resourceAttributes("mesh-agent", "0.1.0", { OTEL_RESOURCE_ATTRIBUTES: "service.name=x,host.name=node%2Da, service.namespace = shop ,bad,=v,k=%E0%A4%A" }),
+    ).toEqual({ "service.name": "x", "service.version": "0.1.0", "host.name": "node-a", "service.namespace": "shop" });
+    expect(resourceAttributes("mesh-agent", undefined, { OTEL_RESOURCE_ATTRIBUTES: "service.name=x", OTEL_SERVICE_NAME: "y" })).toEqual({ "service.name": "y" });
+  });
+
+  it.each<[NodeJS.ProcessEnv, string | undefined]>([
+    [{}, undefined],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318" }, "http://c:4318/v1/traces"],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318/", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://t/x" }, "http://t/x"],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_SDK_DISABLED: "true" }, undefined],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_TRACES_EXPORTER: "none" }, undefined],
+  ])("exports for %j to %s", (env, url) => {
+    expect(tracesEndpoint(env)).toBe(url);
   });
 
   it("stays a no-op without an endpoint", async () => {

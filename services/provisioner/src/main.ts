@@ -5,6 +5,7 @@
  * Admin passwords of providers come from the variables or files their documents name.
  */
 import { runService, serviceMasterKey } from "@mesh/shared";
+import { packageVersion, traced } from "@mesh/telemetry";
 import { startProvisioner } from "./provisioner.js";
 
-await runService("provisioner", ({ store, log }) => startProvisioner({ store, masterKey: serviceMasterKey(log), log }));
+await runService("provisioner", traced("mesh-provisioner", packageVersion(import.meta.url), ({ store, log }) => startProvisioner({ store, masterKey: serviceMasterKey(log), log })));
