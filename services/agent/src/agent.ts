@@ -24,8 +24,10 @@ import {
   mutateJson,
   readJson,
   subjects,
+  SubjectTemplates,
+  holderSpanAttributes,
   traceHeaders,
-  withSpan,
+  withConsumerSpan,
   type CredentialValues,
   type Disposition,
   type JsMsg,
@@ -127,7 +129,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     }
     const receivedAt = new Date();
     const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation, ...(d.rotation ? { rotation: d.rotation } : {}) });
-    return withSpan("agent", "deliver", { "mesh.grant": d.grant, "mesh.part": d.part, "mesh.node": node, "mesh.generation": d.generation }, m.headers, async (span) => {
+    const attributes = holderSpanAttributes({ ...(d.rotation ? { rotation: d.rotation } : {}), grant: d.grant, node, part: d.part, holder: `${node}/${d.part}`, generation: d.generation });
+    return withConsumerSpan("agent", m.subject, SubjectTemplates.delivery, attributes, m.headers, async (span) => {
       try {
         const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
         const binding = bindingNameOf(d.part, d.requirement);
@@ -196,7 +199,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         ).catch((e2: unknown) => dlog.warn({ err: e2 }, "could not record the failure on the grant"));
         return "term";
       }
-    });
+    }, { consumerGroup: agentDurable(node) });
   };
 
   // Before consuming: a delivery asks it to probe the new binding.

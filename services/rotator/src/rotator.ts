@@ -44,10 +44,14 @@ import {
   sealTo,
   serveJson,
   setCondition,
+  startProducerSpan,
   subjects,
+  SubjectTemplates,
+  holderSpanAttributes,
   traceHeaders,
   tracer,
   withDeliveredCondition,
+  withProducerSpan,
   type Delivery,
   type RotateReply,
   type RotationBroadcast,
@@ -278,9 +282,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       log.warn({ rotation: r.id, err: e }, "could not read the new values to seal them to SDK holders; they fetch them");
     }
     const sender = sealer.getPublicKey();
-    // One set of headers for every notice (each publish encodes them as they are); none when
-    // no propagator would fill them (an empty set still costs every notice a header block).
-    const publishOpts = propagating() ? { headers: traceHeaders(contextOfTraceparent(r.traceparent)) } : undefined;
+    // With a propagator, each notice gets a PRODUCER span of its own (the rotation's child),
+    // carried in its headers; without, no headers (an empty set still costs every notice a header block).
+    const traced = propagating();
     let sealed = 0;
     for (const t of targets) {
       const notice: HolderNotice = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to };
@@ -295,7 +299,17 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           // not a curve key: that holder fetches
         }
       }
-      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), publishOpts);
+      const subject = subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance);
+      if (!traced) {
+        store.nc.publish(subject, JSON.stringify(notice));
+        continue;
+      }
+      const { span, headers } = startProducerSpan("rotator", subject, SubjectTemplates.holderValues, holderSpanAttributes({ rotation: r.id, grant: r.grant, node: t.node, part: t.part, holder: t.holder, generation: r.to }), contextOfTraceparent(r.traceparent));
+      try {
+        store.nc.publish(subject, JSON.stringify(notice), { headers });
+      } finally {
+        span.end();
+      }
     }
     log.debug({ rotation: r.id, notices: targets.length, sealed }, "rotation notices sent to SDK holders");
     return targets.length;
@@ -357,10 +371,11 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           publishedAt,
           rotation: r.id,
         };
-        await store.js.publish(subjects.delivery(h.node, r.module, h.part, r.requirement), JSON.stringify(d), {
-          msgID: `${r.id}:${h.node}:${h.part}`,
-          headers: headers(),
-        });
+        const subject = subjects.delivery(h.node, r.module, h.part, r.requirement);
+        // One PRODUCER span per holder, the rotation's child; the agent's span is its child.
+        await withProducerSpan("rotator", subject, SubjectTemplates.delivery, holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), contextOfTraceparent(r.traceparent), (headers) =>
+          store.js.publish(subject, JSON.stringify(d), { msgID: `${r.id}:${h.node}:${h.part}`, headers }),
+        );
       }),
     );
     const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, from: r.from, to: r.to, publishedAt };
