@@ -212,20 +212,6 @@ async function endWith<T>(span: Span, fn: (span: Span) => Promise<T>): Promise<T
 }
 
 /**
- * Runs `fn` inside a span that is a child of the context carried by `h`; the span ends when
- * `fn` settles and records an exception if it throws.
- */
-export async function withSpan<T>(
-  component: string,
-  name: string,
-  attributes: Record<string, string | number | boolean>,
-  h: MsgHdrs | undefined,
-  fn: (span: Span) => Promise<T>,
-): Promise<T> {
-  return tracer(component).startActiveSpan(name, { attributes }, contextFrom(h), (span) => endWith(span, fn));
-}
-
-/**
  * Registers a tracer provider, a propagator and (when given) a context manager with the API
  * instance the mesh's packages use.
  * An SDK may bring its own (older) copy of `@opentelemetry/api`, whose globals the mesh's copy
