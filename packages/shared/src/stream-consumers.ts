@@ -6,7 +6,6 @@
  */
 import { AckPolicy, JetStreamApiError, jetstream, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { errorMessage } from "./errors.js";
 import type { Logger } from "./logger.js";
 import { retryJetStreamGap, type Consumption, type Store } from "./nats.js";
 import type { KeyedQueue } from "./keyed-queue.js";

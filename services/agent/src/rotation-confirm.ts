@@ -12,7 +12,6 @@ import {
   ProviderDoc,
   Reasons,
   ReplyLine,
-  errorMessage,
   getCondition,
   holderKey,
   isMeshError,

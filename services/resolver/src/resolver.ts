@@ -13,7 +13,6 @@ import {
   kvKeyOf,
   kvStream,
   consumeKeys,
-  errorMessage,
   serveJson,
   subjects,
   type Logger,

@@ -11,7 +11,6 @@ import {
   Grant,
   ModuleDoc,
   Rotation,
-  errorMessage,
   isMeshError,
   isRotationRunning,
   keys,
