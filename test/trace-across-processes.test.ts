@@ -4,7 +4,8 @@
  * application process with its own tracer provider) export to an OTLP/HTTP receiver this test
  * runs (OTLP JSON decoded here; no collector is packaged). The trace holds spans from every
  * process: the rotator's `rotate`, one PRODUCER span per holder (its child), and each holder's
- * CONSUMER span (the producer's child), with the messaging attributes of semconv 1.27.0, and
+ * CONSUMER span (the producer's child) and its confirmation's PRODUCER span (the consumer's
+ * child), with the messaging attributes of semconv 1.27.0, and
  * the resource from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES with service.version; and the
  * agent's log lines inside its span carry its trace_id and span_id.
  */
@@ -186,8 +187,8 @@ describe("a rotation as one trace across processes", () => {
     expect(rotate.schemaUrl).toBe(SEMCONV_SCHEMA_URL);
 
     // One PRODUCER span per holder, the rotation's child, in the rotator.
-    const producers = trace.filter((s) => s.span.kind === KIND.producer);
-    expect(producers.every((p) => p.resource["service.name"] === "mesh-rotator" && p.span.parentSpanId === rotate.span.spanId)).toBe(true);
+    const producers = trace.filter((s) => s.span.kind === KIND.producer && s.span.parentSpanId === rotate.span.spanId);
+    expect(producers.every((p) => p.resource["service.name"] === "mesh-rotator")).toBe(true);
     expect(producers.map((p) => p.attrs["mesh.holder"]).sort()).toEqual(["node-a/api", "node-b/worker/h1", "node-b/worker/h2"]);
     for (const p of producers) {
       expect(p.attrs).toMatchObject({ "messaging.system": "nats", "messaging.operation.type": "send", "messaging.operation.name": "publish", "mesh.rotation": "traced/key#2", "mesh.generation": 2 });
@@ -215,6 +216,15 @@ describe("a rotation as one trace across processes", () => {
       expect(c!.span.name).toBe(`process ${c!.attrs["messaging.destination.template"]}`);
     }
     expect(consumers.find((x) => x.attrs["mesh.holder"] === "node-a/api")!.attrs["messaging.consumer.group.name"]).toBe("agent-node-a");
+
+    // Each holder's confirmation: a PRODUCER span in its own process, its CONSUMER span's child.
+    for (const holder of Object.keys(expected)) {
+      const c = consumers.find((x) => x.attrs["mesh.holder"] === holder)!;
+      const confirm = trace.find((x) => x.span.kind === KIND.producer && x.span.parentSpanId === c.span.spanId);
+      expect(confirm, `the confirmation span of ${holder}`).toBeDefined();
+      expect(confirm!.resource["service.name"]).toBe(expected[holder]);
+      expect(confirm!.attrs).toMatchObject({ "messaging.destination.template": "mesh.api.confirm.{module}.{requirement}.{node}.{part}", "messaging.operation.type": "send" });
+    }
 
     // The agent's log lines inside its span carry the trace's ids.
     const agentSpan = consumers.find((x) => x.attrs["mesh.holder"] === "node-a/api")!.span;

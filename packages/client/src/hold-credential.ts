@@ -52,7 +52,7 @@ import {
   subjects,
   holderSpanAttributes,
   startConsumerSpan,
-  traceHeaders,
+  startProducerSpan,
   type Confirmation,
   type CredentialValues,
   type HolderRegistration,
@@ -341,11 +341,18 @@ class Holder implements CredentialHolder {
           confirmedAt: new Date().toISOString(),
         };
         try {
-          // Carries this holder's span, the rotation's child, to whoever traces the confirmations.
-          const headers = span?.isRecording() ? traceHeaders(trace.setSpan(context.active(), span)) : undefined;
+          // A PRODUCER span, this holder's span's child, carried to whoever traces the confirmations (kept for re-sends).
+          const send = span?.isRecording()
+            ? startProducerSpan("client", this.confirmSubject, SubjectTemplates.rotationConfirm, holderSpanAttributes({ rotation, grant: this.grant, node, part, holder: this.holder, generation }), trace.setSpan(context.active(), span))
+            : undefined;
+          const headers = send?.headers;
           const data = JSON.stringify(c);
           this.confirmation = { c, data, headers };
-          this.nc.publish(this.confirmSubject, data, headers ? { headers } : undefined);
+          try {
+            this.nc.publish(this.confirmSubject, data, headers ? { headers } : undefined);
+          } finally {
+            send?.span.end();
+          }
         } catch (e) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
           throw new MeshError(ErrorCodes.Unavailable, `could not send the confirmation of rotation ${rotation} (${errorMessage(e)}); the connection is closed: hold the credential on an open one`, { retryable: false });
