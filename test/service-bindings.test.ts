@@ -10,7 +10,6 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFil
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
-import kubeServiceBindings from "kube-service-bindings";
 import { Kinds, Rotation, RotationStates, createLogger, keys, readJson, subjects, type ModuleDoc } from "@mesh/shared";
 import { CredentialStore } from "@mesh/providers";
 import { bindingGeneration, partBindingsDir, partEnvFile, startAgent } from "@mesh/agent";
@@ -18,6 +17,7 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { readAllBindings, readBindingFor } from "./harness/service-binding-reader.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 
 const shop: ModuleDoc = {
@@ -29,24 +29,6 @@ const shop: ModuleDoc = {
     { name: "session-key", kind: Kinds.Secret, parts: ["api"] },
   ],
 };
-
-/**
- * kube-service-bindings' `getBinding`: with a type and client, that binding mapped for the
- * client; with neither (undeclared in its types), every binding's files as read.
- */
-const getBinding = kubeServiceBindings.getBinding as unknown as (type?: string, client?: string) => unknown;
-
-/** What `getBinding()` of kube-service-bindings returns for `root` as SERVICE_BINDING_ROOT, read as a part would. */
-function readerSees<T>(root: string, read: () => T): T {
-  const before = process.env.SERVICE_BINDING_ROOT;
-  process.env.SERVICE_BINDING_ROOT = root;
-  try {
-    return read();
-  } finally {
-    if (before === undefined) delete process.env.SERVICE_BINDING_ROOT;
-    else process.env.SERVICE_BINDING_ROOT = before;
-  }
-}
 
 describe("a part's directory as SERVICE_BINDING_ROOT", () => {
   let db: Postgres;
@@ -87,9 +69,9 @@ describe("a part's directory as SERVICE_BINDING_ROOT", () => {
 
     const stored = await new CredentialStore(mesh.store.kv.credentials, mesh.masterKey).read("bshop", "db", 2);
     const newPassword = stored!.bindings!.password!;
-    const typed = readerSees(dir, () => getBinding("POSTGRESQL", "pg")) as pg.ClientConfig;
+    const typed = readBindingFor<pg.ClientConfig>(dir, "POSTGRESQL", "pg");
     expect(typed.password).toBe(newPassword);
-    const all = readerSees(dir, () => getBinding()) as unknown as Array<Record<string, string>>;
+    const all = readAllBindings(dir);
     expect(all.map((b) => b.type).sort()).toEqual(["postgresql", "secret"]);
     expect(all.find((b) => b.type === "postgresql")?.password).toBe(newPassword);
     expect(readdirSync(dir).sort()).toEqual(["db", "session-key"]);
@@ -120,7 +102,7 @@ describe("a part's directory as SERVICE_BINDING_ROOT", () => {
       expect(mesh.logs.lines.some((l) => l.includes("moved the bindings of legacy/api to the current layout"))).toBe(true);
       await waitFor("the old generation directory removed after its grace", () => readdirSync(part).length === 1);
       expect(readdirSync(part)).toEqual(["key"]);
-      const all = readerSees(part, () => getBinding()) as unknown as Array<Record<string, string>>;
+      const all = readAllBindings(part);
       expect(all).toEqual([{ type: "secret", value: "v4" }]);
     } finally {
       await agent.stop();

@@ -38,6 +38,7 @@ import { waitFor } from "../harness/wait.js";
 import { serverErrors } from "../harness/refusals.js";
 import { postgresProvider } from "../fixtures.js";
 import pg from "pg";
+import { readAllBindings } from "../harness/service-binding-reader.js";
 
 const shop: ModuleDoc = {
   kind: "Module",
@@ -162,6 +163,12 @@ describe("a part's identity binding", () => {
     opened.push(c);
     expect(c.identity).toMatchObject({ module: "idshop", part: "app", node: "node-a" });
     expect(readIdentityBinding(partBindingsDir(root(), "idshop", "app"))).toEqual(readIdentityBinding(identityDir()));
+  });
+
+  it("is one of the part's bindings as a servicebinding reader lists them: one per requirement and the identity", () => {
+    const all = readAllBindings(partBindingsDir(root(), "idshop", "app"));
+    expect(all.map((b) => b.type).sort()).toEqual(["nats", "postgresql", "secret"]);
+    expect(all.find((b) => b.type === "nats")?.inboxPrefix).toBe(subjects.partInboxPrefix("idshop", "node-a", "app"));
   });
 });
 
