@@ -285,6 +285,18 @@ describe("migrateBindings", () => {
     expect(migrateBindings(root)).toEqual({ migrated: [], retained: [] });
   });
 
+  it("never moves back a binding another agent sharing the root wrote meanwhile", () => {
+    legacyTree();
+    // The other agent, already moved on, wrote generation 4 in the current layout.
+    const other = writeBinding({ ...db(4, "four"), values: { type: "postgresql", password: "four" } });
+    expect(other.changed).toBe(true);
+    // What this agent read before (the old link) is no longer there: only the swap with it is refused.
+    const r = writeBinding({ ...db(3, "three"), values: { type: "postgresql", password: "three" } }, { onlyOver: ".db-g3-abcDEF" });
+    expect(r.changed).toBe(false);
+    expect(bindingGeneration(root, "shop", "api", "db")).toBe(4);
+    expect(readdirSync(gens()).filter((e) => e.startsWith("db-g3-"))).toEqual([]);
+  });
+
   it("leaves a root in the current layout alone", () => {
     writeBinding(db(1, "one"));
     const before = target();

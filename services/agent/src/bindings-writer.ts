@@ -238,10 +238,13 @@ function ensureDir(path: string): void {
  * Idempotent: writing the generation and values already in place swaps nothing
  * (`changed: false`) and only makes sure the env file agrees.
  *
+ * `onlyOver` (for {@link migrateBindings}): swap only while the symlink still reads this target;
+ * otherwise write nothing (`changed: false`).
+ *
  * Throws `InvalidName` for a module, part, requirement or key that could escape the root or
  * is not a plain name, and `InvalidRequest` for a bad generation or value; nothing is written then.
  */
-export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Date } = {}): BindingWriteResult {
+export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Date; onlyOver?: string } = {}): BindingWriteResult {
   validateWrite(w);
   const partDir = join(w.root, w.module, w.part);
   const genDir = generationsDir(w.root, w.module, w.part);
@@ -266,6 +269,12 @@ export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Da
     // Made outside the part's directory, so a reader listing it never meets the temporary link.
     const tempLink = join(genDir, tempLinkPrefix(w.requirement) + randomBytes(6).toString("hex"));
     symlinkSync(linkTarget(w.part, basename(dir)), tempLink);
+    // Moving an old layout over: another agent sharing the root may have written this binding meanwhile.
+    if (opts.onlyOver !== undefined && readLink(linkPath) !== opts.onlyOver) {
+      rmSync(tempLink, { force: true });
+      rmSync(dir, { recursive: true, force: true });
+      return { path: linkPath, envFile: join(w.root, w.module, partEnvFileName(w.part)), changed: false, envCollisions: [], retained: false };
+    }
     // A real directory there (not ours) cannot be replaced by rename; move it out of the way first.
     const st = lstatOrUndefined(linkPath);
     if (st && !st.isSymbolicLink()) rmSync(linkPath, { recursive: true, force: true });
@@ -379,7 +388,9 @@ export interface PartBinding {
  * the generations directory and swapped atomically; `part.env` becomes `<part>.env` beside the
  * part's directory. The old generation directories stay for the grace (readers may still be
  * in them) and are removed by the next write or {@link pruneBinding}: `retained` lists the
- * bindings to prune then. A root in the current layout is left as it is.
+ * bindings to prune then. A root in the current layout is left as it is. Several agents sharing
+ * one root may each run it: a binding is swapped only while its symlink still names the old
+ * directory it read, so one another agent wrote meanwhile is never moved back.
  */
 export function migrateBindings(root: string, opts: { graceMs?: number; now?: Date } = {}): { migrated: PartBinding[]; retained: PartBinding[] } {
   const migrated: PartBinding[] = [];
@@ -396,8 +407,8 @@ export function migrateBindings(root: string, opts: { graceMs?: number; now?: Da
         if (!target?.legacy) continue;
         const values = readValues(join(partDir, binding));
         if (!values) continue;
-        writeBinding({ root, module, part, requirement: binding, generation: target.generation, values: Object.fromEntries(values) }, opts);
-        migrated.push({ module, part, binding });
+        const moved = writeBinding({ root, module, part, requirement: binding, generation: target.generation, values: Object.fromEntries(values) }, { ...opts, onlyOver: target.name });
+        if (moved.changed) migrated.push({ module, part, binding });
       }
       // Hidden directories of bindings no symlink names any more, and a part.env alone, too.
       const bindings = new Set(entries.filter(isValidName));
