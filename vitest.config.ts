@@ -10,6 +10,7 @@ export default defineConfig({
       "@mesh/shared": src("./packages/shared/src/index.ts"),
       "@mesh/providers": src("./packages/providers/src/index.ts"),
       "@mesh/client": src("./packages/client/src/index.ts"),
+      "@mesh/telemetry": src("./packages/telemetry/src/index.ts"),
       "@mesh/resolver": src("./services/resolver/src/index.ts"),
       "@mesh/provisioner": src("./services/provisioner/src/index.ts"),
       "@mesh/agent": src("./services/agent/src/index.ts"),

@@ -168,7 +168,7 @@ describe("agent", () => {
     expect(read("shop/api/db/type")).toBe("postgresql");
     expect(read("shop/api/db/username")).toBe("shop_db_a");
     expect(read("shop/api/db/uri")).toBe(dbValues(pw1).uri);
-    expect(read("shop/api/part.env")).toContain(`DB_PASSWORD='${pw1}'\n`);
+    expect(read("shop/api.env")).toContain(`DB_PASSWORD='${pw1}'\n`);
   });
 
   it("records itself as holder in its own node's receipt, which sets the grant's holder and Delivered", async () => {
@@ -182,19 +182,21 @@ describe("agent", () => {
   });
 
   it("replaces the first generation with the second, and removes the first's files after the grace", async () => {
-    const first = readdirSync(join(root, "shop/api")).filter((e) => e.startsWith(".db-g1-"));
+    const first = readdirSync(join(root, "shop/.api.generations")).filter((e) => e.startsWith("db-g1-"));
     expect(first).toHaveLength(1);
+    // The part's directory holds its bindings and nothing else.
+    expect(readdirSync(join(root, "shop/api"))).toEqual(["db"]);
     await responder.put("shop", "db", 2, dbValues(pw2));
     await bumpGeneration("shop", "db", 2);
     const seq = await publishDelivery({ module: "shop", requirement: "db", part: "api", kind: "postgres.database", generation: 2 });
     await waitFor("generation 2 on disk", () => read("shop/api/db/password") === pw2);
     expect(bindingGeneration(root, "shop", "api", "db")).toBe(2);
-    expect(read("shop/api/part.env")).toContain(`DB_PASSWORD='${pw2}'\n`);
+    expect(read("shop/api.env")).toContain(`DB_PASSWORD='${pw2}'\n`);
     await waitAcked(seq);
     const g = await grant("shop", "db");
     expect(g?.holders["node-a/api"]?.generation).toBe(2);
     expect(getCondition(g!.conditions, "Delivered")?.status).toBe("True");
-    await waitFor("generation 1's directory to be removed", () => !existsSync(join(root, "shop/api", first[0]!)));
+    await waitFor("generation 1's directory to be removed", () => !existsSync(join(root, "shop/.api.generations", first[0]!)));
   });
 
   it("does not move a holder back when an older generation's delivery comes again", async () => {
@@ -222,7 +224,7 @@ describe("agent", () => {
     expect(existsSync(join(root, "shop/api/session-key"))).toBe(false);
     responder.start();
     await waitFor("the session key file", () => existsSync(join(root, "shop/api/session-key/value")) && read("shop/api/session-key/value") === sessionKey, 30_000);
-    const env = read("shop/api/part.env");
+    const env = read("shop/api.env");
     expect(env).toContain(`SESSION_KEY_VALUE='${sessionKey}'\n`);
     expect(env).toContain(`DB_PASSWORD='${pw2}'\n`);
   });

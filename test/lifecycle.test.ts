@@ -101,7 +101,7 @@ describe("removing a requirement", () => {
     }, 15_000);
     expect(await login(b)).toMatch(/not permitted to log in|password authentication failed/);
     expect(existsSync(join(partDir("rm", "api"), "db"))).toBe(false);
-    expect(read(partDir("rm", "api"), "part.env")).not.toContain("DB_PASSWORD");
+    expect(readFileSync(join(mesh.bindingsRoot, "node-a", "rm", "api.env"), "utf8")).not.toContain("DB_PASSWORD");
     expect(await storedRevisions("rm", "db")).toBe(0);
     expect(g.holders).toEqual({});
     expect(getCondition(g.conditions, "Provisioned")).toMatchObject({ status: "False", reason: "NoInstalledPart" });

@@ -67,7 +67,7 @@ describe("declare → resolve → provision → deliver", () => {
 
     expect(read(root, "session-key", "type")).toBe("secret");
     expect(read(root, "session-key", "value").length).toBeGreaterThanOrEqual(32);
-    const env = read(root, "part.env");
+    const env = read(root, "..", "api.env");
     expect(env).toContain("DB_USERNAME=");
     expect(env).toContain("SESSION_KEY_VALUE=");
 

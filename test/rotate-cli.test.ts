@@ -83,7 +83,11 @@ describe("meshctl rotate --wait --json and meshctl trace", () => {
     const text = bufferOutput();
     expect(await runTrace(mesh.store, { rotation: "shop/key#2" }, text)).toBe(ExitCodes.Ok);
     expect(text.stdout).toContain("rotation shop/key#2  generation 1 → 2  Committed");
-    expect(text.stdout).toMatch(/node-a\/api\n {4}broadcast received +\+\d+\.\d{3} s {2}\S+Z\n {4}applied +\+\d+\.\d{3} s {2}\S+Z\n {4}confirmed +\+\d+\.\d{3} s {2}\S+Z/);
+    expect(text.stdout).toMatch(
+      /node-a\/api\n {4}broadcast received +\+\d+\.\d{3} s {2}\S+Z {2}holder's clock\n {4}applied +\+\d+\.\d{3} s {2}\S+Z {2}holder's clock\n {4}confirmed +\+\d+\.\d{3} s {2}\S+Z {2}rotator's clock/,
+    );
+    expect(h.received!.clock).toBe("holder");
+    expect(h.confirmed!.clock).toBe("rotator");
   });
 
   it("without --wait prints the started rotation; the built meshctl traces it by its grant", async () => {

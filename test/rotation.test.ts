@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
+import { SpanKind } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import {
@@ -211,15 +212,17 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     expect(await loginWith(mesh, "shop", 2)).toEqual({ ok: true });
     expect(await loginWith(mesh, "shop", 1)).toMatchObject({ ok: false, reason: "rejected" });
 
-    // One trace: the rotator's span, and one child span per holder.
+    // One trace: the rotator's span; per holder, its PRODUCER span and the agent's CONSUMER span, the producer's child.
     const spans = await waitFor("the rotation's span", () => {
       const s = exporter.getFinishedSpans();
       return s.find((x) => x.name === "rotate" && x.attributes["mesh.rotation"] === "shop/db#2") ? s : undefined;
     });
     const root = spans.find((x) => x.name === "rotate")!;
-    const children = spans.filter((x) => x.parentSpanContext?.spanId === root.spanContext().spanId);
+    const children = spans.filter((x) => x.parentSpanContext?.spanId === root.spanContext().spanId && x.kind === SpanKind.PRODUCER);
     expect(children.every((c) => c.spanContext().traceId === root.spanContext().traceId)).toBe(true);
     expect(children.map((c) => `${c.attributes["mesh.node"]}/${c.attributes["mesh.part"]}`).sort()).toEqual(["node-a/api", "node-b/worker"]);
+    const consumers = spans.filter((x) => x.kind === SpanKind.CONSUMER && children.some((c) => c.spanContext().spanId === x.parentSpanContext?.spanId));
+    expect(consumers.map((c) => c.attributes["mesh.holder"]).sort()).toEqual(["node-a/api", "node-b/worker"]);
   });
 
   it("stalls naming an offline holder, keeps k, refuses a forged confirmation, and commits when the holder is back", async () => {

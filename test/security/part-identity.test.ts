@@ -29,8 +29,8 @@ import {
   ModuleDoc as ModuleDocSchema,
   type ModuleDoc,
 } from "@mesh/shared";
-import { connectWithIdentity, declare, holdCredential, watchCredentials, type CredentialUpdate, type HeldCredential, type IdentityConnection } from "@mesh/client";
-import { bindingPath } from "@mesh/agent";
+import { connectWithIdentity, declare, holdCredential, readIdentityBinding, watchCredentials, type CredentialUpdate, type HeldCredential, type IdentityConnection } from "@mesh/client";
+import { bindingPath, partBindingsDir } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { startTestMesh, type TestMesh } from "../mesh.js";
@@ -38,6 +38,7 @@ import { waitFor } from "../harness/wait.js";
 import { serverErrors } from "../harness/refusals.js";
 import { postgresProvider } from "../fixtures.js";
 import pg from "pg";
+import { readAllBindings } from "../harness/service-binding-reader.js";
 
 const shop: ModuleDoc = {
   kind: "Module",
@@ -168,6 +169,19 @@ describe("a part's identity binding", () => {
     expect(file(dir, "creds")).toMatch(/-----BEGIN NATS USER JWT-----[\s\S]*-----BEGIN USER NKEY SEED-----/);
     expect(file(dir, "inboxPrefix")).toBe(subjects.partInboxPrefix("idshop", "node-a", "app"));
     expect(file(dir, "grant")).toBe(`idshop/${partIdentityRequirement("app")}`);
+  });
+
+  it("is read by connectWithIdentity from the part's directory (its SERVICE_BINDING_ROOT) as from the binding itself", async () => {
+    const c = await connectWithIdentity(partBindingsDir(root(), "idshop", "app"));
+    opened.push(c);
+    expect(c.identity).toMatchObject({ module: "idshop", part: "app", node: "node-a" });
+    expect(readIdentityBinding(partBindingsDir(root(), "idshop", "app"))).toEqual(readIdentityBinding(identityDir()));
+  });
+
+  it("is one of the part's bindings as a servicebinding reader lists them: one per requirement and the identity", () => {
+    const all = readAllBindings(partBindingsDir(root(), "idshop", "app"));
+    expect(all.map((b) => b.type).sort()).toEqual(["nats", "postgresql", "secret"]);
+    expect(all.find((b) => b.type === "nats")?.inboxPrefix).toBe(subjects.partInboxPrefix("idshop", "node-a", "app"));
   });
 });
 

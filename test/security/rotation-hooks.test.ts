@@ -131,10 +131,11 @@ describe("onRotate names a hook the node's agent allows", () => {
       MESH_PART: "api",
       MESH_REQUIREMENT: "key",
       MESH_BINDING_PATH: join(bindings, "hooked/api/key"),
+      SERVICE_BINDING_ROOT: join(bindings, "hooked/api"),
     });
     // Nothing but its own variables (and what sh itself sets).
     expect(Object.keys(env).filter((k) => !["PWD", "SHLVL", "_", "OLDPWD"].includes(k)).sort()).toEqual(
-      ["HOME", "MESH_BINDING_PATH", "MESH_GENERATION", "MESH_GRANT", "MESH_MODULE", "MESH_PART", "MESH_REQUIREMENT", "PATH"],
+      ["HOME", "MESH_BINDING_PATH", "MESH_GENERATION", "MESH_GRANT", "MESH_MODULE", "MESH_PART", "MESH_REQUIREMENT", "PATH", "SERVICE_BINDING_ROOT"],
     );
   });
 

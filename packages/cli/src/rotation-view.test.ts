@@ -76,9 +76,9 @@ describe("traceRotation and formatTrace (meshctl trace)", () => {
     expect(t.holders.map((h) => h.holder)).toEqual(["node-a/api", "node-b/worker"]);
     expect(t.holders[0]).toEqual({
       holder: "node-a/api",
-      received: { offsetMs: 12, at: plus(12) },
-      applied: { offsetMs: 140, at: plus(140) },
-      confirmed: { offsetMs: 151, at: plus(151) },
+      received: { offsetMs: 12, at: plus(12), clock: "holder" },
+      applied: { offsetMs: 140, at: plus(140), clock: "holder" },
+      confirmed: { offsetMs: 151, at: plus(151), clock: "rotator" },
     });
     expect(t.holders[1]).toMatchObject({ received: null, applied: null, confirmed: null });
     expect(t.states.map((s) => [s.state, s.offsetMs])).toEqual([["Staged", 0], ["Broadcast", 5], ["AwaitingHolders", 9]]);
@@ -88,7 +88,11 @@ describe("traceRotation and formatTrace (meshctl trace)", () => {
   it("prints one block per holder: broadcast received, applied, confirmed", () => {
     const text = formatTrace(traceRotation(rotation()));
     expect(text).toContain("rotation shop/db#3  generation 2 → 3  AwaitingHolders");
-    expect(text).toMatch(/node-a\/api\n {4}broadcast received +\+0\.012 s {2}2025-06-01T11:59:00\.012Z\n {4}applied +\+0\.140 s {2}2025-06-01T11:59:00\.140Z\n {4}confirmed +\+0\.151 s/);
+    expect(text).toMatch(
+      /node-a\/api\n {4}broadcast received +\+0\.012 s {2}2025-06-01T11:59:00\.012Z {2}holder's clock\n {4}applied +\+0\.140 s {2}2025-06-01T11:59:00\.140Z {2}holder's clock\n {4}confirmed +\+0\.151 s {2}\S+ {2}rotator's clock/,
+    );
+    expect(text).toMatch(/Staged +\+0\.000 s {2}\S+ {2}rotator's clock/);
+    expect(text.replace(/\s+/g, " ")).toContain("received and applied by each holder's own clock");
     expect(text).toMatch(/node-b\/worker {2}not confirmed\n {4}broadcast received +-/);
     expect(text).toContain("not confirmed: node-b/worker");
     for (const line of text.split("\n")) expect(line.length).toBeLessThanOrEqual(80);

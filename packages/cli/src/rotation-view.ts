@@ -137,10 +137,15 @@ export function formatOutcome(r: Rotation, opts: { color?: boolean; width?: numb
   return wrapText(`${s.warn(r.state)}: rotation ${r.id}, ${progressLine(r)}; missing ${listHolders(p.missing) || "none"}`, width);
 }
 
-/** One event of a holder's timeline: when, as an offset from the rotation's start and absolute. */
+/**
+ * One event of a holder's timeline: when, as an offset from the rotation's start and absolute,
+ * and whose clock measured it: the rotator's (its states, a confirmation accepted) or the
+ * holder's own (received and applied, as its confirmation reported them).
+ */
 export interface TraceEvent {
   offsetMs: number;
   at: string;
+  clock: "rotator" | "holder";
 }
 
 /** One holder's line of the fan-out. */
@@ -175,9 +180,9 @@ export interface RotationTrace {
   refused: Rotation["refused"];
 }
 
-function event(r: Rotation, ms: number | undefined): TraceEvent | null {
+function event(r: Rotation, ms: number | undefined, clock: TraceEvent["clock"]): TraceEvent | null {
   const at = atOffset(r, ms);
-  return ms === undefined || at === undefined ? null : { offsetMs: ms, at };
+  return ms === undefined || at === undefined ? null : { offsetMs: ms, at, clock };
 }
 
 /** The fan-out of a rotation as recorded, for `meshctl trace`. */
@@ -185,14 +190,14 @@ export function traceRotation(r: Rotation): RotationTrace {
   const start = Date.parse(r.requestedAt);
   const holders = Object.entries(r.holders)
     .sort(([a, pa], [b, pb]) => (pa.c ?? Infinity) - (pb.c ?? Infinity) || a.localeCompare(b))
-    .map(([holder, p]) => ({ holder, received: event(r, p.r), applied: event(r, p.a), confirmed: event(r, p.c), ...(p.e !== undefined ? { evicted: event(r, p.e) } : {}) }));
+    .map(([holder, p]) => ({ holder, received: event(r, p.r, "holder"), applied: event(r, p.a, "holder"), confirmed: event(r, p.c, "rotator"), ...(p.e !== undefined ? { evicted: event(r, p.e, "rotator") } : {}) }));
   return {
     ...rotationIdentity(r),
     requestedAt: r.requestedAt,
     deadline: r.deadline,
     ...(r.committedAt ? { committedAt: r.committedAt } : {}),
     ...(r.traceparent ? { traceparent: r.traceparent } : {}),
-    states: r.history.map((h) => ({ state: h.state, offsetMs: Math.max(0, Date.parse(h.at) - start), at: h.at })),
+    states: r.history.map((h) => ({ state: h.state, offsetMs: Math.max(0, Date.parse(h.at) - start), at: h.at, clock: "rotator" as const })),
     holders,
     missing: rotationProgress(r).missing,
     refused: r.refused,
@@ -215,7 +220,7 @@ export function formatTrace(t: RotationTrace, opts: { color?: boolean; width?: n
     s.bold("rotator"),
   ];
   const row = (label: string, e: TraceEvent | null) =>
-    e ? `    ${label.padEnd(20)}${offset(e.offsetMs).padStart(12)}  ${s.dim(e.at)}` : `    ${label.padEnd(20)}${"-".padStart(12)}`;
+    e ? `    ${label.padEnd(20)}${offset(e.offsetMs).padStart(12)}  ${s.dim(`${e.at}  ${e.clock}'s clock`)}` : `    ${label.padEnd(20)}${"-".padStart(12)}`;
   for (const st of t.states) lines.push(row(st.state, st));
   for (const h of t.holders) {
     lines.push("", `${s.bold(h.holder)}${h.confirmed ? "" : `  ${s.bad("not confirmed")}`}`);
@@ -223,6 +228,7 @@ export function formatTrace(t: RotationTrace, opts: { color?: boolean; width?: n
   }
   if (t.holders.length === 0) lines.push("", "no holder had to confirm (none held the grant when the rotation started)");
   if (t.missing.length) lines.push("", ...wrapText(`not confirmed: ${listHolders(t.missing)}`, width));
+  lines.push("", ...wrapText("times: the rotator's states and accepted confirmations by the rotator's clock; received and applied by each holder's own clock, as its confirmation reported them", width));
   if (t.refused.length) {
     lines.push("", s.bold("refused confirmations"));
     for (const x of t.refused) lines.push(...wrapText(`${x.at} ${x.holder}: ${x.reason}`, width, "    "));

@@ -13,7 +13,7 @@
  * closes, and only then does it confirm: the rotation commits, and the old key is revoked,
  * once this connection no longer uses it.
  */
-import { readFileSync, realpathSync } from "node:fs";
+import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
 import { ErrorCodes, IDENTITY_BINDING, MeshError, errorMessage, parseGrantId, subjects } from "@mesh/shared";
@@ -35,14 +35,15 @@ export interface IdentityBinding {
 const REQUIRED = ["url", "inboxPrefix", "grant", "module", "part", "node"] as const;
 
 /**
- * Reads the identity binding in `dir` (a part's `identity` directory) at one generation: the
- * directory is a symlink the agent swaps atomically, so it is resolved once and every file read
- * from the generation it points to. Throws MeshError `NotFound` saying what is missing.
+ * Reads the identity binding in `dir` (a part's `identity` directory, or the part's directory,
+ * its `SERVICE_BINDING_ROOT`, whose `identity` it reads) at one generation: the binding is a
+ * symlink the agent swaps atomically, so it is resolved once and every file read from the
+ * generation it points to. Throws MeshError `NotFound` saying what is missing.
  */
 export function readIdentityBinding(dir: string): IdentityBinding {
   let real: string;
   try {
-    real = realpathSync(dir);
+    real = realpathSync(existsSync(join(dir, IDENTITY_BINDING, "url")) ? join(dir, IDENTITY_BINDING) : dir);
   } catch (e) {
     throw new MeshError(
       ErrorCodes.NotFound,

@@ -34,7 +34,9 @@ import {
   Rotation,
   SealedHolderPayload,
   HOLDER_HEARTBEAT_MS,
+  SubjectTemplates,
   contextFrom,
+  contextOfTraceparent,
   createSealingKey,
   errorMessage,
   fetchCredential,
@@ -48,8 +50,9 @@ import {
   sendConfirmation,
   storeWrite,
   subjects,
-  traceHeaders,
-  tracer,
+  holderSpanAttributes,
+  startConsumerSpan,
+  startProducerSpan,
   type Confirmation,
   type CredentialValues,
   type HolderRegistration,
@@ -218,7 +221,7 @@ class Holder implements CredentialHolder {
     // Confirmed while away (or while no rotator ran), and not in the record: sent again, as a
     // request this time (a rotator may not be back yet), until one records it.
     if (mine && r.data.to === this.generation && r.data.holders[this.holder]!.c === undefined) void this.confirmUntilRecorded(r.data.id);
-    await this.take(r.data.to, mine ? r.data.id : undefined, new Date(), undefined);
+    await this.take(r.data.to, mine ? r.data.id : undefined, new Date(), undefined, undefined, r.data.traceparent);
   }
 
   /** {@link catchUp} after a reconnect, tried again while the server is still recovering JetStream. */
@@ -283,10 +286,26 @@ class Holder implements CredentialHolder {
     }
   }
 
-  private async take(generation: number, rotation: string | undefined, receivedAt: Date, headers: Parameters<typeof contextFrom>[0], notice?: HolderNotice): Promise<void> {
+  private async take(
+    generation: number,
+    rotation: string | undefined,
+    receivedAt: Date,
+    headers: Parameters<typeof contextFrom>[0],
+    notice?: HolderNotice,
+    traceparent?: string,
+  ): Promise<void> {
     if (this.done || generation <= this.generation) return;
+    // A CONSUMER span, the child of the rotator's notice (or, caught up from the record, of the rotation's span).
+    const { module, requirement, node, part, instance } = this.opts;
     const span: Span | undefined = rotation
-      ? tracer("client").startSpan("rotation.hold", { attributes: { "mesh.rotation": rotation, "mesh.holder": this.holder, "mesh.generation": generation } }, contextFrom(headers))
+      ? startConsumerSpan(
+          "client",
+          subjects.holderValues(module, requirement, node, part, instance),
+          SubjectTemplates.holderValues,
+          holderSpanAttributes({ rotation, grant: this.grant, node, part, holder: this.holder, generation }),
+          headers,
+          { fallback: contextOfTraceparent(traceparent) },
+        )
       : undefined;
     let values: CredentialValues | undefined = this.sealedValues(notice);
     span?.setAttribute("mesh.values", values ? "sealed" : "fetched");
@@ -322,11 +341,18 @@ class Holder implements CredentialHolder {
           confirmedAt: new Date().toISOString(),
         };
         try {
-          // Carries this holder's span, the rotation's child, to whoever traces the confirmations.
-          const headers = span?.isRecording() ? traceHeaders(trace.setSpan(context.active(), span)) : undefined;
+          // A PRODUCER span, this holder's span's child, carried to whoever traces the confirmations (kept for re-sends).
+          const send = span?.isRecording()
+            ? startProducerSpan("client", this.confirmSubject, SubjectTemplates.rotationConfirm, holderSpanAttributes({ rotation, grant: this.grant, node, part, holder: this.holder, generation }), trace.setSpan(context.active(), span))
+            : undefined;
+          const headers = send?.headers;
           const data = JSON.stringify(c);
           this.confirmation = { c, data, headers };
-          this.nc.publish(this.confirmSubject, data, headers ? { headers } : undefined);
+          try {
+            this.nc.publish(this.confirmSubject, data, headers ? { headers } : undefined);
+          } finally {
+            send?.span.end();
+          }
         } catch (e) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
           throw new MeshError(ErrorCodes.Unavailable, `could not send the confirmation of rotation ${rotation} (${errorMessage(e)}); the connection is closed: hold the credential on an open one`, { retryable: false });

@@ -44,11 +44,13 @@ beforeAll(() => {
   touch(join(state, "nats-operator", "signing-keys.json"));
   touch(join(state, "nats-operator", "identity-keys.json"));
   touch(join(state, "nats-operator", "admin.creds"));
-  // A binding as the agent writes it: <root>/<node>/<module>/<part>/<requirement> → .<requirement>-g1-XXXXXX/
+  // A binding as the agent writes it: <root>/<node>/<module>/<part>/<requirement> → ../.<part>.generations/<requirement>-g1-XXXXXX/
   const part = join(state, "bindings", "node-a", "pg", "server");
-  touch(join(part, ".admin-password-g1-AbC123", "value"));
-  symlinkSync(".admin-password-g1-AbC123", join(part, "admin-password"));
-  touch(join(part, "part.env"));
+  touch(join(state, "bindings", "node-a", "pg", ".server.generations", "admin-password-g1-AbC123", "value"));
+  mkdirSync(part, { recursive: true });
+  symlinkSync("../.server.generations/admin-password-g1-AbC123", join(part, "admin-password"));
+  touch(join(state, "bindings", "node-a", "pg", "server.env"));
+  // And as an agent before the generations directory wrote it: <part>/<requirement> → .<requirement>-g2-XXXXXX/
   touch(join(state, "bindings", "node-a", "shop", "api", ".db-g2-zzzzzz", "password"));
   symlinkSync(".db-g2-zzzzzz", join(state, "bindings", "node-a", "shop", "api", "db"));
   touch(join(base, "etc", "pg-admin-password"));
@@ -102,7 +104,7 @@ describe("passwordFile", () => {
     ["the operator admin's .creds, for a provider that serves Redis", () => join(state, "nats-operator", "admin.creds"), /is the operator admin's \.creds, which only a provider serving NATS kinds alone \(nats\.user, kv\.bucket, object\.store, mesh\.identity\) may use.*this one also serves redis\.user/],
     ["a log of the mesh", () => join(state, "logs", "provisioner.log"), /is in the mesh's own directory .*\/work\/\.mesh: /],
     ["another grant's binding", () => join(state, "bindings", "node-a", "shop", "api", "db", "password"), /is a file of the binding of grant shop\/db, which this provider does not need: list shop\/db in its needs/],
-    ["a part's part.env, which holds all its requirements", () => join(state, "bindings", "node-a", "pg", "server", "part.env"), /is in the bindings root .* but is not a binding file/],
+    ["a part's env file, which holds all its requirements", () => join(state, "bindings", "node-a", "pg", "server.env"), /is in the bindings root .* but is not a binding file/],
     ["the default bindings root of an agent", () => "/var/lib/mesh/bindings/shop/api/db/password", /is a file of the binding of grant shop\/db, which this provider does not need/],
   ])("refuses %s", (_, path, message) => {
     expect(file(path())).toEqual({ path: "admin.passwordFile", message: expect.stringMatching(message) });
@@ -120,10 +122,12 @@ describe("passwordFile", () => {
     const needs = { needs: ["pg/admin-password"] };
     const part = join(state, "bindings", "node-a", "pg", "server");
     expect(file(join(part, "admin-password", "value"), needs)).toBeUndefined();
+    expect(file(join(state, "bindings", "node-a", "pg", ".server.generations", "admin-password-g1-AbC123", "value"), needs)).toBeUndefined();
     expect(file(join(part, ".admin-password-g1-AbC123", "value"), needs)).toBeUndefined();
     expect(file(join(state, "bindings", "node-b", "pg", "server", "admin-password", "value"), needs)).toBeUndefined();
     expect(file("/var/lib/mesh/bindings/pg/server/admin-password/value", needs)).toBeUndefined();
     // Not the part's env file, nor another requirement of the module, nor a binding of another module.
+    expect(file(join(state, "bindings", "node-a", "pg", "server.env"), needs)?.message).toMatch(/not a binding file/);
     expect(file(join(part, "part.env"), needs)?.message).toMatch(/not a binding file/);
     expect(file(join(part, "other", "value"), needs)?.message).toMatch(/grant pg\/other, which this provider does not need/);
     expect(file(join(state, "bindings", "node-a", "shop", "api", "db", "password"), needs)?.message).toMatch(/grant shop\/db/);
@@ -160,7 +164,7 @@ describe("passwordFile", () => {
     // a way to the state directory (or anywhere), detours, then one of its files (or anything).
     const piece = fc.constantFrom("work", ".mesh", "master.key", "nats-operator", "signing-keys.json", "identity-keys.json", "admin.creds", "logs", "provisioner.log", "links", "mesh", "key", "up", "etc", "..", ".", "", "nope");
     const toState = fc.constantFrom(".mesh", "../links/mesh", "work/.mesh", "links/mesh", "links/up/work/.mesh", "etc/../work/.mesh", "links/mesh/../.mesh", "nope/../work/.mesh", "links/up/links/mesh", "work/./.mesh/", "links/mesh/nats-operator/..", "..");
-    const inState = fc.constantFrom("master.key", "nats-url", "logs/provisioner.log", "nats-operator/signing-keys.json", "nats-operator/identity-keys.json", "nats-operator/admin.creds", "bindings/node-a/shop/api/db/password", "bindings/node-a/pg/server/part.env", "../.mesh/master.key", "logs/../master.key");
+    const inState = fc.constantFrom("master.key", "nats-url", "logs/provisioner.log", "nats-operator/signing-keys.json", "nats-operator/identity-keys.json", "nats-operator/admin.creds", "bindings/node-a/shop/api/db/password", "bindings/node-a/pg/server.env", "bindings/node-a/pg/.server.generations/admin-password-g1-AbC123/value", "../.mesh/master.key", "logs/../master.key");
     const pieces = fc.oneof(
       fc.array(piece, { minLength: 1, maxLength: 9 }),
       fc.tuple(toState, fc.array(fc.constantFrom(".", "logs/..", "nats-operator/..", ""), { maxLength: 3 }), inState).map(([a, b, c]) => [a, ...b, c]),
@@ -195,7 +199,8 @@ describe("realPath and parseBindingGenerationDir", () => {
     expect(realPath(`${base}/nope/a/../b`)).toBe(join(base, "nope", "b"));
     expect(realPath("../work/.mesh/master.key", join(base, "work"))).toBe(join(state, "master.key"));
   });
-  it("reads a hidden generation directory's name from the right", () => {
+  it("reads a generation directory's name from the right, hidden (older agents) or not", () => {
+    expect(parseBindingGenerationDir("admin-password-g1-AbC123")).toEqual({ requirement: "admin-password", generation: 1 });
     expect(parseBindingGenerationDir(".admin-password-g1-AbC123")).toEqual({ requirement: "admin-password", generation: 1 });
     expect(parseBindingGenerationDir(".a-g1-g22-abcdef")).toEqual({ requirement: "a-g1", generation: 22 });
     expect(parseBindingGenerationDir(".db-g2-abc")).toBeUndefined();

@@ -129,17 +129,21 @@ function isWithin(path: string, dir: string): boolean {
 
 /**
  * The grant (`<module>/<requirement>`) whose binding file `path` is, `path` being inside the
- * bindings root `root` (both resolved): `[<node>/]<module>/<part>/<requirement>/<key>`, the
- * requirement as its symlink or as the hidden directory of a generation. Undefined for
- * anything else there, such as a part's `part.env`, which holds all its requirements.
+ * bindings root `root` (both resolved): `[<node>/]<module>/<part>/<requirement>/<key>`, or the
+ * generation directory that symlink points to, `[<node>/]<module>/.<part>.generations/<requirement>-g<k>-…/<key>`
+ * (inside `<part>/` as `.<requirement>-g<k>-…` for agents before the generations directory).
+ * Undefined for anything else there, such as a part's env file, which holds all its requirements.
  */
 function bindingGrantOf(path: string, root: string): { module: string; requirement: string } | undefined {
   const parts = relative(root, path).split(sep);
   if (parts.length !== 4 && parts.length !== 5) return undefined;
   if (parts.length === 5 && !isValidName(parts[0]!)) return undefined;
   const [module, part, dir, key] = parts.slice(-4) as [string, string, string, string];
-  if (!isValidName(module) || !isValidName(part) || !BINDING_KEY_PATTERN.test(key)) return undefined;
-  const requirement = isValidName(dir) ? dir : parseBindingGenerationDir(dir)?.requirement;
+  if (!isValidName(module) || !BINDING_KEY_PATTERN.test(key)) return undefined;
+  const generations = /^\.(.+)\.generations$/.exec(part);
+  let requirement: string | undefined;
+  if (generations) requirement = isValidName(generations[1]!) && !dir.startsWith(".") ? parseBindingGenerationDir(dir)?.requirement : undefined;
+  else if (isValidName(part)) requirement = isValidName(dir) ? dir : dir.startsWith(".") ? parseBindingGenerationDir(dir)?.requirement : undefined;
   return requirement ? { module, requirement } : undefined;
 }
 

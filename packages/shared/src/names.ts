@@ -35,17 +35,39 @@ export const NAME_PATTERN_PORTABLE = "^[a-z](?:-?[a-z0-9])*$";
 export const BINDING_KEY_PATTERN = /^[a-z][A-Za-z0-9_-]*$/;
 
 /**
- * `.<requirement>-g<generation>-<6 random>`: the hidden directory a generation of a binding is
- * written into, which `<requirement>` is a symlink to (see the agent's bindings-writer.ts).
+ * Where a part's bindings lie under a bindings root (the agent's bindings-writer.ts writes them):
+ *
+ *     <root>/<module>/<part>/<binding>              one entry per binding, nothing else (SERVICE_BINDING_ROOT)
+ *     <root>/<module>/<part>.env                    every key of every binding, for process managers
+ *     <root>/<module>/.<part>.generations/          the generation directories the bindings are symlinks to
+ *
+ * Names hold only [a-z0-9-], so `<part>.env` and `.<part>.generations` never clash with a part.
  */
-export function bindingGenerationDirPattern(requirement: string): RegExp {
-  // Names hold only [a-z0-9-], so the requirement needs no escaping.
-  return new RegExp(`^\\.${requirement}-g(\\d+)-[A-Za-z0-9]{6}$`);
+export function bindingGenerationsDirName(part: string): string {
+  return `.${part}.generations`;
 }
 
-/** The requirement and generation of a hidden binding directory's name, or undefined for another name. */
+/** The env file of part `part`, beside its bindings directory: `<part>.env`. */
+export function partEnvFileName(part: string): string {
+  return `${part}.env`;
+}
+
+/**
+ * `<binding>-g<generation>-<6 random>`: a generation's directory in the part's
+ * {@link bindingGenerationsDirName} directory, which `<part>/<binding>` is a symlink to.
+ */
+export function bindingGenerationDirPattern(binding: string): RegExp {
+  // Names hold only [a-z0-9-], so the binding needs no escaping.
+  return new RegExp(`^${binding}-g(\\d+)-[A-Za-z0-9]{6}$`);
+}
+
+/**
+ * The binding and generation of a generation directory's name, or undefined for another name.
+ * Also takes the hidden `.<binding>-g<generation>-<6 random>` that agents before the
+ * generations directory wrote inside the part's directory.
+ */
 export function parseBindingGenerationDir(dir: string): { requirement: string; generation: number } | undefined {
-  // The random part holds no '-', so the name parses from the right, whatever '-g' the requirement holds.
-  const m = /^\.(.+)-g(\d+)-[A-Za-z0-9]{6}$/.exec(dir);
+  // The random part holds no '-', so the name parses from the right, whatever '-g' the binding holds.
+  const m = /^\.?(.+)-g(\d+)-[A-Za-z0-9]{6}$/.exec(dir);
   return m && isValidName(m[1]!) ? { requirement: m[1]!, generation: Number(m[2]) } : undefined;
 }

@@ -248,7 +248,7 @@ export async function ensureBucketLimits(jsm: JetStreamManager, bucket: string, 
   } catch (e) {
     if (isJetStreamGap(e)) throw e;
     log.warn(
-      { bucket, err: errorMessage(e) },
+      { bucket, err: e },
       `could not bring the limits of the mesh's store bucket ${bucket} up to date (${errorMessage(e)}); it works as it is, and an identity that may update streams (the operator's, which meshctl up uses) does it when it opens the store`,
     );
     return;
@@ -412,7 +412,7 @@ export function serveJson(
           m.respond(JSON.stringify(reply));
         } catch (e) {
           const err = e instanceof MeshError ? e.toJSON() : { code: ErrorCodes.Internal, message: errorMessage(e), retryable: true };
-          if (!(e instanceof MeshError)) log.error({ err: errorMessage(e), subject }, "request handler failed");
+          if (!(e instanceof MeshError)) log.error({ err: e, subject }, "request handler failed");
           m.respond(JSON.stringify({ ok: false, error: err }));
         }
       })().finally(() => inFlight--);

@@ -31,7 +31,7 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
     // plain publish: logged, so a service that lacks a permission says so.
     void (async () => {
       for await (const s of nc.status()) {
-        if (s.type === "error") log.warn({ err: errorMessage((s as { error?: unknown }).error) }, "the NATS server refused something this service sent: its identity may lack a permission it needs");
+        if (s.type === "error") log.warn({ err: (s as { error?: unknown }).error }, "the NATS server refused something this service sent: its identity may lack a permission it needs");
       }
     })().catch(() => undefined);
     const store = await openStore(nc, { log });
@@ -52,18 +52,18 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
     process.on("SIGINT", () => void shutdown("SIGINT"));
     process.on("SIGTERM", () => void shutdown("SIGTERM"));
     service.closed?.catch((e: unknown) => {
-      log.fatal({ err: errorMessage(e) }, `${name} failed`);
+      log.fatal({ err: e }, `${name} failed`);
       process.exit(1);
     });
     // A connection that closed for good (not by a stop) leaves a process that only looks alive:
     // exit, so the supervisor or systemd starts it again.
     void nc.closed().then((e) => {
       if (stopping) return;
-      log.fatal({ err: e ? errorMessage(e) : "closed" }, `${name} lost its NATS connection for good; exiting so it is started again`);
+      log.fatal({ err: e ?? "closed" }, `${name} lost its NATS connection for good; exiting so it is started again`);
       process.exit(1);
     });
   } catch (e) {
-    log.fatal({ err: errorMessage(e) }, `${name} could not start`);
+    log.fatal({ err: e }, `${name} could not start`);
     process.stderr.write(`mesh-${name}: ${errorMessage(e)}\n`);
     process.exit(1);
   }
@@ -114,7 +114,7 @@ export function followIdentity(nc: NatsConnection, log: Logger, env: NodeJS.Proc
     // Never the content: a creds file holds the identity's seed.
     log.info({ binding: file }, "the binding of this service's NATS identity changed; reconnecting with it");
     current = next;
-    nc.reconnect().catch((e: unknown) => log.warn({ err: errorMessage(e) }, "could not reconnect with the new identity; the server will drop the old one at commit and the client reconnects then"));
+    nc.reconnect().catch((e: unknown) => log.warn({ err: e }, "could not reconnect with the new identity; the server will drop the old one at commit and the client reconnects then"));
   }, IDENTITY_CHECK_MS);
   timer.unref();
   return { stop: () => clearInterval(timer) };

@@ -6,7 +6,6 @@
  */
 import { AckPolicy, JetStreamApiError, jetstream, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { errorMessage } from "./errors.js";
 import type { Logger } from "./logger.js";
 import { retryJetStreamGap, type Consumption, type Store } from "./nats.js";
 import type { KeyedQueue } from "./keyed-queue.js";
@@ -83,7 +82,7 @@ export async function consumeMessages(opts: {
     try {
       d = await handle(m);
     } catch (e) {
-      log.warn({ subject: m.subject, err: errorMessage(e) }, "handling a message failed; it comes back later");
+      log.warn({ subject: m.subject, err: e }, "handling a message failed; it comes back later");
       d = "retry";
     }
     try {
@@ -92,7 +91,7 @@ export async function consumeMessages(opts: {
       else m.nak(retryDelayMs(m.info.deliveryCount));
     } catch (e) {
       // Not acknowledged: the server redelivers it after ack_wait, and handling is idempotent.
-      log.warn({ subject: m.subject, err: errorMessage(e) }, "could not settle a message with the server");
+      log.warn({ subject: m.subject, err: e }, "could not settle a message with the server");
     }
   };
 

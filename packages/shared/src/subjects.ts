@@ -171,6 +171,18 @@ export const subjects = {
 } as const;
 
 /**
+ * Subjects of {@link subjects} that messages of a rotation travel on, with their names as
+ * placeholders: a span's low-cardinality `messaging.destination.template` and name (the
+ * subject itself is `messaging.destination.name`). Never a subject to publish to.
+ */
+export const SubjectTemplates = {
+  delivery: "mesh.delivery.{node}.{module}.{part}.{requirement}",
+  holderValues: "mesh.rotation.values.{module}.{requirement}.{node}.{part}.{instance}",
+  rotationConfirm: "mesh.api.confirm.{module}.{requirement}.{node}.{part}",
+} as const;
+
+
+/**
  * The subject space of one module's own traffic, `app.<module>.>`: what a `nats.user` of the
  * module may publish and subscribe to unless its requirement says otherwise.
  */

@@ -27,8 +27,10 @@ import {
   mutateJson,
   readJson,
   subjects,
+  SubjectTemplates,
+  holderSpanAttributes,
   traceHeaders,
-  withSpan,
+  withConsumerSpan,
   type CredentialValues,
   type Disposition,
   type JsMsg,
@@ -36,7 +38,7 @@ import {
   type NodeRecord,
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
-import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, pruneBinding, removeBinding, writeBinding } from "./bindings-writer.js";
+import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, migrateBindings, pruneBinding, removeBinding, writeBinding, type PartBinding } from "./bindings-writer.js";
 import { confirmRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
 import { planDelivery } from "./delivery-plan.js";
 import { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan, receiptWithdrawn } from "./receipts.js";
@@ -83,27 +85,38 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   });
   await store.kv.nodes.put(node, JSON.stringify(nodeRecord()));
   const heartbeat = setInterval(() => {
-    store.kv.nodes.put(node, JSON.stringify(nodeRecord())).catch((e: unknown) => log.warn({ err: errorMessage(e) }, "could not refresh the node record"));
+    store.kv.nodes.put(node, JSON.stringify(nodeRecord())).catch((e: unknown) => log.warn({ err: e }, "could not refresh the node record"));
   }, opts.heartbeatMs ?? 10_000);
   heartbeat.unref();
 
   // Replaced generations' directories, removed once their grace has passed.
   const prunes = new Map<string, { timer: NodeJS.Timeout; run: (graceMs: number) => void }>();
-  const schedulePrune = (d: Delivery) => {
-    const id = `${d.module}/${d.part}/${d.requirement}`;
+  const schedulePrune = (b: PartBinding) => {
+    const id = `${b.module}/${b.part}/${b.binding}`;
     clearTimeout(prunes.get(id)?.timer);
     const run = (grace: number) => {
       prunes.delete(id);
       try {
-        pruneBinding(bindingsRoot, d.module, d.part, bindingNameOf(d.part, d.requirement), { graceMs: grace });
+        pruneBinding(bindingsRoot, b.module, b.part, b.binding, { graceMs: grace });
       } catch (e) {
-        log.warn({ grant: d.grant, part: d.part, err: errorMessage(e) }, "could not remove replaced binding files");
+        log.warn({ module: b.module, part: b.part, binding: b.binding, err: e }, "could not remove replaced binding files");
       }
     };
     const timer = setTimeout(() => run(graceMs), graceMs + 50);
     timer.unref();
     prunes.set(id, { timer, run });
   };
+
+  // A root written by an agent before the generations directory: moved over before anything reads or writes it.
+  const migration = migrateBindings(bindingsRoot, { graceMs });
+  if (migration.migrated.length) {
+    const parts = [...new Set(migration.migrated.map((b) => `${b.module}/${b.part}`))];
+    log.warn(
+      { bindings: migration.migrated.map((b) => `${b.module}/${b.part}/${b.binding}`) },
+      `moved the bindings of ${parts.join(", ")} to the current layout: each part's directory now holds only its bindings (use it as SERVICE_BINDING_ROOT), its env file is <module>/<part>.env beside it (part.env inside it is gone; point EnvironmentFile= there)`,
+    );
+  }
+  for (const b of migration.retained) schedulePrune(b);
 
   const deliver = async (m: JsMsg): Promise<Disposition> => {
     let d: Delivery;
@@ -122,7 +135,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     const receiptKey = keys.receipt(node, d.module, d.requirement, d.part);
     const receipt = (fn: (r: DeliveryReceipt | undefined) => DeliveryReceipt | undefined) => mutateJson(store.kv.receipts, receiptKey, DeliveryReceipt, fn);
     const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation, ...(d.rotation ? { rotation: d.rotation } : {}) });
-    return withSpan("agent", "deliver", { "mesh.grant": d.grant, "mesh.part": d.part, "mesh.node": node, "mesh.generation": d.generation }, m.headers, async (span) => {
+    const attributes = holderSpanAttributes({ ...(d.rotation ? { rotation: d.rotation } : {}), grant: d.grant, node, part: d.part, holder: `${node}/${d.part}`, generation: d.generation });
+    return withConsumerSpan("agent", m.subject, SubjectTemplates.delivery, attributes, m.headers, async (span) => {
       try {
         const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
         const binding = bindingNameOf(d.part, d.requirement);
@@ -161,7 +175,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
             { root: bindingsRoot, module: d.module, part: d.part, requirement: binding, generation: fetched.generation, values: fetched.values },
             { graceMs },
           );
-          if (written.retained) schedulePrune(d);
+          if (written.retained) schedulePrune({ module: d.module, part: d.part, binding });
           if (written.envCollisions.length) {
             dlog.warn({ names: written.envCollisions, envFile: written.envFile }, "some env names are produced twice; the first is kept");
           }
@@ -186,23 +200,23 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         span.setStatus({ code: 2, message: errorMessage(e) });
         if (isHookError(e)) {
           // The operator must act on this node: shown on the grant (meshctl status) through the node's receipt, and tried again, so the rotation confirms by itself once fixed.
-          dlog.warn({ err: e.message, code: e.code, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
+          dlog.warn({ err: e, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
           await receipt((r) => receiptHookFailed(r, d.rotation!, d.generation, e, new Date())).catch((e2: unknown) =>
-            dlog.warn({ err: errorMessage(e2) }, "could not record the hook's failure in the node's receipt"),
+            dlog.warn({ err: e2 }, "could not record the hook's failure in the node's receipt"),
           );
           return "retry";
         }
         if (retryable) {
-          dlog.warn({ err: errorMessage(e), attempt: m.info.deliveryCount }, "delivery failed; it is retried");
+          dlog.warn({ err: e, attempt: m.info.deliveryCount }, "delivery failed; it is retried");
           return "retry";
         }
-        dlog.error({ err: errorMessage(e), code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded in the node's receipt, so the grant shows it");
+        dlog.error({ err: e, code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded in the node's receipt, so the grant shows it");
         await receipt((r) => receiptFailed(r, d.generation, errorMessage(e), new Date())).catch((e2: unknown) =>
-          dlog.warn({ err: errorMessage(e2) }, "could not record the failure in the node's receipt"),
+          dlog.warn({ err: e2 }, "could not record the failure in the node's receipt"),
         );
         return "term";
       }
-    });
+    }, { consumerGroup: agentDurable(node) });
   };
 
   // Before consuming: a delivery asks it to probe the new binding.

@@ -1,15 +1,20 @@
 /**
  * Writes a part's bindings under a bindings root, in the servicebinding.io layout:
  *
- *     <root>/<module>/<part>/<requirement>/<key>     one file per key (mode 0600)
- *     <root>/<module>/<part>/part.env                 every requirement of the part, for process managers
+ *     <root>/<module>/<part>/<binding>/<key>           one entry per binding and nothing else: the part's SERVICE_BINDING_ROOT
+ *     <root>/<module>/<part>.env                       every binding of the part, for process managers
+ *     <root>/<module>/.<part>.generations/             generation directories, temporary links and files
  *
- * `<requirement>` is a symlink to a hidden directory `.<requirement>-g<generation>-<random>`
- * holding the files. A new generation is written into a fresh hidden directory, then a
- * temporary symlink to it is renamed over `<requirement>` (rename(2) replaces a symlink
- * atomically), then the previous hidden directory is removed (after a grace, see below) —
- * the kubelet AtomicWriter's scheme. A reader that opens `<requirement>/<key>` sees the old
- * file or the new one, never a missing or half-written one.
+ * `<binding>` (a requirement's name, or `identity`) is a symlink to
+ * `../.<part>.generations/<binding>-g<generation>-<random>`, the directory holding the files
+ * (`type` and the binding's keys). Readers that walk every entry of the part's directory (the
+ * untyped `getBinding()` of `kube-service-bindings`, `pyservicebinding`) meet one directory per
+ * binding: no env file, no hidden directory, no older generation. A new generation is written
+ * into a fresh directory there, then a temporary symlink to it (made in the generations
+ * directory, on the same file system) is renamed over `<binding>` (rename(2) replaces a symlink
+ * atomically, across directories too), then the previous directory is removed (after a grace,
+ * see below) — the kubelet AtomicWriter's scheme. A reader that opens `<binding>/<key>` sees the
+ * old file or the new one, never a missing or half-written one.
  *
  * One difference from kubelet, and why: a replaced directory is removed only once it has been
  * out of use for a grace period (default {@link DEFAULT_GRACE_MS}), by the next write of the
@@ -21,8 +26,12 @@
  * about 40 per 40,000 in some runs when keeping just the one previous directory, none in
  * 40,000 swaps with the time-based grace.
  *
+ * Agents before this layout kept the generation directories (`.<binding>-g<k>-<random>`) and
+ * `part.env` inside the part's directory; {@link migrateBindings} moves such a tree over, and
+ * every write removes what is left of it (hidden directories after their grace).
+ *
  * The functions here are synchronous on purpose: within one process, two writes to the same
- * part (and their regeneration of `part.env`) can never interleave. Two processes writing
+ * part (and their regeneration of its env file) can never interleave. Two processes writing
  * one root are not supported (one agent per node).
  */
 import {
@@ -41,8 +50,18 @@ import {
   writeFileSync,
 } from "node:fs";
 import { randomBytes } from "node:crypto";
-import { join } from "node:path";
-import { BINDING_KEY_PATTERN, ErrorCodes, MeshError, NAME_RULE, bindingGenerationDirPattern, isValidName } from "@mesh/shared";
+import { basename, join } from "node:path";
+import {
+  BINDING_KEY_PATTERN,
+  ErrorCodes,
+  MeshError,
+  NAME_RULE,
+  bindingGenerationDirPattern,
+  bindingGenerationsDirName,
+  isValidName,
+  parseBindingGenerationDir,
+  partEnvFileName,
+} from "@mesh/shared";
 
 export { BINDING_KEY_PATTERN };
 
@@ -50,26 +69,24 @@ export { BINDING_KEY_PATTERN };
 /** How long a replaced generation's directory stays for readers still in it. */
 export const DEFAULT_GRACE_MS = 2_000;
 
-/** The env file of a part, beside its requirement directories. */
-export const PART_ENV_FILE = "part.env";
-
 /** One requirement's binding of one part, as {@link writeBinding} takes it. */
 export interface BindingWrite {
   /** The bindings root (created if missing). */
   root: string;
   module: string;
   part: string;
+  /** The binding's name: the requirement's, or `identity` for the part's identity. */
   requirement: string;
-  /** Credential generation, a positive integer; recorded in the hidden directory's name. */
+  /** Credential generation, a positive integer; recorded in the generation directory's name. */
   generation: number;
   /** Key → value; one file per key. Secret: never logged. */
   values: Readonly<Record<string, string>>;
 }
 
 export interface BindingWriteResult {
-  /** `<root>/<module>/<part>/<requirement>`, the path a module reads. */
+  /** `<root>/<module>/<part>/<binding>`, the path a module reads. */
   path: string;
-  /** `<root>/<module>/<part>/part.env`. */
+  /** `<root>/<module>/<part>.env`. */
   envFile: string;
   /** False when this generation with these exact values was already in place (nothing swapped). */
   changed: boolean;
@@ -90,18 +107,55 @@ function checkName(what: string, value: string): void {
   if (!isValidName(value)) refuse(what, value, NAME_RULE);
 }
 
-/** `<root>/<module>/<part>/<requirement>`; throws `InvalidName` for a name that could leave the root. */
-export function bindingPath(root: string, module: string, part: string, requirement: string): string {
+/**
+ * `<root>/<module>/<part>`: the directory a part's servicebinding.io reader takes as
+ * `SERVICE_BINDING_ROOT`; it holds one entry per binding. Throws `InvalidName` for a name that
+ * could leave the root.
+ */
+export function partBindingsDir(root: string, module: string, part: string): string {
   checkName("module", module);
   checkName("part", part);
-  checkName("requirement", requirement);
-  return join(root, module, part, requirement);
+  return join(root, module, part);
 }
 
-/** Temporary symlink names of `requirement` (a `.` cannot occur in a name, so no clash). */
-function tempLinkPrefix(requirement: string): string {
-  return `.${requirement}.link-`;
+/** `<root>/<module>/<part>.env`, the part's env file; throws `InvalidName` like {@link partBindingsDir}. */
+export function partEnvFile(root: string, module: string, part: string): string {
+  checkName("module", module);
+  checkName("part", part);
+  return join(root, module, partEnvFileName(part));
 }
+
+/** `<root>/<module>/<part>/<binding>`; throws `InvalidName` for a name that could leave the root. */
+export function bindingPath(root: string, module: string, part: string, requirement: string): string {
+  checkName("requirement", requirement);
+  return join(partBindingsDir(root, module, part), requirement);
+}
+
+/** The directory of a part's generation directories, beside its bindings directory. */
+function generationsDir(root: string, module: string, part: string): string {
+  return join(root, module, bindingGenerationsDirName(part));
+}
+
+/** What `<part>/<binding>` points to for generation directory `name`. */
+function linkTarget(part: string, name: string): string {
+  return `../${bindingGenerationsDirName(part)}/${name}`;
+}
+
+/** Temporary symlink names of `binding`, in the generations directory (a leading `.` never starts a generation's name). */
+function tempLinkPrefix(binding: string): string {
+  return `.link-${binding}-`;
+}
+
+/** Temporary files of the env file's regeneration, in the generations directory. */
+const TEMP_ENV_PREFIX = ".env-tmp-";
+
+/** What agents before the generations directory left in a part's directory. */
+const Legacy = {
+  envFile: "part.env",
+  tempEnvPrefix: ".part.env.tmp-",
+  tempLinkPrefix: (binding: string) => `.${binding}.link-`,
+  generationDir: (binding: string) => new RegExp(`^\\.${binding}-g(\\d+)-[A-Za-z0-9]{6}$`),
+} as const;
 
 function readLink(path: string): string | undefined {
   try {
@@ -112,13 +166,27 @@ function readLink(path: string): string | undefined {
 }
 
 /**
- * The generation currently in place at `<root>/<module>/<part>/<requirement>`, from the name of
+ * Where a binding's symlink target lies and which generation it names: `current` in the
+ * generations directory, `legacy` in the part's own directory (an agent before that one).
+ */
+function targetOf(part: string, binding: string, target: string | undefined): { generation: number; name: string; legacy: boolean } | undefined {
+  if (target === undefined) return undefined;
+  const prefix = `../${bindingGenerationsDirName(part)}/`;
+  if (target.startsWith(prefix)) {
+    const name = target.slice(prefix.length);
+    const m = bindingGenerationDirPattern(binding).exec(name);
+    return m ? { generation: Number(m[1]), name, legacy: false } : undefined;
+  }
+  const m = Legacy.generationDir(binding).exec(target);
+  return m ? { generation: Number(m[1]), name: target, legacy: true } : undefined;
+}
+
+/**
+ * The generation currently in place at `<root>/<module>/<part>/<binding>`, from the name of
  * the directory its symlink points to; undefined when nothing (or something else) is there.
  */
 export function bindingGeneration(root: string, module: string, part: string, requirement: string): number | undefined {
-  const target = readLink(bindingPath(root, module, part, requirement));
-  const m = target === undefined ? null : bindingGenerationDirPattern(requirement).exec(target);
-  return m ? Number(m[1]) : undefined;
+  return targetOf(part, requirement, readLink(bindingPath(root, module, part, requirement)))?.generation;
 }
 
 function validateWrite(w: BindingWrite): void {
@@ -136,7 +204,7 @@ function validateWrite(w: BindingWrite): void {
   }
 }
 
-/** The key → value map of a requirement directory (files matching the key pattern only). */
+/** The key → value map of a binding directory (files matching the key pattern only). */
 function readValues(dir: string): Map<string, string> | undefined {
   let names: string[];
   try {
@@ -163,79 +231,107 @@ function ensureDir(path: string): void {
 }
 
 /**
- * Writes one requirement's binding of one part atomically (see the file comment), removes
- * replaced generations' directories whose grace (`graceMs`, default {@link DEFAULT_GRACE_MS})
- * has passed and leftovers of interrupted writes, and regenerates the part's env file.
+ * Writes one binding of one part atomically (see the file comment), removes replaced
+ * generations' directories whose grace (`graceMs`, default {@link DEFAULT_GRACE_MS}) has
+ * passed and leftovers of interrupted writes (and of the layout before the generations
+ * directory), and regenerates the part's env file.
  * Idempotent: writing the generation and values already in place swaps nothing
  * (`changed: false`) and only makes sure the env file agrees.
+ *
+ * `onlyOver` (for {@link migrateBindings}): swap only while the symlink still reads this target;
+ * otherwise write nothing (`changed: false`).
  *
  * Throws `InvalidName` for a module, part, requirement or key that could escape the root or
  * is not a plain name, and `InvalidRequest` for a bad generation or value; nothing is written then.
  */
-export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Date } = {}): BindingWriteResult {
+export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Date; onlyOver?: string } = {}): BindingWriteResult {
   validateWrite(w);
   const partDir = join(w.root, w.module, w.part);
+  const genDir = generationsDir(w.root, w.module, w.part);
   const linkPath = join(partDir, w.requirement);
   mkdirSync(w.root, { recursive: true, mode: 0o700 });
   ensureDir(join(w.root, w.module));
   ensureDir(partDir);
+  ensureDir(genDir);
 
-  const pattern = bindingGenerationDirPattern(w.requirement);
   const now = opts.now ?? new Date();
   const grace = opts.graceMs ?? DEFAULT_GRACE_MS;
-  const previous = readLink(linkPath);
-  const previousMatch = previous === undefined ? null : pattern.exec(previous);
+  const previous = targetOf(w.part, w.requirement, readLink(linkPath));
   let changed = true;
-  let current = previous;
-  if (previousMatch && Number(previousMatch[1]) === w.generation && sameValues(readValues(linkPath), w.values)) {
+  if (previous && !previous.legacy && previous.generation === w.generation && sameValues(readValues(linkPath), w.values)) {
     changed = false;
   } else {
-    const hidden = mkdtempSync(join(partDir, `.${w.requirement}-g${w.generation}-`));
-    chmodSync(hidden, 0o700);
+    const dir = mkdtempSync(join(genDir, `${w.requirement}-g${w.generation}-`));
+    chmodSync(dir, 0o700);
     for (const [key, value] of Object.entries(w.values)) {
-      writeFileSync(join(hidden, key), value, { mode: 0o600, flag: "wx" });
+      writeFileSync(join(dir, key), value, { mode: 0o600, flag: "wx" });
     }
-    const name = hidden.slice(partDir.length + 1);
-    const tempLink = join(partDir, tempLinkPrefix(w.requirement) + randomBytes(6).toString("hex"));
-    symlinkSync(name, tempLink);
+    // Made outside the part's directory, so a reader listing it never meets the temporary link.
+    const tempLink = join(genDir, tempLinkPrefix(w.requirement) + randomBytes(6).toString("hex"));
+    symlinkSync(linkTarget(w.part, basename(dir)), tempLink);
+    // Moving an old layout over: another agent sharing the root may have written this binding meanwhile.
+    if (opts.onlyOver !== undefined && readLink(linkPath) !== opts.onlyOver) {
+      rmSync(tempLink, { force: true });
+      rmSync(dir, { recursive: true, force: true });
+      return { path: linkPath, envFile: join(w.root, w.module, partEnvFileName(w.part)), changed: false, envCollisions: [], retained: false };
+    }
     // A real directory there (not ours) cannot be replaced by rename; move it out of the way first.
     const st = lstatOrUndefined(linkPath);
     if (st && !st.isSymbolicLink()) rmSync(linkPath, { recursive: true, force: true });
     renameSync(tempLink, linkPath);
-    current = name;
     // Its mtime now says when it went out of use; the grace counts from there.
-    if (previousMatch) utimesSync(join(partDir, previous!), now, now);
+    if (previous) {
+      try {
+        utimesSync(join(previous.legacy ? partDir : genDir, previous.name), now, now);
+      } catch {
+        // Gone already: nothing to keep.
+      }
+    }
   }
 
-  const retained = removeStale(partDir, w.requirement, current, cutoff(now, grace));
-  const env = writePartEnv(partDir);
+  const retained = removeStale(w.root, w.module, w.part, w.requirement, cutoff(now, grace));
+  const env = writePartEnv(w.root, w.module, w.part);
   return { path: linkPath, envFile: env.path, changed, envCollisions: env.collisions, retained };
 }
 
 /**
- * Removes the temporary links of `requirement` in `partDir`, and its hidden directories other
- * than `current` that went out of use before `before` (ms since the epoch). Returns whether
- * any hidden directory was left.
+ * Removes the temporary links of `binding`, and its generation directories other than the one
+ * its symlink points to that went out of use before `before` (ms since the epoch), in the
+ * generations directory and (left by an older agent) in the part's directory. Returns whether
+ * any generation directory was left.
  */
-function removeStale(partDir: string, requirement: string, current: string | undefined, before: number): boolean {
-  const pattern = bindingGenerationDirPattern(requirement);
+function removeStale(root: string, module: string, part: string, binding: string, before: number): boolean {
+  const partDir = join(root, module, part);
+  const current = targetOf(part, binding, readLink(join(partDir, binding)));
   let left = false;
-  for (const entry of readdirSync(partDir)) {
-    if (entry === current) continue;
-    const path = join(partDir, entry);
-    if (entry.startsWith(tempLinkPrefix(requirement))) {
-      rmSync(path, { force: true });
-    } else if (pattern.test(entry)) {
-      let mtime: number;
-      try {
-        mtime = statSync(path).mtimeMs;
-      } catch {
-        continue;
-      }
-      if (mtime < before) rmSync(path, { recursive: true, force: true });
-      else left = true;
+  const sweep = (dir: string, legacy: boolean) => {
+    const tempPrefix = legacy ? Legacy.tempLinkPrefix(binding) : tempLinkPrefix(binding);
+    const pattern = legacy ? Legacy.generationDir(binding) : bindingGenerationDirPattern(binding);
+    let entries: string[];
+    try {
+      entries = readdirSync(dir);
+    } catch {
+      return;
     }
-  }
+    for (const entry of entries) {
+      if (current && current.legacy === legacy && entry === current.name) continue;
+      const path = join(dir, entry);
+      if (entry.startsWith(tempPrefix)) {
+        rmSync(path, { force: true });
+      } else if (pattern.test(entry)) {
+        let mtime: number;
+        try {
+          mtime = statSync(path).mtimeMs;
+        } catch {
+          continue;
+        }
+        if (mtime < before) rmSync(path, { recursive: true, force: true });
+        else left = true;
+      }
+    }
+  };
+  sweep(generationsDir(root, module, part), false);
+  sweep(partDir, true);
   return left;
 }
 
@@ -252,10 +348,9 @@ export function pruneBinding(
   requirement: string,
   opts: { graceMs?: number; now?: Date } = {},
 ): boolean {
-  const linkPath = bindingPath(root, module, part, requirement);
-  const partDir = join(root, module, part);
-  if (!lstatOrUndefined(partDir)?.isDirectory()) return false;
-  return removeStale(partDir, requirement, readLink(linkPath), cutoff(opts.now ?? new Date(), opts.graceMs ?? DEFAULT_GRACE_MS));
+  bindingPath(root, module, part, requirement);
+  if (!lstatOrUndefined(join(root, module, part))?.isDirectory()) return false;
+  return removeStale(root, module, part, requirement, cutoff(opts.now ?? new Date(), opts.graceMs ?? DEFAULT_GRACE_MS));
 }
 
 /**
@@ -265,14 +360,13 @@ export function pruneBinding(
  */
 export function removeBinding(root: string, module: string, part: string, requirement: string): { removed: boolean } {
   const linkPath = bindingPath(root, module, part, requirement);
-  const partDir = join(root, module, part);
-  if (!lstatOrUndefined(partDir)?.isDirectory()) return { removed: false };
+  if (!lstatOrUndefined(join(root, module, part))?.isDirectory()) return { removed: false };
   const had = lstatOrUndefined(linkPath) !== undefined;
   rmSync(linkPath, { recursive: true, force: true });
-  const left = readdirSync(partDir).some((e) => bindingGenerationDirPattern(requirement).test(e) || e.startsWith(tempLinkPrefix(requirement)));
-  removeStale(partDir, requirement, undefined, Infinity);
-  writePartEnv(partDir);
-  return { removed: had || left };
+  // With the link gone no generation is current: every one of them goes, whatever its age.
+  removeStale(root, module, part, requirement, Infinity);
+  writePartEnv(root, module, part);
+  return { removed: had };
 }
 
 /** Directories out of use since before this time (ms) are removed; a grace of 0 removes all. */
@@ -286,6 +380,66 @@ function lstatOrUndefined(path: string) {
   } catch {
     return undefined;
   }
+}
+
+function validNames(dir: string): string[] {
+  try {
+    return readdirSync(dir).filter(isValidName).sort();
+  } catch {
+    return [];
+  }
+}
+
+/** One binding of one part, as {@link migrateBindings} reports it. */
+export interface PartBinding {
+  module: string;
+  part: string;
+  binding: string;
+}
+
+/**
+ * Moves a bindings root written by an agent before the generations directory (generation
+ * directories `.<binding>-g<k>-<random>` and `part.env` inside the part's directory) to the
+ * current layout: each binding is written again, at its generation and with its values, into
+ * the generations directory and swapped atomically; `part.env` becomes `<part>.env` beside the
+ * part's directory. The old generation directories stay for the grace (readers may still be
+ * in them) and are removed by the next write or {@link pruneBinding}: `retained` lists the
+ * bindings to prune then. A root in the current layout is left as it is. Several agents sharing
+ * one root may each run it: a binding is swapped only while its symlink still names the old
+ * directory it read, so one another agent wrote meanwhile is never moved back.
+ */
+export function migrateBindings(root: string, opts: { graceMs?: number; now?: Date } = {}): { migrated: PartBinding[]; retained: PartBinding[] } {
+  const migrated: PartBinding[] = [];
+  const retained: PartBinding[] = [];
+  for (const module of validNames(root)) {
+    if (!lstatOrUndefined(join(root, module))?.isDirectory()) continue;
+    for (const part of validNames(join(root, module))) {
+      const partDir = join(root, module, part);
+      if (!lstatOrUndefined(partDir)?.isDirectory()) continue;
+      const entries = readdirSync(partDir);
+      if (!entries.some((e) => e.startsWith(".") || e === Legacy.envFile)) continue;
+      for (const binding of entries.filter(isValidName).sort()) {
+        const target = targetOf(part, binding, readLink(join(partDir, binding)));
+        if (!target?.legacy) continue;
+        const values = readValues(join(partDir, binding));
+        if (!values) continue;
+        const moved = writeBinding({ root, module, part, requirement: binding, generation: target.generation, values: Object.fromEntries(values) }, { ...opts, onlyOver: target.name });
+        if (moved.changed) migrated.push({ module, part, binding });
+      }
+      // Hidden directories of bindings no symlink names any more, and a part.env alone, too.
+      const bindings = new Set(entries.filter(isValidName));
+      for (const e of entries) {
+        const legacy = e.startsWith(".") ? parseBindingGenerationDir(e) : undefined;
+        if (legacy) bindings.add(legacy.requirement);
+      }
+      for (const binding of [...bindings].sort()) {
+        if (removeStale(root, module, part, binding, cutoff(opts.now ?? new Date(), opts.graceMs ?? DEFAULT_GRACE_MS))) retained.push({ module, part, binding });
+      }
+      ensureDir(generationsDir(root, module, part));
+      writePartEnv(root, module, part);
+    }
+  }
+  return { migrated, retained };
 }
 
 /** `REQUIREMENT_KEY` in upper snake case: `db` + `password` → `DB_PASSWORD`, `session-key` + `value` → `SESSION_KEY_VALUE`. */
@@ -335,11 +489,14 @@ export function renderPartEnv(requirements: ReadonlyArray<{ requirement: string;
 }
 
 /**
- * Regenerates `<partDir>/part.env` from every requirement symlink in `partDir`, atomically
- * (a temporary file renamed over it), mode 0600. Leaves the file alone when it already says
- * the same.
+ * Regenerates `<root>/<module>/<part>.env` from every binding symlink in the part's directory,
+ * atomically (a temporary file in the generations directory renamed over it), mode 0600. Leaves
+ * the file alone when it already says the same. Removes the `part.env` an older agent kept in
+ * the part's directory.
  */
-function writePartEnv(partDir: string): { path: string; collisions: string[] } {
+function writePartEnv(root: string, module: string, part: string): { path: string; collisions: string[] } {
+  const partDir = join(root, module, part);
+  const genDir = generationsDir(root, module, part);
   const requirements: Array<{ requirement: string; values: Map<string, string> }> = [];
   for (const entry of readdirSync(partDir)) {
     if (!isValidName(entry) || !lstatOrUndefined(join(partDir, entry))?.isSymbolicLink()) continue;
@@ -347,21 +504,24 @@ function writePartEnv(partDir: string): { path: string; collisions: string[] } {
     if (values) requirements.push({ requirement: entry, values });
   }
   const { text, collisions } = renderPartEnv(requirements);
-  const path = join(partDir, PART_ENV_FILE);
+  const path = join(root, module, partEnvFileName(part));
   let existing: string | undefined;
   try {
     existing = readFileSync(path, "utf8");
   } catch {
     existing = undefined;
   }
-  // Leftover temp files of an interrupted regeneration.
-  for (const entry of readdirSync(partDir)) {
-    if (entry.startsWith(`.${PART_ENV_FILE}.tmp-`)) rmSync(join(partDir, entry), { force: true });
+  // Leftover temp files of an interrupted regeneration, and the older agents' env file.
+  for (const entry of readdirSync(genDir)) {
+    if (entry.startsWith(TEMP_ENV_PREFIX)) rmSync(join(genDir, entry), { force: true });
   }
   if (existing !== text) {
-    const temp = join(partDir, `.${PART_ENV_FILE}.tmp-${randomBytes(6).toString("hex")}`);
+    const temp = join(genDir, `${TEMP_ENV_PREFIX}${randomBytes(6).toString("hex")}`);
     writeFileSync(temp, text, { mode: 0o600, flag: "wx" });
     renameSync(temp, path);
+  }
+  for (const entry of readdirSync(partDir)) {
+    if (entry === Legacy.envFile || entry.startsWith(Legacy.tempEnvPrefix)) rmSync(join(partDir, entry), { force: true });
   }
   return { path, collisions };
 }

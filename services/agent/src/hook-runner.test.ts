@@ -26,6 +26,7 @@ describe("hookEnvironment", () => {
       MESH_MODULE: "shop",
       MESH_PART: "api",
       MESH_REQUIREMENT: "db",
+      SERVICE_BINDING_ROOT: "/b/shop/api",
     });
   });
 });

@@ -6,7 +6,7 @@
  */
 import { execFileSync, spawn } from "node:child_process";
 import { statSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { ErrorCodes, MeshError, errorMessage, type Delivery, type Logger } from "@mesh/shared";
 import { HOOK_PATH, HookOptionError, type AllowedHooks } from "./allowed-hooks.js";
 
@@ -30,6 +30,8 @@ export function hookEnvironment(d: Pick<Delivery, "grant" | "generation" | "modu
     MESH_GRANT: d.grant,
     MESH_GENERATION: String(d.generation),
     MESH_BINDING_PATH: bindingPath,
+    // The part's directory, which holds only its bindings: what a servicebinding.io library reads.
+    SERVICE_BINDING_ROOT: dirname(bindingPath),
     MESH_MODULE: d.module,
     MESH_PART: d.part,
     MESH_REQUIREMENT: d.requirement,

@@ -9,15 +9,18 @@ export {
   pruneBinding,
   removeBinding,
   bindingPath,
+  partBindingsDir,
+  partEnvFile,
+  migrateBindings,
   bindingGeneration,
   envName,
   quoteEnvValue,
   renderPartEnv,
   BINDING_KEY_PATTERN,
-  PART_ENV_FILE,
   DEFAULT_GRACE_MS,
   type BindingWrite,
   type BindingWriteResult,
+  type PartBinding,
 } from "./bindings-writer.js";
 export { planDelivery, type DeliveryPlan } from "./delivery-plan.js";
 export { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan, receiptWithdrawn } from "./receipts.js";

@@ -16,6 +16,7 @@
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
+import { packageVersion, traced } from "@mesh/telemetry";
 import { startAgent } from "./agent.js";
 import { allowedHooksOf, type AllowedHooks } from "./allowed-hooks.js";
 import { resolveHookPrograms } from "./hook-runner.js";
@@ -68,4 +69,9 @@ try {
   usageError(errorMessage(e));
 }
 const hookUser = args["hook-user"] ?? (process.env.MESH_HOOK_USER || undefined);
-await runService("agent", ({ store, log }) => startAgent({ store, node, bindingsRoot, log, hooks, ...(hookUser ? { hookUser } : {}), ...(probeIntervalMs ? { probeIntervalMs } : {}) }));
+await runService(
+  "agent",
+  traced("mesh-agent", packageVersion(import.meta.url), ({ store, log }) =>
+    startAgent({ store, node, bindingsRoot, log, hooks, ...(hookUser ? { hookUser } : {}), ...(probeIntervalMs ? { probeIntervalMs } : {}) }),
+  ),
+);

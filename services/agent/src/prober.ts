@@ -212,7 +212,7 @@ export function startProber(opts: ProberOptions): Prober {
     const providers = new Map<string, ProviderDoc | undefined>();
     const reports = await eachLimited(held, concurrency, (h) =>
       probeOne(h, providers).catch((e: unknown) => {
-        log.warn({ grant: grantId(h.module, h.requirement), part: h.part, err: errorMessage(e) }, "probe failed");
+        log.warn({ grant: grantId(h.module, h.requirement), part: h.part, err: e }, "probe failed");
         return undefined;
       }),
     );
@@ -227,7 +227,7 @@ export function startProber(opts: ProberOptions): Prober {
       try {
         store.nc.publish(subjects.probeReport(node, id.module, r.part, id.requirement), JSON.stringify(r));
       } catch (e) {
-        log.debug({ grant: r.grant, err: errorMessage(e) }, "probe report not published");
+        log.debug({ grant: r.grant, err: e }, "probe report not published");
       }
     }
   };
@@ -263,7 +263,7 @@ export function startProber(opts: ProberOptions): Prober {
         await probeReachability();
         publish(await probeBindings(heldBindings(root)));
       } catch (e) {
-        log.warn({ err: errorMessage(e) }, "probe round failed; the next one tries again");
+        log.warn({ err: e }, "probe round failed; the next one tries again");
       }
     })();
     return round;
@@ -307,7 +307,7 @@ export function startProber(opts: ProberOptions): Prober {
     },
     probeSoon(module, part, requirement) {
       if (stopped) return;
-      const p = probeBindings([{ module, part, requirement, binding: bindingNameOf(part, requirement) }]).then(publish, (e: unknown) => log.warn({ err: errorMessage(e) }, "probe after delivery failed"));
+      const p = probeBindings([{ module, part, requirement, binding: bindingNameOf(part, requirement) }]).then(publish, (e: unknown) => log.warn({ err: e }, "probe after delivery failed"));
       soon.add(p);
       void p.finally(() => soon.delete(p));
     },

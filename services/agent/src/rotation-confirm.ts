@@ -12,14 +12,16 @@ import {
   ProviderDoc,
   Reasons,
   ReplyLine,
-  errorMessage,
   getCondition,
   holderKey,
   isMeshError,
   readJson,
   sendConfirmation,
   setCondition,
-  traceHeaders,
+  SubjectTemplates,
+  holderSpanAttributes,
+  subjects,
+  withProducerSpan,
   type Confirmation,
   type CredentialValues,
   type Delivery,
@@ -27,6 +29,7 @@ import {
   type Logger,
   type Store,
 } from "@mesh/shared";
+import { context } from "@opentelemetry/api";
 import { createAdapter } from "@mesh/providers";
 import type { AllowedHooks } from "./allowed-hooks.js";
 import { hookEnvironment, runHook, type HookRunAs } from "./hook-runner.js";
@@ -119,10 +122,15 @@ export async function confirmRotation(opts: {
   };
   const line = new ReplyLine(store.nc, "rotator");
   try {
-    await sendConfirmation(line, c, { headers: traceHeaders(), budgetMs: CONFIRM_BUDGET_MS });
+    // A PRODUCER span, the child of this delivery's (active) span.
+    const subject = subjects.rotationConfirm(d.module, d.requirement, node, d.part);
+    const attributes = holderSpanAttributes({ rotation: c.rotation, grant: c.grant, node, part: d.part, holder: c.holder, generation: c.generation });
+    await withProducerSpan("agent", subject, SubjectTemplates.rotationConfirm, attributes, context.active(), (headers) =>
+      sendConfirmation(line, c, { headers, budgetMs: CONFIRM_BUDGET_MS }),
+    );
   } catch (e) {
     if (isMeshError(e) && !e.retryable) {
-      log.warn({ rotation: d.rotation, err: errorMessage(e) }, "the rotator refused the confirmation; nothing to confirm again");
+      log.warn({ rotation: d.rotation, err: e }, "the rotator refused the confirmation; nothing to confirm again");
       return;
     }
     throw e;

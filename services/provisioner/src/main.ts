@@ -9,6 +9,7 @@
  * SIGKILL it there and show that a fresh provisioner finishes.
  */
 import { runService, serviceMasterKey } from "@mesh/shared";
+import { packageVersion, traced } from "@mesh/telemetry";
 import { startProvisioner } from "./provisioner.js";
 import { TakeBackSteps, type TakeBackStep } from "./provision.js";
 
@@ -18,11 +19,14 @@ if (pause && !TakeBackSteps.includes(pause)) {
   process.exit(2);
 }
 
-await runService("provisioner", ({ store, log }) =>
-  startProvisioner({
-    store,
-    masterKey: serviceMasterKey(log),
-    log,
-    ...(pause ? { testPauseAfter: pause, onTestPause: (s: TakeBackStep) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
-  }),
+await runService(
+  "provisioner",
+  traced("mesh-provisioner", packageVersion(import.meta.url), ({ store, log }) =>
+    startProvisioner({
+      store,
+      masterKey: serviceMasterKey(log),
+      log,
+      ...(pause ? { testPauseAfter: pause, onTestPause: (s: TakeBackStep) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
+    }),
+  ),
 );

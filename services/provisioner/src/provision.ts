@@ -82,7 +82,7 @@ export async function reconcileGrant(deps: ProvisionDeps, key: string): Promise<
       current = (await provision(deps, grant, generation)) ?? grant;
       glog.info({ resource: current.resource }, "provisioned");
     } catch (e) {
-      glog.warn({ err: errorMessage(e) }, "provisioning failed");
+      glog.warn({ err: e }, "provisioning failed");
       await setProvisioned(store, key, { status: "False", reason: "ProvisionFailed", message: `provider ${grant.provider}: ${errorMessage(e)}` });
       throw e;
     }

@@ -13,7 +13,6 @@ import {
   kvKeyOf,
   kvStream,
   consumeKeys,
-  errorMessage,
   serveJson,
   subjects,
   type Logger,
@@ -57,7 +56,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
       .then(() => {
         for (const [id, provisioned] of changed) neededSeen.set(id, provisioned);
       })
-      .catch((e: unknown) => log.warn({ err: errorMessage(e) }, "re-resolving the modules after a needed grant changed failed; the next reconcile of its module tries again"));
+      .catch((e: unknown) => log.warn({ err: e }, "re-resolving the modules after a needed grant changed failed; the next reconcile of its module tries again"));
   }, 16);
   // A provider change may affect any module: re-resolve them all.
   const providers: KeyedQueue = new KeyedQueue(async () => {
@@ -105,7 +104,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   ]);
   // A periodic resync, as controllers do: whatever a lost event left behind (a wake-up that
   // failed, a message acknowledged before the work it triggered) is reconciled within minutes.
-  const resync = setInterval(() => void providers.enqueue("*").catch((e: unknown) => log.warn({ err: errorMessage(e) }, "resync failed")), RESYNC_MS);
+  const resync = setInterval(() => void providers.enqueue("*").catch((e: unknown) => log.warn({ err: e }, "resync failed")), RESYNC_MS);
   resync.unref();
   log.info("resolver started");
   return {

@@ -147,7 +147,7 @@ export class ConfirmationBatches {
           }
           if (done) this.opts.onDone(key);
         } catch (e) {
-          this.opts.log.warn({ err: errorMessage(e), grant: key }, "could not record confirmations; their holders send them again, or they are tried again");
+          this.opts.log.warn({ err: e, grant: key }, "could not record confirmations; their holders send them again, or they are tried again");
           const answer = error(ErrorCodes.Unavailable, `the rotator could not record the confirmation (${errorMessage(e)}); send it again`, true);
           const again: Item[] = [];
           for (const i of items) {

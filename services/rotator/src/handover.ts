@@ -67,7 +67,7 @@ export async function startHandovers(opts: { store: Store; log: Logger; rotate: 
       // Anything else (the new provider refuses, is down, holds a foreign object of the grant's
       // name) is said on the grant and in the log, and tried again with back-off: never a silent stall.
       const why = `the grant moved from ${from} to ${g.provider}, but the handover cannot start there: ${errorMessage(e)}; holders keep generation ${g.generation} on ${from} meanwhile, and it is tried again by itself`;
-      log.warn({ grant: g.id, from, to: g.provider, err: errorMessage(e) }, `handover of ${g.id} to ${g.provider} could not start; trying again`);
+      log.warn({ grant: g.id, from, to: g.provider, err: e }, `handover of ${g.id} to ${g.provider} could not start; trying again`);
       await blocked(key, why).catch(() => undefined);
       throw e;
     }

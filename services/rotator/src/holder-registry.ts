@@ -9,7 +9,7 @@
  * as of the call. Should the watch lag past {@link CATCH_UP_MS} or have ended, the bucket is
  * read key by key as before.
  */
-import { Buckets, HolderRegistration, errorMessage, keys, kvStream, listJson, type Logger, type Store } from "@mesh/shared";
+import { Buckets, HolderRegistration, keys, kvStream, listJson, type Logger, type Store } from "@mesh/shared";
 
 /** A live view of the holders' registrations. */
 export interface HolderRegistry {
@@ -55,7 +55,7 @@ export async function watchHolderRegistry(opts: { store: Store; log: Logger; onX
       for (const w of waiters) if (seen >= w.revision) (waiters.delete(w), w.resolve());
     }
   })()
-    .catch((e: unknown) => log.warn({ err: errorMessage(e) }, "the watch of holder registrations ended; rotations read them from the bucket"))
+    .catch((e: unknown) => log.warn({ err: e }, "the watch of holder registrations ended; rotations read them from the bucket"))
     .finally(() => {
       ended = true;
       for (const w of waiters) w.resolve();

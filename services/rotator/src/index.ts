@@ -20,4 +20,3 @@ export {
 } from "./rotation-machine.js";
 export { isDue, isExpiring, startSchedule } from "./schedule.js";
 export { contextOfTraceparent, traceparentOf } from "./trace-context.js";
-export { startTracing } from "./otel.js";

@@ -11,7 +11,7 @@
  */
 import { RotationStates, errorMessage, parseTimerDuration, runService, serviceMasterKey, type RotationState } from "@mesh/shared";
 import { startRotator } from "./rotator.js";
-import { startTracing } from "./otel.js";
+import { packageVersion, traced } from "@mesh/telemetry";
 
 function usageError(message: string): never {
   process.stderr.write(`mesh-rotator: ${message}\n`);
@@ -27,19 +27,15 @@ try {
   usageError(errorMessage(e));
 }
 
-await runService("rotator", async ({ store, log }) => {
-  const tracing = await startTracing("mesh-rotator");
-  const rotator = await startRotator({
-    store,
-    masterKey: serviceMasterKey(log),
-    log,
-    ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
-    ...(pause ? { testPauseAfter: pause, onTestPause: (s) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
-  });
-  return {
-    async stop() {
-      await rotator.stop();
-      await tracing.stop();
-    },
-  };
-});
+await runService(
+  "rotator",
+  traced("mesh-rotator", packageVersion(import.meta.url), ({ store, log }) =>
+    startRotator({
+      store,
+      masterKey: serviceMasterKey(log),
+      log,
+      ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
+      ...(pause ? { testPauseAfter: pause, onTestPause: (s) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
+    }),
+  ),
+);

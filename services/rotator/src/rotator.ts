@@ -45,10 +45,14 @@ import {
   sealTo,
   serveJson,
   setCondition,
+  startProducerSpan,
   subjects,
+  SubjectTemplates,
+  holderSpanAttributes,
   traceHeaders,
   tracer,
   withDeliveredCondition,
+  withProducerSpan,
   type Delivery,
   type RotateReply,
   type RotationBroadcast,
@@ -277,12 +281,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     try {
       values = (await credentials.read(r.module, r.requirement, r.to))?.bindings;
     } catch (e) {
-      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not read the new values to seal them to SDK holders; they fetch them");
+      log.warn({ rotation: r.id, err: e }, "could not read the new values to seal them to SDK holders; they fetch them");
     }
     const sender = sealer.getPublicKey();
-    // One set of headers for every notice (each publish encodes them as they are); none when
-    // no propagator would fill them (an empty set still costs every notice a header block).
-    const publishOpts = propagating() ? { headers: traceHeaders(contextOfTraceparent(r.traceparent)) } : undefined;
+    // With a propagator, each notice gets a PRODUCER span of its own (the rotation's child),
+    // carried in its headers; without, no headers (an empty set still costs every notice a header block).
+    const traced = propagating();
     let sealed = 0;
     for (const t of targets) {
       const notice: HolderNotice = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to };
@@ -297,7 +301,17 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           // not a curve key: that holder fetches
         }
       }
-      store.nc.publish(subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance), JSON.stringify(notice), publishOpts);
+      const subject = subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance);
+      if (!traced) {
+        store.nc.publish(subject, JSON.stringify(notice));
+        continue;
+      }
+      const { span, headers } = startProducerSpan("rotator", subject, SubjectTemplates.holderValues, holderSpanAttributes({ rotation: r.id, grant: r.grant, node: t.node, part: t.part, holder: t.holder, generation: r.to }), contextOfTraceparent(r.traceparent));
+      try {
+        store.nc.publish(subject, JSON.stringify(notice), { headers });
+      } finally {
+        span.end();
+      }
     }
     log.debug({ rotation: r.id, notices: targets.length, sealed }, "rotation notices sent to SDK holders");
     return targets.length;
@@ -343,7 +357,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       await sendNotices(r, holders.sdk);
     } catch (e) {
       // Sent again while they have not confirmed.
-      log.warn({ rotation: r.id, err: errorMessage(e) }, "could not tell the SDK holders of the rotation; it is tried again");
+      log.warn({ rotation: r.id, err: e }, "could not tell the SDK holders of the rotation; it is tried again");
     }
     await Promise.all(
       holders.agents.map(async (h) => {
@@ -359,10 +373,11 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           publishedAt,
           rotation: r.id,
         };
-        await store.js.publish(subjects.delivery(h.node, r.module, h.part, r.requirement), JSON.stringify(d), {
-          msgID: `${r.id}:${h.node}:${h.part}`,
-          headers: headers(),
-        });
+        const subject = subjects.delivery(h.node, r.module, h.part, r.requirement);
+        // One PRODUCER span per holder, the rotation's child; the agent's span is its child.
+        await withProducerSpan("rotator", subject, SubjectTemplates.delivery, holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), contextOfTraceparent(r.traceparent), (headers) =>
+          store.js.publish(subject, JSON.stringify(d), { msgID: `${r.id}:${h.node}:${h.part}`, headers }),
+        );
       }),
     );
     const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, from: r.from, to: r.to, publishedAt };
@@ -415,7 +430,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       }
       // Every holder is on the new provider: the handover commits. The old generation could not
       // be ended on a provider that is down (often why the grant moved), so it is said, not hidden.
-      log.warn({ rotation: r.id, provider, err: errorMessage(e) }, `handover ${r.id}: generation ${r.from} could not be retired on ${provider}; it may still work there`);
+      log.warn({ rotation: r.id, provider, err: e }, `handover ${r.id}: generation ${r.from} could not be retired on ${provider}; it may still work there`);
       return `handed over from ${provider}, where generation ${r.from} could not be retired (${errorMessage(e)}): it may still work there: end it by hand on that server once it answers`;
     }
     log.info({ rotation: r.id, provider }, `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`);
@@ -518,7 +533,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
         }
       } catch (e) {
         if (isCasConflict(e)) continue; // someone else moved it: look again
-        rlog.warn({ err: errorMessage(e) }, "rotation step failed; it is retried");
+        rlog.warn({ err: e }, "rotation step failed; it is retried");
         throw e;
       }
     }
@@ -533,7 +548,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
         if (isRotationRunning((await records.read(key))?.value)) void queue.enqueue(key).catch(() => undefined);
       }
     } catch (e) {
-      log.warn({ err: errorMessage(e) }, "could not list rotations");
+      log.warn({ err: e }, "could not list rotations");
     }
   };
 

@@ -11,7 +11,6 @@ import {
   Grant,
   ModuleDoc,
   Rotation,
-  errorMessage,
   isMeshError,
   isRotationRunning,
   keys,
@@ -76,7 +75,7 @@ export function startSchedule(opts: { store: Store; log: Logger; checkMs: number
           await opts.rotate({ grant: g.id, trigger: "schedule" });
           log.info({ grant: g.id, ...(req.rotate ? { every: req.rotate.every } : {}), ...(expiring ? { expires: g.resource.expires } : {}) }, `scheduled rotation of ${g.id} started${expiring ? ` (its credential expires at ${g.resource.expires})` : ""}`);
         } catch (e) {
-          if (!isMeshError(e, "Conflict")) log.warn({ grant: g.id, err: errorMessage(e) }, "scheduled rotation could not start");
+          if (!isMeshError(e, "Conflict")) log.warn({ grant: g.id, err: e }, "scheduled rotation could not start");
         }
       }
     }
@@ -86,7 +85,7 @@ export function startSchedule(opts: { store: Store; log: Logger; checkMs: number
     if (running) return;
     running = true;
     check()
-      .catch((e: unknown) => log.warn({ err: errorMessage(e) }, "schedule check failed"))
+      .catch((e: unknown) => log.warn({ err: e }, "schedule check failed"))
       .finally(() => (running = false));
   }, opts.checkMs);
   t.unref();

@@ -152,7 +152,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       timers.delete(key);
       request(key, { mode: "scheduled" }).catch((e: unknown) => {
         stats.errors++;
-        log.warn({ key, err: errorMessage(e) }, "scheduled verification failed; retrying");
+        log.warn({ key, err: e }, "scheduled verification failed; retrying");
         schedule(key, Math.min(defaultInterval, 5_000));
       });
     }, delayMs);
@@ -172,7 +172,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
           if (!reply.success || !reply.data.ok) return [];
           return reply.data.reports.filter((r) => r.grant === g.id && r.node === node);
         } catch (e) {
-          log.debug({ grant: g.id, node, err: errorMessage(e) }, "no probe from this node's agent");
+          log.debug({ grant: g.id, node, err: e }, "no probe from this node's agent");
           return [];
         }
       }),
@@ -333,13 +333,13 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       if (stopped) break;
       if (e.operation !== "PUT") {
         unschedule(e.key);
-        request(e.key, { mode: "event" }).catch((err: unknown) => log.warn({ key: e.key, err: errorMessage(err) }, "could not drop the verification of a deleted grant"));
+        request(e.key, { mode: "event" }).catch((err: unknown) => log.warn({ key: e.key, err: err }, "could not drop the verification of a deleted grant"));
       } else if (!e.isUpdate) {
         schedule(e.key, Math.round(random() * Math.min(defaultInterval, 2_000)));
       } else {
         request(e.key, { mode: "event" }).catch((err: unknown) => {
           stats.errors++;
-          log.warn({ key: e.key, err: errorMessage(err) }, "verification after a grant change failed; the schedule retries");
+          log.warn({ key: e.key, err: err }, "verification after a grant change failed; the schedule retries");
           schedule(e.key, Math.min(defaultInterval, 5_000));
         });
       }
@@ -365,7 +365,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       stats.probes++;
       request(keys.grant(id.module, id.requirement), { mode: "probe", probes: [r] }).catch((e: unknown) => {
         stats.errors++;
-        log.warn({ grant: r.grant, err: errorMessage(e) }, "could not fold a probe report");
+        log.warn({ grant: r.grant, err: e }, "could not fold a probe report");
       });
     }
   })();

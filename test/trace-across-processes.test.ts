@@ -1,0 +1,234 @@
+/**
+ * One rotation is one trace across processes: the rotator and an agent (each `mesh-*` process
+ * started from sources, exporting with OTEL_EXPORTER_OTLP_ENDPOINT) and two SDK holders (each an
+ * application process with its own tracer provider) export to an OTLP/HTTP receiver this test
+ * runs (OTLP JSON decoded here; no collector is packaged). The trace holds spans from every
+ * process: the rotator's `rotate`, one PRODUCER span per holder (its child), and each holder's
+ * CONSUMER span (the producer's child) and its confirmation's PRODUCER span (the consumer's
+ * child), with the messaging attributes of semconv 1.27.0, and
+ * the resource from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES with service.version; and the
+ * agent's log lines inside its span carry its trace_id and span_id.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Kinds, Rotation, RotationStates, SEMCONV_SCHEMA_URL, keys, readJson, subjects, type ModuleDoc } from "@mesh/shared";
+import { startTestMesh, type TestMesh } from "./mesh.js";
+import { waitFor } from "./harness/wait.js";
+
+const repo = join(import.meta.dirname, "..");
+const tsx = join(repo, "node_modules/.bin/tsx");
+const sources = join(repo, "test/harness/tsconfig.sources.json");
+
+/** OTLP JSON as the exporter sends it (only what is read here). */
+interface OtlpValue {
+  stringValue?: string;
+  intValue?: string | number;
+}
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  kind: number;
+  attributes: Array<{ key: string; value: OtlpValue }>;
+}
+interface OtlpRequest {
+  resourceSpans: Array<{
+    resource: { attributes: Array<{ key: string; value: OtlpValue }> };
+    scopeSpans: Array<{ scope: { name: string }; schemaUrl?: string; spans: OtlpSpan[] }>;
+  }>;
+}
+/** A received span with its process's resource and scope. */
+interface Received {
+  resource: Record<string, string>;
+  scope: string;
+  schemaUrl: string | undefined;
+  span: OtlpSpan;
+  attrs: Record<string, string | number | undefined>;
+}
+
+const KIND = { internal: 1, producer: 4, consumer: 5 } as const;
+
+const flat = (attrs: Array<{ key: string; value: OtlpValue }>) =>
+  Object.fromEntries(attrs.map((a) => [a.key, a.value.stringValue ?? (a.value.intValue !== undefined ? Number(a.value.intValue) : undefined)]));
+
+/** A small OTLP/HTTP receiver: POST /v1/traces with OTLP JSON, every span kept. */
+async function startReceiver(): Promise<{ url: string; spans: Received[]; requests: number; close(): Promise<void> }> {
+  const spans: Received[] = [];
+  let requests = 0;
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (d: Buffer) => chunks.push(d));
+    req.on("end", () => {
+      requests++;
+      if (req.method !== "POST" || req.url !== "/v1/traces" || !String(req.headers["content-type"]).includes("json")) {
+        res.writeHead(415).end();
+        return;
+      }
+      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as OtlpRequest;
+      for (const rs of body.resourceSpans) {
+        const resource = flat(rs.resource.attributes) as Record<string, string>;
+        for (const ss of rs.scopeSpans) for (const span of ss.spans) spans.push({ resource, scope: ss.scope.name, schemaUrl: ss.schemaUrl, span, attrs: flat(span.attributes) });
+      }
+      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    spans,
+    get requests() {
+      return requests;
+    },
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+/** A process from sources, its output kept (for the failure message) and scanned. */
+function startProcess(args: string[], env: NodeJS.ProcessEnv): { child: ChildProcess; output: () => string } {
+  let out = "";
+  const child = spawn(tsx, ["--tsconfig", sources, ...args], { cwd: repo, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  for (const s of [child.stdout!, child.stderr!]) s.on("data", (d: Buffer) => (out = (out + d.toString()).slice(-20_000)));
+  return { child, output: () => out };
+}
+
+async function stopProcess(p: { child: ChildProcess } | undefined): Promise<void> {
+  if (!p || p.child.exitCode !== null) return;
+  const exited = new Promise<void>((r) => p.child.once("exit", () => r()));
+  p.child.kill("SIGTERM");
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  if (p.child.exitCode === null) p.child.kill("SIGKILL");
+}
+
+const traced: ModuleDoc = {
+  kind: "Module",
+  name: "traced",
+  parts: [
+    { name: "api", node: "node-a", installed: true },
+    { name: "worker", node: "node-b", installed: true },
+  ],
+  requires: [{ name: "key", kind: Kinds.Secret, parts: ["api", "worker"] }],
+};
+
+describe("a rotation as one trace across processes", () => {
+  let mesh: TestMesh;
+  let receiver: Awaited<ReturnType<typeof startReceiver>>;
+  const procs: Record<string, ReturnType<typeof startProcess>> = {};
+
+  beforeAll(async () => {
+    receiver = await startReceiver();
+    // Resolver and provisioner in this process; no agent here: node-a's runs in its own.
+    mesh = await startTestMesh({ nodes: [] });
+    const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test,service.namespace=mesh", OTEL_BSP_SCHEDULE_DELAY: "200", MESH_LOG_LEVEL: "info" };
+    const common = { NATS_URL: mesh.nats.url };
+    procs.rotator = startProcess([join(repo, "services/rotator/src/main.ts")], { ...common, ...otel, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex") });
+    procs.agent = startProcess([join(repo, "services/agent/src/main.ts"), "--node", "node-a", "--bindings", join(mesh.bindingsRoot, "node-a")], { ...common, ...otel });
+    await waitFor("both services to start", () => procs.rotator!.output().includes("rotator started") && procs.agent!.output().includes("agent started"), 40_000).catch((e: Error) => {
+      throw new Error(`${e.message}\nrotator:\n${procs.rotator!.output()}\nagent:\n${procs.agent!.output()}`);
+    });
+    expect((await mesh.apply([traced])).ok).toBe(true);
+    await waitFor("node-a's agent to hold generation 1", async () => (await mesh.grant("traced", "key"))?.holders["node-a/api"]?.generation === 1, 30_000);
+    for (const instance of ["h1", "h2"]) {
+      procs[instance] = startProcess([join(repo, "test/harness/traced-holder.ts")], {
+        ...common,
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_SERVICE_NAME: `traced-worker-${instance}`,
+        HOLD_MODULE: "traced",
+        HOLD_REQUIREMENT: "key",
+        HOLD_NODE: "node-b",
+        HOLD_PART: "worker",
+        HOLD_INSTANCE: instance,
+      });
+    }
+    await waitFor("both SDK holders on generation 1 and registered", async () => {
+      if (!["h1", "h2"].every((h) => procs[h]!.output().includes("generation 1\n"))) return false;
+      const keysSeen = await mesh.store.kv.holders.keys();
+      let n = 0;
+      for await (const k of keysSeen) if (k.startsWith("traced.key.")) n++;
+      return n === 2;
+    }, 40_000).catch((e: Error) => {
+      throw new Error(`${e.message}\nh1:\n${procs.h1!.output()}\nh2:\n${procs.h2!.output()}`);
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.all(Object.values(procs).map((p) => stopProcess(p)));
+    await mesh?.stop();
+    await receiver?.close();
+  });
+
+  it("holds spans from the rotator, the agent and both SDK holders in one trace, with messaging attributes", async () => {
+    const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "traced/key" }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean; rotation?: Rotation }>());
+    expect(reply.ok).toBe(true);
+    expect(Object.keys(reply.rotation!.holders).sort()).toEqual(["node-a/api", "node-b/worker/h1", "node-b/worker/h2"]);
+    await waitFor(
+      "the rotation committed",
+      async () => (await readJson(mesh.store.kv.rotations, keys.grant("traced", "key"), Rotation))?.value.state === RotationStates.Committed,
+      30_000,
+    );
+    // Stopping flushes what each process still buffers.
+    await Promise.all(Object.values(procs).map((p) => stopProcess(p)));
+
+    const rotate = await waitFor("the rotation's span", () => receiver.spans.find((s) => s.span.name === "rotate" && s.attrs["mesh.rotation"] === "traced/key#2"), 15_000);
+    const traceId = rotate.span.traceId;
+    const trace = receiver.spans.filter((s) => s.span.traceId === traceId);
+    const services = [...new Set(trace.map((s) => s.resource["service.name"]))].sort();
+    expect(services).toEqual(["mesh-agent", "mesh-rotator", "traced-worker-h1", "traced-worker-h2"]);
+
+    // The services' resource: the environment's attributes and their version.
+    for (const s of trace.filter((x) => x.resource["service.name"]!.startsWith("mesh-"))) {
+      expect(s.resource).toMatchObject({ "deployment.environment.name": "test", "service.namespace": "mesh", "service.version": "0.1.0" });
+    }
+    expect(rotate.span.kind).toBe(KIND.internal);
+    expect(rotate.schemaUrl).toBe(SEMCONV_SCHEMA_URL);
+
+    // One PRODUCER span per holder, the rotation's child, in the rotator.
+    const producers = trace.filter((s) => s.span.kind === KIND.producer && s.span.parentSpanId === rotate.span.spanId);
+    expect(producers.every((p) => p.resource["service.name"] === "mesh-rotator")).toBe(true);
+    expect(producers.map((p) => p.attrs["mesh.holder"]).sort()).toEqual(["node-a/api", "node-b/worker/h1", "node-b/worker/h2"]);
+    for (const p of producers) {
+      expect(p.attrs).toMatchObject({ "messaging.system": "nats", "messaging.operation.type": "send", "messaging.operation.name": "publish", "mesh.rotation": "traced/key#2", "mesh.generation": 2 });
+      expect(p.span.name).toBe(`publish ${p.attrs["messaging.destination.template"]}`);
+    }
+    const byHolder = (holder: string) => producers.find((p) => p.attrs["mesh.holder"] === holder)!;
+    expect(byHolder("node-a/api").attrs["messaging.destination.name"]).toBe(subjects.delivery("node-a", "traced", "api", "key"));
+    expect(byHolder("node-b/worker/h1").attrs["messaging.destination.name"]).toBe(subjects.holderValues("traced", "key", "node-b", "worker", "h1"));
+
+    // Each holder's CONSUMER span, in its own process, the child of the producer span of its message.
+    const consumers = trace.filter((s) => s.span.kind === KIND.consumer);
+    const expected: Record<string, string> = { "node-a/api": "mesh-agent", "node-b/worker/h1": "traced-worker-h1", "node-b/worker/h2": "traced-worker-h2" };
+    for (const [holder, service] of Object.entries(expected)) {
+      const c = consumers.find((x) => x.attrs["mesh.holder"] === holder);
+      expect(c, `the CONSUMER span of ${holder}`).toBeDefined();
+      expect(c!.resource["service.name"]).toBe(service);
+      expect(c!.span.parentSpanId).toBe(byHolder(holder).span.spanId);
+      expect(c!.attrs).toMatchObject({
+        "messaging.system": "nats",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": byHolder(holder).attrs["messaging.destination.name"],
+        "mesh.rotation": "traced/key#2",
+        "mesh.generation": 2,
+      });
+      expect(c!.span.name).toBe(`process ${c!.attrs["messaging.destination.template"]}`);
+    }
+    expect(consumers.find((x) => x.attrs["mesh.holder"] === "node-a/api")!.attrs["messaging.consumer.group.name"]).toBe("agent-node-a");
+
+    // Each holder's confirmation: a PRODUCER span in its own process, its CONSUMER span's child.
+    for (const holder of Object.keys(expected)) {
+      const c = consumers.find((x) => x.attrs["mesh.holder"] === holder)!;
+      const confirm = trace.find((x) => x.span.kind === KIND.producer && x.span.parentSpanId === c.span.spanId);
+      expect(confirm, `the confirmation span of ${holder}`).toBeDefined();
+      expect(confirm!.resource["service.name"]).toBe(expected[holder]);
+      expect(confirm!.attrs).toMatchObject({ "messaging.destination.template": "mesh.api.confirm.{module}.{requirement}.{node}.{part}", "messaging.operation.type": "send" });
+    }
+
+    // The agent's log lines inside its span carry the trace's ids.
+    const agentSpan = consumers.find((x) => x.attrs["mesh.holder"] === "node-a/api")!.span;
+    const written = procs.agent!.output().split("\n").find((l) => l.includes('"msg":"binding written"') && l.includes('"generation":2'));
+    expect(JSON.parse(written!)).toMatchObject({ trace_id: traceId, span_id: agentSpan.spanId });
+  }, 90_000);
+});
