@@ -319,6 +319,34 @@ describe("a holder that never comes back", () => {
   }, 90_000);
 });
 
+describe("history that ends", () => {
+  it("the store keeps the last generations of a credential, purging older ones at each commit (but never the current one)", async () => {
+    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 300, credentialHistory: 2 });
+    try {
+      await mesh.apply([module("hist", [{ name: "key", kind: "secret" }])]);
+      await mesh.waitForState("hist", "Ready");
+      for (let to = 2; to <= 4; to++) {
+        const r = await meshctlIn(["rotate", "hist/key", "--wait"]);
+        expect(r.code, r.stderr).toBe(0);
+        await waitFor(`generation ${to} committed`, async () => ((await mesh.grant("hist", "key"))?.generation === to ? true : undefined), 15_000);
+      }
+      const kept = await waitFor("the store to hold generations 3 and 4 only", async () => {
+        const gens: number[] = [];
+        for await (const k of await mesh.store.kv.credentials.keys(keys.credentialsOf("hist", "key"))) gens.push(Number(/\.g(\d+)$/.exec(k)![1]));
+        return gens.sort().join(",") === "3,4" ? gens : undefined;
+      }, 10_000);
+      expect(kept).toHaveLength(2);
+      // Purged, not deleted over history: no revision of generation 1 or 2 is readable.
+      for (const g of [1, 2]) {
+        for await (const e of await mesh.store.kv.credentials.history({ key: keys.credential("hist", "key", g) })) expect(e.operation).not.toBe("PUT");
+      }
+      expect(existsSync(join(partDir("hist", "api"), "key", "value"))).toBe(true);
+    } finally {
+      await rotator.stop();
+    }
+  }, 90_000);
+});
+
 describe("a provisioner SIGKILLed in the middle of taking a grant back", () => {
   const main = join(fileURLToPath(new URL("..", import.meta.url)), "services", "provisioner", "dist", "main.js");
 

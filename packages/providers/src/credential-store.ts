@@ -107,7 +107,12 @@ export class CredentialStore {
    * delete marker over its history. Idempotent.
    */
   async purge(module: string, requirement: string): Promise<void> {
-    for (const generation of await this.generations(module, requirement)) await this.kv.purge(keys.credential(module, requirement, generation));
+    for (const generation of await this.generations(module, requirement)) await this.purgeGeneration(module, requirement, generation);
+  }
+
+  /** Erases one generation of a grant, every revision of it (idempotent). */
+  async purgeGeneration(module: string, requirement: string, generation: number): Promise<void> {
+    await this.kv.purge(keys.credential(module, requirement, generation));
   }
 
   /** Records the binding values the provider produced for a generation. */

@@ -3,7 +3,9 @@
  * mesh-rotator: `NATS_URL`, the master key from `MESH_MASTER_KEY` or the file
  * `MESH_MASTER_KEY_FILE` (default `.mesh/master.key`), admin passwords of providers from the
  * variables or files their documents name (as for the provisioner). `MESH_ROTATION_TIMEOUT`
- * (default `5m`) is how long holders have to confirm before a rotation is Stalled.
+ * (default `5m`) is how long holders have to confirm before a rotation is Stalled;
+ * `MESH_CREDENTIAL_HISTORY` (default 5, at least 2) how many generations of a credential the
+ * store keeps, the older ones purged at each commit.
  *
  * TEST HOOK: `MESH_ROTATOR_TEST_PAUSE_AFTER=Staged|Broadcast|AwaitingHolders` freezes the
  * process right after it persisted a rotation in that state, so a test can SIGKILL it there.
@@ -26,6 +28,10 @@ try {
 } catch (e) {
   usageError(errorMessage(e));
 }
+const history = process.env.MESH_CREDENTIAL_HISTORY;
+if (history !== undefined && history !== "" && !(/^\d+$/.test(history) && Number(history) >= 2 && Number(history) <= 1_000)) {
+  usageError(`MESH_CREDENTIAL_HISTORY=${history} is not a number of generations from 2 to 1000 (the current one and the one just retired at least)`);
+}
 
 await runService(
   "rotator",
@@ -35,6 +41,7 @@ await runService(
       masterKey: serviceMasterKey(log),
       log,
       ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
+      ...(history ? { credentialHistory: Number(history) } : {}),
       ...(pause ? { testPauseAfter: pause, onTestPause: (s) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
     }),
   ),

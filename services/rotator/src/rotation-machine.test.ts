@@ -2,6 +2,9 @@ import { describe, expect, it } from "vitest";
 import { RotationStates, getCondition, type Confirmation, type Grant, type HolderRegistration, type Rotation } from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
 import {
+  countMissing,
+  evictHolders,
+  generationsToPurge,
   allConfirmed,
   applyConfirmations,
   enter,
@@ -230,6 +233,31 @@ describe("allConfirmed", () => {
     expect(allConfirmed(half)).toBe(false);
     expect(allConfirmed(applyConfirmations(half, [confirmation("node-b/worker")], targets, at(200)).rotation!)).toBe(true);
     expect(allConfirmed(rotation([]))).toBe(true);
+  });
+});
+
+describe("evictHolders", () => {
+  it("stops waiting for the holders named, leaves the confirmed alone, and lists the ones it does not have", () => {
+    const half = applyConfirmations(rotation(), [confirmation("node-a/api")], targets, at(100)).rotation!;
+    const out = evictHolders(half, ["node-b/worker", "node-a/api", "node-z/nope"], at(300));
+    expect(out.evicted).toEqual(["node-b/worker"]);
+    expect(out.confirmed).toEqual(["node-a/api"]);
+    expect(out.unknown).toEqual(["node-z/nope"]);
+    expect(out.rotation.holders["node-b/worker"]!.e).toBeGreaterThanOrEqual(0);
+    expect(allConfirmed(out.rotation)).toBe(true);
+    expect(missingHolders(out.rotation)).toEqual([]);
+    expect(countMissing(out.rotation)).toBe(0);
+    // Evicting again changes nothing.
+    expect(evictHolders(out.rotation, ["node-b/worker"], at(400)).rotation).toBe(out.rotation);
+  });
+});
+
+describe("generationsToPurge", () => {
+  it("keeps the newest generations (at least two), and every one of a grant a provider needs", () => {
+    expect(generationsToPurge([1, 2, 3, 4, 5, 6, 7], 7, 5, false)).toEqual([1, 2]);
+    expect(generationsToPurge([3, 1, 2], 3, 5, false)).toEqual([]);
+    expect(generationsToPurge([1, 2, 3], 3, 1, false)).toEqual([1]);
+    expect(generationsToPurge([1, 2, 3, 4, 5, 6, 7], 7, 2, true)).toEqual([]);
   });
 });
 

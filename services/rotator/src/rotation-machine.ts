@@ -292,3 +292,15 @@ export function withRotatingCondition(conditions: Condition[], r: Rotation, now:
     now,
   );
 }
+
+/**
+ * The generations of a credential to purge once generation `current` is committed, of the
+ * `stored` ones, keeping the newest `keep` (current included; at least 2, so the one just
+ * retired stays for the verifier to recognise). None of a grant a provider needs
+ * (`needed`): that provider's server may have been initialised with any of them. Pure.
+ */
+export function generationsToPurge(stored: readonly number[], current: number, keep: number, needed: boolean): number[] {
+  if (needed) return [];
+  const floor = current - Math.max(2, keep);
+  return stored.filter((g) => g <= floor).sort((a, b) => a - b);
+}

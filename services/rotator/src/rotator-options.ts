@@ -16,6 +16,8 @@ export interface RotatorOptions {
   sweepMs?: number;
   /** How often requirements' `rotate: { every }` schedules are checked; default 60 s. */
   scheduleCheckMs?: number;
+  /** How many generations of a credential the store keeps; older ones are purged at a commit (default `CREDENTIAL_HISTORY`, 5; at least 2). */
+  credentialHistory?: number;
   /** After how long SDK holders that have not confirmed are first told of a running rotation again (then at doubling intervals, up to a minute); default {@link HOLDER_NOTICE_RESEND_MS}. */
   noticeResendMs?: number;
   /**

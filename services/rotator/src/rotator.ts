@@ -38,6 +38,8 @@ import {
   kvStream,
   mutateJson,
   parseGrantId,
+  listJson,
+  CREDENTIAL_HISTORY,
   parseHolderId,
   propagating,
   readJson,
@@ -72,6 +74,7 @@ import {
   holdersOf,
   missingHolders,
   evictHolders,
+  generationsToPurge,
   nameHolders,
   newRotation,
   nextNoticeInterval,
@@ -403,6 +406,21 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       next.conditions = withDeliveredCondition(next, now);
       return next;
     });
+    await pruneHistory(r);
+  };
+
+  /** Purges the generations of `r`'s credential older than the history kept (see {@link generationsToPurge}); a failure is logged, and the next commit tries again. */
+  const pruneHistory = async (r: Rotation): Promise<void> => {
+    try {
+      const providers = await listJson(store.kv.providers, ProviderDoc);
+      const needed = providers.some((p) => p.value.needs?.includes(r.grant));
+      const stored = await credentials.generations(r.module, r.requirement);
+      const purge = generationsToPurge(stored, r.to, opts.credentialHistory ?? CREDENTIAL_HISTORY, needed);
+      for (const g of purge) await credentials.purgeGeneration(r.module, r.requirement, g);
+      if (purge.length) log.info({ rotation: r.id, purged: purge }, `rotation ${r.id}: generations ${purge.join(", ")} purged from the store (it keeps the last ${opts.credentialHistory ?? CREDENTIAL_HISTORY})`);
+    } catch (e) {
+      log.warn({ rotation: r.id, err: e }, "could not purge old generations from the store; the next commit tries again");
+    }
   };
 
   /** Retires generation `from` of `r` on its provider; says what it did. */
