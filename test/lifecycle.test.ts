@@ -319,6 +319,61 @@ describe("a holder that never comes back", () => {
   }, 90_000);
 });
 
+describe("meshctl revoke", () => {
+  it("with one holder's agent stopped: after the grace the old credential fails (new logins and open sessions), the running holder is on k+1, the stopped one is named and takes k+1 when back", async () => {
+    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 200 });
+    const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
+    let z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
+    try {
+      const parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }, { name: "away", node: "node-z", installed: true }];
+      await mesh.apply([module("leak", [{ name: "db", kind: "postgres.database" }], parts)]);
+      await mesh.waitForState("leak", "Ready", 20_000);
+      const old = dbBinding("leak", "api");
+      // An open session with the old credential, and a holder that queries every 50 ms with what its binding holds.
+      const session = new pg.Client({ host: db.host, port: db.port, user: old.user, password: old.password, database: old.database });
+      await session.connect();
+      session.on("error", () => undefined);
+      await z.stop();
+      let queries = 0;
+      let failed = 0;
+      let running = true;
+      const holder = (async () => {
+        while (running) {
+          queries++;
+          if (await login(dbBinding("leak", "api"))) failed++;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      })();
+      const r = await meshctlIn(["revoke", "leak/db", "--grace", "1s", "--reason", "leaked in a paste", "--json"]);
+      running = false;
+      await holder;
+      expect(r.code, r.stderr).toBe(0);
+      const out = JSON.parse(r.stdout) as { state: string; lockedOut: string[]; from: number; to: number };
+      expect(out).toMatchObject({ state: "Committed", lockedOut: ["node-z/away"], from: 1, to: 2 });
+      // The old credential is gone: a new login fails, and so does the session that was open.
+      expect(await login(old)).toMatch(/not permitted to log in|password authentication failed/);
+      await expect(session.query("select 1")).rejects.toThrow();
+      await session.end().catch(() => undefined);
+      // The running holder moved to k+1 by itself; failed queries are counted (the aim is none).
+      expect(await login(dbBinding("leak", "api"))).toBeUndefined();
+      expect(dbBinding("leak", "api").password).not.toBe(old.password);
+      console.log(`revoke: the running holder made ${queries} queries during the revocation, ${failed} failed`);
+      expect(failed).toBe(0);
+      // Recorded: who, when, why, and who was locked out.
+      const g = (await mesh.grant("leak", "db"))!;
+      expect(g.revocations).toEqual([expect.objectContaining({ rotation: "leak/db#2", generation: 1, reason: "leaked in a paste", lockedOut: ["node-z/away"] })]);
+      expect(g.revocations![0]!.by).toMatch(/@/);
+      // The stopped holder takes k+1 when its agent returns.
+      z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
+      await waitFor("node-z to hold generation 2", async () => ((await mesh.grant("leak", "db"))?.holders["node-z/away"]?.generation === 2 ? true : undefined), 20_000);
+      expect(await login(dbBinding("leak", "api"))).toBeUndefined();
+    } finally {
+      await z.stop();
+      await rotator.stop();
+    }
+  }, 90_000);
+});
+
 describe("history that ends", () => {
   it("the store keeps the last generations of a credential, purging older ones at each commit (but never the current one)", async () => {
     const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 300, credentialHistory: 2 });

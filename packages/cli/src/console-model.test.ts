@@ -171,7 +171,7 @@ describe("rotationTimeline", () => {
       ["node-a/api", "agent", "confirmed", "ok"],
       ["node-b/worker/i-1", "sdk", "stalled", "bad"],
     ]);
-    expect(t.rows[0]!.applied).toEqual({ offsetMs: 140, at: new Date(Date.parse(ago(60)) + 140).toISOString() });
+    expect(t.rows[0]!.applied).toEqual({ clock: "holder", offsetMs: 140, at: new Date(Date.parse(ago(60)) + 140).toISOString() });
     expect(t.rows[1]!.confirmed).toBeNull();
     expect(t.spanMs).toBe(151);
     expect(t.outcome).toContain("Stalled: 1 of 2 holders have not confirmed generation 2");

@@ -8,6 +8,7 @@ import { errorMessage, loadMasterKey, parseTimerDuration, type NatsConnection, t
 import { operatorFiles } from "@mesh/providers";
 import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
 import { resolve } from "node:path";
+import { hostname, userInfo } from "node:os";
 import { runApply } from "./apply-command.js";
 import { deleteRequestOf, deleteRequestOfFiles, runDelete } from "./delete-command.js";
 import { checkConsoleOptions, runConsole, type ConsoleOptions } from "./console-command.js";
@@ -182,6 +183,25 @@ program
       const timeoutMs = durationOption("--timeout", o.timeout);
       const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
       return runRotate(await openStoreForCli(await connect(), url), { grant, wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}), ...(o.evict.length ? { evict: o.evict } : {}) }, out);
+    }),
+  );
+
+program
+  .command("revoke")
+  .description("for a leak: push a new generation to every holder and disable the current one after the grace, whether or not all of them confirmed")
+  .argument("<grant>", "the grant: <module>/<requirement>")
+  .option("--reason <text>", "why, recorded on the grant with who revoked and when")
+  .option("--grace <duration>", "how long holders have to take the new generation before the current one stops working (default 1s; 0s allowed)")
+  .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers (default ${DEFAULT_DEADLINE_MS / 1000}s)`)
+  .option("--verbose", VERBOSE_HELP)
+  .option("--json", 'print the rotation as rotate --json does, with "lockedOut":[…]')
+  .action((grant: string, o: { reason?: string; grace?: string; requestTimeout?: string; verbose?: boolean; json?: boolean }) =>
+    run(async (connect, url) => {
+      checkGrantArg(grant);
+      const graceMs = o.grace === "0s" || o.grace === "0" ? 0 : (durationOption("--grace", o.grace) ?? 1_000);
+      const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
+      const by = `${userInfo().username}@${hostname()}`;
+      return runRotate(await openStoreForCli(await connect(), url), { grant, json: o.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } }, out);
     }),
   );
 

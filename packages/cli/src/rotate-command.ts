@@ -51,6 +51,8 @@ export interface RotateOptions {
   graceMs?: number;
   /** Holders to commit the running (or Stalled) rotation without, instead of starting one. */
   evict?: string[];
+  /** Revoke instead of rotate (`meshctl revoke`): the current generation stops working `graceMs` after the new one goes out, confirmed or not. */
+  revoke?: { graceMs: number; reason?: string; by?: string };
 }
 
 /** What to tell a user when nothing answers on the rotate subject. */
@@ -89,7 +91,7 @@ async function requestRotation(store: Store, opts: RotateOptions, requestId: str
   const key = keys.grant(id.module, id.requirement);
   let body: unknown;
   try {
-    const request = { grant: opts.grant, requestId, ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}) };
+    const request = { grant: opts.grant, requestId, ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}), ...(opts.revoke ? { revoke: opts.revoke } : {}) };
     const m = await store.nc.request(subjects.rotate, JSON.stringify(request), { timeout });
     body = m.json();
   } catch (e) {
@@ -189,7 +191,7 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   const started = await retrying("rotate", policy, () =>
     requestRotation(store, opts, requestId, Math.min(opts.requestTimeoutMs ?? ROTATE_REQUEST_TIMEOUT_MS, remainingMs(policy))),
   );
-  if (!opts.wait) {
+  if (!opts.wait && !opts.revoke) {
     if (opts.json) out.out(JSON.stringify(summarizeRotation(started), null, 2));
     else out.out([formatStarted(started), `follow it with: meshctl status ${id.module}   or   meshctl trace ${started.id}`].join("\n"));
     return ExitCodes.Ok;
@@ -208,8 +210,14 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   const until = Date.parse(started.deadline) + (opts.graceMs ?? WAIT_GRACE_MS);
   const { rotation, timedOut } = await followRotation(store, started, until, show);
   if (!opts.json && out.isTTY && shown) out.raw("\n");
-  if (opts.json) out.out(JSON.stringify(summarizeRotation(rotation), null, 2));
-  else out.out(formatOutcome(rotation, { color: out.color, width: out.columns }).join("\n"));
+  const lockedOut = opts.revoke && rotation.state === RotationStates.Committed ? rotationProgress(rotation).missing : [];
+  if (opts.json) out.out(JSON.stringify({ ...summarizeRotation(rotation), ...(opts.revoke ? { lockedOut } : {}) }, null, 2));
+  else {
+    out.out(formatOutcome(rotation, { color: out.color, width: out.columns }).join("\n"));
+    if (opts.revoke && rotation.state === RotationStates.Committed) {
+      out.out(`generation ${rotation.from} is revoked at ${rotation.provider}${lockedOut.length ? `; locked out until they take generation ${rotation.to}: ${lockedOut.join(", ")}` : "; every holder is on generation " + rotation.to}`);
+    }
+  }
   if (rotation.state === RotationStates.Committed) return ExitCodes.Ok;
   if (rotation.state === RotationStates.Stalled) return ExitCodes.RotationStalled;
   if (timedOut) {

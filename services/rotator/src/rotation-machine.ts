@@ -51,6 +51,8 @@ export function newRotation(opts: {
   fromProvider?: string;
   /** The rotate request's id, so its retries find this rotation. */
   requestId?: string;
+  /** A revocation: the deadline is the grace, and it commits then, confirmed or not. */
+  revoke?: Rotation["revoke"];
 }): Rotation {
   const { grant, now } = opts;
   const to = grant.generation + 1;
@@ -65,7 +67,7 @@ export function newRotation(opts: {
     to,
     state: RotationStates.Staged,
     requestedAt: now.toISOString(),
-    deadline: new Date(now.getTime() + opts.timeoutMs).toISOString(),
+    deadline: new Date(now.getTime() + (opts.revoke ? opts.revoke.graceMs : opts.timeoutMs)).toISOString(),
     holders: Object.fromEntries(opts.holders.map((h) => [h, {}])),
     refused: [],
     resource: opts.resource,
@@ -74,6 +76,7 @@ export function newRotation(opts: {
     trigger: opts.trigger ?? "manual",
     ...(opts.fromProvider ? { fromProvider: opts.fromProvider } : {}),
     ...(opts.requestId ? { requestId: opts.requestId } : {}),
+    ...(opts.revoke ? { revoke: opts.revoke } : {}),
   };
 }
 
@@ -234,8 +237,10 @@ export function nextStep(r: Rotation, now: Date): RotationStep {
     case RotationStates.Stalled: {
       if (allConfirmed(r)) return { action: "commit" };
       const deadline = Date.parse(r.deadline);
+      // A revocation does not wait past its grace: the old generation goes, and who has not switched is locked out.
+      if (r.revoke && now.getTime() >= deadline) return { action: "commit" };
       if (r.state === RotationStates.AwaitingHolders && now.getTime() >= deadline) return { action: "stall", missing: missingHolders(r) };
-      return r.state === RotationStates.AwaitingHolders ? { action: "wait", untilMs: deadline } : { action: "none" };
+      return r.state === RotationStates.AwaitingHolders || r.revoke ? { action: "wait", untilMs: deadline } : { action: "none" };
     }
     default:
       return { action: "none" };

@@ -250,6 +250,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       ...(tp ? { traceparent: tp } : {}),
       ...(fromProvider ? { fromProvider } : {}),
       ...(req.requestId ? { requestId: req.requestId } : {}),
+      ...(req.revoke ? { revoke: req.revoke } : {}),
     });
     try {
       // Create, or replace a committed one, at the revision read.
@@ -391,15 +392,25 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     // Every holder confirmed k+1: only now does k stop working.
     const ended = r.fromProvider ? await release(r, r.fromProvider) : await retire(r);
     const now = new Date();
+    // A revocation commits at its grace: who has not switched is locked out until it takes `to`.
+    const lockedOut = r.revoke ? missingHolders(r) : [];
+    if (r.revoke) log.warn({ rotation: r.id, lockedOut, reason: r.revoke.reason, by: r.revoke.by }, `revocation ${r.id}: generation ${r.from} revoked${lockedOut.length ? `; locked out until they take generation ${r.to}: ${nameHolders(lockedOut)}` : ""}`);
     await setGrant(key, (g) => {
+      const revocation = r.revoke && { rotation: r.id, generation: r.from, at: now.toISOString(), ...(r.revoke.by ? { by: r.revoke.by } : {}), ...(r.revoke.reason ? { reason: r.revoke.reason } : {}), lockedOut };
       const next: Grant = {
         ...g,
+        ...(revocation && !g.revocations?.some((x) => x.rotation === r.id) ? { revocations: [...(g.revocations ?? []), revocation].slice(-20) } : {}),
         generation: Math.max(g.generation, r.to),
         // After a handover nothing of the old provider's resource describes the grant.
         resource: r.fromProvider ? { ...r.resource } : { ...g.resource, ...r.resource },
         conditions: setCondition(
           withRotatingCondition(g.conditions, { ...r, state: RotationStates.Committed }, now),
-          { type: "Provisioned", status: "True", reason: "Provisioned", message: `generation ${r.to} on ${r.provider} (rotation ${r.id}; ${ended})` },
+          {
+            type: "Provisioned",
+            status: "True",
+            reason: "Provisioned",
+            message: `generation ${r.to} on ${r.provider} (${r.revoke ? `revocation ${r.id}${r.revoke.reason ? `: ${r.revoke.reason}` : ""}` : `rotation ${r.id}`}; ${ended}${lockedOut.length ? `; locked out until they take generation ${r.to}: ${nameHolders(lockedOut)}` : ""})`,
+          },
           now,
         ),
       };

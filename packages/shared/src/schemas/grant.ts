@@ -89,6 +89,11 @@ export const Grant = z.object({
    * gets a fresh generation (generation + 1) on what was kept.
    */
   revoked: z.object({ at: z.string(), generation: z.number().int().nonnegative(), dropped: z.boolean() }).optional(),
+  /** The grant's revocations (`meshctl revoke`), oldest first, the newest 20: which generation, when, by whom, why, and who was locked out. */
+  revocations: z
+    .array(z.object({ rotation: z.string(), generation: z.number().int().positive(), at: z.string(), by: z.string().optional(), reason: z.string().optional(), lockedOut: z.array(z.string()) }))
+    .max(20)
+    .optional(),
   /** What was kept of a removed grant's resource (its data), since when: listed by meshctl status until `meshctl delete retained`, or adopted by declaring it again. */
   retained: z.object({ since: z.string() }).optional(),
 });

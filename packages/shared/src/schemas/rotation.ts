@@ -98,6 +98,12 @@ export const Rotation = z.object({
    * rotation, never with a second one or an "already running" about itself.
    */
   requestId: z.string().optional(),
+  /**
+   * A revocation (`meshctl revoke`, for a leak): generation `from` is retired `graceMs` after
+   * the broadcast whether or not every holder confirmed; holders that had not are locked out
+   * until they take `to`. Who asked, and why, is recorded.
+   */
+  revoke: z.object({ graceMs: z.number().int().nonnegative().max(MAX_TIMER_MS), reason: z.string().max(1_024).optional(), by: z.string().max(200).optional() }).optional(),
 });
 export type Rotation = z.infer<typeof Rotation>;
 
@@ -119,6 +125,8 @@ export const RotateRequest = z.object({
     .string()
     .regex(/^[A-Za-z0-9_-]{8,64}$/, { message: "must be 8-64 letters, digits, _ or -" })
     .optional(),
+  /** Revoke instead of rotate: the current generation stops working `graceMs` after the new one goes out, confirmed or not. */
+  revoke: z.object({ graceMs: z.number().int().nonnegative().max(MAX_TIMER_MS), reason: z.string().max(1_024).optional(), by: z.string().max(200).optional() }).optional(),
 });
 export type RotateRequest = z.infer<typeof RotateRequest>;
 
