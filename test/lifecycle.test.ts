@@ -16,6 +16,7 @@ import { DeleteReply, createLogger, getCondition, keys, subjects, type ModuleDoc
 import { startProvisioner } from "@mesh/provisioner";
 import { startRotator } from "@mesh/rotator";
 import { startAgent } from "@mesh/agent";
+import { watchCredentials } from "@mesh/client";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -116,6 +117,26 @@ describe("removing a requirement", () => {
     await waitFor("the secret's grant to be gone", async () => ((await mesh.grant("rm", "key")) ? undefined : true), 15_000);
     expect(existsSync(join(partDir("rm", "api"), "key"))).toBe(false);
     expect(await storedRevisions("rm", "key")).toBe(0);
+  });
+});
+
+describe("an SDK holder", () => {
+  it("watching its part's credentials is told when a grant is taken back, and gets it anew when it is declared again", async () => {
+    await mesh.apply([module("sdk", [{ name: "key", kind: "secret" }])]);
+    await mesh.waitForState("sdk", "Ready");
+    const withdrawn: string[] = [];
+    const watch = await watchCredentials(mesh.nc, { module: "sdk", part: "api", node: "node-a", onWithdrawn: (g) => withdrawn.push(g.grant) });
+    try {
+      const it = watch[Symbol.asyncIterator]();
+      expect((await it.next()).value).toMatchObject({ grant: "sdk/key", generation: 1 });
+      await mesh.apply([module("sdk", [])]);
+      await waitFor("the watch to be told", () => (withdrawn.length ? true : undefined), 15_000);
+      expect(withdrawn).toEqual(["sdk/key"]);
+      await mesh.apply([module("sdk", [{ name: "key", kind: "secret" }])]);
+      expect((await it.next()).value).toMatchObject({ grant: "sdk/key", generation: 1 });
+    } finally {
+      await watch.stop();
+    }
   });
 });
 

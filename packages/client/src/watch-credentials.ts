@@ -48,6 +48,13 @@ export interface WatchCredentialsOptions {
    * error; for an older one (a newer delivery is waiting) it is passed over.
    */
   onError?: (error: MeshError, delivery: Delivery) => void;
+  /**
+   * Called when the part no longer holds a grant: no installed part of it needs the grant any
+   * more (its requirement removed, the module deleted, the part uninstalled), and the mesh has
+   * taken it back — its values no longer work at the provider. The application drops what it
+   * kept of them. A grant declared again later is yielded anew, from its next generation.
+   */
+  onWithdrawn?: (grant: { grant: string; requirement: string }) => void;
 }
 
 /** One generation of one grant's credential. `values` is secret: never log it. */
@@ -231,6 +238,10 @@ class Watch implements CredentialWatch {
     const d = parsed.data;
     // Only what the subject filter promised: this module's part (and requirement).
     if (d.module !== this.opts.module || d.part !== this.opts.part || (this.opts.requirement !== undefined && d.requirement !== this.opts.requirement)) {
+      return undefined;
+    }
+    if (d.withdraw) {
+      if (this.yielded.delete(d.grant)) this.opts.onWithdrawn?.({ grant: d.grant, requirement: d.requirement });
       return undefined;
     }
     if ((this.yielded.get(d.grant) ?? 0) >= d.generation) return undefined;
