@@ -102,7 +102,12 @@ const program = new Command("meshctl")
 program
   .command("apply")
   .description("validate manifest files here, then store all their documents (or none) through the resolver")
-  .requiredOption("-f, --filename <file>", "a YAML or JSON manifest file; - for standard input; repeatable", collect, [])
+  .requiredOption(
+    "-f, --filename <file>",
+    "a YAML or JSON manifest file, or a directory (its .yaml and .yml files, sorted by name, not those of subdirectories); - for standard input; repeatable",
+    collect,
+    [],
+  )
   .option("--json", "print the outcome as JSON")
   .option("--force", "apply what the control plane protects itself from: module mesh without a requirement it had")
   .option("--timeout <duration>", TIMEOUT_HELP)
