@@ -7,6 +7,7 @@ import { Command, Option } from "commander";
 import { errorMessage, loadMasterKey, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
 import { operatorFiles } from "@mesh/providers";
 import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
+import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { runApply } from "./apply-command.js";
 import { deleteRequestOf, deleteRequestOfFiles, runDelete } from "./delete-command.js";
@@ -27,6 +28,8 @@ import { printable } from "./style.js";
 import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 
 const out = processOutput();
+/** meshctl's version: its package's, read when it runs (dist/main.js is next to ../package.json). */
+const version = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
 const collect = (value: string, previous: string[]) => [...previous, value];
 
 /** Runs a command with a lazily opened NATS connection, prints a CliError's message, exits with the code. */
@@ -89,6 +92,7 @@ const TIMEOUT_HELP = `how long to keep trying while the service that must answer
 const VERBOSE_HELP = "show every attempt that is tried again, and why";
 
 const program = new Command("meshctl")
+  .version(version, "-V, --version", "print meshctl's version")
   .description("Operate the provisioning mesh: apply manifests, see what is satisfied and why, run it all locally.")
   .addOption(new Option("-s, --server <url>", "NATS server URL(s), comma-separated; default: the one meshctl up recorded in .mesh/nats-url, else nats://127.0.0.1:4222").env("NATS_URL"))
   .showHelpAfterError()
