@@ -40,7 +40,20 @@ export {
   type NotProcessedError,
 } from "./status-report.js";
 export { formatStatus, formatModule, formatNotProcessed, ageOf } from "./status-format.js";
-export { runStatus, type StatusOptions } from "./status-command.js";
+export { runStatus, exposureWarnings, type StatusOptions } from "./status-command.js";
+export { runGet, parseGetResource, checkGetName, GetResources, type GetOptions, type GetResource } from "./get-command.js";
+export {
+  loadMeshRecords,
+  explainAll,
+  moduleRows,
+  grantRows,
+  providerRows,
+  type MeshRecords,
+  type ModuleRow,
+  type GrantRow,
+  type ProviderRow,
+} from "./get-report.js";
+export { formatTable, formatModuleRows, formatGrantRows, formatProviderRows } from "./get-format.js";
 export { explainModule, RequirementStates, type Explanation, type ExplainInput, type RequirementExplanation, type RequirementState } from "./explain.js";
 export { formatExplanation } from "./explain-format.js";
 export { runExplain, loadExplanation, type ExplainOptions } from "./explain-command.js";

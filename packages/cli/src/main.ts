@@ -16,6 +16,7 @@ import { DEFAULT_CONSOLE_LISTEN } from "./console-access.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { runExplain } from "./explain-command.js";
+import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput } from "./output.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
@@ -100,7 +101,7 @@ const program = new Command("meshctl")
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
   .addHelpText(
     "after",
-    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed, 4 (verify) the grant is not verified,\n5 no such grant or rotation, 6 (rotate) a rotation of the grant is already running,\n7 the service that must answer is not running, 8 (rotate --wait) the rotation stalled,\n9 (rotate --wait) no outcome in time.",
+    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed, 4 (verify) the grant is not verified,\n5 no such grant, rotation or provider, 6 (rotate) a rotation of the grant is already running,\n7 the service that must answer is not running, 8 (rotate --wait) the rotation stalled,\n9 (rotate --wait) no outcome in time.",
   );
 
 program
@@ -162,6 +163,27 @@ program
   .action((module: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
     readCommand("explain", o, (store) => runExplain(store, { module, json: o.json }, out)),
   );
+
+program
+  .command("get")
+  .description("list modules, grants or providers as a table: state, why, how long")
+  .argument("<what>", GetResources.join(", "))
+  .argument("[name]", "modules: one module; grants: the grants of a module (shop) or one grant (shop/db); providers: one provider")
+  .option("--json", 'print {"modules"|"grants"|"providers":[…]} as JSON')
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((what: string, name: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) => {
+    let resource: ReturnType<typeof parseGetResource> = "modules";
+    return readCommand(
+      "get",
+      o,
+      (store) => runGet(store, { resource, ...(name !== undefined ? { name } : {}), json: o.json }, out),
+      () => {
+        resource = parseGetResource(what);
+        checkGetName(resource, name);
+      },
+    );
+  });
 
 program
   .command("verify")
