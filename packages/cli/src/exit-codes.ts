@@ -18,7 +18,10 @@ export const ExitCodes = {
   ServiceUnavailable: 7,
   /** `meshctl rotate --wait`: the rotation is Stalled, holders missing (named); it commits by itself when they confirm. */
   RotationStalled: 8,
-  /** `meshctl rotate --wait`: no outcome within the wait (the rotator may be down or slow). */
+  /**
+   * A wait ran out of time: `rotate --wait` (no outcome; the rotator may be down or slow), `wait`
+   * (the module is not in the state waited for; the message names what it is in).
+   */
   WaitTimedOut: 9,
 } as const;
 export type ExitCode = (typeof ExitCodes)[keyof typeof ExitCodes];

@@ -54,12 +54,25 @@ export {
   type ProviderRow,
 } from "./get-report.js";
 export { formatTable, formatModuleRows, formatGrantRows, formatProviderRows } from "./get-format.js";
+export { runWait, followModules, reportTimeout, WAIT_TIMEOUT_MS, type WaitOptions } from "./wait-command.js";
+export {
+  waitForModules,
+  judge,
+  waitResult,
+  waitLine,
+  parseModuleState,
+  MODULE_STATE_LIST,
+  type ModuleTarget,
+  type ModuleSeen,
+  type ModuleWaitResult,
+  type Verdict,
+} from "./module-wait.js";
 export { explainModule, RequirementStates, type Explanation, type ExplainInput, type RequirementExplanation, type RequirementState } from "./explain.js";
 export { formatExplanation } from "./explain-format.js";
 export { runExplain, loadExplanation, type ExplainOptions } from "./explain-command.js";
 export { runUp, chooseNodes, serviceSpecs, waitForResolver, displayPath, DEFAULT_NODE, type UpOptions } from "./up-command.js";
 export { Supervisor, type ServiceSpec, type ChildEvent, type SupervisorOptions } from "./supervisor.js";
-export { startLiveStatus, moduleChangeLines, grantChangeLines, formatSnapshot, clock, type LiveStatus, type MeshSnapshot } from "./live-status.js";
+export { startLiveStatus, liveLine, type LiveLine, moduleChangeLines, grantChangeLines, formatSnapshot, clock, type LiveStatus, type MeshSnapshot } from "./live-status.js";
 export { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 export { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
 export { runVerify, formatVerify, VERIFY_TIMEOUT_MS, type VerifyOptions } from "./verify-command.js";

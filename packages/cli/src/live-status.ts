@@ -139,3 +139,55 @@ export async function startLiveStatus(store: Store, out: Output, header: () => s
     },
   };
 }
+
+/** A progress line that follows something as it changes; `done()` ends it. */
+export interface LiveLine {
+  /** Shows `line`, unless it is the one shown last. */
+  show(line: string): void;
+  /** Ends the line on a terminal (a newline after the last redraw). */
+  done(): void;
+}
+
+/**
+ * Progress as meshctl shows it: on a terminal one line redrawn in place, otherwise one line per
+ * change (prefixed with the time when `timestamps`), so a log or a CI job reads every step.
+ */
+export function liveLine(out: Output, opts: { timestamps?: boolean } = {}): LiveLine {
+  let shown = "";
+  return {
+    show(line) {
+      if (line === shown) return;
+      shown = line;
+      if (out.isTTY) out.raw(`\r\x1b[2K${line}`);
+      else out.out(opts.timestamps ? `${clock(new Date())} ${line}` : line);
+    },
+    done() {
+      if (out.isTTY && shown) out.raw("\n");
+    },
+  };
+}
+
+/** A KV watch, as `kv.watch` opens it. */
+export type KvWatch = Awaited<ReturnType<KV["watch"]>>;
+
+/**
+ * Opens a watch that stops by itself at `untilMs`; JetStream not answering while it opens is
+ * ridden out for as long as the wait lasts (several identities rotating at once keep it quiet
+ * through reload after reload). `stop()` ends it and its timer.
+ */
+export async function watchUntil(open: () => Promise<KvWatch>, untilMs: number): Promise<{ watch: KvWatch; timedOut(): boolean; stop(): void }> {
+  const watch = await retryJetStreamGap(open, Math.max(1, untilMs - Date.now()));
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    watch.stop();
+  }, Math.max(0, untilMs - Date.now()));
+  return {
+    watch,
+    timedOut: () => timedOut,
+    stop() {
+      clearTimeout(timer);
+      watch.stop();
+    },
+  };
+}

@@ -17,6 +17,9 @@ import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { runExplain } from "./explain-command.js";
 import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
+import { MODULE_STATE_LIST, parseModuleState } from "./module-wait.js";
+import { checkModuleName } from "./status-report.js";
+import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput } from "./output.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
@@ -101,7 +104,7 @@ const program = new Command("meshctl")
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
   .addHelpText(
     "after",
-    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed, 4 (verify) the grant is not verified,\n5 no such grant, rotation or provider, 6 (rotate) a rotation of the grant is already running,\n7 the service that must answer is not running, 8 (rotate --wait) the rotation stalled,\n9 (rotate --wait) no outcome in time.",
+    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed (wait: still none at the timeout),\n4 (verify) the grant is not verified, 5 no such grant, rotation or provider,\n6 (rotate) a rotation of the grant is already running, 7 the service that must answer is not running,\n8 (rotate --wait) the rotation stalled, 9 (rotate --wait, wait) not there in time.",
   );
 
 program
@@ -184,6 +187,22 @@ program
       },
     );
   });
+
+program
+  .command("wait")
+  .description("wait until a module is in a state, derived from its stored manifest; one not applied yet is waited for too")
+  .argument("<module>", "the module")
+  .requiredOption("--for <state>", `the state: one of ${MODULE_STATE_LIST.join(", ")}`)
+  .option("--timeout <duration>", `how long to wait (default ${WAIT_TIMEOUT_MS / 1000}s); then exit 9 naming the state seen last, or 3 when the module still has none`)
+  .option("--json", 'print {"module","for","outcome","state","message","since","processedRevision","manifestRevision","why","timedOut"} as JSON')
+  .action((module: string, o: { for: string; timeout?: string; json?: boolean }) =>
+    run(async (connect, url) => {
+      const state = parseModuleState(o.for);
+      checkModuleName(module);
+      const timeoutMs = durationOption("--timeout", o.timeout);
+      return runWait(await openStoreForCli(await connect(), url), { module, for: state, json: o.json, ...(timeoutMs ? { timeoutMs } : {}) }, out);
+    }),
+  );
 
 program
   .command("verify")
