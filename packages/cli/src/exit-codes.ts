@@ -20,7 +20,7 @@ export const ExitCodes = {
   RotationStalled: 8,
   /**
    * A wait ran out of time: `rotate --wait` (no outcome; the rotator may be down or slow), `wait`
-   * (the module is not in the state waited for; the message names what it is in).
+   * and `apply --wait` (a module is not in the state waited for; the message names what it is in).
    */
   WaitTimedOut: 9,
 } as const;

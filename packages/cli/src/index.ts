@@ -26,6 +26,7 @@ export {
   formatAccepted,
   resolverNotRunningMessage,
   APPLY_TIMEOUT_MS,
+  SETTLED_STATES,
   type ApplyOptions,
   type ApplyOutcome,
 } from "./apply-command.js";

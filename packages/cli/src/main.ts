@@ -104,7 +104,7 @@ const program = new Command("meshctl")
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
   .addHelpText(
     "after",
-    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed (wait: still none at the timeout),\n4 (verify) the grant is not verified, 5 no such grant, rotation or provider,\n6 (rotate) a rotation of the grant is already running, 7 the service that must answer is not running,\n8 (rotate --wait) the rotation stalled, 9 (rotate --wait, wait) not there in time.",
+    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed (wait, apply --wait: still none at the timeout),\n4 (verify) the grant is not verified, 5 no such grant, rotation or provider,\n6 (rotate) a rotation of the grant is already running, 7 the service that must answer is not running,\n8 (rotate --wait) the rotation stalled, 9 (rotate --wait, wait, apply --wait) not there in time.",
   );
 
 program
@@ -116,12 +116,20 @@ program
     collect,
     [],
   )
+  .option("--wait", "then wait until every module applied is Ready or NothingRequired; fail at once on Unsatisfiable")
   .option("--json", "print the outcome as JSON")
   .option("--force", "apply what the control plane protects itself from: module mesh without a requirement it had")
-  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--timeout <duration>", `${TIMEOUT_HELP}; with --wait, how long all of it may take (default ${WAIT_TIMEOUT_MS / 1000}s)`)
   .option("--verbose", VERBOSE_HELP)
-  .action((o: { filename: string[]; json?: boolean; force?: boolean; timeout?: string; verbose?: boolean }) =>
-    run((connect) => runApply(connect, { files: o.filename, json: o.json, force: o.force, policy: policyOf(o) }, out)),
+  .action((o: { filename: string[]; wait?: boolean; json?: boolean; force?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect, url) => {
+      if (!o.wait) return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy: policyOf(o) }, out);
+      // With --wait, --timeout bounds all of it: sending (again while the resolver does not answer) and waiting.
+      const timeoutMs = durationOption("--timeout", o.timeout) ?? WAIT_TIMEOUT_MS;
+      const policy = retryPolicy({ withinMs: timeoutMs, verbose: Boolean(o.verbose) }, out);
+      const store = async () => openStoreForCli(await connect(), url);
+      return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy, wait: { untilMs: policy.deadline, timeoutMs, store } }, out);
+    }),
   );
 
 program
