@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ExitCodes, bufferOutput, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
+import { ExitCodes, bufferOutput, modulesRevisionNow, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { exitOf } from "./harness/cli-exit.js";
 
@@ -82,6 +82,9 @@ describe("meshctl apply -f DIR --wait", () => {
   });
 
   it("fails at once, with the reason, when a module applied is Unsatisfiable", async () => {
+    // What tells a record written by this apply from an older one: the bucket's revision, read before sending.
+    const before = await modulesRevisionNow(mesh.store);
+    expect(before).toBeGreaterThan(0);
     const file = write(join(dir, "needs-pg.yaml"), "kind: Module\nname: needs-pg\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: db, kind: postgres.database }]\n");
     const out = bufferOutput();
     const started = Date.now();
@@ -90,6 +93,7 @@ describe("meshctl apply -f DIR --wait", () => {
     expect(out.stdout).toContain("module/needs-pg created");
     expect(out.stderr).toContain("meshctl: needs-pg Unsatisfiable: db: NoProvider");
     expect(out.stderr).toContain("meshctl explain needs-pg says what would satisfy it");
+    expect((await mesh.store.kv.modules.get("needs-pg"))!.revision).toBeGreaterThan(before);
   });
 
   it("exits 9 when a module is not settled in time, naming what it was seen in", async () => {

@@ -61,6 +61,8 @@ export {
   judge,
   waitResult,
   waitLine,
+  modulesRevisionNow,
+  manifestRevisionOf,
   parseModuleState,
   MODULE_STATE_LIST,
   type ModuleTarget,
