@@ -5,7 +5,7 @@
 import { requirementTone } from "./explain-format.js";
 import type { GrantRow, ModuleRow, ProviderRow } from "./get-report.js";
 import { ageOf, styleState } from "./status-format.js";
-import { makeStyle, pad, printable, visibleLength, type Style } from "./style.js";
+import { makeStyle, pad, printable, truncate, visibleLength, type Style } from "./style.js";
 
 export interface TableOptions {
   now?: Date;
@@ -22,31 +22,9 @@ export function formatTable(header: readonly string[], rows: ReadonlyArray<reado
   const widths = header.map((h, i) => Math.max(visibleLength(h), ...rows.map((r) => visibleLength(r[i] ?? ""))));
   const line = (cells: readonly string[]) => {
     const text = cells.map((c, i) => (i === cells.length - 1 ? c : pad(c, widths[i]!))).join("  ").trimEnd();
-    return width !== undefined && visibleLength(text) > width ? cut(text, width) : text;
+    return width === undefined ? text : truncate(text, width);
   };
   return [line(header), ...rows.map(line)].join("\n");
-}
-
-/** `text` cut to `width` visible columns, ending in `…`; colour codes are kept and closed. */
-function cut(text: string, width: number): string {
-  let shown = 0;
-  let out = "";
-  // eslint-disable-next-line no-control-regex
-  for (const part of text.split(/(\x1b\[[0-9;]*m)/)) {
-    if (part.startsWith("\x1b[")) {
-      out += part;
-      continue;
-    }
-    const room = width - 1 - shown;
-    if (part.length <= room) {
-      out += part;
-      shown += part.length;
-    } else {
-      out += part.slice(0, Math.max(0, room)) + "…";
-      return out.includes("\x1b[") ? out + "\x1b[0m" : out;
-    }
-  }
-  return out;
 }
 
 const dash = (s: Style, v: string | null | undefined) => (v ? printable(v) : s.dim("-"));

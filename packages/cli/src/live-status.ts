@@ -5,7 +5,7 @@
 import { Grant, ModuleStatus, retryJetStreamGap, type KV, type Store } from "@mesh/shared";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
-import { printable } from "./style.js";
+import { printable, truncate } from "./style.js";
 import { buildStatusReport } from "./status-report.js";
 
 /** `HH:MM:SS` of a time, local. */
@@ -149,7 +149,7 @@ export interface LiveLine {
 }
 
 /**
- * Progress as meshctl shows it: on a terminal one line redrawn in place, otherwise one line per
+ * Progress as meshctl shows it: on a terminal one line redrawn in place (cut to its width), otherwise one line per
  * change (prefixed with the time when `timestamps`), so a log or a CI job reads every step.
  */
 export function liveLine(out: Output, opts: { timestamps?: boolean } = {}): LiveLine {
@@ -158,7 +158,8 @@ export function liveLine(out: Output, opts: { timestamps?: boolean } = {}): Live
     show(line) {
       if (line === shown) return;
       shown = line;
-      if (out.isTTY) out.raw(`\r\x1b[2K${line}`);
+      // Cut to the terminal's width: a line that wrapped could not be redrawn in place.
+      if (out.isTTY) out.raw(`\r\x1b[2K${truncate(line, out.columns - 1)}`);
       else out.out(opts.timestamps ? `${clock(new Date())} ${line}` : line);
     },
     done() {

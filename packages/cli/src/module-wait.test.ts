@@ -73,6 +73,12 @@ describe("liveLine", () => {
     expect(out.stdout).toBe("\r\x1b[2Ka\r\x1b[2Kb\n");
   });
 
+  it("cuts the line to the terminal's width, so that it can be redrawn in place", () => {
+    const out = bufferOutput({ isTTY: true, columns: 10 });
+    liveLine(out).show("shop Pending: waiting for db");
+    expect(out.stdout).toBe("\r\x1b[2Kshop Pen…");
+  });
+
   it("prints each change as its own timed line otherwise", () => {
     const out = bufferOutput();
     const line = liveLine(out, { timestamps: true });
