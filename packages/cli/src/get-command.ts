@@ -3,7 +3,7 @@
  * codes are those of `status`: 3 for a module that has never been processed, and 5 for a grant
  * or provider that does not exist.
  */
-import { parseGrantId, type Store } from "@mesh/shared";
+import { NAME_RULE, isValidName, parseGrantId, type Store } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { formatGrantRows, formatModuleRows, formatProviderRows } from "./get-format.js";
@@ -42,7 +42,10 @@ export function checkGetName(resource: GetResource, name: string | undefined): v
     if (!parseGrantId(name)) throw new CliError(`${JSON.stringify(name)} is not a grant id: give <module>/<requirement>, or a module`, ExitCodes.Usage);
     return;
   }
-  // Provider names follow the same rule as module names.
+  if (resource === "providers") {
+    if (!isValidName(name)) throw new CliError(`${JSON.stringify(name)} is not a provider name: a name ${NAME_RULE}`, ExitCodes.Usage);
+    return;
+  }
   checkModuleName(name);
 }
 

@@ -1,5 +1,8 @@
 import { describe, expect, it } from "vitest";
 import type { ReachabilityRecord } from "@mesh/shared";
+import { CliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
+import { checkGetName, parseGetResource } from "./get-command.js";
 import { formatGrantRows, formatModuleRows, formatProviderRows, formatTable } from "./get-format.js";
 import { grantRows, moduleRows, providerRows, type MeshRecords } from "./get-report.js";
 import { NOW, ago, cond, grant, moduleStatus, nodeA, pgMain, readyDb } from "./test-fixtures.js";
@@ -87,5 +90,23 @@ describe("get providers", () => {
       "builtin-secret  secret             -       yes        1       built-in",
       "pg-main         postgres.database  node-a  yes        1       1/2 nodes, not from node-b",
     ]);
+  });
+});
+
+describe("get's arguments", () => {
+  it("refuses what cannot be named, as wrong usage, before anything connects", () => {
+    const usage = (fn: () => void) => {
+      try {
+        fn();
+      } catch (e) {
+        return [(e as CliError).exitCode, (e as CliError).message];
+      }
+    };
+    expect(parseGetResource("module")).toBe("modules");
+    expect(parseGetResource("grants")).toBe("grants");
+    expect(usage(() => parseGetResource("pods"))).toEqual([ExitCodes.Usage, 'cannot get "pods": give one of modules, grants, providers']);
+    expect(usage(() => checkGetName("providers", "Bad_Name"))?.[1]).toMatch(/^"Bad_Name" is not a provider name/);
+    expect(usage(() => checkGetName("grants", "shop/"))?.[1]).toMatch(/^"shop\/" is not a grant id/);
+    expect(usage(() => checkGetName("modules", "shop"))).toBeUndefined();
   });
 });
