@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { ReachabilityRecord } from "@mesh/shared";
+import type { ModuleDoc, ReachabilityRecord } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { checkGetName, parseGetResource } from "./get-command.js";
@@ -68,6 +68,22 @@ describe("get grants", () => {
     expect(text[0]).toBe("NAME      KIND               PROVIDER        GEN  HOLDERS  STATE       REASON              UPDATED");
     expect(text[1]).toBe("shop/db   postgres.database  pg-main         1    1/1      Satisfied   -                   30 s ago");
     expect(text[2]).toBe("shop/key  secret             builtin-secret  0    0/1      InProgress  AwaitingResolution  8 s ago");
+  });
+
+  it("lists the grants the manifest does not declare too (each part's identity), after the declared ones", () => {
+    const doc: ModuleDoc = {
+      kind: "Module",
+      name: "shop",
+      parts: [{ name: "api", node: "node-a", installed: true }],
+      requires: [
+        { name: "db", kind: "postgres.database" },
+        { name: "key", kind: "secret" },
+      ],
+    };
+    const identity = grant({ requirement: "nats-api", kind: "mesh.identity", provider: "mesh-nats", conditions: [cond("Resolved", "True", "ProviderSelected", "mesh-nats", 9)] });
+    const r = records({ grants: [readyDb, pendingKey, identity], manifests: new Map([["shop", { doc, revision: 3 }]]) });
+    expect(grantRows(r).map((g) => g.id)).toEqual(["shop/db", "shop/key", "shop/nats-api"]);
+    expect(moduleRows(r).find((m) => m.name === "shop")!.ready).toEqual({ satisfied: 1, total: 3 });
   });
 
   it("shows terminal escapes in a record as text", () => {

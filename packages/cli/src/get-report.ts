@@ -17,7 +17,7 @@ import {
   listJson,
   type Store,
 } from "@mesh/shared";
-import { explainModule, type Explanation, type RequirementState } from "./explain.js";
+import { explainModuleAndIdentities, type Explanation, type RequirementState } from "./explain.js";
 import { storedManifestNames } from "./status-report.js";
 
 /** One module, as `get modules` lists it. */
@@ -106,7 +106,7 @@ export async function loadMeshRecords(store: Store): Promise<MeshRecords> {
   };
 }
 
-/** The explanation of every processed module, by name. Pure. */
+/** The explanation of every processed module (its parts' identities too), by name. Pure. */
 export function explainAll(r: MeshRecords, now = new Date()): Map<string, Explanation> {
   const byModule = new Map<string, Grant[]>();
   for (const g of r.grants) byModule.set(g.module, [...(byModule.get(g.module) ?? []), g]);
@@ -115,7 +115,7 @@ export function explainAll(r: MeshRecords, now = new Date()): Map<string, Explan
       const manifest = r.manifests.get(status.module);
       return [
         status.module,
-        explainModule({ status, ...(manifest ? { manifest } : {}), grants: byModule.get(status.module) ?? [], providers: r.providers, nodes: r.nodes, now }),
+        explainModuleAndIdentities({ status, ...(manifest ? { manifest } : {}), grants: byModule.get(status.module) ?? [], providers: r.providers, nodes: r.nodes, now }),
       ];
     }),
   );
