@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ModuleStates } from "@mesh/shared";
 import { ExitCodes, bufferOutput, modulesRevisionNow, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { exitOf } from "./harness/cli-exit.js";
@@ -219,7 +220,7 @@ describe("the built meshctl", () => {
     expect(wait.status).toBe(0);
     const wrong = (await meshctl(["wait", "shop", "--for", "Done"]));
     expect(wrong.status).toBe(2);
-    expect(wrong.stderr).toContain("give one of NothingRequired, Pending, Ready, Degraded, Unsatisfiable");
+    expect(wrong.stderr).toContain(`give one of ${Object.values(ModuleStates).join(", ")}`);
     const late = (await meshctl(["wait", "far", "--for", "Ready", "--timeout", "1s"]));
     expect(late.status).toBe(9);
 

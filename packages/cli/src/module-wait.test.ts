@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { ModuleStates } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { liveLine } from "./live-status.js";
@@ -11,6 +12,7 @@ describe("parseModuleState", () => {
     expect(parseModuleState("Ready")).toBe("Ready");
     expect(parseModuleState("nothingrequired")).toBe("NothingRequired");
     expect(parseModuleState("UNSATISFIABLE")).toBe("Unsatisfiable");
+    for (const state of Object.values(ModuleStates)) expect(parseModuleState(state)).toBe(state);
   });
 
   it("refuses anything else as wrong usage, listing the states", () => {
@@ -23,7 +25,8 @@ describe("parseModuleState", () => {
     })();
     expect(e).toBeInstanceOf(CliError);
     expect(e!.exitCode).toBe(ExitCodes.Usage);
-    expect(e!.message).toBe('--for: "Satisfied" is not a module state; give one of NothingRequired, Pending, Ready, Degraded, Unsatisfiable');
+    expect(e!.message).toBe(`--for: "Satisfied" is not a module state; give one of ${Object.values(ModuleStates).join(", ")}`);
+    expect(e!.message).toContain("Ready, Degraded, Unsatisfiable");
   });
 });
 
