@@ -20,7 +20,8 @@ export const ExitCodes = {
   RotationStalled: 8,
   /**
    * A wait ran out of time: `rotate --wait` (no outcome; the rotator may be down or slow), `wait`
-   * and `apply --wait` (a module is not in the state waited for; the message names what it is in).
+   * and `apply --wait` (a module is not in the state waited for; the message names what it is in),
+   * `delete` (the providers have not revoked what was deleted yet).
    */
   WaitTimedOut: 9,
 } as const;
