@@ -11,9 +11,10 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kinds, Rotation, RotationStates, createLogger, keys, type HolderRegistration, type ModuleDoc } from "@mesh/shared";
 import { startRotator, type Rotator } from "@mesh/rotator";
-import { CliError, ExitCodes, bufferOutput, runRotate, runStatus, runTrace, type RotationSummary, type RotationTrace } from "../packages/cli/src/index.js";
+import { ExitCodes, bufferOutput, runRotate, runStatus, runTrace, type RotationSummary, type RotationTrace } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { exitOf } from "./harness/cli-exit.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
 let mesh: TestMesh;
@@ -28,16 +29,6 @@ const shop: ModuleDoc = {
     { name: "token", kind: Kinds.Secret, parts: ["api"] },
   ],
 };
-
-/** Runs a command function; a thrown CliError becomes its exit code and message, as meshctl's entry point does. */
-async function exitOf(fn: () => Promise<number>): Promise<{ code: number; message: string }> {
-  try {
-    return { code: await fn(), message: "" };
-  } catch (e) {
-    if (e instanceof CliError) return { code: e.exitCode, message: e.message };
-    throw e;
-  }
-}
 
 beforeAll(async () => {
   mesh = await startTestMesh({ nodes: ["node-a"] });

@@ -2,7 +2,7 @@
  * `meshctl apply -f FILE…`: validate the files here, then send all their documents in one
  * request to the resolver, which stores all of them or none.
  */
-import { ApplyReply, ErrorReply, Limits, formatBytes, subjects, type AppliedDocument, type NatsConnection } from "@mesh/shared";
+import { ApplyReply, ErrorReply, Limits, ModuleStates, formatBytes, subjects, type AppliedDocument, type NatsConnection, type Store } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import {
@@ -13,10 +13,12 @@ import {
   type FileReader,
   type ManifestFile,
 } from "./manifest-files.js";
+import { manifestRevisionOf, modulesRevisionNow, waitLine, type ModuleTarget } from "./module-wait.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
 import { remainingMs, retrying, type RetryPolicy } from "./retry.js";
 import { makeStyle } from "./style.js";
+import { followModules, reportTimeout } from "./wait-command.js";
 
 /** How long meshctl waits for the resolver's reply to an apply. */
 export const APPLY_TIMEOUT_MS = 10_000;
@@ -32,7 +34,16 @@ export interface ApplyOptions {
   reader?: FileReader;
   /** Apply what the control plane protects itself from: a module `mesh` without a requirement it had. */
   force?: boolean;
+  /**
+   * Then wait until every module applied is settled (Ready or NothingRequired) from the
+   * manifest just stored, until `untilMs` (`timeoutMs` from the start, for messages); fail at
+   * once when one is Unsatisfiable from it.
+   */
+  wait?: { untilMs: number; timeoutMs: number; store: () => Promise<Store> };
 }
+
+/** The states in which `apply --wait` takes a module as settled. */
+export const SETTLED_STATES = [ModuleStates.Ready, ModuleStates.NothingRequired] as const;
 
 /** The resolver's answer: everything stored, or nothing stored and the problems. */
 export type ApplyOutcome = { ok: true; accepted: AppliedDocument[] } | { ok: false; problems: FileProblem[] };
@@ -147,6 +158,50 @@ export async function runApply(connect: () => Promise<NatsConnection>, opts: App
   const loaded = await loadManifestFiles(opts.files, opts.reader);
   if (!loaded.ok) return reportApply({ ok: false, problems: loaded.problems }, Boolean(opts.json), out);
   const nc = await connect();
+  const store = opts.wait ? await opts.wait.store() : undefined;
+  // Module records written after this are the resolver's answer to this apply.
+  const before = store ? await modulesRevisionNow(store) : 0;
   const outcome = await sendApply(nc, loaded.files, opts.timeoutMs, opts.policy, opts.force);
-  return reportApply(outcome, Boolean(opts.json), out);
+  if (!opts.wait || !store || !outcome.ok) return reportApply(outcome, Boolean(opts.json), out);
+  if (!opts.json) reportApply(outcome, false, out);
+  return waitForApplied(store, outcome.accepted, before, opts.wait, Boolean(opts.json), out);
+}
+
+/**
+ * `apply --wait` once the documents are stored: follows every module among `accepted` until it
+ * is settled. Exit codes: 0 all settled; 1 one is Unsatisfiable (named, with why); 3 or 9 as
+ * `wait` on timeout. With `json` prints `{"ok":true,"accepted":[…],"wait":{"outcome","modules":[…]}}`.
+ */
+async function waitForApplied(
+  store: Store,
+  accepted: readonly AppliedDocument[],
+  before: number,
+  wait: NonNullable<ApplyOptions["wait"]>,
+  json: boolean,
+  out: Output,
+): Promise<number> {
+  const targets: ModuleTarget[] = await Promise.all(
+    accepted
+      .filter((a) => a.kind === "Module")
+      .map(async (a) => {
+        const manifestRevision = await manifestRevisionOf(store, a.name);
+        return { module: a.name, accept: SETTLED_STATES, failOn: [ModuleStates.Unsatisfiable], freshAfter: before, ...(manifestRevision ? { manifestRevision } : {}) };
+      }),
+  );
+  const { results } = targets.length ? await followModules(store, targets, wait.untilMs, out, json) : { results: [] };
+  const failed = results.find((r) => r.outcome === "failed");
+  const print = (outcome: string) => out.out(JSON.stringify({ ok: true, accepted, wait: { outcome, modules: results } }, null, 2));
+  if (failed) {
+    if (json) print("failed");
+    else out.err(`meshctl: ${waitLine(failed)}\nThe documents are applied; meshctl explain ${failed.module} says what would satisfy it.`);
+    return ExitCodes.Failure;
+  }
+  if (results.every((r) => r.outcome === "met")) {
+    if (json) print("settled");
+    else for (const r of results) out.out(waitLine(r));
+    return ExitCodes.Ok;
+  }
+  const { code } = await reportTimeout(store, results, "settled (Ready or NothingRequired)", wait.timeoutMs, out, json);
+  if (json) print("timedOut");
+  return code;
 }

@@ -18,7 +18,7 @@ import {
   type Rotation,
   type Verification,
 } from "@mesh/shared";
-import { explainModule, type RequirementState } from "./explain.js";
+import { explainModuleAndIdentities, type RequirementState } from "./explain.js";
 import { REQUIREMENT_WORDS, requirementTone } from "./explain-format.js";
 import { rotationProgress, traceRotation, type TraceEvent } from "./rotation-view.js";
 import { conditionTone, stateTone, type Tone } from "./status-format.js";
@@ -191,12 +191,14 @@ export function graphModel(snap: ConsoleSnapshot, now = new Date()): GraphModel 
     const module = status.module;
     const manifest = snap.manifests.get(module);
     const own = grants.filter((g) => g.module === module);
-    const input = { status, grants: own, providers, nodes: nodeRecords, now };
-    const explanation = explainModule({ ...input, ...(manifest ? { manifest: { doc: manifest.value, revision: manifest.revision } } : {}) });
-    // Grants the manifest does not declare (each part's identity): explained from the grants alone.
-    const declared = new Set(explanation.requirements.map((r) => r.requirement));
-    const implicit = own.filter((g) => !declared.has(g.requirement));
-    if (manifest && implicit.length) explanation.requirements.push(...explainModule({ ...input, grants: implicit }).requirements);
+    const explanation = explainModuleAndIdentities({
+      status,
+      grants: own,
+      providers,
+      nodes: nodeRecords,
+      now,
+      ...(manifest ? { manifest: { doc: manifest.value, revision: manifest.revision } } : {}),
+    });
     nodes.push({
       id: `module:${module}`,
       column: "module",

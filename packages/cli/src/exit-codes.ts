@@ -18,7 +18,11 @@ export const ExitCodes = {
   ServiceUnavailable: 7,
   /** `meshctl rotate --wait`: the rotation is Stalled, holders missing (named); it commits by itself when they confirm. */
   RotationStalled: 8,
-  /** `meshctl rotate --wait`: no outcome within the wait (the rotator may be down or slow). */
+  /**
+   * A wait ran out of time: `rotate --wait` (no outcome; the rotator may be down or slow), `wait`
+   * and `apply --wait` (a module is not in the state waited for; the message names what it is in),
+   * `delete` (the providers have not revoked what was deleted yet).
+   */
   WaitTimedOut: 9,
 } as const;
 export type ExitCode = (typeof ExitCodes)[keyof typeof ExitCodes];

@@ -290,3 +290,19 @@ export function explainModule(input: ExplainInput): Explanation {
     notes,
   };
 }
+
+/**
+ * {@link explainModule}, and the grants its manifest does not declare (each part's identity),
+ * explained from the grants alone, after the declared ones.
+ */
+export function explainModuleAndIdentities(input: ExplainInput): Explanation {
+  const explanation = explainModule(input);
+  if (!input.manifest) return explanation;
+  const declared = new Set(explanation.requirements.map((r) => r.requirement));
+  const implicit = input.grants.filter((g) => !declared.has(g.requirement));
+  if (implicit.length) {
+    const { manifest: _declared, ...fromGrants } = input;
+    explanation.requirements.push(...explainModule({ ...fromGrants, grants: implicit }).requirements);
+  }
+  return explanation;
+}

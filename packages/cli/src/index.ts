@@ -26,6 +26,7 @@ export {
   formatAccepted,
   resolverNotRunningMessage,
   APPLY_TIMEOUT_MS,
+  SETTLED_STATES,
   type ApplyOptions,
   type ApplyOutcome,
 } from "./apply-command.js";
@@ -40,13 +41,41 @@ export {
   type NotProcessedError,
 } from "./status-report.js";
 export { formatStatus, formatModule, formatNotProcessed, ageOf } from "./status-format.js";
-export { runStatus, type StatusOptions } from "./status-command.js";
+export { runStatus, exposureWarnings, type StatusOptions } from "./status-command.js";
+export { runGet, parseGetResource, checkGetName, GetResources, type GetOptions, type GetResource } from "./get-command.js";
+export {
+  loadMeshRecords,
+  explainAll,
+  moduleRows,
+  grantRows,
+  providerRows,
+  type MeshRecords,
+  type ModuleRow,
+  type GrantRow,
+  type ProviderRow,
+} from "./get-report.js";
+export { formatTable, formatModuleRows, formatGrantRows, formatProviderRows } from "./get-format.js";
+export { runWait, followModules, reportTimeout, WAIT_TIMEOUT_MS, type WaitOptions } from "./wait-command.js";
+export {
+  waitForModules,
+  judge,
+  waitResult,
+  waitLine,
+  modulesRevisionNow,
+  manifestRevisionOf,
+  parseModuleState,
+  MODULE_STATE_LIST,
+  type ModuleTarget,
+  type ModuleSeen,
+  type ModuleWaitResult,
+  type Verdict,
+} from "./module-wait.js";
 export { explainModule, RequirementStates, type Explanation, type ExplainInput, type RequirementExplanation, type RequirementState } from "./explain.js";
 export { formatExplanation } from "./explain-format.js";
 export { runExplain, loadExplanation, type ExplainOptions } from "./explain-command.js";
 export { runUp, chooseNodes, serviceSpecs, waitForResolver, displayPath, DEFAULT_NODE, type UpOptions } from "./up-command.js";
 export { Supervisor, type ServiceSpec, type ChildEvent, type SupervisorOptions } from "./supervisor.js";
-export { startLiveStatus, moduleChangeLines, grantChangeLines, formatSnapshot, clock, type LiveStatus, type MeshSnapshot } from "./live-status.js";
+export { startLiveStatus, liveLine, type LiveLine, moduleChangeLines, grantChangeLines, formatSnapshot, clock, type LiveStatus, type MeshSnapshot } from "./live-status.js";
 export { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 export { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
 export { runVerify, formatVerify, VERIFY_TIMEOUT_MS, type VerifyOptions } from "./verify-command.js";

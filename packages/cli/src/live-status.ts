@@ -5,7 +5,7 @@
 import { Grant, ModuleStatus, retryJetStreamGap, type KV, type Store } from "@mesh/shared";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
-import { printable } from "./style.js";
+import { printable, truncate } from "./style.js";
 import { buildStatusReport } from "./status-report.js";
 
 /** `HH:MM:SS` of a time, local. */
@@ -136,6 +136,59 @@ export async function startLiveStatus(store: Store, out: Output, header: () => s
         events.push(l);
         changed();
       } else out.out(l);
+    },
+  };
+}
+
+/** A progress line that follows something as it changes; `done()` ends it. */
+export interface LiveLine {
+  /** Shows `line`, unless it is the one shown last. */
+  show(line: string): void;
+  /** Ends the line on a terminal (a newline after the last redraw). */
+  done(): void;
+}
+
+/**
+ * Progress as meshctl shows it: on a terminal one line redrawn in place (cut to its width), otherwise one line per
+ * change (prefixed with the time when `timestamps`), so a log or a CI job reads every step.
+ */
+export function liveLine(out: Output, opts: { timestamps?: boolean } = {}): LiveLine {
+  let shown = "";
+  return {
+    show(line) {
+      if (line === shown) return;
+      shown = line;
+      // Cut to the terminal's width: a line that wrapped could not be redrawn in place.
+      if (out.isTTY) out.raw(`\r\x1b[2K${truncate(line, out.columns - 1)}`);
+      else out.out(opts.timestamps ? `${clock(new Date())} ${line}` : line);
+    },
+    done() {
+      if (out.isTTY && shown) out.raw("\n");
+    },
+  };
+}
+
+/** A KV watch, as `kv.watch` opens it. */
+export type KvWatch = Awaited<ReturnType<KV["watch"]>>;
+
+/**
+ * Opens a watch that stops by itself at `untilMs`; JetStream not answering while it opens is
+ * ridden out for as long as the wait lasts (several identities rotating at once keep it quiet
+ * through reload after reload). `stop()` ends it and its timer.
+ */
+export async function watchUntil(open: () => Promise<KvWatch>, untilMs: number): Promise<{ watch: KvWatch; timedOut(): boolean; stop(): void }> {
+  const watch = await retryJetStreamGap(open, Math.max(1, untilMs - Date.now()));
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    watch.stop();
+  }, Math.max(0, untilMs - Date.now()));
+  return {
+    watch,
+    timedOut: () => timedOut,
+    stop() {
+      clearTimeout(timer);
+      watch.stop();
     },
   };
 }

@@ -7,6 +7,7 @@ import { Command, Option } from "commander";
 import { errorMessage, loadMasterKey, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
 import { operatorFiles } from "@mesh/providers";
 import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
+import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { hostname, userInfo } from "node:os";
 import { runApply } from "./apply-command.js";
@@ -16,6 +17,10 @@ import { DEFAULT_CONSOLE_LISTEN } from "./console-access.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { runExplain } from "./explain-command.js";
+import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
+import { MODULE_STATE_LIST, parseModuleState } from "./module-wait.js";
+import { checkModuleName } from "./status-report.js";
+import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput } from "./output.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
@@ -28,6 +33,8 @@ import { printable } from "./style.js";
 import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 
 const out = processOutput();
+/** meshctl's version: its package's, read when it runs (dist/main.js is next to ../package.json). */
+const version = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
 const collect = (value: string, previous: string[]) => [...previous, value];
 
 /** Runs a command with a lazily opened NATS connection, prints a CliError's message, exits with the code. */
@@ -90,6 +97,7 @@ const TIMEOUT_HELP = `how long to keep trying while the service that must answer
 const VERBOSE_HELP = "show every attempt that is tried again, and why";
 
 const program = new Command("meshctl")
+  .version(version, "-V, --version", "print meshctl's version")
   .description("Operate the provisioning mesh: apply manifests, see what is satisfied and why, run it all locally.")
   .addOption(new Option("-s, --server <url>", "NATS server URL(s), comma-separated; default: the one meshctl up recorded in .mesh/nats-url, else nats://127.0.0.1:4222").env("NATS_URL"))
   .showHelpAfterError()
@@ -97,19 +105,32 @@ const program = new Command("meshctl")
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
   .addHelpText(
     "after",
-    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed, 4 (verify) the grant is not verified,\n5 no such grant or rotation, 6 (rotate) a rotation of the grant is already running,\n7 the service that must answer is not running, 8 (rotate --wait) the rotation stalled,\n9 (rotate --wait) no outcome in time.",
+    "\nExit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed (wait, apply --wait: still none at the timeout),\n4 (verify) the grant is not verified, 5 no such grant, rotation or provider,\n6 (rotate) a rotation of the grant is already running, 7 the service that must answer is not running,\n8 (rotate --wait) the rotation stalled, 9 a wait ran out of time (rotate --wait, wait, apply --wait, delete).",
   );
 
 program
   .command("apply")
   .description("validate manifest files here, then store all their documents (or none) through the resolver")
-  .requiredOption("-f, --filename <file>", "a YAML or JSON manifest file; - for standard input; repeatable", collect, [])
+  .requiredOption(
+    "-f, --filename <file>",
+    "a YAML or JSON manifest file, or a directory (its .yaml and .yml files, sorted by name, not those of subdirectories); - for standard input; repeatable",
+    collect,
+    [],
+  )
+  .option("--wait", "then wait until every module applied is Ready or NothingRequired; fail at once on Unsatisfiable")
   .option("--json", "print the outcome as JSON")
   .option("--force", "apply what the control plane protects itself from: module mesh without a requirement it had")
-  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--timeout <duration>", `${TIMEOUT_HELP}; with --wait, how long all of it may take (default ${WAIT_TIMEOUT_MS / 1000}s)`)
   .option("--verbose", VERBOSE_HELP)
-  .action((o: { filename: string[]; json?: boolean; force?: boolean; timeout?: string; verbose?: boolean }) =>
-    run((connect) => runApply(connect, { files: o.filename, json: o.json, force: o.force, policy: policyOf(o) }, out)),
+  .action((o: { filename: string[]; wait?: boolean; json?: boolean; force?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect, url) => {
+      if (!o.wait) return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy: policyOf(o) }, out);
+      // With --wait, --timeout bounds all of it: sending (again while the resolver does not answer) and waiting.
+      const timeoutMs = durationOption("--timeout", o.timeout) ?? WAIT_TIMEOUT_MS;
+      const policy = retryPolicy({ withinMs: timeoutMs, verbose: Boolean(o.verbose) }, out);
+      const store = async () => openStoreForCli(await connect(), url);
+      return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy, wait: { untilMs: policy.deadline, timeoutMs, store } }, out);
+    }),
   );
 
 program
@@ -153,6 +174,43 @@ program
   .option("--verbose", VERBOSE_HELP)
   .action((module: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
     readCommand("explain", o, (store) => runExplain(store, { module, json: o.json }, out)),
+  );
+
+program
+  .command("get")
+  .description("list modules, grants or providers as a table: state, why, how long")
+  .argument("<what>", GetResources.join(", "))
+  .argument("[name]", "modules: one module; grants: the grants of a module (shop) or one grant (shop/db); providers: one provider")
+  .option("--json", 'print {"modules"|"grants"|"providers":[…]} as JSON')
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((what: string, name: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) => {
+    let resource: ReturnType<typeof parseGetResource> = "modules";
+    return readCommand(
+      "get",
+      o,
+      (store) => runGet(store, { resource, ...(name !== undefined ? { name } : {}), json: o.json }, out),
+      () => {
+        resource = parseGetResource(what);
+        checkGetName(resource, name);
+      },
+    );
+  });
+
+program
+  .command("wait")
+  .description("wait until a module is in a state, derived from its stored manifest; one not applied yet is waited for too")
+  .argument("<module>", "the module")
+  .requiredOption("--for <state>", `the state: one of ${MODULE_STATE_LIST.join(", ")}`)
+  .option("--timeout <duration>", `how long to wait (default ${WAIT_TIMEOUT_MS / 1000}s); then exit 9 naming the state seen last, or 3 when the module still has none`)
+  .option("--json", 'print {"module","for","outcome","state","message","since","processedRevision","manifestRevision","why","timedOut"} as JSON')
+  .action((module: string, o: { for: string; timeout?: string; json?: boolean }) =>
+    run(async (connect, url) => {
+      const state = parseModuleState(o.for);
+      checkModuleName(module);
+      const timeoutMs = durationOption("--timeout", o.timeout);
+      return runWait(await openStoreForCli(await connect(), url), { module, for: state, json: o.json, ...(timeoutMs ? { timeoutMs } : {}) }, out);
+    }),
   );
 
 program

@@ -1,5 +1,8 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { formatFileProblems, loadManifestFiles, locateDocument, nodesOfParts, type FileReader } from "./manifest-files.js";
+import { formatFileProblems, loadManifestFiles, locateDocument, manifestFilesIn, nodesOfParts, processReader, type FileReader } from "./manifest-files.js";
 
 const provider = "kind: Provider\nname: pg-main\nserves: [postgres.database]\nnode: node-a\nendpoint: postgres://127.0.0.1:5432\n";
 const shop = [
@@ -71,5 +74,34 @@ describe("locateDocument", () => {
     expect(locateDocument(files, 1)).toEqual({ source: "a", document: 1 });
     expect(locateDocument(files, 2)).toEqual({ source: "b", document: 0 });
     expect(locateDocument(files, 7)).toEqual({ source: "a, b", document: 7 });
+  });
+});
+
+describe("-f DIR", () => {
+  it("reads the .yaml and .yml files directly in it, sorted by name, and nothing else", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "manifests-"));
+    try {
+      writeFileSync(join(dir, "b-shop.yml"), shop);
+      writeFileSync(join(dir, "a-provider.yaml"), provider);
+      writeFileSync(join(dir, "notes.txt"), "not a manifest");
+      writeFileSync(join(dir, ".#a-provider.yaml"), "an editor's lock file");
+      mkdirSync(join(dir, "nested.yaml"));
+      mkdirSync(join(dir, "sub"));
+      writeFileSync(join(dir, "sub", "c.yaml"), "kind: Module\nname: deeper\n");
+      expect(await manifestFilesIn(dir)).toEqual([join(dir, "a-provider.yaml"), join(dir, "b-shop.yml")]);
+      expect(await manifestFilesIn(join(dir, "a-provider.yaml"))).toBeUndefined();
+      const r = await loadManifestFiles([dir], processReader);
+      expect(r.ok && r.files.map((f) => [f.source, f.documents.map((d) => d.name)])).toEqual([
+        [join(dir, "a-provider.yaml"), ["pg-main"]],
+        [join(dir, "b-shop.yml"), ["shop"]],
+      ]);
+      const empty = await loadManifestFiles([join(dir, "sub", "..", "nested.yaml")], processReader);
+      expect(empty).toEqual({
+        ok: false,
+        problems: [{ source: join(dir, "sub", "..", "nested.yaml"), message: "is a directory with no .yaml or .yml file directly in it (subdirectories are not read)" }],
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -2,7 +2,8 @@
  * Reading manifest files for `apply` and `up`: every file parsed and validated on the client,
  * so a bad file is reported with all its problems before anything is sent.
  */
-import { readFile } from "node:fs/promises";
+import { readdir, readFile, stat } from "node:fs/promises";
+import { join } from "node:path";
 import { errorMessage, parseManifestText, type ManifestDoc } from "@mesh/shared";
 
 /** The documents of one file. */
@@ -28,11 +29,32 @@ export type LoadResult = { ok: true; files: ManifestFile[] } | { ok: false; prob
 export interface FileReader {
   readFile(path: string): Promise<string>;
   readStdin(): Promise<string>;
+  /** The manifest files of `path` when it is a directory ({@link manifestFilesIn}); undefined when it is not one. */
+  listDirectory?(path: string): Promise<string[] | undefined>;
+}
+
+/** Whether a directory entry is read by `-f DIR`: a `.yaml` or `.yml` name, not hidden (editors' lock files are). */
+export function isManifestFileName(name: string): boolean {
+  return !name.startsWith(".") && /\.ya?ml$/i.test(name);
+}
+
+/**
+ * The files `-f DIR` reads: every regular file (or link to one) directly in `dir` whose name
+ * {@link isManifestFileName}, sorted by name; subdirectories are not read. Undefined when `dir`
+ * is not a directory.
+ */
+export async function manifestFilesIn(dir: string): Promise<string[] | undefined> {
+  const info = await stat(dir).catch(() => undefined);
+  if (!info?.isDirectory()) return undefined;
+  const names = (await readdir(dir)).filter(isManifestFileName).sort();
+  const files = await Promise.all(names.map(async (n) => ((await stat(join(dir, n)).catch(() => undefined))?.isFile() ? join(dir, n) : undefined)));
+  return files.filter((f): f is string => f !== undefined);
 }
 
 /** Reads from the file system and the process's standard input. */
 export const processReader: FileReader = {
   readFile: (path) => readFile(path, "utf8"),
+  listDirectory: manifestFilesIn,
   async readStdin() {
     const chunks: Buffer[] = [];
     for await (const c of process.stdin) chunks.push(typeof c === "string" ? Buffer.from(c) : (c as Buffer));
@@ -46,14 +68,22 @@ export function sourceName(file: string): string {
 }
 
 /**
- * Reads and validates every file (`-` is standard input). The result holds documents only
+ * Reads and validates every file (`-` is standard input; a directory stands for its manifest
+ * files, {@link manifestFilesIn}). The result holds documents only
  * when no file has a problem; a Provider or Module defined in two files is a problem too.
  */
 export async function loadManifestFiles(names: readonly string[], reader: FileReader = processReader): Promise<LoadResult> {
   const problems: FileProblem[] = [];
   const files: ManifestFile[] = [];
   if (names.length === 0) return { ok: false, problems: [{ source: "meshctl", message: "no file given; name one with -f FILE (or -f - for standard input)" }] };
+  const paths: string[] = [];
   for (const name of names) {
+    const listed = name === "-" ? undefined : await reader.listDirectory?.(name);
+    if (listed === undefined) paths.push(name);
+    else if (listed.length) paths.push(...listed);
+    else problems.push({ source: name, message: "is a directory with no .yaml or .yml file directly in it (subdirectories are not read)" });
+  }
+  for (const name of paths) {
     const source = sourceName(name);
     let text: string;
     try {

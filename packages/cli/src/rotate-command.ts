@@ -27,6 +27,7 @@ import { ExitCodes, type ExitCode } from "./exit-codes.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
 import { retrying, retryPolicy, remainingMs, type RetryPolicy } from "./retry.js";
+import { liveLine, watchUntil } from "./live-status.js";
 import { findRotation } from "./rotation-records.js";
 import { formatOutcome, formatStarted, progressLine, rotationProgress, summarizeRotation } from "./rotation-view.js";
 
@@ -133,17 +134,10 @@ async function requestRotation(store: Store, opts: RotateOptions, requestId: str
  */
 export async function followRotation(store: Store, r: Rotation, untilMs: number, onChange: (r: Rotation) => void): Promise<{ rotation: Rotation; timedOut: boolean }> {
   const key = keys.grant(r.module, r.requirement);
-  // Several identities rotating at once keep JetStream quiet through reload after reload:
-  // ridden out for as long as the wait lasts.
-  const watch = await retryJetStreamGap(() => store.kv.rotations.watch({ key }), Math.max(1, untilMs - Date.now()));
+  const following = await watchUntil(() => store.kv.rotations.watch({ key }), untilMs);
   let last = r;
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    watch.stop();
-  }, Math.max(0, untilMs - Date.now()));
   try {
-    for await (const e of watch) {
+    for await (const e of following.watch) {
       if (e.operation !== "PUT") continue;
       const parsed = Rotation.safeParse(e.json());
       if (!parsed.success) continue;
@@ -155,10 +149,9 @@ export async function followRotation(store: Store, r: Rotation, untilMs: number,
       if (cur.state === RotationStates.Committed || cur.state === RotationStates.Stalled) break;
     }
   } finally {
-    clearTimeout(timer);
-    watch.stop();
+    following.stop();
   }
-  return { rotation: last, timedOut: timedOut && last.state !== RotationStates.Committed && last.state !== RotationStates.Stalled };
+  return { rotation: last, timedOut: following.timedOut() && last.state !== RotationStates.Committed && last.state !== RotationStates.Stalled };
 }
 
 /** Refuses (exit 2) an argument that is not a grant id, before anything connects. */
@@ -198,18 +191,13 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   }
 
   if (!opts.json) out.out(formatStarted(started));
-  let shown = "";
+  const progress = liveLine(out);
   const show = (r: Rotation) => {
-    if (opts.json) return;
-    const line = progressLine(r);
-    if (line === shown) return;
-    shown = line;
-    if (out.isTTY) out.raw(`\r\x1b[2K${line}`);
-    else out.out(line);
+    if (!opts.json) progress.show(progressLine(r));
   };
   const until = Date.parse(started.deadline) + (opts.graceMs ?? WAIT_GRACE_MS);
   const { rotation, timedOut } = await followRotation(store, started, until, show);
-  if (!opts.json && out.isTTY && shown) out.raw("\n");
+  progress.done();
   const lockedOut = opts.revoke && rotation.state === RotationStates.Committed ? rotationProgress(rotation).missing : [];
   if (opts.json) out.out(JSON.stringify({ ...summarizeRotation(rotation), ...(opts.revoke ? { lockedOut } : {}) }, null, 2));
   else {

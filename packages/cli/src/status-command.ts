@@ -15,6 +15,15 @@ export interface StatusOptions {
 }
 
 /**
+ * The mesh's own exposure, which listings show first: on a server without authentication
+ * anyone can take every credential.
+ */
+export function exposureWarnings(store: Store): string[] {
+  const info = store.nc.info;
+  return info && !info.auth_required ? [unauthenticatedWarning(store.nc.getServer())] : [];
+}
+
+/**
  * Prints the status and returns the exit code: 0, or 3 when `module` has never been
  * processed (then the JSON form is `{"modules":[],"error":{…}}`).
  */
@@ -22,9 +31,7 @@ export async function runStatus(store: Store, opts: StatusOptions, out: Output):
   const now = opts.now ?? new Date();
   const report = await loadStatus(store, opts.module, now);
   const code = report.error ? ExitCodes.NotProcessed : ExitCodes.Ok;
-  // The mesh's own exposure comes first: on a server without authentication anyone can take every credential.
-  const info = store.nc.info;
-  const warnings = info && !info.auth_required ? [unauthenticatedWarning(store.nc.getServer())] : [];
+  const warnings = exposureWarnings(store);
   if (opts.json) {
     out.out(JSON.stringify(warnings.length ? { ...report, warnings } : report, null, 2));
     return code;

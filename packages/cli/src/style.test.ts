@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { makeStyle, pad, printable, visibleLength, wrapText } from "./style.js";
+import { makeStyle, pad, printable, truncate, visibleLength, wrapText } from "./style.js";
 
 describe("printable", () => {
   it("shows control characters from the store as escapes, so a message cannot drive the terminal", () => {
@@ -31,5 +31,13 @@ describe("makeStyle and pad", () => {
     expect(red).not.toBe("False");
     expect(visibleLength(red)).toBe(5);
     expect(visibleLength(pad(red, 7))).toBe(7);
+  });
+});
+
+describe("truncate", () => {
+  it("cuts to a width with an ellipsis, keeping colours and resetting them after the cut", () => {
+    expect(truncate("short", 10)).toBe("short");
+    expect(truncate("a longer line", 8)).toBe("a longe…");
+    expect(truncate("\x1b[32mReady\x1b[39m and more", 7)).toBe("\x1b[32mReady\x1b[39m …\x1b[0m");
   });
 });

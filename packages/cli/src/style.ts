@@ -66,3 +66,25 @@ export function wrapText(text: string, width: number, indent = ""): string[] {
   if (line) lines.push(line);
   return lines.map((l) => indent + l);
 }
+
+/** `text` cut to `width` visible columns, ending in `…` when cut; colour codes are kept, and reset after a cut. */
+export function truncate(text: string, width: number): string {
+  if (visibleLength(text) <= width) return text;
+  let shown = 0;
+  let out = "";
+  // eslint-disable-next-line no-control-regex
+  for (const part of text.split(/(\x1b\[[0-9;]*m)/)) {
+    if (part.startsWith("\x1b[")) {
+      out += part;
+      continue;
+    }
+    const room = width - 1 - shown;
+    if (part.length > room) {
+      out += part.slice(0, Math.max(0, room)) + "…";
+      return out.includes("\x1b[") ? out + "\x1b[0m" : out;
+    }
+    out += part;
+    shown += part.length;
+  }
+  return out;
+}

@@ -1,0 +1,232 @@
+/**
+ * The operator's verbs against a whole mesh on its own nats-server (resolver, provisioner, an
+ * agent on node-a): `apply -f DIR --wait` settles what it applied, failing at once on
+ * Unsatisfiable and with exit 9 when time runs out; `get modules|grants|providers` lists them;
+ * `wait` ends when the state comes (for a module applied meanwhile too), with exit 9 naming the
+ * state seen last, or 3 for a module that still has none; the built meshctl wires it all and
+ * prints its package's version.
+ */
+import { execFile } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ModuleStates } from "@mesh/shared";
+import { ExitCodes, bufferOutput, modulesRevisionNow, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
+import { startTestMesh, type TestMesh } from "./mesh.js";
+import { exitOf } from "./harness/cli-exit.js";
+
+const repo = fileURLToPath(new URL("..", import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), "meshctl-verbs-"));
+let mesh: TestMesh;
+
+function write(path: string, text: string): string {
+  writeFileSync(path, text);
+  return path;
+}
+
+/** `apply` with `--wait --timeout timeoutMs`, as meshctl wires it. */
+function applyWaiting(files: string[], out: BufferedOutput, timeoutMs: number, json = false): Promise<number> {
+  const wait: ApplyOptions["wait"] = { untilMs: Date.now() + timeoutMs, timeoutMs, store: async () => mesh.store };
+  return runApply(async () => mesh.nc, { files, json, wait }, out);
+}
+
+/** The built meshctl, run without blocking: the services it talks to run in this process. */
+const meshctl = (args: string[]) =>
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    execFile(
+      process.execPath,
+      [join(repo, "packages/cli/bin/meshctl.js"), ...args],
+      { env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url }, encoding: "utf8", timeout: 30_000 },
+      (error, stdout, stderr) => resolve({ status: error ? (typeof error.code === "number" ? error.code : null) : 0, stdout, stderr }),
+    );
+  });
+
+beforeAll(async () => {
+  mesh = await startTestMesh({ nodes: ["node-a"] });
+});
+
+afterAll(async () => {
+  await mesh?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("meshctl apply -f DIR --wait", () => {
+  it("applies every .yaml and .yml of the directory, then waits until each module is settled", async () => {
+    const manifests = join(dir, "manifests");
+    mkdirSync(manifests);
+    write(join(manifests, "a-site.yaml"), "kind: Module\nname: site\nparts: [{ name: web, node: node-a }]\n");
+    write(join(manifests, "b-shop.yml"), "kind: Module\nname: shop\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: key, kind: secret }]\n");
+    write(join(manifests, "README.md"), "not a manifest");
+    const out = bufferOutput();
+    expect(await applyWaiting([manifests], out, 20_000)).toBe(ExitCodes.Ok);
+    expect(out.stderr).toBe("");
+    expect(out.stdout).toContain("module/site created\nmodule/shop created\n");
+    expect(out.stdout).toMatch(/\d\d:\d\d:\d\d shop /);
+    expect(out.stdout).toMatch(/\nsite NothingRequired: the module declares no requirement\nshop Ready: all requirements are satisfied\n$/);
+    expect((await mesh.moduleStatus("shop"))?.state).toBe("Ready");
+
+    // Applied again, nothing changes: the states of the stored manifests are the answer at once.
+    const again = bufferOutput();
+    expect(await applyWaiting([manifests], again, 20_000, true)).toBe(ExitCodes.Ok);
+    const body = JSON.parse(again.stdout) as { ok: boolean; accepted: unknown[]; wait: { outcome: string; modules: Array<Record<string, unknown>> } };
+    expect(body.accepted).toEqual([
+      { kind: "Module", name: "site", action: "unchanged" },
+      { kind: "Module", name: "shop", action: "unchanged" },
+    ]);
+    expect(body.wait.outcome).toBe("settled");
+    expect(body.wait.modules.map((m) => [m.module, m.outcome, m.state])).toEqual([
+      ["site", "met", "NothingRequired"],
+      ["shop", "met", "Ready"],
+    ]);
+  });
+
+  it("fails at once, with the reason, when a module applied is Unsatisfiable", async () => {
+    // What tells a record written by this apply from an older one: the bucket's revision, read before sending.
+    const before = await modulesRevisionNow(mesh.store);
+    expect(before).toBeGreaterThan(0);
+    const file = write(join(dir, "needs-pg.yaml"), "kind: Module\nname: needs-pg\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: db, kind: postgres.database }]\n");
+    const out = bufferOutput();
+    const started = Date.now();
+    expect(await applyWaiting([file], out, 30_000)).toBe(ExitCodes.Failure);
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(out.stdout).toContain("module/needs-pg created");
+    expect(out.stderr).toContain("meshctl: needs-pg Unsatisfiable: db: NoProvider");
+    expect(out.stderr).toContain("meshctl explain needs-pg says what would satisfy it");
+    expect((await mesh.store.kv.modules.get("needs-pg"))!.revision).toBeGreaterThan(before);
+  });
+
+  it("exits 9 when a module is not settled in time, naming what it was seen in", async () => {
+    // No agent runs on node-z: the secret is provisioned, never delivered.
+    const file = write(join(dir, "far.yaml"), "kind: Module\nname: far\nparts: [{ name: api, node: node-z }]\nrequires: [{ name: key, kind: secret }]\n");
+    const out = bufferOutput();
+    expect(await applyWaiting([file], out, 5_000)).toBe(ExitCodes.WaitTimedOut);
+    expect(out.stderr.replace(/\s+/g, " ")).toMatch(/meshctl: far is not settled \(Ready or NothingRequired\) after 5\.0 s \(--timeout\): last seen Pending: waiting for key/);
+  });
+
+  it("refuses a directory with no manifest, saying so, and sends nothing", async () => {
+    const empty = join(dir, "empty");
+    mkdirSync(empty);
+    const out = bufferOutput();
+    let connected = false;
+    expect(await runApply(async () => ((connected = true), mesh.nc), { files: [empty] }, out)).toBe(ExitCodes.Failure);
+    expect(connected).toBe(false);
+    expect(out.stderr).toContain(`${empty}: is a directory with no .yaml or .yml file directly in it`);
+  });
+});
+
+describe("meshctl get", () => {
+  it("get modules: an aligned table, --json with a stable shape, exit 3 for a module never processed", async () => {
+    const out = bufferOutput();
+    expect(await runGet(mesh.store, { resource: "modules" }, out)).toBe(ExitCodes.Ok);
+    const lines = out.stdout.trimEnd().split("\n");
+    expect(lines[0]).toMatch(/^NAME +STATE +READY +SINCE +REASON$/);
+    const col = lines[0]!.indexOf("STATE");
+    expect(lines.slice(1).map((l) => l.slice(0, col).trim())).toEqual(["far", "needs-pg", "shop", "site"]);
+    expect(lines.find((l) => l.startsWith("shop"))).toMatch(/^shop +Ready +1\/1 +\d+ s ago +all requirements are satisfied$/);
+    expect(lines.find((l) => l.startsWith("needs-pg"))).toMatch(/Unsatisfiable +0\/1 .* db: NoProvider$/);
+
+    const json = bufferOutput();
+    expect(await runGet(mesh.store, { resource: "modules", name: "shop", json: true }, json)).toBe(ExitCodes.Ok);
+    const body = JSON.parse(json.stdout) as { modules: unknown[] };
+    expect(body.modules).toEqual([{ name: "shop", state: "Ready", ready: { satisfied: 1, total: 1 }, message: "all requirements are satisfied", since: expect.any(String) }]);
+
+    const never = bufferOutput();
+    expect(await runGet(mesh.store, { resource: "modules", name: "nosuch" }, never)).toBe(ExitCodes.NotProcessed);
+    expect(never.stderr).toContain("no manifest of module nosuch has been processed");
+  });
+
+  it("get grants: each requirement with provider, generation, holders and state; exit 5 for no such grant", async () => {
+    const out = bufferOutput();
+    expect(await runGet(mesh.store, { resource: "grants", name: "shop" }, out)).toBe(ExitCodes.Ok);
+    expect(out.stdout).toMatch(/^NAME +KIND +PROVIDER +GEN +HOLDERS +STATE +REASON +UPDATED\nshop\/key +secret +builtin-secret +1 +1\/1 +Satisfied +- +\d+ s ago\n$/);
+    const json = bufferOutput();
+    expect(await runGet(mesh.store, { resource: "grants", json: true }, json)).toBe(ExitCodes.Ok);
+    const rows = (JSON.parse(json.stdout) as { grants: Array<Record<string, unknown>> }).grants;
+    expect(rows.map((r) => [r.id, r.state, r.reason])).toEqual([
+      ["far/key", "InProgress", "AwaitingDelivery"],
+      ["needs-pg/db", "Unsatisfiable", "NoProvider"],
+      ["shop/key", "Satisfied", null],
+    ]);
+    const missing = await exitOf(() => runGet(mesh.store, { resource: "grants", name: "shop/nope" }, bufferOutput()));
+    expect(missing.code).toBe(ExitCodes.NotFound);
+    expect(missing.message).toContain("grant shop/nope does not exist");
+  });
+
+  it("get providers: the built-in one with the grants it serves; exit 5 for no such provider", async () => {
+    const out = bufferOutput();
+    expect(await runGet(mesh.store, { resource: "providers" }, out)).toBe(ExitCodes.Ok);
+    expect(out.stdout).toMatch(/^NAME +SERVES +NODE +INSTALLED +GRANTS +REACHABLE\nbuiltin-secret +secret +- +yes +2 +built-in\n$/);
+    const missing = await exitOf(() => runGet(mesh.store, { resource: "providers", name: "pg-main" }, bufferOutput()));
+    expect(missing.code).toBe(ExitCodes.NotFound);
+    expect(missing.message).toContain("provider pg-main does not exist");
+  });
+});
+
+describe("meshctl wait", () => {
+  it("exits 0 at once when the module is in the state", async () => {
+    const out = bufferOutput();
+    expect(await runWait(mesh.store, { module: "shop", for: "Ready", timeoutMs: 5_000 }, out)).toBe(ExitCodes.Ok);
+    expect(out.stdout).toMatch(/shop Ready: all requirements are satisfied\nshop is Ready\n$/);
+  });
+
+  it("waits for a module applied meanwhile, redrawing its line on a terminal", async () => {
+    const out = bufferOutput({ isTTY: true });
+    const waiting = runWait(mesh.store, { module: "later", for: "Ready", timeoutMs: 20_000 }, out);
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await mesh.apply([{ kind: "Module", name: "later", parts: [{ name: "api", node: "node-a" }], requires: [{ name: "key", kind: "secret" }] }])).ok).toBe(true);
+    expect(await waiting).toBe(ExitCodes.Ok);
+    expect(out.stdout).toContain("\r\x1b[2Klater: no manifest of it is stored");
+    expect(out.stdout).toMatch(/\r\x1b\[2Klater Ready: all requirements are satisfied\nlater is Ready\n$/);
+  });
+
+  it("exits 9 on timeout naming the state it last saw and why", async () => {
+    const out = bufferOutput();
+    const started = Date.now();
+    expect(await runWait(mesh.store, { module: "needs-pg", for: "Ready", timeoutMs: 1_000 }, out)).toBe(ExitCodes.WaitTimedOut);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+    expect(out.stderr.replace(/\s+/g, " ")).toContain("meshctl: needs-pg is not Ready after 1.0 s (--timeout): last seen Unsatisfiable: db: NoProvider; meshctl explain needs-pg says why");
+  });
+
+  it("exits 3 only after the timeout for a module that still has no state", async () => {
+    const out = bufferOutput();
+    const started = Date.now();
+    expect(await runWait(mesh.store, { module: "ghost", for: "Ready", timeoutMs: 1_000, json: true }, out)).toBe(ExitCodes.NotProcessed);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+    expect(JSON.parse(out.stdout)).toMatchObject({ module: "ghost", for: "Ready", timedOut: true, outcome: "waiting", state: null, error: { code: "NotProcessed", module: "ghost" } });
+    expect(out.stderr).toBe("");
+  });
+});
+
+describe("the built meshctl", () => {
+  it("--version prints the package's version", async () => {
+    const r = await meshctl(["--version"]);
+    expect(r.status).toBe(0);
+    expect(r.stdout.trim()).toBe((JSON.parse(readFileSync(join(repo, "packages/cli/package.json"), "utf8")) as { version: string }).version);
+  });
+
+  it("get, wait and apply --wait are wired with their exit codes", async () => {
+    const get = (await meshctl(["get", "grants", "shop", "--json"]));
+    expect(get.status).toBe(0);
+    expect(JSON.parse(get.stdout)).toMatchObject({ grants: [{ id: "shop/key", state: "Satisfied" }] });
+    expect((await meshctl(["get", "module", "nosuch"])).status).toBe(3);
+    const bad = (await meshctl(["get", "things"]));
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain('cannot get "things": give one of modules, grants, providers');
+
+    const wait = (await meshctl(["wait", "shop", "--for", "ready", "--timeout", "5s"]));
+    expect(wait.stdout).toContain("shop is Ready");
+    expect(wait.status).toBe(0);
+    const wrong = (await meshctl(["wait", "shop", "--for", "Done"]));
+    expect(wrong.status).toBe(2);
+    expect(wrong.stderr).toContain(`give one of ${Object.values(ModuleStates).join(", ")}`);
+    const late = (await meshctl(["wait", "far", "--for", "Ready", "--timeout", "1s"]));
+    expect(late.status).toBe(9);
+
+    const applied = (await meshctl(["apply", "-f", join(dir, "manifests"), "--wait", "--timeout", "10s"]));
+    expect(applied.stderr).toBe("");
+    expect(applied.status).toBe(0);
+    expect(applied.stdout).toContain("shop Ready: all requirements are satisfied");
+  });
+});
