@@ -233,6 +233,22 @@ describe("as part app of module idshop", () => {
     expect(reply.json<{ ok: boolean; error?: { code: string } }>()).toMatchObject({ ok: false, error: { code: "Forbidden" } });
   });
 
+  it("cannot delete a module or a provider, drop retained data, revoke, or evict a holder: those are the operator's", async () => {
+    const { nc } = await asPart();
+    const attempts = [
+      [subjects.delete, JSON.stringify({ documents: [{ kind: "Module", name: "other" }] })],
+      [subjects.delete, JSON.stringify({ documents: [{ kind: "Module", name: "idshop" }] })],
+      [subjects.evict, JSON.stringify({ grant: "other/token", holders: ["node-a/web"] })],
+      [subjects.rotate, JSON.stringify({ grant: "other/token", revoke: { graceMs: 0 } })],
+    ] as const;
+    for (const [subject, body] of attempts) {
+      const why = await refused(nc, () => nc.request(subject, body, { timeout: 2_000 }));
+      expect(why, subject).toMatch(/permissions violation/i);
+    }
+    expect((await mesh.moduleStatus("other"))?.state).toBe("Ready");
+    expect((await mesh.moduleStatus("idshop"))?.state).toBe("Ready");
+  });
+
   it("cannot subscribe to >, nor to another part's inbox or notices", async () => {
     const { nc } = await asPart();
     for (const subject of [">", "_INBOX.>", `${subjects.partInboxPrefix("other", "node-a", "web")}.>`, subjects.holderValuesOfPartAll("other", "node-a", "web")]) {
