@@ -16,7 +16,7 @@ import { DeleteReply, createLogger, getCondition, keys, subjects, type ModuleDoc
 import { startProvisioner } from "@mesh/provisioner";
 import { startRotator } from "@mesh/rotator";
 import { startAgent } from "@mesh/agent";
-import { watchCredentials } from "@mesh/client";
+import { holdCredential, watchCredentials } from "@mesh/client";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -137,6 +137,20 @@ describe("an SDK holder", () => {
     } finally {
       await watch.stop();
     }
+  });
+
+  it("holding a credential is told when its grant is taken back, and its iteration ends", async () => {
+    await mesh.apply([module("sdk2", [{ name: "key", kind: "secret" }])]);
+    await mesh.waitForState("sdk2", "Ready");
+    let told = 0;
+    const holder = await holdCredential(mesh.nc, { module: "sdk2", part: "api", node: "node-a", requirement: "key", onWithdrawn: () => told++ });
+    const it = holder[Symbol.asyncIterator]();
+    expect((await it.next()).value).toMatchObject({ grant: "sdk2/key", generation: 1 });
+    await mesh.apply([module("sdk2", [])]);
+    expect(await it.next()).toEqual({ value: undefined, done: true });
+    expect(told).toBe(1);
+    const reg = keys.holder("sdk2", "key", "node-a", "api", holder.holder.split("/")[2]!);
+    await waitFor("its registration to be removed", async () => ((await mesh.store.kv.holders.get(reg))?.operation === "PUT" ? undefined : true));
   });
 });
 

@@ -26,6 +26,7 @@ import { context, trace, type Span } from "@opentelemetry/api";
 import {
   Buckets,
   ErrorCodes,
+  Delivery,
   Grant,
   HolderNotice,
   MeshError,
@@ -71,6 +72,12 @@ export interface HoldCredentialOptions {
   fetchTimeoutMs?: number;
   /** Between registration refreshes; default {@link HOLDER_HEARTBEAT_MS}. */
   heartbeatMs?: number;
+  /**
+   * Called when the mesh has taken the grant back (no installed part needs it any more: its
+   * requirement removed, its module deleted, the part uninstalled): its values no longer work at
+   * the provider. The holder then stops (its iteration ends, its registration is removed).
+   */
+  onWithdrawn?: () => void;
 }
 
 /** One generation of the held credential. `values` is secret: never log it. */
@@ -138,6 +145,7 @@ class Holder implements CredentialHolder {
   private generation = 0;
   private heartbeat: NodeJS.Timeout | undefined;
   private noticeSub: ReturnType<NatsConnection["subscribe"]> | undefined;
+  private withdrawSub: ReturnType<NatsConnection["subscribe"]> | undefined;
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
   private chain: Promise<void> = Promise.resolve();
@@ -170,6 +178,16 @@ class Holder implements CredentialHolder {
         // Headers are decoded only for a propagator to read.
         const headers = propagating() ? m.headers : undefined;
         this.enqueue(() => this.take(n.data.generation, n.data.rotation, receivedAt, headers, n.data));
+      },
+    });
+    // The part's deliveries of this grant, for the one that says it was taken back (the part may subscribe to its own).
+    this.withdrawSub = this.nc.subscribe(subjects.delivery(this.opts.node, this.opts.module, this.opts.part, this.opts.requirement), {
+      callback: (err, m) => {
+        if (err || this.done) return;
+        const d = Delivery.safeParse(safeJson(() => m.json()));
+        if (!d.success || !d.data.withdraw || d.data.grant !== this.grant) return;
+        this.opts.onWithdrawn?.();
+        void this.stop();
       },
     });
     await this.register();
@@ -376,6 +394,7 @@ class Holder implements CredentialHolder {
     this.done = true;
     clearInterval(this.heartbeat);
     this.noticeSub?.unsubscribe();
+    this.withdrawSub?.unsubscribe();
     this.waiter?.({ value: undefined, done: true });
     this.waiter = undefined;
     await this.kv.holders.delete(this.regKey).catch(() => undefined);
