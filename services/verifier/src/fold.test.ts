@@ -74,6 +74,13 @@ describe("advice", () => {
   ] as const)("$reason under $policy", ({ reason, policy, text }) => {
     expect(advice(reason, { ...ctx, policy })).toContain(text);
   });
+  it("for a secret that is a provider's admin password: what the mesh does about its server, or the command", () => {
+    const secret = { grant: "pg/admin-password", generation: 2, provider: "builtin-secret", kind: "secret" as const, divergedTo: 1 };
+    expect(advice("CredentialDiverged", { ...secret, policy: "auto" })).toBe("the mesh will log in with generation 1 and set generation 2 at the server, then carry on (repair: auto on pg/admin-password)");
+    expect(advice("CredentialDiverged", { ...secret, policy: "report" })).toContain("run `meshctl verify pg/admin-password --repair`");
+    expect(advice("ProviderUnreachable", { ...secret, policy: "auto" })).toBe("make that server run and answer at its endpoint; the verifier checks again by itself");
+    expect(advice("ProviderUnreachable", { ...secret, policy: "auto" })).not.toContain("builtin-secret");
+  });
   it("says when a repair failed, or a rotation holds it back", () => {
     expect(advice("CredentialRejected", { ...ctx, policy: "auto", repairFailed: "admin rejected" })).toContain("repair failed (admin rejected)");
     expect(advice("CredentialRejected", { ...ctx, policy: "auto", rotating: true })).toContain("rotation of shop/db is in progress");

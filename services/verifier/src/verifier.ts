@@ -276,7 +276,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     if (needCheck) {
       result = await checkGrant(deps, g);
       stats.checks++;
-      const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating }) : undefined;
+      const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating, kind: g.kind }) : undefined;
       if (result && action) {
         // The diagnosis first, so that the drift is on record even if this process dies while repairing.
         await persist(result);
@@ -284,8 +284,9 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
         const found = result.message;
         const diagnosed = result.reason!;
         let outcome: RepairEvent["outcome"];
+        let did: string | undefined;
         try {
-          await repairGrant(deps, g, action);
+          did = await repairGrant(deps, g, action, p.repair ? `${instance} (meshctl verify --repair)` : instance);
           const again = await checkGrant(deps, g);
           stats.checks++;
           if (again) result = again;
@@ -299,7 +300,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
           repairFailed = errorMessage(e);
         }
         stats.repairs++;
-        const message = `${describeRepair(action, diagnosed, g.generation, found)}${repairFailed ? `; ${outcome}: ${repairFailed}` : ""}`;
+        const message = `${describeRepair(action, diagnosed, g.generation, found, did)}${repairFailed ? `; ${outcome}: ${repairFailed}` : ""}`;
         const by = p.repair ? `${instance} (meshctl verify --repair)` : instance;
         repair = { at, by, action, reason: diagnosed, generation: g.generation, outcome, message, requested: p.repair };
         const fields = { repair: { action, reason: diagnosed, generation: g.generation, outcome, by } };
