@@ -13,6 +13,7 @@ import {
   ErrorCodes,
   Grant,
   HolderRegistration,
+  Kinds,
   HOLDER_NOTICE_RESEND_MS,
   KeyedQueue,
   MeshError,
@@ -36,6 +37,7 @@ import {
   kvFilter,
   kvKeyOf,
   kvStream,
+  listJson,
   mutateJson,
   parseGrantId,
   parseHolderId,
@@ -62,7 +64,7 @@ import {
   type SealedHolderPayload,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, recordedResource, type ProviderAdapter } from "@mesh/providers";
+import { AdapterPool, CredentialStore, probeAdminSecret, recordedResource, setAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
 import {
   allConfirmed,
@@ -226,6 +228,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     // Stage k+1 beside k: both log in from here until the commit.
     const staged = await adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
     await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
+    // A secret that is a provider's admin password: k+1 is set at its server before any holder is told.
+    if (g.kind === Kinds.Secret) await setAtAdminServers(g, to, staged.bindings);
     // One rotation per grant: read the record again now that k+1 is staged (another instance
     // may have started one meanwhile, perhaps for this very request).
     const cur = await records.read(key);
@@ -265,6 +269,35 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     log.info({ rotation: rotation.id, holders: holders.length }, `rotation ${rotation.id} staged for ${holders.length} holders`);
     void queue.enqueue(key).catch(() => undefined);
     return rotation;
+  };
+
+  /**
+   * Rotating a secret that is the admin password of providers (README "Provider dependencies")
+   * is a rotation of their servers: generation `to` is set at each one, logging in with the
+   * generation it accepts, before the holders are told (PostgreSQL keeps one password per role,
+   * so from then on the server accepts `to` only; the services reach it with `to` from the
+   * credential history until the binding file has it). A server that does not answer is left
+   * for the repair when it is back (the verifier's, or the provisioner's when it needs the
+   * server); one that accepts no generation the mesh holds refuses the rotation: nothing is told.
+   */
+  const setAtAdminServers = async (g: Grant, to: number, bindings: Record<string, string>): Promise<void> => {
+    for (const { value: doc } of await listJson(store.kv.providers, ProviderDoc)) {
+      const ref = doc.installed ? adapters.adminSecret(doc) : undefined;
+      if (ref?.grant !== g.id) continue;
+      const next = bindings[ref.key];
+      const probe = await probeAdminSecret({ store, credentials, adapters }, doc, ref);
+      if (!probe || next === undefined) continue;
+      const f = probe.finding;
+      if (f.state === "unreachable") {
+        log.warn({ grant: g.id, provider: doc.name }, `rotating ${g.id}: ${f.message}; generation ${to} is set there when it answers again (repair: ${probe.policy})`);
+        continue;
+      }
+      if (f.state === "rejected") {
+        throw new MeshError(ErrorCodes.ProviderRejected, `cannot rotate ${g.id}, the admin password of provider ${doc.name}: ${f.message}; nothing was told to its holders. Rotate again once it is fixed`, { retryable: true });
+      }
+      await setAdminSecret(doc, probe, to, next);
+      log.info({ grant: g.id, provider: doc.name }, `rotating ${g.id}: generation ${to} set at the server of provider ${doc.name} (${doc.endpoint}) before its holders are told`);
+    }
   };
 
   /**
