@@ -4,6 +4,7 @@
  * every holder confirmed. All state is the rotation record in KV (compare-and-set), so several
  * instances share the work and a fresh instance finishes what a crashed one left.
  */
+import { hostname } from "node:os";
 import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
 import {
   Durables,
@@ -64,7 +65,7 @@ import {
   type SealedHolderPayload,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, probeAdminSecret, recordedResource, setAdminSecret, type ProviderAdapter } from "@mesh/providers";
+import { AdapterPool, CredentialStore, probeAdminSecret, recordedResource, setAdminSecret, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
 import {
   allConfirmed,
@@ -177,12 +178,13 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     }
   };
 
-  const adapterOf = async (kind: Grant["kind"], provider: string): Promise<ProviderAdapter> => {
+  /** Runs `fn` with the adapter of `kind` at `provider`; one whose admin password is a mesh secret is reached with the generation its server accepts. */
+  const withAdapterOf = async <T>(kind: Grant["kind"], provider: string, fn: (adapter: ProviderAdapter) => Promise<T>): Promise<T> => {
     const doc = provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, provider, ProviderDoc))?.value;
     if (provider !== BUILTIN_SECRET_PROVIDER && !doc) {
       throw new MeshError(ErrorCodes.NotFound, `provider ${provider} is not registered any more; apply its document again`, { retryable: true });
     }
-    return adapters.get(kind, doc);
+    return doc ? withAdminSecret({ store, credentials, adapters }, kind, doc, ROTATOR_INSTANCE, fn) : fn(adapters.get(kind, undefined));
   };
 
   const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) =>
@@ -222,11 +224,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const to = g.generation + 1;
     // A grant that moved provider: k+1 is made on the new one, k's resource released at commit.
     const fromProvider = handoverFrom(g);
-    const adapter = await adapterOf(g.kind, g.provider);
-    // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
-    const secret = await credentials.ensure(g, to, g.provider, () => adapter.generate());
-    // Stage k+1 beside k: both log in from here until the commit.
-    const staged = await adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
+    const staged = await withAdapterOf(g.kind, g.provider, async (adapter) => {
+      // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
+      const secret = await credentials.ensure(g, to, g.provider!, () => adapter.generate());
+      // Stage k+1 beside k: both log in from here until the commit.
+      return adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
+    });
     await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
     // A secret that is a provider's admin password: k+1 is set at its server before any holder is told.
     if (g.kind === Kinds.Secret) await setAtAdminServers(g, to, staged.bindings);
@@ -440,8 +443,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
 
   /** Retires generation `from` of `r` on its provider; says what it did. */
   const retire = async (r: Rotation): Promise<string> => {
-    const adapter = await adapterOf(r.kind, r.provider);
-    await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+    await withAdapterOf(r.kind, r.provider, (adapter) => adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } }));
     return `generation ${r.from} retired`;
   };
 
@@ -452,10 +454,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    * Says what it did. A provider that is no longer registered has nothing the mesh can reach.
    */
   const release = async (r: Rotation, provider: string): Promise<string> => {
-    let adapter: ProviderAdapter;
     try {
-      adapter = await adapterOf(r.kind, provider);
-      await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+      await withAdapterOf(r.kind, provider, (adapter) => adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } }));
     } catch (e) {
       if (isMeshError(e, ErrorCodes.NotFound)) {
         log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`);
@@ -709,6 +709,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 }
 
+/** Who repairs a provider's admin secret, in the secret grant's repair history, when the rotator needs that server first. */
+const ROTATOR_INSTANCE = `rotator@${hostname()}/${process.pid}`;
 const NOTHING = new Uint8Array(0);
 /** The longest interval between two sends of a rotation's notices to holders that have not confirmed. */
 const NOTICE_RESEND_MAX_MS = 60_000;
