@@ -18,7 +18,7 @@ import {
   type Grant,
   type Store,
 } from "@mesh/shared";
-import { createAdapter, probeAdminSecret, repairAdminSecret, type AdapterPool, type CredentialStore, type LoginResult, type ProviderAdapter } from "@mesh/providers";
+import { createAdapter, probeAdminSecret, repairAdminSecret, withAdminSecret, type AdapterPool, type CredentialStore, type LoginResult, type ProviderAdapter } from "@mesh/providers";
 import { classifyCheck, type Observation } from "./classify.js";
 import type { RepairAction } from "./repair-plan.js";
 
@@ -179,6 +179,16 @@ export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairA
   if (grant.kind === Kinds.Secret) {
     const did = await repairAdminSecrets(deps, grant, by);
     if (did) return did;
+  }
+  const doc = grant.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(deps.store.kv.providers, grant.provider!, ProviderDoc))?.value;
+  if (doc && deps.adapters.adminSecret(doc)) {
+    // Its admin password is a mesh secret: its server is reached with the generation it accepts (repaired by that secret's policy).
+    const cred = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
+    if (!cred) throw new MeshError(ErrorCodes.NotFound, `generation ${grant.generation} of ${grant.id} is not in the credential history`);
+    await withAdminSecret(deps, grant.kind, doc, by, (adapter) =>
+      adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret, options: grant.options }),
+    );
+    return undefined;
   }
   const a = await adapterFor(deps, grant);
   if (!a) throw new MeshError(ErrorCodes.NotFound, `provider ${grant.provider} is not registered`);
