@@ -9,6 +9,8 @@
  *   itself, a new module becomes Ready and the existing grant keeps working;
  * - the data directory restored from a copy made at generation 1, after a rotation: the
  *   provisioner, needing the server for a new module, repairs it by itself and carries on;
+ * - a rotation of a grant the provider serves meets the server on generation 1: the rotator
+ *   repairs it as the provisioner would, and the rotation commits;
  * - the same with `repair: report`: nothing changes at the server, and the messages name the
  *   command, which then repairs it;
  * - `meshctl rotate pg/admin-password` while the server runs: the server accepts the new
@@ -171,6 +173,21 @@ async function rotateSecret(w: World): Promise<void> {
   await waitFor("the rotation of pg/admin-password committed", async () => (await rotationOf(w.mesh))?.state === RotationStates.Committed || undefined, 30_000);
 }
 
+/**
+ * The secret moved to generation 2 while the server is down: rotated then (generation 2 cannot
+ * be set there; the rotation goes on), delivered to the binding file, then the server started
+ * again with its data directory of generation 1. Returns generation 2's value.
+ */
+async function rotateWhileDown(w: World & { db: Postgres }): Promise<string> {
+  await w.db.stop({ keepData: true });
+  await rotateSecret(w);
+  const generation2 = await secretValue(w.mesh, 2);
+  await waitFor("generation 2 in the binding file", () => readFileSync(secretFile(w.root), "utf8") === generation2 || undefined);
+  expect(w.mesh.logs.lines.some((l) => l.includes("generation 2 is set there when it answers again"))).toBe(true);
+  await w.db.start();
+  return generation2;
+}
+
 async function rotationOf(mesh: TestMesh): Promise<Rotation | undefined> {
   return (await readJson(mesh.store.kv.rotations, keys.grant("pg", "admin-password"), Rotation))?.value;
 }
@@ -179,14 +196,7 @@ describe("a server whose data directory outlives the admin password it was initi
   it("secret moved to generation 2 while the server was down: the verifier names 1 and 2, repairs it, a new module becomes Ready, the existing grant works", async () => {
     const w = await startWorld({ repair: "auto", verifyMs: 1_000 });
     const { mesh, db } = w;
-    await db.stop({ keepData: true });
-    // Rotated while the server is down: generation 2 cannot be set there; the rotation goes on.
-    await rotateSecret(w);
-    const generation2 = await secretValue(mesh, 2);
-    await waitFor("generation 2 in the binding file", () => readFileSync(secretFile(w.root), "utf8") === generation2 || undefined);
-    expect(mesh.logs.lines.some((l) => l.includes("generation 2 is set there when it answers again"))).toBe(true);
-
-    await db.start(); // its data directory still holds generation 1
+    const generation2 = await rotateWhileDown(w); // its data directory still holds generation 1
     const repaired = await waitFor("the repair of pg/admin-password", async () => (await mesh.grant("pg", "admin-password"))?.repairs?.find((r) => r.outcome === "repaired"), 30_000);
     expect(repaired).toMatchObject({ reason: "CredentialDiverged", generation: 2, action: "reapply" });
     expect(repaired.message).toContain(`the server at ${db.endpoint} accepts generation 1 of pg/admin-password; the mesh holds 2; its data directory was initialised earlier`);
@@ -239,14 +249,25 @@ describe("a server whose data directory outlives the admin password it was initi
     expect(await loginGrant(mesh, "shop-new")).toEqual({ ok: true });
   }, 120_000);
 
+  it("a rotation of a grant the provider serves, while its server holds generation 1: the rotator repairs it and the rotation commits", async () => {
+    const w = await startWorld({ repair: "auto", verifyMs: 300_000 });
+    const { mesh, db } = w;
+    const generation2 = await rotateWhileDown(w);
+    const r = await w.rotator.rotate({ grant: "shop/db" });
+    expect(r).toMatchObject({ from: 1, to: 2 });
+    await waitFor("shop/db rotated", async () => (await readJson(mesh.store.kv.rotations, keys.grant("shop", "db"), Rotation))?.value.state === RotationStates.Committed || undefined, 30_000);
+    const repair = (await mesh.grant("pg", "admin-password"))?.repairs?.at(-1);
+    expect(repair).toMatchObject({ reason: "CredentialDiverged", generation: 2, outcome: "repaired" });
+    expect(repair?.by).toMatch(/^rotator@/);
+    expect(await adminLogin(db, generation2)).toBe("accepted");
+    expect(await loginGrant(mesh, "shop")).toEqual({ ok: true });
+  }, 120_000);
+
   it("with repair: report, nothing changes at the server, the messages name the command, and the command repairs it", async () => {
     const w = await startWorld({ repair: "report", verifyMs: 1_000 });
     const { mesh, db } = w;
-    await db.stop({ keepData: true });
-    await rotateSecret(w);
-    const [generation1, generation2] = [await secretValue(mesh, 1), await secretValue(mesh, 2)];
-    await waitFor("generation 2 in the binding file", () => readFileSync(secretFile(w.root), "utf8") === generation2 || undefined);
-    await db.start();
+    const generation2 = await rotateWhileDown(w);
+    const generation1 = await secretValue(mesh, 1);
 
     const verified = await waitFor("pg/admin-password CredentialDiverged", async () => {
       const c = getCondition((await mesh.grant("pg", "admin-password"))?.conditions ?? [], "Verified");
