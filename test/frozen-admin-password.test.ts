@@ -11,6 +11,10 @@
  *   provisioner, needing the server for a new module, repairs it by itself and carries on;
  * - a rotation of a grant the provider serves meets the server on generation 1: the rotator
  *   repairs it as the provisioner would, and the rotation commits;
+ * - a rotation of the secret whose holder is away: the server has generation 2 while the file
+ *   keeps 1, and the provisioner reaches the server with 2 from the credential history;
+ * - a server whose admin password was set by hand to one the mesh never had: said in words,
+ *   nothing repaired, and a rotation of the secret refused before any holder is told;
  * - the same with `repair: report`: nothing changes at the server, and the messages name the
  *   command, which then repairs it;
  * - `meshctl rotate pg/admin-password` while the server runs: the server accepts the new
@@ -28,6 +32,7 @@ import pg from "pg";
 import {
   Grant,
   Kinds,
+  type Condition,
   Rotation,
   RotationStates,
   createLogger,
@@ -188,6 +193,14 @@ async function rotateWhileDown(w: World & { db: Postgres }): Promise<string> {
   return generation2;
 }
 
+/** Waits for `<module>/<requirement>`'s condition of `type` to have `reason`, and returns it. */
+function waitForReason(mesh: TestMesh, module: string, requirement: string, type: Condition["type"], reason: Condition["reason"]): Promise<Condition> {
+  return waitFor(`${module}/${requirement} ${type} ${reason}`, async () => {
+    const c = getCondition((await mesh.grant(module, requirement))?.conditions ?? [], type);
+    return c?.reason === reason ? c : undefined;
+  }, 30_000);
+}
+
 async function rotationOf(mesh: TestMesh): Promise<Rotation | undefined> {
   return (await readJson(mesh.store.kv.rotations, keys.grant("pg", "admin-password"), Rotation))?.value;
 }
@@ -263,24 +276,76 @@ describe("a server whose data directory outlives the admin password it was initi
     expect(await loginGrant(mesh, "shop")).toEqual({ ok: true });
   }, 120_000);
 
+  it("a rotation of the secret waiting for its holder: the server has generation 2, the file still 1, and the provisioner reaches the server with 2", async () => {
+    const w = await startWorld({ repair: "auto", verifyMs: 1_000 });
+    const { mesh, db } = w;
+    await w.agent.stop(); // the holder of pg/admin-password is away: the binding file keeps generation 1
+    const r = await w.rotator.rotate({ grant: SECRET });
+    const [generation1, generation2] = [await secretValue(mesh, 1), await secretValue(mesh, 2)];
+    expect(readFileSync(secretFile(w.root), "utf8")).toBe(generation1);
+    expect(await adminLogin(db, generation2)).toBe("accepted");
+    // The services' open admin sessions would hide it (a new password leaves them open): end them.
+    const c = new pg.Client({ host: db.host, port: db.port, user: "postgres", password: generation2, database: "postgres" });
+    await c.connect();
+    await c.query("select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'mesh-provisioner' and pid <> pg_backend_pid()");
+    await c.end();
+
+    expect((await mesh.apply([appModule("shop-new")])).ok).toBe(true);
+    await waitFor("shop-new/db provisioned", async () => getCondition((await mesh.grant("shop-new", "db"))?.conditions ?? [], "Provisioned")?.status === "True" || undefined, 30_000);
+    await new Promise((resolve) => setTimeout(resolve, 1_500)); // a verifier check of the secret
+    // A rotation under way is not a divergence: nothing repaired, nothing reported.
+    expect((await mesh.grant("pg", "admin-password"))?.repairs ?? []).toEqual([]);
+    expect(getCondition((await mesh.grant("pg", "admin-password"))!.conditions, "Verified")?.reason).not.toBe("CredentialDiverged");
+    expect((await rotationOf(mesh))?.state).not.toBe(RotationStates.Committed);
+
+    // The holder comes back: it takes generation 2, confirms, and the rotation commits.
+    w.agent = await startAgent({ store: mesh.store, node: "node-a", bindingsRoot: join(w.root, "node-a"), log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
+    await waitFor("the rotation committed", async () => (await rotationOf(mesh))?.id === r.id && (await rotationOf(mesh))?.state === RotationStates.Committed || undefined, 30_000);
+    await mesh.waitForState("shop-new", "Ready", 30_000);
+    expect(readFileSync(secretFile(w.root), "utf8")).toBe(generation2);
+  }, 120_000);
+
+  it("a server that accepts no generation the mesh holds: rejected, in words; no repair, and a rotation of the secret is refused before any holder is told", async () => {
+    const w = await startWorld({ repair: "auto", verifyMs: 1_000 });
+    const { mesh, db } = w;
+    // Someone sets the admin password by hand, to one the mesh never had.
+    const c = new pg.Client({ host: db.host, port: db.port, user: "postgres", password: await secretValue(mesh, 1), database: "postgres" });
+    await c.connect();
+    await c.query("ALTER ROLE postgres PASSWORD 'set-by-hand'");
+    await c.end();
+    // A changed password leaves open sessions open (the services' pooled admin connections too): a restart ends them.
+    await db.stop({ keepData: true });
+    await db.start();
+
+    const rejected = await waitForReason(mesh, "pg", "admin-password", "Verified", "CredentialRejected");
+    expect(rejected.message).toContain(`the server at ${db.endpoint} accepts none of the generations of pg/admin-password the mesh holds (1)`);
+    expect(rejected.message).toContain("set the admin user's password at the server to generation 1 of pg/admin-password");
+    expect(rejected.message).not.toContain("set-by-hand");
+
+    expect((await mesh.apply([appModule("shop-new")])).ok).toBe(true);
+    const failed = await waitForReason(mesh, "shop-new", "db", "Provisioned", "ProvisionFailed");
+    expect(failed.message).toContain('rejected the admin user "postgres"');
+    expect(failed.message).toContain("accepts none of the generations of pg/admin-password the mesh holds");
+
+    await expect(w.rotator.rotate({ grant: SECRET })).rejects.toThrow(/cannot rotate pg\/admin-password, the admin password of provider pg-apps: .*accepts none.*nothing was told to its holders/);
+    expect(await rotationOf(mesh)).toBeUndefined();
+    expect((await mesh.grant("pg", "admin-password"))?.repairs ?? []).toEqual([]);
+    expect(await adminLogin(db, "set-by-hand")).toBe("accepted");
+    expect(await loginGrant(mesh, "shop")).toEqual({ ok: true });
+  }, 120_000);
+
   it("with repair: report, nothing changes at the server, the messages name the command, and the command repairs it", async () => {
     const w = await startWorld({ repair: "report", verifyMs: 1_000 });
     const { mesh, db } = w;
     const generation2 = await rotateWhileDown(w);
     const generation1 = await secretValue(mesh, 1);
 
-    const verified = await waitFor("pg/admin-password CredentialDiverged", async () => {
-      const c = getCondition((await mesh.grant("pg", "admin-password"))?.conditions ?? [], "Verified");
-      return c?.reason === "CredentialDiverged" ? c : undefined;
-    }, 30_000);
+    const verified = await waitForReason(mesh, "pg", "admin-password", "Verified", "CredentialDiverged");
     expect(verified.message).toContain(`provider pg-apps: the server at ${db.endpoint} accepts generation 1 of pg/admin-password; the mesh holds 2`);
     expect(verified.message).toContain("repair is set to report on pg/admin-password, so nothing was changed at the server: run `meshctl verify pg/admin-password --repair`");
 
     expect((await mesh.apply([appModule("shop-new")])).ok).toBe(true);
-    const waiting = await waitFor("shop-new/db waiting on the admin secret", async () => {
-      const c = getCondition((await mesh.grant("shop-new", "db"))?.conditions ?? [], "Provisioned");
-      return c?.reason === "AwaitingDependency" ? c : undefined;
-    }, 30_000);
+    const waiting = await waitForReason(mesh, "shop-new", "db", "Provisioned", "AwaitingDependency");
     expect(waiting.status).toBe("False");
     expect(waiting.message).toContain("accepts generation 1 of pg/admin-password; the mesh holds 2");
     expect(waiting.message).toContain("`meshctl verify pg/admin-password --repair`");
