@@ -20,6 +20,7 @@ import {
   keys,
   mutateJson,
   readJson,
+  setCondition,
   type AdminSecretFinding,
   type AdminSecretRef,
   type Kind,
@@ -130,9 +131,24 @@ async function recordRepair(store: Store, ref: AdminSecretRef, event: RepairEven
 }
 
 /**
+ * Writes the diagnosis on the secret's grant before a repair, as the verifier does: its
+ * `Verified` condition False `CredentialDiverged`, naming both generations and what the mesh
+ * does. The verifier checks the grant again once the repair is recorded, and sets it True.
+ */
+async function recordDiagnosis(store: Store, probe: AdminSecretProbe & { finding: { state: "diverged" } }): Promise<void> {
+  const f = probe.finding;
+  await mutateJson(store.kv.grants, keys.grant(probe.ref.module, probe.ref.requirement), Grant, (cur) => {
+    if (!cur || cur.generation !== f.current) return undefined;
+    const message = `${f.message}; ${adminSecretAdvice(f, probe.ref.grant, probe.policy)}`;
+    const conditions = setCondition(cur.conditions, { type: "Verified", status: "False", reason: "CredentialDiverged", message });
+    return conditions === cur.conditions ? undefined : { ...cur, conditions };
+  });
+}
+
+/**
  * Repairs a diverged admin secret: logs in with the accepted generation, sets the current one,
- * and records it on the secret's grant (`by`: who repaired). Returns the repair event; a failed
- * repair is recorded too, then thrown.
+ * and records the diagnosis, then the repair, on the secret's grant (`by`: who repaired).
+ * Returns the repair event; a failed repair is recorded too, then thrown.
  */
 export async function repairAdminSecret(
   deps: AdminSecretDeps,
@@ -148,6 +164,7 @@ export async function repairAdminSecret(
   const at = new Date().toISOString();
   const did = `logged in with generation ${f.accepted} and set generation ${f.current} at the server`;
   const base = { at, by, action: "reapply" as const, reason: "CredentialDiverged" as const, generation: f.current, requested: opts.requested ?? false };
+  if (opts.record !== false) await recordDiagnosis(deps.store, { ...probe, finding: f });
   try {
     if (next === undefined) throw new MeshError(ErrorCodes.NotFound, `generation ${f.current} of ${probe.ref.grant} is not in the credential history`);
     await setAdminSecret(doc, probe, f.current, next, opts.kind);

@@ -94,6 +94,9 @@ describe("verificationBasis", () => {
     expect(verificationBasis({ ...grant, generation: 3 })).not.toBe(b);
     expect(verificationBasis({ ...grant, holders: { ...grant.holders, "node-b/worker": { generation: 2, deliveredAt: at(0) } } })).not.toBe(b);
     expect(verificationBasis({ ...grant, repair: "report" })).not.toBe(b);
+    // A repair recorded by another service (the provisioner, of a provider's admin secret).
+    const repaired = { at: at(1), by: "provisioner@h/1", action: "reapply", reason: "CredentialDiverged", generation: 2, outcome: "repaired", message: "m", requested: false } as const;
+    expect(verificationBasis({ ...grant, repairs: [repaired] })).not.toBe(b);
     expect(verificationBasis({ ...grant, targets: [...grant.targets].reverse() })).toBe(b);
   });
 });

@@ -28,6 +28,9 @@ export function verificationBasis(g: Grant): string {
       .sort(),
     verify: g.verify ?? null,
     repair: g.repair ?? null,
+    // A repair recorded by another service (the provisioner or the rotator repairing a
+    // provider's admin secret) is checked at once, so its diagnosis does not outlive it.
+    repaired: g.repairs?.at(-1)?.at ?? null,
   };
   return createHash("sha256").update(JSON.stringify(basis)).digest("base64url").slice(0, 22);
 }
