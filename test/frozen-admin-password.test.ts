@@ -257,6 +257,11 @@ describe("a server whose data directory outlives the admin password it was initi
     expect(repair).toMatchObject({ reason: "CredentialDiverged", generation: 2, outcome: "repaired" });
     expect(repair?.by).toMatch(/^provisioner@/);
     expect(repair?.message).toContain(`the server at ${db.endpoint} accepts generation 1 of pg/admin-password; the mesh holds 2`);
+    // The diagnosis was the condition first; the verifier checked again once the repair was recorded.
+    const diverged = (await secretGrantHistory(mesh)).map((g) => getCondition(g.conditions, "Verified")).find((c) => c?.reason === "CredentialDiverged");
+    expect(diverged?.message).toContain("accepts generation 1 of pg/admin-password; the mesh holds 2; its data directory was initialised earlier");
+    await waitFor("pg/admin-password verified again", async () => getCondition((await mesh.grant("pg", "admin-password"))?.conditions ?? [], "Verified")?.status === "True" || undefined, 15_000);
+    await mesh.waitForState("pg", "Ready", 15_000);
     expect(await adminLogin(db, generation2)).toBe("accepted");
     expect(await loginGrant(mesh, "shop")).toEqual({ ok: true });
     expect(await loginGrant(mesh, "shop-new")).toEqual({ ok: true });
