@@ -283,10 +283,11 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
         const at = new Date().toISOString();
         const found = result.message;
         const diagnosed = result.reason!;
+        const by = p.repair ? `${instance} (meshctl verify --repair)` : instance;
         let outcome: RepairEvent["outcome"];
         let did: string | undefined;
         try {
-          did = await repairGrant(deps, g, action, p.repair ? `${instance} (meshctl verify --repair)` : instance);
+          did = await repairGrant(deps, g, action, by);
           const again = await checkGrant(deps, g);
           stats.checks++;
           if (again) result = again;
@@ -301,7 +302,6 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
         }
         stats.repairs++;
         const message = `${describeRepair(action, diagnosed, g.generation, found, did)}${repairFailed ? `; ${outcome}: ${repairFailed}` : ""}`;
-        const by = p.repair ? `${instance} (meshctl verify --repair)` : instance;
         repair = { at, by, action, reason: diagnosed, generation: g.generation, outcome, message, requested: p.repair };
         const fields = { repair: { action, reason: diagnosed, generation: g.generation, outcome, by } };
         if (outcome === "repaired") glog.info(fields, `repair ${outcome}: ${message}`);
