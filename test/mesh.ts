@@ -62,6 +62,8 @@ export interface TestMeshOptions {
   auth?: { user: string; pass: string } | Pick<ConnectionOptions, "authenticator">;
   /** The master key (default: a fresh one), e.g. the one an operator server's signing keys are sealed under. */
   masterKey?: MasterKey;
+  /** The directory the agents' bindings roots are made in (`<dir>/<node>`; default a fresh one, removed at stop), e.g. one named in `MESH_BINDINGS_ROOT`. */
+  bindingsRoot?: string;
 }
 
 export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMesh> {
@@ -70,7 +72,7 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
   const store = await openStore(nc);
   const logs = new LogCapture();
   const logger = (service: string) => createLogger(service, { destination: logs, level: "debug" });
-  const bindingsRoot = mkdtempSync(join(tmpdir(), "mesh-bindings-"));
+  const bindingsRoot = opts.bindingsRoot ?? mkdtempSync(join(tmpdir(), "mesh-bindings-"));
   const resolver = await startResolver({ store, log: logger("resolver"), env: opts.env ?? process.env });
   const masterKey = opts.masterKey ?? parseMasterKey(randomBytes(32).toString("hex"));
   const provisioner = await startProvisioner({

@@ -173,6 +173,32 @@ describe("postgres.database adapter", () => {
     }
   });
 
+  it("loginAdmin tells the admin's password from a wrong one; setAdminPassword sets it with the old one, and again is a no-op", async () => {
+    // An admin of its own, so the server's `postgres` keeps the password the harness knows.
+    await server.query("create role admin_check superuser login password 'generation-1'");
+    const admin = createAdapter(Kinds.PostgresDatabase, providerOf(server, { admin: { username: "admin_check", password: "unused" } }));
+    try {
+      expect(await admin.loginAdmin!({ password: "generation-1" })).toEqual({ ok: true });
+      const wrong = await admin.loginAdmin!({ password: "generation-2" });
+      expect(wrong).toMatchObject({ ok: false, reason: "rejected" });
+      expect(JSON.stringify(wrong)).not.toContain("generation-2");
+      await admin.setAdminPassword!({ current: "generation-1", next: "generation-2" });
+      expect(await admin.loginAdmin!({ password: "generation-2" })).toEqual({ ok: true });
+      expect(await admin.loginAdmin!({ password: "generation-1" })).toMatchObject({ ok: false, reason: "rejected" });
+      // Done already (another instance, or a run that died after it): succeeds without change.
+      await admin.setAdminPassword!({ current: "generation-1", next: "generation-2" });
+      const [row] = (await server.query<{ rolpassword: string }>("select rolpassword from pg_authid where rolname = 'admin_check'")).rows;
+      expect(row!.rolpassword).toMatch(/^SCRAM-SHA-256\$/);
+      // Neither works: an error naming the user, never a password.
+      const e = await expectMeshError(admin.setAdminPassword!({ current: "generation-0", next: "generation-3" }), ErrorCodes.ProviderMisconfigured);
+      expect(e.message).toContain('"admin_check"');
+      expect(e.message).not.toMatch(/generation-[0-3]/);
+    } finally {
+      await admin.close();
+      await server.query("drop role admin_check");
+    }
+  });
+
   it("stores a SCRAM verifier computed as PostgreSQL computes it", async () => {
     await server.query("create role scram_check password 'p4ss-word'");
     const [row] = (await server.query<{ rolpassword: string }>("select rolpassword from pg_authid where rolname = 'scram_check'")).rows;

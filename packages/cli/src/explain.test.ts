@@ -135,6 +135,34 @@ describe("explainModule, one requirement at a time", () => {
       detail: /generation 1 delivered to api on node node-a 30 s ago, files in \/srv\/mesh\/bindings\/node-a\/shop\/api\/db\//,
     },
     {
+      name: "Provisioned AwaitingDependency: waits on its provider's admin secret, and says the mesh moves it on",
+      grant: grant({
+        requirement: "db",
+        conditions: [
+          resolvedDb,
+          cond("Provisioned", "False", "AwaitingDependency", "waiting for the admin password of provider pg-main, a mesh secret: provider pg-main: the server at postgres://127.0.0.1:5433 accepts generation 1 of pg/admin-password; the mesh holds 2; …"),
+        ],
+      }),
+      state: "InProgress",
+      why: /provider pg-main was chosen, but it is waiting for the admin password of provider pg-main, a mesh secret: .*accepts generation 1 of pg\/admin-password; the mesh holds 2/,
+      next: /moves on once it has; otherwise run the command named above/,
+    },
+    {
+      name: "a secret whose server holds an older generation, under repair: report, names the command",
+      grant: grant({
+        ...readyDb,
+        requirement: "session-key",
+        id: "shop/session-key",
+        kind: "secret",
+        provider: "builtin-secret",
+        repair: "report",
+        conditions: [...readyDb.conditions, cond("Verified", "False", "CredentialDiverged", "provider pg-main: the server at postgres://127.0.0.1:5433 accepts generation 1 of shop/session-key; the mesh holds 2; …")],
+      }),
+      state: "Failing",
+      why: /verification failed \(CredentialDiverged\): provider pg-main: the server at/,
+      next: /run `meshctl verify shop\/session-key --repair` to set the current generation there/,
+    },
+    {
       name: "a part that is not installed is named as left out",
       grant: grant({
         ...readyDb,

@@ -193,6 +193,16 @@ function explainGrant(
     if (skippedNote) r.details.push(skippedNote);
     return r;
   }
+  if (provisioned?.status === "False" && provisioned.reason === "AwaitingDependency") {
+    // Its provider's admin password is a mesh secret that its server holds another generation of.
+    const r = result(
+      RequirementStates.InProgress,
+      `${providerWords} was chosen, but it is ${provisioned.message}`,
+      "nothing to do when the mesh repairs that secret by itself (repair: auto): this requirement moves on once it has; otherwise run the command named above",
+    );
+    if (skippedNote) r.details.push(skippedNote);
+    return r;
+  }
   if (provisioned?.status !== "True" || g.generation === 0) {
     const r = result(
       RequirementStates.InProgress,
@@ -242,8 +252,15 @@ function explainGrant(
 
   const verified = getCondition(g.conditions, "Verified");
   if (verified?.status === "False") {
+    // A secret that is a provider's admin password, on a server that holds an older generation of it.
+    const adminSecret = g.kind === Kinds.Secret && verified.reason === "CredentialDiverged";
+    const next = !adminSecret
+      ? "the verifier repairs what it can; if it lasts, check the provider"
+      : g.repair === "report"
+        ? `nothing is changed at the server while repair is report: run \`meshctl verify ${g.id} --repair\` to set the current generation there (or set repair: auto on the requirement)`
+        : "nothing to do: the mesh logs in with the generation the server accepts and sets the current one there, then what that provider serves carries on";
     return {
-      ...result(RequirementStates.Failing, `it was delivered, but verification failed (${verified.reason}): ${verified.message}`, "the verifier repairs what it can; if it lasts, check the provider"),
+      ...result(RequirementStates.Failing, `it was delivered, but verification failed (${verified.reason}): ${verified.message}`, next),
       details,
     };
   }

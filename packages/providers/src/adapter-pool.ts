@@ -10,8 +10,10 @@ import {
   ErrorCodes,
   MeshError,
   adminPasswordPolicy,
+  adminSecretOf,
   checkAdminPassword,
   type AdminPasswordPolicy,
+  type AdminSecretRef,
   type Kind,
   type MasterKey,
   type ProviderDoc,
@@ -25,13 +27,22 @@ import { createAdapter } from "./registry.js";
  * secrets; see admin-password-policy.ts), checked again here, where it is read: the resolver
  * checked it at apply, but on its own machine and at that time.
  */
-export function providerConfig(doc: ProviderDoc, env: NodeJS.ProcessEnv = process.env, masterKey?: MasterKey, policy: AdminPasswordPolicy = adminPasswordPolicy(env)): ProviderConfig {
+export function providerConfig(
+  doc: ProviderDoc,
+  env: NodeJS.ProcessEnv = process.env,
+  masterKey?: MasterKey,
+  policy: AdminPasswordPolicy = adminPasswordPolicy(env),
+  /** The admin password to use instead of reading the source: a generation of the mesh secret that source is a binding file of. */
+  adminPassword?: string,
+): ProviderConfig {
   const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint, ...(doc.options ? { options: doc.options } : {}), ...(masterKey ? { masterKey } : {}) };
   if (!doc.admin) return cfg;
   const refused = checkAdminPassword(doc, policy);
   if (refused) throw new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${doc.name}: ${refused.path} ${refused.message}; nothing was read or sent`);
   let password: string | undefined;
-  if (doc.admin.passwordEnv) {
+  if (adminPassword !== undefined) {
+    password = adminPassword;
+  } else if (doc.admin.passwordEnv) {
     password = env[doc.admin.passwordEnv];
     if (password === undefined) {
       throw new MeshError(
@@ -66,10 +77,14 @@ export class AdapterPool {
     this.policy = adminPasswordPolicy(env);
   }
 
-  /** The adapter for `kind` at provider `doc` (undefined doc: the built-in secret provider). */
-  get(kind: Kind, doc: ProviderDoc | undefined): ProviderAdapter {
-    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env, this.masterKey, this.policy) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
-    const key = `${cfg.name}/${kind}`;
+  /**
+   * The adapter for `kind` at provider `doc` (undefined doc: the built-in secret provider);
+   * with `adminPassword`, one that uses it instead of what the document's source holds (kept
+   * apart from the pooled one, which stays as it is).
+   */
+  get(kind: Kind, doc: ProviderDoc | undefined, opts: { adminPassword?: string } = {}): ProviderAdapter {
+    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env, this.masterKey, this.policy, opts.adminPassword) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
+    const key = `${cfg.name}/${kind}${opts.adminPassword === undefined ? "" : "#override"}`;
     // A hash, so the admin password is not kept as a map key in the clear.
     const fingerprint = createHash("sha256").update(JSON.stringify(cfg)).digest("hex");
     const cur = this.adapters.get(key);
@@ -78,6 +93,16 @@ export class AdapterPool {
     const adapter = createAdapter(kind, cfg);
     this.adapters.set(key, { fingerprint, adapter });
     return adapter;
+  }
+
+  /** The admin password `doc`'s source holds now (undefined: it names none); throws as {@link providerConfig}. */
+  configuredAdminPassword(doc: ProviderDoc): string | undefined {
+    return providerConfig(doc, this.env, this.masterKey, this.policy).admin?.password;
+  }
+
+  /** The mesh secret `doc`'s admin password is a binding file of, under this service's policy; undefined for any other source. */
+  adminSecret(doc: ProviderDoc): AdminSecretRef | undefined {
+    return adminSecretOf(doc, this.policy);
   }
 
   async close(): Promise<void> {

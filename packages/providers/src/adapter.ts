@@ -104,6 +104,17 @@ export type LoginResult =
   | { ok: true }
   | { ok: false; reason: "rejected" | "unreachable" | "missing"; message: string };
 
+/** Log in to the server as the provider's admin user with `password` (not the configured one). */
+export interface AdminLoginRequest {
+  password: string;
+}
+
+/** Set the admin user's password at the server to `next`, logging in with `current`. */
+export interface SetAdminPasswordRequest {
+  current: string;
+  next: string;
+}
+
 export interface ProviderAdapter {
   /** The kinds this adapter serves. */
   readonly kinds: readonly Kind[];
@@ -121,6 +132,19 @@ export interface ProviderAdapter {
    * once every holder confirmed the next one.
    */
   retire(req: RetireRequest): Promise<void>;
+  /**
+   * Optional, for a provider whose admin password is a mesh secret (README "Provider
+   * dependencies"): logs in as the admin user with `req.password`, classified as {@link login}
+   * is; never mutates. Adapters of servers whose admin password the mesh cannot set leave both
+   * admin verbs out.
+   */
+  loginAdmin?(req: AdminLoginRequest): Promise<LoginResult>;
+  /**
+   * Optional, with {@link loginAdmin}: sets the admin user's own password to `req.next`, on a
+   * connection made with `req.current`; sessions open with the old one stay open. Idempotent
+   * in effect: when `current` is refused and `next` logs in, it succeeds without change.
+   */
+  setAdminPassword?(req: SetAdminPasswordRequest): Promise<void>;
   /** Releases connections; the adapter is not used after. */
   close(): Promise<void>;
 }

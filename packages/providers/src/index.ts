@@ -4,6 +4,8 @@
  */
 export type {
   AdapterFactory,
+  AdminLoginRequest,
+  SetAdminPasswordRequest,
   BindingValues,
   CreateRequest,
   CreateResult,
@@ -73,3 +75,11 @@ export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";
 export { CredentialStore, CredentialRecord, type StoredCredential } from "./credential-store.js";
 export { AdapterPool, providerConfig } from "./adapter-pool.js";
+export {
+  probeAdminSecret,
+  repairAdminSecret,
+  setAdminSecret,
+  withAdminSecret,
+  type AdminSecretDeps,
+  type AdminSecretProbe,
+} from "./admin-secret-engine.js";

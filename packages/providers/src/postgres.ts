@@ -16,6 +16,8 @@ import pg from "pg";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type {
   AdapterFactory,
+  AdminLoginRequest,
+  SetAdminPasswordRequest,
   CreateResult,
   DeleteRequest,
   RetireRequest,
@@ -214,6 +216,37 @@ class PostgresAdapter implements ProviderAdapter {
       return { ok: true };
     } catch (e) {
       return classifyLogin(e, where, b.username!, b.database!);
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
+  async loginAdmin(req: AdminLoginRequest): Promise<LoginResult> {
+    const { host, port, adminDatabase } = this.endpoint;
+    return this.login({ bindings: { host, port: String(port), database: adminDatabase, username: this.adminUser, password: req.password } });
+  }
+
+  /** `ALTER ROLE CURRENT_USER PASSWORD` (a SCRAM verifier) on a connection made with `req.current`. */
+  async setAdminPassword(req: SetAdminPasswordRequest): Promise<void> {
+    const what = "set the admin user's password";
+    const { host, port, adminDatabase } = this.endpoint;
+    const client = new Client({
+      host,
+      port,
+      database: adminDatabase,
+      user: this.adminUser,
+      password: req.current,
+      connectionTimeoutMillis: ADMIN_CONNECT_TIMEOUT_MS,
+      application_name: "mesh-provisioner",
+    });
+    client.on("error", () => {}); // reported by the calls below
+    try {
+      await client.connect();
+      await client.query(`ALTER ROLE CURRENT_USER PASSWORD ${escapeLiteral(passwordForServer(req.next))}`);
+    } catch (e) {
+      // Set already (by another instance, or a run that died after it): nothing to do.
+      if ((e as PgError).code?.startsWith("28") && (await this.loginAdmin({ password: req.next })).ok) return;
+      throw this.adminError(what, e);
     } finally {
       await client.end().catch(() => {});
     }

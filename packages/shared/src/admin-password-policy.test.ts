@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminPasswordPolicy, checkAdminPassword, realPath, type AdminPasswordPolicy } from "./admin-password-policy.js";
+import { adminPasswordPolicy, adminSecretOf, checkAdminPassword, realPath, type AdminPasswordPolicy } from "./admin-password-policy.js";
 import { parseBindingGenerationDir } from "./names.js";
 import type { ProviderDoc } from "./schemas/manifest.js";
 
@@ -131,6 +131,22 @@ describe("passwordFile", () => {
     expect(file(join(part, "part.env"), needs)?.message).toMatch(/not a binding file/);
     expect(file(join(part, "other", "value"), needs)?.message).toMatch(/grant pg\/other, which this provider does not need/);
     expect(file(join(state, "bindings", "node-a", "shop", "api", "db", "password"), needs)?.message).toMatch(/grant shop\/db/);
+  });
+
+  it("adminSecretOf names the mesh secret a passwordFile is a binding file of, only for a grant in needs", () => {
+    const needs = { needs: ["pg/admin-password"] };
+    const part = join(state, "bindings", "node-a", "pg", "server");
+    const of = (passwordFile: string, over: Partial<ProviderDoc> = needs) => adminSecretOf(provider({ username: "postgres", passwordFile }, over), policy);
+    const ref = { grant: "pg/admin-password", module: "pg", requirement: "admin-password", key: "value" };
+    expect(of(join(part, "admin-password", "value"))).toEqual(ref);
+    expect(of(join(part, ".admin-password-g1-AbC123", "value"))).toEqual(ref);
+    expect(of("/var/lib/mesh/bindings/pg/server/admin-password/value")).toEqual(ref);
+    expect(of(join(base, "links", "mesh", "bindings", "node-a", "pg", "server", "admin-password", "value"))).toEqual(ref);
+    // Not without the need, nor the part's env file, nor a file of its own, nor an env var.
+    expect(of(join(part, "admin-password", "value"), {})).toBeUndefined();
+    expect(of(join(part, "part.env"))).toBeUndefined();
+    expect(of(join(base, "etc", "pg-admin-password"))).toBeUndefined();
+    expect(adminSecretOf(provider({ username: "postgres", passwordEnv: "PG_PASSWORD" }, needs), policy)).toBeUndefined();
   });
 
   it("is narrowed by MESH_ADMIN_PASSWORD_FILES to the directories and files it lists", () => {

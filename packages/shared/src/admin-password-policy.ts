@@ -134,7 +134,7 @@ function isWithin(path: string, dir: string): boolean {
  * (inside `<part>/` as `.<requirement>-g<k>-…` for agents before the generations directory).
  * Undefined for anything else there, such as a part's env file, which holds all its requirements.
  */
-function bindingGrantOf(path: string, root: string): { module: string; requirement: string } | undefined {
+function bindingGrantOf(path: string, root: string): { module: string; requirement: string; key: string } | undefined {
   const parts = relative(root, path).split(sep);
   if (parts.length !== 4 && parts.length !== 5) return undefined;
   if (parts.length === 5 && !isValidName(parts[0]!)) return undefined;
@@ -144,7 +144,7 @@ function bindingGrantOf(path: string, root: string): { module: string; requireme
   let requirement: string | undefined;
   if (generations) requirement = isValidName(generations[1]!) && !dir.startsWith(".") ? parseBindingGenerationDir(dir)?.requirement : undefined;
   else if (isValidName(part)) requirement = isValidName(dir) ? dir : dir.startsWith(".") ? parseBindingGenerationDir(dir)?.requirement : undefined;
-  return requirement ? { module, requirement } : undefined;
+  return requirement ? { module, requirement, key } : undefined;
 }
 
 /** True when `a` and `b` are the same file: the same resolved path, or the same inode (a hard link, a bind mount). */
@@ -226,4 +226,35 @@ export function checkAdminPassword(
     if (why) return { path: "admin.passwordFile", message: why };
   }
   return undefined;
+}
+
+/** The mesh secret a provider's admin password is: a grant in its `needs` and the binding key its `passwordFile` reads. */
+export interface AdminSecretRef {
+  /** `<module>/<requirement>`. */
+  grant: string;
+  module: string;
+  requirement: string;
+  /** The binding key the file holds (`value` for a `secret`). */
+  key: string;
+}
+
+/**
+ * Which mesh secret `doc`'s admin password is (README "Provider dependencies"): its
+ * `admin.passwordFile` is a binding file, under one of `policy`'s bindings roots, of a grant
+ * its `needs` lists. Undefined for any other source (an env var, a file of its own). Paths are
+ * resolved as in {@link checkAdminPassword}.
+ */
+export function adminSecretOf(
+  doc: ProviderDoc,
+  policy: AdminPasswordPolicy,
+  resolvePath: (p: string) => string = (p) => realPath(p, policy.cwd),
+): AdminSecretRef | undefined {
+  const file = doc.admin?.passwordFile;
+  if (!file || !doc.needs?.length) return undefined;
+  const real = resolvePath(file);
+  const root = policy.bindingsRoots.map(resolvePath).find((r) => isWithin(real, r));
+  const found = root === undefined ? undefined : bindingGrantOf(real, root);
+  if (!found) return undefined;
+  const grant = `${found.module}/${found.requirement}`;
+  return doc.needs.includes(grant) ? { grant, ...found } : undefined;
 }

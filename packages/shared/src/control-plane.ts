@@ -153,11 +153,13 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
     case "provisioner":
       return { durables: kvDurables(Durables.provisioner, Durables.provisionerReceipts), lists: [Buckets.grants, Buckets.credentials] };
     case "verifier":
-      return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes] };
+      // The providers: a secret that is a provider's admin password is checked at that provider's server.
+      return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes, Buckets.providers] };
     case "rotator":
       // The manifests: its schedule check reads every module's rotate policies (once a minute,
       // which the trace missed; seen refused in a rehearsal of the README's first command).
-      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests] };
+      // The providers: rotating a secret that is a provider's admin password sets it at that provider's server.
+      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers] };
   }
 }
 

@@ -21,6 +21,12 @@ export const ErrorCodes = {
   HookNotAllowed: "HookNotAllowed",
   /** A part's `onRotate` hook ran and failed (exit status, signal, timeout), or could not start. */
   HookFailed: "HookFailed",
+  /**
+   * A provider's admin password is a mesh secret, and its server accepts another generation of
+   * it than the current one (a data directory initialised or restored earlier): what it serves
+   * waits until that is repaired (README "Provider dependencies").
+   */
+  AdminSecretDiverged: "AdminSecretDiverged",
   /** No instance of the service that answers a request is running (no responders, or a timeout). */
   Unavailable: "Unavailable",
   /** One of the mesh's store buckets is full (its `max_bytes`): the write was refused, nothing was lost. */

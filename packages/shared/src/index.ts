@@ -45,4 +45,5 @@ export * from "./control-plane.js";
 export * from "./part-identity.js";
 export * from "./state-dir.js";
 export * from "./admin-password-policy.js";
+export * from "./admin-secret.js";
 export * from "./nats-ceiling.js";

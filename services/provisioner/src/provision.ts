@@ -3,12 +3,15 @@
  * the generation to every target that does not hold it yet. Level-triggered: it reads the
  * grant and acts on what it says, whatever event woke it.
  */
+import { hostname } from "node:os";
 import {
   BUILTIN_SECRET_PROVIDER,
+  ErrorCodes,
   Grant,
   MeshError,
   ProviderDoc,
   errorMessage,
+  isMeshError,
   isTrue,
   mutateJson,
   readJson,
@@ -23,8 +26,11 @@ import {
   type Logger,
   type Store,
 } from "@mesh/shared";
-import { recordedResource, type AdapterPool, type CredentialStore } from "@mesh/providers";
+import { recordedResource, withAdminSecret, type AdapterPool, type CredentialStore, type ProviderAdapter } from "@mesh/providers";
 import { takeBack } from "./take-back.js";
+
+/** Who repairs a provider's admin secret, in the secret grant's repair history. */
+const PROVISIONER_INSTANCE = `provisioner@${hostname()}/${process.pid}`;
 
 export interface ProvisionDeps {
   store: Store;
@@ -82,6 +88,12 @@ export async function reconcileGrant(deps: ProvisionDeps, key: string): Promise<
       current = (await provision(deps, grant, generation)) ?? grant;
       glog.info({ resource: current.resource }, "provisioned");
     } catch (e) {
+      if (isMeshError(e, ErrorCodes.AdminSecretDiverged)) {
+        // Not a failure of this grant: it waits for its provider's admin secret to be repaired.
+        glog.warn({ err: e }, "waiting for the provider's admin secret");
+        await setProvisioned(store, key, { status: "False", reason: "AwaitingDependency", message: `waiting for the admin password of provider ${grant.provider}, a mesh secret: ${errorMessage(e)}` });
+        throw e;
+      }
       glog.warn({ err: e }, "provisioning failed");
       await setProvisioned(store, key, { status: "False", reason: "ProvisionFailed", message: `provider ${grant.provider}: ${errorMessage(e)}` });
       throw e;
@@ -97,9 +109,12 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
   if (grant.provider !== BUILTIN_SECRET_PROVIDER && !doc) {
     throw new MeshError("NotFound", `provider ${grant.provider} is not registered any more`, { retryable: true });
   }
-  const adapter = adapters.get(grant.kind, doc);
-  const secret = await credentials.ensure(grant, generation, grant.provider!, () => adapter.generate());
-  const result = await adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret, options: grant.options });
+  const create = async (adapter: ProviderAdapter) => {
+    const secret = await credentials.ensure(grant, generation, grant.provider!, () => adapter.generate());
+    return adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret, options: grant.options });
+  };
+  // A provider whose admin password is a mesh secret may hold another generation of it than the current one.
+  const result = doc ? await withAdminSecret(deps, grant.kind, doc, PROVISIONER_INSTANCE, create) : await create(adapters.get(grant.kind, undefined));
   await credentials.setBindings(grant.module, grant.requirement, generation, result.bindings);
   const resource = recordedResource(result, grant.provider!);
   const what = Object.entries(result.resource).map(([k, v]) => `${k} ${v}`).join(", ");
@@ -123,7 +138,7 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
   });
 }
 
-async function setProvisioned(store: Store, key: string, c: { status: "True" | "False"; reason: "NoInstalledPart" | "ProvisionFailed"; message: string }): Promise<void> {
+async function setProvisioned(store: Store, key: string, c: { status: "True" | "False"; reason: "NoInstalledPart" | "ProvisionFailed" | "AwaitingDependency"; message: string }): Promise<void> {
   await mutateJson(store.kv.grants, key, Grant, (cur) => {
     if (!cur) return undefined;
     const conditions = setCondition(cur.conditions, { type: "Provisioned", ...c });

@@ -4,6 +4,7 @@
  * every holder confirmed. All state is the rotation record in KV (compare-and-set), so several
  * instances share the work and a fresh instance finishes what a crashed one left.
  */
+import { hostname } from "node:os";
 import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
 import {
   Durables,
@@ -13,6 +14,7 @@ import {
   ErrorCodes,
   Grant,
   HolderRegistration,
+  Kinds,
   HOLDER_NOTICE_RESEND_MS,
   KeyedQueue,
   MeshError,
@@ -36,6 +38,7 @@ import {
   kvFilter,
   kvKeyOf,
   kvStream,
+  listJson,
   mutateJson,
   parseGrantId,
   listJson,
@@ -64,7 +67,7 @@ import {
   type SealedHolderPayload,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, recordedResource, type ProviderAdapter } from "@mesh/providers";
+import { AdapterPool, CredentialStore, probeAdminSecret, recordedResource, setAdminSecret, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
 import {
   allConfirmed,
@@ -178,12 +181,13 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     }
   };
 
-  const adapterOf = async (kind: Grant["kind"], provider: string): Promise<ProviderAdapter> => {
+  /** Runs `fn` with the adapter of `kind` at `provider`; one whose admin password is a mesh secret is reached with the generation its server accepts. */
+  const withAdapterOf = async <T>(kind: Grant["kind"], provider: string, fn: (adapter: ProviderAdapter) => Promise<T>): Promise<T> => {
     const doc = provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, provider, ProviderDoc))?.value;
     if (provider !== BUILTIN_SECRET_PROVIDER && !doc) {
       throw new MeshError(ErrorCodes.NotFound, `provider ${provider} is not registered any more; apply its document again`, { retryable: true });
     }
-    return adapters.get(kind, doc);
+    return doc ? withAdminSecret({ store, credentials, adapters }, kind, doc, ROTATOR_INSTANCE, fn) : fn(adapters.get(kind, undefined));
   };
 
   const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) =>
@@ -223,12 +227,15 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const to = g.generation + 1;
     // A grant that moved provider: k+1 is made on the new one, k's resource released at commit.
     const fromProvider = handoverFrom(g);
-    const adapter = await adapterOf(g.kind, g.provider);
-    // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
-    const secret = await credentials.ensure(g, to, g.provider, () => adapter.generate());
-    // Stage k+1 beside k: both log in from here until the commit.
-    const staged = await adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
+    const staged = await withAdapterOf(g.kind, g.provider, async (adapter) => {
+      // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
+      const secret = await credentials.ensure(g, to, g.provider!, () => adapter.generate());
+      // Stage k+1 beside k: both log in from here until the commit.
+      return adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
+    });
     await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
+    // A secret that is a provider's admin password: k+1 is set at its server before any holder is told.
+    if (g.kind === Kinds.Secret) await setAtAdminServers(g, to, staged.bindings);
     // One rotation per grant: read the record again now that k+1 is staged (another instance
     // may have started one meanwhile, perhaps for this very request).
     const cur = await records.read(key);
@@ -269,6 +276,35 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     log.info({ rotation: rotation.id, holders: holders.length }, `rotation ${rotation.id} staged for ${holders.length} holders`);
     void queue.enqueue(key).catch(() => undefined);
     return rotation;
+  };
+
+  /**
+   * Rotating a secret that is the admin password of providers (README "Provider dependencies")
+   * is a rotation of their servers: generation `to` is set at each one, logging in with the
+   * generation it accepts, before the holders are told (PostgreSQL keeps one password per role,
+   * so from then on the server accepts `to` only; the services reach it with `to` from the
+   * credential history until the binding file has it). A server that does not answer is left
+   * for the repair when it is back (the verifier's, or the provisioner's when it needs the
+   * server); one that accepts no generation the mesh holds refuses the rotation: nothing is told.
+   */
+  const setAtAdminServers = async (g: Grant, to: number, bindings: Record<string, string>): Promise<void> => {
+    for (const { value: doc } of await listJson(store.kv.providers, ProviderDoc)) {
+      const ref = doc.installed ? adapters.adminSecret(doc) : undefined;
+      if (ref?.grant !== g.id) continue;
+      const next = bindings[ref.key];
+      const probe = await probeAdminSecret({ store, credentials, adapters }, doc, ref);
+      if (!probe || next === undefined) continue;
+      const f = probe.finding;
+      if (f.state === "unreachable") {
+        log.warn({ grant: g.id, provider: doc.name }, `rotating ${g.id}: ${f.message}; generation ${to} is set there when it answers again (repair: ${probe.policy})`);
+        continue;
+      }
+      if (f.state === "rejected") {
+        throw new MeshError(ErrorCodes.ProviderRejected, `cannot rotate ${g.id}, the admin password of provider ${doc.name}: ${f.message}; nothing was told to its holders. Rotate again once it is fixed`, { retryable: true });
+      }
+      await setAdminSecret(doc, probe, to, next);
+      log.info({ grant: g.id, provider: doc.name }, `rotating ${g.id}: generation ${to} set at the server of provider ${doc.name} (${doc.endpoint}) before its holders are told`);
+    }
   };
 
   /**
@@ -436,8 +472,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
 
   /** Retires generation `from` of `r` on its provider; says what it did. */
   const retire = async (r: Rotation): Promise<string> => {
-    const adapter = await adapterOf(r.kind, r.provider);
-    await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+    await withAdapterOf(r.kind, r.provider, (adapter) => adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } }));
     return `generation ${r.from} retired`;
   };
 
@@ -448,10 +483,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    * Says what it did. A provider that is no longer registered has nothing the mesh can reach.
    */
   const release = async (r: Rotation, provider: string): Promise<string> => {
-    let adapter: ProviderAdapter;
     try {
-      adapter = await adapterOf(r.kind, provider);
-      await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } });
+      await withAdapterOf(r.kind, provider, (adapter) => adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } }));
     } catch (e) {
       if (isMeshError(e, ErrorCodes.NotFound)) {
         log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`);
@@ -705,6 +738,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 }
 
+/** Who repairs a provider's admin secret, in the secret grant's repair history, when the rotator needs that server first. */
+const ROTATOR_INSTANCE = `rotator@${hostname()}/${process.pid}`;
 const NOTHING = new Uint8Array(0);
 /** The longest interval between two sends of a rotation's notices to holders that have not confirmed. */
 const NOTICE_RESEND_MAX_MS = 60_000;

@@ -6,16 +6,19 @@
 import {
   BUILTIN_SECRET_PROVIDER,
   ErrorCodes,
+  Kinds,
   MeshError,
   ProviderDoc,
   errorMessage,
   isMeshError,
+  listJson,
   readJson,
+  type AdminSecretRef,
   type CheckResult,
   type Grant,
   type Store,
 } from "@mesh/shared";
-import { createAdapter, type AdapterPool, type CredentialStore, type LoginResult, type ProviderAdapter } from "@mesh/providers";
+import { createAdapter, probeAdminSecret, repairAdminSecret, withAdminSecret, type AdapterPool, type CredentialStore, type LoginResult, type ProviderAdapter } from "@mesh/providers";
 import { classifyCheck, type Observation } from "./classify.js";
 import type { RepairAction } from "./repair-plan.js";
 
@@ -59,6 +62,70 @@ function observationOf(e: unknown): Observation {
  * values are not recorded). Throws only on a failure of the store.
  */
 export async function checkGrant(deps: CheckDeps, grant: Grant, now = () => new Date()): Promise<CheckResult | undefined> {
+  const checked = await checkAtProvider(deps, grant, now);
+  if (!checked?.ok || grant.kind !== Kinds.Secret) return checked;
+  return (await checkAdminSecret(deps, grant, now)) ?? checked;
+}
+
+/** How long the verifier keeps the providers catalog it listed: every secret's check asks whether it is a provider's admin password. */
+export const PROVIDERS_LIST_MS = 2_000;
+const listed = new WeakMap<CheckDeps["store"], { at: number; docs: ReturnType<typeof listJson<ProviderDoc>> }>();
+
+/** The providers catalog, listed at most once per {@link PROVIDERS_LIST_MS} (concurrent checks share one listing). */
+function providerDocs(deps: CheckDeps): ReturnType<typeof listJson<ProviderDoc>> {
+  const hit = listed.get(deps.store);
+  if (hit && Date.now() - hit.at < PROVIDERS_LIST_MS) return hit.docs;
+  const docs = listJson(deps.store.kv.providers, ProviderDoc);
+  listed.set(deps.store, { at: Date.now(), docs });
+  docs.catch(() => listed.delete(deps.store));
+  return docs;
+}
+
+/** The providers whose admin password is the secret `grant` (installed ones), each with its reference. */
+async function adminServersOf(deps: CheckDeps, grant: Grant): Promise<Array<{ doc: ProviderDoc; ref: AdminSecretRef }>> {
+  const docs = await providerDocs(deps);
+  const out: Array<{ doc: ProviderDoc; ref: AdminSecretRef }> = [];
+  for (const { value: doc } of docs) {
+    const ref = doc.installed ? deps.adapters.adminSecret(doc) : undefined;
+    if (ref?.grant === grant.id) out.push({ doc, ref });
+  }
+  return out;
+}
+
+/**
+ * For a secret that is the admin password of providers (README "Provider dependencies"): which
+ * generation each one's server accepts. The first that does not accept the current one (nor
+ * the one a rotation stages) decides: `CredentialDiverged` naming both generations, or
+ * `CredentialRejected` / `ProviderUnreachable`. Undefined when the secret is no provider's
+ * admin password.
+ */
+async function checkAdminSecret(deps: CheckDeps, grant: Grant, now: () => Date): Promise<CheckResult | undefined> {
+  const servers = await adminServersOf(deps, grant);
+  if (servers.length === 0) return undefined;
+  const accepted: string[] = [];
+  for (const { doc, ref } of servers) {
+    const probe = await probeAdminSecret(deps, doc, ref);
+    if (!probe) continue;
+    const f = probe.finding;
+    const result = (reason: CheckResult["reason"], message: string, divergedTo?: number): CheckResult => ({
+      ok: false,
+      reason,
+      message,
+      generation: grant.generation,
+      ...(divergedTo ? { divergedTo } : {}),
+      observedAt: now().toISOString(),
+    });
+    if (f.state === "diverged") return result("CredentialDiverged", f.message, f.accepted);
+    if (f.state === "rejected") return result("CredentialRejected", f.message);
+    if (f.state === "unreachable") return result("ProviderUnreachable", f.message);
+    accepted.push(`the server of provider ${doc.name} at ${doc.endpoint} accepts generation ${f.generation}${f.state === "staged" ? " (staged by the rotation under way)" : ""} as its admin password`);
+  }
+  if (accepted.length === 0) return undefined;
+  return { ok: true, message: `generation ${grant.generation} of ${grant.id} is there; ${accepted.join("; ")}`, generation: grant.generation, observedAt: now().toISOString() };
+}
+
+/** The check of `grant` at its own provider; see {@link checkGrant}. */
+async function checkAtProvider(deps: CheckDeps, grant: Grant, now: () => Date): Promise<CheckResult | undefined> {
   const a = await adapterFor(deps, grant);
   if (!a) return undefined;
   try {
@@ -108,7 +175,21 @@ export async function checkGrant(deps: CheckDeps, grant: Grant, now = () => new 
  * the current generation's recorded secret (the adapter's `create` is idempotent and applies
  * the credential). Throws a MeshError saying why when it cannot.
  */
-export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairAction): Promise<void> {
+export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairAction, by = "verifier"): Promise<string | undefined> {
+  if (grant.kind === Kinds.Secret) {
+    const did = await repairAdminSecrets(deps, grant, by);
+    if (did) return did;
+  }
+  const doc = grant.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(deps.store.kv.providers, grant.provider!, ProviderDoc))?.value;
+  if (doc && deps.adapters.adminSecret(doc)) {
+    // Its admin password is a mesh secret: its server is reached with the generation it accepts (repaired by that secret's policy).
+    const cred = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
+    if (!cred) throw new MeshError(ErrorCodes.NotFound, `generation ${grant.generation} of ${grant.id} is not in the credential history`);
+    await withAdminSecret(deps, grant.kind, doc, by, (adapter) =>
+      adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret, options: grant.options }),
+    );
+    return undefined;
+  }
   const a = await adapterFor(deps, grant);
   if (!a) throw new MeshError(ErrorCodes.NotFound, `provider ${grant.provider} is not registered`);
   try {
@@ -118,7 +199,25 @@ export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairA
     const cred = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
     if (!cred) throw new MeshError(ErrorCodes.NotFound, `generation ${grant.generation} of ${grant.id} is not in the credential history`);
     await a.adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret, options: grant.options });
+    return undefined;
   } finally {
     await a.close?.();
   }
+}
+
+/**
+ * Sets the current generation of the secret `grant` at every provider's server that holds an
+ * older one, logging in with that one; says what it did, or undefined when no server had
+ * diverged. The verifier records the repair itself.
+ */
+async function repairAdminSecrets(deps: CheckDeps, grant: Grant, by: string): Promise<string | undefined> {
+  const done: string[] = [];
+  for (const { doc, ref } of await adminServersOf(deps, grant)) {
+    const probe = await probeAdminSecret(deps, doc, ref);
+    if (probe?.finding.state !== "diverged") continue;
+    const f = probe.finding;
+    await repairAdminSecret(deps, doc, probe, by, { record: false });
+    done.push(`logged in at provider ${doc.name} with generation ${f.accepted} and set generation ${f.current} at its server`);
+  }
+  return done.length ? done.join("; ") : undefined;
 }

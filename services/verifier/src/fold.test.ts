@@ -74,6 +74,13 @@ describe("advice", () => {
   ] as const)("$reason under $policy", ({ reason, policy, text }) => {
     expect(advice(reason, { ...ctx, policy })).toContain(text);
   });
+  it("for a secret that is a provider's admin password: what the mesh does about its server, or the command", () => {
+    const secret = { grant: "pg/admin-password", generation: 2, provider: "builtin-secret", kind: "secret" as const, divergedTo: 1 };
+    expect(advice("CredentialDiverged", { ...secret, policy: "auto" })).toBe("the mesh will log in with generation 1 and set generation 2 at the server, then carry on (repair: auto on pg/admin-password)");
+    expect(advice("CredentialDiverged", { ...secret, policy: "report" })).toContain("run `meshctl verify pg/admin-password --repair`");
+    expect(advice("ProviderUnreachable", { ...secret, policy: "auto" })).toBe("make that server run and answer at its endpoint; the verifier checks again by itself");
+    expect(advice("ProviderUnreachable", { ...secret, policy: "auto" })).not.toContain("builtin-secret");
+  });
   it("says when a repair failed, or a rotation holds it back", () => {
     expect(advice("CredentialRejected", { ...ctx, policy: "auto", repairFailed: "admin rejected" })).toContain("repair failed (admin rejected)");
     expect(advice("CredentialRejected", { ...ctx, policy: "auto", rotating: true })).toContain("rotation of shop/db is in progress");
@@ -87,6 +94,9 @@ describe("verificationBasis", () => {
     expect(verificationBasis({ ...grant, generation: 3 })).not.toBe(b);
     expect(verificationBasis({ ...grant, holders: { ...grant.holders, "node-b/worker": { generation: 2, deliveredAt: at(0) } } })).not.toBe(b);
     expect(verificationBasis({ ...grant, repair: "report" })).not.toBe(b);
+    // A repair recorded by another service (the provisioner, of a provider's admin secret).
+    const repaired = { at: at(1), by: "provisioner@h/1", action: "reapply", reason: "CredentialDiverged", generation: 2, outcome: "repaired", message: "m", requested: false } as const;
+    expect(verificationBasis({ ...grant, repairs: [repaired] })).not.toBe(b);
     expect(verificationBasis({ ...grant, targets: [...grant.targets].reverse() })).toBe(b);
   });
 });

@@ -4,6 +4,8 @@
  */
 import { createHash } from "node:crypto";
 import {
+  Kinds,
+  adminSecretAdvice,
   currentProbes,
   holderKey,
   type CheckFailureReason,
@@ -26,6 +28,9 @@ export function verificationBasis(g: Grant): string {
       .sort(),
     verify: g.verify ?? null,
     repair: g.repair ?? null,
+    // A repair recorded by another service (the provisioner or the rotator repairing a
+    // provider's admin secret) is checked at once, so its diagnosis does not outlive it.
+    repaired: g.repairs?.at(-1)?.at ?? null,
   };
   return createHash("sha256").update(JSON.stringify(basis)).digest("base64url").slice(0, 22);
 }
@@ -33,9 +38,10 @@ export function verificationBasis(g: Grant): string {
 /** What the operator should do about `reason`, given the repair policy. */
 export function advice(
   reason: CheckFailureReason,
-  ctx: { grant: string; generation: number; provider: string; policy: RepairPolicy; rotating?: boolean; repairFailed?: string; divergedTo?: number },
+  ctx: { grant: string; generation: number; provider: string; policy: RepairPolicy; rotating?: boolean; repairFailed?: string; divergedTo?: number; kind?: Grant["kind"] },
 ): string {
   const force = `meshctl verify ${ctx.grant} --repair`;
+  if (ctx.kind === Kinds.Secret) return adminSecretCheckAdvice(reason, ctx);
   if (reason === "ProviderUnreachable") {
     return `check that provider ${ctx.provider} runs and that its endpoint answers from there (service, listen address, firewall); the verifier checks again by itself`;
   }
@@ -57,9 +63,18 @@ export function advice(
   return `the verifier will ${what}`;
 }
 
+/** {@link advice} for a secret that is a provider's admin password: the message names the server; this says what happens next. */
+function adminSecretCheckAdvice(reason: CheckFailureReason, ctx: Parameters<typeof advice>[1]): string {
+  if (reason === "ProviderUnreachable") return "make that server run and answer at its endpoint; the verifier checks again by itself";
+  if (reason !== "CredentialDiverged" || ctx.divergedTo === undefined) return "the mesh cannot log in there to set it; do as said, and the verifier checks again by itself";
+  if (ctx.repairFailed) return `the repair failed (${ctx.repairFailed}); it is tried again at the next check`;
+  if (ctx.rotating) return `a rotation of ${ctx.grant} is in progress, so the verifier does not repair it now`;
+  return adminSecretAdvice({ accepted: ctx.divergedTo, current: ctx.generation }, ctx.grant, ctx.policy);
+}
+
 /** Inputs of {@link foldVerified}. */
 export interface FoldInput {
-  grant: Pick<Grant, "id" | "generation" | "targets" | "provider">;
+  grant: Pick<Grant, "id" | "generation" | "targets" | "provider"> & { kind?: Grant["kind"] };
   verifier: CheckResult;
   probes: Readonly<Record<string, ProbeResult>>;
   now: number;
@@ -85,7 +100,7 @@ function list(items: string[]): string {
 export function foldVerified(f: FoldInput): Omit<Condition, "observedAt"> {
   const { grant: g } = f;
   const provider = g.provider ?? "?";
-  const ctx = { grant: g.id, generation: g.generation, provider, policy: f.policy, rotating: f.rotating, repairFailed: f.repairFailed };
+  const ctx = { grant: g.id, generation: g.generation, provider, policy: f.policy, rotating: f.rotating, repairFailed: f.repairFailed, ...(g.kind ? { kind: g.kind } : {}) };
   if (!f.verifier.ok) {
     const reason = f.verifier.reason ?? "CredentialRejected";
     return {

@@ -13,8 +13,20 @@ describe("repairAction", () => {
     { reason: "CredentialDiverged", policy: "report", requested: true, action: "reapply" },
     { reason: "ProviderUnreachable", policy: "report", requested: true, action: undefined },
     { reason: "CredentialRejected", policy: "auto", rotating: true, action: undefined },
-  ] as const)("$reason under $policy (requested $requested, rotating $rotating) → $action", (c) => {
-    expect(repairAction(c.reason, { policy: c.policy, requested: "requested" in c ? c.requested : false, rotating: "rotating" in c ? c.rotating : false })).toBe(c.action);
+    // A secret that is a provider's admin password: only a server on an older generation is repaired.
+    { reason: "CredentialDiverged", policy: "auto", kind: "secret", action: "reapply" },
+    { reason: "CredentialRejected", policy: "auto", kind: "secret", action: undefined },
+    { reason: "CredentialDiverged", policy: "report", kind: "secret", action: undefined },
+    { reason: "CredentialDiverged", policy: "report", requested: true, kind: "secret", action: "reapply" },
+  ] as const)("$reason under $policy (requested $requested, rotating $rotating, kind $kind) → $action", (c) => {
+    expect(
+      repairAction(c.reason, {
+        policy: c.policy,
+        requested: "requested" in c ? c.requested : false,
+        rotating: "rotating" in c ? c.rotating : false,
+        ...("kind" in c ? { kind: c.kind } : {}),
+      }),
+    ).toBe(c.action);
   });
 });
 

@@ -276,16 +276,18 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     if (needCheck) {
       result = await checkGrant(deps, g);
       stats.checks++;
-      const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating }) : undefined;
+      const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating, kind: g.kind }) : undefined;
       if (result && action) {
         // The diagnosis first, so that the drift is on record even if this process dies while repairing.
         await persist(result);
         const at = new Date().toISOString();
         const found = result.message;
         const diagnosed = result.reason!;
+        const by = p.repair ? `${instance} (meshctl verify --repair)` : instance;
         let outcome: RepairEvent["outcome"];
+        let did: string | undefined;
         try {
-          await repairGrant(deps, g, action);
+          did = await repairGrant(deps, g, action, by);
           const again = await checkGrant(deps, g);
           stats.checks++;
           if (again) result = again;
@@ -299,8 +301,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
           repairFailed = errorMessage(e);
         }
         stats.repairs++;
-        const message = `${describeRepair(action, diagnosed, g.generation, found)}${repairFailed ? `; ${outcome}: ${repairFailed}` : ""}`;
-        const by = p.repair ? `${instance} (meshctl verify --repair)` : instance;
+        const message = `${describeRepair(action, diagnosed, g.generation, found, did)}${repairFailed ? `; ${outcome}: ${repairFailed}` : ""}`;
         repair = { at, by, action, reason: diagnosed, generation: g.generation, outcome, message, requested: p.repair };
         const fields = { repair: { action, reason: diagnosed, generation: g.generation, outcome, by } };
         if (outcome === "repaired") glog.info(fields, `repair ${outcome}: ${message}`);
