@@ -41,7 +41,6 @@ import {
   listJson,
   mutateJson,
   parseGrantId,
-  listJson,
   CREDENTIAL_HISTORY,
   parseHolderId,
   propagating,
