@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { DeleteReply, createLogger, getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
 import { startProvisioner } from "@mesh/provisioner";
+import { startResolver } from "@mesh/resolver";
 import { startRotator } from "@mesh/rotator";
 import { startAgent } from "@mesh/agent";
 import { holdCredential, watchCredentials } from "@mesh/client";
@@ -435,6 +436,64 @@ describe("history that ends", () => {
       await rotator.stop();
     }
   }, 90_000);
+});
+
+describe("the resolver and an agent SIGKILLed in the middle of a deletion", () => {
+  const repo = fileURLToPath(new URL("..", import.meta.url));
+  const output: string[] = [];
+  const spawnService = (service: string, env: NodeJS.ProcessEnv) => {
+    const child = spawn(process.execPath, [join(repo, "services", service, "dist", "main.js")], {
+      env: { ...process.env, NATS_URL: mesh.nats.url, MESH_LOG_LEVEL: "warn", MESH_NATS_CREDENTIALS: "", ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    child.stdout!.on("data", (d: Buffer) => output.push(`${service}: ${d.toString()}`));
+    child.stderr!.on("data", (d: Buffer) => output.push(`${service}: ${d.toString()}`));
+    return child;
+  };
+  const kill = async (child: ReturnType<typeof spawn>) => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill("SIGKILL");
+    await new Promise((r) => child.once("exit", r));
+  };
+
+  it("a fresh resolver and a fresh agent finish it: nothing is left that logs in, no file on the node, no value in the store", async () => {
+    // node-q's agent runs as a process of its own; the resolver too, in place of the test's.
+    const qRoot = mkdtempSync(join(tmpdir(), "mesh-node-q-"));
+    let agent = spawnService("agent", { MESH_NODE: "node-q", MESH_BINDINGS_ROOT: qRoot });
+    await mesh.resolver.stop();
+    let resolver = spawnService("resolver", {});
+    try {
+      const parts: ModuleDoc["parts"] = [{ name: "api", node: "node-q", installed: true }];
+      await waitFor("the resolver process to answer", async () => ((await mesh.apply([module("crash", [{ name: "db", kind: "postgres.database", deletionPolicy: "Delete" }, { name: "key", kind: "secret" }], parts)]).catch(() => undefined))?.ok ? true : undefined), 20_000, 200);
+      await mesh.waitForState("crash", "Ready", 40_000);
+      const dir = join(qRoot, "crash", "api");
+      const b = { user: read(join(dir, "db"), "username"), password: read(join(dir, "db"), "password"), database: read(join(dir, "db"), "database") };
+      // The agent dies first (its node's files wait for it); the resolver right after it accepted the delete, perhaps before it marked the grants.
+      await kill(agent);
+      expect((await del({ documents: [{ kind: "Module", name: "crash" }] })).ok).toBe(true);
+      await kill(resolver);
+      // The resolver comes back (in the test process), the agent after a while: meanwhile status names the node.
+      mesh.resolver = await startResolver({ store: mesh.store, log: createLogger("resolver", { destination: mesh.logs, level: "debug" }), env: adminEnv(db) });
+      const waiting = await waitFor("the deletion to wait for node-q", async () => {
+        const s = await mesh.moduleStatus("crash");
+        return s?.state === "Deleting" && s.message.includes("node node-q") ? s : undefined;
+      }, 20_000);
+      expect(waiting.message).toContain("removing part api's binding from node node-q");
+      expect(await login(b)).toMatch(/does not exist|password authentication failed|not permitted/);
+      agent = spawnService("agent", { MESH_NODE: "node-q", MESH_BINDINGS_ROOT: qRoot });
+      await waitFor("the module to have no state", async () => ((await mesh.moduleStatus("crash")) ? undefined : true), 30_000);
+      expect(existsSync(join(dir, "db"))).toBe(false);
+      expect(existsSync(join(dir, "key"))).toBe(false);
+      expect(await storedRevisions("crash", "db")).toBe(0);
+      expect(await storedRevisions("crash", "key")).toBe(0);
+      expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
+    } catch (e) {
+      throw new Error(`${String(e)}\n${output.join("").slice(-4000)}`);
+    } finally {
+      await kill(agent);
+      await kill(resolver);
+    }
+  }, 120_000);
 });
 
 describe("a provisioner SIGKILLed in the middle of taking a grant back", () => {

@@ -120,7 +120,7 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
       await Promise.all(agents.map((a) => a.stop()));
       // The provisioner the test left running (it may have replaced the first one).
       await Promise.all([provisioner.stop(), mesh.provisioner.stop()]);
-      await resolver.stop();
+      await Promise.all([resolver.stop(), mesh.resolver.stop()]);
       await nc.close();
       await nats.stop();
       rmSync(bindingsRoot, { recursive: true, force: true });

@@ -107,12 +107,16 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   const resync = setInterval(() => void providers.enqueue("*").catch((e: unknown) => log.warn({ err: e }, "resync failed")), RESYNC_MS);
   resync.unref();
   log.info("resolver started");
+  let stopped: Promise<void> | undefined;
   return {
     reconcile: (module) => modules.enqueue(module),
-    async stop() {
-      clearInterval(resync);
-      await Promise.all([api.stop(), moduleApi.stop(), deletes.stop()]);
-      await Promise.all(consumers.map((c) => c.stop()));
+    stop() {
+      stopped ??= (async () => {
+        clearInterval(resync);
+        await Promise.all([api.stop(), moduleApi.stop(), deletes.stop()]);
+        await Promise.all(consumers.map((c) => c.stop()));
+      })();
+      return stopped;
     },
   };
 }
