@@ -410,6 +410,38 @@ describe("meshctl revoke", () => {
   }, 90_000);
 });
 
+describe("meshctl revoke during a rotation", () => {
+  it("supersedes it: k and the staged k+1 both stop working at the grace, k+2 goes out, and the running holder is on it", async () => {
+    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 200 });
+    const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
+    const z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
+    try {
+      const parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }, { name: "away", node: "node-z", installed: true }];
+      await mesh.apply([module("sup", [{ name: "db", kind: "postgres.database" }], parts)]);
+      await mesh.waitForState("sup", "Ready", 20_000);
+      const k = dbBinding("sup", "api");
+      await z.stop();
+      // A rotation that waits for node-z, which is away: k+1 is staged and node-a has it.
+      const started = await meshctlIn(["rotate", "sup/db", "--timeout", "10m"]);
+      expect(started.code, started.stderr).toBe(0);
+      await waitFor("node-a on generation 2", () => (dbBinding("sup", "api").password !== k.password ? true : undefined), 15_000);
+      const k1 = dbBinding("sup", "api");
+      const r = await meshctlIn(["revoke", "sup/db", "--grace", "500ms", "--reason", "leaked during a rotation", "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toMatchObject({ rotation: "sup/db#3", state: "Committed", from: 1, to: 3, lockedOut: ["node-z/away"] });
+      expect(await login(k)).toMatch(/not permitted to log in|password authentication failed/);
+      expect(await login(k1)).toMatch(/not permitted to log in|password authentication failed/);
+      await waitFor("node-a on generation 3", async () => ((await mesh.grant("sup", "db"))?.holders["node-a/api"]?.generation === 3 ? true : undefined), 15_000);
+      expect(await login(dbBinding("sup", "api"))).toBeUndefined();
+      const g = (await mesh.grant("sup", "db"))!;
+      expect(g.generation).toBe(3);
+      expect(g.revocations?.at(-1)).toMatchObject({ rotation: "sup/db#3", reason: "leaked during a rotation" });
+    } finally {
+      await rotator.stop();
+    }
+  }, 90_000);
+});
+
 describe("history that ends", () => {
   it("the store keeps the last generations of a credential, purging older ones at each commit (but never the current one)", async () => {
     const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 300, credentialHistory: 2 });

@@ -177,7 +177,8 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   }
   const running = (await retrying("read the rotation record", policy, () => readJson(store.kv.rotations, key, Rotation)))?.value;
   if (opts.evict?.length) return evict(store, opts, running, policy, out);
-  if (isRotationRunning(running)) throw alreadyRotatingError(running);
+  // A revocation supersedes a running rotation (the rotator decides which it may).
+  if (isRotationRunning(running) && !opts.revoke) throw alreadyRotatingError(running);
 
   // One id for every attempt of this request: the rotator answers a resend with the rotation it started.
   const requestId = randomBytes(12).toString("base64url");

@@ -53,9 +53,11 @@ export function newRotation(opts: {
   requestId?: string;
   /** A revocation: the deadline is the grace, and it commits then, confirmed or not. */
   revoke?: Rotation["revoke"];
+  /** The generation it moves to; default the grant's next (a revocation superseding a rotation skips the one that staged). */
+  to?: number;
 }): Rotation {
   const { grant, now } = opts;
-  const to = grant.generation + 1;
+  const to = opts.to ?? grant.generation + 1;
   return {
     id: rotationId(grant.id, to),
     grant: grant.id,

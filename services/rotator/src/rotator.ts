@@ -215,7 +215,10 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     const [existing, grant, registrations] = await Promise.all([records.read(key), readJson(store.kv.grants, key, Grant), registry.list(id.module, id.requirement)]);
     // A retry of a request that started a rotation already: that rotation is the answer.
     if (startedBy(req, existing?.value)) return existing.value;
-    if (isRotationRunning(existing?.value)) throw refuseRunning(existing.value);
+    // A revocation supersedes a running rotation (not a handover, nor another revocation): k and the staged k+1 both go, k+2 goes out.
+    const running = existing?.value as Rotation | undefined;
+    const superseded = req.revoke && isRotationRunning(running) && !running.revoke && !running.fromProvider ? running : undefined;
+    if (isRotationRunning(existing?.value) && !superseded) throw refuseRunning(existing.value);
     const g = grant?.value;
     if (!g) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist; meshctl status lists the grants`);
     if (!g.provider || g.generation === 0 || !isTrue(g.conditions, "Provisioned")) {
@@ -223,7 +226,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     }
     const now = new Date();
     const holders = holdersOf(g, registrations, now);
-    const to = g.generation + 1;
+    const to = superseded ? superseded.to + 1 : g.generation + 1;
     // A grant that moved provider: k+1 is made on the new one, k's resource released at commit.
     const fromProvider = handoverFrom(g);
     const staged = await withAdapterOf(g.kind, g.provider, async (adapter) => {
@@ -239,7 +242,8 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     // may have started one meanwhile, perhaps for this very request).
     const cur = await records.read(key);
     if (startedBy(req, cur?.value)) return cur.value;
-    if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
+    const latest = cur?.value as Rotation | undefined;
+    if (isRotationRunning(latest) && latest.id !== superseded?.id) throw refuseRunning(latest);
     const span = tracer("rotator").startSpan(
       "rotate",
       { attributes: { "mesh.rotation": `${g.id}#${to}`, "mesh.grant": g.id, "mesh.from": g.generation, "mesh.to": to, "mesh.holders": holders.length } },
@@ -256,8 +260,10 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       ...(tp ? { traceparent: tp } : {}),
       ...(fromProvider ? { fromProvider } : {}),
       ...(req.requestId ? { requestId: req.requestId } : {}),
-      ...(req.revoke ? { revoke: req.revoke } : {}),
+      ...(req.revoke ? { revoke: { ...req.revoke, ...(superseded ? { supersedes: superseded.to } : {}) } } : {}),
+      to,
     });
+    if (superseded) log.warn({ rotation: rotation.id, superseded: superseded.id }, `revocation ${rotation.id} supersedes rotation ${superseded.id}: generations ${superseded.from} and ${superseded.to} both go at its commit`);
     try {
       // Create, or replace a committed one, at the revision read.
       await persist(key, cur?.revision, rotation);
@@ -471,8 +477,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
 
   /** Retires generation `from` of `r` on its provider; says what it did. */
   const retire = async (r: Rotation): Promise<string> => {
-    await withAdapterOf(r.kind, r.provider, (adapter) => adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } }));
-    return `generation ${r.from} retired`;
+    // A revocation that superseded a rotation retires the generation that one staged too.
+    const generations = r.revoke?.supersedes ? [r.from, r.revoke.supersedes] : [r.from];
+    await withAdapterOf(r.kind, r.provider, async (adapter) => {
+      for (const generation of generations) await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation } });
+    });
+    return `generation${generations.length > 1 ? "s" : ""} ${generations.join(" and ")} retired`;
   };
 
   /**

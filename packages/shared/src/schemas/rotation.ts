@@ -103,7 +103,15 @@ export const Rotation = z.object({
    * the broadcast whether or not every holder confirmed; holders that had not are locked out
    * until they take `to`. Who asked, and why, is recorded.
    */
-  revoke: z.object({ graceMs: z.number().int().nonnegative().max(MAX_TIMER_MS), reason: z.string().max(1_024).optional(), by: z.string().max(200).optional() }).optional(),
+  revoke: z
+    .object({
+      graceMs: z.number().int().nonnegative().max(MAX_TIMER_MS),
+      reason: z.string().max(1_024).optional(),
+      by: z.string().max(200).optional(),
+      /** The generation a rotation running when the revoke came had staged: superseded, it is retired at the commit too. */
+      supersedes: z.number().int().positive().optional(),
+    })
+    .optional(),
 });
 export type Rotation = z.infer<typeof Rotation>;
 
