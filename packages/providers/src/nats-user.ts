@@ -234,6 +234,9 @@ class NatsUserAdapter implements ProviderAdapter {
     });
     for (const k of keys) await this.revokeRecord(what, k);
     await this.pushRevocations(what);
+    // The keys stay revoked (the index keeps them until their JWTs expire); the grant's own
+    // records go, so the grant declared again later starts afresh at generation 1 with new keys.
+    for (const k of keys) await this.kvCall(what, () => kv.purge(k));
   }
 
   /** Revokes the key of `req.grant.generation`; the server closes its connections at once. */
