@@ -113,11 +113,13 @@ describe("removing a requirement", () => {
     expect((await mesh.moduleStatus("rm"))?.state).toBe("Ready");
   });
 
-  it("a secret (a credential alone) is deleted outright: no grant, no value left", async () => {
+  it("a secret (a credential alone) is deleted outright: no grant, no value left; declared again at once, it is delivered afresh", async () => {
     await mesh.apply([module("rm", [])]);
     await waitFor("the secret's grant to be gone", async () => ((await mesh.grant("rm", "key")) ? undefined : true), 15_000);
     expect(existsSync(join(partDir("rm", "api"), "key"))).toBe(false);
     expect(await storedRevisions("rm", "key")).toBe(0);
+    await mesh.apply([module("rm", [{ name: "key", kind: "secret" }])]);
+    await waitFor("the new secret on the node", () => (existsSync(join(partDir("rm", "api"), "key", "value")) ? true : undefined), 15_000);
   });
 });
 
@@ -265,6 +267,9 @@ describe("uninstalling a part", () => {
     await mesh.apply([module("two", requires, parts(true))]);
     await waitFor("a's own database delivered again", () => (existsSync(join(partDir("two", "a"), "own", "password")) ? true : undefined), 15_000);
     const ownAgain = dbBinding("two", "a", "own");
+    // What it shared with b comes back too, the same generation delivered anew after its withdrawal (within the stream's duplicate window).
+    await waitFor("a's shared database delivered again", () => (existsSync(join(partDir("two", "a"), "shared", "password")) ? true : undefined), 15_000);
+    expect(dbBinding("two", "a", "shared").password).toBe(shared.password);
     expect(ownAgain.database).toBe(own.database);
     expect(ownAgain.password).not.toBe(own.password);
     expect(await login(ownAgain)).toBeUndefined();

@@ -123,7 +123,8 @@ async function withdraw(deps: ProvisionDeps, g: Grant): Promise<void> {
       withdraw: true,
     };
     await store.js.publish(subjects.delivery(node, g.module, part, g.requirement), JSON.stringify(d), {
-      msgID: `${g.id}:withdraw:g${generation}:${node}:${part}`,
+      // The holding it withdraws (when it was delivered): a later withdrawal of a new holding is not a repeat.
+      msgID: `${g.id}:withdraw:g${generation}:${node}:${part}:${g.holders[h]?.deliveredAt ?? ""}`,
       headers: traceHeaders(),
     });
     log.debug({ grant: g.id, node, part }, "withdrawal announced");
