@@ -48,6 +48,15 @@ export function deleteProblems(req: DeleteRequest, grants: readonly Grant[], exi
     }
     if (!exists.provider(d.name)) return problems.push({ document, path: "name", message: `there is no provider ${d.name} (meshctl get providers lists them)` });
     const served = servedBy(d.name, grants);
+    const deleting = new Set(req.documents.filter((x) => x.kind === "Module").map((x) => x.name));
+    if (served.length && !req.force && served.every((g) => deleting.has(g.module))) {
+      // Its grants are revoked through it: it must outlive them.
+      return problems.push({
+        document,
+        path: "name",
+        message: `provider ${d.name} serves grants of the modules deleted with it (${[...new Set(served.map((g) => g.module))].join(", ")}), which are revoked through it: delete the modules first, then the provider once meshctl status shows them gone`,
+      });
+    }
     if (served.length && !req.force) {
       const mine = served.filter((g) => g.module === CONTROL_PLANE_MODULE).map((g) => g.id);
       const shown = served.slice(0, 5).map((g) => g.id).join(", ") + (served.length > 5 ? ` and ${served.length - 5} more` : "");
