@@ -309,6 +309,8 @@ describe("meshctl delete (built)", () => {
     await mesh.waitForState("clif", "Ready");
     const byFile = await meshctl(["delete", "-f", f]);
     expect(byFile.code, byFile.stderr).toBe(0);
+    // A grant gone by the end is said too.
+    expect(byFile.stdout).toContain("clif/key: revoked at its provider and removed");
     await waitFor("clif to have no state", async () => ((await meshctl(["status", "clif"])).code === 3 ? true : undefined), 15_000);
   });
 

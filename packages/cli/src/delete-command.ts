@@ -116,6 +116,8 @@ export async function runDelete(store: Store, opts: DeleteOptions, out: Output):
   if (!opts.json) for (const d of reply.deleted) out.out(`${d.kind === "Retained" ? "dropping what was retained of" : `deleted ${d.kind.toLowerCase()}`} ${d.name}`);
   const until = Date.now() + (opts.waitMs ?? 60_000);
   let left = await grantsLeft(store, opts.request);
+  // Grants that are gone by the end were taken back and removed: said too, not left out.
+  const named = new Set(left.map((g) => g.grant));
   let said = "";
   // A deleted module's grants are marked by the resolver, then revoked by the provisioner: follow them.
   for (;;) {
@@ -127,6 +129,8 @@ export async function runDelete(store: Store, opts: DeleteOptions, out: Output):
     await new Promise((r) => setTimeout(r, 250));
     left = await grantsLeft(store, opts.request);
   }
+  for (const id of named) if (!left.some((g) => g.grant === id)) left.push({ grant: id, revoked: true, retained: false, gone: true, remains: [] });
+  left.sort((a, b) => a.grant.localeCompare(b.grant));
   const notRevoked = left.filter((g) => !g.revoked);
   if (opts.json) {
     out.out(JSON.stringify({ ok: true, deleted: reply.deleted, grants: left }));
@@ -134,7 +138,7 @@ export async function runDelete(store: Store, opts: DeleteOptions, out: Output):
     for (const g of left) {
       if (!g.revoked) continue;
       const rest = g.remains.length ? `; still to do: ${g.remains.join("; ")}` : "";
-      out.out(`${g.grant}: ${g.gone ? "gone" : g.retained ? `revoked, its data retained (meshctl delete retained ${g.grant} drops it)` : "revoked at its provider"}${rest}`);
+      out.out(`${g.grant}: ${g.gone ? "revoked at its provider and removed" : g.retained ? `revoked, its data retained (meshctl delete retained ${g.grant} drops it)` : "revoked at its provider"}${rest}`);
     }
   }
   if (notRevoked.length) {
