@@ -180,8 +180,8 @@ class Holder implements CredentialHolder {
         this.enqueue(() => this.take(n.data.generation, n.data.rotation, receivedAt, headers, n.data));
       },
     });
-    // The part's deliveries of this grant, for the one that says it was taken back (the part may subscribe to its own).
-    this.withdrawSub = this.nc.subscribe(subjects.delivery(this.opts.node, this.opts.module, this.opts.part, this.opts.requirement), {
+    // The grant taken back from the part: a subject of its own, which carries nothing else (the part may subscribe to its own).
+    this.withdrawSub = this.nc.subscribe(subjects.withdrawal(this.opts.node, this.opts.module, this.opts.part, this.opts.requirement), {
       callback: (err, m) => {
         if (err || this.done) return;
         const d = Delivery.safeParse(safeJson(() => m.json()));

@@ -52,7 +52,7 @@ describe("the control plane's own module", () => {
 
   it("gives a part's identity its own module's reads, its own notices, registrations, fetches and confirmations, nothing of another part", () => {
     const p = partIdentityPermissions("shop", "node-a", "web");
-    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.rotation.values.shop.*.node-a.web.*", "mesh.delivery.node-a.shop.web.*"]);
+    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.rotation.values.shop.*.node-a.web.*", "mesh.delivery.node-a.shop.web.*", "mesh.withdrawal.node-a.shop.web.*"]);
     expect(p.publish).toEqual([
       "$JS.API.DIRECT.GET.KV_mesh-grants.$KV.mesh-grants.shop.*",
       "$JS.API.DIRECT.GET.KV_mesh-rotations.$KV.mesh-rotations.shop.*",

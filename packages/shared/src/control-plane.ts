@@ -199,7 +199,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       case "resolver":
         return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply, subjects.applyModulesAll, subjects.delete] };
       case "provisioner":
-        return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll], subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll] };
+        return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll, subjects.withdrawalsAll], subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll] };
       case "verifier":
         return { publish: [...writes(Buckets.grants, Buckets.verifications), "mesh.probe.request.*"], subscribe: [subjects.verify, subjects.probeReportsAll] };
       case "rotator":

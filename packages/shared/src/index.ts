@@ -30,6 +30,7 @@ export {
 export * from "./module-state.js";
 export * from "./delivery.js";
 export * from "./removal.js";
+export * from "./provider-catalog.js";
 export * from "./crypto.js";
 export * from "./credential-fetch.js";
 export * from "./request-json.js";

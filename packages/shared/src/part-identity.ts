@@ -79,7 +79,12 @@ export function partIdentityPermissions(module: string, node: string, part: stri
       subjects.applyModule(module),
       subjects.credentialList(module, node, part),
     ],
-    subscribe: [`${subjects.partInboxPrefix(module, node, part)}.>`, subjects.holderValuesOfPartAll(module, node, part), subjects.deliveriesForPartOnNode(node, module, part)],
+    subscribe: [
+      `${subjects.partInboxPrefix(module, node, part)}.>`,
+      subjects.holderValuesOfPartAll(module, node, part),
+      subjects.deliveriesForPartOnNode(node, module, part),
+      subjects.withdrawalsForPartOnNode(node, module, part),
+    ],
   };
 }
 

@@ -114,6 +114,16 @@ export const subjects = {
   deliveriesForPart: (module: string, part: string) => `mesh.delivery.*.${checked(module, part)}.*`,
   /** Deliveries to one part of a module on one node (what its identity may subscribe to). */
   deliveriesForPartOnNode: (node: string, module: string, part: string) => `mesh.delivery.${checked(node, module, part)}.*`,
+  /**
+   * Event (core NATS, in no stream): the part no longer holds the grant, which was taken back
+   * (the withdrawal its node's agent also gets as a Delivery). SDK holders listen here, on a
+   * subject that carries nothing else, so a rotation's deliveries do not reach each of them.
+   */
+  withdrawal: (node: string, module: string, part: string, requirement: string) => `mesh.withdrawal.${checked(node, module, part, requirement)}`,
+  /** Every withdrawal of one part on one node (what its identity may subscribe to). */
+  withdrawalsForPartOnNode: (node: string, module: string, part: string) => `mesh.withdrawal.${checked(node, module, part)}.*`,
+  /** Wildcard of every withdrawal (the provisioner publishes them). */
+  withdrawalsAll: "mesh.withdrawal.>",
   /** Deliveries of one requirement to one part of a module, on whatever node it runs (an SDK holder narrowed to one grant). */
   deliveriesForPartRequirement: (module: string, part: string, requirement: string) =>
     `mesh.delivery.*.${checked(module, part, requirement)}`,

@@ -127,6 +127,8 @@ async function withdraw(deps: ProvisionDeps, g: Grant): Promise<void> {
       msgID: `${g.id}:withdraw:g${generation}:${node}:${part}:${g.holders[h]?.deliveredAt ?? ""}`,
       headers: traceHeaders(),
     });
+    // SDK instances of the part hear it on a subject of its own (a rotation's deliveries do not reach them).
+    store.nc.publish(subjects.withdrawal(node, g.module, part, g.requirement), JSON.stringify(d));
     log.debug({ grant: g.id, node, part }, "withdrawal announced");
   }
 }

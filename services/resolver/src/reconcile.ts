@@ -5,6 +5,7 @@
  */
 import {
   Grant,
+  ProviderCatalog,
   ModuleDoc,
   ModuleStatus,
   ProviderDoc,
@@ -25,28 +26,6 @@ import {
 import { applyResolution, resolveModule } from "./resolve.js";
 import { neededGrant, neededGrantIds, type NeededGrant } from "./dependencies.js";
 import type { ReachabilityCatalog } from "./reachability.js";
-
-/**
- * The providers catalog, read once per change of the providers bucket rather than once per
- * module: the cache is valid while the bucket's stream has not moved, which costs one
- * stream-info call to check. Every instance checks against the store, so none acts on a
- * stale catalog.
- */
-export class ProviderCatalog {
-  private seq = -1;
-  private providers: ProviderDoc[] = [];
-  constructor(private readonly store: Store) {}
-
-  async current(): Promise<ProviderDoc[]> {
-    const info = await retryJetStreamGap(() => this.store.jsm.streams.info(kvStream(Buckets.providers)));
-    if (info.state.last_seq !== this.seq) {
-      const list = await listJson(this.store.kv.providers, ProviderDoc);
-      this.providers = list.map((r) => r.value);
-      this.seq = info.state.last_seq;
-    }
-    return this.providers;
-  }
-}
 
 /** The stored state of every grant some provider needs (see dependencies.ts). */
 export async function readNeededGrants(store: Store, providers: readonly ProviderDoc[]): Promise<Map<string, NeededGrant>> {

@@ -4,6 +4,7 @@
  * consumers; compare-and-set on every write keeps them from undoing each other.
  */
 import {
+  ProviderCatalog,
   Durables,
   Buckets,
   KeyedQueue,
@@ -20,7 +21,7 @@ import {
 } from "@mesh/shared";
 import { handleApply } from "./apply.js";
 import { handleDelete } from "./delete.js";
-import { ProviderCatalog, reconcileModule } from "./reconcile.js";
+import { reconcileModule } from "./reconcile.js";
 import { ReachabilityCatalog } from "./reachability.js";
 
 export interface Resolver {

@@ -38,9 +38,9 @@ import {
   kvFilter,
   kvKeyOf,
   kvStream,
-  listJson,
   mutateJson,
   parseGrantId,
+  ProviderCatalog,
   CREDENTIAL_HISTORY,
   parseHolderId,
   propagating,
@@ -108,6 +108,8 @@ export interface Rotator {
 export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const { store, log } = opts;
   const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
+  // Read once per change of the providers bucket: every rotation of a secret looks for the servers it is the admin password of.
+  const catalog = new ProviderCatalog(store);
   const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
   const defaultTimeoutMs = opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS;
   const records = new RotationRecords(store);
@@ -293,7 +295,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    * server); one that accepts no generation the mesh holds refuses the rotation: nothing is told.
    */
   const setAtAdminServers = async (g: Grant, to: number, bindings: Record<string, string>): Promise<void> => {
-    for (const { value: doc } of await listJson(store.kv.providers, ProviderDoc)) {
+    for (const doc of await catalog.current()) {
       const ref = doc.installed ? adapters.adminSecret(doc) : undefined;
       if (ref?.grant !== g.id) continue;
       const next = bindings[ref.key];
@@ -458,14 +460,14 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       next.conditions = withDeliveredCondition(next, now);
       return next;
     });
-    await pruneHistory(r);
+    // Best effort, off the commit's path: the next commit tries again.
+    void pruneHistory(r);
   };
 
   /** Purges the generations of `r`'s credential older than the history kept (see {@link generationsToPurge}); a failure is logged, and the next commit tries again. */
   const pruneHistory = async (r: Rotation): Promise<void> => {
     try {
-      const providers = await listJson(store.kv.providers, ProviderDoc);
-      const needed = providers.some((p) => p.value.needs?.includes(r.grant));
+      const needed = (await catalog.current()).some((p) => p.needs?.includes(r.grant));
       const stored = await credentials.generations(r.module, r.requirement);
       const purge = generationsToPurge(stored, r.to, opts.credentialHistory ?? CREDENTIAL_HISTORY, needed);
       for (const g of purge) await credentials.purgeGeneration(r.module, r.requirement, g);
