@@ -31,7 +31,12 @@ export function isUnneeded(g: Grant): boolean {
 
 /** True when the grant's generations must be revoked at the provider now: unneeded, and some generation is not revoked yet. */
 export function revocationDue(g: Grant): boolean {
-  return isUnneeded(g) && g.generation > 0 && !(g.revoked && g.revoked.generation >= g.generation);
+  return isUnneeded(g) && g.generation > 0 && !isRevoked(g);
+}
+
+/** True when every generation of the grant has been revoked at the provider (not only set out to be). */
+export function isRevoked(g: Grant): boolean {
+  return g.revoked !== undefined && g.revoked.done !== false && g.revoked.generation >= g.generation;
 }
 
 /** Whether taking the grant back drops its resource: its policy (or its kind's default) says `Delete`. */

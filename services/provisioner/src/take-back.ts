@@ -59,6 +59,14 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
   const provider = g.resource.provider ?? g.provider;
   const drop = dropsResource(g);
   const glog = log.child({ grant: g.id, provider, generation: g.generation, drop });
+  // Recorded first: a grant declared again while this runs gets a fresh generation (the one
+  // after these), which nothing below touches; one needed again already is left alone.
+  const intent = await mutateJson(store.kv.grants, key, Grant, (cur) =>
+    cur && isUnneeded(cur) && cur.generation === g.generation && !(cur.revoked?.generation === g.generation)
+      ? { ...cur, revoked: { at: new Date().toISOString(), generation: g.generation, dropped: drop, done: false } }
+      : undefined,
+  );
+  if (!intent || !isUnneeded(intent) || intent.revoked?.generation !== g.generation) return undefined;
   if (provider) {
     const doc = provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, provider, ProviderDoc))?.value;
     if (provider !== BUILTIN_SECRET_PROVIDER && !doc) {
@@ -83,14 +91,19 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
     }
   }
   await testPause(deps, "Revoked");
-  await credentials.purge(g.module, g.requirement);
+  // Only what it revoked: a generation made since (the grant needed again) stays.
+  for (const generation of await credentials.generations(g.module, g.requirement)) {
+    if (generation <= g.generation) await credentials.purgeGeneration(g.module, g.requirement, generation);
+  }
   await testPause(deps, "Purged");
   glog.info(drop ? "taken back: the resource is dropped and its values erased" : "taken back: its logins are revoked and its values erased; its data is kept");
   return mutateJson(store.kv.grants, key, Grant, (cur) => {
-    if (!cur || !isUnneeded(cur) || cur.generation !== g.generation) return undefined; // needed again, or moved on: the next reconcile decides
+    // Needed again and given a new generation meanwhile (which cleared the record): nothing to say.
+    if (!cur || cur.revoked?.generation !== g.generation || cur.revoked.done !== false) return undefined;
+    if (!isUnneeded(cur)) return { ...cur, revoked: { ...cur.revoked, done: true } };
     const next: Grant = {
       ...cur,
-      revoked: { at: new Date().toISOString(), generation: cur.generation, dropped: drop },
+      revoked: { at: new Date().toISOString(), generation: cur.generation, dropped: drop, done: true },
       conditions: cur.conditions.filter((c) => c.type !== "Verified"),
     };
     next.conditions = setCondition(next.conditions, {

@@ -11,6 +11,7 @@ import {
   ErrorCodes,
   Grant,
   MeshError,
+  isRevoked,
   isValidName,
   keys,
   listJson,
@@ -26,7 +27,7 @@ type Problem = Extract<DeleteReply, { ok: false }>["problems"][number];
 
 /** Grants a provider serves (or holds a resource of), that are neither taken back nor retained. */
 export function servedBy(provider: string, grants: readonly Grant[]): Grant[] {
-  return grants.filter((g) => (g.provider === provider || g.resource.provider === provider) && !g.retained && !(g.revoked && g.revoked.generation >= g.generation));
+  return grants.filter((g) => (g.provider === provider || g.resource.provider === provider) && !g.retained && !isRevoked(g));
 }
 
 /**

@@ -88,7 +88,15 @@ export const Grant = z.object({
    * them, and the resource was dropped (`dropped`) or its data kept. A part that needs it again
    * gets a fresh generation (generation + 1) on what was kept.
    */
-  revoked: z.object({ at: z.string(), generation: z.number().int().nonnegative(), dropped: z.boolean() }).optional(),
+  revoked: z
+    .object({
+      at: z.string(),
+      generation: z.number().int().nonnegative(),
+      dropped: z.boolean(),
+      /** False while it is being done (recorded first, so a grant needed again meanwhile gets a fresh generation); absent or true once done. */
+      done: z.boolean().optional(),
+    })
+    .optional(),
   /** The grant's revocations (`meshctl revoke`), oldest first, the newest 20: which generation, when, by whom, why, and who was locked out. */
   revocations: z
     .array(z.object({ rotation: z.string(), generation: z.number().int().positive(), at: z.string(), by: z.string().optional(), reason: z.string().optional(), lockedOut: z.array(z.string()) }))
