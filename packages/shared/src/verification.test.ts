@@ -14,6 +14,11 @@ describe("verification views", () => {
     expect(currentProbes(g, probes, now).map((p) => p.holder)).toEqual(["node-a/api"]);
     expect(currentProbes(g, { "node-a/api": probe(1, 1) }, now)).toEqual([]);
   });
+  it("a probe from before the holder was delivered what it holds does not count (a grant declared again starts at generation 1 anew)", () => {
+    const held = { ...g, holders: { "node-a/api": { generation: 2, deliveredAt: at(2) } } };
+    expect(currentProbes(held, { "node-a/api": probe(3) }, now)).toEqual([]);
+    expect(currentProbes(held, { "node-a/api": probe(1) }, now).map((p) => p.holder)).toEqual(["node-a/api"]);
+  });
   it("the last check is the newest of the verifier's and the probes'", () => {
     expect(lastCheck(g, { checkedAt: at(3), probes: { "node-a/api": probe(1) } }, now)).toEqual({ at: at(1), from: "node-a" });
     expect(lastCheck(g, { checkedAt: at(0.5), probes: { "node-a/api": probe(1) } }, now)).toEqual({ at: at(0.5), from: "verifier" });

@@ -25,7 +25,7 @@ export interface CurrentProbe {
  * current generation, and not stale ({@link probeStaleAfter}).
  */
 export function currentProbes(
-  g: Pick<Grant, "generation" | "targets">,
+  g: Pick<Grant, "generation" | "targets"> & Partial<Pick<Grant, "holders">>,
   probes: Readonly<Record<string, ProbeResult>>,
   now: number,
 ): CurrentProbe[] {
@@ -34,6 +34,10 @@ export function currentProbes(
     const holder = holderKey(t.node, t.part);
     const p = probes[holder];
     if (!p || p.generation !== g.generation) continue;
+    // A probe from before the holder was delivered what it holds is of something else: a grant
+    // deleted and declared again starts at generation 1 anew, and its old probes say nothing of it.
+    const delivered = g.holders?.[holder]?.deliveredAt;
+    if (delivered && Date.parse(p.observedAt) < Date.parse(delivered)) continue;
     const age = now - Date.parse(p.observedAt);
     if (!(age <= probeStaleAfter(p.intervalMs))) continue;
     out.push({ holder, node: t.node, part: t.part, probe: p });
