@@ -9,6 +9,17 @@ export function isTarget(grant: Grant, node: string, part: string): boolean {
   return grant.targets.some((t) => t.node === node && t.part === part);
 }
 
+/**
+ * The message id of the Delivery of `g`'s current generation to `node/part`, which makes a
+ * repeat within the stream's duplicate window free. The grant's incarnation (`createdAt`) and
+ * the holder's last withdrawal are in it, so a new delivery of the same generation number (a
+ * grant deleted and declared again, a part uninstalled and installed again) is no repeat.
+ */
+export function deliveryMsgId(g: Grant, node: string, part: string): string {
+  const withdrawn = g.withdrawn?.[holderKey(node, part)];
+  return `${g.id}@${g.createdAt ?? ""}:g${g.generation}:${node}:${part}${withdrawn ? `:after-${withdrawn}` : ""}`;
+}
+
 /** Targets that do not yet hold the grant's current generation. */
 export function undelivered(grant: Grant): Grant["targets"] {
   return grant.targets.filter((t) => (grant.holders[holderKey(t.node, t.part)]?.generation ?? 0) < grant.generation);

@@ -7,14 +7,12 @@ import { hostname } from "node:os";
 import {
   BUILTIN_SECRET_PROVIDER,
   ErrorCodes,
-  DeliveryReceipt,
   Grant,
   MeshError,
   ProviderDoc,
   errorMessage,
   isMeshError,
   isTrue,
-  keys,
   mutateJson,
   readJson,
   setCondition,
@@ -22,6 +20,7 @@ import {
   traceHeaders,
   isUnneeded,
   pendingWithdrawals,
+  deliveryMsgId,
   undelivered,
   withDeliveredCondition,
   type Delivery,
@@ -167,12 +166,8 @@ async function announce(store: Store, grant: Grant, log: Logger): Promise<void> 
       generation: grant.generation,
       publishedAt: new Date().toISOString(),
     };
-    // A holder whose binding was withdrawn (the part uninstalled, the grant deleted) and that is
-    // a target again gets the same generation anew: its withdrawal's time keeps this delivery
-    // from being taken for a repeat of the one before it, within the stream's window.
-    const receipt = (await readJson(store.kv.receipts, keys.receipt(t.node, grant.module, grant.requirement, t.part), DeliveryReceipt).catch(() => undefined))?.value;
     await store.js.publish(subjects.delivery(t.node, grant.module, t.part, grant.requirement), JSON.stringify(d), {
-      msgID: `${grant.id}:g${grant.generation}:${t.node}:${t.part}${receipt?.withdrawnAt ? `:after-${receipt.withdrawnAt}` : ""}`,
+      msgID: deliveryMsgId(grant, t.node, t.part),
       headers: traceHeaders(),
     });
     log.debug({ grant: grant.id, node: t.node, part: t.part, generation: grant.generation }, "delivery announced");

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { getCondition, type DeliveryReceipt, type Grant } from "@mesh/shared";
+import { deliveryMsgId, getCondition, type DeliveryReceipt, type Grant } from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
 import { clearHookFailure, foldReceipt, recordDeliveryFailure, recordHolder, recordHookFailure } from "./receipts.js";
 
@@ -102,5 +102,19 @@ describe("foldReceipt", () => {
     expect(getCondition(ran.conditions, "Rotating")).toMatchObject({ reason: "AwaitingHolders" });
     // After the commit the failure says nothing any more.
     expect(foldReceipt(grant({ generation: 3, holders: held(3) }), "node-a", "api", receipt({ generation: 3, hook }), now)).toBeUndefined();
+  });
+});
+
+describe("a withdrawn holder", () => {
+  it("leaves the holders with its withdrawal's time, which goes once it holds the grant again, and makes its next delivery no repeat", () => {
+    const before = grantFixture({ holders: held(2), targets: [{ part: "worker", node: "node-b" }], createdAt: "c1" });
+    const gone = foldReceipt(before, "node-a", "api", { generation: 0, withdrawnAt: "w1" }, now)!;
+    expect(gone.holders).toEqual({});
+    expect(gone.withdrawn).toEqual({ "node-a/api": "w1" });
+    const back = { ...gone, targets: [...gone.targets, { part: "api", node: "node-a" }] };
+    expect(deliveryMsgId(back, "node-a", "api")).not.toBe(deliveryMsgId(before, "node-a", "api"));
+    expect(deliveryMsgId(grantFixture({ createdAt: "c2" }), "node-a", "api")).not.toBe(deliveryMsgId(grantFixture({ createdAt: "c1" }), "node-a", "api"));
+    const held2 = recordHolder(back, "node-a", "api", 2, now)!;
+    expect(held2.withdrawn).toBeUndefined();
   });
 });

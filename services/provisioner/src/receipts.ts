@@ -43,6 +43,11 @@ export function recordHolder(grant: Grant | undefined, node: string, part: strin
   const key = holderKey(node, part);
   if ((grant.holders[key]?.generation ?? 0) >= generation) return undefined;
   const updated: Grant = { ...grant, holders: { ...grant.holders, [key]: { generation, deliveredAt: now.toISOString() } } };
+  // Held again: its withdrawal is over.
+  if (updated.withdrawn && Object.hasOwn(updated.withdrawn, key)) {
+    const { [key]: _over, ...rest } = updated.withdrawn;
+    updated.withdrawn = Object.keys(rest).length ? rest : undefined;
+  }
   return { ...updated, conditions: withDeliveredCondition(updated, now) };
 }
 
@@ -124,7 +129,7 @@ export function foldReceipt(grant: Grant | undefined, node: string, part: string
     const key = holderKey(node, part);
     if (!r.withdrawnAt || !Object.hasOwn(grant.holders, key)) return undefined;
     const { [key]: _gone, ...holders } = grant.holders;
-    return { ...grant, holders };
+    return { ...grant, holders, withdrawn: { ...grant.withdrawn, [key]: r.withdrawnAt } };
   }
   let g = grant;
   if (r.generation > 0) g = recordHolder(g, node, part, r.generation, r.deliveredAt ? new Date(r.deliveredAt) : now) ?? g;

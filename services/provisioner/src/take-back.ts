@@ -137,7 +137,7 @@ async function withdraw(deps: ProvisionDeps, g: Grant): Promise<void> {
     };
     await store.js.publish(subjects.delivery(node, g.module, part, g.requirement), JSON.stringify(d), {
       // The holding it withdraws (when it was delivered): a later withdrawal of a new holding is not a repeat.
-      msgID: `${g.id}:withdraw:g${generation}:${node}:${part}:${g.holders[h]?.deliveredAt ?? ""}`,
+      msgID: `${g.id}@${g.createdAt ?? ""}:withdraw:g${generation}:${node}:${part}:${g.holders[h]?.deliveredAt ?? ""}`,
       headers: traceHeaders(),
     });
     // SDK instances of the part hear it on a subject of its own (a rotation's deliveries do not reach them).

@@ -241,6 +241,7 @@ export function applyResolution(current: Grant | undefined, r: Resolution, now =
     resource: {},
     holders: {},
     conditions: [],
+    createdAt: now.toISOString(),
   };
   const next: Grant = {
     ...base,

@@ -423,12 +423,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
         const subject = subjects.delivery(h.node, r.module, h.part, r.requirement);
         // One PRODUCER span per holder, the rotation's child; the agent's span is its child.
         await withProducerSpan("rotator", subject, SubjectTemplates.delivery, holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), contextOfTraceparent(r.traceparent), (headers) =>
-          store.js.publish(subject, JSON.stringify(d), { msgID: `${r.id}:${h.node}:${h.part}`, headers }),
+          store.js.publish(subject, JSON.stringify(d), { msgID: `${r.id}@${r.requestedAt}:${h.node}:${h.part}`, headers }),
         );
       }),
     );
     const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, from: r.from, to: r.to, publishedAt };
-    await store.js.publish(subjects.rotationBroadcast(r.module, r.requirement), JSON.stringify(b), { msgID: r.id, headers: headers() });
+    await store.js.publish(subjects.rotationBroadcast(r.module, r.requirement), JSON.stringify(b), { msgID: `${r.id}@${r.requestedAt}`, headers: headers() });
   };
 
   const commit = async (key: string, r: Rotation): Promise<void> => {

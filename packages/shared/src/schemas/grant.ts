@@ -65,6 +65,10 @@ export const Grant = z.object({
   /** Non-secret description of the resource (names of the role and database…), set by the provisioner. */
   resource: z.record(z.string(), z.string()).default({}),
   holders: z.record(z.string(), HolderState).default({}),
+  /** When the resolver made the grant: a grant deleted and declared again starts at generation 1 anew, and this tells the two apart. */
+  createdAt: z.string().optional(),
+  /** Holders (`<node>/<part>`) whose binding was withdrawn, and when, until they hold the grant again (see `deliveryMsgId`). */
+  withdrawn: z.record(z.string(), z.string()).optional(),
   conditions: z.array(Condition),
   /** The requirement's `verify:` policy, copied by the resolver (absent: the verifier's default interval). */
   verify: VerifyPolicy.optional(),
