@@ -21,6 +21,7 @@ import { holdCredential, watchCredentials } from "@mesh/client";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
+import { runMeshctl } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
 
 let db: Postgres;
@@ -63,17 +64,7 @@ async function storedRevisions(module: string, requirement: string): Promise<num
 }
 
 /** Runs the built meshctl against the test's mesh. */
-function meshctlIn(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const repo = fileURLToPath(new URL("..", import.meta.url));
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [join(repo, "packages/cli/bin/meshctl.js"), ...args], { env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url, MESH_NATS_CREDENTIALS: "" } });
-    let stdout = "";
-    let stderr = "";
-    p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-    p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    p.on("close", (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const meshctlIn = (args: string[]) => runMeshctl(tmpdir(), args, { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url, MESH_NATS_CREDENTIALS: "" });
 
 const module = (name: string, requires: ModuleDoc["requires"], parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }]): ModuleDoc => ({ kind: "Module", name, parts, requires });
 

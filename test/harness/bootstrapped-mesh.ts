@@ -23,7 +23,8 @@ export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv):
     let stderr = "";
     p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
     p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    p.once("exit", (code) => resolve({ code, stdout, stderr }));
+    // "close", not "exit": the output is read to its end first.
+    p.once("close", (code) => resolve({ code, stdout, stderr }));
   });
 }
 

@@ -13,6 +13,7 @@ import {
   listJson,
   keys,
   parseGrantId,
+  readJson,
   removalRemains,
   revocationDue,
   subjects,
@@ -97,7 +98,7 @@ async function grantsLeft(store: Store, req: DeleteRequest): Promise<GrantLeft[]
   }
   for (const id of req.retained) {
     const { module, requirement } = parseGrantId(id)!;
-    const g = (await listJson(store.kv.grants, Grant, keys.grant(module, requirement)))[0]?.value;
+    const g = (await readJson(store.kv.grants, keys.grant(module, requirement), Grant))?.value;
     if (g) add(g);
     else left.push({ grant: id, revoked: true, retained: false, gone: true, remains: [] });
   }
