@@ -5,22 +5,17 @@
  * `confirm()` on an update once it has switched to it; the old generation is retired only
  * after every holder confirmed.
  *
- * One message in on the rotation path: the instance registers its public xkey, and the rotator
- * sends it a notice of each rotation on the instance's own subject (which only the rotator may
- * publish to), with the new generation's values sealed to that xkey. A notice whose values do
- * not open for this instance, rotation and generation is applied by fetching them instead.
- *
- * Durable in effect: the rotator tells an instance again while it has not confirmed, and an
- * instance that was disconnected reads the running rotation from KV when it is back, so it
- * never misses one. Its confirmation is one plain message, not a request: the rotator records
- * it, and while the record does not have it the rotator tells the instance again, which sends
- * it again (as it does when it is back from a disconnect and the record still misses it). The
- * rotator drives the retries, paced, instead of every holder of a rotation running its own
- * timers, and a holder's confirmation costs one message instead of a request and its answer.
+ * Rotations reach it as JetStream messages on a durable consumer of its own, which the control
+ * plane makes when it sees the registration (in its part's holder stream, see holder-streams.ts
+ * in @mesh/shared). The message says which grant moves from k to k+1; the instance fetches k+1
+ * sealed to its own xkey, yields it, and acknowledges the message only when the application
+ * calls `confirm()`: that JetStream ack is its confirmation, recorded by the server, which
+ * refuses an ack from an identity that is not the part's. Until then it tells the server it is
+ * still working on it; an instance that was away gets the message again when it is back (the
+ * consumer keeps it), and a lost ack is delivered again, not lost.
  */
 import { randomBytes } from "node:crypto";
-import { jetstream } from "@nats-io/jetstream";
-import type { MsgHdrs } from "@nats-io/transport-node";
+import { JetStreamApiError, jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { context, trace, type Span } from "@opentelemetry/api";
 import {
@@ -28,34 +23,28 @@ import {
   ErrorCodes,
   Delivery,
   Grant,
-  HolderNotice,
+  HOLDER_ACK_WAIT_MS,
   MeshError,
   NAME_RULE,
-  ReplyLine,
-  Rotation,
-  SealedHolderPayload,
+  RotationBroadcast,
   HOLDER_HEARTBEAT_MS,
   SubjectTemplates,
   contextFrom,
-  contextOfTraceparent,
   createSealingKey,
   errorMessage,
   fetchCredential,
   grantId,
-  isRotationRunning,
+  holderEndpoint,
   isValidName,
   keys,
-  openFrom,
-  propagating,
+  retryDelayMs,
   sdkHolderId,
-  sendConfirmation,
   storeWrite,
   subjects,
   holderSpanAttributes,
   startConsumerSpan,
-  startProducerSpan,
-  type Confirmation,
   type CredentialValues,
+  type HolderEndpoint,
   type HolderRegistration,
   type NatsConnection,
 } from "@mesh/shared";
@@ -92,13 +81,10 @@ export interface HeldCredential {
    */
   rotation?: string;
   /**
-   * Tells the rotator this instance now uses `generation` (call it once the application has
-   * switched). Resolves once the confirmation is handed to the connection; the holder sends it
-   * again by itself each time the rotator tells it of the rotation again (it does while its
-   * record misses the confirmation: one lost, or sent while no rotator ran) and when it is back
-   * from a disconnect with the record still missing it. Rejects when the connection is closed.
-   * A refused confirmation (this instance does not hold the grant) is logged by the rotator and
-   * listed in the rotation record (`meshctl status`). A no-op outside a rotation.
+   * Tells the mesh this instance now uses `generation` (call it once the application has
+   * switched): acknowledges the rotation's message on the instance's own consumer, and resolves
+   * once the server has recorded the ack. Rejects when it could not be (the connection closed):
+   * the message then comes back, and the update is yielded again to be confirmed. A no-op outside a rotation.
    */
   confirm(): Promise<void>;
 }
@@ -123,12 +109,8 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
   const js = jetstream(nc);
   const kvm = new Kvm(js);
   // Direct gets name the key in their subject, so a part's identity may read its own module's records and no other's.
-  const [holders, grants, rotations] = await Promise.all([
-    kvm.open(Buckets.holders),
-    kvm.open(Buckets.grants, { allow_direct: true }),
-    kvm.open(Buckets.rotations, { allow_direct: true }),
-  ]);
-  const h = new Holder(nc, { holders, grants, rotations }, { ...opts, instance });
+  const [holders, grants] = await Promise.all([kvm.open(Buckets.holders), kvm.open(Buckets.grants, { allow_direct: true })]);
+  const h = new Holder(nc, js, { holders, grants }, { ...opts, instance });
   await h.start();
   return h;
 }
@@ -137,49 +119,32 @@ class Holder implements CredentialHolder {
   readonly holder: string;
   private readonly grant: string;
   private readonly key = createSealingKey();
-  /** The mesh's sealing key, learned from the last credential fetched; notices must be sealed by it. */
-  private meshSender: string | undefined;
+  private readonly endpoint: HolderEndpoint;
   private readonly buffer: HeldCredential[] = [];
   private waiter: ((r: IteratorResult<HeldCredential>) => void) | undefined;
   private done = false;
   private generation = 0;
   private heartbeat: NodeJS.Timeout | undefined;
-  private noticeSub: ReturnType<NatsConnection["subscribe"]> | undefined;
   private withdrawSub: ReturnType<NatsConnection["subscribe"]> | undefined;
+  private messages: ConsumerMessages | undefined;
+  private consuming: Promise<void> | undefined;
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
   private chain: Promise<void> = Promise.resolve();
-  private readonly confirmSubject: string;
-  /** The last confirmation sent, to send again while the rotation's record misses it. */
-  private confirmation: { c: Confirmation; data: string; headers: MsgHdrs | undefined; recording?: boolean } | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
-    private readonly kv: { holders: KV; grants: KV; rotations: KV },
+    private readonly js: JetStreamClient,
+    private readonly kv: { holders: KV; grants: KV },
     private readonly opts: HoldCredentialOptions & { instance: string },
   ) {
     this.holder = sdkHolderId(opts.node, opts.part, opts.instance);
     this.grant = grantId(opts.module, opts.requirement);
     this.regKey = keys.holder(opts.module, opts.requirement, opts.node, opts.part, opts.instance);
-    this.confirmSubject = subjects.rotationConfirm(opts.module, opts.requirement, opts.node, opts.part);
+    this.endpoint = holderEndpoint(this.grant, this.holder)!;
   }
 
   async start(): Promise<void> {
-    // Subscribed before registering: a rotation that sees the registration may tell it at once.
-    this.noticeSub = this.nc.subscribe(subjects.holderValues(this.opts.module, this.opts.requirement, this.opts.node, this.opts.part, this.opts.instance), {
-      callback: (err, m) => {
-        if (err || this.done) return;
-        const n = HolderNotice.safeParse(safeJson(() => m.json()));
-        if (!n.success || n.data.holder !== this.holder || n.data.grant !== this.grant || n.data.generation < this.generation) return;
-        // Told again: the rotator has not recorded this instance's confirmation (it is sent
-        // again), or the application has not confirmed yet (its confirm() sends it).
-        if (n.data.generation === this.generation) return this.confirmAgain(n.data.rotation);
-        const receivedAt = new Date();
-        // Headers are decoded only for a propagator to read.
-        const headers = propagating() ? m.headers : undefined;
-        this.enqueue(() => this.take(n.data.generation, n.data.rotation, receivedAt, headers, n.data));
-      },
-    });
     // The grant taken back from the part: a subject of its own, which carries nothing else (the part may subscribe to its own).
     this.withdrawSub = this.nc.subscribe(subjects.withdrawal(this.opts.node, this.opts.module, this.opts.part, this.opts.requirement), {
       callback: (err, m) => {
@@ -193,14 +158,9 @@ class Holder implements CredentialHolder {
     await this.register();
     this.heartbeat = setInterval(() => void this.register().catch(() => undefined), this.opts.heartbeatMs ?? HOLDER_HEARTBEAT_MS);
     this.heartbeat.unref();
-    this.enqueue(() => this.catchUp(true));
-    // Back after a disconnect: a notice may have gone by; the rotation record says.
-    void (async () => {
-      for await (const s of this.nc.status()) {
-        if (this.done) break;
-        if (s.type === "reconnect") this.enqueue(() => this.catchUpAfterReconnect());
-      }
-    })().catch(() => undefined);
+    this.enqueue(() => this.current());
+    // The consumer is made by the control plane once it sees the registration: it is looked for until it is there.
+    this.consuming = this.consume();
   }
 
   private register(): Promise<unknown> {
@@ -222,163 +182,109 @@ class Holder implements CredentialHolder {
     this.chain = this.chain.then(fn).catch(() => undefined);
   }
 
-  /** The current generation (at start), then the staged one of a running rotation. */
-  private async catchUp(initial: boolean): Promise<void> {
-    if (initial) {
-      const e = await this.kv.grants.get(keys.grant(this.opts.module, this.opts.requirement));
-      const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(e.json()) : undefined;
-      if (g?.success && g.data.generation > 0) await this.take(g.data.generation, undefined, new Date(), undefined);
-    }
-    const e = await this.kv.rotations.get(keys.grant(this.opts.module, this.opts.requirement));
-    const r = e && e.operation === "PUT" && e.length ? Rotation.safeParse(e.json()) : undefined;
-    if (!r?.success || !isRotationRunning(r.data)) return;
-    // An instance that registered after the rotation started is not among its holders: it
-    // takes the new generation all the same (it works already, and is the one kept), and has
-    // nothing to confirm (the rotator would refuse it).
-    const mine = Object.hasOwn(r.data.holders, this.holder);
-    // Confirmed while away (or while no rotator ran), and not in the record: sent again, as a
-    // request this time (a rotator may not be back yet), until one records it.
-    if (mine && r.data.to === this.generation && r.data.holders[this.holder]!.c === undefined) void this.confirmUntilRecorded(r.data.id);
-    await this.take(r.data.to, mine ? r.data.id : undefined, new Date(), undefined, undefined, r.data.traceparent);
+  /** The current generation, at start. */
+  private async current(): Promise<void> {
+    const e = await this.kv.grants.get(keys.grant(this.opts.module, this.opts.requirement));
+    const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(e.json()) : undefined;
+    if (g?.success && g.data.generation > 0) await this.take(g.data.generation, undefined, new Date());
   }
 
-  /** {@link catchUp} after a reconnect, tried again while the server is still recovering JetStream. */
-  private async catchUpAfterReconnect(): Promise<void> {
-    for (let attempt = 0; !this.done; attempt++) {
+  /**
+   * Consumes the instance's own consumer until it stops: looked for until the control plane has
+   * made it, and looked for again should it vanish (its server lost; made again by the rotator,
+   * it delivers the last rotation again).
+   */
+  private async consume(): Promise<void> {
+    for (let attempt = 0; !this.done; ) {
       try {
-        return await this.catchUp(false);
+        const consumer = await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
+        attempt = 0;
+        this.messages = await consumer.consume({ max_messages: 1 });
+        if (this.done) break;
+        for await (const m of this.messages) this.enqueue(() => this.rotation(m));
       } catch (e) {
-        // Past this, the rotator's notices still reach the instance while it has not confirmed.
-        if (attempt >= 6) throw e;
-        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
+        if (this.done) break;
+        // Not made yet (or gone): looked for again, soon at first.
+        if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout/i.test(errorMessage(e))) attempt = Math.max(attempt, 4);
       }
+      if (this.done) break;
+      await new Promise((r) => setTimeout(r, Math.min(2_000, 50 * 2 ** attempt++)));
     }
   }
 
-  /**
-   * Sends the confirmation of `rotation` again as a request, until a rotator recorded or refused
-   * it, the holder stops, or a minute passed (then the rotator's notices, once one runs, ask for it).
-   */
-  private async confirmUntilRecorded(rotation: string): Promise<void> {
-    const c = this.confirmation;
-    if (this.done || c?.c.rotation !== rotation || c.recording) return;
-    c.recording = true;
-    const line = new ReplyLine(this.nc, "rotator");
-    try {
-      await sendConfirmation(line, c.c, { ...(c.headers ? { headers: c.headers } : {}), budgetMs: 60_000, stopped: () => this.done });
-    } catch {
-      // Refused (the rotator logged and recorded why), or stopped.
-    } finally {
-      line.close();
-      c.recording = false;
+  /** One rotation's message: k+1 taken and yielded; acknowledged when the application confirms, or at once if this instance has it already. */
+  private async rotation(m: JsMsg): Promise<void> {
+    if (this.done) return;
+    const b = RotationBroadcast.safeParse(safeJson(() => m.json()));
+    if (!b.success || b.data.grant !== this.grant || m.subject !== this.endpoint.subject) {
+      m.term();
+      return;
     }
+    if (b.data.to <= this.generation) {
+      await m.ackAck().catch(() => undefined);
+      return;
+    }
+    const taken = await this.take(b.data.to, b.data.rotation, new Date(), m);
+    // Not fetched (the provisioner did not answer): the message comes back for another try.
+    if (!taken) m.nak(retryDelayMs(m.info.deliveryCount));
   }
 
-  /** Sends the confirmation of `rotation` again, when the application has confirmed it. */
-  private confirmAgain(rotation: string): void {
-    const c = this.confirmation;
-    if (this.done || c?.c.rotation !== rotation) return;
-    try {
-      this.nc.publish(this.confirmSubject, c.data, c.headers ? { headers: c.headers } : undefined);
-    } catch {
-      // The connection is closed: nothing to send on.
-    }
-  }
-
-  /**
-   * The values `notice` sealed to this instance, when they open for it, its rotation and
-   * generation, and were sealed by the mesh's sealing key as this instance learned it from a
-   * credential it fetched (a reply only the provisioner may send), never from the notice itself:
-   * anyone who may publish on the notice subject could seal values of their own to this
-   * instance's public xkey. Undefined otherwise (fetch, which the provisioner answers only for a
-   * generation that exists).
-   */
-  private sealedValues(notice: HolderNotice | undefined): CredentialValues | undefined {
-    if (!notice?.sealed || !notice.sender || notice.sender !== this.meshSender) return undefined;
-    try {
-      const p = SealedHolderPayload.safeParse(openFrom(this.key, notice.sender, notice.sealed));
-      if (!p.success || p.data.holder !== this.holder || p.data.rotation !== notice.rotation || p.data.generation !== notice.generation) return undefined;
-      return p.data.values;
-    } catch {
-      return undefined; // not sealed to this key: fetch instead
-    }
-  }
-
-  private async take(
-    generation: number,
-    rotation: string | undefined,
-    receivedAt: Date,
-    headers: Parameters<typeof contextFrom>[0],
-    notice?: HolderNotice,
-    traceparent?: string,
-  ): Promise<void> {
-    if (this.done || generation <= this.generation) return;
-    // A CONSUMER span, the child of the rotator's notice (or, caught up from the record, of the rotation's span).
-    const { module, requirement, node, part, instance } = this.opts;
+  /** Takes generation `generation`: fetched sealed to this instance, then yielded; `m` is acknowledged by its `confirm()`. False when it could not be fetched. */
+  private async take(generation: number, rotation: string | undefined, receivedAt: Date, m?: JsMsg): Promise<boolean> {
+    if (this.done || generation <= this.generation) return true;
+    // A CONSUMER span, the child of the rotator's broadcast (its context in the message's headers).
+    const { module, requirement, node, part } = this.opts;
     const span: Span | undefined = rotation
       ? startConsumerSpan(
           "client",
-          subjects.holderValues(module, requirement, node, part, instance),
-          SubjectTemplates.holderValues,
+          this.endpoint.subject,
+          SubjectTemplates.partRotation,
           holderSpanAttributes({ rotation, grant: this.grant, node, part, holder: this.holder, generation }),
-          headers,
-          { fallback: contextOfTraceparent(traceparent) },
+          m?.headers as Parameters<typeof contextFrom>[0],
         )
       : undefined;
-    let values: CredentialValues | undefined = this.sealedValues(notice);
-    span?.setAttribute("mesh.values", values ? "sealed" : "fetched");
+    let values: CredentialValues | undefined;
     for (let attempt = 0; !this.done && values === undefined; attempt++) {
       try {
-        const fetched = await fetchCredential(this.nc, { grant: this.grant, part: this.opts.part, node: this.opts.node, generation }, this.key, {
-          timeoutMs: this.opts.fetchTimeoutMs ?? 5_000,
-        });
+        const fetched = await fetchCredential(this.nc, { grant: this.grant, part, node, generation }, this.key, { timeoutMs: this.opts.fetchTimeoutMs ?? 5_000 });
         values = fetched.values;
-        this.meshSender = fetched.sender;
       } catch (e) {
         if (attempt >= 8 || (e instanceof MeshError && !e.retryable)) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
           span?.end();
-          return;
+          return false;
         }
         await new Promise((r) => setTimeout(r, Math.min(5_000, 100 * 2 ** attempt)));
       }
     }
-    if (values === undefined || this.done) return span?.end();
+    if (values === undefined || this.done) {
+      span?.end();
+      return values !== undefined;
+    }
     this.generation = generation;
+    span?.setAttribute("mesh.received_at", receivedAt.toISOString());
+    // Applying may take the application a while: the server is told it is in work, so it does not deliver the message again meanwhile.
+    const progress = m ? setInterval(() => m.working(), HOLDER_ACK_WAIT_MS / 3) : undefined;
+    progress?.unref();
     let confirmed: Promise<void> | undefined;
     const confirm = () =>
       (confirmed ??= (async () => {
-        if (!rotation) return;
-        const c: Confirmation = {
-          rotation,
-          grant: this.grant,
-          holder: this.holder,
-          generation,
-          receivedAt: receivedAt.toISOString(),
-          appliedAt: new Date().toISOString(),
-          confirmedAt: new Date().toISOString(),
-        };
+        clearInterval(progress);
+        if (!m) return;
         try {
-          // A PRODUCER span, this holder's span's child, carried to whoever traces the confirmations (kept for re-sends).
-          const send = span?.isRecording()
-            ? startProducerSpan("client", this.confirmSubject, SubjectTemplates.rotationConfirm, holderSpanAttributes({ rotation, grant: this.grant, node, part, holder: this.holder, generation }), trace.setSpan(context.active(), span))
-            : undefined;
-          const headers = send?.headers;
-          const data = JSON.stringify(c);
-          this.confirmation = { c, data, headers };
-          try {
-            this.nc.publish(this.confirmSubject, data, headers ? { headers } : undefined);
-          } finally {
-            send?.span.end();
-          }
+          // The confirmation: recorded by the server on this instance's own consumer.
+          await m.ackAck();
         } catch (e) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
-          throw new MeshError(ErrorCodes.Unavailable, `could not send the confirmation of rotation ${rotation} (${errorMessage(e)}); the connection is closed: hold the credential on an open one`, { retryable: false });
+          confirmed = undefined;
+          throw new MeshError(ErrorCodes.Unavailable, `could not acknowledge rotation ${rotation} (${errorMessage(e)}); the server delivers it again and it is yielded again to confirm`, { retryable: true });
         } finally {
           span?.end();
         }
       })());
     this.push({ grant: this.grant, generation, values, ...(rotation ? { rotation } : {}), confirm });
+    if (!rotation) span?.end();
+    return true;
   }
 
   private push(u: HeldCredential): void {
@@ -393,10 +299,12 @@ class Holder implements CredentialHolder {
     if (this.done) return;
     this.done = true;
     clearInterval(this.heartbeat);
-    this.noticeSub?.unsubscribe();
     this.withdrawSub?.unsubscribe();
+    await this.messages?.close().catch(() => undefined);
+    await this.consuming?.catch(() => undefined);
     this.waiter?.({ value: undefined, done: true });
     this.waiter = undefined;
+    // The control plane removes the instance's consumer with its registration.
     await this.kv.holders.delete(this.regKey).catch(() => undefined);
   }
 

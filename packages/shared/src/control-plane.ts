@@ -9,6 +9,7 @@ import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
 import { Buckets, Durables, Streams, keys, subjects, type BucketName } from "./subjects.js";
 import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
+import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 
 /** The control plane's module name. */
 export const CONTROL_PLANE_MODULE = "mesh";
@@ -51,7 +52,7 @@ function agentJetStream(node: string): string[] {
   const reads = [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.rotations].map((b) => `$JS.API.DIRECT.GET.KV_${b}.>`);
   // Of the records it writes, only its own node's (direct gets name the key in their subject).
   const own = nodeOwned(node).map(({ bucket, filter }) => `$JS.API.DIRECT.GET.KV_${bucket}.$KV.${bucket}.${filter}`);
-  return ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", ...reads, ...own, ...durableOf(Streams.deliveries, agentDurable(node)), ...listing(Buckets.providers)];
+  return ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", ...reads, ...own, ...durableOf(Streams.deliveries, agentDurable(node)), ...listing(Buckets.providers), ...holderStreamUse(agentHolderStream(node))];
 }
 
 /**
@@ -159,7 +160,8 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
       // The manifests: its schedule check reads every module's rotate policies (once a minute,
       // which the trace missed; seen refused in a rehearsal of the README's first command).
       // The providers: rotating a secret that is a provider's admin password sets it at that provider's server.
-      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers] };
+      // The receipts: an agent's says which part holds which grant, so its consumer is made.
+      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers, Buckets.receipts] };
   }
 }
 
@@ -167,8 +169,23 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
 function jetStreamPermissions(service: ControlPlaneService | { agent: string }): { allow: string[]; deny: string[] } {
   if (typeof service === "object") return { allow: agentJetStream(service.agent), deny: othersDurables([Buckets.providers], []) };
   const { durables, lists } = serviceUse(service);
-  return { allow: jetStreamOf(durables, lists), deny: othersDurables(lists, durables) };
+  const allow = jetStreamOf(durables, lists);
+  const deny = othersDurables(lists, durables);
+  if (service === "rotator") {
+    allow.push(...HOLDER_STREAMS_ADMIN);
+    // Deleting a holder's consumer names only stream and consumer: every durable of the mesh's own is carved out.
+    deny.push(...Object.values(Durables).map((d) => `$JS.API.CONSUMER.DELETE.KV_${d.bucket}.${d.name}`), `$JS.API.CONSUMER.DELETE.${Streams.deliveries}.*`);
+  }
+  return { allow, deny };
 }
+
+/**
+ * What the rotator does to the holders' streams and consumers (holder-streams.ts): make a
+ * stream (its name is one token, so this is any name; one that exists with other settings is
+ * refused by the server), make a consumer filtered on broadcasts (the filter is in the subject,
+ * so no consumer of any other stream), look at any consumer (its ack floor), and delete one.
+ */
+const HOLDER_STREAMS_ADMIN = ["$JS.API.STREAM.CREATE.*", `$JS.API.CONSUMER.CREATE.*.*.${subjects.rotationBroadcastsAll}`, "$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.DELETE.*.*"];
 
 /** KV writes are publishes to `$KV.<bucket>.<key>`: each service may write the buckets it owns, and no other. */
 const writes = (...buckets: BucketName[]) => buckets.map((b) => `$KV.${b}.>`);
@@ -189,7 +206,6 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
           // The artifact store the agents hold (object.store names its bucket <module>_<requirement>).
           `$O.${CONTROL_PLANE_MODULE}_${ControlPlaneRequirements.artifacts}.>`,
           subjects.credentialFetchesOfNode(node),
-          subjects.rotationConfirmsOfNode(node),
           `mesh.probe.report.${node}.>`,
         ],
         subscribe: [subjects.probeRequest(node)],
@@ -205,8 +221,9 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       case "rotator":
         return {
           // mesh-holders: an evicted SDK instance's registration is removed.
-          publish: [...writes(Buckets.grants, Buckets.rotations, Buckets.credentials, Buckets.holders), subjects.deliveriesAll, subjects.rotationBroadcastsAll, "mesh.rotation.values.>"],
-          subscribe: [subjects.rotate, subjects.evict, subjects.rotationConfirmsAll],
+          publish: [...writes(Buckets.grants, Buckets.rotations, Buckets.credentials, Buckets.holders), subjects.rotationBroadcastsAll],
+          // Every holder's ack, as the server's ack metric.
+          subscribe: [subjects.rotate, subjects.evict, subjects.holderAckMetricsAll],
         };
     }
   })();

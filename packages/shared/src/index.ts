@@ -48,3 +48,4 @@ export * from "./state-dir.js";
 export * from "./admin-password-policy.js";
 export * from "./admin-secret.js";
 export * from "./nats-ceiling.js";
+export * from "./holder-streams.js";

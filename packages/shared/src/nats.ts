@@ -221,13 +221,6 @@ async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenSto
     // The latest few deliveries of each grant to each part; older ones are superseded.
     max_msgs_per_subject: 4,
   });
-  await ensureStream(jsm, {
-    ...common,
-    name: Streams.rotations,
-    subjects: [subjects.rotationBroadcastsAll],
-    // The latest broadcast of each grant.
-    max_msgs_per_subject: 1,
-  });
   return { nc, js, jsm, kv };
 }
 

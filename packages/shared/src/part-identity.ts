@@ -11,6 +11,7 @@ import { Kinds } from "./kinds.js";
 import { NAME_MAX_LENGTH } from "./names.js";
 import { Buckets, keys, subjects, type BucketName } from "./subjects.js";
 import { CONTROL_PLANE_MODULE, type NatsPermissions } from "./control-plane.js";
+import { holderStreamUse, partHolderStream } from "./holder-streams.js";
 import type { ModuleDoc, RequirementDoc } from "./schemas/manifest.js";
 
 /** The binding directory a part's identity is written to, beside its requirements' bindings. */
@@ -62,9 +63,10 @@ const readsOf = (bucket: BucketName, module: string) => `$JS.API.DIRECT.GET.KV_$
  * it needs to hold its module's credentials through their rotations (`holdCredential` in
  * @mesh/client) or watch them (`watchCredentials`), and to declare its own module (`declare`), and nothing else — no JetStream API
  * but reading its own module's grants and
- * rotation records by key, its instances' registrations in `mesh-holders`, fetching and
- * confirming for itself (the subjects name its module, node and part), its instances' rotation
- * notices, and replies under its own inbox prefix (`subjects.partInboxPrefix`). Application
+ * rotation records by key, its instances' registrations in `mesh-holders`, fetching for itself
+ * (the subjects name its module, node and part), pulling from and acknowledging on the consumers
+ * of its own holder stream (holder-streams.ts: the server refuses an ack on any other's), and
+ * replies under its own inbox prefix (`subjects.partInboxPrefix`). Application
  * traffic is not in it: that comes through a declared `nats.user` requirement. Throws an Error
  * naming a bad name.
  */
@@ -72,16 +74,14 @@ export function partIdentityPermissions(module: string, node: string, part: stri
   return {
     publish: [
       readsOf(Buckets.grants, module),
-      readsOf(Buckets.rotations, module),
       `$KV.${Buckets.holders}.${keys.holdersOfPartAll(module, node, part)}`,
       subjects.credentialFetchesOfPart(module, node, part),
-      subjects.rotationConfirmsOfPart(module, node, part),
+      ...holderStreamUse(partHolderStream(module, node, part)),
       subjects.applyModule(module),
       subjects.credentialList(module, node, part),
     ],
     subscribe: [
       `${subjects.partInboxPrefix(module, node, part)}.>`,
-      subjects.holderValuesOfPartAll(module, node, part),
       subjects.deliveriesForPartOnNode(node, module, part),
       subjects.withdrawalsForPartOnNode(node, module, part),
     ],

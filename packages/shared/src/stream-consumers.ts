@@ -54,11 +54,13 @@ export async function consumeMessages(opts: {
   maxAckPending?: number;
   /** Deliver subjects and headers only, not the data (for handlers that look at the subject alone). */
   headersOnly?: boolean;
+  /** False: the durable is someone else's to make (a holder's, made by the control plane); it must exist. */
+  create?: boolean;
 }): Promise<Consumption> {
   const { store, stream, durable, filter, handle, log } = opts;
   const ackWaitMs = opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS;
   const keyOf = opts.keyOf ?? ((m: JsMsg) => m.subject);
-  try {
+  if (opts.create !== false) try {
     // Made at start-up, which may meet a JetStream gap (a reload, an election): ridden out.
     await retryJetStreamGap(() => store.jsm.consumers.add(stream, {
       durable_name: durable,

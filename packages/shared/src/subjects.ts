@@ -40,8 +40,6 @@ export type BucketName = (typeof Buckets)[keyof typeof Buckets];
 export const Streams = {
   /** Delivery notifications to holders (no secret values in them). */
   deliveries: "MESH_DELIVERIES",
-  /** Rotation broadcasts, the last per grant kept (no secret values in them): the record that a rotation started. */
-  rotations: "MESH_ROTATIONS",
 } as const;
 
 /**
@@ -140,10 +138,21 @@ export const subjects = {
   rotate: "mesh.api.rotate",
   /** Request: commit a grant's running rotation without the holders named ({@link EvictRequest}). Served by the rotator; the operator's alone. */
   evict: "mesh.api.evict",
-  /** Event: a rotation of one grant started ({@link RotationBroadcast}), stored; holders hear of it by their own Delivery or notice. */
-  rotationBroadcast: (module: string, requirement: string) => `mesh.rotation.broadcast.${checked(module, requirement)}`,
-  /** Wildcard of all rotation broadcasts, the MESH_ROTATIONS stream's subject space. */
-  rotationBroadcastsAll: "mesh.rotation.broadcast.>",
+  /**
+   * Event, stored in the holder stream of `node`'s agent (holder-streams.ts): a rotation of grant
+   * `<module>/<requirement>` started ({@link RotationBroadcast}), for the agent holding it for `part`.
+   */
+  agentRotation: (node: string, module: string, requirement: string, part: string) => `mesh.rotation.node.${checked(node, module, requirement, part)}`,
+  /** Every broadcast to `node`'s agent: its holder stream's subjects. */
+  agentRotationsAll: (node: string) => `mesh.rotation.node.${checked(node)}.>`,
+  /** Event, stored in the holder stream of part `part` of `module` on `node`: a rotation of its grant `requirement` started, for every SDK instance of the part. */
+  partRotation: (module: string, node: string, part: string, requirement: string) => `mesh.rotation.part.${checked(module, node, part, requirement)}`,
+  /** Every broadcast to the SDK instances of one part on one node: its holder stream's subjects. */
+  partRotationsAll: (module: string, node: string, part: string) => `mesh.rotation.part.${checked(module, node, part)}.>`,
+  /** The server's ack metric of every consumer (`$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>`): the rotator counts holders' confirmations from them. */
+  holderAckMetricsAll: "$JS.EVENT.METRIC.CONSUMER.ACK.*.*",
+  /** Every broadcast to any holder (what the rotator publishes). */
+  rotationBroadcastsAll: "mesh.rotation.*.>",
   /**
    * A holder of part `part` on `node` confirms a rotation of one grant ({@link Confirmation}),
    * as a request or a plain message: the subject names the holder's node and part, so a broker
@@ -186,6 +195,8 @@ export const subjects = {
  * subject itself is `messaging.destination.name`). Never a subject to publish to.
  */
 export const SubjectTemplates = {
+  agentRotation: "mesh.rotation.node.{node}.{module}.{requirement}.{part}",
+  partRotation: "mesh.rotation.part.{module}.{node}.{part}.{requirement}",
   delivery: "mesh.delivery.{node}.{module}.{part}.{requirement}",
   holderValues: "mesh.rotation.values.{module}.{requirement}.{node}.{part}.{instance}",
   rotationConfirm: "mesh.api.confirm.{module}.{requirement}.{node}.{part}",

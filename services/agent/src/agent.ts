@@ -8,6 +8,7 @@ import { hostname } from "node:os";
 import {
   Delivery,
   DeliveryReceipt,
+  RotationBroadcast,
   agentDurable,
   bindingNameOf,
   ErrorCodes,
@@ -39,7 +40,8 @@ import {
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
 import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, migrateBindings, pruneBinding, removeBinding, writeBinding, type PartBinding } from "./bindings-writer.js";
-import { confirmRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
+import { applyRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
+import { consumeRotations } from "./rotations.js";
 import { planDelivery } from "./delivery-plan.js";
 import { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan, receiptWithdrawn } from "./receipts.js";
 import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
@@ -131,12 +133,33 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       log.error({ subject: m.subject, grant: d.grant, part: d.part }, "a Delivery does not match its subject; dropped");
       return "term";
     }
+    return apply(d, m, SubjectTemplates.delivery);
+  };
+
+  /**
+   * A rotation's message on one of this agent's consumers (holder-streams.ts): applied as the
+   * delivery of k+1 to the part the consumer is for, and acknowledged (the confirmation) only
+   * once the files are written, the hook ran and k+1 logs in.
+   */
+  const rotate = (part: string) => async (m: JsMsg): Promise<Disposition> => {
+    const b = RotationBroadcast.safeParse(safeJson(() => m.json()));
+    if (!b.success || b.data.grant !== grantId(b.data.module, b.data.requirement) || m.subject !== subjects.agentRotation(node, b.data.module, b.data.requirement, part)) {
+      log.error({ subject: m.subject, seq: m.seq }, "a message on this node's rotation stream is not a rotation of its consumer's grant; dropped");
+      return "term";
+    }
+    const r = b.data;
+    const d: Delivery = { grant: r.grant, module: r.module, requirement: r.requirement, part, node, kind: r.kind, provider: r.provider, generation: r.to, publishedAt: r.publishedAt, rotation: r.rotation };
+    return apply(d, m, SubjectTemplates.agentRotation);
+  };
+
+  /** Applies Delivery `d` (from a delivery or a rotation message `m`): what to ack, retry or drop. */
+  const apply = async (d: Delivery, m: JsMsg, template: string): Promise<Disposition> => {
     const receivedAt = new Date();
     const receiptKey = keys.receipt(node, d.module, d.requirement, d.part);
     const receipt = (fn: (r: DeliveryReceipt | undefined) => DeliveryReceipt | undefined) => mutateJson(store.kv.receipts, receiptKey, DeliveryReceipt, fn);
     const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation, ...(d.rotation ? { rotation: d.rotation } : {}) });
     const attributes = holderSpanAttributes({ ...(d.rotation ? { rotation: d.rotation } : {}), grant: d.grant, node, part: d.part, holder: `${node}/${d.part}`, generation: d.generation });
-    return withConsumerSpan("agent", m.subject, SubjectTemplates.delivery, attributes, m.headers, async (span) => {
+    return withConsumerSpan("agent", m.subject, template, attributes, m.headers, async (span) => {
       try {
         const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
         const binding = bindingNameOf(d.part, d.requirement);
@@ -189,11 +212,13 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
         if (rotationDue) {
           // Written before a crash: fetch the values again to prove them.
           values ??= (await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, { timeoutMs: opts.fetchTimeoutMs ?? 5_000 })).values;
-          await confirmRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, hooks, log: dlog });
+          await applyRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, hooks, log: dlog });
           // A hook failure this receipt said in this rotation is over: the hook ran.
           await receipt((r) => receiptHookRan(r, d.rotation!));
         }
         prober.probeSoon(d.module, d.part, d.requirement);
+        // The control plane makes this holder's consumer once the receipt says it holds the grant.
+        if (!d.rotation) rotations.lookSoon();
         return "ack";
       } catch (e) {
         const retryable = !isMeshError(e) || e.retryable;
@@ -221,6 +246,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
 
   // Before consuming: a delivery asks it to probe the new binding.
   const prober = startProber({ store, node, bindingsRoot, log, ...(opts.probeIntervalMs ? { intervalMs: opts.probeIntervalMs } : {}) });
+  // The rotations of what this node holds, each on its own consumer (made by the control plane).
+  const rotations = consumeRotations({ store, node, log, handle: rotate });
   const consumption = await consumeMessages({
     store,
     stream: Streams.deliveries,
@@ -237,6 +264,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       stopping ??= (async () => {
         clearInterval(heartbeat);
         await prober.stop();
+        await rotations.stop();
         await consumption.stop();
         for (const p of [...prunes.values()]) {
           clearTimeout(p.timer);
@@ -249,6 +277,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     },
     closed: consumption.closed,
   };
+}
+
+function safeJson(f: () => unknown): unknown {
+  try {
+    return f();
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -1,8 +1,8 @@
 /**
  * The agent's side of a rotation: after it wrote generation k+1 of a grant for a part, it runs
  * the hook the part's `onRotate` names (one this node allows), proves k+1 logs in from this
- * node, and confirms to the rotator
- * (a request carrying its holder id, the grant and the generation, answered once recorded).
+ * node; the agent then acknowledges the rotation's message on its own consumer, which is the
+ * confirmation the rotator counts.
  */
 import {
   BUILTIN_SECRET_PROVIDER,
@@ -33,9 +33,6 @@ import { context } from "@opentelemetry/api";
 import { createAdapter } from "@mesh/providers";
 import type { AllowedHooks } from "./allowed-hooks.js";
 import { hookEnvironment, runHook, type HookRunAs } from "./hook-runner.js";
-
-/** How long a confirmation is sent again while no rotator answers, before the Delivery comes back. */
-export const CONFIRM_BUDGET_MS = 30_000;
 
 /**
  * True when `d` stages a generation of a running rotation that the grant has not committed yet:
@@ -73,15 +70,15 @@ export function isHookError(e: unknown): e is MeshError {
 }
 
 /**
- * Confirms generation `d.generation` of rotation `d.rotation` for part `d.part` on `node`: the
- * hook the part's `onRotate` names (if any; one `hooks` does not allow runs nothing and throws
- * {@link hookNotAllowed}), then a login with `values` (the delivered k+1) through the
- * provider's adapter, then the confirmation, sent until the rotator recorded it (for up to
- * {@link CONFIRM_BUDGET_MS}). Throws a retryable MeshError when the hook or the login fails,
- * or no rotator answered, so the Delivery comes back and the rotation waits (k keeps working);
- * a refused confirmation is logged, as there is nothing to do again.
+ * Finishes applying generation `d.generation` of rotation `d.rotation` for part `d.part` on
+ * `node`, whose files are written: the hook the part's `onRotate` names (if any; one `hooks`
+ * does not allow runs nothing and throws {@link hookNotAllowed}), then a login with `values`
+ * (the delivered k+1) through the provider's adapter. Only when it returns does the agent
+ * acknowledge the rotation's message, which is the confirmation. Throws a retryable MeshError
+ * when the hook or the login fails: the message is not acknowledged, comes back, and the
+ * rotation waits (k keeps working).
  */
-export async function confirmRotation(opts: {
+export async function applyRotation(opts: {
   store: Store;
   node: string;
   delivery: Delivery;
@@ -110,32 +107,5 @@ export async function confirmRotation(opts: {
   } finally {
     await adapter.close();
   }
-  const appliedAt = new Date();
-  const c: Confirmation = {
-    rotation: d.rotation!,
-    grant: d.grant,
-    holder: holderKey(node, d.part),
-    generation: d.generation,
-    receivedAt: opts.receivedAt.toISOString(),
-    appliedAt: appliedAt.toISOString(),
-    confirmedAt: new Date().toISOString(),
-  };
-  const line = new ReplyLine(store.nc, "rotator");
-  try {
-    // A PRODUCER span, the child of this delivery's (active) span.
-    const subject = subjects.rotationConfirm(d.module, d.requirement, node, d.part);
-    const attributes = holderSpanAttributes({ rotation: c.rotation, grant: c.grant, node, part: d.part, holder: c.holder, generation: c.generation });
-    await withProducerSpan("agent", subject, SubjectTemplates.rotationConfirm, attributes, context.active(), (headers) =>
-      sendConfirmation(line, c, { headers, budgetMs: CONFIRM_BUDGET_MS }),
-    );
-  } catch (e) {
-    if (isMeshError(e) && !e.retryable) {
-      log.warn({ rotation: d.rotation, err: e }, "the rotator refused the confirmation; nothing to confirm again");
-      return;
-    }
-    throw e;
-  } finally {
-    line.close();
-  }
-  log.info({ rotation: d.rotation }, "rotation confirmed");
+  log.info({ rotation: d.rotation }, "rotation applied: files written, hook run, the new generation logs in from this node; acknowledged next");
 }

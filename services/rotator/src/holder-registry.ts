@@ -1,9 +1,8 @@
 /**
  * The SDK holders' registrations (KV `mesh-holders`), kept in memory from one watch of the
  * bucket, so that starting a rotation lists its holders without a read per holder (a thousand
- * holders were a thousand KV reads, 50–170 ms), and so that the sealing key's box key with each
- * holder is computed when the holder registers, not on the rotation's path (a thousand X25519
- * agreements, about 150 ms, before the broadcast of every first rotation after a start).
+ * holders were a thousand KV reads, 50–170 ms), and so that each holder's consumer is made when
+ * it registers, not on the rotation's path.
  *
  * A list is as fresh as a read: it waits until the watch has seen the bucket's last revision
  * as of the call. Should the watch lag past {@link CATCH_UP_MS} or have ended, the bucket is
@@ -22,10 +21,10 @@ export interface HolderRegistry {
 export const CATCH_UP_MS = 2_000;
 
 /**
- * Starts watching the registrations. `onXkey` is called with each registration's xkey as it
- * arrives (the rotator computes its box key with it in idle time).
+ * Starts watching the registrations. `onChange` is called with each registration as it arrives
+ * (refreshed or new) and with undefined when one goes (the rotator makes and removes the holders' consumers).
  */
-export async function watchHolderRegistry(opts: { store: Store; log: Logger; onXkey?: (xkey: string) => void }): Promise<HolderRegistry> {
+export async function watchHolderRegistry(opts: { store: Store; log: Logger; onChange?: (key: string, registration: HolderRegistration | undefined) => void }): Promise<HolderRegistry> {
   const { store, log } = opts;
   // By `<module>.<requirement>` (the keys' first two tokens), then by key.
   const byGrant = new Map<string, Map<string, HolderRegistration>>();
@@ -43,12 +42,13 @@ export async function watchHolderRegistry(opts: { store: Store; log: Logger; onX
       if (e.operation !== "PUT" || !e.length) {
         regs?.delete(e.key);
         if (regs?.size === 0) byGrant.delete(grant);
+        opts.onChange?.(e.key, undefined);
       } else {
         const r = HolderRegistration.safeParse(safeJson(() => e.json()));
         if (r.success) {
           if (regs) regs.set(e.key, r.data);
           else byGrant.set(grant, new Map([[e.key, r.data]]));
-          if (r.data.xkey) opts.onXkey?.(r.data.xkey);
+          opts.onChange?.(e.key, r.data);
         } else regs?.delete(e.key);
       }
       seen = Math.max(seen, e.revision);

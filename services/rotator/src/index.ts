@@ -3,20 +3,22 @@
  * when all of them confirmed.
  */
 export { startRotator, type Rotator } from "./rotator.js";
-export { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
+export { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions, type RotatorTestHooks } from "./rotator-options.js";
 export {
+  TRANSITIONS,
+  IllegalTransition,
   allConfirmed,
-  applyConfirmations,
+  confirmedCount,
   enter,
   holdersOf,
   missingHolders,
   nameHolders,
   newRotation,
   nextStep,
-  refusal,
+  withAcks,
   withRotatingCondition,
-  type ConfirmationOutcome,
   type RotationStep,
 } from "./rotation-machine.js";
 export { isDue, isExpiring, startSchedule } from "./schedule.js";
+export { type HolderAck } from "./ack-tracker.js";
 export { contextOfTraceparent, traceparentOf } from "./trace-context.js";

@@ -36,13 +36,15 @@ if (history !== undefined && history !== "" && !(/^\d+$/.test(history) && Number
 await runService(
   "rotator",
   traced("mesh-rotator", packageVersion(import.meta.url), ({ store, log }) =>
-    startRotator({
-      store,
-      masterKey: serviceMasterKey(log),
-      log,
-      ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
-      ...(history ? { credentialHistory: Number(history) } : {}),
-      ...(pause ? { testPauseAfter: pause, onTestPause: (s) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
-    }),
+    startRotator(
+      {
+        store,
+        masterKey: serviceMasterKey(log),
+        log,
+        ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
+        ...(history ? { credentialHistory: Number(history) } : {}),
+      },
+      pause ? { pauseAfter: pause, onPause: (s) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {},
+    ),
   ),
 );

@@ -1,22 +1,19 @@
 /**
- * The rotation state machine as plain functions over plain data: who must confirm, what a
- * batch of confirmations changes, what to do next, and the grant's `Rotating` condition.
+ * The rotation state machine as plain functions over plain data: who must confirm, the moves
+ * it may make ({@link TRANSITIONS}), what JetStream's acks add, what to do next, and the grant's `Rotating` condition.
  * No NATS, no clock of its own (every function takes `now`), so every case is unit-tested.
  */
 import {
   HOLDER_STALE_MS,
-  REFUSED_LIMIT,
   RotationStates,
   holderKey,
-  isRotationRunning,
-  parseHolderId,
   rotationId,
   setCondition,
   type Condition,
-  type Confirmation,
   type Grant,
   type HolderRegistration,
   type Rotation,
+  type RotationState,
 } from "@mesh/shared";
 
 /**
@@ -72,6 +69,7 @@ export function newRotation(opts: {
     deadline: new Date(now.getTime() + (opts.revoke ? opts.revoke.graceMs : opts.timeoutMs)).toISOString(),
     holders: Object.fromEntries(opts.holders.map((h) => [h, {}])),
     refused: [],
+    broadcasts: [],
     resource: opts.resource,
     ...(opts.traceparent ? { traceparent: opts.traceparent } : {}),
     history: [{ state: RotationStates.Staged, at: now.toISOString() }],
@@ -82,9 +80,33 @@ export function newRotation(opts: {
   };
 }
 
-/** The rotation moved to `state` (history appended); the same object when it is there already. */
-export function enter(r: Rotation, state: Rotation["state"], now: Date): Rotation {
+/**
+ * Every move a rotation may make, and no other: staged k+1 is broadcast, the broadcast awaits
+ * the holders, who all confirm (commit) or do not by the deadline (stall), and a stalled one
+ * commits once they have (or at a revocation's grace). `Committed` is the end.
+ */
+export const TRANSITIONS: Readonly<Record<RotationState, readonly RotationState[]>> = {
+  [RotationStates.Staged]: [RotationStates.Broadcast],
+  [RotationStates.Broadcast]: [RotationStates.AwaitingHolders],
+  [RotationStates.AwaitingHolders]: [RotationStates.Stalled, RotationStates.Committed],
+  [RotationStates.Stalled]: [RotationStates.Committed],
+  [RotationStates.Committed]: [],
+};
+
+/** A move {@link TRANSITIONS} does not have: a bug, never a state of the world. */
+export class IllegalTransition extends Error {
+  constructor(
+    readonly from: RotationState,
+    readonly to: RotationState,
+  ) {
+    super(`a rotation cannot go from ${from} to ${to} (it may go to ${TRANSITIONS[from].join(" or ") || "nothing: it is over"})`);
+  }
+}
+
+/** The rotation moved to `state` (history appended); the same object when it is there already. Throws {@link IllegalTransition} for a move the table does not have. */
+export function enter(r: Rotation, state: RotationState, now: Date): Rotation {
   if (r.state === state) return r;
+  if (!TRANSITIONS[r.state].includes(state)) throw new IllegalTransition(r.state, state);
   const next: Rotation = { ...r, state, history: [...r.history, { state, at: now.toISOString() }] };
   if (state === RotationStates.Committed) next.committedAt = now.toISOString();
   return next;
@@ -96,13 +118,6 @@ export function missingHolders(r: Rotation): string[] {
     .filter(([, p]) => p.c === undefined && p.e === undefined)
     .map(([h]) => h)
     .sort();
-}
-
-/** How many holders are missing (no list made). */
-export function countMissing(r: Rotation): number {
-  let n = 0;
-  for (const h in r.holders) if (r.holders[h]!.c === undefined && r.holders[h]!.e === undefined) n++;
-  return n;
 }
 
 /** True when every holder has confirmed or was evicted (no list made: this runs on every confirmation batch). */
@@ -133,86 +148,31 @@ export function evictHolders(r: Rotation, holders: readonly string[], now: Date)
 }
 
 /**
- * Why a confirmation is refused by record `r` (the grant's rotation record, in any state), or
- * undefined when it is accepted or a harmless repeat: one already recorded is a repeat even
- * after the commit, and so is a holder's confirmation of any generation already committed (its
- * holder sent it again for want of an answer). `targets` (the grant's `<node>/<part>`s) shape
- * the reason of a refusal, and tell such a repeat from a forgery.
+ * The rotation `r` with the confirmations JetStream has for it (`acks`, by holder): each holder
+ * that acknowledged gets `c` (the server's time of its ack, since `requestedAt`), the stream and
+ * consumer it acknowledged on (`s`, `k`) and the sequence (`q`), and `f` when the ack was found
+ * in the consumer's ack floor rather than seen. Holders the operator evicted keep `e`. The same
+ * object when there is nothing to add. Pure.
  */
-export function refusal(r: Rotation | undefined, c: Confirmation, targets: ReadonlySet<string>): string | undefined {
-  // The common case first, without parsing the holder id: a holder of this very rotation.
-  if (r && r.grant === c.grant && c.rotation === r.id && c.generation === r.to && Object.hasOwn(r.holders, c.holder)) {
-    return r.state !== RotationStates.Committed || r.holders[c.holder]!.c !== undefined ? undefined : `rotation ${r.id} of grant ${c.grant} is ${r.state}; it no longer takes confirmations`;
+export function withAcks(r: Rotation, acks: ReadonlyMap<string, { at: number; stream: string; consumer: string; seq: number; found?: true }>): Rotation {
+  if (acks.size === 0) return r;
+  const start = Date.parse(r.requestedAt);
+  const holders = { ...r.holders };
+  for (const [h, a] of acks) {
+    const p = holders[h];
+    if (!p || p.c !== undefined) continue;
+    const next: Rotation["holders"][string] = { ...p, c: Math.max(0, a.at - start), s: a.stream, k: a.consumer, q: a.seq };
+    if (a.found) next.f = true;
+    holders[h] = next;
   }
-  const id = parseHolderId(c.holder);
-  const holdsGrant = id !== undefined && targets.has(holderKey(id.node, id.part));
-  // A holder of the grant confirming a generation it has committed already: a repeat whose
-  // answer was lost, while a newer rotation may have started. Nothing to record or refuse.
-  if (r && r.grant === c.grant && holdsGrant && c.generation <= (r.state === RotationStates.Committed ? r.to : r.from)) return undefined;
-  if (!r || r.grant !== c.grant || !isRotationRunning(r)) {
-    return holdsGrant ? `no rotation ${c.rotation} of grant ${c.grant} is running` : `${c.holder} does not hold grant ${c.grant}`;
-  }
-  if (!(c.holder in r.holders)) {
-    return holdsGrant
-      ? `${c.holder} was not a holder of grant ${c.grant} when rotation ${r.id} started`
-      : `${c.holder} does not hold grant ${c.grant}`;
-  }
-  if (c.rotation !== r.id || c.generation !== r.to) {
-    return `${c.holder} confirmed generation ${c.generation} of rotation ${c.rotation}, but rotation ${r.id} moves to generation ${r.to}`;
-  }
-  return undefined;
+  return { ...r, holders };
 }
 
-/** What a batch of confirmations did to a rotation. */
-export interface ConfirmationOutcome {
-  /** The rotation with them recorded; the same object when nothing changed. */
-  rotation: Rotation | undefined;
-  accepted: Confirmation[];
-  refused: Array<{ confirmation: Confirmation; reason: string }>;
-}
-
-/**
- * Records a batch of confirmations of one grant in its record `r`: accepted ones set the
- * holder's progress (received/applied from the holder's own times, confirmed = `now`), refused
- * ones are listed on a running rotation (newest {@link REFUSED_LIMIT}) and returned with their
- * reason; repeats change nothing. A record that no longer runs is never changed. `targets` is
- * the grant's current `<node>/<part>` set, to tell a forged confirmation from a late one. Pure.
- */
-export function applyConfirmations(r: Rotation | undefined, batch: readonly Confirmation[], targets: ReadonlySet<string>, now: Date): ConfirmationOutcome {
-  const accepted: Confirmation[] = [];
-  const refused: ConfirmationOutcome["refused"] = [];
-  const running = isRotationRunning(r);
-  let holders = r?.holders;
-  const start = r ? Date.parse(r.requestedAt) : 0;
-  const offset = (iso: string | undefined) => {
-    const t = iso === undefined ? NaN : Date.parse(iso);
-    return Number.isNaN(t) ? undefined : Math.max(0, t - start);
-  };
-  for (const c of batch) {
-    const why = refusal(r, c, targets);
-    if (why) {
-      refused.push({ confirmation: c, reason: why });
-      continue;
-    }
-    // A repeat (already in), or one of a generation committed before this rotation: nothing to record.
-    if (!running || c.rotation !== r!.id || holders![c.holder]?.c !== undefined) continue;
-    if (holders === r!.holders) holders = { ...r!.holders };
-    // Set field by field: a literal of conditional spreads cost a microsecond per confirmation.
-    const progress: Rotation["holders"][string] = {};
-    const rr = offset(c.receivedAt);
-    if (rr !== undefined) progress.r = rr;
-    const a = c.appliedAt === c.receivedAt ? rr : offset(c.appliedAt);
-    if (a !== undefined) progress.a = a;
-    progress.c = now.getTime() - start;
-    holders![c.holder] = progress;
-    accepted.push(c);
-  }
-  if (!running || (holders === r!.holders && refused.length === 0)) return { rotation: r, accepted, refused };
-  const rotation: Rotation = { ...r!, holders: holders! };
-  if (refused.length) {
-    rotation.refused = [...r!.refused, ...refused.map((x) => ({ holder: x.confirmation.holder, at: now.toISOString(), reason: x.reason }))].slice(-REFUSED_LIMIT);
-  }
-  return { rotation, accepted, refused };
+/** How many holders of `r` have confirmed. */
+export function confirmedCount(r: Rotation): number {
+  let n = 0;
+  for (const h in r.holders) if (r.holders[h]!.c !== undefined) n++;
+  return n;
 }
 
 /** The next thing to do for a rotation. */
@@ -247,15 +207,6 @@ export function nextStep(r: Rotation, now: Date): RotationStep {
     default:
       return { action: "none" };
   }
-}
-
-/**
- * How long after this send of a rotation's notices the next one may follow, when holders are
- * still missing: `first` after the first send, then twice the interval before, up to `max`
- * (never below `first`). Pure.
- */
-export function nextNoticeInterval(previous: number | undefined, first: number, max: number): number {
-  return previous === undefined ? first : Math.min(previous * 2, Math.max(first, max));
 }
 
 /** A short list of holders for a message: the first few, then how many more. */

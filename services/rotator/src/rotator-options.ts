@@ -1,7 +1,7 @@
 /**
  * Options of {@link startRotator}.
  */
-import type { HOLDER_NOTICE_RESEND_MS, Logger, MasterKey, RotationState, Store } from "@mesh/shared";
+import type { Logger, MasterKey, RotationState, Store } from "@mesh/shared";
 
 export interface RotatorOptions {
   store: Store;
@@ -18,16 +18,19 @@ export interface RotatorOptions {
   scheduleCheckMs?: number;
   /** How many generations of a credential the store keeps; older ones are purged at a commit (default `CREDENTIAL_HISTORY`, 5; at least 2). */
   credentialHistory?: number;
-  /** After how long SDK holders that have not confirmed are first told of a running rotation again (then at doubling intervals, up to a minute); default {@link HOLDER_NOTICE_RESEND_MS}. */
-  noticeResendMs?: number;
-  /**
-   * TEST HOOK, never for production: after persisting a rotation in this state the rotator
-   * stops doing any work (it hangs, as if frozen), so a test can SIGKILL it in exactly that
-   * state. Set in a process by `MESH_ROTATOR_TEST_PAUSE_AFTER`.
-   */
-  testPauseAfter?: RotationState;
-  /** Called when the test hook paused the rotator. */
-  onTestPause?: (state: RotationState) => void;
+  /** Replicas of the holder streams it makes (1 on one server, 3 on a cluster); default `MESH_REPLICAS`, else 1. */
+  replicas?: number;
+}
+
+/**
+ * TEST HOOKS, never for production, and so not among {@link RotatorOptions}: after persisting a
+ * rotation in state `pauseAfter` the rotator stops doing any work (it hangs, as if frozen), so a
+ * test can SIGKILL it in exactly that state. Set in a process by `MESH_ROTATOR_TEST_PAUSE_AFTER`.
+ */
+export interface RotatorTestHooks {
+  pauseAfter?: RotationState;
+  /** Called when the hook paused the rotator. */
+  onPause?: (state: RotationState) => void;
 }
 
 /** Default of {@link RotatorOptions.defaultTimeoutMs}. */

@@ -10,12 +10,9 @@ import {
   Durables,
   BUILTIN_SECRET_PROVIDER,
   Buckets,
-  Confirmation,
   ErrorCodes,
   Grant,
-  HolderRegistration,
   Kinds,
-  HOLDER_NOTICE_RESEND_MS,
   KeyedQueue,
   MeshError,
   isMeshError,
@@ -26,11 +23,9 @@ import {
   EvictRequest,
   Rotation,
   RotationStates,
-  Streams,
   consumeKeys,
-  meshSealingKey,
   errorMessage,
-  holderKey,
+  holderEndpoint,
   isCasConflict,
   isRotationRunning,
   isTrue,
@@ -43,35 +38,24 @@ import {
   ProviderCatalog,
   CREDENTIAL_HISTORY,
   parseHolderId,
-  propagating,
   readJson,
-  sdkHolderId,
-  sealTo,
   serveJson,
   setCondition,
-  startProducerSpan,
   subjects,
   SubjectTemplates,
-  holderSpanAttributes,
-  traceHeaders,
   tracer,
   withDeliveredCondition,
   withProducerSpan,
-  type Delivery,
+  holderSpanAttributes,
+  type HolderEndpoint,
   type RotateReply,
   type RotationBroadcast,
   type RotationState,
-  type CredentialValues,
-  type HolderNotice,
-  type SealedHolderPayload,
-  type Store,
 } from "@mesh/shared";
 import { AdapterPool, CredentialStore, probeAdminSecret, recordedResource, setAdminSecret, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
-import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
+import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions, type RotatorTestHooks } from "./rotator-options.js";
 import {
-  allConfirmed,
-  applyConfirmations,
-  countMissing,
+  confirmedCount,
   enter,
   holdersOf,
   missingHolders,
@@ -79,18 +63,17 @@ import {
   generationsToPurge,
   nameHolders,
   newRotation,
-  nextNoticeInterval,
   nextStep,
-  refusal,
+  withAcks,
   withRotatingCondition,
-  type ConfirmationOutcome,
 } from "./rotation-machine.js";
 import { contextOfTraceparent, traceparentOf } from "./trace-context.js";
 import { startSchedule } from "./schedule.js";
 import { handoverFrom, startHandovers } from "./handover.js";
 import { watchHolderRegistry } from "./holder-registry.js";
 import { RotationRecords } from "./rotation-records.js";
-import { ConfirmationBatches } from "./confirmation-batches.js";
+import { ensureAll, holderConsumers, onRegistration } from "./holder-consumers.js";
+import { startAckTracker } from "./ack-tracker.js";
 
 /** A running rotator. */
 export interface Rotator {
@@ -105,7 +88,7 @@ export interface Rotator {
  * Starts the rotator: serves `mesh.api.rotate`, follows rotation records, and consumes
  * confirmations. Picks up every running rotation at once (a crashed instance's too).
  */
-export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
+export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestHooks = {}): Promise<Rotator> {
   const { store, log } = opts;
   const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
   // Read once per change of the providers bucket: every rotation of a secret looks for the servers it is the admin password of.
@@ -113,38 +96,14 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
   const defaultTimeoutMs = opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS;
   const records = new RotationRecords(store);
-  // Records whose last confirmations this instance has just written, for the commit that follows.
-  const completed = new Map<string, Rotation>();
   // Rotations whose grant already says Rotating/AwaitingHolders, set by this instance beside the broadcast.
   const marked = new Set<string>();
   const spans = new Map<string, Span>();
   const timers = new Map<string, NodeJS.Timeout>();
-  // When this instance last sent each running rotation's notices to SDK holders.
-  const noticed = new Map<string, { at: number; every: number }>();
-  const noticeResendMs = opts.noticeResendMs ?? HOLDER_NOTICE_RESEND_MS;
-  // The mesh's sealing key (from the master key, the provisioner's too): holders open only what it sealed.
-  const sealer = meshSealingKey(opts.masterKey);
-  // The box key with each registered holder, computed in idle time as registrations arrive
-  // (sealing to nothing computes and keeps it), so a rotation's sealing is symmetric only.
-  const warmed = new Set<string>();
-  const warming: string[] = [];
-  const warmSome = () => {
-    for (const xkey of warming.splice(0, 64)) {
-      try {
-        sealer.seal(NOTHING, xkey);
-      } catch {
-        // not a curve key: that holder fetches its values
-      }
-    }
-    if (warming.length) setImmediate(warmSome);
-  };
-  const warm = (xkey: string) => {
-    // Beyond the sealing key's own bound, warming would only push out keys warmed before.
-    if (warmed.has(xkey) || warmed.size >= WARM_LIMIT) return;
-    warmed.add(xkey);
-    if (warming.push(xkey) === 1) setImmediate(warmSome);
-  };
-  const registry = await watchHolderRegistry({ store, log, onXkey: warm });
+  // Holders' streams and consumers, made by the control plane (a holder may make none).
+  const consumers = holderConsumers({ store, log, replicas: opts.replicas ?? Number(process.env.MESH_REPLICAS || 1) });
+  const registry = await watchHolderRegistry({ store, log, onChange: (k, reg) => onRegistration(consumers, log, k, reg) });
+  const acks = startAckTracker({ store, log, consumers, onProgress: (key) => void queue.enqueue(key).catch(() => undefined) });
   let stopped = false;
   let paused = false;
   const frozen = new Promise<never>(() => {});
@@ -164,9 +123,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
    * confirmations recorded since), when it is still `r` in `r`'s state and `allowed` says so;
    * the new record, or undefined when the record had moved on (look again).
    */
-  const transition = async (key: string, r: Rotation, state: RotationState, now: Date, allowed: (x: Rotation) => boolean = () => true): Promise<Rotation | undefined> => {
+  const transition = async (key: string, r: Rotation, state: RotationState, now: Date, allowed: (x: Rotation) => boolean = () => true, patch: Partial<Rotation> = {}): Promise<Rotation | undefined> => {
     await holdIfPaused();
-    const out = await records.update(key, (x) => (x && x.id === r.id && x.state === r.state && allowed(x) ? enter(x, state, now) : undefined));
+    const out = await records.update(key, (x) => (x && x.id === r.id && x.state === r.state && allowed(x) ? enter({ ...x, ...patch }, state, now) : undefined));
     if (!out.wrote) return undefined;
     persisted(out.record!.value);
     return out.record!.value;
@@ -175,10 +134,10 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   /** Logs a state written; then the test hook may freeze the process. */
   const persisted = (next: Rotation) => {
     log.info({ rotation: next.id, state: next.state }, `rotation ${next.id} is ${next.state}`);
-    if (opts.testPauseAfter && next.state === opts.testPauseAfter) {
+    if (testHooks.pauseAfter && next.state === testHooks.pauseAfter) {
       paused = true;
       log.warn({ rotation: next.id, state: next.state }, "TEST HOOK: the rotator froze after persisting this state");
-      opts.onTestPause?.(next.state);
+      testHooks.onPause?.(next.state);
     }
   };
 
@@ -315,120 +274,35 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 
   /**
-   * Tells SDK holders `targets` of `r` that it started: one plain NATS
-   * message each on its own subject (in no stream), with k+1's binding values sealed to the
-   * xkey the holder registered. A holder without one, or whose xkey does not take a seal, gets
-   * the notice without values and fetches them. Returns how many notices were sent.
+   * Publishes the broadcast of `r`: one message into each holder stream that has holders of the
+   * grant (all the SDK instances of a part share one; an agent gets one per part it holds for),
+   * after making sure every holder's consumer is there. Returns where each went, with its
+   * stream sequence: a holder has confirmed once its consumer acknowledged that sequence.
+   * Idempotent: a broadcast sent again after a crash is de-duplicated by its message id.
    */
-  const sendNotices = async (r: Rotation, targets: readonly SdkHolder[]): Promise<number> => {
-    if (targets.length === 0) return 0;
-    const xkeys = xkeysOf(await registry.list(r.module, r.requirement));
-    // Read (and decrypted) once for every holder; without them every holder fetches.
-    let values: CredentialValues | undefined;
-    try {
-      values = (await credentials.read(r.module, r.requirement, r.to))?.bindings;
-    } catch (e) {
-      log.warn({ rotation: r.id, err: e }, "could not read the new values to seal them to SDK holders; they fetch them");
-    }
-    const sender = sealer.getPublicKey();
-    // With a propagator, each notice gets a PRODUCER span of its own (the rotation's child),
-    // carried in its headers; without, no headers (an empty set still costs every notice a header block).
-    const traced = propagating();
-    let sealed = 0;
-    for (const t of targets) {
-      const notice: HolderNotice = { rotation: r.id, grant: r.grant, holder: t.holder, generation: r.to };
-      const xkey = xkeys.get(t.holder);
-      if (values && xkey) {
-        const payload: SealedHolderPayload = { rotation: r.id, holder: t.holder, generation: r.to, values };
-        try {
-          notice.sealed = sealTo(sealer, xkey, payload);
-          notice.sender = sender;
-          sealed++;
-        } catch {
-          // not a curve key: that holder fetches
-        }
-      }
-      const subject = subjects.holderValues(r.module, r.requirement, t.node, t.part, t.instance);
-      if (!traced) {
-        store.nc.publish(subject, JSON.stringify(notice));
-        continue;
-      }
-      const { span, headers } = startProducerSpan("rotator", subject, SubjectTemplates.holderValues, holderSpanAttributes({ rotation: r.id, grant: r.grant, node: t.node, part: t.part, holder: t.holder, generation: r.to }), contextOfTraceparent(r.traceparent));
-      try {
-        store.nc.publish(subject, JSON.stringify(notice), { headers });
-      } finally {
-        span.end();
-      }
-    }
-    log.debug({ rotation: r.id, notices: targets.length, sealed }, "rotation notices sent to SDK holders");
-    return targets.length;
-  };
-
-  const firstNoticeInterval = nextNoticeInterval(undefined, noticeResendMs, NOTICE_RESEND_MAX_MS);
-
-  /** The first send of `r`'s notices, by whichever instance broadcast it: when the record entered Broadcast. */
-  const noticedAtBroadcast = (r: Rotation) => {
-    const at = r.history.find((h) => h.state === RotationStates.Broadcast)?.at;
-    return at ? { at: Date.parse(at), every: firstNoticeInterval } : undefined;
-  };
-
-  /** Marks the notices of `r` sent now; the next, if holders are still missing, after `every`. */
-  const noticedNow = (id: string, every: number) => {
-    noticed.delete(id);
-    noticed.set(id, { at: Date.now(), every });
-    if (noticed.size > 1_000) noticed.delete(noticed.keys().next().value!);
-  };
-
-  /**
-   * Sends the notices of a running `r` again to its SDK holders that have not confirmed:
-   * `noticeResendMs` after the first, then at doubling intervals up to a minute (a holder
-   * that stays away catches up from the record when it is back; this is for lost messages).
-   */
-  const renotify = async (r: Rotation): Promise<void> => {
-    // Another instance (or this one before a restart) sent them when the rotation entered Broadcast.
-    const last = noticed.get(r.id) ?? noticedAtBroadcast(r);
-    if (last && Date.now() - last.at < last.every) return;
-    const missing = splitHolders(missingHolders(r)).sdk;
-    if (missing.length === 0) return;
-    noticedNow(r.id, nextNoticeInterval(last?.every, noticeResendMs, NOTICE_RESEND_MAX_MS));
-    const sent = await sendNotices(r, missing);
-    log.info({ rotation: r.id, notices: sent }, `rotation ${r.id}: told ${sent} SDK holders again, as they have not confirmed (${nameHolders(missing.map((t) => t.holder))})`);
-  };
-
-  const broadcast = async (r: Rotation): Promise<void> => {
-    const headers = () => traceHeaders(contextOfTraceparent(r.traceparent));
-    const publishedAt = new Date().toISOString();
-    const holders = splitHolders(Object.keys(r.holders));
-    try {
-      noticedNow(r.id, firstNoticeInterval);
-      await sendNotices(r, holders.sdk);
-    } catch (e) {
-      // Sent again while they have not confirmed.
-      log.warn({ rotation: r.id, err: e }, "could not tell the SDK holders of the rotation; it is tried again");
-    }
-    await Promise.all(
-      holders.agents.map(async (h) => {
-        const d: Delivery = {
-          grant: r.grant,
-          module: r.module,
-          requirement: r.requirement,
-          part: h.part,
-          node: h.node,
-          kind: r.kind,
-          provider: r.provider,
-          generation: r.to,
-          publishedAt,
-          rotation: r.id,
-        };
-        const subject = subjects.delivery(h.node, r.module, h.part, r.requirement);
-        // One PRODUCER span per holder, the rotation's child; the agent's span is its child.
-        await withProducerSpan("rotator", subject, SubjectTemplates.delivery, holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), contextOfTraceparent(r.traceparent), (headers) =>
-          store.js.publish(subject, JSON.stringify(d), { msgID: `${r.id}@${r.requestedAt}:${h.node}:${h.part}`, headers }),
+  const broadcast = async (r: Rotation): Promise<Rotation["broadcasts"]> => {
+    const endpoints = Object.keys(r.holders).flatMap((holder) => {
+      const endpoint = holderEndpoint(r.grant, holder);
+      return endpoint ? [{ holder, endpoint }] : [];
+    });
+    const failed = await ensureAll(consumers, endpoints);
+    // Those holders' consumers are made again on every sweep until they take; until then they have not confirmed.
+    for (const f of failed) log.warn({ rotation: r.id, holder: f.holder, err: f.error }, `rotation ${r.id}: could not make the consumer of holder ${f.holder}; tried again on the next sweep`);
+    const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, kind: r.kind, provider: r.provider, from: r.from, to: r.to, publishedAt: new Date().toISOString() };
+    const data = JSON.stringify(b);
+    const targets = new Map<string, { e: HolderEndpoint; holder: string }>();
+    for (const { endpoint, holder } of endpoints) targets.set(`${endpoint.stream} ${endpoint.subject}`, { e: endpoint, holder });
+    return Promise.all(
+      [...targets.values()].map(async ({ e, holder }) => {
+        // One PRODUCER span per holder stream's message (an agent-held part, or every SDK instance of a part), the rotation's child; each holder's span is its child.
+        const h = parseHolderId(holder)!;
+        const attributes = { ...holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), "messaging.destination.stream": e.stream };
+        const ack = await withProducerSpan("rotator", e.subject, e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation, attributes, contextOfTraceparent(r.traceparent), (headers) =>
+          store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}`, headers }),
         );
+        return { stream: e.stream, subject: e.subject, seq: ack.seq };
       }),
     );
-    const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, from: r.from, to: r.to, publishedAt };
-    await store.js.publish(subjects.rotationBroadcast(r.module, r.requirement), JSON.stringify(b), { msgID: `${r.id}@${r.requestedAt}`, headers: headers() });
   };
 
   const commit = async (key: string, r: Rotation): Promise<void> => {
@@ -540,56 +414,62 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     timers.set(key, t);
   };
 
+  /** When this instance last wrote each running rotation's count of confirmations. */
+  const countedAt = new Map<string, number>();
+
+  /**
+   * Writes the count of `view`'s confirmations into its record, at most once a second: for
+   * `meshctl status` and `rotate --wait`; who confirmed is JetStream's record, not this one.
+   */
+  const writeCount = async (key: string, view: Rotation) => {
+    const n = confirmedCount(view);
+    if (n === view.confirmed || Date.now() - (countedAt.get(key) ?? 0) < COUNT_WRITE_MS) return;
+    countedAt.set(key, Date.now());
+    await records.update(key, (x) => (x && x.id === view.id && isRotationRunning(x) && x.confirmed !== n ? { ...x, confirmed: n } : undefined)).catch(() => undefined);
+  };
+
   const advance = async (key: string): Promise<void> => {
-    // The record this instance has just written (compare-and-set: it was current then), so the
-    // next step needs no read: the one the last confirmations completed, then each state written.
-    let written = completed.get(key);
-    completed.delete(key);
-    if (written !== records.last(key)?.value) written = undefined;
     for (let guard = 0; guard < 10 && !stopped; guard++) {
       await holdIfPaused();
-      const r = written ?? (await records.read(key))?.value;
-      written = undefined;
+      const r = (await records.read(key))?.value;
       if (!r || !isRotationRunning(r)) return;
+      if (r.state !== RotationStates.Staged) acks.track(key, r);
+      // The record with the confirmations JetStream has: what every step decides on.
+      const view = withAcks(r, acks.acks(r));
       const now = new Date();
-      const step = nextStep(r, now);
+      const step = nextStep(view, now);
       const rlog = log.child({ rotation: r.id, state: r.state });
       try {
         switch (step.action) {
-          // Holders confirm as soon as the broadcast reaches them (their values came with it), so
-          // confirmations may be recorded before a state is written: each state is written over
-          // the record with them (never over a stale copy), and the broadcast is not sent twice.
           case "broadcast": {
             // The grant's Rotating condition is written beside the broadcast, off the path to the
             // commit; should that fail, the next step writes it.
-            await Promise.all([broadcast(r), markRotating(key, r, now).catch(() => undefined)]);
-            written = await transition(key, r, RotationStates.Broadcast, now);
+            const [broadcasts] = await Promise.all([broadcast(r), markRotating(key, r, now).catch(() => undefined)]);
+            const next = await transition(key, r, RotationStates.Broadcast, now, () => true, { broadcasts });
+            if (next) acks.track(key, next);
             continue;
           }
           case "await": {
             if (!marked.has(r.id)) await markRotating(key, r, now);
-            written = await transition(key, r, RotationStates.AwaitingHolders, now);
+            await transition(key, r, RotationStates.AwaitingHolders, now);
             continue;
           }
           case "stall": {
-            const next = enter(r, RotationStates.Stalled, now);
+            const next = enter(view, RotationStates.Stalled, now);
             await setGrant(key, (g) => ({ ...g, conditions: withRotatingCondition(g.conditions, next, now) }));
-            // Not when the last holders confirmed meanwhile: then it commits.
-            if (!(await transition(key, r, RotationStates.Stalled, now, (x) => !allConfirmed(x)))) continue;
+            // Who is missing, as JetStream has it, is written once, with the state.
+            if (!(await transition(key, r, RotationStates.Stalled, now, () => true, { holders: view.holders, confirmed: confirmedCount(view) }))) continue;
             rlog.warn({ missing: step.missing }, `rotation ${r.id} stalled: ${step.missing.length} holders have not confirmed (${nameHolders(step.missing)}); generation ${r.from} is kept`);
             return;
           }
           case "commit": {
-            // Side effects only on the record as it is in KV now, not on a copy this instance
-            // wrote: another instance may have committed it already and a newer rotation staged
-            // k+2, which on PostgreSQL, MariaDB and RabbitMQ uses k's login role again.
-            const current = (await records.read(key))?.value;
-            if (!current || current.id !== r.id || !isRotationRunning(current)) continue;
-            await commit(key, r);
-            const next = await transition(key, r, RotationStates.Committed, now);
+            await commit(key, view);
+            // The one write of who confirmed, and where: the record keeps it once JetStream's consumers are gone.
+            const next = await transition(key, r, RotationStates.Committed, now, () => true, { holders: view.holders, confirmed: confirmedCount(view) });
             if (!next) continue;
             marked.delete(r.id);
-            noticed.delete(r.id);
+            countedAt.delete(key);
+            acks.forget(r);
             endSpan(next, "committed");
             clearTimeout(timers.get(key));
             timers.delete(key);
@@ -597,11 +477,10 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
           }
           case "wait":
             schedule(key, step.untilMs);
-            await renotify(r);
+            await writeCount(key, view);
             return;
           default:
-            // Stalled: the missing holders are told again (each sweep looks) until they confirm.
-            if (isRotationRunning(r)) await renotify(r);
+            await writeCount(key, view);
             return;
         }
       } catch (e) {
@@ -618,60 +497,19 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     try {
       // Through the decoded records: a running rotation's record is large and mostly unchanged between sweeps.
       for await (const key of await store.kv.rotations.keys()) {
-        if (isRotationRunning((await records.read(key))?.value)) void queue.enqueue(key).catch(() => undefined);
+        const r = (await records.read(key))?.value;
+        if (!isRotationRunning(r)) continue;
+        // Acks whose metric was lost, or came before this instance ran; consumers that vanished are made again.
+        if (r.state !== RotationStates.Staged) {
+          acks.track(key, r);
+          await acks.lookup(r).catch((e: unknown) => log.debug({ rotation: r.id, err: e }, "could not look at the holders' consumers"));
+        }
+        void queue.enqueue(key).catch(() => undefined);
       }
     } catch (e) {
       log.warn({ err: e }, "could not list rotations");
     }
   };
-
-  /**
-   * Records a batch of confirmations of one grant in its rotation record (one compare-and-set
-   * write, see {@link RotationRecords.update}). The grant's targets, which only tell a forged
-   * confirmation from a late one in the reason of a refusal, are read only when one is refused.
-   */
-  const recordConfirmations = async (key: string, batch: Confirmation[]) => {
-    let targets: ReadonlySet<string> | undefined;
-    for (;;) {
-      let needTargets = false;
-      let result = { refused: [] as ConfirmationOutcome["refused"], done: false };
-      const now = new Date();
-      await records.update(key, (r) => {
-        needTargets = targets === undefined && batch.some((c) => refusal(r, c, NO_TARGETS) !== undefined);
-        if (needTargets) return undefined;
-        // A record that no longer runs comes back unchanged: refusals then are logged and answered, not stored.
-        const out = applyConfirmations(r, batch, targets ?? NO_TARGETS, now);
-        result = { refused: out.refused, done: isRotationRunning(out.rotation) && allConfirmed(out.rotation) };
-        return out.rotation;
-      });
-      if (!needTargets) return result;
-      const g = (await readJson(store.kv.grants, key, Grant))?.value;
-      targets = new Set((g?.targets ?? []).map((t) => holderKey(t.node, t.part)));
-    }
-  };
-
-  // Confirmations: shared by the instances (a queue group), recorded in batches; a request is
-  // answered once it is in the record.
-  const batches = new ConfirmationBatches({
-    log,
-    record: recordConfirmations,
-    missing: (key) => {
-      const r = records.last(key)?.value;
-      return isRotationRunning(r) ? countMissing(r) : undefined;
-    },
-    onDone: (key) => {
-      const r = records.last(key)?.value;
-      if (r) completed.set(key, r);
-      void queue.enqueue(key).catch(() => undefined);
-    },
-    holdIfPaused,
-  });
-  const confirmations = store.nc.subscribe(subjects.rotationConfirmsAll, {
-    queue: QueueGroups.rotator,
-    callback: (err, m) => {
-      if (!err && !stopped) batches.add(m);
-    },
-  });
 
   const api = serveJson(store.nc, subjects.rotate, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
     const parsed = RotateRequest.safeParse(body);
@@ -719,8 +557,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
     keyOf: kvKeyOf(Buckets.rotations),
     queue,
     log,
-    // A state this instance wrote, it moves on from itself (and confirmation batches need no
-    // step): without the read of the whole record each of its writes would cost.
+    // A state this instance wrote, it moves on from itself: without the read of the whole record each of its writes would cost.
     acted: (key, revision) => records.wroteRevision(key, revision),
   });
   const sweeper = setInterval(() => void sweep(), opts.sweepMs ?? 5_000);
@@ -741,9 +578,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
       for (const t of timers.values()) clearTimeout(t);
       await Promise.all([api.stop(), evictApi.stop()]);
       await changes.stop();
-      await confirmations.drain().catch(() => undefined);
-      await batches.drain();
+      await acks.stop();
       await registry.stop();
+      await consumers.stop();
       await adapters.close();
     },
   };
@@ -751,38 +588,7 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
 
 /** Who repairs a provider's admin secret, in the secret grant's repair history, when the rotator needs that server first. */
 const ROTATOR_INSTANCE = `rotator@${hostname()}/${process.pid}`;
-const NOTHING = new Uint8Array(0);
-/** The longest interval between two sends of a rotation's notices to holders that have not confirmed. */
-const NOTICE_RESEND_MAX_MS = 60_000;
-const NO_TARGETS: ReadonlySet<string> = new Set();
-/** How many holders' box keys are computed ahead: the sealing key keeps 20,000 (SHARED_KEY_CACHE in @mesh/shared). */
-const WARM_LIMIT = 20_000;
-
-/** An SDK instance among a rotation's holders (id `<node>/<part>/<instance>`). */
-interface SdkHolder {
-  holder: string;
-  node: string;
-  part: string;
-  instance: string;
-}
-
-/** Holder ids split, each parsed once: SDK instances, and node agents (`<node>/<part>`). */
-function splitHolders(holders: readonly string[]): { sdk: SdkHolder[]; agents: Array<{ node: string; part: string }> } {
-  const sdk: SdkHolder[] = [];
-  const agents: Array<{ node: string; part: string }> = [];
-  for (const holder of holders) {
-    const id = parseHolderId(holder);
-    if (id?.instance !== undefined) sdk.push({ holder, node: id.node, part: id.part, instance: id.instance });
-    else if (id) agents.push({ node: id.node, part: id.part });
-  }
-  return { sdk, agents };
-}
-
-/** The xkey of each SDK holder (by holder id) among `registrations` that registered one (and whose id matches its node, part and instance). */
-function xkeysOf(registrations: readonly HolderRegistration[]): Map<string, string> {
-  const out = new Map<string, string>();
-  for (const r of registrations) if (r.xkey && r.holder === sdkHolderId(r.node, r.part, r.instance)) out.set(r.holder, r.xkey);
-  return out;
-}
+/** At most how often a running rotation's count of confirmations is written into its record. */
+const COUNT_WRITE_MS = 1_000;
 
 export type { RotationState };

@@ -37,16 +37,28 @@ export const RotationStates = {
 export type RotationState = (typeof RotationStates)[keyof typeof RotationStates];
 
 /**
- * One holder's progress, in milliseconds since the rotation's `requestedAt` (compact, because a
- * rotation may have thousands of holders): `r` broadcast received, `a` applied (files written /
- * application switched, and the login proved), `c` confirmation accepted by the rotator.
+ * One holder's part in a rotation, compact because a rotation may have thousands of holders.
+ * Written when the rotation starts (empty) and once more at its commit, never per
+ * confirmation: while it runs, who has confirmed is JetStream's own record (each holder's
+ * consumer's ack floor). Times are milliseconds since the rotation's `requestedAt`.
  */
 export const HolderProgress = z.object({
+  /** Older records: the holder's own times of receipt and apply. */
   r: z.number().optional(),
   a: z.number().optional(),
+  /** Confirmed: when the server recorded the holder's ack (its ack metric's timestamp, the server's clock). */
   c: z.number().optional(),
   /** Evicted by the operator (`meshctl rotate --evict`): the rotation went on without it. */
   e: z.number().optional(),
+  /** The stream and consumer it acknowledged on, and the stream sequence it acknowledged (the broadcast). */
+  s: z.string().optional(),
+  k: z.string().optional(),
+  q: z.number().int().optional(),
+  /**
+   * The ack was found in the consumer's ack floor, not seen as it happened (a rotator started
+   * after it, or its metric was lost): `c` is then when the rotator found it, not when it was sent.
+   */
+  f: z.literal(true).optional(),
 });
 export type HolderProgress = z.infer<typeof HolderProgress>;
 
@@ -73,8 +85,16 @@ export const Rotation = z.object({
    * `<node>/<part>/<instance>` for an SDK instance.
    */
   holders: z.record(z.string(), HolderProgress),
-  /** Newest last, at most {@link REFUSED_LIMIT}. */
+  /** Older records: refused confirmations (an ack on another's consumer is now refused by the server itself). */
   refused: z.array(RefusedConfirmation).default([]),
+  /**
+   * The broadcast as published: one message per holder stream that has holders of the grant
+   * (see holder-streams.ts), with the stream sequence each got. A holder has confirmed once its
+   * consumer acknowledged that sequence (or a later one).
+   */
+  broadcasts: z.array(z.object({ stream: z.string(), subject: z.string(), seq: z.number().int().positive() })).default([]),
+  /** How many holders had confirmed when the record was last written (at most once a second while it runs). */
+  confirmed: z.number().int().nonnegative().optional(),
   /** Non-secret names of what k+1 is on the provider (role…), recorded on the grant at commit. */
   resource: z.record(z.string(), z.string()).default({}),
   /** W3C traceparent of the rotation's span: every holder's span is its child. */
@@ -158,16 +178,19 @@ export const RotateReply = z.discriminatedUnion("ok", [
 export type RotateReply = z.infer<typeof RotateReply>;
 
 /**
- * Event on `mesh.rotation.broadcast.<module>.<requirement>` (stream MESH_ROTATIONS): rotation
- * `rotation` moves the grant from `from` to `to`. SDK holders read it live and, when they were
- * away, as the last message of the subject. No secret in it; holders use the values sealed to
- * them just before it, or fetch `to`.
+ * The broadcast of a rotation, one message in each holder stream that has holders of the grant
+ * (holder-streams.ts): rotation `rotation` moves the grant from `from` to `to`. Each holder
+ * gets it on its own durable consumer, fetches `to` (sealed to itself, from the provisioner),
+ * applies it, and only then acknowledges the message: that ack is its confirmation. No secret
+ * in it. Carries the rotation's trace context in its headers.
  */
 export const RotationBroadcast = z.object({
   rotation: z.string(),
   grant: z.string(),
   module: z.string(),
   requirement: z.string(),
+  kind: z.enum(KIND_LIST),
+  provider: z.string(),
   from: z.number().int().positive(),
   to: z.number().int().positive(),
   publishedAt: z.string(),

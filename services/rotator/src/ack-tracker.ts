@@ -1,0 +1,191 @@
+/**
+ * Who has confirmed a running rotation, as JetStream knows it: a holder has confirmed once its
+ * consumer acknowledged the broadcast (the stream sequence the rotation record names for its
+ * stream, or a later one). Learnt two ways, both from the server:
+ * - live, from the ack metrics the server publishes for every ack on a holder's consumer
+ *   (`sample_freq: 100%`): `$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>`, with the
+ *   stream sequence acknowledged and the server's timestamp;
+ * - by looking, from each missing holder's consumer (`ack_floor`), when a rotator starts on a
+ *   rotation it did not broadcast (a restart, another instance) and on every sweep: a metric is
+ *   a plain message, and may be lost. A consumer that has vanished (its server lost, an
+ *   inactive SDK consumer removed) is made again, and delivers the broadcast again.
+ * Every rotator instance hears every metric (no queue group), so whichever instance advances a
+ * rotation knows its confirmations without a record rewritten per ack.
+ */
+import { JetStreamApiError } from "@nats-io/jetstream";
+import {
+  HOLDER_STREAM_PREFIX,
+  consumerMismatch,
+  holderEndpoint,
+  type HolderEndpoint,
+  type Logger,
+  type Rotation,
+  type Store,
+  subjects,
+} from "@mesh/shared";
+import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
+
+/** One holder's confirmation, as the server recorded it. */
+export interface HolderAck {
+  /** The server's time of the ack (ms since epoch); for a `found` one, when the rotator found it. */
+  at: number;
+  stream: string;
+  consumer: string;
+  seq: number;
+  /** Found in the consumer's ack floor rather than seen in its metric. */
+  found?: true;
+}
+
+
+interface Tracked {
+  key: string;
+  rotation: string;
+  /** By `<stream>/<consumer>`: the holder and the sequence its ack must reach. */
+  expect: Map<string, { holder: string; seq: number }>;
+  acks: Map<string, HolderAck>;
+}
+
+export interface AckTracker {
+  /** Starts counting the acks of running rotation `r` (its broadcasts published): idempotent. */
+  track(key: string, r: Rotation): void;
+  /** The acks of rotation `r` seen so far, by holder. */
+  acks(r: Rotation): ReadonlyMap<string, HolderAck>;
+  /** Looks at the consumers of `r`'s holders that have not confirmed; makes again the ones that vanished. */
+  lookup(r: Rotation): Promise<void>;
+  /** Forgets rotation `r` (committed). */
+  forget(r: Rotation): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * `onProgress(key)` is called when an ack of the rotation of grant key `key` is counted (the
+ * caller looks whether every holder is in).
+ */
+export function startAckTracker(opts: { store: Store; log: Logger; consumers: HolderConsumers; onProgress: (key: string) => void }): AckTracker {
+  const { store, log } = opts;
+  const byRotation = new Map<string, Tracked>();
+  // `<stream>/<consumer>` → the rotations that wait for an ack there (one per grant, a consumer is one grant's).
+  const byConsumer = new Map<string, Tracked>();
+  // The last ack seen on each holder consumer: one may come before the rotation it confirms is
+  // tracked (a holder is quick, the record of the broadcast is written after it is published).
+  const lastAck = new Map<string, HolderAck>();
+
+  const count = (t: Tracked, id: string, ack: HolderAck) => {
+    const want = t.expect.get(id);
+    if (!want || ack.seq < want.seq || t.acks.has(want.holder)) return false;
+    t.acks.set(want.holder, ack);
+    return true;
+  };
+
+  const sub = store.nc.subscribe(subjects.holderAckMetricsAll, {
+    callback: (err, m) => {
+      if (err) return;
+      // $JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>
+      const t = m.subject.split(".");
+      const stream = t[5];
+      const consumer = t[6];
+      if (!stream?.startsWith(HOLDER_STREAM_PREFIX) || !consumer) return;
+      const id = `${stream}/${consumer}`;
+      let metric: { stream_seq?: unknown; timestamp?: unknown };
+      try {
+        metric = m.json();
+      } catch {
+        return;
+      }
+      const seq = typeof metric.stream_seq === "number" ? metric.stream_seq : NaN;
+      const at = typeof metric.timestamp === "string" ? Date.parse(metric.timestamp) : NaN;
+      if (!Number.isFinite(seq)) return;
+      const ack: HolderAck = { at: Number.isFinite(at) ? at : Date.now(), stream, consumer, seq };
+      lastAck.delete(id);
+      lastAck.set(id, ack);
+      if (lastAck.size > LAST_ACKS_KEPT) lastAck.delete(lastAck.keys().next().value!);
+      const tracked = byConsumer.get(id);
+      if (tracked && count(tracked, id, ack)) opts.onProgress(tracked.key);
+    },
+  });
+
+  const endpointsOf = (r: Rotation) => {
+    const seqs = new Map(r.broadcasts.map((b) => [`${b.stream} ${b.subject}`, b.seq]));
+    const out: Array<{ holder: string; endpoint: HolderEndpoint; seq: number }> = [];
+    for (const holder of Object.keys(r.holders)) {
+      const endpoint = holderEndpoint(r.grant, holder);
+      const seq = endpoint && seqs.get(`${endpoint.stream} ${endpoint.subject}`);
+      if (endpoint && seq) out.push({ holder, endpoint, seq });
+    }
+    return out;
+  };
+
+  const track = (key: string, r: Rotation) => {
+    const cur = byRotation.get(key);
+    if (cur?.rotation === r.id) return;
+    if (cur) forgetTracked(cur);
+    const t: Tracked = { key, rotation: r.id, expect: new Map(), acks: new Map() };
+    let early = 0;
+    for (const { holder, endpoint, seq } of endpointsOf(r)) {
+      const id = `${endpoint.stream}/${endpoint.consumer}`;
+      t.expect.set(id, { holder, seq });
+      byConsumer.set(id, t);
+      const seen = lastAck.get(id);
+      if (seen && count(t, id, seen)) early++;
+    }
+    byRotation.set(key, t);
+    if (early) opts.onProgress(key);
+  };
+
+  const forgetTracked = (t: Tracked) => {
+    byRotation.delete(t.key);
+    for (const id of t.expect.keys()) if (byConsumer.get(id) === t) byConsumer.delete(id);
+  };
+
+  const lookup = async (r: Rotation) => {
+    const t = byRotation.get(`${r.module}.${r.requirement}`);
+    if (!t || t.rotation !== r.id) return;
+    const missing = endpointsOf(r).filter((x) => !t.acks.has(x.holder) && r.holders[x.holder]?.e === undefined);
+    const vanished: typeof missing = [];
+    let found = 0;
+    await Promise.all(
+      missing.map(async (x) => {
+        try {
+          const info = await store.jsm.consumers.info(x.endpoint.stream, x.endpoint.consumer);
+          const why = consumerMismatch(info, x.endpoint);
+          if (why) {
+            log.warn({ rotation: r.id, holder: x.holder, consumer: x.endpoint.consumer }, `the consumer of holder ${x.holder} is not the one the rotator made (${why}); its acks are not counted, and it is made again`);
+            await store.jsm.consumers.delete(x.endpoint.stream, x.endpoint.consumer).catch(() => undefined);
+            vanished.push(x);
+            return;
+          }
+          const floor = info.ack_floor?.stream_seq ?? 0;
+          if (floor >= x.seq && count(t, `${x.endpoint.stream}/${x.endpoint.consumer}`, { at: Date.now(), stream: x.endpoint.stream, consumer: x.endpoint.consumer, seq: floor, found: true })) found++;
+        } catch (e) {
+          if (e instanceof JetStreamApiError && /not found/i.test(e.message)) vanished.push(x);
+          else log.debug({ rotation: r.id, holder: x.holder, err: e }, "could not look at a holder's consumer; looked at again on the next sweep");
+        }
+      }),
+    );
+    if (vanished.length) {
+      log.warn({ rotation: r.id, holders: vanished.map((x) => x.holder) }, `rotation ${r.id}: ${vanished.length} holders' consumers had vanished; made again, they deliver the broadcast again`);
+      await ensureAll(opts.consumers, vanished, true);
+    }
+    if (found) opts.onProgress(`${r.module}.${r.requirement}`);
+  };
+
+  return {
+    track,
+    acks: (r) => {
+      const t = byRotation.get(`${r.module}.${r.requirement}`);
+      return t?.rotation === r.id ? t.acks : EMPTY;
+    },
+    lookup,
+    forget: (r) => {
+      const t = byRotation.get(`${r.module}.${r.requirement}`);
+      if (t?.rotation === r.id) forgetTracked(t);
+    },
+    async stop() {
+      await sub.drain().catch(() => undefined);
+    },
+  };
+}
+
+const EMPTY: ReadonlyMap<string, HolderAck> = new Map();
+/** How many holder consumers' last acks are kept for rotations not tracked yet (a few MB at most). */
+const LAST_ACKS_KEPT = 100_000;

@@ -1,0 +1,151 @@
+/**
+ * The holders' streams and consumers (holder-streams.ts in @mesh/shared), made and removed by
+ * the control plane, never by a holder: an SDK instance's consumer when its registration
+ * appears in `mesh-holders` (gone with it), a node agent's for a part when its receipt says it
+ * holds the grant (gone when it says the binding was withdrawn), and every holder's again before
+ * a rotation's broadcast, so that one lost with its server is there to be delivered to.
+ * Creating is idempotent on the server (the same configuration again is a no-op), and what was
+ * made is remembered, so a registration's heartbeat costs nothing.
+ */
+import { JetStreamApiError } from "@nats-io/jetstream";
+import {
+  Buckets,
+  DeliveryReceipt,
+  HolderRegistration,
+  grantId,
+  holderConsumerConfig,
+  holderEndpoint,
+  holderKey,
+  holderStreamConfig,
+  parseReceiptKey,
+  retryJetStreamGap,
+  type HolderEndpoint,
+  type Logger,
+  type Store,
+} from "@mesh/shared";
+
+export interface HolderConsumers {
+  /** Makes the stream and consumer of `endpoint` if this instance has not made them yet (or `force`: it may have vanished). */
+  ensure(endpoint: HolderEndpoint, force?: boolean): Promise<void>;
+  /** Removes the consumer of holder `holder` of grant `grant` (a registration or binding gone); missing is fine. */
+  remove(grant: string, holder: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** How many consumers are made at once before a broadcast (each is one JetStream API request). */
+const CREATE_CONCURRENCY = 64;
+
+export function holderConsumers(opts: { store: Store; log: Logger; replicas: number }): HolderConsumers {
+  const { store, log } = opts;
+  const streams = new Map<string, Promise<void>>();
+  const consumers = new Map<string, Promise<void>>();
+
+  const makeStream = (e: HolderEndpoint) => {
+    let p = streams.get(e.stream);
+    if (!p) {
+      p = retryJetStreamGap(async () => {
+        try {
+          await store.jsm.streams.add(holderStreamConfig(e, opts.replicas));
+        } catch (err) {
+          // Made already by another instance (or before a restart) with the same subjects: that is the one.
+          if (!(err instanceof JetStreamApiError) || !/already in use/i.test(err.message)) throw err;
+        }
+      });
+      streams.set(e.stream, p);
+      p.catch(() => streams.delete(e.stream));
+    }
+    return p;
+  };
+
+  const ensure = async (e: HolderEndpoint, force = false) => {
+    const id = `${e.stream}/${e.consumer}`;
+    if (force) {
+      consumers.delete(id);
+      streams.delete(e.stream);
+    }
+    let p = consumers.get(id);
+    if (!p) {
+      p = (async () => {
+        await makeStream(e);
+        await retryJetStreamGap(() => store.jsm.consumers.add(e.stream, holderConsumerConfig(e)));
+      })();
+      consumers.set(id, p);
+      p.catch(() => consumers.delete(id));
+    }
+    return p;
+  };
+
+  const remove = async (grant: string, holder: string) => {
+    const e = holderEndpoint(grant, holder);
+    if (!e) return;
+    consumers.delete(`${e.stream}/${e.consumer}`);
+    try {
+      await store.jsm.consumers.delete(e.stream, e.consumer);
+      log.debug({ grant, holder, stream: e.stream, consumer: e.consumer }, "holder's consumer removed");
+    } catch (err) {
+      if (!(err instanceof JetStreamApiError) || !/not found/i.test(err.message)) log.warn({ grant, holder, err }, "could not remove a holder's consumer; the next registration change tries again");
+    }
+  };
+
+  // Agents: a receipt says the part holds the grant (or no longer does).
+  let receiptsWatch: Awaited<ReturnType<typeof store.kv.receipts.watch>> | undefined;
+  const watching = (async () => {
+    receiptsWatch = await store.kv.receipts.watch();
+    for await (const ev of receiptsWatch) {
+      const k = parseReceiptKey(ev.key);
+      if (!k) continue;
+      const grant = grantId(k.module, k.requirement);
+      const holder = holderKey(k.node, k.part);
+      const r = ev.operation === "PUT" && ev.length ? DeliveryReceipt.safeParse(safeJson(() => ev.json())) : undefined;
+      if (!r?.success || r.data.withdrawnAt || r.data.generation === 0) {
+        if (!r?.success || r.data.withdrawnAt) void remove(grant, holder);
+        continue;
+      }
+      const e = holderEndpoint(grant, holder);
+      if (e) ensure(e).catch((err: unknown) => log.warn({ grant, holder, err }, "could not make the agent's consumer; it is made again before the next rotation"));
+    }
+  })().catch((e: unknown) => log.warn({ err: e, bucket: Buckets.receipts }, "the watch of delivery receipts ended; agents' consumers are made before each rotation"));
+
+  return {
+    ensure,
+    remove,
+    async stop() {
+      receiptsWatch?.stop();
+      await watching;
+    },
+  };
+}
+
+/** The SDK registration change `reg` (undefined: deleted) applied to the consumers: made for a registration, removed with it. */
+export function onRegistration(c: HolderConsumers, log: Logger, key: string, reg: HolderRegistration | undefined): void {
+  if (!reg) {
+    // key: <module>.<requirement>.<node>.<part>.<instance>
+    const [module, requirement, node, part, instance] = key.split(".");
+    if (module && requirement && node && part && instance) void c.remove(grantId(module, requirement), `${node}/${part}/${instance}`);
+    return;
+  }
+  const e = holderEndpoint(reg.grant, reg.holder);
+  if (e) c.ensure(e).catch((err: unknown) => log.warn({ holder: reg.holder, err }, "could not make the SDK holder's consumer; it is made again before the next rotation"));
+}
+
+/** Ensures every endpoint, {@link CREATE_CONCURRENCY} at a time; the holders whose consumer could not be made, with why. */
+export async function ensureAll(c: HolderConsumers, endpoints: ReadonlyArray<{ holder: string; endpoint: HolderEndpoint }>, force = false): Promise<Array<{ holder: string; error: unknown }>> {
+  const failed: Array<{ holder: string; error: unknown }> = [];
+  let i = 0;
+  const worker = async () => {
+    while (i < endpoints.length) {
+      const x = endpoints[i++]!;
+      await c.ensure(x.endpoint, force).catch((error: unknown) => failed.push({ holder: x.holder, error }));
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(CREATE_CONCURRENCY, endpoints.length) }, worker));
+  return failed;
+}
+
+function safeJson(f: () => unknown): unknown {
+  try {
+    return f();
+  } catch {
+    return undefined;
+  }
+}
