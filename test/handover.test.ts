@@ -11,7 +11,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { Kinds, Rotation, createLogger, keys, readJson, type NatsConnection } from "@mesh/shared";
+import { Kinds, Rotation, createLogger, keys, readHolderAcks, readJson, type NatsConnection } from "@mesh/shared";
 import { createAdapter, type BindingValues, type ProviderAdapter } from "@mesh/providers";
 import { holdCredential, type HeldCredential } from "@mesh/client";
 import { startRotator, type Rotator } from "@mesh/rotator";
@@ -121,8 +121,11 @@ describe("handing a grant over to a preferred provider", () => {
       "a handover waiting for the SDK holder",
       async () => {
         const r = (await readJson(mesh.store.kv.rotations, key, Rotation))?.value;
-        const agentsIn = r && ["node-a/api", "node-a/web", "node-b/worker"].every((h) => r.holders[h]?.c !== undefined);
-        return r?.trigger === "handover" && agentsIn ? r : undefined;
+        if (r?.trigger !== "handover") return undefined;
+        // Who confirmed is JetStream's: each holder's consumer has acknowledged the broadcast.
+        const states = await readHolderAcks(mesh.store.jsm, r);
+        const acked = new Set(states.filter((h) => h.acked).map((h) => h.holder));
+        return ["node-a/api", "node-a/web", "node-b/worker"].every((h) => acked.has(h)) && !acked.has("node-a/web/i1") ? r : undefined;
       },
       30_000,
     );

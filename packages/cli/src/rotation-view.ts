@@ -7,10 +7,23 @@
 import { RotationStates, type Rotation } from "@mesh/shared";
 import { makeStyle, wrapText } from "./style.js";
 
-/** One holder in a {@link RotationSummary}: `confirmedAt` is null while it has not confirmed. */
+/**
+ * One holder in a {@link RotationSummary}: `confirmedAt` is null while it has not confirmed.
+ * A confirmation is the holder's JetStream ack of the broadcast: `stream` and `consumer` are
+ * where it acknowledged, `ackedSeq` the stream sequence it acknowledged.
+ */
 export interface SummaryHolder {
   holder: string;
   confirmedAt: string | null;
+  stream?: string;
+  consumer?: string;
+  ackedSeq?: number;
+}
+
+/** Where a holder's confirmation was recorded, for the JSON forms. */
+function ackOf(p: Rotation["holders"][string] | undefined): { stream?: string; consumer?: string; ackedSeq?: number } {
+  if (!p || p.c === undefined) return {};
+  return { ...(p.s ? { stream: p.s } : {}), ...(p.k ? { consumer: p.k } : {}), ...(p.q !== undefined ? { ackedSeq: p.q } : {}) };
 }
 
 /**
@@ -68,7 +81,7 @@ function rotationIdentity(r: Rotation) {
 export function summarizeRotation(r: Rotation): RotationSummary {
   const holders = Object.keys(r.holders)
     .sort()
-    .map((holder) => ({ holder, confirmedAt: atOffset(r, r.holders[holder]?.c) ?? null }));
+    .map((holder) => ({ holder, confirmedAt: atOffset(r, r.holders[holder]?.c) ?? null, ...ackOf(r.holders[holder]) }));
   const progress = rotationProgress(r);
   return {
     ...rotationIdentity(r),
@@ -139,13 +152,15 @@ export function formatOutcome(r: Rotation, opts: { color?: boolean; width?: numb
 
 /**
  * One event of a holder's timeline: when, as an offset from the rotation's start and absolute,
- * and whose clock measured it: the rotator's (its states, a confirmation accepted) or the
- * holder's own (received and applied, as its confirmation reported them).
+ * and whose clock measured it: the rotator's (its states; an ack it found in a consumer's ack
+ * floor rather than saw, after it restarted), the NATS server's (a holder's ack, from the
+ * server's ack metric or the consumer's last activity), or, in records from before
+ * confirmations were JetStream acks, the holder's own.
  */
 export interface TraceEvent {
   offsetMs: number;
   at: string;
-  clock: "rotator" | "holder";
+  clock: "rotator" | "server" | "holder";
 }
 
 /** One holder's line of the fan-out. */
@@ -155,8 +170,14 @@ export interface TraceHolder {
   received: TraceEvent | null;
   /** The holder applied the new generation (files written or application switched, login proved). */
   applied: TraceEvent | null;
-  /** The rotator accepted its confirmation. */
+  /** The server recorded its ack of the broadcast (its confirmation). */
   confirmed: TraceEvent | null;
+  /** The stream and consumer it acknowledged on, and the stream sequence acknowledged. */
+  stream?: string;
+  consumer?: string;
+  ackedSeq?: number;
+  /** The ack was found in the consumer's ack floor (the rotator restarted, or its metric was lost): `confirmed` is when it was found. */
+  foundInAckFloor?: true;
   /** The operator evicted it: the rotation went on without it. */
   evicted?: TraceEvent | null;
 }
@@ -190,7 +211,16 @@ export function traceRotation(r: Rotation): RotationTrace {
   const start = Date.parse(r.requestedAt);
   const holders = Object.entries(r.holders)
     .sort(([a, pa], [b, pb]) => (pa.c ?? Infinity) - (pb.c ?? Infinity) || a.localeCompare(b))
-    .map(([holder, p]) => ({ holder, received: event(r, p.r, "holder"), applied: event(r, p.a, "holder"), confirmed: event(r, p.c, "rotator"), ...(p.e !== undefined ? { evicted: event(r, p.e, "rotator") } : {}) }));
+    .map(([holder, p]) => ({
+      holder,
+      received: event(r, p.r, "holder"),
+      applied: event(r, p.a, "holder"),
+      // Acks carry the server's time; an ack found in an ack floor, when the rotator found it; old records, the rotator's.
+      confirmed: event(r, p.c, p.s && !p.f ? "server" : "rotator"),
+      ...ackOf(p),
+      ...(p.f ? { foundInAckFloor: true as const } : {}),
+      ...(p.e !== undefined ? { evicted: event(r, p.e, "rotator") } : {}),
+    }));
   return {
     ...rotationIdentity(r),
     requestedAt: r.requestedAt,
@@ -224,11 +254,19 @@ export function formatTrace(t: RotationTrace, opts: { color?: boolean; width?: n
   for (const st of t.states) lines.push(row(st.state, st));
   for (const h of t.holders) {
     lines.push("", `${s.bold(h.holder)}${h.confirmed ? "" : `  ${s.bad("not confirmed")}`}`);
-    lines.push(row("broadcast received", h.received), row("applied", h.applied), row("confirmed", h.confirmed));
+    if (h.received || h.applied) lines.push(row("broadcast received", h.received), row("applied", h.applied));
+    lines.push(row(h.foundInAckFloor ? "confirmed (found)" : "confirmed", h.confirmed));
+    if (h.stream) lines.push(`    ${s.dim(`acknowledged seq ${h.ackedSeq ?? "?"} on consumer ${h.consumer} of stream ${h.stream}`)}`);
   }
   if (t.holders.length === 0) lines.push("", "no holder had to confirm (none held the grant when the rotation started)");
   if (t.missing.length) lines.push("", ...wrapText(`not confirmed: ${listHolders(t.missing)}`, width));
-  lines.push("", ...wrapText("times: the rotator's states and accepted confirmations by the rotator's clock; received and applied by each holder's own clock, as its confirmation reported them", width));
+  lines.push(
+    "",
+    ...wrapText(
+      "times: the rotator's states by the rotator's clock; a confirmation is the holder's JetStream ack of the broadcast, timed by the NATS server (its ack metric, or the consumer's last activity); one marked (found) was read from the consumer's ack floor by a rotator that started after it, and is timed when it was found",
+      width,
+    ),
+  );
   if (t.refused.length) {
     lines.push("", s.bold("refused confirmations"));
     for (const x of t.refused) lines.push(...wrapText(`${x.at} ${x.holder}: ${x.reason}`, width, "    "));

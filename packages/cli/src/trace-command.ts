@@ -1,9 +1,10 @@
 /**
- * `meshctl trace ROTATION [--json]`: the fan-out of a rotation as its record holds it — the
- * rotator's states, then per holder when the broadcast reached it, when it applied the new
- * generation, and when its confirmation was accepted (offsets from the start and absolute times).
+ * `meshctl trace ROTATION [--json]`: the fan-out of a rotation — the rotator's states, then per
+ * holder when the server recorded its ack of the broadcast, on which stream and consumer, and
+ * the sequence acknowledged. A committed rotation's record holds all of it; for one still
+ * running, who has acknowledged is read from the holders' consumers themselves.
  */
-import { parseGrantId, parseRotationId, type Store } from "@mesh/shared";
+import { isRotationRunning, parseGrantId, parseRotationId, readHolderAcks, type Rotation, type Store } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
@@ -42,7 +43,20 @@ export async function runTrace(store: Store, opts: TraceOptions, out: Output): P
       : `grant ${grant} has never been rotated; start one with: meshctl rotate ${grant}`;
     throw new CliError(`no rotation ${opts.rotation} is recorded: ${hint}`, ExitCodes.NotFound);
   }
-  const t = traceRotation(found.rotation);
+  const t = traceRotation(isRotationRunning(found.rotation) ? await withLiveAcks(store, found.rotation) : found.rotation);
   out.out(opts.json ? JSON.stringify(t, null, 2) : formatTrace(t, { color: out.color, width: out.columns }));
   return ExitCodes.Ok;
+}
+
+/** A running rotation with the acks its holders' consumers hold now (the record is written at its commit, not per ack). */
+async function withLiveAcks(store: Store, r: Rotation): Promise<Rotation> {
+  const start = Date.parse(r.requestedAt);
+  const holders = { ...r.holders };
+  for (const a of await readHolderAcks(store.jsm, r)) {
+    const p = holders[a.holder];
+    if (!p || p.c !== undefined || !a.acked) continue;
+    const at = a.lastActive ? Date.parse(a.lastActive) : NaN;
+    holders[a.holder] = { ...p, c: Number.isNaN(at) ? Math.max(0, Date.now() - start) : Math.max(0, at - start), s: a.stream, k: a.consumer, q: a.ackFloor! };
+  }
+  return { ...r, holders };
 }

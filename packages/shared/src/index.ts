@@ -49,3 +49,4 @@ export * from "./admin-password-policy.js";
 export * from "./admin-secret.js";
 export * from "./nats-ceiling.js";
 export * from "./holder-streams.js";
+export * from "./holder-acks.js";

@@ -298,7 +298,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
         const h = parseHolderId(holder)!;
         const attributes = { ...holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), "messaging.destination.stream": e.stream };
         const ack = await withProducerSpan("rotator", e.subject, e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation, attributes, contextOfTraceparent(r.traceparent), (headers) =>
-          store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}`, headers }),
+          store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }),
         );
         return { stream: e.stream, subject: e.subject, seq: ack.seq };
       }),

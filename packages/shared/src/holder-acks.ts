@@ -1,0 +1,57 @@
+/**
+ * Who has confirmed a rotation, read from JetStream itself: each holder's consumer's ack floor
+ * against the broadcast's sequence in its stream (the rotation record names both). What
+ * `meshctl trace` shows of a running rotation, and what tests check a record against; the
+ * rotator counts the same acks live from the server's ack metrics.
+ */
+import type { JetStreamManager } from "@nats-io/jetstream";
+import { consumerMismatch, holderEndpoint } from "./holder-streams.js";
+import type { Rotation } from "./schemas/rotation.js";
+
+/** One holder's consumer as JetStream has it. */
+export interface HolderConsumerState {
+  holder: string;
+  stream: string;
+  consumer: string;
+  /** The broadcast's sequence in that stream (0: none was published there yet). */
+  seq: number;
+  /** The consumer's ack floor (stream sequence); undefined when the consumer does not exist. */
+  ackFloor?: number;
+  /** Its last activity the server recorded (ISO), when it has acknowledged anything. */
+  lastActive?: string;
+  /** Why its acks do not count, when its configuration is not the one the control plane made. */
+  mismatch?: string;
+  /** True when the ack floor has reached the broadcast's sequence: the holder confirmed. */
+  acked: boolean;
+}
+
+/** The consumer state of every holder of `r` (`concurrency` lookups at a time). */
+export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, concurrency = 32): Promise<HolderConsumerState[]> {
+  const seqs = new Map(r.broadcasts.map((b) => [`${b.stream} ${b.subject}`, b.seq]));
+  const holders = Object.keys(r.holders).sort();
+  const out: HolderConsumerState[] = new Array(holders.length);
+  let i = 0;
+  const worker = async () => {
+    while (i < holders.length) {
+      const n = i++;
+      const holder = holders[n]!;
+      const e = holderEndpoint(r.grant, holder);
+      if (!e) {
+        out[n] = { holder, stream: "", consumer: "", seq: 0, acked: false };
+        continue;
+      }
+      const seq = seqs.get(`${e.stream} ${e.subject}`) ?? 0;
+      try {
+        const info = await jsm.consumers.info(e.stream, e.consumer);
+        const mismatch = consumerMismatch(info, e);
+        const ackFloor = info.ack_floor?.stream_seq ?? 0;
+        const lastActive = (info.ack_floor as unknown as { last_active?: string } | undefined)?.last_active;
+        out[n] = { holder, stream: e.stream, consumer: e.consumer, seq, ackFloor, ...(lastActive ? { lastActive } : {}), ...(mismatch ? { mismatch } : {}), acked: !mismatch && seq > 0 && ackFloor >= seq };
+      } catch {
+        out[n] = { holder, stream: e.stream, consumer: e.consumer, seq, acked: false };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, holders.length) }, worker));
+  return out;
+}
