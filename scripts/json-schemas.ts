@@ -10,8 +10,6 @@ import {
   ApplyReply,
   ApplyRequest,
   Buckets,
-  Confirmation,
-  HolderNotice,
   HolderRegistration,
   CredentialFetchReply,
   CredentialListReply,
@@ -35,7 +33,6 @@ import {
   RotateRequest,
   Rotation,
   RotationBroadcast,
-  SealedHolderPayload,
   Verification,
   VerifyReply,
   VerifyRequest,
@@ -227,7 +224,7 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     name: "RotationBroadcast",
     schema: RotationBroadcast,
     io: "output",
-    description: `Event on ${subjects.rotationBroadcastsAll.replace(">", "<module>.<requirement>")} (stream ${Streams.rotations}): a rotation started. Holders are told by their own Delivery or HolderNotice.`,
+    description: `Event on ${subjects.rotationBroadcastsAll} (a holder stream MESH_HOLD_…, one message per stream with holders of the grant): a rotation started. Each holder acknowledges it on its own consumer once it has applied the new generation: that ack is its confirmation.`,
   },
   {
     name: "HolderRegistration",
@@ -236,29 +233,6 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     description:
       `An SDK holder instance, written by itself to KV bucket ${Buckets.holders} under <module>.<requirement>.<node>.<part>.<instance> ` +
       "and refreshed every 30 s, so that a rotation waits for its confirmation. xkey is its public curve25519 key (starting with X).",
-  },
-  {
-    name: "HolderNotice",
-    schema: HolderNotice,
-    io: "output",
-    description:
-      "Message (core NATS, sent by the rotator only) on mesh.rotation.values.<module>.<requirement>.<node>.<part>.<instance>: " +
-      "a rotation started. sealed, when present, is base64 of the new values sealed to the instance's xkey by sender, " +
-      "opening to a SealedHolderPayload; otherwise fetch them. Sent again until the instance confirmed (after 5 s, then at doubling intervals up to a minute).",
-  },
-  {
-    name: "SealedHolderPayload",
-    schema: SealedHolderPayload,
-    io: "output",
-    description: "The plaintext inside HolderNotice.sealed: the notice's holder, rotation and generation repeated (check them), and the values. Secret: never log it.",
-  },
-  {
-    name: "Confirmation",
-    schema: Confirmation,
-    io: "input",
-    description:
-      `Request on ${subjects.rotationConfirmsAll.replace(">", "<module>.<requirement>")}: a holder uses the rotation's new generation. ` +
-      "The reply is {ok: true} once it is recorded, or an error (Conflict: refused). Without a reply, send it again; repeats are harmless.",
   },
 ];
 

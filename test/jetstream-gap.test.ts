@@ -111,7 +111,7 @@ describe("meshctl rotate while JetStream does not answer", () => {
     const probing$ = (async () => {
       while (probing) {
         try {
-          await jsm.streams.info(Streams.rotations);
+          await jsm.streams.info(Streams.deliveries);
         } catch (e) {
           // No answer at all (a timeout) is the same gap, seen on a busier machine.
           if (!/jetstream (is )?not enabled|timeout/i.test(String(e))) throw e;

@@ -23,6 +23,7 @@ function rotation(over: Partial<Rotation> = {}): Rotation {
     deadline: plus(60_000),
     holders: { "node-b/worker": {}, "node-a/api": { r: 12, a: 140, c: 151 } },
     refused: [],
+    broadcasts: [],
     resource: {},
     history: [
       { state: "Staged", at: START },

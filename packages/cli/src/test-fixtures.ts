@@ -69,6 +69,7 @@ export function rotationFixture(over: Partial<Rotation> = {}): Rotation {
     deadline: ago(30),
     holders: { "node-a/api": { r: 12, a: 140, c: 151 }, "node-b/worker/i-1": { r: 20 } },
     refused: [],
+    broadcasts: [],
     resource: {},
     history: [
       { state: "Staged", at: ago(60) },

@@ -34,7 +34,6 @@ export * from "./provider-catalog.js";
 export * from "./crypto.js";
 export * from "./credential-fetch.js";
 export * from "./request-json.js";
-export * from "./confirm.js";
 export * from "./logger.js";
 export * from "./tracing.js";
 export * from "./keyed-queue.js";

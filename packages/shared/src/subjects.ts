@@ -154,29 +154,6 @@ export const subjects = {
   /** Every broadcast to any holder (what the rotator publishes). */
   rotationBroadcastsAll: "mesh.rotation.*.>",
   /**
-   * A holder of part `part` on `node` confirms a rotation of one grant ({@link Confirmation}),
-   * as a request or a plain message: the subject names the holder's node and part, so a broker
-   * identity allowed only its own part's subject cannot confirm for another holder. Served by
-   * the rotator, which refuses a confirmation whose holder is not of the subject's node and
-   * part, answers a request once the confirmation is in the rotation record, and tells the
-   * holder of a plain one (the SDK's) again while the record misses it.
-   */
-  rotationConfirm: (module: string, requirement: string, node: string, part: string) => `mesh.api.confirm.${checked(module, requirement, node, part)}`,
-  /** The confirmations of one part on one node, for any requirement of its module (what its identity may publish to). */
-  rotationConfirmsOfPart: (module: string, node: string, part: string) => `mesh.api.confirm.${checked(module)}.*.${checked(node, part)}`,
-  /** The confirmation subjects of every part on one node (what its agent may publish to). */
-  rotationConfirmsOfNode: (node: string) => `mesh.api.confirm.*.*.${checked(node)}.*`,
-  /**
-   * Event: a rotation started, for one SDK holder instance, with the new values sealed to it
-   * ({@link HolderNotice}). Plain NATS, in no stream (nothing at rest); only that instance subscribes to it.
-   */
-  holderValues: (module: string, requirement: string, node: string, part: string, instance: string) =>
-    `mesh.rotation.values.${checked(module, requirement, node, part, instance)}`,
-  /** The notice subjects of every SDK instance of one part on one node, for any requirement of its module (what its identity may subscribe to). */
-  holderValuesOfPartAll: (module: string, node: string, part: string) => `mesh.rotation.values.${checked(module)}.*.${checked(node, part)}.*`,
-  /** Wildcard of all confirmations (the rotator's subscription). */
-  rotationConfirmsAll: "mesh.api.confirm.>",
-  /**
    * The reply-subject prefix of part `part` of `module` on `node` (its connections' `inboxPrefix`):
    * only its identity may subscribe under it, so no part reads another's replies. Outside
    * `_INBOX.>`, which `nats.user` holders may subscribe to.
@@ -198,8 +175,6 @@ export const SubjectTemplates = {
   agentRotation: "mesh.rotation.node.{node}.{module}.{requirement}.{part}",
   partRotation: "mesh.rotation.part.{module}.{node}.{part}.{requirement}",
   delivery: "mesh.delivery.{node}.{module}.{part}.{requirement}",
-  holderValues: "mesh.rotation.values.{module}.{requirement}.{node}.{part}.{instance}",
-  rotationConfirm: "mesh.api.confirm.{module}.{requirement}.{node}.{part}",
 } as const;
 
 
@@ -221,17 +196,6 @@ export function parseGrantId(id: string): { module: string; requirement: string 
   const [module, requirement, ...rest] = id.split("/");
   if (rest.length || !module || !requirement || !isValidName(module) || !isValidName(requirement)) return undefined;
   return { module, requirement };
-}
-
-/**
- * The subject a confirmation of `grant` (`<module>/<requirement>`) by `holder` (`<node>/<part>`,
- * or `<node>/<part>/<instance>` for an SDK instance) belongs on; undefined when either id is malformed.
- */
-export function confirmationSubject(grant: string, holder: string): string | undefined {
-  const g = parseGrantId(grant);
-  const h = parseHolderId(holder);
-  if (!g || !h || !isValidName(h.node) || !isValidName(h.part)) return undefined;
-  return subjects.rotationConfirm(g.module, g.requirement, h.node, h.part);
 }
 
 export const keys = {

@@ -11,25 +11,16 @@ import {
   ModuleDoc,
   ProviderDoc,
   Reasons,
-  ReplyLine,
   getCondition,
-  holderKey,
   isMeshError,
   readJson,
-  sendConfirmation,
   setCondition,
-  SubjectTemplates,
-  holderSpanAttributes,
-  subjects,
-  withProducerSpan,
-  type Confirmation,
   type CredentialValues,
   type Delivery,
   type Grant,
   type Logger,
   type Store,
 } from "@mesh/shared";
-import { context } from "@opentelemetry/api";
 import { createAdapter } from "@mesh/providers";
 import type { AllowedHooks } from "./allowed-hooks.js";
 import { hookEnvironment, runHook, type HookRunAs } from "./hook-runner.js";

@@ -1,20 +1,20 @@
 import { describe, expect, it } from "vitest";
-import { RotationStates, getCondition, type Confirmation, type Grant, type HolderRegistration, type Rotation } from "@mesh/shared";
+import { RotationStates, getCondition, type Grant, type HolderRegistration, type Rotation, type RotationState } from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
 import {
-  countMissing,
+  IllegalTransition,
+  TRANSITIONS,
+  confirmedCount,
   evictHolders,
   generationsToPurge,
   allConfirmed,
-  applyConfirmations,
   enter,
   holdersOf,
   missingHolders,
   nameHolders,
   newRotation,
-  nextNoticeInterval,
   nextStep,
-  refusal,
+  withAcks,
   withRotatingCondition,
 } from "./rotation-machine.js";
 
@@ -46,11 +46,12 @@ function rotation(holders = ["node-a/api", "node-b/worker"], state: Rotation["st
   return { ...newRotation({ grant: grant(), holders, resource: {}, timeoutMs: 1_000, now: T0 }), state };
 }
 
-function confirmation(holder: string, over: Partial<Confirmation> = {}): Confirmation {
-  return { rotation: "shop/key#2", grant: "shop/key", holder, generation: 2, confirmedAt: at(300).toISOString(), ...over };
+/** The ack of `holder`'s consumer, as the server's ack metric says it, `ms` after T0. */
+function ack(holder: string, ms: number, found?: true) {
+  return [holder, { at: T0.getTime() + ms, stream: "MESH_HOLD_N_x", consumer: `c_${holder.replace(/\//g, "_")}`, seq: 7, ...(found ? { found } : {}) }] as const;
 }
+const acked = (r: Rotation, ...holders: Array<[string, number]>) => withAcks(r, new Map(holders.map(([h, ms]) => ack(h, ms))));
 
-const targets = new Set(["node-a/api", "node-b/worker"]);
 
 describe("holdersOf", () => {
   it.each([
@@ -84,7 +85,8 @@ describe("newRotation and enter", () => {
     const b = enter(r, RotationStates.Broadcast, at(10));
     expect(b.history.map((h) => h.state)).toEqual(["Staged", "Broadcast"]);
     expect(enter(b, RotationStates.Broadcast, at(20))).toBe(b);
-    const c = enter(b, RotationStates.Committed, at(30));
+    const c = enter(enter(b, RotationStates.AwaitingHolders, at(25)), RotationStates.Committed, at(30));
+    expect(c.history.map((h) => h.state)).toEqual(["Staged", "Broadcast", "AwaitingHolders", "Committed"]);
     expect(c.committedAt).toBe(at(30).toISOString());
     expect(b.committedAt).toBeUndefined();
   });
@@ -110,118 +112,66 @@ describe("nextStep: the transitions", () => {
 
   it("a stalled rotation completes when the missing holder confirms", () => {
     let r = rotation();
-    r = applyConfirmations(r, [confirmation("node-a/api")], targets, at(200)).rotation!;
+    r = acked(r, ["node-a/api", 200]);
     const step = nextStep(r, at(1_500));
     expect(step).toEqual({ action: "stall", missing: ["node-b/worker"] });
     r = enter(r, RotationStates.Stalled, at(1_500));
     expect(withRotatingCondition([], r, at(1_500))[0]?.message).toContain("node-b/worker");
     expect(nextStep(r, at(2_000))).toEqual({ action: "none" });
-    r = applyConfirmations(r, [confirmation("node-b/worker")], targets, at(60_000)).rotation!;
+    r = acked(r, ["node-b/worker", 60_000]);
     expect(missingHolders(r)).toEqual([]);
     expect(nextStep(r, at(60_000))).toEqual({ action: "commit" });
   });
 });
 
-describe("applyConfirmations", () => {
-  it("records an accepted confirmation with the holder's received/applied times and the rotator's confirmed time, as offsets", () => {
-    const r = rotation();
-    const out = applyConfirmations(r, [confirmation("node-a/api", { receivedAt: at(20).toISOString(), appliedAt: at(80).toISOString() })], targets, at(120));
-    expect(out.accepted).toHaveLength(1);
-    expect(out.refused).toEqual([]);
-    expect(out.rotation!.holders["node-a/api"]).toEqual({ r: 20, a: 80, c: 120 });
-    expect(r.holders["node-a/api"]).toEqual({}); // the input is not mutated
-    expect(missingHolders(out.rotation!)).toEqual(["node-b/worker"]);
+describe("withAcks", () => {
+  it("marks each holder whose consumer acknowledged, with the server's time as an offset, its stream, consumer and sequence", () => {
+    const r = { ...rotation(), requestedAt: T0.toISOString() };
+    const out = withAcks(r, new Map([ack("node-a/api", 150), ack("node-z/stranger", 10)]));
+    expect(out.holders["node-a/api"]).toEqual({ c: 150, s: "MESH_HOLD_N_x", k: "c_node-a_api", q: 7 });
+    // An ack of a consumer that is not one of the rotation's holders adds nothing.
+    expect(Object.keys(out.holders).sort()).toEqual(["node-a/api", "node-b/worker"]);
+    expect(missingHolders(out)).toEqual(["node-b/worker"]);
+    expect(confirmedCount(out)).toBe(1);
   });
 
-  it.each([
-    { name: "a holder that does not hold the grant", c: confirmation("node-x/intruder"), reason: "node-x/intruder does not hold grant shop/key" },
-    { name: "an SDK instance of a part that is not a target", c: confirmation("node-x/api/i1"), reason: "does not hold grant shop/key" },
-    { name: "a target part that joined after the rotation started", c: confirmation("node-a/api/late"), reason: "was not a holder of grant shop/key when rotation shop/key#2 started" },
-    { name: "a holder confirming the wrong generation", c: confirmation("node-a/api", { generation: 3 }), reason: "confirmed generation 3" },
-    { name: "a holder confirming another rotation id", c: confirmation("node-a/api", { rotation: "shop/key#7" }), reason: "rotation shop/key#2 moves to generation 2" },
-  ])("refuses $name, records the refusal and leaves progress alone", ({ c, reason }) => {
-    const r = rotation();
-    const out = applyConfirmations(r, [c], targets, at(100));
-    expect(out.accepted).toEqual([]);
-    expect(out.refused).toHaveLength(1);
-    expect(out.refused[0]!.reason).toContain(reason);
-    expect(out.rotation!.refused).toEqual([{ holder: c.holder, at: at(100).toISOString(), reason: out.refused[0]!.reason }]);
-    expect(missingHolders(out.rotation!)).toEqual(["node-a/api", "node-b/worker"]);
-  });
-
-  it("refuses every confirmation when no rotation runs, without a record to change", () => {
-    const out = applyConfirmations(undefined, [confirmation("node-a/api"), confirmation("node-x/intruder")], targets, at(0));
-    expect(out.rotation).toBeUndefined();
-    expect(out.refused.map((x) => x.reason)).toEqual(["no rotation shop/key#2 of grant shop/key is running", "node-x/intruder does not hold grant shop/key"]);
-  });
-
-  it("treats duplicate confirmations as one: the first time is kept, a repeat changes nothing", () => {
-    const r = rotation();
-    const once = applyConfirmations(r, [confirmation("node-a/api"), confirmation("node-a/api")], targets, at(100));
-    expect(once.accepted).toHaveLength(1);
-    expect(once.rotation!.holders["node-a/api"]).toEqual({ c: 100 });
-    const again = applyConfirmations(once.rotation, [confirmation("node-a/api")], targets, at(900));
-    expect(again.rotation).toBe(once.rotation);
-    expect(again.accepted).toEqual([]);
-    expect(again.refused).toEqual([]);
-  });
-
-  it("after the commit, takes a recorded confirmation sent again as a repeat and refuses the rest, changing nothing", () => {
-    const recorded = applyConfirmations(rotation(), [confirmation("node-a/api"), confirmation("node-b/worker")], targets, at(100)).rotation!;
-    const committed = enter(recorded, RotationStates.Committed, at(200));
-    const out = applyConfirmations(committed, [confirmation("node-a/api"), confirmation("node-x/intruder"), confirmation("node-a/api", { rotation: "shop/key#3", generation: 3 })], targets, at(300));
-    expect(out.rotation).toBe(committed);
-    expect(out.refused.map((x) => [x.confirmation.holder, x.reason])).toEqual([
-      ["node-x/intruder", "node-x/intruder does not hold grant shop/key"],
-      ["node-a/api", "no rotation shop/key#3 of grant shop/key is running"],
-    ]);
-    // Listed as a holder, never recorded (it cannot be: the commit waited for it), yet said plainly.
-    const odd = enter(rotation(), RotationStates.Committed, at(200));
-    expect(refusal(odd, confirmation("node-a/api"), targets)).toBe("rotation shop/key#2 of grant shop/key is Committed; it no longer takes confirmations");
-  });
-
-  it("takes a holder's repeat of a committed generation as nothing while the next rotation runs, and never counts it for that one", () => {
-    // Rotation #3 (2 → 3) runs; node-a's confirmation of #2 comes again, its answer lost.
-    const next: Rotation = { ...rotation(), id: "shop/key#3", from: 2, to: 3 };
-    const stale = confirmation("node-a/api", { rotation: "shop/key#2", generation: 2 });
-    const out = applyConfirmations(next, [stale], targets, at(100));
-    expect(out.refused).toEqual([]);
-    expect(out.accepted).toEqual([]);
-    expect(out.rotation).toBe(next);
-    expect(missingHolders(next)).toEqual(["node-a/api", "node-b/worker"]);
-    // Without the grant's targets it cannot be told from a forgery: refused, so the rotator reads them.
-    expect(refusal(next, stale, new Set())).toBeDefined();
-    // Not a holder of the grant: refused as before.
-    expect(refusal(next, confirmation("node-x/intruder", { rotation: "shop/key#2", generation: 2 }), targets)).toBe("node-x/intruder does not hold grant shop/key");
-  });
-
-  it("keeps only the newest refusals", () => {
-    const forged = Array.from({ length: 25 }, (_, i) => confirmation(`node-x/p${i}`));
-    const out = applyConfirmations(rotation(), forged, targets, at(0));
-    expect(out.rotation!.refused).toHaveLength(20);
-    expect(out.rotation!.refused.at(-1)?.holder).toBe("node-x/p24");
-  });
-
-  it("refusal() accepts a confirmation of a holder of the running rotation", () => {
-    expect(refusal(rotation(), confirmation("node-b/worker"), targets)).toBeUndefined();
-  });
-
-  it("refusal() decides on the running rotation's confirmations alike with or without the grant's targets, which only shape the reason", () => {
-    const none = new Set<string>();
-    for (const c of [confirmation("node-b/worker"), confirmation("node-x/intruder"), confirmation("node-a/api/late"), confirmation("node-a/api", { generation: 3 })]) {
-      expect(refusal(rotation(), c, none) === undefined, c.holder).toBe(refusal(rotation(), c, targets) === undefined);
-    }
+  it("marks an ack found in an ack floor, keeps a confirmation recorded before, and is the same object with no acks", () => {
+    const r = { ...rotation(), requestedAt: T0.toISOString() };
+    const found = withAcks(r, new Map([ack("node-b/worker", 90, true)]));
+    expect(found.holders["node-b/worker"]).toMatchObject({ c: 90, f: true });
+    expect(withAcks(found, new Map([ack("node-b/worker", 500)])).holders["node-b/worker"]!.c).toBe(90);
+    expect(withAcks(r, new Map())).toBe(r);
   });
 });
 
-describe("nextNoticeInterval", () => {
-  it("waits `first` after the first send, then doubles up to the ceiling, never below `first`", () => {
-    const seq: number[] = [];
-    let every: number | undefined;
-    for (let i = 0; i < 7; i++) seq.push((every = nextNoticeInterval(every, 5_000, 60_000)));
-    expect(seq).toEqual([5_000, 10_000, 20_000, 40_000, 60_000, 60_000, 60_000]);
-    // A first interval above the ceiling stays as it is.
-    expect(nextNoticeInterval(nextNoticeInterval(undefined, 90_000, 60_000), 90_000, 60_000)).toBe(90_000);
+describe("TRANSITIONS: the rotation's state machine", () => {
+  const states = Object.values(RotationStates) as RotationState[];
+  it.each(states.flatMap((from) => states.filter((to) => to !== from).map((to) => ({ from, to }))))("$from → $to is allowed exactly when the table has it", ({ from, to }) => {
+    const r = rotation(undefined, from);
+    if (TRANSITIONS[from].includes(to)) expect(enter(r, to, at(1)).state).toBe(to);
+    else expect(() => enter(r, to, at(1))).toThrow(IllegalTransition);
+  });
+
+  it("every state is reachable from Staged, Committed only ends it, and every step nextStep asks for is in the table", () => {
+    const seen = new Set<RotationState>([RotationStates.Staged]);
+    for (let grew = true; grew; ) {
+      grew = false;
+      for (const s of [...seen]) for (const t of TRANSITIONS[s]) if (!seen.has(t)) (seen.add(t), (grew = true));
+    }
+    expect([...seen].sort()).toEqual([...states].sort());
+    expect(TRANSITIONS[RotationStates.Committed]).toEqual([]);
+    const moves: Record<string, RotationState> = { broadcast: RotationStates.Broadcast, await: RotationStates.AwaitingHolders, stall: RotationStates.Stalled, commit: RotationStates.Committed };
+    for (const state of states) {
+      const cases: Array<[Rotation, Date]> = [
+        [rotation(undefined, state), at(0)],
+        [rotation(undefined, state), at(5_000)],
+        [acked(rotation(undefined, state), ["node-a/api", 1], ["node-b/worker", 2]), at(0)],
+      ];
+      for (const [r, now] of cases) {
+        const to = moves[nextStep(r, now).action];
+        if (to) expect(TRANSITIONS[state], `${state} → ${to}`).toContain(to);
+      }
+    }
   });
 });
 
@@ -229,16 +179,16 @@ describe("allConfirmed", () => {
   it("is true only when no holder is missing (and for no holders at all)", () => {
     const r = rotation();
     expect(allConfirmed(r)).toBe(false);
-    const half = applyConfirmations(r, [confirmation("node-a/api")], targets, at(100)).rotation!;
+    const half = acked(r, ["node-a/api", 100]);
     expect(allConfirmed(half)).toBe(false);
-    expect(allConfirmed(applyConfirmations(half, [confirmation("node-b/worker")], targets, at(200)).rotation!)).toBe(true);
+    expect(allConfirmed(acked(half, ["node-b/worker", 200]))).toBe(true);
     expect(allConfirmed(rotation([]))).toBe(true);
   });
 });
 
 describe("evictHolders", () => {
   it("stops waiting for the holders named, leaves the confirmed alone, and lists the ones it does not have", () => {
-    const half = applyConfirmations(rotation(), [confirmation("node-a/api")], targets, at(100)).rotation!;
+    const half = acked(rotation(), ["node-a/api", 100]);
     const out = evictHolders(half, ["node-b/worker", "node-a/api", "node-z/nope"], at(300));
     expect(out.evicted).toEqual(["node-b/worker"]);
     expect(out.confirmed).toEqual(["node-a/api"]);
@@ -246,7 +196,6 @@ describe("evictHolders", () => {
     expect(out.rotation.holders["node-b/worker"]!.e).toBeGreaterThanOrEqual(0);
     expect(allConfirmed(out.rotation)).toBe(true);
     expect(missingHolders(out.rotation)).toEqual([]);
-    expect(countMissing(out.rotation)).toBe(0);
     // Evicting again changes nothing.
     expect(evictHolders(out.rotation, ["node-b/worker"], at(400)).rotation).toBe(out.rotation);
   });

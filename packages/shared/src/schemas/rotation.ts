@@ -1,11 +1,10 @@
 /**
  * Rotation records and messages: moving every holder of a grant from generation k to k+1.
  * The rotator owns {@link Rotation} (KV `mesh-rotations`, key `<module>.<requirement>`, one
- * per grant, compare-and-set on its revision); holders send {@link Confirmation}s on
- * `subjects.rotationConfirm` (a request is answered once it is in the record; a plain message,
- * as SDK holders send, is not, and is sent again when the rotator tells the holder again); SDK
- * holders register a {@link HolderRegistration} (KV `mesh-holders`) and get a
- * {@link HolderNotice} of each rotation.
+ * per grant, compare-and-set on its revision) and publishes its {@link RotationBroadcast} into
+ * the holders' streams; each holder confirms by acknowledging it on its own consumer
+ * (holder-streams.ts). SDK holders register a {@link HolderRegistration} (KV `mesh-holders`),
+ * which is how the control plane knows to make their consumer.
  */
 import { z } from "zod";
 import { KIND_LIST } from "../kinds.js";
@@ -197,60 +196,6 @@ export const RotationBroadcast = z.object({
 });
 export type RotationBroadcast = z.infer<typeof RotationBroadcast>;
 
-/**
- * A rotation's start as one SDK holder instance hears it, on its own subject
- * `subjects.holderValues(module, requirement, node, part, instance)` (plain NATS, stored in no
- * stream; only the rotator may publish there, as only it may publish broadcasts): rotation
- * `rotation` moves `grant` to generation `generation`. When the instance registered an xkey,
- * `sealed` holds the new values sealed to it by `sender` (the rotator instance's xkey), opening
- * to a {@link SealedHolderPayload}; otherwise, or when they do not open, the holder fetches them.
- * Sent when the rotation starts and again while the instance has not confirmed: after
- * {@link HOLDER_NOTICE_RESEND_MS}, then at doubling intervals up to a minute (a plain message
- * may be lost, the rotation must not be).
- * Carries the rotation's trace context in its headers.
- */
-export const HolderNotice = z.object({
-  rotation: z.string(),
-  grant: z.string(),
-  holder: z.string(),
-  generation: z.number().int().positive(),
-  sender: z.string().optional(),
-  sealed: z.string().optional(),
-});
-export type HolderNotice = z.infer<typeof HolderNotice>;
-
-/** After how long the rotator first sends a {@link HolderNotice} again to SDK holders that have not confirmed. */
-export const HOLDER_NOTICE_RESEND_MS = 5_000;
-
-/** What {@link HolderNotice}.sealed opens to: the envelope's identity repeated inside the seal, and the binding values (secret). */
-export const SealedHolderPayload = z.object({
-  rotation: z.string(),
-  holder: z.string(),
-  generation: z.number().int().positive(),
-  values: z.record(z.string(), z.string()),
-});
-export type SealedHolderPayload = z.infer<typeof SealedHolderPayload>;
-
-/**
- * Sent on `subjects.rotationConfirm(module, requirement, node, part)` (the holder's own node and
- * part), served by the rotator: holder `holder` applied generation `generation` of `grant` for
- * rotation `rotation` and proved it works. Sent as a request, the reply (`{ok: true}`, or an
- * error reply) comes once the confirmation is in the rotation record in JetStream, or refused; a
- * holder without a reply sends it again (repeats are harmless). Sent as a plain message (the
- * SDK), the rotator tells the holder again while its record misses it.
- * Times are the holder's own clock (ISO), for the trace timeline.
- */
-export const Confirmation = z.object({
-  rotation: z.string(),
-  grant: z.string(),
-  holder: z.string(),
-  generation: z.number().int().positive(),
-  receivedAt: z.string().optional(),
-  appliedAt: z.string().optional(),
-  confirmedAt: z.string(),
-});
-export type Confirmation = z.infer<typeof Confirmation>;
-
 /** An SDK holder instance (KV `mesh-holders`, key `<module>.<requirement>.<node>.<part>.<instance>`). */
 export const HolderRegistration = z.object({
   holder: z.string(),
@@ -261,10 +206,7 @@ export const HolderRegistration = z.object({
   registeredAt: z.string(),
   /** Refreshed while the instance runs; one not seen for {@link HOLDER_STALE_MS} is not asked to confirm. */
   seenAt: z.string(),
-  /**
-   * The instance's public curve25519 xkey: a rotation seals the new generation's values to it
-   * ({@link HolderNotice}) so it need not fetch them. Absent (older instances): it fetches.
-   */
+  /** The instance's public curve25519 xkey (what its fetched credentials are sealed to). */
   xkey: z.string().optional(),
 });
 export type HolderRegistration = z.infer<typeof HolderRegistration>;
