@@ -10,15 +10,19 @@ import type { ProviderAdapter, BindingValues } from "@mesh/providers";
 import { createOciRegistryAdapter } from "../packages/providers/src/oci-registry.js";
 import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
 import { OciHolder, RegistryRefusal } from "./harness/oci-client.js";
-import { freshGrant } from "./conformance/provider-conformance.js";
+import { ErrorCodes, createLogger } from "@mesh/shared";
+import { expectMeshError, freshGrant } from "./conformance/provider-conformance.js";
+import { LogCapture } from "./harness/log-capture.js";
 
 /** Short, so the test sees a retired generation's last token stop working; the issuer's bound is 60 s. */
 const LIFETIME_S = 4;
 let registry: OwnOciRegistry;
 let adapter: ProviderAdapter;
+/** Everything the issuer logs, at debug level. */
+const issuerLog = new LogCapture();
 
 beforeAll(async () => {
-  registry = await startOwnOciRegistry({ lifetimeSeconds: LIFETIME_S });
+  registry = await startOwnOciRegistry({ lifetimeSeconds: LIFETIME_S, log: createLogger("oci-token-issuer", { level: "debug", destination: issuerLog }) });
   adapter = createOciRegistryAdapter({ name: "oci-test", node: "node-a", endpoint: registry.registryUrl, admin: registry.admin, options: { issuerUrl: registry.issuerUrl } });
 }, 60_000);
 afterAll(async () => {
@@ -167,4 +171,34 @@ describe("oci.registry with the delivered credential", () => {
     expect(await adapter.login({ bindings: generations[2]! })).toEqual({ ok: true });
     await adapter.delete({ grant });
   }, 60_000);
+
+  it("the issuer's admin API refuses a wrong admin password, and a body that is not a scrypt hash", async () => {
+    const wrong = createOciRegistryAdapter({ name: "oci-test", node: "node-a", endpoint: registry.registryUrl, admin: { username: "mesh-admin", password: "not-the-password" }, options: { issuerUrl: registry.issuerUrl } });
+    const e = await expectMeshError(wrong.create({ grant: freshGrant(), secret: wrong.generate() }), ErrorCodes.ProviderMisconfigured);
+    expect(e.message).toMatch(/admin.passwordFile/);
+    expect(e.message).not.toContain("not-the-password");
+    // Only hashes made by the adapter are stored: a plaintext password sent by mistake is refused.
+    const res = await fetch(`${registry.issuerUrl}/admin/users/shop.images/generations/1`, {
+      method: "PUT",
+      headers: { authorization: `Basic ${Buffer.from(`${registry.admin.username}:${registry.admin.password}`).toString("base64")}` },
+      body: JSON.stringify({ hash: "not a hash" }),
+    });
+    expect(res.status).toBe(400);
+  });
+
+  it("the issuer logs no password, hash, token or admin password", async () => {
+    const grant = freshGrant(1);
+    const { bindings } = await create(grant);
+    const holder = new OciHolder(bindings, { cacheTokens: false });
+    await holder.pushImage({ repository: `${grant.module}/app`, tag: "v1" }, layerOf());
+    const c = await challenge(`/v2/${grant.module}/app/manifests/v1`);
+    const { token } = await holder.token(c.realm, c.service, `repository:${grant.module}/app:pull`);
+    await new OciHolder({ ...bindings, password: "wrong-password-xyz" }).token(c.realm, c.service).catch(() => undefined);
+    await adapter.retire({ grant });
+    expect(issuerLog.lines.length).toBeGreaterThan(3);
+    for (const secret of [bindings.password!, token, token.split(".")[2]!, registry.admin.password, "wrong-password-xyz", "scrypt$"]) {
+      expect(issuerLog.text).not.toContain(secret);
+    }
+    await adapter.delete({ grant });
+  });
 });

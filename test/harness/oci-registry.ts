@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createLogger } from "@mesh/shared";
+import { createLogger, type Logger } from "@mesh/shared";
 import { startTokenIssuer, type TokenIssuer } from "../../services/oci-token-issuer/src/index.js";
 import { freePort, waitForPort } from "./ports.js";
 
@@ -31,7 +31,7 @@ export interface OwnOciRegistry {
 }
 
 /** Starts the issuer (tokens living `lifetimeSeconds`), then the registry trusting it; resolves once both listen. */
-export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number } = {}): Promise<OwnOciRegistry> {
+export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?: Logger } = {}): Promise<OwnOciRegistry> {
   const dir = mkdtempSync(join(tmpdir(), "mesh-oci-"));
   const admin = { username: "mesh-admin", password: `admin-${Math.random().toString(36).slice(2)}-${Date.now()}` };
   const issuer = await startTokenIssuer({
@@ -39,7 +39,7 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number } = {
     admin,
     service: OCI_SERVICE,
     issuer: OCI_ISSUER,
-    log: createLogger("oci-token-issuer", { level: "warn" }),
+    log: opts.log ?? createLogger("oci-token-issuer", { level: "warn" }),
     ...(opts.lifetimeSeconds ? { lifetimeSeconds: opts.lifetimeSeconds } : {}),
   });
   const port = await freePort();
