@@ -12,7 +12,7 @@ import { createOciRegistryAdapter } from "@mesh/providers";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
-import { OciHolder } from "./harness/oci-client.js";
+import { OciHolder, pullThroughout } from "./harness/oci-client.js";
 import { waitFor } from "./harness/wait.js";
 
 /** Short, so the retired generation's tokens are gone within the test. */
@@ -57,34 +57,19 @@ describe("rotation of an oci.registry grant through the mesh", () => {
     const ref = { repository: "rot/app", tag: "v1" };
     const layer = Buffer.from("the layer every pull must get");
     await new OciHolder(g1).pushImage(ref, layer);
-    const holder = new OciHolder(g1);
-    const failures: string[] = [];
-    let pulls = 0;
-    let running = true;
-    const loop = (async () => {
-      while (running) {
-        try {
-          holder.bindings = read();
-          if (!(await holder.pullImage(ref)).layer.equals(layer)) failures.push("another layer");
-          pulls++;
-        } catch (e) {
-          failures.push(String(e));
-        }
-        await new Promise((r) => setTimeout(r, 20));
-      }
-    })();
+    const puller = pullThroughout(new OciHolder(g1), ref, layer, read);
+    await puller.past(3);
 
     const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "rot/images" }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean }>());
     expect(reply.ok).toBe(true);
     await waitFor("the rotation committed", async () => (await readJson(mesh.store.kv.rotations, keys.grant("rot", "images"), Rotation))?.value.state === RotationStates.Committed, 30_000);
-    const atCommit = pulls;
+    const atCommit = puller.pulls;
     // Past the token lifetime, so tokens the holder got with generation 1 are gone too.
     await new Promise((r) => setTimeout(r, (LIFETIME_S + 1) * 1000));
-    running = false;
-    await loop;
+    await puller.stop();
 
-    expect(failures).toEqual([]);
-    expect(pulls).toBeGreaterThan(atCommit);
+    expect(puller.failures).toEqual([]);
+    expect(puller.pulls).toBeGreaterThan(atCommit);
     const g2 = read();
     expect(g2.username).toBe(g1.username);
     expect(g2.password).not.toBe(g1.password);

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ProviderAdapter, BindingValues } from "@mesh/providers";
 import { createOciRegistryAdapter } from "../packages/providers/src/oci-registry.js";
 import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
-import { OciHolder, RegistryRefusal } from "./harness/oci-client.js";
+import { OciHolder, RegistryRefusal, pullThroughout } from "./harness/oci-client.js";
 import { ErrorCodes, createLogger } from "@mesh/shared";
 import { expectMeshError, freshGrant } from "./conformance/provider-conformance.js";
 import { LogCapture } from "./harness/log-capture.js";
@@ -131,41 +131,23 @@ describe("oci.registry with the delivered credential", () => {
     const layer = layerOf();
     await new OciHolder(g1.bindings).pushImage(ref, layer);
     const holder = new OciHolder(g1.bindings);
-    const failures: string[] = [];
-    let pulls = 0;
-    let running = true;
-    const loop = (async () => {
-      while (running) {
-        try {
-          const got = await holder.pullImage(ref);
-          if (!got.layer.equals(layer)) failures.push("pulled another layer");
-          pulls++;
-        } catch (e) {
-          failures.push(String(e));
-        }
-      }
-    })();
-    const pullsPast = async (n: number) => {
-      const target = pulls + n;
-      while (pulls < target && failures.length === 0) await new Promise((r) => setTimeout(r, 20));
-    };
+    const puller = pullThroughout(holder, ref, layer);
     const generations: BindingValues[] = [g1.bindings];
     for (const generation of [2, 3]) {
-      await pullsPast(3);
+      await puller.past(3);
       const next = await create({ ...grant, generation }); // stage k+1 beside k
-      await pullsPast(3);
+      await puller.past(3);
       holder.bindings = next.bindings; // the holder applies k+1 (as its agent would deliver it)
-      await pullsPast(3);
+      await puller.past(3);
       await adapter.retire({ grant: { ...grant, generation: generation - 1 } }); // every holder confirmed: retire k
       generations.push(next.bindings);
     }
     // Past the token lifetime, so the holder's cached tokens of retired generations are gone too.
     await new Promise((r) => setTimeout(r, (LIFETIME_S + 1) * 1000));
-    await pullsPast(3);
-    running = false;
-    await loop;
-    expect(failures).toEqual([]);
-    expect(pulls).toBeGreaterThan(15);
+    await puller.past(3);
+    await puller.stop();
+    expect(puller.failures).toEqual([]);
+    expect(puller.pulls).toBeGreaterThan(15);
     expect(await adapter.login({ bindings: generations[0]! })).toMatchObject({ ok: false, reason: "rejected" });
     expect(await adapter.login({ bindings: generations[1]! })).toMatchObject({ ok: false, reason: "rejected" });
     expect(await adapter.login({ bindings: generations[2]! })).toEqual({ ok: true });

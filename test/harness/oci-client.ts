@@ -115,3 +115,41 @@ export class OciHolder {
     return { manifest, layer: Buffer.from(await blob.arrayBuffer()) };
   }
 }
+
+/**
+ * Pulls `ref` again and again with `holder` until stopped, each time with the bindings
+ * `refresh` gives (the files its agent wrote, say), recording every failure and checking each
+ * pull got `layer`.
+ */
+export function pullThroughout(holder: OciHolder, ref: ImageRef, layer: Buffer, refresh?: () => BindingValues) {
+  const failures: string[] = [];
+  let pulls = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      try {
+        if (refresh) holder.bindings = refresh();
+        if (!(await holder.pullImage(ref)).layer.equals(layer)) failures.push("pulled another layer");
+        pulls++;
+      } catch (e) {
+        failures.push(String(e));
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  })();
+  return {
+    failures,
+    get pulls() {
+      return pulls;
+    },
+    /** Resolves once `n` more pulls succeeded (or one failed). */
+    async past(n: number) {
+      const target = pulls + n;
+      while (pulls < target && failures.length === 0) await new Promise((r) => setTimeout(r, 20));
+    },
+    async stop() {
+      running = false;
+      await loop;
+    },
+  };
+}

@@ -19,7 +19,7 @@
  * Provider document: `endpoint` the registry (`http://host:port`, what holders push to);
  * `options.issuerUrl` the issuer (`http://host:port`); `admin` the issuer's admin.
  */
-import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -36,6 +36,7 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { hostPort, parseEndpoint } from "./endpoint.js";
+import { fetchFailureCause } from "./fetch-failure.js";
 import { hashPassword, ociNames, type OciNames } from "./oci-token-scope.js";
 
 /** How long each request of a login may take. */
@@ -137,7 +138,7 @@ class OciRegistryAdapter implements ProviderAdapter {
     const lacking = ["url", "username", "password"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const v2 = `${b.url!.replace(/\/+$/, "")}/v2/`;
-    const unreachable = (what: string, e: unknown): LoginResult => ({ ok: false, reason: "unreachable", message: `cannot log in to the registry at ${b.url}: ${what} failed (${networkCause(e, LOGIN_TIMEOUT_MS)})` });
+    const unreachable = (what: string, e: unknown): LoginResult => ({ ok: false, reason: "unreachable", message: `cannot log in to the registry at ${b.url}: ${what} failed (${fetchFailureCause(e, LOGIN_TIMEOUT_MS)})` });
     let challenge: Response;
     try {
       challenge = await fetch(v2, { signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) });
@@ -200,7 +201,7 @@ class OciRegistryAdapter implements ProviderAdapter {
     } catch (e) {
       throw new MeshError(
         ErrorCodes.ProviderUnreachable,
-        `${this.at()} is unreachable (${networkCause(e, ADMIN_TIMEOUT_MS)}), so could not ${what}; check that mesh-oci-token-issuer runs and listens at options.issuerUrl`,
+        `${this.at()} is unreachable (${fetchFailureCause(e, ADMIN_TIMEOUT_MS)}), so could not ${what}; check that mesh-oci-token-issuer runs and listens at options.issuerUrl`,
         { retryable: true, cause: e },
       );
     }
@@ -257,12 +258,6 @@ export function parseBearerChallenge(header: string): { realm: string; service: 
   return { realm: params.realm, service: params.service };
 }
 
-/** Why a fetch failed, from its cause's code (`ECONNREFUSED`) or the timeout. */
-function networkCause(e: unknown, timeoutMs: number): string {
-  if (e instanceof Error && (e.name === "TimeoutError" || e.name === "AbortError")) return `no answer in ${timeoutMs} ms`;
-  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-  return cause?.code ?? cause?.message ?? errorMessage(e);
-}
 
 /** The provider's `options.issuerUrl`, validated, without a trailing slash. */
 function parseIssuerUrl(provider: ProviderConfig): string {
