@@ -20,6 +20,7 @@ import { promisify } from "node:util";
 import { CHROMIUM_BIN } from "./harness/browser.js";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";
 import { accepts } from "./harness/ports.js";
+import { OCI_REGISTRY_BIN } from "./harness/oci-registry.js";
 import { postgresBinDir } from "./harness/postgres.js";
 import { RABBITMQ_SERVER_BIN, startOwnRabbitmq, type OwnRabbitmq } from "./harness/rabbitmq.js";
 
@@ -54,6 +55,7 @@ const PACKAGES: readonly Prerequisite[] = [
   },
   { what: "redis-server", pkg: "redis-server", present: () => onPath(process.env.REDIS_SERVER_BIN || "redis-server") },
   { what: `rabbitmq-server (${RABBITMQ_SERVER_BIN})`, pkg: "rabbitmq-server", present: () => onPath(RABBITMQ_SERVER_BIN) },
+  { what: `the distribution registry (${OCI_REGISTRY_BIN})`, pkg: "docker-registry", present: () => onPath(OCI_REGISTRY_BIN) },
   { what: "ip, for the tests' network namespaces", pkg: "iproute2", present: () => onPath("ip") },
   { what: `chromium (${CHROMIUM_BIN}), for the console's browser test`, pkg: "chromium", present: () => onPath(CHROMIUM_BIN) },
 ];

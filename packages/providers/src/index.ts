@@ -38,6 +38,8 @@ export { createMariadbAdapter } from "./mariadb.js";
 export { createRedisAdapter } from "./redis.js";
 export { createNatsUserAdapter } from "./nats-user.js";
 export { createRabbitmqAdapter } from "./rabbitmq.js";
+export { createOciRegistryAdapter } from "./oci-registry.js";
+export { GRANTED_ACTIONS, grantedAccess, hashPassword, inNamespace, isPasswordHash, ociNames, verifyPassword, type OciNames, type ResourceActions } from "./oci-token-scope.js";
 export {
   accountClaims,
   createOperatorSetup,

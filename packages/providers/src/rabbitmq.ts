@@ -55,6 +55,7 @@ import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
+import { fetchFailureCause } from "./fetch-failure.js";
 
 /** How long a {@link ProviderAdapter.login} may leave the socket idle while connecting. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -447,7 +448,7 @@ class RabbitmqAdapter implements ProviderAdapter {
         signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
       });
     } catch (e) {
-      const why = networkCause(e);
+      const why = fetchFailureCause(e, ADMIN_TIMEOUT_MS);
       if (why === "ECONNREFUSED" && (await acceptsConnections(this.endpoint.host, this.endpoint.port))) throw this.managementOff(what, e);
       throw this.unreachable(what, why, e);
     }
@@ -536,12 +537,6 @@ function acceptsConnections(host: string, port: number): Promise<boolean> {
   });
 }
 
-/** Why a fetch failed, from its cause's code (`ECONNREFUSED`) or the timeout. */
-function networkCause(e: unknown): string {
-  if (e instanceof Error && (e.name === "TimeoutError" || e.name === "AbortError")) return `no answer in ${ADMIN_TIMEOUT_MS} ms`;
-  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-  return cause?.code ?? cause?.message ?? errorMessage(e);
-}
 
 function endpointOf(provider: ProviderConfig): Endpoint {
   const e = parseEndpoint(provider, {

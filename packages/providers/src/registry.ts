@@ -9,6 +9,7 @@ import { createMariadbAdapter } from "./mariadb.js";
 import { createRedisAdapter } from "./redis.js";
 import { createMeshIdentityAdapter, createNatsUserAdapter } from "./nats-user.js";
 import { createRabbitmqAdapter } from "./rabbitmq.js";
+import { createOciRegistryAdapter } from "./oci-registry.js";
 import { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
@@ -17,6 +18,7 @@ const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.MariadbDatabase]: createMariadbAdapter,
   [Kinds.RedisUser]: createRedisAdapter,
   [Kinds.RabbitmqVhost]: createRabbitmqAdapter,
+  [Kinds.OciRegistry]: createOciRegistryAdapter,
   [Kinds.NatsUser]: createNatsUserAdapter,
   [Kinds.MeshIdentity]: createMeshIdentityAdapter,
   [Kinds.KvBucket]: createKvBucketAdapter,

@@ -12,6 +12,12 @@ export const Kinds = {
   KvBucket: "kv.bucket",
   ObjectStore: "object.store",
   /**
+   * A repository namespace `<module>/…` on an OCI (container image) registry, with a credential
+   * that may push and pull there and nowhere else: the CNCF distribution registry with token
+   * authentication, the mesh's token issuer (services/oci-token-issuer) granting per repository.
+   */
+  OciRegistry: "oci.registry",
+  /**
    * The workload identity of one installed part on the mesh's own NATS (part-identity.ts):
    * never declared by a module, each part gets one from the mesh, served by the provider of the
    * mesh's bus (`mesh-nats`).

@@ -89,7 +89,8 @@ export async function applyRotation(opts: {
     log.info({ hook }, "the part's onRotate hook ran");
   }
   const provider = d.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, d.provider, ProviderDoc))?.value;
-  const adapter = createAdapter(d.kind, { name: d.provider, node: provider?.node ?? "builtin", endpoint: provider?.endpoint ?? "builtin://secret" });
+  // With the document's options, as the prober makes it: a kind may need one to log in (oci.registry's issuerUrl).
+  const adapter = createAdapter(d.kind, { name: d.provider, node: provider?.node ?? "builtin", endpoint: provider?.endpoint ?? "builtin://secret", ...(provider?.options ? { options: provider.options } : {}) });
   try {
     const login = await adapter.login({ bindings: values });
     if (!login.ok) {

@@ -1,0 +1,201 @@
+/**
+ * The mesh's token issuer for the distribution registry (Docker's token authentication): the
+ * registry sends a client without a token to `GET /token?service=…&scope=…` here; the client
+ * authenticates as a grant's user (HTTP Basic) and gets a token for the repositories of its
+ * namespace it asked for, and nothing else (grantedAccess). The provisioner's `oci.registry`
+ * adapter manages the users through `/admin/users/…`, as the issuer's admin.
+ *
+ * Who may do what:
+ * - `/token`: anyone who knows a current password of a user, for that user's namespace only;
+ *   a retired generation's password gets nothing from the moment it is retired, and each token
+ *   lives at most {@link MAX_TOKEN_LIFETIME_S} s.
+ * - `/admin/…`: the admin alone (HTTP Basic, compared in constant time); it receives salted
+ *   scrypt hashes, never a password.
+ * Nothing secret is logged: no password, hash, Authorization header or token, only user names,
+ * granted repositories and outcomes.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import { grantedAccess, isPasswordHash, verifyPassword } from "@mesh/providers";
+import { errorMessage, isValidName, type Logger } from "@mesh/shared";
+import { MAX_TOKEN_LIFETIME_S, signToken } from "./token.js";
+import { ensureSigningKey, type SigningKey } from "./signing-key.js";
+import { UserStore } from "./user-store.js";
+import { ensureAdminPassword } from "./admin-password.js";
+
+export interface TokenIssuerOptions {
+  /** Holds the signing key, its certificate and the users; made when missing. */
+  stateDir: string;
+  /** The admin's password, or the file that holds it (made with a random one, mode 0600, when missing). */
+  admin: { username: string; password: string } | { username: string; passwordFile: string };
+  /** The registry's `auth.token.service`: the only audience tokens are made for. */
+  service: string;
+  /** The registry's `auth.token.issuer`. */
+  issuer: string;
+  /** How long a token works, in seconds (1 … 60); default 60. */
+  lifetimeSeconds?: number;
+  host?: string;
+  /** 0: a free port. */
+  port?: number;
+  log: Logger;
+}
+
+export interface TokenIssuer {
+  /** `http://host:port`; the registry's realm is `${url}/token`. */
+  url: string;
+  /** The certificate the registry must trust (`auth.token.rootcertbundle`). */
+  certificatePath: string;
+  close(): Promise<void>;
+}
+
+/** Largest request body accepted (an admin PUT is a few hundred bytes). */
+const MAX_BODY_BYTES = 4_096;
+const USER_NAME = /^([a-z][a-z0-9-]*)\.([a-z][a-z0-9-]*)$/;
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+}
+
+/** Starts the issuer; resolves once it listens. Throws what {@link ensureSigningKey} throws, and for a lifetime out of range. */
+export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenIssuer> {
+  const lifetimeSeconds = opts.lifetimeSeconds ?? MAX_TOKEN_LIFETIME_S;
+  if (!(Number.isInteger(lifetimeSeconds) && lifetimeSeconds >= 1 && lifetimeSeconds <= MAX_TOKEN_LIFETIME_S)) {
+    throw new Error(`the token lifetime must be a whole number of seconds from 1 to ${MAX_TOKEN_LIFETIME_S}, not ${lifetimeSeconds}`);
+  }
+  const key = await ensureSigningKey(opts.stateDir);
+  const users = new UserStore(opts.stateDir);
+  const admin = { username: opts.admin.username, password: "password" in opts.admin ? opts.admin.password : ensureAdminPassword(opts.admin.passwordFile) };
+  const handler = requestHandler({ ...opts, admin, lifetimeSeconds, key, users });
+  const server: Server = createServer((req, res) => {
+    handler(req, res).catch((e: unknown) => {
+      const status = e instanceof HttpError ? e.status : 500;
+      if (status === 500) opts.log.error({ err: e, path: pathOf(req) }, "request failed");
+      if (!res.headersSent) {
+        res.writeHead(status, { "content-type": "application/json", ...(e instanceof HttpError ? e.headers : {}) });
+        res.end(JSON.stringify({ errors: [{ code: codeOf(status), message: e instanceof HttpError ? e.message : "internal error; see the issuer's log" }] }));
+      } else res.destroy();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1", resolve);
+  });
+  const { address, port } = server.address() as AddressInfo;
+  const url = `http://${address.includes(":") ? `[${address}]` : address}:${port}`;
+  opts.log.info({ url, realm: `${url}/token`, service: opts.service, issuer: opts.issuer, certificate: key.certificatePath, lifetimeSeconds }, "token issuer listening");
+  return {
+    url,
+    certificatePath: key.certificatePath,
+    close: () => new Promise<void>((resolve) => (server.closeAllConnections(), server.close(() => resolve()))),
+  };
+}
+
+const pathOf = (req: IncomingMessage) => new URL(req.url ?? "/", "http://issuer").pathname;
+const codeOf = (status: number) => (status === 401 ? "UNAUTHORIZED" : status === 403 ? "DENIED" : status === 404 ? "NOT_FOUND" : status === 409 ? "CONFLICT" : status >= 500 ? "UNKNOWN" : "INVALID_REQUEST");
+
+function requestHandler(ctx: Omit<TokenIssuerOptions, "admin"> & { admin: { username: string; password: string }; lifetimeSeconds: number; key: SigningKey; users: UserStore }) {
+  const adminDigest = digestOf(`${ctx.admin.username}:${ctx.admin.password}`);
+  const log = ctx.log;
+
+  return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? "/", "http://issuer");
+    const path = url.pathname;
+    if (path === "/token" && req.method === "GET") return token(req, url, res);
+    if (path === "/healthz" && req.method === "GET") return send(res, 200, { ok: true });
+    const m = /^\/admin\/users\/([^/]+)(?:\/generations\/(\d+))?$/.exec(path);
+    if (!m) throw new HttpError(404, `no such path: ${req.method} ${path}`);
+    const basic = basicAuth(req);
+    // Hashing both sides makes the comparison constant-time whatever their lengths.
+    if (!basic || !timingSafeEqual(digestOf(`${basic.user}:${basic.password}`), adminDigest)) {
+      log.warn({ path }, "admin request refused: wrong or no admin credential");
+      throw new HttpError(401, "the admin credential is wrong or missing", { "www-authenticate": 'Basic realm="mesh oci token issuer admin"' });
+    }
+    const user = decodeURIComponent(m[1]!);
+    const names = USER_NAME.exec(user);
+    if (!names || !isValidName(names[1]!) || !isValidName(names[2]!)) throw new HttpError(400, `user name ${JSON.stringify(user)} is not <module>.<requirement>`);
+    const mark = `${names[1]}/${names[2]}`;
+    const generation = m[2] === undefined ? undefined : Number(m[2]);
+    if (generation !== undefined && !(Number.isSafeInteger(generation) && generation >= 1)) throw new HttpError(400, `generation ${m[2]} is not 1, 2, 3 …`);
+
+    if (req.method === "GET" && generation === undefined) {
+      const record = ctx.users.get(user);
+      if (!record) throw new HttpError(404, `no user ${user}`);
+      const generations = Object.fromEntries(Object.entries(record.passwords).map(([slot, p]) => [slot, p!.generation]));
+      return send(res, 200, { user, mark: record.mark, namespace: record.namespace, generations });
+    }
+    if (req.method === "PUT" && generation !== undefined) {
+      const body = (await readJson(req)) as { hash?: unknown };
+      if (!isPasswordHash(body.hash)) throw new HttpError(400, "the body must be {\"hash\": <a scrypt hash made by the oci.registry adapter>}");
+      const result = ctx.users.setGeneration(user, mark, names[1]!, generation, body.hash);
+      if (result === "conflict") throw new HttpError(409, `user ${user} belongs to grant ${ctx.users.get(user)?.mark}, not ${mark}`);
+      log.info({ user, generation }, "generation set");
+      return send(res, 200, { user, generation });
+    }
+    if (req.method === "DELETE") {
+      const result = generation === undefined ? ctx.users.delete(user, mark) : ctx.users.retireGeneration(user, mark, generation);
+      if (result === "changed") log.info({ user, ...(generation === undefined ? {} : { generation }) }, generation === undefined ? "user deleted" : "generation retired");
+      res.writeHead(204).end();
+      return;
+    }
+    throw new HttpError(405, `${req.method} is not allowed on ${path}`);
+  };
+
+  async function token(req: IncomingMessage, url: URL, res: ServerResponse): Promise<void> {
+    const service = url.searchParams.get("service");
+    if (service !== ctx.service) throw new HttpError(400, `this issuer makes tokens for service ${JSON.stringify(ctx.service)} only, not ${JSON.stringify(service)}`);
+    const basic = basicAuth(req);
+    const refuse = (why: string, user?: string) => {
+      log.info({ user, why }, "token refused");
+      return new HttpError(401, "authentication required: a current username and password of an oci.registry grant", { "www-authenticate": 'Basic realm="mesh oci registry"' });
+    };
+    if (!basic) throw refuse("no credential");
+    const record = ctx.users.get(basic.user);
+    let generation: number | undefined;
+    for (const p of Object.values(record?.passwords ?? {})) {
+      if (p && (await verifyPassword(basic.password, p.hash))) generation = p.generation;
+    }
+    if (!record || generation === undefined) throw refuse("unknown user or wrong or retired password", record ? basic.user : undefined);
+    const access = grantedAccess(url.searchParams.getAll("scope"), record.namespace);
+    const t = signToken(ctx.key, { issuer: ctx.issuer, service: ctx.service, subject: basic.user, access, lifetimeSeconds: ctx.lifetimeSeconds, now: Math.floor(Date.now() / 1000) });
+    log.debug({ user: basic.user, generation, granted: access.map((a) => `${a.name}:${a.actions.join(",")}`) }, "token issued");
+    return send(res, 200, { token: t.token, access_token: t.token, expires_in: t.expiresIn, issued_at: t.issuedAt });
+  }
+}
+
+function digestOf(s: string): Buffer {
+  return createHash("sha256").update(s).digest();
+}
+
+function basicAuth(req: IncomingMessage): { user: string; password: string } | undefined {
+  const h = req.headers.authorization;
+  if (!h || !/^basic /i.test(h)) return undefined;
+  const decoded = Buffer.from(h.slice(6).trim(), "base64").toString("utf8");
+  const colon = decoded.indexOf(":");
+  return colon < 0 ? undefined : { user: decoded.slice(0, colon), password: decoded.slice(colon + 1) };
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_BODY_BYTES) throw new HttpError(413, `the body is larger than ${MAX_BODY_BYTES} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString("utf8")) ?? {};
+  } catch (e) {
+    throw new HttpError(400, `the body is not JSON: ${errorMessage(e)}`);
+  }
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { "content-type": "application/json", "cache-control": "no-store" }).end(JSON.stringify(body));
+}

@@ -1,0 +1,91 @@
+/**
+ * A test's own distribution registry (Debian's `docker-registry`, installed by test/global-setup.ts
+ * when missing) with token authentication, and the mesh's token issuer it trusts, both on free
+ * ports with temporary directories: the registry's storage, its config file written here, and
+ * the issuer's state (signing key, certificate, users, admin password). The machine's own
+ * registry service, if any, is never used. `stop()` ends only the registry process it started.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createLogger, type Logger } from "@mesh/shared";
+import { startTokenIssuer, type TokenIssuer } from "../../services/oci-token-issuer/src/index.js";
+import { freePort, waitForPort } from "./ports.js";
+
+export const OCI_REGISTRY_BIN = process.env.OCI_REGISTRY_BIN || "/usr/bin/docker-registry";
+export const OCI_SERVICE = "mesh-test-registry";
+export const OCI_ISSUER = "mesh-test-issuer";
+
+export interface OwnOciRegistry {
+  /** `http://127.0.0.1:<port>`: the provider's endpoint. */
+  registryUrl: string;
+  /** `http://127.0.0.1:<port>`: the provider's options.issuerUrl. */
+  issuerUrl: string;
+  admin: { username: string; password: string };
+  issuer: TokenIssuer;
+  dir: string;
+  /** The registry's output so far (its log lines), for a failing test's message. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+/** Starts the issuer (tokens living `lifetimeSeconds`), then the registry trusting it; resolves once both listen. */
+export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?: Logger } = {}): Promise<OwnOciRegistry> {
+  const dir = mkdtempSync(join(tmpdir(), "mesh-oci-"));
+  const admin = { username: "mesh-admin", password: `admin-${Math.random().toString(36).slice(2)}-${Date.now()}` };
+  const issuer = await startTokenIssuer({
+    stateDir: join(dir, "issuer"),
+    admin,
+    service: OCI_SERVICE,
+    issuer: OCI_ISSUER,
+    log: opts.log ?? createLogger("oci-token-issuer", { level: "warn" }),
+    ...(opts.lifetimeSeconds ? { lifetimeSeconds: opts.lifetimeSeconds } : {}),
+  });
+  const port = await freePort();
+  const config = join(dir, "config.yml");
+  writeFileSync(
+    config,
+    [
+      "version: 0.1",
+      "log: { level: warn, accesslog: { disabled: true } }",
+      `storage: { filesystem: { rootdirectory: ${JSON.stringify(join(dir, "storage"))} } }`,
+      `http: { addr: "127.0.0.1:${port}" }`,
+      "auth:",
+      "  token:",
+      `    realm: "${issuer.url}/token"`,
+      `    service: ${OCI_SERVICE}`,
+      `    issuer: ${OCI_ISSUER}`,
+      `    rootcertbundle: ${JSON.stringify(issuer.certificatePath)}`,
+      "",
+    ].join("\n"),
+  );
+  let output = "";
+  const child: ChildProcess = spawn(OCI_REGISTRY_BIN, ["serve", config], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+  child.stdout!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
+  child.stderr!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((r) => child.once("exit", r));
+      child.kill("SIGTERM");
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    }
+    await issuer.close();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await new Promise<void>((resolve, reject) => {
+      child.once("error", (e) => reject(new Error(`cannot run ${OCI_REGISTRY_BIN} (${e.message}); install it with apt-get install -y docker-registry, or set OCI_REGISTRY_BIN`)));
+      child.once("spawn", resolve);
+    });
+    await waitForPort(port, 20_000);
+  } catch (e) {
+    await stop();
+    throw new Error(`the test's registry did not start: ${(e as Error).message}\n${output}`);
+  }
+  return { registryUrl: `http://127.0.0.1:${port}`, issuerUrl: issuer.url, admin, issuer, dir, output: () => output, stop };
+}

@@ -1,0 +1,186 @@
+/**
+ * What issue 16 asks of `oci.registry`, against a distribution registry of the test's own and
+ * the mesh's token issuer: push and pull of an image manifest and blob over the registry's HTTP
+ * API with the delivered credential; refused outside the module's namespace and with a retired
+ * generation; a rotation with a holder pulling throughout, and no failure.
+ */
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ProviderAdapter, BindingValues } from "@mesh/providers";
+import { createOciRegistryAdapter } from "../packages/providers/src/oci-registry.js";
+import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
+import { OciHolder, RegistryRefusal, pullThroughout } from "./harness/oci-client.js";
+import { ErrorCodes, createLogger } from "@mesh/shared";
+import { expectMeshError, freshGrant } from "./conformance/provider-conformance.js";
+import { LogCapture } from "./harness/log-capture.js";
+
+/** Short, so the test sees a retired generation's last token stop working; the issuer's bound is 60 s. */
+const LIFETIME_S = 4;
+let registry: OwnOciRegistry;
+let adapter: ProviderAdapter;
+/** Everything the issuer logs, at debug level. */
+const issuerLog = new LogCapture();
+
+beforeAll(async () => {
+  registry = await startOwnOciRegistry({ lifetimeSeconds: LIFETIME_S, log: createLogger("oci-token-issuer", { level: "debug", destination: issuerLog }) });
+  adapter = createOciRegistryAdapter({ name: "oci-test", node: "node-a", endpoint: registry.registryUrl, admin: registry.admin, options: { issuerUrl: registry.issuerUrl } });
+}, 60_000);
+afterAll(async () => {
+  await registry?.stop();
+});
+
+const create = (grant: ReturnType<typeof freshGrant>) => adapter.create({ grant, secret: adapter.generate() });
+const layerOf = () => randomBytes(2_048);
+
+/** The status a refused call failed with. */
+async function refusal(p: Promise<unknown>): Promise<number> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e, "expected the registry or issuer to refuse").toBeInstanceOf(RegistryRefusal);
+  return (e as RegistryRefusal).status;
+}
+
+/** The challenge the registry sends for `scope`, read from an unauthenticated request. */
+async function challenge(path: string): Promise<{ realm: string; service: string; scope: string }> {
+  const res = await fetch(`${registry.registryUrl}${path}`);
+  await res.body?.cancel();
+  const h = res.headers.get("www-authenticate") ?? "";
+  return Object.fromEntries([...h.matchAll(/([a-z]+)="([^"]*)"/gi)].map((m) => [m[1]!, m[2]!])) as never;
+}
+
+describe("oci.registry with the delivered credential", () => {
+  it("binds the registry, the namespace and the user, and pushes and pulls an image manifest and blob in the namespace", async () => {
+    const grant = freshGrant();
+    const { bindings } = await create(grant);
+    expect(Object.keys(bindings).sort()).toEqual(["host", "namespace", "password", "port", "provider", "registry", "type", "url", "username"]);
+    expect(bindings).toMatchObject({ type: "oci", namespace: grant.module, username: `${grant.module}.res`, url: registry.registryUrl });
+    const holder = new OciHolder(bindings);
+    const layer = layerOf();
+    const ref = { repository: `${bindings.namespace}/app`, tag: "v1" };
+    const pushed = await holder.pushImage(ref, layer);
+    expect(pushed.manifestDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    // Another holder of the same grant, starting afresh, pulls what was pushed.
+    const pulled = await new OciHolder(bindings).pullImage(ref);
+    expect(pulled.manifest.layers[0]!.digest).toBe(pushed.layerDigest);
+    expect(pulled.layer.equals(layer)).toBe(true);
+    // Deeper paths are inside the namespace too.
+    await holder.pushImage({ repository: `${bindings.namespace}/tools/cli`, tag: "1.0" }, layerOf());
+    await adapter.delete({ grant });
+  });
+
+  it("is refused outside its module's namespace: another module's repositories, a look-alike prefix, the catalog, and delete", async () => {
+    const mine = await create(freshGrant());
+    const theirs = await create(freshGrant());
+    const ref = { repository: `${theirs.bindings.namespace}/app`, tag: "v1" };
+    await new OciHolder(theirs.bindings).pushImage(ref, layerOf());
+    const me = new OciHolder(mine.bindings);
+    // The registry asks for a token with pull (and push) on their repository; the issuer grants none of it.
+    expect(await refusal(me.pullImage(ref))).toBe(401);
+    expect(await refusal(me.pushImage({ repository: `${theirs.bindings.namespace}/mine`, tag: "x" }, layerOf()))).toBe(401);
+    expect(await refusal(me.pushImage({ repository: `${mine.bindings.namespace}x/app`, tag: "x" }, layerOf()))).toBe(401);
+    expect(await refusal(me.pushImage({ repository: "library/app", tag: "x" }, layerOf()))).toBe(401);
+    // What the token says: exactly the repositories and actions granted, nothing of another namespace.
+    const c = await challenge(`/v2/${ref.repository}/manifests/v1`);
+    const { token } = await me.token(c.realm, c.service, `repository:${ref.repository}:pull,push repository:${mine.bindings.namespace}/app:pull,push,delete,* registry:catalog:*`);
+    const claims = JSON.parse(Buffer.from(token.split(".")[1]!, "base64url").toString()) as { access: unknown; exp: number; iat: number };
+    expect(claims.access).toEqual([{ type: "repository", name: `${mine.bindings.namespace}/app`, actions: ["pull", "push"] }]);
+    const catalog = await me.request("GET", "/v2/_catalog");
+    await catalog.body?.cancel();
+    expect(catalog.status).toBe(401);
+  });
+
+  it("a retired generation gets no token at once, and the token it had stops working within the token lifetime", async () => {
+    const grant = freshGrant(1);
+    const g1 = await create(grant);
+    const g2 = await create({ ...grant, generation: 2 });
+    const ref = { repository: `${grant.module}/app`, tag: "v1" };
+    await new OciHolder(g1.bindings).pushImage(ref, layerOf());
+    const c = await challenge(`/v2/${ref.repository}/manifests/v1`);
+    const old = await new OciHolder(g1.bindings).token(c.realm, c.service, `repository:${ref.repository}:pull`);
+    const issuedAt = Date.now();
+    await adapter.retire({ grant });
+    expect(await refusal(new OciHolder(g1.bindings).token(c.realm, c.service, `repository:${ref.repository}:pull`))).toBe(401);
+    expect(await refusal(new OciHolder(g1.bindings).pullImage(ref))).toBe(401);
+    expect(await adapter.login({ bindings: g1.bindings })).toMatchObject({ ok: false, reason: "rejected" });
+    // The token got before the retire still works for a moment (the registry checks only its signature and times)...
+    const manifestWith = (token: string) => new OciHolder(g1.bindings).request("GET", `/v2/${ref.repository}/manifests/v1`, { token, headers: { accept: "application/vnd.oci.image.manifest.v1+json" } });
+    const first = await manifestWith(old.token);
+    await first.body?.cancel();
+    expect(first.status).toBe(200);
+    // ...and then no longer: at most the lifetime after it was issued, plus a second of the registry's rounding to whole seconds.
+    let status = 200;
+    while (status === 200) {
+      await new Promise((r) => setTimeout(r, 250));
+      const res = await manifestWith(old.token);
+      await res.body?.cancel();
+      status = res.status;
+      expect(Date.now() - issuedAt, "the retired generation's token still works past its lifetime").toBeLessThan((LIFETIME_S + 2) * 1000);
+    }
+    expect(status).toBe(401);
+    // The next generation goes on.
+    await new OciHolder(g2.bindings).pullImage(ref);
+    await adapter.delete({ grant });
+  }, 30_000);
+
+  it("rotates with a holder pulling throughout: generation 2 staged beside 1, the holder moved, 1 retired, and not one pull fails", async () => {
+    const grant = freshGrant(1);
+    const g1 = await create(grant);
+    const ref = { repository: `${grant.module}/app`, tag: "v1" };
+    const layer = layerOf();
+    await new OciHolder(g1.bindings).pushImage(ref, layer);
+    const holder = new OciHolder(g1.bindings);
+    const puller = pullThroughout(holder, ref, layer);
+    const generations: BindingValues[] = [g1.bindings];
+    for (const generation of [2, 3]) {
+      await puller.past(3);
+      const next = await create({ ...grant, generation }); // stage k+1 beside k
+      await puller.past(3);
+      holder.bindings = next.bindings; // the holder applies k+1 (as its agent would deliver it)
+      await puller.past(3);
+      await adapter.retire({ grant: { ...grant, generation: generation - 1 } }); // every holder confirmed: retire k
+      generations.push(next.bindings);
+    }
+    // Past the token lifetime, so the holder's cached tokens of retired generations are gone too.
+    await new Promise((r) => setTimeout(r, (LIFETIME_S + 1) * 1000));
+    await puller.past(3);
+    await puller.stop();
+    expect(puller.failures).toEqual([]);
+    expect(puller.pulls).toBeGreaterThan(15);
+    expect(await adapter.login({ bindings: generations[0]! })).toMatchObject({ ok: false, reason: "rejected" });
+    expect(await adapter.login({ bindings: generations[1]! })).toMatchObject({ ok: false, reason: "rejected" });
+    expect(await adapter.login({ bindings: generations[2]! })).toEqual({ ok: true });
+    await adapter.delete({ grant });
+  }, 60_000);
+
+  it("the issuer's admin API refuses a wrong admin password, and a body that is not a scrypt hash", async () => {
+    const wrong = createOciRegistryAdapter({ name: "oci-test", node: "node-a", endpoint: registry.registryUrl, admin: { username: "mesh-admin", password: "not-the-password" }, options: { issuerUrl: registry.issuerUrl } });
+    const e = await expectMeshError(wrong.create({ grant: freshGrant(), secret: wrong.generate() }), ErrorCodes.ProviderMisconfigured);
+    expect(e.message).toMatch(/admin.passwordFile/);
+    expect(e.message).not.toContain("not-the-password");
+    // Only hashes made by the adapter are stored: a plaintext password sent by mistake is refused.
+    const res = await fetch(`${registry.issuerUrl}/admin/users/shop.images/generations/1`, {
+      method: "PUT",
+      headers: { authorization: `Basic ${Buffer.from(`${registry.admin.username}:${registry.admin.password}`).toString("base64")}` },
+      body: JSON.stringify({ hash: "not a hash" }),
+    });
+    expect(res.status).toBe(400);
+  });
+
+  it("the issuer logs no password, hash, token or admin password", async () => {
+    const grant = freshGrant(1);
+    const { bindings } = await create(grant);
+    const holder = new OciHolder(bindings, { cacheTokens: false });
+    await holder.pushImage({ repository: `${grant.module}/app`, tag: "v1" }, layerOf());
+    const c = await challenge(`/v2/${grant.module}/app/manifests/v1`);
+    const { token } = await holder.token(c.realm, c.service, `repository:${grant.module}/app:pull`);
+    await new OciHolder({ ...bindings, password: "wrong-password-xyz" }).token(c.realm, c.service).catch(() => undefined);
+    await adapter.retire({ grant });
+    expect(issuerLog.lines.length).toBeGreaterThan(3);
+    for (const secret of [bindings.password!, token, token.split(".")[2]!, registry.admin.password, "wrong-password-xyz", "scrypt$"]) {
+      expect(issuerLog.text).not.toContain(secret);
+    }
+    await adapter.delete({ grant });
+  });
+});
