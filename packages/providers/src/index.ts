@@ -38,6 +38,7 @@ export { createMariadbAdapter } from "./mariadb.js";
 export { createRedisAdapter } from "./redis.js";
 export { createNatsUserAdapter } from "./nats-user.js";
 export { createRabbitmqAdapter } from "./rabbitmq.js";
+export { createNpmRegistryAdapter, npmNames, npmPasswordHash, npmrcOf, type NpmUserRecord } from "./npm-registry.js";
 export {
   accountClaims,
   createOperatorSetup,

@@ -10,6 +10,7 @@ import { createRedisAdapter } from "./redis.js";
 import { createMeshIdentityAdapter, createNatsUserAdapter } from "./nats-user.js";
 import { createRabbitmqAdapter } from "./rabbitmq.js";
 import { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
+import { createNpmRegistryAdapter } from "./npm-registry.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.Secret]: createSecretAdapter,
@@ -21,6 +22,7 @@ const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.MeshIdentity]: createMeshIdentityAdapter,
   [Kinds.KvBucket]: createKvBucketAdapter,
   [Kinds.ObjectStore]: createObjectStoreAdapter,
+  [Kinds.NpmRegistry]: createNpmRegistryAdapter,
 };
 
 /** The kinds that have an adapter, in a stable order. */

@@ -11,6 +11,8 @@ export const Kinds = {
   NatsUser: "nats.user",
   KvBucket: "kv.bucket",
   ObjectStore: "object.store",
+  /** A package scope `@<module>` on an npm registry (Verdaccio with the mesh's auth plugin). */
+  NpmRegistry: "npm.registry",
   /**
    * The workload identity of one installed part on the mesh's own NATS (part-identity.ts):
    * never declared by a module, each part gets one from the mesh, served by the provider of the
