@@ -26,8 +26,9 @@
  * Verdaccio asks the plugin on every request: nothing outlives a retire. Packages stay in the
  * registry's storage when a grant goes: the mesh removes users, never packages.
  *
- * Every admin verb first asks the registry's `/-/ping`, so a registry that is down is
- * `ProviderUnreachable` (retryable) rather than users written for a server that is not there.
+ * Every admin verb first checks `options.usersDir` (terminal `ProviderMisconfigured`), then asks
+ * the registry's `/-/ping`, so a registry that is down is `ProviderUnreachable` (retryable)
+ * rather than users written for a server that is not there.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { readFile, rename, rm, stat, writeFile } from "node:fs/promises";
@@ -279,8 +280,13 @@ class NpmRegistryAdapter implements ProviderAdapter {
     }
   }
 
-  /** Throws `ProviderUnreachable` (retryable) unless the registry answers `/-/ping`. */
+  /**
+   * Throws the users directory's problem (terminal: it needs the document fixed, so it is said
+   * before anything retryable), else `ProviderUnreachable` (retryable) unless the registry
+   * answers `/-/ping`.
+   */
   private async reachable(what: string): Promise<void> {
+    if (this.usersDirProblem) throw this.usersDirProblem;
     let why: string;
     try {
       const res = await fetch(new URL("-/ping", this.registry), { signal: AbortSignal.timeout(REGISTRY_TIMEOUT_MS) });
