@@ -244,6 +244,21 @@ describe("npm.registry adapter, through the npm client", () => {
     await adapter.delete({ grant });
   });
 
+  it("issues no token: npm login's request is refused for the mesh's users and for new ones, so nothing outlives a retire", async () => {
+    const { bindings } = await create(freshGrant());
+    for (const [name, password] of [[bindings.username!, bindings.password!], ["intruder_a", "whatever-password"]] as const) {
+      const res = await fetch(new URL(`/-/user/org.couchdb.user:${name}`, registry.endpoint), {
+        method: "PUT",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ _id: `org.couchdb.user:${name}`, name, password, type: "user", roles: [], date: new Date().toISOString() }),
+      });
+      const body = (await res.json()) as { token?: string; error?: string };
+      expect(res.status).toBe(409);
+      expect(body.token).toBeUndefined();
+      expect(body.error).toContain("made by the mesh");
+    }
+  });
+
   it("refuses a file of the grant's user that the mesh did not make, and leaves it alone on delete", async () => {
     const grant = freshGrant();
     const user = `${grant.module.replaceAll("-", "__")}_${grant.requirement}_a`;
