@@ -2,7 +2,7 @@
  * The `npm.registry` kind on a mesh: `examples/providers/npm.yaml` as shipped applies on a machine
  * where no registry runs (its requirements wait, `ProviderNotInstalled`); pointed at a Verdaccio
  * of this file's own (test/harness/verdaccio.ts) it provisions a scope whose binding, as the agent
- * wrote it, publishes and installs with the npm client; and a rotation through the rotator's
+ * wrote it, publishes and installs with the npm client, and the verifier finds it working; and a rotation through the rotator's
  * confirmed fan-out, with a holder reading its package from the registry throughout, sees no
  * failure and ends with the old generation refused.
  */
@@ -81,7 +81,7 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
 
   beforeAll(async () => {
     registry = await startOwnVerdaccio();
-    mesh = await startTestMesh({ nodes: [] });
+    mesh = await startTestMesh({ nodes: [], verifier: { intervalMs: 1_000 } });
     markers = mkdtempSync(join(tmpdir(), "mesh-markers-"));
     work = mkdtempSync(join(tmpdir(), "mesh-npm-work-"));
     // The hook runs as nobody: it must be able to read the script and look for the markers.
@@ -105,6 +105,10 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
 
   const bindingDir = () => bindingPath(root, "shop", "app", "pkgs");
   const read = (key: string) => readFileSync(join(bindingDir(), key), "utf8");
+
+  it("is verified by the verifier, with npm whoami's request", async () => {
+    await waitFor("shop/pkgs Verified", async () => getCondition((await mesh.grant("shop", "pkgs"))?.conditions ?? [], "Verified")?.status === "True" || undefined, 20_000);
+  });
 
   it("delivers a binding whose npmrc publishes and installs a package of @shop", async () => {
     expect(read("scope")).toBe("@shop");
