@@ -8,7 +8,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BINDING_KEY_PATTERN, DATA_KINDS, ErrorCodes, isMeshError, type ErrorCode, type Kind } from "@mesh/shared";
+import { BINDING_KEY_PATTERN, DATA_KINDS, ErrorCodes, isMeshError, isValidName, type ErrorCode, type Kind } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter } from "@mesh/providers";
 
 /** The name the issue requires every adapter to refuse. */
@@ -51,6 +51,26 @@ export type ConformanceOptions = CredentialConformanceOptions | CredentialFreeCo
 /** A grant of its own for each test, so tests share no state. */
 export function freshGrant(generation = 1): GrantRef {
   return { module: `conf-${randomBytes(4).toString("hex")}`, requirement: "res", generation };
+}
+
+/**
+ * `a`, recording in `touched` (by `<module>/<requirement>`) every grant with valid names it is
+ * asked to create, so a suite's clean-up deletes them even when a test failed half-way.
+ */
+export function recordingAdapter(a: ProviderAdapter, touched: Map<string, Omit<GrantRef, "generation">>): ProviderAdapter {
+  return {
+    kinds: a.kinds,
+    generate: () => a.generate(),
+    observe: (req) => a.observe(req),
+    create: (req) => {
+      if (isValidName(req.grant.module) && isValidName(req.grant.requirement)) touched.set(`${req.grant.module}/${req.grant.requirement}`, req.grant);
+      return a.create(req);
+    },
+    delete: (req) => a.delete(req),
+    login: (req) => a.login(req),
+    retire: (req) => a.retire(req),
+    close: () => a.close(),
+  };
 }
 
 /** Awaits `p` and asserts it rejects with a MeshError of `code`; returns the error. */

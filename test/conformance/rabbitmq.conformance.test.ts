@@ -10,11 +10,11 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import amqplib from "amqplib";
-import { ErrorCodes, isMeshError, isValidName } from "@mesh/shared";
+import { ErrorCodes, isMeshError } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter, ProviderConfig } from "@mesh/providers";
 import { createRabbitmqAdapter, rabbitmqPasswordHash } from "../../packages/providers/src/rabbitmq.js";
 import { freePort } from "../harness/ports.js";
-import { INJECTION_NAME, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
+import { INJECTION_NAME, describeProviderConformance, recordingAdapter, expectMeshError, freshGrant } from "./provider-conformance.js";
 
 const AMQP_PORT = Number(process.env.RABBITMQ_TEST_AMQP_PORT ?? 5672);
 const MANAGEMENT_URL = process.env.RABBITMQ_TEST_MANAGEMENT_URL ?? "http://127.0.0.1:15672";
@@ -63,23 +63,7 @@ const providerOf = (over: Partial<ProviderConfig> = {}): ProviderConfig => ({
   ...over,
 });
 
-/** An adapter that records every grant it creates, so the clean-up finds them. */
-function recording(a: ProviderAdapter): ProviderAdapter {
-  return {
-    kinds: a.kinds,
-    generate: () => a.generate(),
-    observe: (req) => a.observe(req),
-    create: (req) => {
-      if (isValidName(req.grant.module) && isValidName(req.grant.requirement)) touched.set(`${req.grant.module}/${req.grant.requirement}`, req.grant);
-      return a.create(req);
-    },
-    delete: (req) => a.delete(req),
-    login: (req) => a.login(req),
-    retire: (req) => a.retire(req),
-    close: () => a.close(),
-  };
-}
-const makeAdapter = (over: Partial<ProviderConfig> = {}) => recording(createRabbitmqAdapter(providerOf(over)));
+const makeAdapter = (over: Partial<ProviderConfig> = {}) => recordingAdapter(createRabbitmqAdapter(providerOf(over)), touched);
 
 describeProviderConformance("rabbitmq.vhost", () => makeAdapter(), {
   stateful: true,

@@ -80,6 +80,7 @@ const EXAMPLE_PROVIDERS: Partial<Record<string, string>> = {
   [Kinds.RedisUser]: "redis.yaml",
   [Kinds.RabbitmqVhost]: "rabbitmq.yaml",
   [Kinds.OciRegistry]: "oci-registry.yaml",
+  [Kinds.NpmRegistry]: "npm.yaml",
   [Kinds.NatsUser]: "nats.yaml",
 };
 const serveExample = (kind: string) => (EXAMPLE_PROVIDERS[kind] ? ` (see examples/providers/${EXAMPLE_PROVIDERS[kind]})` : "");

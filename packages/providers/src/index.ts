@@ -40,6 +40,7 @@ export { createNatsUserAdapter } from "./nats-user.js";
 export { createRabbitmqAdapter } from "./rabbitmq.js";
 export { createOciRegistryAdapter } from "./oci-registry.js";
 export { GRANTED_ACTIONS, grantedAccess, hashPassword, inNamespace, isPasswordHash, ociNames, verifyPassword, type OciNames, type ResourceActions } from "./oci-token-scope.js";
+export { createNpmRegistryAdapter, npmNames, npmPasswordHash, npmrcOf, type NpmUserRecord } from "./npm-registry.js";
 export {
   accountClaims,
   createOperatorSetup,

@@ -13,6 +13,7 @@ describe("createAdapter", () => {
     [Kinds.KvBucket, "nats://127.0.0.1:4222"],
     [Kinds.ObjectStore, "nats://127.0.0.1:4222"],
     [Kinds.RabbitmqVhost, "amqp://127.0.0.1:5672", { managementUrl: "http://127.0.0.1:15672" }],
+    [Kinds.NpmRegistry, "http://127.0.0.1:4873", { usersDir: "/var/lib/mesh/verdaccio-users" }],
     [Kinds.NatsUser, "nats://127.0.0.1:4222", { signingKeysFile: "/etc/mesh/nats-operator/signing-keys.json" }],
   ])("makes an adapter serving %s", async (kind, endpoint, options?: Record<string, string>) => {
     const admin = { username: "mesh-admin", password: "not-used-here" };

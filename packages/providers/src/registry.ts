@@ -11,6 +11,7 @@ import { createMeshIdentityAdapter, createNatsUserAdapter } from "./nats-user.js
 import { createRabbitmqAdapter } from "./rabbitmq.js";
 import { createOciRegistryAdapter } from "./oci-registry.js";
 import { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
+import { createNpmRegistryAdapter } from "./npm-registry.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.Secret]: createSecretAdapter,
@@ -23,6 +24,7 @@ const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.MeshIdentity]: createMeshIdentityAdapter,
   [Kinds.KvBucket]: createKvBucketAdapter,
   [Kinds.ObjectStore]: createObjectStoreAdapter,
+  [Kinds.NpmRegistry]: createNpmRegistryAdapter,
 };
 
 /** The kinds that have an adapter, in a stable order. */

@@ -11,6 +11,8 @@ export const Kinds = {
   NatsUser: "nats.user",
   KvBucket: "kv.bucket",
   ObjectStore: "object.store",
+  /** A package scope `@<module>` on an npm registry (Verdaccio with the mesh's auth plugin). */
+  NpmRegistry: "npm.registry",
   /**
    * A repository namespace `<module>/…` on an OCI (container image) registry, with a credential
    * that may push and pull there and nowhere else: the CNCF distribution registry with token

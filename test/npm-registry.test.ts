@@ -1,0 +1,177 @@
+/**
+ * The `npm.registry` kind on a mesh: `examples/providers/npm.yaml` as shipped applies on a machine
+ * where no registry runs (its requirements wait, `ProviderNotInstalled`); pointed at a Verdaccio
+ * of this file's own (test/harness/verdaccio.ts) it provisions a scope whose binding, as the agent
+ * wrote it, publishes and installs with the npm client, and the verifier finds it working; and a rotation through the rotator's
+ * confirmed fan-out, with a holder reading its package from the registry throughout, sees no
+ * failure and ends with the old generation refused.
+ */
+import { execFile } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse } from "yaml";
+import { Kinds, ProviderDoc, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type ModuleDoc } from "@mesh/shared";
+import { bindingGeneration, bindingPath, parseAllowedHooks, startAgent, type Agent } from "@mesh/agent";
+import { startRotator, type Rotator } from "@mesh/rotator";
+import { startTestMesh, type TestMesh } from "./mesh.js";
+import { startOwnVerdaccio, VERDACCIO_INSTALL_TIMEOUT_MS, type OwnVerdaccio } from "./harness/verdaccio.js";
+import { waitFor } from "./harness/wait.js";
+
+const run = promisify(execFile);
+const repo = fileURLToPath(new URL("..", import.meta.url));
+const example = ProviderDoc.parse(parse(readFileSync(join(repo, "examples/providers/npm.yaml"), "utf8")));
+
+/** The hook the holder's part names: it waits until the holder switched to the delivered generation. */
+const AWAIT_SWITCH = "await-switch";
+
+const moduleDoc = (name: string, onRotate?: string): ModuleDoc => ({
+  kind: "Module",
+  name,
+  parts: [{ name: "app", node: "node-a", installed: true, ...(onRotate ? { onRotate } : {}) }],
+  requires: [{ name: "pkgs", kind: Kinds.NpmRegistry, parts: ["app"] }],
+});
+
+/** Runs npm with `npmrc` as its only config; resolves to its exit code and output. */
+async function npm(npmrc: string, cwd: string, args: string[]): Promise<{ code: number; out: string }> {
+  const home = mkdtempSync(join(tmpdir(), "mesh-npm-home-"));
+  const env = { PATH: process.env.PATH, HOME: home, NPM_CONFIG_USERCONFIG: npmrc, NPM_CONFIG_GLOBALCONFIG: join(home, "none"), NPM_CONFIG_CACHE: join(home, "cache"), NPM_CONFIG_UPDATE_NOTIFIER: "false", NPM_CONFIG_AUDIT: "false", NPM_CONFIG_FUND: "false" };
+  try {
+    const { stdout, stderr } = await run("npm", args, { cwd, env, timeout: 60_000 });
+    return { code: 0, out: stdout + stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string; message: string };
+    return { code: typeof err.code === "number" ? err.code : 1, out: `${err.stdout ?? ""}${err.stderr ?? ""}${err.message}` };
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+describe("the npm example provider, as shipped, where no registry runs", () => {
+  let mesh: TestMesh;
+  beforeAll(async () => {
+    mesh = await startTestMesh();
+  });
+  afterAll(async () => {
+    await mesh?.stop();
+  });
+
+  it("applies cleanly, and its requirements wait as ProviderNotInstalled naming it", async () => {
+    expect(example).toMatchObject({ installed: false, serves: [Kinds.NpmRegistry] });
+    const reply = await mesh.apply([example, moduleDoc("ex-npm")]);
+    expect(reply.ok, JSON.stringify(reply)).toBe(true);
+    await mesh.waitForState("ex-npm", "Unsatisfiable");
+    const resolved = getCondition((await mesh.grant("ex-npm", "pkgs"))!.conditions, "Resolved");
+    expect(resolved).toMatchObject({ reason: "ProviderNotInstalled" });
+    expect(resolved!.message).toContain("npm-main");
+  });
+});
+
+describe("npm.registry on a mesh with a Verdaccio of its own", () => {
+  let registry: OwnVerdaccio;
+  let mesh: TestMesh;
+  let rotator: Rotator;
+  let agent: Agent;
+  let markers: string;
+  let root: string;
+  let work: string;
+
+  beforeAll(async () => {
+    registry = await startOwnVerdaccio();
+    mesh = await startTestMesh({ nodes: [], verifier: { intervalMs: 1_000 } });
+    markers = mkdtempSync(join(tmpdir(), "mesh-markers-"));
+    work = mkdtempSync(join(tmpdir(), "mesh-npm-work-"));
+    // The hook runs as nobody: it must be able to read the script and look for the markers.
+    chmodSync(markers, 0o755);
+    const script = join(markers, "await-switch.sh");
+    writeFileSync(script, `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`, { mode: 0o755 });
+    root = join(mesh.bindingsRoot, "node-a");
+    agent = await startAgent({ store: mesh.store, node: "node-a", bindingsRoot: root, hooks: parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]), log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
+    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: process.env, sweepMs: 500 });
+    const provider = { ...example, endpoint: registry.endpoint, options: { usersDir: registry.usersDir }, installed: true };
+    expect((await mesh.apply([provider, moduleDoc("shop", AWAIT_SWITCH)])).ok).toBe(true);
+    await mesh.waitForState("shop", "Ready", 30_000);
+  }, VERDACCIO_INSTALL_TIMEOUT_MS + 60_000);
+  afterAll(async () => {
+    await rotator?.stop();
+    await agent?.stop();
+    await mesh?.stop();
+    await registry?.stop();
+    for (const d of [markers, work]) if (d) rmSync(d, { recursive: true, force: true });
+  });
+
+  const bindingDir = () => bindingPath(root, "shop", "app", "pkgs");
+  const read = (key: string) => readFileSync(join(bindingDir(), key), "utf8");
+
+  it("is verified by the verifier, with npm whoami's request", async () => {
+    await waitFor("shop/pkgs Verified", async () => getCondition((await mesh.grant("shop", "pkgs"))?.conditions ?? [], "Verified")?.status === "True" || undefined, 20_000);
+  });
+
+  it("delivers a binding whose npmrc publishes and installs a package of @shop", async () => {
+    expect(read("scope")).toBe("@shop");
+    expect(read("username")).toBe("shop_pkgs_a");
+    const src = join(work, "lib");
+    mkdirSync(src);
+    writeFileSync(join(src, "package.json"), JSON.stringify({ name: "@shop/lib", version: "1.0.0", main: "index.js", license: "UNLICENSED" }));
+    writeFileSync(join(src, "index.js"), "module.exports = 'shop lib';\n");
+    const pub = await npm(join(bindingDir(), "npmrc"), src, ["publish", "--registry", read("registry")]);
+    expect(pub, pub.out).toMatchObject({ code: 0 });
+    const app = join(work, "app");
+    mkdirSync(app);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", private: true }));
+    const inst = await npm(join(bindingDir(), "npmrc"), app, ["install", "@shop/lib@1.0.0"]);
+    expect(inst, inst.out).toMatchObject({ code: 0 });
+    expect(readFileSync(join(app, "node_modules/@shop/lib/index.js"), "utf8")).toContain("shop lib");
+  });
+
+  it("rotates with a holder reading @shop/lib throughout: no failure, and generation 1 is refused after", async () => {
+    // The holder as a module runs it: its auth from the binding on disk, re-read when the generation changes.
+    let generation = bindingGeneration(root, "shop", "app", "pkgs")!;
+    let auth = read("auth");
+    const firstAuth = auth;
+    const failures: string[] = [];
+    let reads = 0;
+    let stopped = false;
+    const holder = (async () => {
+      while (!stopped) {
+        const onDisk = bindingGeneration(root, "shop", "app", "pkgs");
+        if (onDisk !== undefined && onDisk !== generation) {
+          auth = read("auth");
+          generation = onDisk;
+          writeFileSync(join(markers, `shop-app-g${onDisk}`), "");
+        }
+        const status = await fetch(`${registry.endpoint}/${encodeURIComponent("@shop/lib")}`, { headers: { authorization: `Basic ${auth}` }, signal: AbortSignal.timeout(5_000) }).then(
+          async (r) => (await r.body?.cancel(), r.status),
+          (e: Error) => e.message,
+        );
+        if (status === 200) reads++;
+        else failures.push(`g${generation}: ${status}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    try {
+      const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "shop/pkgs" }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean; rotation?: Rotation }>());
+      expect(reply).toMatchObject({ ok: true, rotation: { from: 1, to: 2 } });
+      await waitFor("rotation committed", async () => (await readJson(mesh.store.kv.rotations, keys.grant("shop", "pkgs"), Rotation))?.value.state === RotationStates.Committed || undefined, 30_000);
+      const at = reads;
+      await waitFor("reads after the commit", () => reads > at + 10 || undefined);
+    } finally {
+      stopped = true;
+      await holder;
+    }
+    expect(failures).toEqual([]);
+    expect(generation).toBe(2);
+    expect(read("username")).toBe("shop_pkgs_b");
+    const g = await mesh.grant("shop", "pkgs");
+    expect(g?.generation).toBe(2);
+    // Generation 1 is retired at the registry: its user can no longer read the package.
+    await waitFor("generation 1 refused", async () => {
+      const r = await fetch(`${registry.endpoint}/${encodeURIComponent("@shop/lib")}`, { headers: { authorization: `Basic ${firstAuth}` } });
+      await r.body?.cancel();
+      return r.status === 401 || undefined;
+    });
+  });
+});
