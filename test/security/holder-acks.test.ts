@@ -1,0 +1,213 @@
+/**
+ * Rotations held by SDK instances, as JetStream carries them: each instance's consumer (made by
+ * the control plane when it registers) delivers the broadcast, the instance fetches k+1 sealed
+ * to itself, and its confirmation is its ack of the broadcast, sent only when the application
+ * calls confirm(): a holder that does not apply never acks, and the rotation waits. A forged
+ * broadcast moves no holder to a generation the mesh did not make; two rotator instances count
+ * the same acks and commit once; an instance that joins during a rotation takes k+1 with nothing
+ * waiting for it. Real nats-server, real resolver, provisioner and rotator.
+ */
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import {
+  Grant,
+  HolderRegistration,
+  Kinds,
+  Rotation,
+  RotationStates,
+  connectNats,
+  createLogger,
+  createSealingKey,
+  holderEndpoint,
+  keys,
+  readHolderAcks,
+  subjects as S,
+  openStore,
+  parseMasterKey,
+  readJson,
+  subjects,
+  type ModuleDoc,
+  type Store,
+} from "@mesh/shared";
+import { holdCredential, type CredentialHolder, type HeldCredential } from "@mesh/client";
+import { startResolver, type Resolver } from "@mesh/resolver";
+import { startProvisioner, type Provisioner } from "@mesh/provisioner";
+import { startRotator, type Rotator } from "@mesh/rotator";
+import { startNatsServer, type NatsServer } from "../harness/nats-server.js";
+import { LogCapture } from "../harness/log-capture.js";
+import { expectAcksInConsumers } from "../harness/holder-acks.js";
+
+
+let nats: NatsServer;
+let nc: NatsConnection;
+let store: Store;
+let resolver: Resolver;
+let provisioner: Provisioner;
+let rotator: Rotator;
+let masterKey: ReturnType<typeof parseMasterKey>;
+const conns: NatsConnection[] = [];
+const logs = new LogCapture();
+const log = () => createLogger("test", { destination: logs });
+
+beforeAll(async () => {
+  nats = await startNatsServer();
+  nc = await connectNats(nats.url);
+  store = await openStore(nc);
+  masterKey = parseMasterKey(randomBytes(32).toString("hex"));
+  resolver = await startResolver({ store, log: log() });
+  provisioner = await startProvisioner({ store, masterKey, log: log() });
+  rotator = await startRotator({ store, masterKey, log: log(), sweepMs: 500 });
+});
+
+afterAll(async () => {
+  await rotator?.stop();
+  await provisioner?.stop();
+  await resolver?.stop();
+  await Promise.all(conns.map((c) => c.close()));
+  await nc?.close();
+  await nats?.stop();
+});
+
+async function waitUntil(what: string, f: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await f())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** An SDK holder's registration whose key the test owns, to open what is sealed to it (it confirms by hand). */
+async function registerSpy(module: string, instance: string) {
+  const key = createSealingKey();
+  const now = new Date().toISOString();
+  const reg: HolderRegistration = { holder: `n1/app/${instance}`, grant: `${module}/key`, node: "n1", part: "app", instance, registeredAt: now, seenAt: now, xkey: key.getPublicKey() };
+  await store.kv.holders.put(keys.holder(module, "key", "n1", "app", instance), JSON.stringify(reg));
+  return key;
+}
+
+async function applySecretModule(module: string) {
+  const doc = { kind: "Module", name: module, parts: [{ name: "app", node: "n1", installed: true }], requires: [{ name: "key", kind: Kinds.Secret }] } satisfies Partial<ModuleDoc>;
+  const applied = await nc.request(subjects.apply, JSON.stringify({ documents: [doc] }), { timeout: 10_000 });
+  expect((applied.json() as { ok: boolean }).ok).toBe(true);
+  await waitUntil("generation 1", async () => ((await readJson(store.kv.grants, keys.grant(module, "key"), Grant))?.value.generation ?? 0) >= 1);
+}
+
+const committed = async (module: string) => (await readJson(store.kv.rotations, keys.grant(module, "key"), Rotation))?.value.state === RotationStates.Committed;
+
+describe("rotations held by SDK instances", () => {
+  const rotationOf = async (module: string) => (await readJson(store.kv.rotations, keys.grant(module, "key"), Rotation))!.value;
+  const hold = async (module: string, instance: string) => {
+    const c = await connect({ servers: nats.url });
+    conns.push(c);
+    return holdCredential(c, { module, part: "app", requirement: "key", node: "n1", instance });
+  };
+  /** The holder's updates, collected as they come; `confirmRotations` says whether it confirms them. */
+  const follow = (h: CredentialHolder, confirmRotations: () => boolean) => {
+    const got: HeldCredential[] = [];
+    void (async () => {
+      for await (const u of h) {
+        got.push(u);
+        while (u.rotation && !confirmRotations()) await new Promise((r) => setTimeout(r, 20));
+        if (u.rotation) await u.confirm();
+      }
+    })();
+    return got;
+  };
+
+  it("each holder confirms by acking the broadcast on its own consumer, after it applied: the rotation commits after the last, and JetStream's consumers show every ack", async () => {
+    await applySecretModule("acks");
+    let lateMayConfirm = false;
+    const quick = [await hold("acks", "q1"), await hold("acks", "q2")];
+    const late = await hold("acks", "late");
+    const got = [...quick.map((h) => follow(h, () => true)), follow(late, () => lateMayConfirm)];
+    await waitUntil("every holder on generation 1", () => got.every((g) => g.some((u) => u.generation === 1)));
+    const rotation = await rotator.rotate({ grant: "acks/key" });
+    expect(Object.keys(rotation.holders).sort()).toEqual(["n1/app/late", "n1/app/q1", "n1/app/q2"]);
+    await waitUntil("every holder given generation 2", () => got.every((g) => g.some((u) => u.generation === 2)));
+    // The late one has generation 2 but has not confirmed: its consumer has not acknowledged, and nothing commits.
+    await new Promise((r) => setTimeout(r, 1_000));
+    const running = await rotationOf("acks");
+    expect(running.state).not.toBe(RotationStates.Committed);
+    const live = await readHolderAcks(store.jsm, running);
+    expect(live.filter((h) => h.acked).map((h) => h.holder).sort()).toEqual(["n1/app/q1", "n1/app/q2"]);
+    expect(live.find((h) => h.holder === "n1/app/late")!.ackFloor).toBeLessThan(running.broadcasts[0]!.seq);
+    lateMayConfirm = true;
+    await waitUntil("the commit", () => committed("acks"));
+    await expectAcksInConsumers({ store }, await rotationOf("acks"));
+    await Promise.all([...quick, late].map((h) => h.stop()));
+  }, 60_000);
+
+  it("a holder that does not apply never acknowledges: the rotation stalls naming it, the old generation is kept, and its consumer's ack floor says so", async () => {
+    await applySecretModule("noapply");
+    const ok = await hold("noapply", "ok");
+    const broken = await hold("noapply", "broken");
+    // The application of "broken" fails to switch, so it never calls confirm().
+    follow(ok, () => true);
+    const brokenGot = follow(broken, () => false);
+    await waitUntil("both on generation 1", async () => brokenGot.some((u) => u.generation === 1));
+    await rotator.rotate({ grant: "noapply/key", timeoutMs: 1_500 });
+    await waitUntil("the stall", async () => (await rotationOf("noapply")).state === RotationStates.Stalled);
+    const r = await rotationOf("noapply");
+    expect(Object.entries(r.holders).filter(([, p]) => p.c === undefined).map(([h]) => h)).toEqual(["n1/app/broken"]);
+    const e = holderEndpoint("noapply/key", "n1/app/broken")!;
+    const info = await store.jsm.consumers.info(e.stream, e.consumer);
+    expect(info.ack_floor.stream_seq).toBeLessThan(r.broadcasts.find((b) => b.stream === e.stream)!.seq);
+    expect(info.num_ack_pending).toBe(1);
+    expect((await readJson(store.kv.grants, keys.grant("noapply", "key"), Grant))!.value.generation).toBe(1);
+    await Promise.all([ok.stop(), broken.stop()]);
+  }, 60_000);
+
+  it("a forged broadcast moves no holder: the generation it names is fetched from the provisioner, which has none", async () => {
+    await applySecretModule("forged");
+    const victim = await hold("forged", "victim");
+    const got = follow(victim, () => true);
+    await waitUntil("generation 1", () => got.some((u) => u.generation === 1));
+    const forged = { rotation: "forged/key#999999", grant: "forged/key", module: "forged", requirement: "key", kind: Kinds.Secret, provider: "builtin-secret", from: 1, to: 999_999, publishedAt: new Date().toISOString() };
+    await store.js.publish(S.partRotation("forged", "n1", "app", "key"), JSON.stringify(forged));
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect(got.map((u) => u.generation)).toEqual([1]);
+    await victim.stop();
+  }, 30_000);
+
+  it("counts every ack once with two rotator instances, and commits once", async () => {
+    await applySecretModule("pair");
+    const other = await connectNats(nats.url);
+    conns.push(other);
+    const second = await startRotator({ store: await openStore(other), masterKey, log: log(), sweepMs: 500 });
+    const holders: CredentialHolder[] = [];
+    const gots: HeldCredential[][] = [];
+    for (let i = 0; i < 40; i++) {
+      const h = await hold("pair", `p${i}`);
+      holders.push(h);
+      gots.push(follow(h, () => true));
+    }
+    await waitUntil("every holder on generation 1", () => gots.every((g) => g.some((u) => u.generation === 1)));
+    const rotation = await rotator.rotate({ grant: "pair/key" });
+    expect(Object.keys(rotation.holders)).toHaveLength(40);
+    await waitUntil("the commit", () => committed("pair"));
+    const r = await rotationOf("pair");
+    expect(Object.values(r.holders).every((p) => typeof p.c === "number")).toBe(true);
+    expect(r.history.filter((h) => h.state === RotationStates.Committed)).toHaveLength(1);
+    await expectAcksInConsumers({ store }, r);
+    await second.stop();
+    await Promise.all(holders.map((h) => h.stop()));
+  }, 60_000);
+
+  it("gives an instance that starts during a rotation the new generation, with nothing waiting for it", async () => {
+    await applySecretModule("joiner");
+    let firstMayConfirm = false;
+    const first = await hold("joiner", "first");
+    follow(first, () => firstMayConfirm);
+    await new Promise((r) => setTimeout(r, 300));
+    const rotation = await rotator.rotate({ grant: "joiner/key" });
+    expect(Object.keys(rotation.holders)).toEqual(["n1/app/first"]);
+    const late = await hold("joiner", "late");
+    const got = follow(late, () => true);
+    await waitUntil("the late one on generation 2", () => got.some((u) => u.generation === 2));
+    expect(Object.keys((await rotationOf("joiner")).holders)).toEqual(["n1/app/first"]);
+    firstMayConfirm = true;
+    await waitUntil("the commit", () => committed("joiner"));
+    await Promise.all([first.stop(), late.stop()]);
+  }, 60_000);
+});
