@@ -24,7 +24,6 @@ import {
   keys,
   readJson,
   subjects,
-  type Confirmation,
   type ModuleDoc,
 } from "@mesh/shared";
 import { createAdapter, CredentialStore } from "@mesh/providers";

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
-import { agentPart, identityRequirement, subjects } from "@mesh/shared";
+import { agentPart, holderEndpoint, identityRequirement, subjects } from "@mesh/shared";
 import { startBootstrappedMesh, type BootstrappedMesh } from "../harness/bootstrapped-mesh.js";
 import { waitFor } from "../harness/wait.js";
 import { serverErrors } from "../harness/refusals.js";
@@ -63,17 +63,21 @@ describe("as node node-a's agent", () => {
     }
   });
 
-  it("may fetch and confirm only for its own node's parts", async () => {
+  it("may fetch and confirm (ack on a holder consumer) only for its own node's parts", async () => {
     const nc = await connectAs(AGENT);
     const errors = serverErrors(nc);
     try {
       const body = JSON.stringify({ grant: "mesh/records", part: "resolver", node: "node-b", generation: 1, recipient: "X" });
       await nc.request(subjects.credentialFetch("mesh", "records", "node-b", "resolver"), body, { timeout: 2_000 }).catch(() => undefined);
-      nc.publish(subjects.rotationConfirm("mesh", "records", "node-b", "resolver"), "{}");
+      // A confirmation is an ack on the holder's own consumer: node-b's agent's stream is not node-a's to ack on, nor to pull from.
+      const theirs = holderEndpoint("mesh/records", "node-b/resolver")!;
+      nc.publish(`$JS.ACK.${theirs.stream}.${theirs.consumer}.1.1.1.${Date.now()}000000.0`, "+ACK");
+      nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${theirs.stream}.${theirs.consumer}`, "{}");
       await nc.flush();
-      await waitFor("the server to refuse both", () => (errors.filter((e) => /permissions violation/i.test(e)).length >= 2 ? true : undefined), 5_000);
+      await waitFor("the server to refuse all three", () => (errors.filter((e) => /permissions violation/i.test(e)).length >= 3 ? true : undefined), 5_000);
       expect(errors.join("\n")).toMatch(/mesh\.api\.credential\.fetch\.mesh\.records\.node-b\.resolver/);
-      expect(errors.join("\n")).toMatch(/mesh\.api\.confirm\.mesh\.records\.node-b\.resolver/);
+      expect(errors.join("\n")).toContain(`$JS.ACK.${theirs.stream}.${theirs.consumer}`);
+      expect(errors.join("\n")).toContain(`$JS.API.CONSUMER.MSG.NEXT.${theirs.stream}`);
     } finally {
       await nc.close();
     }

@@ -23,6 +23,7 @@ import {
   createSealingKey,
   fetchCredential,
   keys,
+  partHolderStream,
   partIdentityRequirement,
   readJson,
   subjects,
@@ -249,9 +250,9 @@ describe("as part app of module idshop", () => {
     expect((await mesh.moduleStatus("idshop"))?.state).toBe("Ready");
   });
 
-  it("cannot subscribe to >, nor to another part's inbox or notices", async () => {
+  it("cannot subscribe to >, nor to another part's inbox or its rotations", async () => {
     const { nc } = await asPart();
-    for (const subject of [">", "_INBOX.>", `${subjects.partInboxPrefix("other", "node-a", "web")}.>`, subjects.holderValuesOfPartAll("other", "node-a", "web")]) {
+    for (const subject of [">", "_INBOX.>", `${subjects.partInboxPrefix("other", "node-a", "web")}.>`, subjects.partRotationsAll("other", "node-a", "web")]) {
       const sub = nc.subscribe(subject);
       const closed = await Promise.race([sub.closed.then((e) => String(e ?? "closed"), (e: unknown) => String(e)), new Promise((r) => setTimeout(() => r("open"), 2_000))]);
       expect(String(closed), subject).toMatch(/permissions violation/i);
@@ -277,11 +278,12 @@ describe("as part app of module idshop", () => {
     for (const subject of [
       `$KV.${Buckets.grants}.idshop.key`,
       `$KV.${Buckets.holders}.other.token.node-a.web.i1`,
-      subjects.rotationConfirm("other", "token", "node-a", "web"),
-      // Its own module, another part; and a notice, even on its own instance's subject (only the rotator tells).
-      subjects.rotationConfirm("idshop", "key", "node-a", "worker"),
-      subjects.holderValues("idshop", "key", "node-a", "app", "i1"),
-      subjects.holderValues("other", "token", "node-a", "web", "i1"),
+      // A confirmation is an ack on the holder's own consumer: another module's part, and its own module's other part, are refused by the server.
+      `$JS.ACK.${partHolderStream("other", "node-a", "web")}.token_i1.1.1.1.1.0`,
+      `$JS.ACK.${partHolderStream("idshop", "node-a", "worker")}.key_i1.1.1.1.1.0`,
+      `$JS.API.CONSUMER.MSG.NEXT.${partHolderStream("idshop", "node-a", "worker")}.key_i1`,
+      // Nor may it publish a broadcast, even into its own stream (only the rotator tells).
+      subjects.partRotation("idshop", "node-a", "app", "key"),
     ]) {
       const why = await refused(nc, async () => nc.publish(subject, "{}"));
       expect(why, subject).toMatch(/permissions violation/i);
