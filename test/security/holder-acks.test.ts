@@ -19,6 +19,7 @@ import {
   connectNats,
   createLogger,
   createSealingKey,
+  fetchCredential,
   holderEndpoint,
   keys,
   readHolderAcks,
@@ -122,9 +123,16 @@ describe("rotations held by SDK instances", () => {
     const late = await hold("acks", "late");
     const got = [...quick.map((h) => follow(h, () => true)), follow(late, () => lateMayConfirm)];
     await waitUntil("every holder on generation 1", () => got.every((g) => g.some((u) => u.generation === 1)));
+    // k+1 comes in the broadcast, under the part's key each instance got with generation 1: none fetches it.
+    let fetches = 0;
+    const spy = nc.subscribe(S.credentialFetch("acks", "key", "n1", "app"), { callback: () => void fetches++ });
     const rotation = await rotator.rotate({ grant: "acks/key" });
     expect(Object.keys(rotation.holders).sort()).toEqual(["n1/app/late", "n1/app/q1", "n1/app/q2"]);
     await waitUntil("every holder given generation 2", () => got.every((g) => g.some((u) => u.generation === 2)));
+    spy.unsubscribe();
+    expect(fetches).toBe(0);
+    const fetched = await fetchCredential(nc, { grant: "acks/key", part: "app", node: "n1", generation: 2 }, createSealingKey());
+    expect(got.map((g) => g.find((u) => u.generation === 2)!.values)).toEqual([fetched.values, fetched.values, fetched.values]);
     // The late one has generation 2 but has not confirmed: its consumer has not acknowledged, and nothing commits.
     await new Promise((r) => setTimeout(r, 1_000));
     const running = await rotationOf("acks");

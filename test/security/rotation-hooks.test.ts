@@ -15,7 +15,7 @@ import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Kinds, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type ModuleDoc } from "@mesh/shared";
+import { Kinds, Rotation, RotationStates, createLogger, getCondition, keys, readHolderAcks, readJson, subjects, type ModuleDoc } from "@mesh/shared";
 import { HOOK_PATH, lookUpUser } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "../mesh.js";
@@ -157,6 +157,10 @@ describe("onRotate names a hook the node's agent allows", () => {
     const waiting = await rotationOf("unhooked");
     expect(waiting?.state).toBe(RotationStates.AwaitingHolders);
     expect(waiting?.holders[`${NODE}/api`]?.c).toBeUndefined();
+    // The agent did not apply, so it has not acknowledged: its consumer holds the broadcast unacknowledged.
+    const [own] = await readHolderAcks(mesh.store.jsm, waiting!);
+    expect(own).toMatchObject({ holder: `${NODE}/api`, acked: false });
+    expect(own!.ackFloor).toBeLessThan(own!.seq);
     expect((await mesh.grant("unhooked", "key"))?.generation).toBe(1);
     // Generation 1 keeps working: the module is not degraded by a rotation that waits.
     expect((await mesh.moduleStatus("unhooked"))?.state).toBe("Ready");
@@ -175,7 +179,7 @@ describe("onRotate names a hook the node's agent allows", () => {
     expect(shown).toContain('names hook "reload", which the agent of node node-a does not allow');
     expect(shown).toContain("--allow-hook reload=COMMAND");
 
-    // The agent started again allowing it: the Delivery comes back, the hook runs, the rotation commits.
+    // The agent started again allowing it: the broadcast comes back on its consumer, the hook runs, it acks, the rotation commits.
     await stopAgentProcess();
     await startAgentProcess([`record=${script}`, `reload=${script}`]);
     await waitFor("unhooked/key#2 committed", async () => (await rotationOf("unhooked"))?.state === RotationStates.Committed, 45_000);

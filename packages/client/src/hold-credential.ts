@@ -31,6 +31,9 @@ import {
   SubjectTemplates,
   contextFrom,
   createSealingKey,
+  decryptForPart,
+  parseMasterKey,
+  type MasterKey,
   errorMessage,
   fetchCredential,
   grantId,
@@ -131,6 +134,8 @@ class Holder implements CredentialHolder {
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
   private chain: Promise<void> = Promise.resolve();
+  /** The part's rotation key (secret), from the first credential fetched: a rotation's values in its broadcast open with it. */
+  private partKey: MasterKey | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -224,13 +229,15 @@ class Holder implements CredentialHolder {
       await m.ackAck().catch(() => undefined);
       return;
     }
-    const taken = await this.take(b.data.to, b.data.rotation, new Date(), m);
+    const { node, part } = this.opts;
+    const values = b.data.values && this.partKey ? decryptForPart(this.partKey, b.data, node, part, b.data.values) : undefined;
+    const taken = await this.take(b.data.to, b.data.rotation, new Date(), m, values);
     // Not fetched (the provisioner did not answer): the message comes back for another try.
     if (!taken) m.nak(retryDelayMs(m.info.deliveryCount));
   }
 
   /** Takes generation `generation`: fetched sealed to this instance, then yielded; `m` is acknowledged by its `confirm()`. False when it could not be fetched. */
-  private async take(generation: number, rotation: string | undefined, receivedAt: Date, m?: JsMsg): Promise<boolean> {
+  private async take(generation: number, rotation: string | undefined, receivedAt: Date, m?: JsMsg, inBroadcast?: CredentialValues): Promise<boolean> {
     if (this.done || generation <= this.generation) return true;
     // A CONSUMER span, the child of the rotator's broadcast (its context in the message's headers).
     const { module, requirement, node, part } = this.opts;
@@ -243,11 +250,13 @@ class Holder implements CredentialHolder {
           m?.headers as Parameters<typeof contextFrom>[0],
         )
       : undefined;
-    let values: CredentialValues | undefined;
+    let values: CredentialValues | undefined = inBroadcast;
+    span?.setAttribute("mesh.values", values ? "in-broadcast" : "fetched");
     for (let attempt = 0; !this.done && values === undefined; attempt++) {
       try {
-        const fetched = await fetchCredential(this.nc, { grant: this.grant, part, node, generation }, this.key, { timeoutMs: this.opts.fetchTimeoutMs ?? 5_000 });
+        const fetched = await fetchCredential(this.nc, { grant: this.grant, part, node, generation }, this.key, { timeoutMs: this.opts.fetchTimeoutMs ?? 5_000, partKey: this.partKey === undefined });
         values = fetched.values;
+        if (fetched.partKey) this.partKey = parseMasterKey(fetched.partKey);
       } catch (e) {
         if (attempt >= 8 || (e instanceof MeshError && !e.retryable)) {
           span?.setStatus({ code: 2, message: errorMessage(e) });

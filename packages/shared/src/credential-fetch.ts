@@ -26,14 +26,18 @@ export interface FetchCredentialOptions {
   timeoutMs?: number;
   /** Headers to send (e.g. `traceHeaders()` so the provisioner's span joins the holder's trace). */
   headers?: MsgHdrs;
+  /** Ask for the part's rotation key too (an SDK instance: it opens its rotations' values with it). */
+  partKey?: boolean;
 }
 
 /** A fetched, opened credential. */
 export interface FetchedCredential {
   generation: number;
   values: CredentialValues;
-  /** The key the provisioner sealed them with: the mesh's sealing key, which notices must come from too. */
+  /** The key the provisioner sealed them with: the mesh's sealing key. */
   sender: string;
+  /** The part's rotation key (base64; secret), when asked for and sent. */
+  partKey?: string;
 }
 
 /**
@@ -63,7 +67,7 @@ export async function fetchCredential(
   key: KeyPair,
   opts: FetchCredentialOptions = {},
 ): Promise<FetchedCredential> {
-  const req: CredentialFetchRequest = { ...target, recipient: key.getPublicKey() };
+  const req: CredentialFetchRequest = { ...target, recipient: key.getPublicKey(), ...(opts.partKey ? { partKey: true } : {}) };
   const subject = credentialFetchSubject(target);
   const body = await requestJson(nc, subject, req, {
     service: "provisioner",
@@ -96,5 +100,14 @@ export async function fetchCredential(
     // Do not echo the parse error: zod may quote the input, and the input is secret.
     throw new MeshError(ErrorCodes.Internal, `credential ${target.grant} generation ${target.generation} is not a map of string values`, { retryable: false });
   }
-  return { generation: reply.data.generation, values: values.data, sender: reply.data.sender };
+  let partKey: string | undefined;
+  if (reply.data.partKey) {
+    try {
+      const k = openFrom(key, reply.data.sender, reply.data.partKey) as { key?: unknown };
+      if (typeof k?.key === "string") partKey = k.key;
+    } catch {
+      // Not opened: the holder fetches each rotation's values instead.
+    }
+  }
+  return { generation: reply.data.generation, values: values.data, sender: reply.data.sender, ...(partKey ? { partKey } : {}) };
 }

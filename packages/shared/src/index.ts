@@ -49,3 +49,4 @@ export * from "./admin-secret.js";
 export * from "./nats-ceiling.js";
 export * from "./holder-streams.js";
 export * from "./holder-acks.js";
+export * from "./part-rotation-key.js";

@@ -18,7 +18,9 @@ import {
   type CredentialFetchReply,
   type CredentialListReply,
   type Delivery,
+  partRotationKey,
   type KeyPair,
+  type MasterKey,
   type Store,
 } from "@mesh/shared";
 import type { CredentialStore } from "@mesh/providers";
@@ -33,6 +35,7 @@ export async function handleCredentialFetch(
   body: unknown,
   sender: KeyPair,
   subject: string,
+  masterKey?: MasterKey,
 ): Promise<CredentialFetchReply> {
   const parsed = CredentialFetchRequest.safeParse(body);
   if (!parsed.success) {
@@ -67,7 +70,9 @@ export async function handleCredentialFetch(
   } catch (e) {
     throw new MeshError(ErrorCodes.InvalidRequest, "recipient is not a curve25519 public key (an nkeys xkey starting with X)", { cause: e });
   }
-  return { ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed };
+  // Sealed like the values: the part's instances open its rotations' values with it (part-rotation-key.ts).
+  const partKey = req.partKey && masterKey ? sealTo(sender, req.recipient, { key: partRotationKey(masterKey, req.grant, req.node, req.part, grant.value.createdAt) }) : undefined;
+  return { ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed, ...(partKey ? { partKey } : {}) };
 }
 
 /**

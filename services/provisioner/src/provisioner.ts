@@ -47,7 +47,7 @@ export async function startProvisioner(opts: {
   const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
   const sealer = meshSealingKey(opts.masterKey);
   const api = serveJson(store.nc, subjects.credentialFetchesAll, QueueGroups.provisioner, log, (body, m) =>
-    handleCredentialFetch(store, credentials, body, sealer, m.subject),
+    handleCredentialFetch(store, credentials, body, sealer, m.subject, opts.masterKey),
   );
   const list = serveJson(store.nc, subjects.credentialListsAll, QueueGroups.provisioner, log, (_body, m) => handleCredentialList(store, m.subject));
   const consumer = await consumeKeys({

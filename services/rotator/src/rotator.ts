@@ -47,6 +47,8 @@ import {
   withDeliveredCondition,
   withProducerSpan,
   holderSpanAttributes,
+  encryptForPart,
+  partRotationKey,
   type HolderEndpoint,
   type RotateReply,
   type RotationBroadcast,
@@ -289,13 +291,16 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
     // Those holders' consumers are made again on every sweep until they take; until then they have not confirmed.
     for (const f of failed) log.warn({ rotation: r.id, holder: f.holder, err: f.error }, `rotation ${r.id}: could not make the consumer of holder ${f.holder}; tried again on the next sweep`);
     const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, kind: r.kind, provider: r.provider, from: r.from, to: r.to, publishedAt: new Date().toISOString() };
-    const data = JSON.stringify(b);
+    const plain = JSON.stringify(b);
     const targets = new Map<string, { e: HolderEndpoint; holder: string }>();
     for (const { endpoint, holder } of endpoints) targets.set(`${endpoint.stream} ${endpoint.subject}`, { e: endpoint, holder });
+    // For the SDK instances of a part: k+1 in the message, under the part's key, so none of them need fetch it.
+    const forParts = [...targets.values()].some((t) => t.e.sdk) ? await valuesForParts(r) : undefined;
     return Promise.all(
       [...targets.values()].map(async ({ e, holder }) => {
         // One PRODUCER span per holder stream's message (an agent-held part, or every SDK instance of a part), the rotation's child; each holder's span is its child.
         const h = parseHolderId(holder)!;
+        const data = e.sdk && forParts ? JSON.stringify({ ...b, values: encryptForPart(partRotationKey(opts.masterKey, r.grant, h.node, h.part, forParts.createdAt), b, h.node, h.part, forParts.values) }) : plain;
         const attributes = { ...holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), "messaging.destination.stream": e.stream };
         const ack = await withProducerSpan("rotator", e.subject, e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation, attributes, contextOfTraceparent(r.traceparent), (headers) =>
           store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }),
@@ -303,6 +308,17 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
         return { stream: e.stream, subject: e.subject, seq: ack.seq };
       }),
     );
+  };
+
+  /** k+1's values and the grant's incarnation, for the parts' messages; undefined (their instances fetch) when they cannot be read. */
+  const valuesForParts = async (r: Rotation): Promise<{ values: Record<string, string>; createdAt: string | undefined } | undefined> => {
+    try {
+      const [cred, grant] = await Promise.all([credentials.read(r.module, r.requirement, r.to), readJson(store.kv.grants, keys.grant(r.module, r.requirement), Grant)]);
+      return cred?.bindings ? { values: cred.bindings, createdAt: grant?.value.createdAt } : undefined;
+    } catch (e) {
+      log.warn({ rotation: r.id, err: e }, "could not read the new values for the parts' broadcast; their instances fetch them");
+      return undefined;
+    }
   };
 
   const commit = async (key: string, r: Rotation): Promise<void> => {

@@ -85,6 +85,8 @@ export const CredentialFetchRequest = z.object({
   node: z.string(),
   generation: z.number().int().positive(),
   recipient: z.string(),
+  /** Also send the part's rotation key (part-rotation-key.ts), sealed to `recipient`: SDK instances open the rotations' values with it. */
+  partKey: z.boolean().optional(),
 });
 export type CredentialFetchRequest = z.infer<typeof CredentialFetchRequest>;
 
@@ -99,6 +101,8 @@ export const CredentialFetchReply = z.discriminatedUnion("ok", [
     sender: z.string(),
     /** Base64 of the sealed JSON object of binding values (key → string). */
     sealed: z.string(),
+    /** When asked: the part's rotation key, sealed to the recipient (`{ key }`, base64). */
+    partKey: z.string().optional(),
   }),
   z.object({ ok: z.literal(false), error: ErrorReply }),
 ]);

@@ -179,9 +179,9 @@ export type RotateReply = z.infer<typeof RotateReply>;
 /**
  * The broadcast of a rotation, one message in each holder stream that has holders of the grant
  * (holder-streams.ts): rotation `rotation` moves the grant from `from` to `to`. Each holder
- * gets it on its own durable consumer, fetches `to` (sealed to itself, from the provisioner),
- * applies it, and only then acknowledges the message: that ack is its confirmation. No secret
- * in it. Carries the rotation's trace context in its headers.
+ * gets it on its own durable consumer, takes `to` (from `values`, or fetched sealed to itself
+ * from the provisioner), applies it, and only then acknowledges the message: that ack is its
+ * confirmation. Nothing in it is readable without a key. Carries the rotation's trace context in its headers.
  */
 export const RotationBroadcast = z.object({
   rotation: z.string(),
@@ -193,6 +193,12 @@ export const RotationBroadcast = z.object({
   from: z.number().int().positive(),
   to: z.number().int().positive(),
   publishedAt: z.string(),
+  /**
+   * In a part's stream: k+1's values, encrypted under the part's rotation key
+   * (part-rotation-key.ts), which its instances got with their first credential; an instance
+   * without it, or for which they do not open, fetches k+1 instead.
+   */
+  values: z.object({ alg: z.literal("aes-256-gcm"), keyId: z.string(), iv: z.string(), tag: z.string(), data: z.string() }).optional(),
 });
 export type RotationBroadcast = z.infer<typeof RotationBroadcast>;
 
