@@ -17,7 +17,7 @@
 import { randomBytes } from "node:crypto";
 import { JetStreamApiError, jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { context, trace, type Span } from "@opentelemetry/api";
+import { context, type Span } from "@opentelemetry/api";
 import {
   Buckets,
   ErrorCodes,
@@ -85,9 +85,10 @@ export interface HeldCredential {
   rotation?: string;
   /**
    * Tells the mesh this instance now uses `generation` (call it once the application has
-   * switched): acknowledges the rotation's message on the instance's own consumer, and resolves
-   * once the server has recorded the ack. Rejects when it could not be (the connection closed):
-   * the message then comes back, and the update is yielded again to be confirmed. A no-op outside a rotation.
+   * switched): acknowledges the rotation's message on the instance's own consumer. Resolves once
+   * the ack is handed to the connection; one lost on the way is not a confirmation, so the
+   * server delivers the message again after its ack wait and the instance acknowledges it then
+   * by itself. Rejects when the connection is closed. A no-op outside a rotation.
    */
   confirm(): Promise<void>;
 }
@@ -281,8 +282,10 @@ class Holder implements CredentialHolder {
         clearInterval(progress);
         if (!m) return;
         try {
-          // The confirmation: recorded by the server on this instance's own consumer.
-          await m.ackAck();
+          // The confirmation, on this instance's own consumer. Not awaited as a request: one
+          // lost is no confirmation, so the server delivers the message again after its ack
+          // wait, and this instance, which has the generation, acknowledges that one at once.
+          m.ack();
         } catch (e) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
           confirmed = undefined;

@@ -124,6 +124,7 @@ export function holderConsumerConfig(endpoint: HolderEndpoint): Partial<Consumer
     max_ack_pending: 1,
     sample_freq: "100%",
     num_replicas: 1,
+    mem_storage: true,
     ...(endpoint.sdk ? { inactive_threshold: SDK_CONSUMER_INACTIVE_MS * 1_000_000 } : {}),
   };
 }

@@ -58,10 +58,11 @@ export interface AckTracker {
 }
 
 /**
- * `onProgress(key)` is called when an ack of the rotation of grant key `key` is counted (the
- * caller looks whether every holder is in).
+ * `onProgress(key, remaining)` is called when an ack of the rotation of grant key `key` is
+ * counted, with how many of its holders' acks are still missing (the caller acts at once on 0,
+ * and now and then otherwise: a thousand acks need not be a thousand looks at the record).
  */
-export function startAckTracker(opts: { store: Store; log: Logger; consumers: HolderConsumers; onProgress: (key: string) => void }): AckTracker {
+export function startAckTracker(opts: { store: Store; log: Logger; consumers: HolderConsumers; onProgress: (key: string, remaining: number) => void }): AckTracker {
   const { store, log } = opts;
   const byRotation = new Map<string, Tracked>();
   // `<stream>/<consumer>` → the rotations that wait for an ack there (one per grant, a consumer is one grant's).
@@ -100,7 +101,7 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
       lastAck.set(id, ack);
       if (lastAck.size > LAST_ACKS_KEPT) lastAck.delete(lastAck.keys().next().value!);
       const tracked = byConsumer.get(id);
-      if (tracked && count(tracked, id, ack)) opts.onProgress(tracked.key);
+      if (tracked && count(tracked, id, ack)) opts.onProgress(tracked.key, tracked.expect.size - tracked.acks.size);
     },
   });
 
@@ -129,7 +130,7 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
       if (seen && count(t, id, seen)) early++;
     }
     byRotation.set(key, t);
-    if (early) opts.onProgress(key);
+    if (early) opts.onProgress(key, t.expect.size - t.acks.size);
   };
 
   const forgetTracked = (t: Tracked) => {
@@ -166,7 +167,7 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
       log.warn({ rotation: r.id, holders: vanished.map((x) => x.holder) }, `rotation ${r.id}: ${vanished.length} holders' consumers had vanished; made again, they deliver the broadcast again`);
       await ensureAll(opts.consumers, vanished, true);
     }
-    if (found) opts.onProgress(`${r.module}.${r.requirement}`);
+    if (found) opts.onProgress(`${r.module}.${r.requirement}`, t.expect.size - t.acks.size);
   };
 
   return {

@@ -1,80 +1,60 @@
 /**
  * The rotator service: starts rotations on request (or on a requirement's schedule), carries
- * each through its persisted states, records holders' confirmations, and commits only when
- * every holder confirmed. All state is the rotation record in KV (compare-and-set), so several
- * instances share the work and a fresh instance finishes what a crashed one left.
+ * each through its persisted states, and commits only when every holder confirmed. The state
+ * machine is driven here; its parts are their own files: staging.ts (k+1 beside k),
+ * broadcast.ts (one message per holder stream), ack-tracker.ts and holder-consumers.ts (the
+ * holders' consumers, and who acknowledged on them), commit.ts (retire, release, history),
+ * schedule.ts and handover.ts (what starts a rotation by itself), rotation-machine.ts (the
+ * pure rules and the table of moves). A rotation's state is its record in KV (compare-and-set)
+ * and the holders' acks in JetStream, so several instances share the work and a fresh instance
+ * finishes what a crashed one left.
  */
-import { hostname } from "node:os";
-import { ROOT_CONTEXT, trace, type Span } from "@opentelemetry/api";
+import { trace, type Span } from "@opentelemetry/api";
 import {
   Durables,
-  BUILTIN_SECRET_PROVIDER,
   Buckets,
   ErrorCodes,
-  Grant,
-  Kinds,
   KeyedQueue,
   MeshError,
-  isMeshError,
-  retryJetStreamGap,
-  ProviderDoc,
   QueueGroups,
   RotateRequest,
   EvictRequest,
   Rotation,
   RotationStates,
   consumeKeys,
-  errorMessage,
-  holderEndpoint,
   isCasConflict,
   isRotationRunning,
-  isTrue,
   keys,
   kvFilter,
   kvKeyOf,
   kvStream,
-  mutateJson,
   parseGrantId,
-  ProviderCatalog,
-  CREDENTIAL_HISTORY,
   parseHolderId,
-  readJson,
   serveJson,
-  setCondition,
   subjects,
-  SubjectTemplates,
   tracer,
-  withDeliveredCondition,
-  withProducerSpan,
-  holderSpanAttributes,
-  encryptForPart,
-  partRotationKey,
-  type HolderEndpoint,
   type RotateReply,
-  type RotationBroadcast,
   type RotationState,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, probeAdminSecret, recordedResource, setAdminSecret, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
-import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions, type RotatorTestHooks } from "./rotator-options.js";
+import { type RotatorOptions, type RotatorTestHooks } from "./rotator-options.js";
 import {
   confirmedCount,
   enter,
-  holdersOf,
-  missingHolders,
   evictHolders,
-  generationsToPurge,
   nameHolders,
-  newRotation,
   nextStep,
   withAcks,
   withRotatingCondition,
 } from "./rotation-machine.js";
-import { contextOfTraceparent, traceparentOf } from "./trace-context.js";
+import { contextOfTraceparent } from "./trace-context.js";
 import { startSchedule } from "./schedule.js";
-import { handoverFrom, startHandovers } from "./handover.js";
+import { startHandovers } from "./handover.js";
 import { watchHolderRegistry } from "./holder-registry.js";
-import { RotationRecords } from "./rotation-records.js";
-import { ensureAll, holderConsumers, onRegistration } from "./holder-consumers.js";
+import { rotatorContext } from "./rotator-context.js";
+import { staging } from "./staging.js";
+import { broadcaster } from "./broadcast.js";
+import { committer } from "./commit.js";
+import { holderConsumers, onRegistration } from "./holder-consumers.js";
 import { startAckTracker } from "./ack-tracker.js";
 
 /** A running rotator. */
@@ -91,13 +71,8 @@ export interface Rotator {
  * confirmations. Picks up every running rotation at once (a crashed instance's too).
  */
 export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestHooks = {}): Promise<Rotator> {
-  const { store, log } = opts;
-  const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
-  // Read once per change of the providers bucket: every rotation of a secret looks for the servers it is the admin password of.
-  const catalog = new ProviderCatalog(store);
-  const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
-  const defaultTimeoutMs = opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS;
-  const records = new RotationRecords(store);
+  const ctx = rotatorContext(opts, testHooks);
+  const { store, log, records, holdIfPaused, transition, setGrant, adapters } = ctx;
   // Rotations whose grant already says Rotating/AwaitingHolders, set by this instance beside the broadcast.
   const marked = new Set<string>();
   const spans = new Map<string, Span>();
@@ -105,301 +80,31 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   // Holders' streams and consumers, made by the control plane (a holder may make none).
   const consumers = holderConsumers({ store, log, replicas: opts.replicas ?? Number(process.env.MESH_REPLICAS || 1) });
   const registry = await watchHolderRegistry({ store, log, onChange: (k, reg) => onRegistration(consumers, log, k, reg) });
-  const acks = startAckTracker({ store, log, consumers, onProgress: (key) => void queue.enqueue(key).catch(() => undefined) });
+  // The last ack in: the commit, now. Before that, a look now and then (the count in the record; holders the operator evicted).
+  const looks = new Map<string, NodeJS.Timeout>();
+  const acks = startAckTracker({
+    store,
+    log,
+    consumers,
+    onProgress: (key, remaining) => {
+      if (remaining === 0) {
+        clearTimeout(looks.get(key));
+        looks.delete(key);
+        void queue.enqueue(key).catch(() => undefined);
+      } else if (!looks.has(key)) {
+        const t = setTimeout(() => {
+          looks.delete(key);
+          if (!stopped) void queue.enqueue(key).catch(() => undefined);
+        }, COUNT_WRITE_MS);
+        t.unref();
+        looks.set(key, t);
+      }
+    },
+  });
   let stopped = false;
-  let paused = false;
-  const frozen = new Promise<never>(() => {});
-  const holdIfPaused = async () => {
-    if (paused) await frozen;
-  };
-
-  /** Writes `next` over revision `revision` (or creates it); then the test hook may freeze the process. */
-  const persist = async (key: string, revision: number | undefined, next: Rotation): Promise<void> => {
-    await holdIfPaused();
-    await records.write(key, revision, next);
-    persisted(next);
-  };
-
-  /**
-   * Moves rotation `r` (as read) to `state` over the record as it is now (with the
-   * confirmations recorded since), when it is still `r` in `r`'s state and `allowed` says so;
-   * the new record, or undefined when the record had moved on (look again).
-   */
-  const transition = async (key: string, r: Rotation, state: RotationState, now: Date, allowed: (x: Rotation) => boolean = () => true, patch: Partial<Rotation> = {}): Promise<Rotation | undefined> => {
-    await holdIfPaused();
-    const out = await records.update(key, (x) => (x && x.id === r.id && x.state === r.state && allowed(x) ? enter({ ...x, ...patch }, state, now) : undefined));
-    if (!out.wrote) return undefined;
-    persisted(out.record!.value);
-    return out.record!.value;
-  };
-
-  /** Logs a state written; then the test hook may freeze the process. */
-  const persisted = (next: Rotation) => {
-    log.info({ rotation: next.id, state: next.state }, `rotation ${next.id} is ${next.state}`);
-    if (testHooks.pauseAfter && next.state === testHooks.pauseAfter) {
-      paused = true;
-      log.warn({ rotation: next.id, state: next.state }, "TEST HOOK: the rotator froze after persisting this state");
-      testHooks.onPause?.(next.state);
-    }
-  };
-
-  /** Runs `fn` with the adapter of `kind` at `provider`; one whose admin password is a mesh secret is reached with the generation its server accepts. */
-  const withAdapterOf = async <T>(kind: Grant["kind"], provider: string, fn: (adapter: ProviderAdapter) => Promise<T>): Promise<T> => {
-    const doc = provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, provider, ProviderDoc))?.value;
-    if (provider !== BUILTIN_SECRET_PROVIDER && !doc) {
-      throw new MeshError(ErrorCodes.NotFound, `provider ${provider} is not registered any more; apply its document again`, { retryable: true });
-    }
-    return doc ? withAdminSecret({ store, credentials, adapters }, kind, doc, ROTATOR_INSTANCE, fn) : fn(adapters.get(kind, undefined));
-  };
-
-  const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) =>
-    mutateJson(store.kv.grants, key, Grant, (g) => (g ? fn(g) : undefined));
-
-  const refuseRunning = (r: Rotation): MeshError => {
-    const total = Object.keys(r.holders).length;
-    return new MeshError(
-      ErrorCodes.Conflict,
-      `grant ${r.grant} is already rotating: rotation ${r.id} (generation ${r.from} → ${r.to}) is ${r.state}, ${total - missingHolders(r).length}/${total} holders confirmed; wait for it (meshctl rotate ${r.grant} --wait) or see meshctl status`,
-    );
-  };
-
-  /** Whether `r` is the rotation that request `req` (sent again) started. */
-  const startedBy = (req: RotateRequest, r: Rotation | undefined): r is Rotation => req.requestId !== undefined && r?.requestId === req.requestId;
-
-  // Staging reads and writes JetStream in several steps, all idempotent until the record is
-  // written (which retries by itself): a request that met the reload gap is simply run again.
-  const rotate = (req: RotateRequest): Promise<Rotation> => retryJetStreamGap(() => rotateOnce(req));
-
-  const rotateOnce = async (req: RotateRequest): Promise<Rotation> => {
-    await holdIfPaused();
-    const id = parseGrantId(req.grant);
-    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
-    const key = keys.grant(id.module, id.requirement);
-    const [existing, grant, registrations] = await Promise.all([records.read(key), readJson(store.kv.grants, key, Grant), registry.list(id.module, id.requirement)]);
-    // A retry of a request that started a rotation already: that rotation is the answer.
-    if (startedBy(req, existing?.value)) return existing.value;
-    // A revocation supersedes a running rotation (not a handover, nor another revocation): k and the staged k+1 both go, k+2 goes out.
-    const running = existing?.value as Rotation | undefined;
-    const superseded = req.revoke && isRotationRunning(running) && !running.revoke && !running.fromProvider ? running : undefined;
-    if (isRotationRunning(existing?.value) && !superseded) throw refuseRunning(existing.value);
-    const g = grant?.value;
-    if (!g) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist; meshctl status lists the grants`);
-    if (!g.provider || g.generation === 0 || !isTrue(g.conditions, "Provisioned")) {
-      throw new MeshError(ErrorCodes.Conflict, `grant ${req.grant} is not provisioned yet (generation ${g.generation}); nothing to rotate until it is`, { retryable: true });
-    }
-    const now = new Date();
-    const holders = holdersOf(g, registrations, now);
-    const to = superseded ? superseded.to + 1 : g.generation + 1;
-    // A grant that moved provider: k+1 is made on the new one, k's resource released at commit.
-    const fromProvider = handoverFrom(g);
-    const staged = await withAdapterOf(g.kind, g.provider, async (adapter) => {
-      // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
-      const secret = await credentials.ensure(g, to, g.provider!, () => adapter.generate());
-      // Stage k+1 beside k: both log in from here until the commit.
-      return adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
-    });
-    await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
-    // A secret that is a provider's admin password: k+1 is set at its server before any holder is told.
-    if (g.kind === Kinds.Secret) await setAtAdminServers(g, to, staged.bindings);
-    // One rotation per grant: read the record again now that k+1 is staged (another instance
-    // may have started one meanwhile, perhaps for this very request).
-    const cur = await records.read(key);
-    if (startedBy(req, cur?.value)) return cur.value;
-    const latest = cur?.value as Rotation | undefined;
-    if (isRotationRunning(latest) && latest.id !== superseded?.id) throw refuseRunning(latest);
-    const span = tracer("rotator").startSpan(
-      "rotate",
-      { attributes: { "mesh.rotation": `${g.id}#${to}`, "mesh.grant": g.id, "mesh.from": g.generation, "mesh.to": to, "mesh.holders": holders.length } },
-      ROOT_CONTEXT,
-    );
-    const tp = traceparentOf(span);
-    const rotation = newRotation({
-      grant: g,
-      holders,
-      resource: recordedResource(staged, g.provider),
-      timeoutMs: req.timeoutMs ?? defaultTimeoutMs,
-      now,
-      ...(req.trigger || fromProvider ? { trigger: fromProvider ? "handover" : req.trigger } : {}),
-      ...(tp ? { traceparent: tp } : {}),
-      ...(fromProvider ? { fromProvider } : {}),
-      ...(req.requestId ? { requestId: req.requestId } : {}),
-      ...(req.revoke ? { revoke: { ...req.revoke, ...(superseded ? { supersedes: superseded.to } : {}) } } : {}),
-      to,
-    });
-    if (superseded) log.warn({ rotation: rotation.id, superseded: superseded.id }, `revocation ${rotation.id} supersedes rotation ${superseded.id}: generations ${superseded.from} and ${superseded.to} both go at its commit`);
-    try {
-      // Create, or replace a committed one, at the revision read.
-      await persist(key, cur?.revision, rotation);
-    } catch (e) {
-      span.end();
-      if (isCasConflict(e)) {
-        // Another instance won the write: with this request's id, it ran this very request.
-        const cur = await records.read(key);
-        if (startedBy(req, cur?.value)) return cur.value;
-        if (isRotationRunning(cur?.value)) throw refuseRunning(cur.value);
-      }
-      throw e;
-    }
-    spans.set(rotation.id, span);
-    log.info({ rotation: rotation.id, holders: holders.length }, `rotation ${rotation.id} staged for ${holders.length} holders`);
-    void queue.enqueue(key).catch(() => undefined);
-    return rotation;
-  };
-
-  /**
-   * Rotating a secret that is the admin password of providers (README "Provider dependencies")
-   * is a rotation of their servers: generation `to` is set at each one, logging in with the
-   * generation it accepts, before the holders are told (PostgreSQL keeps one password per role,
-   * so from then on the server accepts `to` only; the services reach it with `to` from the
-   * credential history until the binding file has it). A server that does not answer is left
-   * for the repair when it is back (the verifier's, or the provisioner's when it needs the
-   * server); one that accepts no generation the mesh holds refuses the rotation: nothing is told.
-   */
-  const setAtAdminServers = async (g: Grant, to: number, bindings: Record<string, string>): Promise<void> => {
-    for (const doc of await catalog.current()) {
-      const ref = doc.installed ? adapters.adminSecret(doc) : undefined;
-      if (ref?.grant !== g.id) continue;
-      const next = bindings[ref.key];
-      const probe = await probeAdminSecret({ store, credentials, adapters }, doc, ref);
-      if (!probe || next === undefined) continue;
-      const f = probe.finding;
-      if (f.state === "unreachable") {
-        log.warn({ grant: g.id, provider: doc.name }, `rotating ${g.id}: ${f.message}; generation ${to} is set there when it answers again (repair: ${probe.policy})`);
-        continue;
-      }
-      if (f.state === "rejected") {
-        throw new MeshError(ErrorCodes.ProviderRejected, `cannot rotate ${g.id}, the admin password of provider ${doc.name}: ${f.message}; nothing was told to its holders. Rotate again once it is fixed`, { retryable: true });
-      }
-      await setAdminSecret(doc, probe, to, next);
-      log.info({ grant: g.id, provider: doc.name }, `rotating ${g.id}: generation ${to} set at the server of provider ${doc.name} (${doc.endpoint}) before its holders are told`);
-    }
-  };
-
-  /**
-   * Publishes the broadcast of `r`: one message into each holder stream that has holders of the
-   * grant (all the SDK instances of a part share one; an agent gets one per part it holds for),
-   * after making sure every holder's consumer is there. Returns where each went, with its
-   * stream sequence: a holder has confirmed once its consumer acknowledged that sequence.
-   * Idempotent: a broadcast sent again after a crash is de-duplicated by its message id.
-   */
-  const broadcast = async (r: Rotation): Promise<Rotation["broadcasts"]> => {
-    const endpoints = Object.keys(r.holders).flatMap((holder) => {
-      const endpoint = holderEndpoint(r.grant, holder);
-      return endpoint ? [{ holder, endpoint }] : [];
-    });
-    const failed = await ensureAll(consumers, endpoints);
-    // Those holders' consumers are made again on every sweep until they take; until then they have not confirmed.
-    for (const f of failed) log.warn({ rotation: r.id, holder: f.holder, err: f.error }, `rotation ${r.id}: could not make the consumer of holder ${f.holder}; tried again on the next sweep`);
-    const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, kind: r.kind, provider: r.provider, from: r.from, to: r.to, publishedAt: new Date().toISOString() };
-    const plain = JSON.stringify(b);
-    const targets = new Map<string, { e: HolderEndpoint; holder: string }>();
-    for (const { endpoint, holder } of endpoints) targets.set(`${endpoint.stream} ${endpoint.subject}`, { e: endpoint, holder });
-    // For the SDK instances of a part: k+1 in the message, under the part's key, so none of them need fetch it.
-    const forParts = [...targets.values()].some((t) => t.e.sdk) ? await valuesForParts(r) : undefined;
-    return Promise.all(
-      [...targets.values()].map(async ({ e, holder }) => {
-        // One PRODUCER span per holder stream's message (an agent-held part, or every SDK instance of a part), the rotation's child; each holder's span is its child.
-        const h = parseHolderId(holder)!;
-        const data = e.sdk && forParts ? JSON.stringify({ ...b, values: encryptForPart(partRotationKey(opts.masterKey, r.grant, h.node, h.part, forParts.createdAt), b, h.node, h.part, forParts.values) }) : plain;
-        const attributes = { ...holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), "messaging.destination.stream": e.stream };
-        const ack = await withProducerSpan("rotator", e.subject, e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation, attributes, contextOfTraceparent(r.traceparent), (headers) =>
-          store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }),
-        );
-        return { stream: e.stream, subject: e.subject, seq: ack.seq };
-      }),
-    );
-  };
-
-  /** k+1's values and the grant's incarnation, for the parts' messages; undefined (their instances fetch) when they cannot be read. */
-  const valuesForParts = async (r: Rotation): Promise<{ values: Record<string, string>; createdAt: string | undefined } | undefined> => {
-    try {
-      const [cred, grant] = await Promise.all([credentials.read(r.module, r.requirement, r.to), readJson(store.kv.grants, keys.grant(r.module, r.requirement), Grant)]);
-      return cred?.bindings ? { values: cred.bindings, createdAt: grant?.value.createdAt } : undefined;
-    } catch (e) {
-      log.warn({ rotation: r.id, err: e }, "could not read the new values for the parts' broadcast; their instances fetch them");
-      return undefined;
-    }
-  };
-
-  const commit = async (key: string, r: Rotation): Promise<void> => {
-    // Every holder confirmed k+1: only now does k stop working.
-    const ended = r.fromProvider ? await release(r, r.fromProvider) : await retire(r);
-    const now = new Date();
-    // A revocation commits at its grace: who has not switched is locked out until it takes `to`.
-    const lockedOut = r.revoke ? missingHolders(r) : [];
-    if (r.revoke) log.warn({ rotation: r.id, lockedOut, reason: r.revoke.reason, by: r.revoke.by }, `revocation ${r.id}: generation ${r.from} revoked${lockedOut.length ? `; locked out until they take generation ${r.to}: ${nameHolders(lockedOut)}` : ""}`);
-    await setGrant(key, (g) => {
-      const revocation = r.revoke && { rotation: r.id, generation: r.from, at: now.toISOString(), ...(r.revoke.by ? { by: r.revoke.by } : {}), ...(r.revoke.reason ? { reason: r.revoke.reason } : {}), lockedOut };
-      const next: Grant = {
-        ...g,
-        ...(revocation && !g.revocations?.some((x) => x.rotation === r.id) ? { revocations: [...(g.revocations ?? []), revocation].slice(-20) } : {}),
-        generation: Math.max(g.generation, r.to),
-        // After a handover nothing of the old provider's resource describes the grant.
-        resource: r.fromProvider ? { ...r.resource } : { ...g.resource, ...r.resource },
-        conditions: setCondition(
-          withRotatingCondition(g.conditions, { ...r, state: RotationStates.Committed }, now),
-          {
-            type: "Provisioned",
-            status: "True",
-            reason: "Provisioned",
-            message: `generation ${r.to} on ${r.provider} (${r.revoke ? `revocation ${r.id}${r.revoke.reason ? `: ${r.revoke.reason}` : ""}` : `rotation ${r.id}`}; ${ended}${lockedOut.length ? `; locked out until they take generation ${r.to}: ${nameHolders(lockedOut)}` : ""})`,
-          },
-          now,
-        ),
-      };
-      next.conditions = withDeliveredCondition(next, now);
-      return next;
-    });
-    // Best effort, off the commit's path: the next commit tries again.
-    void pruneHistory(r);
-  };
-
-  /** Purges the generations of `r`'s credential older than the history kept (see {@link generationsToPurge}); a failure is logged, and the next commit tries again. */
-  const pruneHistory = async (r: Rotation): Promise<void> => {
-    try {
-      const needed = (await catalog.current()).some((p) => p.needs?.includes(r.grant));
-      const stored = await credentials.generations(r.module, r.requirement);
-      const purge = generationsToPurge(stored, r.to, opts.credentialHistory ?? CREDENTIAL_HISTORY, needed);
-      for (const g of purge) await credentials.purgeGeneration(r.module, r.requirement, g);
-      if (purge.length) log.info({ rotation: r.id, purged: purge }, `rotation ${r.id}: generations ${purge.join(", ")} purged from the store (it keeps the last ${opts.credentialHistory ?? CREDENTIAL_HISTORY})`);
-    } catch (e) {
-      log.warn({ rotation: r.id, err: e }, "could not purge old generations from the store; the next commit tries again");
-    }
-  };
-
-  /** Retires generation `from` of `r` on its provider; says what it did. */
-  const retire = async (r: Rotation): Promise<string> => {
-    // A revocation that superseded a rotation retires the generation that one staged too.
-    const generations = r.revoke?.supersedes ? [r.from, r.revoke.supersedes] : [r.from];
-    await withAdapterOf(r.kind, r.provider, async (adapter) => {
-      for (const generation of generations) await adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation } });
-    });
-    return `generation${generations.length > 1 ? "s" : ""} ${generations.join(" and ")} retired`;
-  };
-
-  /**
-   * Releases the grant on `provider`, the one a handover moved it from: generation `from`
-   * stops working there, like a retire; the resource and its data are kept, for the operator to
-   * move or drop (the mesh never drops data by itself, as for a requirement that is removed).
-   * Says what it did. A provider that is no longer registered has nothing the mesh can reach.
-   */
-  const release = async (r: Rotation, provider: string): Promise<string> => {
-    try {
-      await withAdapterOf(r.kind, provider, (adapter) => adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } }));
-    } catch (e) {
-      if (isMeshError(e, ErrorCodes.NotFound)) {
-        log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`);
-        return `handed over from ${provider}, which is not registered any more`;
-      }
-      // Every holder is on the new provider: the handover commits. The old generation could not
-      // be ended on a provider that is down (often why the grant moved), so it is said, not hidden.
-      log.warn({ rotation: r.id, provider, err: e }, `handover ${r.id}: generation ${r.from} could not be retired on ${provider}; it may still work there`);
-      return `handed over from ${provider}, where generation ${r.from} could not be retired (${errorMessage(e)}): it may still work there: end it by hand on that server once it answers`;
-    }
-    log.info({ rotation: r.id, provider }, `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`);
-    return `handed over from ${provider}: generation ${r.from} retired there, the resource kept with its data (not moved); drop it when it is no longer needed`;
-  };
-
+  const { rotate } = staging(ctx, { registry, spans, enqueue: (key) => void queue.enqueue(key).catch(() => undefined) });
+  const broadcast = broadcaster(ctx, consumers);
+  const { commit } = committer(ctx);
   /** Sets the grant's Rotating condition for `r` awaiting its holders (before the record says so). */
   const markRotating = async (key: string, r: Rotation, now: Date) => {
     const next = enter(r, RotationStates.AwaitingHolders, now);
@@ -592,6 +297,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
       scheduler.stop();
       await handovers.stop();
       for (const t of timers.values()) clearTimeout(t);
+      for (const t of looks.values()) clearTimeout(t);
       await Promise.all([api.stop(), evictApi.stop()]);
       await changes.stop();
       await acks.stop();
@@ -602,8 +308,6 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   };
 }
 
-/** Who repairs a provider's admin secret, in the secret grant's repair history, when the rotator needs that server first. */
-const ROTATOR_INSTANCE = `rotator@${hostname()}/${process.pid}`;
 /** At most how often a running rotation's count of confirmations is written into its record. */
 const COUNT_WRITE_MS = 1_000;
 
