@@ -410,9 +410,9 @@ function checkFields(c: Verification["verifier"]) {
 /** Where each time on a rotation's timeline comes from, in words the page shows beside it. */
 export const TIME_SOURCES = {
   states: "the rotator's clock: when it entered each state (rotation record in mesh-rotations)",
-  received: "the holder's clock: when its agent got the delivery, or the SDK instance the notice, of the new generation (sent in its confirmation)",
-  applied: "the holder's clock: when it had written the files (or switched the application) and proved the new credential logs in",
-  confirmed: "the rotator's clock: when it recorded the holder's confirmation (the JetStream-acknowledged request)",
+  received: "the holder's clock, in rotations recorded before confirmations were JetStream acks: when it got the new generation",
+  applied: "the holder's clock, in those older rotations: when it had written the files (or switched the application) and proved the new credential logs in",
+  confirmed: "the NATS server's clock: when it recorded the holder's ack of the broadcast on the holder's own consumer (its ack metric; for one a restarted rotator found in the consumer's ack floor, when it found it)",
 } as const;
 
 /** One holder's row of the fan-out. */
