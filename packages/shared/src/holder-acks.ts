@@ -4,7 +4,7 @@
  * `meshctl trace` shows of a running rotation, and what tests check a record against; the
  * rotator counts the same acks live from the server's ack metrics.
  */
-import type { JetStreamManager } from "@nats-io/jetstream";
+import { JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
 import { consumerMismatch, holderEndpoint } from "./holder-streams.js";
 import type { Rotation } from "./schemas/rotation.js";
 
@@ -23,12 +23,15 @@ export interface HolderConsumerState {
   mismatch?: string;
   /** True when the ack floor has reached the broadcast's sequence: the holder confirmed. */
   acked: boolean;
+  /** The server said the consumer does not exist (vanished with its server, removed for inactivity, or never made). */
+  vanished?: true;
 }
 
-/** The consumer state of every holder of `r` (`concurrency` lookups at a time). */
-export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, concurrency = 32): Promise<HolderConsumerState[]> {
+/** The consumer state of every holder of `r`, or of `only` of them (`concurrency` lookups at a time). */
+export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, opts: { only?: readonly string[]; concurrency?: number } = {}): Promise<HolderConsumerState[]> {
   const seqs = new Map(r.broadcasts.map((b) => [`${b.stream} ${b.subject}`, b.seq]));
-  const holders = Object.keys(r.holders).sort();
+  const holders = [...(opts.only ?? Object.keys(r.holders))].sort();
+  const concurrency = opts.concurrency ?? 32;
   const out: HolderConsumerState[] = new Array(holders.length);
   let i = 0;
   const worker = async () => {
@@ -47,8 +50,9 @@ export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, concurr
         const ackFloor = info.ack_floor?.stream_seq ?? 0;
         const lastActive = (info.ack_floor as unknown as { last_active?: string } | undefined)?.last_active;
         out[n] = { holder, stream: e.stream, consumer: e.consumer, seq, ackFloor, ...(lastActive ? { lastActive } : {}), ...(mismatch ? { mismatch } : {}), acked: !mismatch && seq > 0 && ackFloor >= seq };
-      } catch {
-        out[n] = { holder, stream: e.stream, consumer: e.consumer, seq, acked: false };
+      } catch (err) {
+        const vanished = err instanceof JetStreamApiError && /not found/i.test(err.message);
+        out[n] = { holder, stream: e.stream, consumer: e.consumer, seq, acked: false, ...(vanished ? { vanished: true as const } : {}) };
       }
     }
   };

@@ -12,11 +12,10 @@
  * Every rotator instance hears every metric (no queue group), so whichever instance advances a
  * rotation knows its confirmations without a record rewritten per ack.
  */
-import { JetStreamApiError } from "@nats-io/jetstream";
 import {
   HOLDER_STREAM_PREFIX,
-  consumerMismatch,
   holderEndpoint,
+  readHolderAcks,
   type HolderEndpoint,
   type Logger,
   type Rotation,
@@ -141,28 +140,20 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
   const lookup = async (r: Rotation) => {
     const t = byRotation.get(`${r.module}.${r.requirement}`);
     if (!t || t.rotation !== r.id) return;
-    const missing = endpointsOf(r).filter((x) => !t.acks.has(x.holder) && r.holders[x.holder]?.e === undefined);
-    const vanished: typeof missing = [];
+    const missing = Object.keys(r.holders).filter((h) => !t.acks.has(h) && r.holders[h]?.e === undefined);
+    if (missing.length === 0) return;
+    const vanished: Array<{ holder: string; endpoint: HolderEndpoint }> = [];
     let found = 0;
-    await Promise.all(
-      missing.map(async (x) => {
-        try {
-          const info = await store.jsm.consumers.info(x.endpoint.stream, x.endpoint.consumer);
-          const why = consumerMismatch(info, x.endpoint);
-          if (why) {
-            log.warn({ rotation: r.id, holder: x.holder, consumer: x.endpoint.consumer }, `the consumer of holder ${x.holder} is not the one the rotator made (${why}); its acks are not counted, and it is made again`);
-            await store.jsm.consumers.delete(x.endpoint.stream, x.endpoint.consumer).catch(() => undefined);
-            vanished.push(x);
-            return;
-          }
-          const floor = info.ack_floor?.stream_seq ?? 0;
-          if (floor >= x.seq && count(t, `${x.endpoint.stream}/${x.endpoint.consumer}`, { at: Date.now(), stream: x.endpoint.stream, consumer: x.endpoint.consumer, seq: floor, found: true })) found++;
-        } catch (e) {
-          if (e instanceof JetStreamApiError && /not found/i.test(e.message)) vanished.push(x);
-          else log.debug({ rotation: r.id, holder: x.holder, err: e }, "could not look at a holder's consumer; looked at again on the next sweep");
-        }
-      }),
-    );
+    for (const x of await readHolderAcks(store.jsm, r, { only: missing })) {
+      const endpoint = holderEndpoint(r.grant, x.holder);
+      if (!endpoint || x.seq === 0) continue;
+      if (x.mismatch) {
+        log.warn({ rotation: r.id, holder: x.holder, consumer: x.consumer }, `the consumer of holder ${x.holder} is not the one the rotator made (${x.mismatch}); its acks are not counted, and it is made again`);
+        await store.jsm.consumers.delete(x.stream, x.consumer).catch(() => undefined);
+        vanished.push({ holder: x.holder, endpoint });
+      } else if (x.vanished) vanished.push({ holder: x.holder, endpoint });
+      else if (x.acked && count(t, `${x.stream}/${x.consumer}`, { at: Date.now(), stream: x.stream, consumer: x.consumer, seq: x.ackFloor!, found: true })) found++;
+    }
     if (vanished.length) {
       log.warn({ rotation: r.id, holders: vanished.map((x) => x.holder) }, `rotation ${r.id}: ${vanished.length} holders' consumers had vanished; made again, they deliver the broadcast again`);
       await ensureAll(opts.consumers, vanished, true);
