@@ -317,6 +317,11 @@ describe("a rotator process killed in each state", () => {
       expect(g?.generation).toBe(from + 1);
       expect(await loginWith(mesh, "shop", from + 1)).toEqual({ ok: true });
       expect(await loginWith(mesh, "shop", from)).toMatchObject({ ok: false, reason: "rejected" });
+      // Who confirmed was recovered from the holders' consumers: JetStream's record agrees with the committed one.
+      const done = (await rotation(mesh, "shop"))!;
+      await expectAcksInConsumers(mesh, done);
+      // Killed after the broadcast, the fresh rotator saw no ack as it happened: it found each in its consumer's ack floor, and says so.
+      if (state !== RotationStates.Staged) expect(Object.values(done.holders).every((h) => h.f === true)).toBe(true);
     });
   }
 });
