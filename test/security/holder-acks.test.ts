@@ -218,4 +218,25 @@ describe("rotations held by SDK instances", () => {
     await waitUntil("the commit", () => committed("joiner"));
     await Promise.all([first.stop(), late.stop()]);
   }, 60_000);
+
+  it("a holder's consumer that vanished mid-rotation counts as not confirmed, is made again, and its holder is delivered again; one that stops leaves no consumer", async () => {
+    await applySecretModule("vanish");
+    let mayConfirm = false;
+    const h = await hold("vanish", "v1");
+    const got = follow(h, () => mayConfirm);
+    await waitUntil("generation 1", () => got.some((u) => u.generation === 1));
+    const e = holderEndpoint("vanish/key", "n1/app/v1")!;
+    await waitUntil("its consumer made", async () => (await store.jsm.consumers.info(e.stream, e.consumer).catch(() => undefined)) !== undefined);
+    await rotator.rotate({ grant: "vanish/key" });
+    await waitUntil("generation 2 given", () => got.some((u) => u.generation === 2));
+    // Lost with its server, say: deleted before the holder acknowledged.
+    await store.jsm.consumers.delete(e.stream, e.consumer);
+    mayConfirm = true;
+    // The ack of the lost delivery goes nowhere; the rotator's sweep makes the consumer again, the broadcast comes again, and the holder (on generation 2 already) acknowledges it.
+    await waitUntil("the commit", () => committed("vanish"), 30_000);
+    expect(logs.lines.some((l) => l.includes("consumers had vanished; made again"))).toBe(true);
+    await expectAcksInConsumers({ store }, await rotationOf("vanish"));
+    await h.stop();
+    await waitUntil("its consumer removed with its registration", async () => (await store.jsm.consumers.info(e.stream, e.consumer).catch(() => undefined)) === undefined);
+  }, 60_000);
 });

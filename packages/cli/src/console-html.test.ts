@@ -69,8 +69,8 @@ describe("the console's HTML", () => {
     expect(v.html).toContain('<tr class="holder tone-bad" data-holder="node-b/worker" data-status="stalled">');
     expect(v.html).toContain("Stalled: not confirmed");
     expect(v.html).toContain('<td class="applied">+0.140 s');
-    expect(v.html).toContain("the holder&#39;s clock: when it had written the files");
-    expect(v.html).toContain("the rotator&#39;s clock: when it recorded the holder&#39;s confirmation");
+    expect(v.html).toContain("the holder&#39;s clock, in those older rotations: when it had written the files");
+    expect(v.html).toContain("the NATS server&#39;s clock: when it recorded the holder&#39;s ack of the broadcast");
     expect(v.html).toContain("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
   });
 

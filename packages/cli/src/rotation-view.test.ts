@@ -86,16 +86,26 @@ describe("traceRotation and formatTrace (meshctl trace)", () => {
     expect(t.missing).toEqual(["node-b/worker"]);
   });
 
-  it("prints one block per holder: broadcast received, applied, confirmed", () => {
+  it("prints one block per holder: an older record's received and applied, and its confirmation", () => {
     const text = formatTrace(traceRotation(rotation()));
     expect(text).toContain("rotation shop/db#3  generation 2 → 3  AwaitingHolders");
     expect(text).toMatch(
       /node-a\/api\n {4}broadcast received +\+0\.012 s {2}2025-06-01T11:59:00\.012Z {2}holder's clock\n {4}applied +\+0\.140 s {2}2025-06-01T11:59:00\.140Z {2}holder's clock\n {4}confirmed +\+0\.151 s {2}\S+ {2}rotator's clock/,
     );
     expect(text).toMatch(/Staged +\+0\.000 s {2}\S+ {2}rotator's clock/);
-    expect(text.replace(/\s+/g, " ")).toContain("received and applied by each holder's own clock");
-    expect(text).toMatch(/node-b\/worker {2}not confirmed\n {4}broadcast received +-/);
+    expect(text.replace(/\s+/g, " ")).toContain("a confirmation is the holder's JetStream ack of the broadcast, timed by the NATS server");
+    expect(text).toMatch(/node-b\/worker\S* {2}not confirmed/);
     expect(text).toContain("not confirmed: node-b/worker");
+  });
+
+  it("prints a JetStream ack as the server's time, with its stream, consumer and sequence, and one found in an ack floor as found", () => {
+    const r = rotation({ holders: { "node-a/api": { c: 151, s: "MESH_HOLD_N_node-a", k: "shop_db_api", q: 9 }, "node-b/worker/i-1": { c: 300, s: "MESH_HOLD_P_shop_node-b_worker", k: "db_i-1", q: 4, f: true } } });
+    const t = traceRotation(r);
+    expect(t.holders[0]).toMatchObject({ holder: "node-a/api", stream: "MESH_HOLD_N_node-a", consumer: "shop_db_api", ackedSeq: 9, confirmed: { clock: "server" } });
+    expect(t.holders[1]).toMatchObject({ holder: "node-b/worker/i-1", foundInAckFloor: true, confirmed: { clock: "rotator" } });
+    const text = formatTrace(t);
+    expect(text).toMatch(/node-a\/api\n {4}confirmed +\+0\.151 s {2}\S+ {2}server's clock\n {4}acknowledged seq 9 on consumer shop_db_api of stream MESH_HOLD_N_node-a/);
+    expect(text).toContain("confirmed (found)");
     for (const line of text.split("\n")) expect(line.length).toBeLessThanOrEqual(80);
   });
 

@@ -256,7 +256,7 @@ export function formatTrace(t: RotationTrace, opts: { color?: boolean; width?: n
     lines.push("", `${s.bold(h.holder)}${h.confirmed ? "" : `  ${s.bad("not confirmed")}`}`);
     if (h.received || h.applied) lines.push(row("broadcast received", h.received), row("applied", h.applied));
     lines.push(row(h.foundInAckFloor ? "confirmed (found)" : "confirmed", h.confirmed));
-    if (h.stream) lines.push(`    ${s.dim(`acknowledged seq ${h.ackedSeq ?? "?"} on consumer ${h.consumer} of stream ${h.stream}`)}`);
+    if (h.stream) lines.push(...wrapText(`acknowledged seq ${h.ackedSeq ?? "?"} on consumer ${h.consumer} of stream ${h.stream}`, width, "    ").map((l) => s.dim(l)));
   }
   if (t.holders.length === 0) lines.push("", "no holder had to confirm (none held the grant when the rotation started)");
   if (t.missing.length) lines.push("", ...wrapText(`not confirmed: ${listHolders(t.missing)}`, width));

@@ -205,7 +205,8 @@ class Holder implements CredentialHolder {
       try {
         const consumer = await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
         attempt = 0;
-        this.messages = await consumer.consume({ max_messages: 1 });
+        // Ended when the consumer is deleted (lost with its server, say): looked for again, as made again by the rotator.
+        this.messages = await consumer.consume({ max_messages: 1, abort_on_missing_resource: true });
         if (this.done) break;
         for await (const m of this.messages) this.enqueue(() => this.rotation(m));
       } catch (e) {

@@ -25,14 +25,20 @@ describe("the control plane's own module", () => {
   it("gives each service only the requests it serves and the events it sends", () => {
     expect(servicePermissions("resolver").subscribe).toContain("mesh.api.apply");
     expect(servicePermissions("provisioner").subscribe).not.toContain("mesh.api.apply");
-    expect(servicePermissions("rotator").publish).toContain("mesh.rotation.broadcast.>");
-    expect(servicePermissions("resolver").publish).not.toContain("mesh.rotation.broadcast.>");
+    expect(servicePermissions("rotator").publish).toContain("mesh.rotation.*.>");
+    expect(servicePermissions("rotator").subscribe).toContain("$JS.EVENT.METRIC.CONSUMER.ACK.*.*");
+    expect(servicePermissions("resolver").publish.some((s) => s.startsWith("mesh.rotation."))).toBe(false);
     const agent = servicePermissions({ agent: "node-b" });
     expect(agent.subscribe).toContain("mesh.probe.request.node-b");
     expect(agent.publish).toContain("mesh.probe.report.node-b.>");
-    // Confirms only for the parts on its own node.
-    expect(agent.publish).toContain("mesh.api.confirm.*.*.node-b.*");
-    expect(agent.publish.some((s) => s.startsWith("mesh.api.confirm.") && s !== "mesh.api.confirm.*.*.node-b.*")).toBe(false);
+    // Confirms (acks) and pulls only on its own node's holder stream.
+    expect(agent.publish).toEqual(expect.arrayContaining(["$JS.ACK.MESH_HOLD_N_node-b.>", "$JS.API.CONSUMER.MSG.NEXT.MESH_HOLD_N_node-b.*", "$JS.API.CONSUMER.LIST.MESH_HOLD_N_node-b"]));
+    expect(agent.publish.filter((s) => s.startsWith("$JS.ACK.") || s.includes("MSG.NEXT."))).toEqual([
+      "$JS.API.CONSUMER.MSG.NEXT.MESH_DELIVERIES.agent-node-b",
+      "$JS.ACK.MESH_DELIVERIES.agent-node-b.>",
+      "$JS.API.CONSUMER.MSG.NEXT.MESH_HOLD_N_node-b.*",
+      "$JS.ACK.MESH_HOLD_N_node-b.>",
+    ]);
     expect([...agent.publish, ...agent.subscribe].some((s) => s.includes("node-a"))).toBe(false);
   });
 
@@ -50,20 +56,22 @@ describe("the control plane's own module", () => {
     expect(servicePermissions("provisioner").publish).toContain("$JS.API.CONSUMER.MSG.NEXT.KV_mesh-receipts.provisioner-receipts");
   });
 
-  it("gives a part's identity its own module's reads, its own notices, registrations, fetches and confirmations, nothing of another part", () => {
+  it("gives a part's identity its own module's reads, registrations, fetches, and its own holder stream's consumers, nothing of another part", () => {
     const p = partIdentityPermissions("shop", "node-a", "web");
-    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.rotation.values.shop.*.node-a.web.*", "mesh.delivery.node-a.shop.web.*", "mesh.withdrawal.node-a.shop.web.*"]);
+    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.delivery.node-a.shop.web.*", "mesh.withdrawal.node-a.shop.web.*"]);
     expect(p.publish).toEqual([
       "$JS.API.DIRECT.GET.KV_mesh-grants.$KV.mesh-grants.shop.*",
-      "$JS.API.DIRECT.GET.KV_mesh-rotations.$KV.mesh-rotations.shop.*",
       "$KV.mesh-holders.shop.*.node-a.web.*",
       "mesh.api.credential.fetch.shop.*.node-a.web",
-      "mesh.api.confirm.shop.*.node-a.web",
+      "$JS.API.CONSUMER.LIST.MESH_HOLD_P_shop_node-a_web",
+      "$JS.API.CONSUMER.INFO.MESH_HOLD_P_shop_node-a_web.*",
+      "$JS.API.CONSUMER.MSG.NEXT.MESH_HOLD_P_shop_node-a_web.*",
+      "$JS.ACK.MESH_HOLD_P_shop_node-a_web.>",
       "mesh.api.apply.shop",
       "mesh.api.credential.list.shop.node-a.web",
     ]);
-    // No JetStream API but the two reads by key; nothing that publishes a notice or applies.
-    expect(p.publish.filter((s) => s.startsWith("$JS.API.")).every((s) => s.startsWith("$JS.API.DIRECT.GET."))).toBe(true);
+    // No JetStream API but the reads by key and its own holder stream's consumers (nothing that makes, changes or deletes one); nothing that publishes a broadcast or applies.
+    expect(p.publish.filter((s) => s.startsWith("$JS.API.")).every((s) => s.startsWith("$JS.API.DIRECT.GET.") || s.includes(".MESH_HOLD_P_shop_node-a_web"))).toBe(true);
     expect(p.publish.some((s) => s.startsWith("mesh.rotation.") || s === "mesh.api.apply")).toBe(false);
     expect(() => partIdentityPermissions("shop", "node-a", "Web!")).toThrow(/invalid name/);
   });

@@ -76,7 +76,8 @@ export async function consumeMessages(opts: {
     if (!(e instanceof JetStreamApiError)) throw e;
   }
   const consumer = await retryJetStreamGap(() => store.js.consumers.get(stream, durable));
-  const messages = await consumer.consume({ max_messages: 64 });
+  // A durable made by someone else ends the consumption when it is deleted, to be looked for again; one of its own is made again at the next start.
+  const messages = await consumer.consume({ max_messages: 64, ...(opts.create === false ? { abort_on_missing_resource: true } : {}) });
   const tails = new Map<string, Promise<void>>();
 
   const settle = async (m: JsMsg): Promise<void> => {
