@@ -7,7 +7,7 @@
 import { Kinds } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
-import { Buckets, Durables, Streams, keys, subjects, type BucketName } from "./subjects.js";
+import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } from "./subjects.js";
 import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
 
 /** The control plane's module name. */
@@ -27,6 +27,12 @@ export const ControlPlaneRequirements = {
   /** The key credentials are encrypted under, for the services that read or write them. */
   masterKey: "master-key",
 } as const;
+
+/**
+ * The grant of the master key: the data keys the credentials store is encrypted under, one per
+ * generation, wrapped by each service's local key-encryption key (providers' master-key-ring.ts).
+ */
+export const MASTER_KEY_GRANT = grantId(CONTROL_PLANE_MODULE, ControlPlaneRequirements.masterKey);
 
 /** The part of the agent of `node`. */
 export function agentPart(node: string): string {
@@ -159,7 +165,8 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
       // The manifests: its schedule check reads every module's rotate policies (once a minute,
       // which the trace missed; seen refused in a rehearsal of the README's first command).
       // The providers: rotating a secret that is a provider's admin password sets it at that provider's server.
-      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers] };
+      // The credentials: a rotation of the master key re-encrypts every record before it commits, and each commit lists a grant's generations to purge the old ones.
+      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers, Buckets.credentials] };
   }
 }
 

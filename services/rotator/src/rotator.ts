@@ -28,6 +28,7 @@ import {
   RotationStates,
   Streams,
   consumeKeys,
+  MASTER_KEY_GRANT,
   meshSealingKey,
   errorMessage,
   holderKey,
@@ -66,7 +67,7 @@ import {
   type SealedHolderPayload,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, probeAdminSecret, recordedResource, setAdminSecret, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
+import { AdapterPool, CredentialStore, keysOf, probeAdminSecret, recordedResource, setAdminSecret, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions } from "./rotator-options.js";
 import {
   allConfirmed,
@@ -107,10 +108,12 @@ export interface Rotator {
  */
 export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   const { store, log } = opts;
-  const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
+  const keyRing = keysOf(opts.masterKey);
+  const credentials = new CredentialStore(store.kv.credentials, keyRing);
   // Read once per change of the providers bucket: every rotation of a secret looks for the servers it is the admin password of.
   const catalog = new ProviderCatalog(store);
-  const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
+  // The local files the adapters open (NATS signing keys) are sealed under the key-encryption key.
+  const adapters = new AdapterPool(opts.env ?? process.env, keyRing.kek);
   const defaultTimeoutMs = opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS;
   const records = new RotationRecords(store);
   // Records whose last confirmations this instance has just written, for the commit that follows.
@@ -122,8 +125,9 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   // When this instance last sent each running rotation's notices to SDK holders.
   const noticed = new Map<string, { at: number; every: number }>();
   const noticeResendMs = opts.noticeResendMs ?? HOLDER_NOTICE_RESEND_MS;
-  // The mesh's sealing key (from the master key, the provisioner's too): holders open only what it sealed.
-  const sealer = meshSealingKey(opts.masterKey);
+  // The mesh's sealing key (from the key-encryption key, the provisioner's too, which no rotation
+  // of the data key changes): holders open only what it sealed.
+  const sealer = meshSealingKey(keyRing.kek);
   // The box key with each registered holder, computed in idle time as registrations arrive
   // (sealing to nothing computes and keeps it), so a rotation's sealing is symmetric only.
   const warmed = new Set<string>();
@@ -432,6 +436,12 @@ export async function startRotator(opts: RotatorOptions): Promise<Rotator> {
   };
 
   const commit = async (key: string, r: Rotation): Promise<void> => {
+    // The master key's k+1 is known to every holder: the store moves under it before k is retired
+    // (k still opens meanwhile; a crash here runs the pass again at the next commit step).
+    if (r.grant === MASTER_KEY_GRANT) {
+      const pass = await credentials.reencrypt();
+      log.info({ rotation: r.id, keyId: pass.target, moved: pass.moved, passes: pass.passes }, `rotation ${r.id}: the credentials store is under the master key's generation ${r.to} (${pass.moved} records re-encrypted)`);
+    }
     // Every holder confirmed k+1: only now does k stop working.
     const ended = r.fromProvider ? await release(r, r.fromProvider) : await retire(r);
     const now = new Date();
