@@ -70,13 +70,15 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
 }
 
 /**
- * The master key of a service that reads or writes credentials, from `MESH_MASTER_KEY` or
- * `MESH_MASTER_KEY_FILE` (default `master.key` in `MESH_STATE_DIR`, `.mesh`, created 0600 when
- * missing); logs where it came from and its id, never the key.
+ * The key-encryption key of a service that reads or writes credentials, from `MESH_MASTER_KEY`
+ * or `MESH_MASTER_KEY_FILE` (default `master.key` in `MESH_STATE_DIR`, `.mesh`, created 0600
+ * when missing): it is never delivered; it wraps the data keys of grant `mesh/master-key` that
+ * the store is encrypted under (providers' master-key-ring.ts). Logs where it came from and its
+ * id, never the key.
  */
 export function serviceMasterKey(log: Logger, env: NodeJS.ProcessEnv = process.env): MasterKey {
   const { key, source, created } = loadMasterKey(env, join(env.MESH_STATE_DIR || DEFAULT_STATE_DIR, StateFiles.masterKey));
-  log.info({ keyId: key.id, from: source }, created ? "created a new master key (keep this file; credentials are encrypted under it)" : "master key loaded");
+  log.info({ keyId: key.id, from: source }, created ? "created a new master key file (keep it: it wraps the data keys the credentials are encrypted under)" : "master key file loaded (the key-encryption key)");
   return key;
 }
 
