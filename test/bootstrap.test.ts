@@ -59,7 +59,8 @@ describe("meshctl bootstrap", () => {
     const grants = Object.fromEntries(m.grants.map((g) => [g.requirement, `${g.kind}@${g.provider}`]));
     expect(grants).toMatchObject({
       records: "kv.bucket@mesh-nats",
-      artifacts: "object.store@mesh-nats",
+      images: "oci.registry@mesh-nats",
+      packages: "npm.registry@mesh-nats",
       "master-key": "secret@builtin-secret",
       ...Object.fromEntries(parts.map((p) => [identityRequirement(p), "nats.user@mesh-nats"])),
     });

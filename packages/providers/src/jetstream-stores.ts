@@ -63,6 +63,15 @@ export const createKvBucketAdapter: AdapterFactory = (provider) => new JetStream
 /** Makes the `object.store` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
 export const createObjectStoreAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.ObjectStore, provider);
 
+/**
+ * The bootstrap registries: `oci.registry` and `npm.registry` on a NATS provider (the mesh's own,
+ * before any registry is installed), each an object store of the grant, bound with the keys of
+ * `object.store` plus `format` (`oci`, `npm`): what a holder reads images or packages from until
+ * the grant is handed over to a registry server.
+ */
+export const createBootstrapOciRegistryAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.OciRegistry, provider);
+export const createBootstrapNpmRegistryAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.NpmRegistry, provider);
+
 /** What differs between the two kinds. */
 interface Flavour {
   what: string;
@@ -71,9 +80,15 @@ interface Flavour {
    * `nats.user` binding says (a connection); this one says which JetStream API to open.
    */
   bindingType: string;
+  /** Binding values beside the common ones. */
+  extra?: Record<string, string>;
   /** Makes the bucket as its client library would, marked with `description`. */
   make(js: JetStreamClient, bucket: string, description: string, limits: StoreLimits): Promise<unknown>;
 }
+
+/** An object store, as @nats-io/obj makes one (its ttl in nanoseconds, the KV's in milliseconds). */
+const makeObjectStore: Flavour["make"] = (js, bucket, description, l) =>
+  new Objm(js).create(bucket, { description, ttl: l.ttlMs * 1_000_000, max_bytes: l.maxBytes, replicas: l.replicas, storage: StorageType.File });
 
 const FLAVOURS: Record<StoreKind, Flavour> = {
   [Kinds.KvBucket]: {
@@ -85,10 +100,10 @@ const FLAVOURS: Record<StoreKind, Flavour> = {
   [Kinds.ObjectStore]: {
     what: "object store",
     bindingType: "nats-object-store",
-    make: (js, bucket, description, l) =>
-      // The object store takes its ttl in nanoseconds, the KV in milliseconds.
-      new Objm(js).create(bucket, { description, ttl: l.ttlMs * 1_000_000, max_bytes: l.maxBytes, replicas: l.replicas, storage: StorageType.File }),
+    make: makeObjectStore,
   },
+  [Kinds.OciRegistry]: { what: "image store (the bootstrap registry)", bindingType: "nats-object-store", extra: { format: "oci" }, make: makeObjectStore },
+  [Kinds.NpmRegistry]: { what: "package store (the bootstrap registry)", bindingType: "nats-object-store", extra: { format: "npm" }, make: makeObjectStore },
 };
 
 interface Endpoint {
@@ -176,6 +191,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
         // No credential: a holder connects with its own nats.user identity.
         uri: `nats://${hostPort(host, port)}`,
         bucket: names.bucket,
+        ...this.flavour.extra,
       },
     };
   }
