@@ -20,7 +20,10 @@ export type ControlPlaneService = (typeof CONTROL_PLANE_SERVICES)[number];
 
 /** Requirement names of the control plane's module. */
 export const ControlPlaneRequirements = {
-  /** The source of record: a JetStream KV bucket. */
+  /**
+   * The source of record: the mesh's own buckets and streams (subjects.ts `SOURCE_OF_RECORD`),
+   * which the `kv.bucket` adapter binds for this grant instead of making a bucket of its own.
+   */
   records: "records",
   /** The images the agents install from (kind `oci.registry`). */
   images: "images",
@@ -35,6 +38,9 @@ export const ControlPlaneRequirements = {
  * generation, wrapped by each service's local key-encryption key (providers' master-key-ring.ts).
  */
 export const MASTER_KEY_GRANT = grantId(CONTROL_PLANE_MODULE, ControlPlaneRequirements.masterKey);
+
+/** The grant of the source of record: the mesh's own buckets and streams (subjects.ts `SOURCE_OF_RECORD`), not a bucket of its own. */
+export const RECORDS_GRANT = grantId(CONTROL_PLANE_MODULE, ControlPlaneRequirements.records);
 
 /** The part of the agent of `node`. */
 export function agentPart(node: string): string {
