@@ -156,5 +156,12 @@ describe("the master key: a data key of grant mesh/master-key, rotated with the 
     // Values are what they were.
     expect((await filler.read("load", "r7", 1))?.secret.value).toBe("v7");
     expect(logs.text).toMatch(/the credentials store is under the master key's generation 2 \(\d+ records re-encrypted\)/);
+    // A data key that still encrypts records is never erased; one nothing is under any more is.
+    const erase = await filler.purgeGeneration("mesh", "master-key", 2).then(() => undefined, (e: unknown) => e as Error);
+    expect(erase?.message).toMatch(/mesh\.master-key\.g2 is the data key of \d+ credential records, so it is kept: rotate the master key/);
+    expect(await store.kv.credentials.get(keys.credential("mesh", "master-key", 2))).toBeTruthy();
+    await filler.purgeGeneration("mesh", "master-key", 1);
+    expect((await store.kv.credentials.get(keys.credential("mesh", "master-key", 1)))?.operation).not.toBe("PUT");
+    expect((await new CredentialStore(store.kv.credentials, new MasterKeyRing(kek, store.kv.credentials, store.kv.grants)).read("load", "r9", 1))?.secret.value).toBe("v9");
   }, 120_000);
 });

@@ -16,6 +16,7 @@ import {
   encrypt,
   isCasConflict,
   keys,
+  parseMasterKey,
   storeWrite,
   type Encrypted,
   type KV,
@@ -157,9 +158,36 @@ export class CredentialStore {
     for (const generation of await this.generations(module, requirement)) await this.purgeGeneration(module, requirement, generation);
   }
 
-  /** Erases one generation of a grant, every revision of it (idempotent). */
+  /**
+   * Erases one generation of a grant, every revision of it (idempotent). A data key of the
+   * master key is erased only once no record is encrypted under it (else those records would
+   * never open again): until then this throws a retryable `Conflict` saying how many and what to do.
+   */
   async purgeGeneration(module: string, requirement: string, generation: number): Promise<void> {
-    await this.kv.purge(keys.credential(module, requirement, generation));
+    const k = keys.credential(module, requirement, generation);
+    if (isMasterKeyRecord(k)) await this.checkUnused(k);
+    await this.kv.purge(k);
+  }
+
+  /** Throws when data key `k` (a master-key record) still encrypts a record of the store. */
+  private async checkUnused(k: string): Promise<void> {
+    const e = await this.kv.get(k);
+    if (!e || e.operation !== "PUT" || e.length === 0) return;
+    const { secret } = await this.open(k, CredentialRecord.parse(e.json()).encrypted as Encrypted);
+    if (typeof secret.value !== "string") return;
+    const id = parseMasterKey(secret.value).id;
+    let users = 0;
+    for await (const other of await this.kv.keys()) {
+      const o = await this.kv.get(other);
+      if (o && o.operation === "PUT" && o.length > 0 && CredentialRecord.parse(o.json()).encrypted.keyId === id) users++;
+    }
+    if (users > 0) {
+      throw new MeshError(
+        ErrorCodes.Conflict,
+        `${k} is the data key of ${users} credential record${users > 1 ? "s" : ""}, so it is kept: rotate the master key (meshctl rotate mesh/master-key), which moves them under the new one, and it goes at a later commit`,
+        { retryable: true },
+      );
+    }
   }
 
   /** Records the binding values the provider produced for a generation. */
