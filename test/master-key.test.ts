@@ -163,5 +163,8 @@ describe("the master key: a data key of grant mesh/master-key, rotated with the 
     await filler.purgeGeneration("mesh", "master-key", 1);
     expect((await store.kv.credentials.get(keys.credential("mesh", "master-key", 1)))?.operation).not.toBe("PUT");
     expect((await new CredentialStore(store.kv.credentials, new MasterKeyRing(kek, store.kv.credentials, store.kv.grants)).read("load", "r9", 1))?.secret.value).toBe("v9");
+    // A process with another master key file is told which file to give it, not handed garbage.
+    const stranger = new CredentialStore(store.kv.credentials, new MasterKeyRing(parseMasterKey(randomBytes(32).toString("hex")), store.kv.credentials, store.kv.grants));
+    await expect(stranger.read("load", "r9", 1)).rejects.toThrow(/wrapped under key-encryption key .*, but this process has .*; give every provisioner, verifier and rotator the same MESH_MASTER_KEY_FILE/);
   }, 120_000);
 });

@@ -95,8 +95,14 @@ export class CredentialStore {
 
   /** Decrypts record `k` with the key it names; `Decrypt` when this process has no such key. */
   private async open(k: string, e: Encrypted): Promise<StoredCredential> {
-    const key = (await this.keys.opening(e.keyId)) ?? this.keys.kek;
-    // With no key of that id, decrypt() says which key the record needs and which this process has.
+    const key = await this.keys.opening(e.keyId);
+    if (!key) {
+      throw new MeshError(
+        ErrorCodes.Decrypt,
+        `credential ${k} is encrypted under key ${e.keyId}, which is neither this process's master key file (${this.keys.kek.id}) nor a data key of mesh/master-key in the store; ` +
+          "give every provisioner, verifier and rotator the same MESH_MASTER_KEY_FILE (or MESH_MASTER_KEY)",
+      );
+    }
     return JSON.parse(decrypt(key, e, k)) as StoredCredential;
   }
 

@@ -61,7 +61,8 @@ export class MasterKeyRing implements CredentialKeys {
 
   /** The key new records are written under: the newest data key, else the KEK. Looks for a newer one at most every {@link RING_REFRESH_MS}. */
   async sealing(): Promise<MasterKey> {
-    if (this.now() - this.checkedAt >= RING_REFRESH_MS) await this.refresh();
+    if (this.checkedAt === 0) await this.refresh();
+    else if (this.now() - this.checkedAt >= RING_REFRESH_MS) await this.probeNext();
     const newest = this.generations().at(-1);
     return newest === undefined ? this.kek : this.dataKeys.get(newest)!;
   }
@@ -77,6 +78,18 @@ export class MasterKeyRing implements CredentialKeys {
   /** Reads the store again: the generations around the grant's committed one. Concurrent calls share one read. */
   refresh(): Promise<void> {
     return (this.loading ??= this.load().finally(() => (this.loading = undefined)));
+  }
+
+  /** One direct get: the generation above the newest known, staged by a rotation that began since. */
+  private async probeNext(): Promise<void> {
+    const started = this.now();
+    const next = (this.generations().at(-1) ?? 0) + 1;
+    const k = await this.readDataKey(next);
+    if (k) {
+      this.dataKeys.set(next, k);
+      return this.probeNext();
+    }
+    this.checkedAt = started;
   }
 
   private find(keyId: string): MasterKey | undefined {
