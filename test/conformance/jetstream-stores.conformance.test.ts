@@ -11,9 +11,9 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
-import { ErrorCodes, Kinds, isMeshError } from "@mesh/shared";
+import { ErrorCodes, Kinds, SOURCE_OF_RECORD, isMeshError, openStore } from "@mesh/shared";
 import type { BindingValues, ProviderAdapter, ProviderConfig } from "@mesh/providers";
-import { createKvBucketAdapter, createObjectStoreAdapter } from "../../packages/providers/src/jetstream-stores.js";
+import { createBootstrapNpmRegistryAdapter, createBootstrapOciRegistryAdapter, createKvBucketAdapter, createObjectStoreAdapter } from "../../packages/providers/src/jetstream-stores.js";
 import { NATS_SERVER_BIN, startNatsServer, type NatsServer } from "../harness/nats-server.js";
 import { freePort, waitForPort } from "../harness/ports.js";
 import { waitFor } from "../harness/wait.js";
@@ -58,6 +58,9 @@ const streamConfig = (stream: string): Promise<StreamConfig | undefined> =>
 for (const [kind, factory] of [
   [Kinds.KvBucket, createKvBucketAdapter],
   [Kinds.ObjectStore, createObjectStoreAdapter],
+  // The bootstrap registries: an object store each, on the mesh's own NATS.
+  [Kinds.OciRegistry, createBootstrapOciRegistryAdapter],
+  [Kinds.NpmRegistry, createBootstrapNpmRegistryAdapter],
 ] as const) {
   describeProviderConformance(kind, () => factory(providerOf(server.url)), {
     stateful: true,
@@ -353,6 +356,58 @@ describe("a NATS server with authentication", () => {
       expect(isMeshError(e) && e.retryable).toBe(false);
     } finally {
       await wrong.close();
+    }
+  });
+});
+
+describe("the bootstrap registries and the source of record", () => {
+  it("binds an image or package store as an object store, with the keys of object.store and its format", async () => {
+    for (const [factory, format] of [
+      [createBootstrapOciRegistryAdapter, "oci"],
+      [createBootstrapNpmRegistryAdapter, "npm"],
+    ] as const) {
+      const adapter = factory(providerOf(server.url));
+      try {
+        const grant = freshGrant();
+        const bucket = bucketOf(grant);
+        const { bindings } = await adapter.create({ grant, secret: {} });
+        expect(bindings).toEqual({ ...bindingsOf("nats-object-store", bucket), format });
+        expect((await streamConfig(`OBJ_${bucket}`))?.description).toBe(`mesh grant ${grant.module}/res`);
+        expect(await adapter.login({ bindings })).toEqual({ ok: true });
+        // Images and packages are kept until deleted: no ttl option.
+        expect((await expectMeshError(adapter.create({ grant, secret: {}, options: { ttl: "1d" } }), ErrorCodes.InvalidRequest)).message).toMatch(/option ttl .* is unknown/);
+        await adapter.delete({ grant });
+      } finally {
+        await adapter.close();
+      }
+    }
+  });
+
+  it("binds grant mesh/records to the mesh's own buckets and streams, makes nothing, deletes nothing, and says which is missing", async () => {
+    const own = await startNatsServer();
+    const nc = await connect({ servers: own.url });
+    const adapter = createKvBucketAdapter(providerOf(own.url));
+    const grant = { module: "mesh", requirement: "records", generation: 1 };
+    try {
+      expect((await expectMeshError(adapter.create({ grant, secret: {} }), ErrorCodes.ProviderRejected)).message).toMatch(/the source of record lacks bucket mesh-manifests, .*meshctl bootstrap/);
+      expect(await (await jetstreamManager(nc)).streams.names().next()).toEqual([]);
+      await openStore(nc);
+      const { resource, bindings } = await adapter.create({ grant, secret: {} });
+      expect(resource).toEqual({ buckets: SOURCE_OF_RECORD.buckets.join(","), streams: SOURCE_OF_RECORD.streams.join(",") });
+      expect(bindings).toMatchObject({ type: "nats-kv", provider: "nats-test", uri: own.url, ...resource });
+      expect(await adapter.observe({ grant })).toMatchObject({ exists: true });
+      expect(await adapter.login({ bindings })).toEqual({ ok: true });
+      await adapter.delete({ grant });
+      const jsm = await jetstreamManager(nc);
+      expect((await jsm.streams.info("KV_mesh-grants")).config.name).toBe("KV_mesh-grants");
+      await jsm.streams.delete("KV_mesh-holders");
+      expect(await adapter.observe({ grant })).toEqual({ exists: false, details: { missing: "bucket mesh-holders" } });
+      expect(await adapter.login({ bindings })).toMatchObject({ ok: false, reason: "missing", message: expect.stringMatching(/lacks bucket mesh-holders/) });
+      expect(await adapter.login({ bindings: { ...bindings, buckets: "mesh-grants" } })).toMatchObject({ ok: false, reason: "rejected" });
+    } finally {
+      await adapter.close();
+      await nc.close();
+      await own.stop();
     }
   });
 });

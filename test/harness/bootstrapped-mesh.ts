@@ -47,12 +47,14 @@ export interface BootstrappedMesh {
   servicePid(script: string): number | undefined;
   /** Runs meshctl with `args` as the administrator (or with `env` over that); resolves with its exit code and output. */
   meshctl(args: string[], env?: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }>;
-  stop(): Promise<void>;
+  /** Stops meshctl (and so everything it started); with `keep`, the directory (keys, store, bindings) stays, for a restart. */
+  stop(opts?: { keep?: boolean }): Promise<void>;
 }
 
-export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeoutMs?: number } = {}): Promise<BootstrappedMesh> {
-  const cwd = mkdtempSync(join(tmpdir(), "mesh-boot-"));
-  const url = `nats://127.0.0.1:${await freePort()}`;
+/** With `restart`, bootstrap runs again in the directory and at the URL of a mesh stopped with `keep`: a cold start of the same mesh. */
+export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeoutMs?: number; restart?: Pick<BootstrappedMesh, "cwd" | "url"> } = {}): Promise<BootstrappedMesh> {
+  const cwd = opts.restart?.cwd ?? mkdtempSync(join(tmpdir(), "mesh-boot-"));
+  const url = opts.restart?.url ?? `nats://127.0.0.1:${await freePort()}`;
   let out = "";
   const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : [])], {
     cwd,
@@ -91,7 +93,7 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
       return undefined;
     },
     meshctl: (args, env = {}) => runMeshctl(cwd, args, { ...process.env, ...adminEnv, ...env }),
-    async stop() {
+    async stop(how = {}) {
       if (proc.exitCode === null && proc.signalCode === null) {
         const exited = new Promise((r) => proc.once("exit", r));
         proc.kill("SIGTERM");
@@ -100,6 +102,7 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
         clearTimeout(t);
       }
       // MESH_TEST_KEEP_DIRS=1 keeps the directory (logs, NATS store) to look at after a failure.
+      if (how.keep) return;
       if (process.env.MESH_TEST_KEEP_DIRS === "1") console.error(`kept ${cwd} (MESH_TEST_KEEP_DIRS=1)`);
       else rmSync(cwd, { recursive: true, force: true });
     },

@@ -12,6 +12,8 @@ import { stringify as stringifyYaml } from "yaml";
 import {
   BOOTSTRAP_PROVIDER,
   CONTROL_PLANE_MODULE,
+  CONTROL_PLANE_SERVICES,
+  ControlPlaneRequirements,
   ModuleStatus,
   StateFiles,
   agentPart,
@@ -70,6 +72,11 @@ export function busProvider(opts: { url: string; node: string; files?: Pick<Oper
 /** Where the identity of control-plane part `part` on `node` lands: its nats.user binding. */
 export function identityBinding(bindingsRoot: string, node: string, part: string): string {
   return join(bindingsRoot, node, CONTROL_PLANE_MODULE, part, identityRequirement(part));
+}
+
+/** Where the source of record's binding (grant `mesh/records`) of control-plane part `part` lands; undefined for a part that does not hold it (an agent). */
+export function recordsBinding(bindingsRoot: string, node: string, part: string): string | undefined {
+  return (CONTROL_PLANE_SERVICES as readonly string[]).includes(part) ? join(bindingsRoot, node, CONTROL_PLANE_MODULE, part, ControlPlaneRequirements.records) : undefined;
 }
 
 /** The part a service of `meshctl up` is: `resolver` → `resolver`, `agent node-b` → `agent-node-b`. */

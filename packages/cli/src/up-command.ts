@@ -5,7 +5,7 @@
  * answers, and shows a live status until Ctrl-C; then it stops everything it started.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { adminEnv, bootstrapFiles, busProvider, controlPlaneFiles, identityBinding, partOfService, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
+import { adminEnv, bootstrapFiles, busProvider, controlPlaneFiles, identityBinding, partOfService, recordsBinding, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
 import { prepareOperatorServer } from "@mesh/providers";
 import { join, relative, isAbsolute } from "node:path";
 import {
@@ -359,15 +359,17 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       if (!ready) return await finished;
       const moves = specs.map((spec) => {
         const node = /^agent (.+)$/.exec(spec.name)?.[1] ?? cpNode;
-        return { spec, binding: identityBinding(paths.bindings, node, partOfService(spec.name)) };
+        const part = partOfService(spec.name);
+        return { spec, binding: identityBinding(paths.bindings, node, part), records: recordsBinding(paths.bindings, node, part) };
       });
       // A Ready left from an earlier run (the store is kept) may come before this run's agents
       // have written the bindings: a service started on a missing binding would only fail.
       const written = await waitForIdentityBindings(moves.map((m) => m.binding), { timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000, signal: quit.signal });
       if (!written) return await finished;
-      for (const { spec, binding } of moves) {
+      for (const { spec, binding, records } of moves) {
         // Emptied, not left out: children inherit meshctl's environment, which may hold the administrator's.
-        const env = { ...spec.env, MESH_NATS_USER: "", MESH_NATS_PASSWORD_FILE: "", MESH_NATS_PASSWORD: "", MESH_NATS_CREDENTIALS: binding };
+        // The services check that their store is the source of record grant mesh/records names.
+        const env = { ...spec.env, MESH_NATS_USER: "", MESH_NATS_PASSWORD_FILE: "", MESH_NATS_PASSWORD: "", MESH_NATS_CREDENTIALS: binding, MESH_RECORDS_BINDING: records ?? "" };
         await supervisor.replace({ ...spec, env }, opts.graceMs ?? 5_000);
       }
       out.out(`restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`);

@@ -1,18 +1,22 @@
 /**
  * Credentials at rest: one KV record per grant and generation, its values encrypted with
- * AES-256-GCM under the master key and bound to the record's key. The secret material is
+ * AES-256-GCM under the master key (a data key of grant `mesh/master-key`, or the local
+ * key-encryption key: master-key-ring.ts) and bound to the record's key. The secret material is
  * written *before* the provider is touched (write-ahead, as Vault's rotation does), so a
  * provisioner that dies half-way leaves a record the next one finishes from, never a
  * resource with a password nobody knows.
  */
 import { z } from "zod";
 import {
+  CONTROL_PLANE_MODULE,
+  ControlPlaneRequirements,
   ErrorCodes,
   MeshError,
   decrypt,
   encrypt,
   isCasConflict,
   keys,
+  parseMasterKey,
   storeWrite,
   type Encrypted,
   type KV,
@@ -46,11 +50,61 @@ export interface StoredCredential {
   bindings?: BindingValues;
 }
 
+/**
+ * The keys a store encrypts and decrypts with: `kek`, the local key-encryption key (the master
+ * key's own records are under it); `sealing()`, the key new records are written under;
+ * `opening(id)`, the key of id `id`, undefined when this process has none.
+ */
+export interface CredentialKeys {
+  readonly kek: MasterKey;
+  sealing(): Promise<MasterKey>;
+  opening(keyId: string): Promise<MasterKey | undefined>;
+  /** Reads the keys again now (a ring); absent for a fixed key. */
+  refresh?(): Promise<void>;
+}
+
+/** One key for everything: a store of a process without a key ring (tests, a mesh that never rotates its master key). */
+export function singleKey(key: MasterKey): CredentialKeys {
+  return { kek: key, sealing: async () => key, opening: async (id) => (id === key.id ? key : undefined) };
+}
+
+/** The keys of `key`: a ring as it is, a single master key as {@link singleKey}. */
+export function keysOf(key: MasterKey | CredentialKeys): CredentialKeys {
+  return "sealing" in key ? key : singleKey(key);
+}
+
+/** True when `recordKey` is a credential record of grant `mesh/master-key` (see master-key-ring.ts). */
+export function isMasterKeyRecord(recordKey: string): boolean {
+  return recordKey.startsWith(`${keys.grant(CONTROL_PLANE_MODULE, ControlPlaneRequirements.masterKey)}.g`);
+}
+
 export class CredentialStore {
+  private readonly keys: CredentialKeys;
+
   constructor(
     private readonly kv: KV,
-    private readonly key: MasterKey,
-  ) {}
+    key: MasterKey | CredentialKeys,
+  ) {
+    this.keys = keysOf(key);
+  }
+
+  /** Encrypts the values of record `k`: a data key of the master-key grant under the KEK, everything else under the sealing key. */
+  private async seal(k: string, values: StoredCredential): Promise<Encrypted> {
+    return encrypt(isMasterKeyRecord(k) ? this.keys.kek : await this.keys.sealing(), JSON.stringify(values), k);
+  }
+
+  /** Decrypts record `k` with the key it names; `Decrypt` when this process has no such key. */
+  private async open(k: string, e: Encrypted): Promise<StoredCredential> {
+    const key = await this.keys.opening(e.keyId);
+    if (!key) {
+      throw new MeshError(
+        ErrorCodes.Decrypt,
+        `credential ${k} is encrypted under key ${e.keyId}, which is neither this process's master key file (${this.keys.kek.id}) nor a data key of mesh/master-key in the store; ` +
+          "give every provisioner, verifier and rotator the same MESH_MASTER_KEY_FILE (or MESH_MASTER_KEY)",
+      );
+    }
+    return JSON.parse(decrypt(key, e, k)) as StoredCredential;
+  }
 
   /** Reads and decrypts a generation; undefined when it was never written. */
   async read(module: string, requirement: string, generation: number): Promise<(StoredCredential & { record: CredentialRecord; revision: number }) | undefined> {
@@ -58,7 +112,7 @@ export class CredentialStore {
     const e = await this.kv.get(k);
     if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
     const record = CredentialRecord.parse(e.json());
-    const values = JSON.parse(decrypt(this.key, record.encrypted as Encrypted, k)) as StoredCredential;
+    const values = await this.open(k, record.encrypted as Encrypted);
     return { ...values, record, revision: e.revision };
   }
 
@@ -77,7 +131,7 @@ export class CredentialStore {
       generation,
       provider,
       createdAt: new Date().toISOString(),
-      encrypted: encrypt(this.key, JSON.stringify({ secret } satisfies StoredCredential), k),
+      encrypted: await this.seal(k, { secret }),
     };
     try {
       const data = JSON.stringify(record);
@@ -110,9 +164,36 @@ export class CredentialStore {
     for (const generation of await this.generations(module, requirement)) await this.purgeGeneration(module, requirement, generation);
   }
 
-  /** Erases one generation of a grant, every revision of it (idempotent). */
+  /**
+   * Erases one generation of a grant, every revision of it (idempotent). A data key of the
+   * master key is erased only once no record is encrypted under it (else those records would
+   * never open again): until then this throws a retryable `Conflict` saying how many and what to do.
+   */
   async purgeGeneration(module: string, requirement: string, generation: number): Promise<void> {
-    await this.kv.purge(keys.credential(module, requirement, generation));
+    const k = keys.credential(module, requirement, generation);
+    if (isMasterKeyRecord(k)) await this.checkUnused(k);
+    await this.kv.purge(k);
+  }
+
+  /** Throws when data key `k` (a master-key record) still encrypts a record of the store. */
+  private async checkUnused(k: string): Promise<void> {
+    const e = await this.kv.get(k);
+    if (!e || e.operation !== "PUT" || e.length === 0) return;
+    const { secret } = await this.open(k, CredentialRecord.parse(e.json()).encrypted as Encrypted);
+    if (typeof secret.value !== "string") return;
+    const id = parseMasterKey(secret.value).id;
+    let users = 0;
+    for await (const other of await this.kv.keys()) {
+      const o = await this.kv.get(other);
+      if (o && o.operation === "PUT" && o.length > 0 && CredentialRecord.parse(o.json()).encrypted.keyId === id) users++;
+    }
+    if (users > 0) {
+      throw new MeshError(
+        ErrorCodes.Conflict,
+        `${k} is the data key of ${users} credential record${users > 1 ? "s" : ""}, so it is kept: rotate the master key (meshctl rotate mesh/master-key), which moves them under the new one, and it goes at a later commit`,
+        { retryable: true },
+      );
+    }
   }
 
   /** Records the binding values the provider produced for a generation. */
@@ -125,7 +206,7 @@ export class CredentialStore {
       const record: CredentialRecord = {
         ...cur.record,
         appliedAt: new Date().toISOString(),
-        encrypted: encrypt(this.key, JSON.stringify({ secret: cur.secret, bindings } satisfies StoredCredential), k),
+        encrypted: await this.seal(k, { secret: cur.secret, bindings }),
       };
       try {
         const data = JSON.stringify(record);
@@ -133,6 +214,55 @@ export class CredentialStore {
         return;
       } catch (e) {
         if (!isCasConflict(e)) throw e;
+      }
+    }
+  }
+
+  /**
+   * Re-encrypts every record not under the sealing key (the newest data key) under it, each by
+   * a compare-and-set on the revision read, so a concurrent write is read again, never lost.
+   * The master key's own records stay under the KEK. Idempotent and resumable: a pass that
+   * died half-way leaves records under the old key, which still opens, and the next pass moves
+   * them. Passes repeat until one moves nothing (a writer that had not yet seen the new key may
+   * have written under the old one meanwhile), at most `maxPasses` times.
+   */
+  async reencrypt(opts: { maxPasses?: number; onMoved?: (key: string) => void } = {}): Promise<{ target: string; moved: number; passes: number }> {
+    await this.keys.refresh?.();
+    const target = await this.keys.sealing();
+    let moved = 0;
+    let passes = 0;
+    for (; passes < (opts.maxPasses ?? 5); ) {
+      passes++;
+      let movedNow = 0;
+      const all: string[] = [];
+      for await (const k of await this.kv.keys()) all.push(k);
+      for (const k of all) {
+        if (isMasterKeyRecord(k)) continue;
+        if (await this.reencryptOne(k, target)) {
+          movedNow++;
+          opts.onMoved?.(k);
+        }
+      }
+      moved += movedNow;
+      if (movedNow === 0) break;
+    }
+    return { target: target.id, moved, passes };
+  }
+
+  /** Moves record `k` under `target` unless it is there (or gone); true when it moved it. */
+  private async reencryptOne(k: string, target: MasterKey): Promise<boolean> {
+    for (;;) {
+      const e = await this.kv.get(k);
+      if (!e || e.operation !== "PUT" || e.length === 0) return false;
+      const record = CredentialRecord.parse(e.json());
+      if (record.encrypted.keyId === target.id) return false;
+      const values = await this.open(k, record.encrypted as Encrypted);
+      const data = JSON.stringify({ ...record, encrypted: encrypt(target, JSON.stringify(values), k) } satisfies CredentialRecord);
+      try {
+        await storeWrite(this.kv, k, () => this.kv.update(k, data, e.revision), { bytes: Buffer.byteLength(data) });
+        return true;
+      } catch (err) {
+        if (!isCasConflict(err)) throw err;
       }
     }
   }

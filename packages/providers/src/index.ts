@@ -76,7 +76,8 @@ export { matches, uncovered, within } from "./subject-containment.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";
-export { CredentialStore, CredentialRecord, type StoredCredential } from "./credential-store.js";
+export { CredentialStore, CredentialRecord, isMasterKeyRecord, keysOf, singleKey, type CredentialKeys, type StoredCredential } from "./credential-store.js";
+export { MasterKeyRing, RING_REFRESH_MS, storeKeyRing } from "./master-key-ring.js";
 export { AdapterPool, providerConfig } from "./adapter-pool.js";
 export {
   probeAdminSecret,

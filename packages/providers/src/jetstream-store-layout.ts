@@ -16,7 +16,8 @@ import { grantBaseName } from "./grant-base-name.js";
 export const NATS_BUCKET_NAME = /^[A-Za-z0-9_-]{1,200}$/;
 
 /** The two kinds served here. */
-export type StoreKind = typeof Kinds.KvBucket | typeof Kinds.ObjectStore;
+/** The kinds served here: the two stores, and the registry kinds as the bootstrap registry serves them (an object store each). */
+export type StoreKind = typeof Kinds.KvBucket | typeof Kinds.ObjectStore | typeof Kinds.OciRegistry | typeof Kinds.NpmRegistry;
 
 /** The description that marks a bucket's stream as the mesh's for one grant. */
 export const markerOf = (module: string, requirement: string) => `mesh grant ${module}/${requirement}`;
@@ -67,6 +68,9 @@ export interface StoreLimits {
 export const STORE_OPTIONS: Record<StoreKind, readonly string[]> = {
   [Kinds.KvBucket]: ["history", "ttl", "maxBytes", "replicas"],
   [Kinds.ObjectStore]: ["ttl", "maxBytes", "replicas"],
+  // Images and packages are kept until deleted: no ttl.
+  [Kinds.OciRegistry]: ["maxBytes", "replicas"],
+  [Kinds.NpmRegistry]: ["maxBytes", "replicas"],
 };
 
 /** Most KV history: the clients' limit, enforced here because nats-server 2.9.10 takes more. */

@@ -33,7 +33,7 @@ import {
 import { JetStreamApiError, StorageType, jetstreamManager, type JetStreamClient, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
-import { ErrorCodes, Kinds, MeshError, errorMessage, retryJetStreamGap } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, RECORDS_GRANT, SOURCE_OF_RECORD, errorMessage, grantId, retryJetStreamGap } from "@mesh/shared";
 import type {
   AdapterFactory,
   CreateRequest,
@@ -63,6 +63,15 @@ export const createKvBucketAdapter: AdapterFactory = (provider) => new JetStream
 /** Makes the `object.store` adapter of `provider`; throws `ProviderMisconfigured` for a bad endpoint. */
 export const createObjectStoreAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.ObjectStore, provider);
 
+/**
+ * The bootstrap registries: `oci.registry` and `npm.registry` on a NATS provider (the mesh's own,
+ * before any registry is installed), each an object store of the grant, bound with the keys of
+ * `object.store` plus `format` (`oci`, `npm`): what a holder reads images or packages from until
+ * the grant is handed over to a registry server.
+ */
+export const createBootstrapOciRegistryAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.OciRegistry, provider);
+export const createBootstrapNpmRegistryAdapter: AdapterFactory = (provider) => new JetStreamStoreAdapter(Kinds.NpmRegistry, provider);
+
 /** What differs between the two kinds. */
 interface Flavour {
   what: string;
@@ -71,9 +80,15 @@ interface Flavour {
    * `nats.user` binding says (a connection); this one says which JetStream API to open.
    */
   bindingType: string;
+  /** Binding values beside the common ones. */
+  extra?: Record<string, string>;
   /** Makes the bucket as its client library would, marked with `description`. */
   make(js: JetStreamClient, bucket: string, description: string, limits: StoreLimits): Promise<unknown>;
 }
+
+/** An object store, as @nats-io/obj makes one (its ttl in nanoseconds, the KV's in milliseconds). */
+const makeObjectStore: Flavour["make"] = (js, bucket, description, l) =>
+  new Objm(js).create(bucket, { description, ttl: l.ttlMs * 1_000_000, max_bytes: l.maxBytes, replicas: l.replicas, storage: StorageType.File });
 
 const FLAVOURS: Record<StoreKind, Flavour> = {
   [Kinds.KvBucket]: {
@@ -85,10 +100,10 @@ const FLAVOURS: Record<StoreKind, Flavour> = {
   [Kinds.ObjectStore]: {
     what: "object store",
     bindingType: "nats-object-store",
-    make: (js, bucket, description, l) =>
-      // The object store takes its ttl in nanoseconds, the KV in milliseconds.
-      new Objm(js).create(bucket, { description, ttl: l.ttlMs * 1_000_000, max_bytes: l.maxBytes, replicas: l.replicas, storage: StorageType.File }),
+    make: makeObjectStore,
   },
+  [Kinds.OciRegistry]: { what: "image store (the bootstrap registry)", bindingType: "nats-object-store", extra: { format: "oci" }, make: makeObjectStore },
+  [Kinds.NpmRegistry]: { what: "package store (the bootstrap registry)", bindingType: "nats-object-store", extra: { format: "npm" }, make: makeObjectStore },
 };
 
 interface Endpoint {
@@ -132,6 +147,10 @@ class JetStreamStoreAdapter implements ProviderAdapter {
 
   /** Whether the grant's bucket exists and is the mesh's; the generation does not matter. */
   async observe(req: ObserveRequest): Promise<ObserveResult> {
+    if (this.isRecords(req.grant)) {
+      const missing = await this.withAdmin(`observe ${RECORDS_GRANT}`, ({ jsm }) => missingOfRecord(jsm));
+      return missing.length ? { exists: false, details: { missing: missing.join(",") } } : { exists: true, details: recordNames() };
+    }
     const names = this.names(req.grant);
     return this.withAdmin(`observe ${names.grant}`, async ({ jsm }): Promise<ObserveResult> => {
       const info = await streamInfo(jsm, names.stream);
@@ -142,6 +161,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   }
 
   async create(req: CreateRequest): Promise<CreateResult> {
+    if (this.isRecords(req.grant)) return this.bindRecords();
     const names = this.names(req.grant);
     const limits = storeLimits(this.kind, req.options, names.grant);
     await this.withAdmin(`create ${names.grant}`, async ({ nc, js, jsm }) => {
@@ -176,12 +196,15 @@ class JetStreamStoreAdapter implements ProviderAdapter {
         // No credential: a holder connects with its own nats.user identity.
         uri: `nats://${hostPort(host, port)}`,
         bucket: names.bucket,
+        ...this.flavour.extra,
       },
     };
   }
 
   /** Deletes the grant's stream if it carries the grant's mark; anything else of that name is left alone. */
   async delete(req: DeleteRequest): Promise<void> {
+    // The mesh's own store is never dropped through a grant: taking mesh/records back leaves it.
+    if (this.isRecords(req.grant)) return;
     const names = this.names(req.grant);
     await this.withAdmin(`delete ${names.grant}`, async ({ jsm }) => {
       const info = await streamInfo(jsm, names.stream);
@@ -204,6 +227,19 @@ class JetStreamStoreAdapter implements ProviderAdapter {
    */
   async login(req: LoginRequest): Promise<LoginResult> {
     const b = req.bindings;
+    // The source of record's binding names its buckets, not one bucket.
+    if (this.kind === Kinds.KvBucket && b.buckets !== undefined) {
+      if (b.buckets !== recordNames().buckets || b.streams !== recordNames().streams) return { ok: false, reason: "rejected", message: `the binding names ${b.buckets} and ${b.streams ?? "no streams"}, not the source of record of this version` };
+      try {
+        const missing = await missingOfRecord((await this.adminConnection()).jsm);
+        return missing.length ? { ok: false, reason: "missing", message: `the source of record lacks ${missing.join(", ")} at ${this.provider.endpoint}` } : { ok: true };
+      } catch (e) {
+        // Without an identity of its own (an agent's adapter) the check ends at "the server answers", as for any bucket.
+        if (isAuthError(e)) return this.provider.admin ? { ok: false, reason: "rejected", message: `NATS at ${this.provider.endpoint} rejected the admin user: ${errorMessage(e)}` } : { ok: true };
+        if (e instanceof PermissionViolationError) return { ok: false, reason: "rejected", message: `NATS at ${this.provider.endpoint}: ${errorMessage(e)}` };
+        return { ok: false, reason: "unreachable", message: `cannot check the source of record at ${this.provider.endpoint}: ${errorMessage(e)}` };
+      }
+    }
     const lacking = ["host", "port", "bucket"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const port = Number(b.port);
@@ -244,6 +280,33 @@ class JetStreamStoreAdapter implements ProviderAdapter {
     this.admin = undefined;
     const c = await admin?.catch(() => undefined);
     if (c && !c.nc.isClosed()) await c.nc.drain().catch(() => {});
+  }
+
+  /** True for grant `mesh/records` of kind `kv.bucket`: the source of record, which is bound, never made (see {@link bindRecords}). */
+  private isRecords(grant: { module: string; requirement: string }): boolean {
+    return this.kind === Kinds.KvBucket && grantId(grant.module, grant.requirement) === RECORDS_GRANT;
+  }
+
+  /**
+   * Grant `mesh/records`: the buckets and streams the services keep their state in, made by the
+   * operator's admin before the services moved onto their identities (every service opens the
+   * store at start); the grant binds them by name, and fails, retryably, saying what is missing.
+   */
+  private async bindRecords(): Promise<CreateResult> {
+    const missing = await this.withAdmin(`bind ${RECORDS_GRANT}`, ({ jsm }) => missingOfRecord(jsm));
+    if (missing.length) {
+      throw new MeshError(
+        ErrorCodes.ProviderRejected,
+        `the source of record lacks ${missing.join(", ")} at ${this.provider.endpoint}; every service makes what is missing when it starts as the operator's admin (meshctl bootstrap), so start one that way`,
+        { retryable: true },
+      );
+    }
+    const { host, port } = this.endpoint;
+    const names = recordNames();
+    return {
+      resource: names,
+      bindings: { type: this.flavour.bindingType, provider: this.provider.name, host, port: String(port), uri: `nats://${hostPort(host, port)}`, ...names },
+    };
   }
 
   private names(grant: CreateRequest["grant"] | DeleteRequest["grant"]): StoreNames {
@@ -331,7 +394,19 @@ class JetStreamStoreAdapter implements ProviderAdapter {
 }
 
 
-/** `host:port`, with an IPv6 host in brackets. */
+/** The source of record as grant `mesh/records` binds it: its buckets and streams, comma-separated. */
+function recordNames(): { buckets: string; streams: string } {
+  return { buckets: SOURCE_OF_RECORD.buckets.join(","), streams: SOURCE_OF_RECORD.streams.join(",") };
+}
+
+/** The buckets and streams of the source of record that do not exist on the server. */
+async function missingOfRecord(jsm: JetStreamManager): Promise<string[]> {
+  const missing: string[] = [];
+  for (const b of SOURCE_OF_RECORD.buckets) if (!(await streamInfo(jsm, streamName(Kinds.KvBucket, b)))) missing.push(`bucket ${b}`);
+  for (const s of SOURCE_OF_RECORD.streams) if (!(await streamInfo(jsm, s))) missing.push(`stream ${s}`);
+  return missing;
+}
+
 
 /** Connects to `server` without reconnects, with JetStream checked; `admin` is the identity, if any. */
 async function openJetStream(server: string, timeoutMs: number, admin?: ProviderConfig["admin"]): Promise<JetStreamConnection> {

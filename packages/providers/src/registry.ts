@@ -1,7 +1,7 @@
 /**
  * Which adapter serves which kind: the one place a kind is mapped to its adapter factory.
  */
-import { ErrorCodes, Kinds, MeshError, type Kind } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, servedByNats, type Kind } from "@mesh/shared";
 import type { AdapterFactory, ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { createPostgresAdapter } from "./postgres.js";
 import { createSecretAdapter } from "./secret.js";
@@ -10,7 +10,7 @@ import { createRedisAdapter } from "./redis.js";
 import { createMeshIdentityAdapter, createNatsUserAdapter } from "./nats-user.js";
 import { createRabbitmqAdapter } from "./rabbitmq.js";
 import { createOciRegistryAdapter } from "./oci-registry.js";
-import { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
+import { createBootstrapNpmRegistryAdapter, createBootstrapOciRegistryAdapter, createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 import { createNpmRegistryAdapter } from "./npm-registry.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
@@ -27,12 +27,21 @@ const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.NpmRegistry]: createNpmRegistryAdapter,
 };
 
-/** The kinds that have an adapter, in a stable order. */
-export const adapterKinds: readonly Kind[] = Object.keys(factories).sort() as Kind[];
+/**
+ * The adapters of kinds a NATS provider serves instead of the kind's own server (kinds.ts
+ * `servedByNats`): the registry kinds on the mesh's NATS are the bootstrap registry.
+ */
+const natsFactories: Partial<Record<Kind, AdapterFactory>> = {
+  [Kinds.OciRegistry]: createBootstrapOciRegistryAdapter,
+  [Kinds.NpmRegistry]: createBootstrapNpmRegistryAdapter,
+};
 
-/** True when `kind` has an adapter. */
+/** The kinds that have an adapter, in a stable order. */
+export const adapterKinds: readonly Kind[] = [...new Set([...Object.keys(factories), ...Object.keys(natsFactories)])].sort() as Kind[];
+
+/** True when `kind` has an adapter (on some provider). */
 export function hasAdapter(kind: string): kind is Kind {
-  return Object.hasOwn(factories, kind);
+  return Object.hasOwn(factories, kind) || Object.hasOwn(natsFactories, kind);
 }
 
 /**
@@ -41,7 +50,8 @@ export function hasAdapter(kind: string): kind is Kind {
  * factory throws for a provider it cannot use (a malformed endpoint).
  */
 export function createAdapter(kind: string, provider: ProviderConfig): ProviderAdapter {
-  const factory = hasAdapter(kind) ? factories[kind] : undefined;
+  const onNats = hasAdapter(kind) && servedByNats(kind, provider.endpoint) ? natsFactories[kind] : undefined;
+  const factory = onNats ?? (hasAdapter(kind) ? factories[kind] : undefined);
   if (!factory) {
     throw new MeshError(
       ErrorCodes.ProviderMisconfigured,

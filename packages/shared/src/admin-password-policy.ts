@@ -25,7 +25,7 @@
 import { realpathSync, statSync } from "node:fs";
 import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { ErrorCodes, MeshError } from "./errors.js";
-import { NATS_KINDS } from "./kinds.js";
+import { NATS_KINDS, servedByNats } from "./kinds.js";
 import { BINDING_KEY_PATTERN, isValidName, parseBindingGenerationDir } from "./names.js";
 import type { ProviderDoc } from "./schemas/manifest.js";
 import { parseGrantId } from "./subjects.js";
@@ -169,7 +169,7 @@ function ownFileRefusal(doc: ProviderDoc, shown: string, real: string, policy: A
     if (real !== join(operatorDir, OPERATOR_ADMIN_CREDS)) {
       return `${shown} is in the mesh's operator directory ${operatorDir} (its signing keys, identity keys and JWTs): ${OWN_FILE_RULE}; ${FILE_FIX}`;
     }
-    const others = doc.serves.filter((k) => !NATS_KINDS.includes(k));
+    const others = doc.serves.filter((k) => !servedByNats(k, doc.endpoint));
     if (others.length === 0) return undefined;
     return (
       `${shown} is the operator admin's .creds, which only a provider serving NATS kinds alone (${NATS_KINDS.join(", ")}) may use, as a .creds whose seed is never sent; ` +

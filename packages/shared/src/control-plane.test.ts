@@ -17,7 +17,8 @@ describe("the control plane's own module", () => {
     expect(identities.map((r) => r.parts)).toEqual(manifest.parts.map((p) => [p.name]));
     expect(manifest.requires.filter((r) => r.kind !== "nats.user").map((r) => `${r.name}:${r.kind}`)).toEqual([
       "records:kv.bucket",
-      "artifacts:object.store",
+      "images:oci.registry",
+      "packages:npm.registry",
       "master-key:secret",
     ]);
   });
@@ -87,7 +88,7 @@ describe("the control plane's own module", () => {
       auth: { signingKeysFile: "/var/lib/mesh/nats-operator/signing-keys.json", admin: { username: "mesh-admin", passwordFile: "/var/lib/mesh/nats-operator/admin.creds" } },
     });
     expect(ProviderDoc.safeParse(doc).success).toBe(true);
-    expect(doc.serves).toEqual(["nats.user", "kv.bucket", "object.store", "mesh.identity"]);
+    expect(doc.serves).toEqual(["nats.user", "kv.bucket", "object.store", "mesh.identity", "oci.registry", "npm.registry"]);
     // On a server without authentication: the parts' identities only, with nothing to read.
     const open = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a" });
     expect(ProviderDoc.safeParse(open).success).toBe(true);

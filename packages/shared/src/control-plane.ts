@@ -4,10 +4,10 @@
  * else is installed (DESIGN.md, "The control plane is a consumer too"). `meshctl bootstrap`
  * applies what these functions return; nothing here talks to NATS.
  */
-import { Kinds } from "./kinds.js";
+import { Kinds, REGISTRY_KINDS, type Kind } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
-import { Buckets, Durables, Streams, keys, subjects, type BucketName } from "./subjects.js";
+import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } from "./subjects.js";
 import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 
@@ -21,13 +21,27 @@ export type ControlPlaneService = (typeof CONTROL_PLANE_SERVICES)[number];
 
 /** Requirement names of the control plane's module. */
 export const ControlPlaneRequirements = {
-  /** The source of record: a JetStream KV bucket. */
+  /**
+   * The source of record: the mesh's own buckets and streams (subjects.ts `SOURCE_OF_RECORD`),
+   * which the `kv.bucket` adapter binds for this grant instead of making a bucket of its own.
+   */
   records: "records",
-  /** Images and packages the agents install from. */
-  artifacts: "artifacts",
+  /** The images the agents install from (kind `oci.registry`). */
+  images: "images",
+  /** The packages the agents install from (kind `npm.registry`). */
+  packages: "packages",
   /** The key credentials are encrypted under, for the services that read or write them. */
   masterKey: "master-key",
 } as const;
+
+/**
+ * The grant of the master key: the data keys the credentials store is encrypted under, one per
+ * generation, wrapped by each service's local key-encryption key (providers' master-key-ring.ts).
+ */
+export const MASTER_KEY_GRANT = grantId(CONTROL_PLANE_MODULE, ControlPlaneRequirements.masterKey);
+
+/** The grant of the source of record: the mesh's own buckets and streams (subjects.ts `SOURCE_OF_RECORD`), not a bucket of its own. */
+export const RECORDS_GRANT = grantId(CONTROL_PLANE_MODULE, ControlPlaneRequirements.records);
 
 /** The part of the agent of `node`. */
 export function agentPart(node: string): string {
@@ -161,7 +175,8 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
       // which the trace missed; seen refused in a rehearsal of the README's first command).
       // The providers: rotating a secret that is a provider's admin password sets it at that provider's server.
       // The receipts: an agent's says which part holds which grant, so its consumer is made.
-      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers, Buckets.receipts] };
+      // The credentials: a rotation of the master key re-encrypts every record before it commits, and each commit lists a grant's generations to purge the old ones.
+      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers, Buckets.receipts, Buckets.credentials] };
   }
 }
 
@@ -203,8 +218,8 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       return {
         publish: [
           ...nodeOwned(node).map(({ bucket, filter }) => `$KV.${bucket}.${filter}`),
-          // The artifact store the agents hold (object.store names its bucket <module>_<requirement>).
-          `$O.${CONTROL_PLANE_MODULE}_${ControlPlaneRequirements.artifacts}.>`,
+          // The bootstrap registries the agents hold (an object store each, named <module>_<requirement>).
+          ...[ControlPlaneRequirements.images, ControlPlaneRequirements.packages].map((r) => `$O.${CONTROL_PLANE_MODULE}_${r}.>`),
           subjects.credentialFetchesOfNode(node),
           `mesh.probe.report.${node}.>`,
         ],
@@ -253,7 +268,7 @@ function checkLayout(layout: ControlPlaneLayout): void {
 
 /**
  * The control plane's own module: a part per service (on `servicesNode`) and per agent, the
- * source of record, the artifact store (for the agents), the master key (for the services
+ * source of record, the image and package registries (for the agents), the master key (for the services
  * that handle credentials) and one broker identity per part, limited to what it needs.
  */
 export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
@@ -276,7 +291,8 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
     parts: [...services, ...agents],
     requires: [
       { name: ControlPlaneRequirements.records, kind: Kinds.KvBucket, parts: [...CONTROL_PLANE_SERVICES] },
-      { name: ControlPlaneRequirements.artifacts, kind: Kinds.ObjectStore, parts: agents.map((a) => a.name) },
+      { name: ControlPlaneRequirements.images, kind: Kinds.OciRegistry, parts: agents.map((a) => a.name) },
+      { name: ControlPlaneRequirements.packages, kind: Kinds.NpmRegistry, parts: agents.map((a) => a.name) },
       { name: ControlPlaneRequirements.masterKey, kind: Kinds.Secret, parts: ["provisioner", "verifier", "rotator"] },
       ...identities,
     ],
@@ -284,9 +300,20 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
 }
 
 /**
+ * Whether `provider` may serve `kind` to `module`. The bootstrap provider's registries (an
+ * object store of the mesh's own NATS per grant, there before anything is installed) are the
+ * control plane's alone: another module's `oci.registry` or `npm.registry` requirement finds
+ * no provider in it, and is `NoProvider` until a registry server is registered as one.
+ */
+export function servesModule(provider: Pick<ProviderDoc, "name">, kind: Kind, module: string): boolean {
+  return !(provider.name === BOOTSTRAP_PROVIDER && REGISTRY_KINDS.includes(kind) && module !== CONTROL_PLANE_MODULE);
+}
+
+/**
  * The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. On
  * a server without authentication (`auth` left out) it serves only the parts' identities, as
  * bindings that carry the server's url alone.
+ * It serves the registry kinds to module `mesh` only ({@link servesModule}), from JetStream object stores.
  * Its ceiling on `nats.user` permissions lets module `mesh` (the control plane, whose identities
  * need JetStream's API and the mesh's own subjects) ask for anything, and every other module
  * only the default: its own namespace.
@@ -305,7 +332,7 @@ export function bootstrapProvider(opts: {
   if (!opts.auth) return { ...base, serves: [Kinds.MeshIdentity] };
   return {
     ...base,
-    serves: [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity],
+    serves: [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity, ...REGISTRY_KINDS],
     admin: { username: opts.auth.admin.username, passwordFile: opts.auth.admin.passwordFile },
     options: {
       signingKeysFile: opts.auth.signingKeysFile,

@@ -36,12 +36,25 @@ export const KIND_LIST = Object.values(Kinds) as [Kind, ...Kind[]];
 export const NATS_KINDS: readonly Kind[] = [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity];
 
 /**
+ * The registry kinds, which a NATS server also serves, from a JetStream object store, when the
+ * provider's endpoint is `nats://` (the bootstrap registry of the control plane: the mesh's own
+ * NATS serves them to module `mesh` only, see control-plane.ts); a registry server serves them
+ * over HTTP otherwise.
+ */
+export const REGISTRY_KINDS: readonly Kind[] = [Kinds.OciRegistry, Kinds.NpmRegistry];
+
+/** True when a provider at `endpoint` serves `kind` through NATS (its adapter takes a `.creds` admin password as a `.creds`). */
+export function servedByNats(kind: Kind, endpoint: string): boolean {
+  return NATS_KINDS.includes(kind) || (REGISTRY_KINDS.includes(kind) && /^nats:\/\//i.test(endpoint));
+}
+
+/**
  * The kinds whose resource holds data (a database, a vhost, a bucket, an object store): when no
  * installed part needs such a grant any more its logins are revoked and, by default
  * (`deletionPolicy: Retain`), the data is kept. Every other kind is a credential alone, and is
  * always deleted.
  */
-export const DATA_KINDS: readonly Kind[] = [Kinds.PostgresDatabase, Kinds.MariadbDatabase, Kinds.RabbitmqVhost, Kinds.KvBucket, Kinds.ObjectStore];
+export const DATA_KINDS: readonly Kind[] = [Kinds.PostgresDatabase, Kinds.MariadbDatabase, Kinds.RabbitmqVhost, Kinds.KvBucket, Kinds.ObjectStore, Kinds.OciRegistry, Kinds.NpmRegistry];
 
 /** What happens to a grant's resource once nothing needs it: `Retain` keeps the data (its logins are revoked), `Delete` drops it. */
 export type DeletionPolicy = "Retain" | "Delete";

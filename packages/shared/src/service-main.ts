@@ -5,7 +5,8 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { errorMessage } from "./errors.js";
+import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
+import { SOURCE_OF_RECORD } from "./subjects.js";
 import { createLogger, type Logger } from "./logger.js";
 import { loadMasterKey, type MasterKey } from "./crypto.js";
 import { connectNats, openStore, type NatsConnection, type Store } from "./nats.js";
@@ -35,6 +36,7 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
       }
     })().catch(() => undefined);
     const store = await openStore(nc, { log });
+    checkSourceOfRecord(log);
     const service = await start({ nc, store, log });
     log.info({ nats: nc.getServer() }, `${name} started`);
     if (nc.info && !nc.info.auth_required) log.warn({ nats: nc.getServer() }, unauthenticatedWarning(nc.getServer()));
@@ -70,14 +72,54 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
 }
 
 /**
- * The master key of a service that reads or writes credentials, from `MESH_MASTER_KEY` or
- * `MESH_MASTER_KEY_FILE` (default `master.key` in `MESH_STATE_DIR`, `.mesh`, created 0600 when
- * missing); logs where it came from and its id, never the key.
+ * The key-encryption key of a service that reads or writes credentials, from `MESH_MASTER_KEY`
+ * or `MESH_MASTER_KEY_FILE` (default `master.key` in `MESH_STATE_DIR`, `.mesh`, created 0600
+ * when missing): it is never delivered; it wraps the data keys of grant `mesh/master-key` that
+ * the store is encrypted under (providers' master-key-ring.ts). Logs where it came from and its
+ * id, never the key.
  */
 export function serviceMasterKey(log: Logger, env: NodeJS.ProcessEnv = process.env): MasterKey {
   const { key, source, created } = loadMasterKey(env, join(env.MESH_STATE_DIR || DEFAULT_STATE_DIR, StateFiles.masterKey));
-  log.info({ keyId: key.id, from: source }, created ? "created a new master key (keep this file; credentials are encrypted under it)" : "master key loaded");
+  log.info({ keyId: key.id, from: source }, created ? "created a new master key file (keep it: it wraps the data keys the credentials are encrypted under)" : "master key file loaded (the key-encryption key)");
   return key;
+}
+
+/**
+ * Why the source of record a `mesh/records` binding names (its `buckets` and `streams` files)
+ * is not the one this service opens ({@link SOURCE_OF_RECORD}), or undefined when it is.
+ */
+export function sourceOfRecordProblem(bound: { buckets?: string; streams?: string }): string | undefined {
+  const want = { buckets: SOURCE_OF_RECORD.buckets.join(","), streams: SOURCE_OF_RECORD.streams.join(",") };
+  if (bound.buckets === want.buckets && bound.streams === want.streams) return undefined;
+  return (
+    `the records grant names buckets ${bound.buckets ?? "(none)"} and streams ${bound.streams ?? "(none)"}, but this service keeps its state in buckets ${want.buckets} and streams ${want.streams}; ` +
+    "run the services of the version whose control plane declared that grant, or apply the control plane again (meshctl bootstrap) so the grant names this version's store"
+  );
+}
+
+/**
+ * With `MESH_RECORDS_BINDING` (its `mesh/records` binding, which meshctl sets when it moves the
+ * service onto its identity), checks that the store it opened is the one the grant names, and
+ * throws a MeshError saying what differs when it is not. A binding not written yet is logged.
+ */
+export function checkSourceOfRecord(log: Logger, env: NodeJS.ProcessEnv = process.env): void {
+  const dir = env.MESH_RECORDS_BINDING;
+  if (!dir) return;
+  const read = (k: string) => {
+    try {
+      return readFileSync(join(dir, k), "utf8").trim();
+    } catch {
+      return undefined;
+    }
+  };
+  const bound = { buckets: read("buckets"), streams: read("streams") };
+  if (bound.buckets === undefined && bound.streams === undefined) {
+    log.warn({ binding: dir }, "the records binding (MESH_RECORDS_BINDING) is not written yet; this service uses the source of record of its version");
+    return;
+  }
+  const problem = sourceOfRecordProblem(bound);
+  if (problem) throw new MeshError(ErrorCodes.InvalidRequest, `${dir}: ${problem}`);
+  log.info({ binding: dir, buckets: bound.buckets, streams: bound.streams }, "source of record: the buckets and streams grant mesh/records names");
 }
 
 /** What a service and meshctl say, loudly, about a NATS server without authentication. */

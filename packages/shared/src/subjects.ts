@@ -43,6 +43,17 @@ export const Streams = {
 } as const;
 
 /**
+ * The source of record: every bucket and stream the services keep their state in. Grant
+ * `mesh/records` (the control plane's `records` requirement) is this store: its binding names
+ * them (`buckets`, `streams`, comma-separated), and a service started on that binding
+ * (`MESH_RECORDS_BINDING`) checks that what it opens is what the grant names (service-main.ts).
+ */
+export const SOURCE_OF_RECORD: { readonly buckets: readonly BucketName[]; readonly streams: readonly string[] } = {
+  buckets: Object.values(Buckets),
+  streams: Object.values(Streams),
+};
+
+/**
  * The services' durable consumers, by the bucket whose stream they read: one place for their
  * names, which the services consume under and their identities are allowed (control-plane.ts).
  */

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 /**
- * mesh-provisioner: `NATS_URL`, and the master key from `MESH_MASTER_KEY` or the file
- * `MESH_MASTER_KEY_FILE` (default `.mesh/master.key`, created with mode 0600 if missing).
+ * mesh-provisioner: `NATS_URL`, and the key-encryption key from `MESH_MASTER_KEY` or the file
+ * `MESH_MASTER_KEY_FILE` (default `.mesh/master.key`, created with mode 0600 if missing); the
+ * data keys credentials are encrypted under are the generations of grant `mesh/master-key`,
+ * read from the store under it (master-key-ring.ts).
  * Admin passwords of providers come from the variables or files their documents name.
  *
  * TEST HOOK: `MESH_PROVISIONER_TEST_PAUSE_AFTER=Revoked|Purged` freezes the process after that
@@ -10,6 +12,7 @@
  */
 import { runService, serviceMasterKey } from "@mesh/shared";
 import { packageVersion, traced } from "@mesh/telemetry";
+import { storeKeyRing } from "@mesh/providers";
 import { startProvisioner } from "./provisioner.js";
 import { TakeBackSteps, type TakeBackStep } from "./provision.js";
 
@@ -24,7 +27,7 @@ await runService(
   traced("mesh-provisioner", packageVersion(import.meta.url), ({ store, log }) =>
     startProvisioner({
       store,
-      masterKey: serviceMasterKey(log),
+      masterKey: storeKeyRing(store, serviceMasterKey(log)),
       log,
       ...(pause ? { testPauseAfter: pause, onTestPause: (s: TakeBackStep) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
     }),

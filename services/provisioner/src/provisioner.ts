@@ -20,7 +20,7 @@ import {
   type MasterKey,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore } from "@mesh/providers";
+import { AdapterPool, CredentialStore, keysOf, type CredentialKeys } from "@mesh/providers";
 import { handleCredentialFetch, handleCredentialList } from "./fetch.js";
 import { reconcileGrant, type TakeBackStep } from "./provision.js";
 import { foldReceipts } from "./receipts.js";
@@ -34,20 +34,24 @@ export interface Provisioner {
 
 export async function startProvisioner(opts: {
   store: Store;
-  masterKey: MasterKey;
+  /** The keys credentials are encrypted under: the service's key ring (storeKeyRing), or one master key. */
+  masterKey: MasterKey | CredentialKeys;
   log: Logger;
   env?: NodeJS.ProcessEnv;
   testPauseAfter?: TakeBackStep;
   onTestPause?: (step: TakeBackStep) => void;
 }): Promise<Provisioner> {
   const { store, log } = opts;
-  const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
-  const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
+  const keys = keysOf(opts.masterKey);
+  const credentials = new CredentialStore(store.kv.credentials, keys);
+  // The local files the adapters open (NATS signing keys) are sealed under the key-encryption key.
+  const adapters = new AdapterPool(opts.env ?? process.env, keys.kek);
   const deps = { store, credentials, adapters, log, testPauseAfter: opts.testPauseAfter, onTestPause: opts.onTestPause };
   const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
-  const sealer = meshSealingKey(opts.masterKey);
+  // From the key-encryption key, which no rotation changes: holders pin its public half.
+  const sealer = meshSealingKey(keys.kek);
   const api = serveJson(store.nc, subjects.credentialFetchesAll, QueueGroups.provisioner, log, (body, m) =>
-    handleCredentialFetch(store, credentials, body, sealer, m.subject, opts.masterKey),
+    handleCredentialFetch(store, credentials, body, sealer, m.subject, keys.kek),
   );
   const list = serveJson(store.nc, subjects.credentialListsAll, QueueGroups.provisioner, log, (_body, m) => handleCredentialList(store, m.subject));
   const consumer = await consumeKeys({
@@ -61,7 +65,7 @@ export async function startProvisioner(opts: {
   });
   // The agents' receipts, folded into the grants (an agent may write no grant).
   const receipts = await foldReceipts({ store, log });
-  log.info({ masterKey: opts.masterKey.id }, "provisioner started");
+  log.info({ masterKey: keys.kek.id }, "provisioner started");
   let stopped: Promise<void> | undefined;
   return {
     reconcile: (key) => queue.enqueue(key),

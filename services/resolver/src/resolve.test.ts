@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { getCondition, type ModuleDoc } from "@mesh/shared";
+import { bootstrapProvider, getCondition, type ModuleDoc } from "@mesh/shared";
 import { postgresProvider, shopModule } from "../../../test/fixtures.js";
 import { applyResolution, chooseProvider, resolveModule } from "./resolve.js";
 
@@ -69,5 +69,35 @@ describe("applyResolution", () => {
     const [again] = resolveModule(shop, [pg("pg-main", "node-a"), pg("other", "node-a")], new Map([["db", "pg-main"]]));
     const next = applyResolution(g, { ...again!, targets: [] });
     expect(next).toMatchObject({ generation: 3, resource: { role: "shop_db_a" }, provider: "pg-main" });
+  });
+});
+
+describe("the bootstrap registries: the mesh's own NATS serves images and packages to module mesh only", () => {
+  const bus = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/c" } } });
+  const registries = (name: string): ModuleDoc => ({
+    kind: "Module",
+    name,
+    parts: [{ name: "agent-node-a", node: "node-a", installed: true }],
+    requires: [
+      { name: "images", kind: "oci.registry", parts: ["agent-node-a"] },
+      { name: "packages", kind: "npm.registry", parts: ["agent-node-a"] },
+    ],
+  });
+  it("satisfies the control plane's images and packages with it", () => {
+    const r = resolveModule(registries("mesh"), [bus]).filter((x) => x.kind !== "mesh.identity");
+    expect(r.map((x) => [x.requirement, x.provider, x.resolved.reason])).toEqual([
+      ["images", "mesh-nats", "ProviderSelected"],
+      ["packages", "mesh-nats", "ProviderSelected"],
+    ]);
+  });
+  it("leaves another module's registry requirements NoProvider, saying the bootstrap one is the control plane's, until a registry server is a provider", () => {
+    const r = resolveModule(registries("shop"), [bus]).filter((x) => x.kind !== "mesh.identity");
+    expect(r.map((x) => [x.requirement, x.provider, x.resolved.reason])).toEqual([
+      ["images", null, "NoProvider"],
+      ["packages", null, "NoProvider"],
+    ]);
+    expect(r[0]!.resolved.message).toMatch(/mesh-nats serves oci\.registry to module mesh only/);
+    const registry = { kind: "Provider" as const, name: "registry", serves: ["oci.registry" as const], node: "node-a", endpoint: "https://127.0.0.1:5000", installed: true };
+    expect(resolveModule(registries("shop"), [bus, registry])[0]!.provider).toBe("registry");
   });
 });

@@ -3,7 +3,10 @@
  * decision. Pure functions over plain data; the resolver service only reads and writes them.
  */
 import {
+  BOOTSTRAP_PROVIDER,
   BUILTIN_SECRET_PROVIDER,
+  CONTROL_PLANE_MODULE,
+  servesModule,
   Kinds,
   grantId,
   partIdentityRequirements,
@@ -176,13 +179,27 @@ export function resolveModule(
       kind: req.kind,
       parts,
       targets,
-      ...chooseProvider(req.kind, targets, providers, current.get(req.name), reachability, { self: grantId(manifest.name, req.name), needed }),
+      ...withBootstrapNote(
+        chooseProvider(req.kind, targets, providers.filter((p) => servesModule(p, req.kind, manifest.name)), current.get(req.name), reachability, { self: grantId(manifest.name, req.name), needed }),
+        req.kind,
+        manifest.name,
+        providers,
+      ),
       ...(req.verify ? { verify: req.verify } : {}),
       ...(req.repair ? { repair: req.repair } : {}),
       ...(req.options ? { options: req.options } : {}),
       ...(req.deletionPolicy ? { deletionPolicy: req.deletionPolicy } : {}),
     };
   });
+}
+
+/**
+ * A `NoProvider` of a registry kind, where the bootstrap provider serves that kind to the
+ * control plane alone: the message says so, so nobody looks for a typo.
+ */
+function withBootstrapNote(r: Pick<Resolution, "provider" | "resolved">, kind: Kind, module: string, providers: readonly ProviderDoc[]): Pick<Resolution, "provider" | "resolved"> {
+  if (r.resolved.reason !== "NoProvider" || !providers.some((p) => p.serves.includes(kind) && !servesModule(p, kind, module))) return r;
+  return { ...r, resolved: { ...r.resolved, message: `${r.resolved.message} (provider ${BOOTSTRAP_PROVIDER} serves ${kind} to module ${CONTROL_PLANE_MODULE} only, from the mesh's own NATS: register a registry server as a provider of ${kind})` } };
 }
 
 /** `AwaitingDependency` or `DependencyCycle`, for a requirement whose every installed provider needs something unprovisioned. */

@@ -49,7 +49,7 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
       [...targets.values()].map(async ({ e, holder }) => {
         // One PRODUCER span per holder stream's message (an agent-held part, or every SDK instance of a part), the rotation's child; each holder's span is its child.
         const h = parseHolderId(holder)!;
-        const data = e.sdk && forParts ? JSON.stringify({ ...b, values: encryptForPart(partRotationKey(opts.masterKey, r.grant, h.node, h.part, forParts.createdAt), b, h.node, h.part, forParts.values) }) : plain;
+        const data = e.sdk && forParts ? JSON.stringify({ ...b, values: encryptForPart(partRotationKey(ctx.kek, r.grant, h.node, h.part, forParts.createdAt), b, h.node, h.part, forParts.values) }) : plain;
         const attributes = { ...holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), "messaging.destination.stream": e.stream };
         const ack = await withProducerSpan("rotator", e.subject, e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation, attributes, contextOfTraceparent(r.traceparent), (headers) =>
           store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }),

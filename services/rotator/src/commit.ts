@@ -6,6 +6,7 @@
 import {
   ErrorCodes,
   Grant,
+  MASTER_KEY_GRANT,
   RotationStates,
   CREDENTIAL_HISTORY,
   errorMessage,
@@ -20,6 +21,12 @@ import type { RotatorContext } from "./rotator-context.js";
 export function committer(ctx: RotatorContext): { commit(key: string, r: Rotation): Promise<void> } {
   const { log, opts, credentials, catalog, withAdapterOf, setGrant } = ctx;
   const commit = async (key: string, r: Rotation): Promise<void> => {
+    // The master key's k+1 is known to every holder: the store moves under it before k is retired
+    // (k still opens meanwhile; a crash here runs the pass again at the next commit step).
+    if (r.grant === MASTER_KEY_GRANT) {
+      const pass = await credentials.reencrypt();
+      log.info({ rotation: r.id, keyId: pass.target, moved: pass.moved, passes: pass.passes }, `rotation ${r.id}: the credentials store is under the master key's generation ${r.to} (${pass.moved} records re-encrypted)`);
+    }
     // Every holder confirmed k+1: only now does k stop working.
     const ended = r.fromProvider ? await release(r, r.fromProvider) : await retire(r);
     const now = new Date();

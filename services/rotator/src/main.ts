@@ -12,6 +12,7 @@
  * Never set it in production.
  */
 import { RotationStates, errorMessage, parseTimerDuration, runService, serviceMasterKey, type RotationState } from "@mesh/shared";
+import { storeKeyRing } from "@mesh/providers";
 import { startRotator } from "./rotator.js";
 import { packageVersion, traced } from "@mesh/telemetry";
 
@@ -39,7 +40,7 @@ await runService(
     startRotator(
       {
         store,
-        masterKey: serviceMasterKey(log),
+        masterKey: storeKeyRing(store, serviceMasterKey(log)),
         log,
         ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
         ...(history ? { credentialHistory: Number(history) } : {}),

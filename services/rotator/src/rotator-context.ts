@@ -14,11 +14,12 @@ import {
   mutateJson,
   readJson,
   type Logger,
+  type MasterKey,
   type Rotation,
   type RotationState,
   type Store,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
+import { AdapterPool, CredentialStore, keysOf, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions, type RotatorTestHooks } from "./rotator-options.js";
 import { enter } from "./rotation-machine.js";
 import { RotationRecords } from "./rotation-records.js";
@@ -28,6 +29,8 @@ export interface RotatorContext {
   store: Store;
   log: Logger;
   credentials: CredentialStore;
+  /** The local key-encryption key: what the adapters' sealed files and the parts' rotation keys are derived from (no rotation of the data key changes it). */
+  kek: MasterKey;
   /** Read once per change of the providers bucket: every rotation of a secret looks for the servers it is the admin password of. */
   catalog: ProviderCatalog;
   adapters: AdapterPool;
@@ -53,9 +56,11 @@ export const ROTATOR_INSTANCE = `rotator@${hostname()}/${process.pid}`;
 
 export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks): RotatorContext {
   const { store, log } = opts;
-  const credentials = new CredentialStore(store.kv.credentials, opts.masterKey);
+  const keyRing = keysOf(opts.masterKey);
+  const credentials = new CredentialStore(store.kv.credentials, keyRing);
   const catalog = new ProviderCatalog(store);
-  const adapters = new AdapterPool(opts.env ?? process.env, opts.masterKey);
+  // The local files the adapters open (NATS signing keys) are sealed under the key-encryption key.
+  const adapters = new AdapterPool(opts.env ?? process.env, keyRing.kek);
   const records = new RotationRecords(store);
   let paused = false;
   const frozen = new Promise<never>(() => {});
@@ -105,5 +110,5 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
   const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) =>
     mutateJson(store.kv.grants, key, Grant, (g) => (g ? fn(g) : undefined));
 
-  return { opts, store, log, credentials, catalog, adapters, records, defaultTimeoutMs: opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS, holdIfPaused, persist, transition, withAdapterOf, setGrant };
+  return { opts, store, log, credentials, kek: keyRing.kek, catalog, adapters, records, defaultTimeoutMs: opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS, holdIfPaused, persist, transition, withAdapterOf, setGrant };
 }

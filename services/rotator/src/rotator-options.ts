@@ -1,12 +1,16 @@
 /**
  * Options of {@link startRotator}.
  */
+import type { CredentialKeys } from "@mesh/providers";
 import type { Logger, MasterKey, RotationState, Store } from "@mesh/shared";
 
 export interface RotatorOptions {
   store: Store;
-  /** The master key credentials are encrypted under (the provisioner's). */
-  masterKey: MasterKey;
+  /**
+   * The keys credentials are encrypted under (the provisioner's): the service's key ring
+   * (storeKeyRing), or one master key. A rotation of `mesh/master-key` re-encrypts the store before it commits.
+   */
+  masterKey: MasterKey | CredentialKeys;
   log: Logger;
   /** Where providers' admin passwords are read from (their `passwordEnv`); default `process.env`. */
   env?: NodeJS.ProcessEnv;

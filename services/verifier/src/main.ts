@@ -11,6 +11,7 @@
  * Exits 1 when it cannot start (a bad `MESH_VERIFY_INTERVAL` included), 0 after SIGINT/SIGTERM.
  */
 import { errorMessage, runService, serviceMasterKey } from "@mesh/shared";
+import { storeKeyRing } from "@mesh/providers";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { globalInterval } from "./schedule.js";
 import { startVerifier } from "./verifier.js";
@@ -22,4 +23,4 @@ try {
   process.stderr.write(`mesh-verifier: ${errorMessage(e)}\n`);
   process.exit(1);
 }
-await runService("verifier", traced("mesh-verifier", packageVersion(import.meta.url), async ({ store, log }) => startVerifier({ store, masterKey: serviceMasterKey(log), log, intervalMs })));
+await runService("verifier", traced("mesh-verifier", packageVersion(import.meta.url), async ({ store, log }) => startVerifier({ store, masterKey: storeKeyRing(store, serviceMasterKey(log)), log, intervalMs })));

@@ -1,6 +1,7 @@
 /**
  * Options of {@link startVerifier}.
  */
+import type { CredentialKeys } from "@mesh/providers";
 import type { Logger, MasterKey, Store } from "@mesh/shared";
 
 /** How a verifier runs; only `store`, `masterKey` and `log` are required. */
@@ -8,7 +9,8 @@ export interface VerifierOptions {
   /** The opened store. The verifier does not close its connection. */
   store: Store;
   /** To read the credential history (every generation, encrypted). */
-  masterKey: MasterKey;
+  /** The keys credentials are encrypted under: the service's key ring (storeKeyRing), or one master key. */
+  masterKey: MasterKey | CredentialKeys;
   log: Logger;
   /** Where providers' admin passwords are read from (their `passwordEnv`); default `process.env`. */
   env?: NodeJS.ProcessEnv;

@@ -39,7 +39,7 @@ import {
   type RepairEvent,
   type VerifyReply,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore } from "@mesh/providers";
+import { AdapterPool, CredentialStore, keysOf } from "@mesh/providers";
 import { checkGrant, repairGrant, type CheckDeps } from "./check.js";
 import { foldVerified, probeWorthStoring, verificationBasis } from "./fold.js";
 import { appendRepair, describeRepair, repairAction } from "./repair-plan.js";
@@ -101,7 +101,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const instance = opts.instance ?? `verifier@${hostname()}/${process.pid}`;
   const random = opts.random ?? Math.random;
   const probeTimeoutMs = opts.probeTimeoutMs ?? 3_000;
-  const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env, opts.masterKey), env };
+  const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env, keysOf(opts.masterKey).kek), env };
   const stats: VerifierStats = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
 
   const pending = new Map<string, Pending>();
