@@ -18,7 +18,8 @@
  * have connected long before a re-check). Nothing here asserts a time.
  */
 import { randomBytes } from "node:crypto";
-import { statfsSync } from "node:fs";
+import { statfsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { Writable } from "node:stream";
 import pg from "pg";
 import {
@@ -44,6 +45,7 @@ import { AdapterPool, CredentialStore, postgresNames, providerConfig } from "@me
 import { startVerifier } from "@mesh/verifier";
 import { startNatsServer } from "../test/harness/nats-server.js";
 import { startPostgres } from "../test/harness/postgres.js";
+import { startProfile } from "./profile.js";
 
 const GRANTS = Number(process.env.BENCH_GRANTS ?? 1_000);
 const DRIFTED = Math.min(50, GRANTS);
@@ -166,11 +168,13 @@ try {
   // ---- throughput: the verifier's first pass over every grant ----
   const sink = new Writable({ write: (_c, _e, cb) => cb() });
   const verifier = await startVerifier({ store, masterKey, log: createLogger("verifier", { destination: sink, level: "info" }), env, concurrency: CONCURRENCY });
+  const stopProfile = process.env.BENCH_PROFILE_DIR ? await startProfile() : undefined;
   const tp = performance.now();
   const rss0 = process.memoryUsage().rss;
   // The pass is over when every grant's Verified condition has been written once.
   while (verifier.stats().transitions < GRANTS) await sleep(50);
   const passMs = performance.now() - tp;
+  if (stopProfile) writeFileSync(join(process.env.BENCH_PROFILE_DIR!, "verifier-pass.cpuprofile"), await stopProfile());
   const passChecks = verifier.stats().checks;
   const passRate = (passChecks / passMs) * 1000;
   const rss1 = process.memoryUsage().rss;
