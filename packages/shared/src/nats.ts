@@ -122,6 +122,11 @@ export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_
   }
 }
 
+/** Bucket `bucket` of the store, opened as it is (neither made nor changed): for a reader that must not alter the store. */
+export function openBucket(nc: NatsConnection, bucket: BucketName): Promise<KV> {
+  return new Kvm(jetstream(nc)).open(bucket);
+}
+
 /** The mesh's KV buckets and streams, opened (and created when missing). */
 export interface Store {
   nc: NatsConnection;
