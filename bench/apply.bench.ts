@@ -25,7 +25,7 @@ import { forkServices } from "./services-fork.js";
 const MODULES = Number(process.env.BENCH_MODULES ?? 1_000);
 const SAMPLES = 20;
 const root = join(import.meta.dirname, "..");
-const ms = (n: number) => `${n.toFixed(0)} ms`;
+const ms = (n: number) => `${n.toFixed(n < 10 ? 2 : 0)} ms`;
 const s = (n: number) => `${(n / 1000).toFixed(1)} s`;
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.max(0, Math.ceil((p / 100) * xs.length) - 1))]!;
 const line = (label: string, value: string) => console.log(`  ${label.padEnd(52)} ${value}`);

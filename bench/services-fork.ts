@@ -9,12 +9,18 @@ import type { BenchService } from "./services-process.js";
 
 export interface ForkedServices {
   pid: number;
+  /** performance.now() when the loaded process was told to start its services. */
+  startedAt: number;
   /** The process's resident set size now, in bytes (from /proc). */
   rss(): number;
   stop(): Promise<void>;
 }
 
-/** Starts `services` (default the resolver and the provisioner) in a forked process; resolves once they run. */
+/**
+ * Starts `services` (default the resolver and the provisioner) in a forked process; resolves
+ * once they run. The process first loads (imports the mesh), and only then is told to start,
+ * so `startedAt` (performance.now() when it was told) times the services' start alone.
+ */
 export async function forkServices(opts: {
   url: string;
   masterKeyHex: string;
@@ -29,11 +35,14 @@ export async function forkServices(opts: {
       child.once("exit", onExit);
       child.once("message", () => (child.off("exit", onExit), resolve()));
     });
+  await reply("loaded");
   const ready = reply("ready");
+  const startedAt = performance.now();
   child.send({ op: "start", url: opts.url, masterKey: opts.masterKeyHex, env: opts.env ?? {}, ...(opts.services ? { services: opts.services } : {}), ...(opts.agent ? { agent: opts.agent } : {}) });
   await ready;
   return {
     pid: child.pid!,
+    startedAt,
     rss() {
       const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1];
       return Number(kb ?? 0) * 1024;

@@ -50,5 +50,7 @@ process.on("message", (m: Start | { op: "stop" }) => {
     process.exit(1);
   });
 });
+// Loaded (the mesh's modules imported): a benchmark may time the start alone.
+process.send?.({ loaded: true });
 // The benchmark gone (it failed or was stopped): nothing to serve.
 process.on("disconnect", () => process.exit(1));
