@@ -24,6 +24,8 @@ import type { Logger } from "./logger.js";
 export const HEARTBEAT_MS = 1_000;
 /** An instance whose last heartbeat is older than this is taken as gone. */
 export const STALE_MS = 3_500;
+/** How long joining waits for this instance's own first heartbeat to come back. */
+export const JOIN_TIMEOUT_MS = 10_000;
 
 /** A heartbeat's value. */
 export interface Heartbeat {
@@ -82,7 +84,8 @@ export interface Membership {
 /**
  * Joins the membership of `service` in `kv` (the `mesh-instances` bucket) as `instance`:
  * returns once this instance's own first heartbeat came back through the watch, so the others
- * see it as soon as it sees them. `onChange` is called (with the new members) whenever the live
+ * see it as soon as it sees them; throws when it cannot write or watch there (a permission),
+ * or its heartbeat does not come back within {@link JOIN_TIMEOUT_MS}. `onChange` is called (with the new members) whenever the live
  * set changes, heartbeats arriving or going stale.
  */
 export async function joinMembership(opts: {
@@ -135,8 +138,19 @@ export async function joinMembership(opts: {
       recompute();
     }
   })();
-  await put();
-  await selfSeen;
+  try {
+    await put();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      selfSeen,
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`this instance's heartbeat did not come back through the watch of ${service}.> within ${JOIN_TIMEOUT_MS} ms`)), JOIN_TIMEOUT_MS);
+      }),
+    ]).finally(() => clearTimeout(timer));
+  } catch (e) {
+    watch.stop();
+    throw e;
+  }
   const timer = setInterval(() => {
     put().catch((e: unknown) => log.warn({ err: errorMessage(e) }, `could not renew this ${service} instance's heartbeat; the others take its work after ${staleMs} ms without one`));
     recompute();

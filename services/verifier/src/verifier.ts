@@ -18,6 +18,7 @@
  */
 import { hostname } from "node:os";
 import {
+  Buckets,
   ErrorCodes,
   Grant,
   KeyedQueue,
@@ -111,8 +112,9 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const stats: VerifierStats = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
 
   const pending = new Map<string, Pending>();
-  /** Which grants this instance checks on its schedule; joined before the grants are watched. */
+  /** Which grants this instance checks on its schedule; joined before the grants are watched (undefined: it could not join, and checks them all). */
   let membership: Membership | undefined;
+  const owns = (key: string) => membership?.owns(key) ?? true;
   const outcomes = new Map<string, VerifyOutcome>();
   const timers = new Map<string, NodeJS.Timeout>();
   const inflight = new Set<Promise<void>>();
@@ -159,7 +161,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     const t = setTimeout(() => {
       timers.delete(key);
       // Another instance owns it now: it is scheduled there (and here again if it comes back, see onChange).
-      if (!membership?.owns(key)) return;
+      if (!owns(key)) return;
       request(key, { mode: "scheduled" }).catch((e: unknown) => {
         stats.errors++;
         log.warn({ key, err: e }, "scheduled verification failed; retrying");
@@ -226,7 +228,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     });
     // A grant another instance owns is checked here only when asked (meshctl verify) or when a
     // probe folded here shows a new failure; otherwise its owner's schedule and events keep it.
-    const mine = membership?.owns(key) ?? true;
+    const mine = owns(key);
     const needCheck =
       checkable &&
       (p.mode === "forced" ||
@@ -343,15 +345,24 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   // is due: the instance that had it checked it within the interval, which is not repeated.
   const known = new Set<string>();
   const spread = () => Math.round(random() * Math.min(defaultInterval, 2_000));
-  membership = await joinMembership({
-    kv: store.kv.instances,
-    service: "verifier",
-    instance,
-    log,
-    onChange: () => {
-      for (const key of known) if (!timers.has(key) && membership?.owns(key)) schedule(key, spread());
-    },
-  });
+  try {
+    membership = await joinMembership({
+      kv: store.kv.instances,
+      service: "verifier",
+      instance,
+      log,
+      onChange: () => {
+        for (const key of known) if (!timers.has(key) && owns(key)) schedule(key, spread());
+      },
+    });
+  } catch (e) {
+    // An identity issued before the membership existed may not write it: verifying every
+    // grant beats verifying none, and the log says what to change.
+    log.error(
+      { err: errorMessage(e) },
+      `could not join the verifiers' membership in KV ${Buckets.instances} (${errorMessage(e)}): this verifier checks every grant, as if it were the only one; beside other verifiers grants are then checked more than once. Give its identity the right to write ${Buckets.instances}.verifier.> (meshctl bootstrap issues it) and restart it`,
+    );
+  }
 
   // Every instance watches every grant: the initial values spread the first checks of its own
   // over two seconds; a change of one of its own asks for a run at once (skipped if its basis
@@ -367,7 +378,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
         continue;
       }
       known.add(e.key);
-      if (!membership.owns(e.key)) continue; // its owner schedules it
+      if (!owns(e.key)) continue; // its owner schedules it
       if (!e.isUpdate) {
         schedule(e.key, spread());
       } else {
@@ -441,7 +452,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
         stopped = true;
         for (const t of timers.values()) clearTimeout(t);
         timers.clear();
-        await membership.leave();
+        await membership?.leave();
         await api.stop().catch(() => undefined);
         await probeSub.drain().catch(() => undefined);
         watch.stop();
