@@ -120,8 +120,10 @@ async function measure(n: number): Promise<Row> {
 const rows: Row[] = [];
 for (const n of SIZES) {
   const t = Date.now();
-  rows.push(await measure(n));
-  console.log(`  [${n} grants measured in ${s(Date.now() - t)}]`);
+  const r = await measure(n);
+  rows.push(r);
+  // Each row as it comes, so that a run cut short still says what it measured.
+  console.log(`  [${n} grants measured in ${s(Date.now() - t)}: apply ${s(r.applyMs)}, verify ${s(r.verifyMs)}, rotate ${s(r.rotateMs)}; RSS MiB ${Object.entries(r.rss).map(([k, v]) => `${k} ${mib(v)}`).join(", ")}, nats-server ${mib(r.nats)}]`);
 }
 const floors: number[] = [];
 for (let i = 0; i < 3; i++) {

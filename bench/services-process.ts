@@ -5,8 +5,13 @@
  * (the master key as hex, the providers' admin passwords in `env`; `services` lists which, by
  * default the resolver and the provisioner; `agent` the node and bindings root of an agent), it
  * replies `{ ready: true }`; `{ op: "stop" }` stops them, replies `{ stopped: true }`, and the
- * process exits. One process per service gives each service's RSS (growth.bench.ts).
+ * process exits. One process per service gives each service's RSS (growth.bench.ts). With
+ * `BENCH_PROFILE_DIR` set, a CPU profile of the process from start to stop is written there
+ * (`services-<pid>.cpuprofile`).
  */
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { startProfile } from "./profile.js";
 import { connectNats, createLogger, openStore, parseMasterKey } from "@mesh/shared";
 import { startResolver } from "@mesh/resolver";
 import { startProvisioner } from "@mesh/provisioner";
@@ -20,11 +25,13 @@ export type BenchService = "resolver" | "provisioner" | "agent" | "verifier" | "
 type Started = { stop(): Promise<void> };
 let services: Started[] = [];
 let close: (() => Promise<void>) | undefined;
+let stopProfile: (() => Promise<string>) | undefined;
 
 type Start = { op: "start"; url: string; masterKey: string; env: Record<string, string>; services?: BenchService[]; agent?: { node: string; bindingsRoot: string } };
 process.on("message", (m: Start | { op: "stop" }) => {
   void (async () => {
     if (m.op === "start") {
+      if (process.env.BENCH_PROFILE_DIR) stopProfile = await startProfile();
       const nc = await connectNats(m.url);
       const store = await openStore(nc);
       const log = createLogger("bench-services", { level: "error" });
@@ -43,6 +50,7 @@ process.on("message", (m: Start | { op: "stop" }) => {
       for (const s of services) await s.stop();
       services = [];
       await close?.();
+      if (stopProfile) writeFileSync(join(process.env.BENCH_PROFILE_DIR!, `services-${process.pid}.cpuprofile`), await stopProfile());
       process.send!({ stopped: true }, () => process.exit(0));
     }
   })().catch((e: unknown) => {
