@@ -40,6 +40,7 @@ import { startRotator } from "@mesh/rotator";
 import { startNatsServer } from "../test/harness/nats-server.js";
 import { startPostgres } from "../test/harness/postgres.js";
 import { startProfile } from "./profile.js";
+import { forkServices } from "./services-fork.js";
 
 const sizes = (process.env.BENCH_SIZES ?? "10,100,1000,5000").split(",").filter(Boolean).map(Number);
 const withPg = process.env.BENCH_PG !== "0";
@@ -79,25 +80,8 @@ const services = await startServices();
 const rotator = await startRotator({ store, masterKey, log, env, sweepMs: 1_000 });
 
 /** The resolver and the provisioner, in a process of their own (services-process.ts). */
-async function startServices(): Promise<{ pid: number; stop(): Promise<void> }> {
-  const child = fork(fileURLToPath(new URL("./services-process.ts", import.meta.url)), [], { stdio: "inherit" });
-  const reply = (what: string) =>
-    new Promise<void>((resolve, reject) => {
-      const onExit = (code: number | null) => reject(new Error(`the services process exited (${code}) before it was ${what}`));
-      child.once("exit", onExit);
-      child.once("message", () => (child.off("exit", onExit), resolve()));
-    });
-  const ready = reply("ready");
-  child.send({ op: "start", url: nats.url, masterKey: masterKeyHex, env: { [ADMIN_ENV]: pgServer?.adminPassword ?? "" } });
-  await ready;
-  return {
-    pid: child.pid!,
-    async stop() {
-      const gone = new Promise((r) => child.once("exit", r));
-      child.send({ op: "stop" });
-      await gone;
-    },
-  };
+function startServices() {
+  return forkServices({ url: nats.url, masterKeyHex, env: { [ADMIN_ENV]: pgServer?.adminPassword ?? "" } });
 }
 
 async function apply(docs: unknown[]) {

@@ -121,6 +121,24 @@ describe("meshctl bootstrap", () => {
     }
   });
 
+  it("a verifier may write its own heartbeats in mesh-instances and no other's; the resolver none", async () => {
+    const put = async (part: string, key: string) => {
+      const nc = await connectAs(mesh, part);
+      try {
+        const kv = await new Kvm(nc).open("mesh-instances");
+        return await kv.put(key, "{}").then(
+          () => "stored",
+          (e: unknown) => String(e),
+        );
+      } finally {
+        await nc.close();
+      }
+    };
+    expect(await put("verifier", "verifier.test-heartbeat")).toBe("stored");
+    expect(await put("verifier", "rotator.test-heartbeat")).toMatch(/permission|timeout/i);
+    expect(await put("resolver", "verifier.test-heartbeat")).toMatch(/permission|timeout/i);
+  });
+
   it("a service may list a bucket, but not create a consumer under another service's durable name on it", async () => {
     const nc = await connectAs(mesh, "resolver");
     const errors = serverErrors(nc);
@@ -143,7 +161,8 @@ describe("meshctl bootstrap", () => {
     const lists: Record<string, string[]> = {
       resolver: ["mesh-providers", "mesh-reachability", "mesh-grants", "mesh-manifests"],
       provisioner: ["mesh-grants"],
-      verifier: ["mesh-grants"],
+      // mesh-instances: its membership, watched.
+      verifier: ["mesh-grants", "mesh-instances"],
       rotator: ["mesh-holders", "mesh-rotations", "mesh-manifests"],
       [agentPart("node-a")]: ["mesh-providers"],
     };

@@ -19,8 +19,8 @@ import { adminEnv, harnessProvider } from "./fixtures.js";
 /** The verifier's interval and the agents' probe interval in these tests. */
 const INTERVAL = 1_000;
 /**
- * How long a change may take to show: the next check comes within one interval (plus 10 %
- * jitter); a check with a repair logs in up to four times. Two intervals and a margin for a
+ * How long a change may take to show: the next check comes within one interval; a check with
+ * a repair logs in up to four times. Two intervals and a margin for a
  * busy two-core machine.
  */
 const WITHIN = 2 * INTERVAL + 2_000;
@@ -72,12 +72,11 @@ describe("drift on a live provider", () => {
       await new Promise((r) => setTimeout(r, 6 * INTERVAL));
       const [a1, b1] = [mesh.verifier!.stats(), second.stats()];
       const checks = a1.checks - a0.checks + (b1.checks - b0.checks);
-      // Three grants, one check per interval each (±10 % jitter): about 18 in six intervals,
-      // whichever instance makes them — not 36.
+      // Three grants, one check per interval each (each wait 90–100 % of it): about 18 to 20
+      // in six intervals, whichever instance makes them — not 36. Each grant is checked by the
+      // one instance that owns it (test/verifier-split.test.ts checks that grant by grant).
       expect(checks).toBeGreaterThanOrEqual(12);
       expect(checks).toBeLessThanOrEqual(24);
-      // Each grant is kept by one instance at a time: the other only looks at the record.
-      expect(a1.skipped - a0.skipped + (b1.skipped - b0.skipped)).toBeGreaterThan(0);
     } finally {
       await second.stop();
     }

@@ -1,8 +1,23 @@
 /**
- * `meshctl apply -f FILE…`: validate the files here, then send all their documents in one
- * request to the resolver, which stores all of them or none.
+ * `meshctl apply -f FILE…`: validate the files here, then send their documents to the resolver,
+ * which stores all of a request or none: in one request when they fit in one
+ * ({@link Limits.documents}, {@link Limits.applyRequestBytes}), otherwise in several, one after
+ * another, each all or nothing; when one fails, meshctl says exactly which documents are stored.
  */
-import { ApplyReply, ErrorReply, Limits, ModuleStates, formatBytes, subjects, type AppliedDocument, type NatsConnection, type Store } from "@mesh/shared";
+import {
+  ApplyReply,
+  Buckets,
+  ErrorReply,
+  Limits,
+  ModuleStates,
+  formatBytes,
+  openBucket,
+  subjects,
+  type AppliedDocument,
+  type ManifestDoc,
+  type NatsConnection,
+  type Store,
+} from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import {
@@ -45,8 +60,11 @@ export interface ApplyOptions {
 /** The states in which `apply --wait` takes a module as settled. */
 export const SETTLED_STATES = [ModuleStates.Ready, ModuleStates.NothingRequired] as const;
 
-/** The resolver's answer: everything stored, or nothing stored and the problems. */
-export type ApplyOutcome = { ok: true; accepted: AppliedDocument[] } | { ok: false; problems: FileProblem[] };
+/**
+ * The resolver's answer: everything stored, or the problems of the request refused; `stored`
+ * lists what earlier requests of the same apply stored (when the documents took several).
+ */
+export type ApplyOutcome = { ok: true; accepted: AppliedDocument[] } | { ok: false; problems: FileProblem[]; stored?: AppliedDocument[] };
 
 /** What to tell a user when nothing answers on the apply subject. */
 export function resolverNotRunningMessage(url: string): string {
@@ -57,34 +75,114 @@ export function resolverNotRunningMessage(url: string): string {
   ].join("\n");
 }
 
-/**
- * Sends validated files in one apply request. Documents are numbered across the files in
- * order; problems in the reply are mapped back to their file. A missing resolver, a timeout
- * or an error reply is a {@link CliError} that says what to do. With `policy`, what may succeed
- * when sent again (no resolver answers yet, no reply in time, a refusal marked retryable) is
- * sent again until its deadline: storing the same documents twice changes nothing.
- */
-export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS, policy?: RetryPolicy, force = false): Promise<ApplyOutcome> {
-  const documents = files.flatMap((f) => f.documents);
-  // Checked here so the user reads what to do, not the server's bare "maximum payload exceeded".
-  if (documents.length > Limits.documents) {
-    throw new CliError(`${documents.length} documents in one apply; at most ${Limits.documents} go in one: apply the files in several commands`, ExitCodes.Usage);
-  }
-  // Encoded once, for the size check and for every attempt.
-  const payload = JSON.stringify({ documents, source: files.map((f) => f.source).join(", "), ...(force ? { force } : {}) });
-  const size = Buffer.byteLength(payload);
-  if (size > Limits.applyRequestBytes) {
-    throw new CliError(
-      `the documents make a request of ${size} bytes; one apply may be at most ${Limits.applyRequestBytes} (${formatBytes(Limits.applyRequestBytes)}): apply the files in several commands`,
-      ExitCodes.Usage,
-    );
-  }
-  if (!policy) return sendApplyOnce(nc, files, payload, timeoutMs);
-  return retrying("apply", policy, () => sendApplyOnce(nc, files, payload, Math.min(timeoutMs, remainingMs(policy))));
+/** One request's share of the documents: `count` of them from index `from` (across the files), encoded. */
+export interface ApplyBatch {
+  from: number;
+  count: number;
+  payload: string;
 }
 
-/** One apply request with `payload`, the encoded documents of `files`. */
-async function sendApplyOnce(nc: NatsConnection, files: readonly ManifestFile[], payload: string, timeoutMs: number): Promise<ApplyOutcome> {
+/**
+ * Splits the documents of `files` into requests of at most {@link Limits.documents} documents
+ * and {@link Limits.applyRequestBytes} bytes each, in order. Throws a usage {@link CliError}
+ * for a single document too large for any request. Pure.
+ */
+export function applyBatches(files: readonly ManifestFile[], force = false): ApplyBatch[] {
+  const documents = files.flatMap((f) => f.documents);
+  const source = files.map((f) => f.source).join(", ");
+  const encode = (docs: readonly ManifestDoc[]) => JSON.stringify({ documents: docs, source, ...(force ? { force } : {}) });
+  const overhead = Buffer.byteLength(encode([]));
+  const batches: ApplyBatch[] = [];
+  let from = 0;
+  let bytes = overhead;
+  const close = (to: number) => {
+    if (to > from) batches.push({ from, count: to - from, payload: encode(documents.slice(from, to)) });
+    from = to;
+    bytes = overhead;
+  };
+  documents.forEach((doc, i) => {
+    const size = Buffer.byteLength(JSON.stringify(doc));
+    if (overhead + size > Limits.applyRequestBytes) {
+      const loc = locateDocument(files, i);
+      throw new CliError(
+        `document ${loc.document + 1} of ${loc.source} makes a request of ${overhead + size} bytes; one apply may be at most ${Limits.applyRequestBytes} (${formatBytes(Limits.applyRequestBytes)}): make it smaller`,
+        ExitCodes.Usage,
+      );
+    }
+    // With the comma before it, unless it is the first of its request.
+    if (i - from >= Limits.documents || bytes + size + 1 > Limits.applyRequestBytes) close(i);
+    bytes += size + (i > from ? 1 : 0);
+  });
+  close(documents.length);
+  return batches;
+}
+
+/**
+ * Sends validated files to the resolver: in one apply request when they fit in one, otherwise
+ * in several ({@link applyBatches}), one after another. Documents are numbered across the files
+ * in order; problems in a reply are mapped back to their file. A missing resolver, a timeout or
+ * an error reply is a {@link CliError} that says what to do and, when the documents took
+ * several requests or the resolver did not answer, exactly which documents are stored (read
+ * back from the store). With `policy`, what may succeed when sent again (no resolver answers
+ * yet, no reply in time, a refusal marked retryable) is sent again until its deadline: storing
+ * the same documents twice changes nothing.
+ */
+export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS, policy?: RetryPolicy, force = false): Promise<ApplyOutcome> {
+  const batches = applyBatches(files, force);
+  const accepted: AppliedDocument[] = [];
+  for (const batch of batches) {
+    let outcome: ApplyOutcome;
+    try {
+      outcome = policy
+        ? await retrying("apply", policy, () => sendApplyOnce(nc, files, batch, Math.min(timeoutMs, remainingMs(policy))))
+        : await sendApplyOnce(nc, files, batch, timeoutMs);
+    } catch (e) {
+      if (!(e instanceof CliError) || (batches.length === 1 && !isTimeout(e))) throw e;
+      throw new CliError(`${e.message}\n${await storedReport(nc, files, accepted.length)}`, e.exitCode, { cause: e, retryable: e.retryable });
+    }
+    if (!outcome.ok) {
+      if (accepted.length === 0) return outcome;
+      // The earlier requests were stored: say so beside the problems of this one.
+      return { ok: false, problems: outcome.problems, stored: accepted };
+    }
+    accepted.push(...outcome.accepted);
+  }
+  return { ok: true, accepted };
+}
+
+/** Whether a failed apply request is one whose documents may or may not be stored (no reply in time). */
+function isTimeout(e: CliError): boolean {
+  return isRequestTimeout(e.cause);
+}
+
+/**
+ * Which documents of `files` are stored now, as the store says (each compared with what the
+ * file says): the first `known` were acknowledged by the resolver; the others are read back.
+ * One line per document, `module/a stored` or `module/b not stored`.
+ */
+async function storedReport(nc: NatsConnection, files: readonly ManifestFile[], known: number): Promise<string> {
+  const documents = files.flatMap((f) => f.documents);
+  const lines: string[] = documents.slice(0, known).map((d) => `${d.kind.toLowerCase()}/${d.name} stored`);
+  try {
+    const [manifests, providers] = await Promise.all([openBucket(nc, Buckets.manifests), openBucket(nc, Buckets.providers)]);
+    const rest = await Promise.all(
+      documents.slice(known).map(async (d) => {
+        const e = await (d.kind === "Module" ? manifests : providers).get(d.name);
+        const same = e?.operation === "PUT" && e.length > 0 && e.string() === JSON.stringify(d);
+        return `${d.kind.toLowerCase()}/${d.name} ${same ? "stored" : "not stored"}`;
+      }),
+    );
+    lines.push(...rest);
+  } catch (e) {
+    lines.push(`(the rest, ${documents.length - known} documents, could not be read back: ${rootMessage(e)}; they may or may not be stored)`);
+  }
+  const stored = lines.filter((l) => l.endsWith(" stored") && !l.endsWith(" not stored")).length;
+  return [`Of the ${documents.length} documents, ${stored} are stored as the files say, ${documents.length - stored} are not:`, ...lines].join("\n");
+}
+
+/** One apply request: `batch`, a share of the encoded documents of `files`. */
+async function sendApplyOnce(nc: NatsConnection, files: readonly ManifestFile[], batch: ApplyBatch, timeoutMs: number): Promise<ApplyOutcome> {
+  const payload = batch.payload;
   const server = nc.getServer();
   const url = server.includes("://") ? server : `nats://${server}`;
   let body: unknown;
@@ -111,7 +209,7 @@ async function sendApplyOnce(nc: NatsConnection, files: readonly ManifestFile[],
     if (parsed.data.ok) return { ok: true, accepted: parsed.data.accepted };
     return {
       ok: false,
-      problems: parsed.data.problems.map((p) => ({ ...locateDocument(files, p.document), path: p.path, message: p.message })),
+      problems: parsed.data.problems.map((p) => ({ ...locateDocument(files, batch.from + p.document), path: p.path, message: p.message })),
     };
   }
   const error = ErrorReply.safeParse((body as { error?: unknown } | null)?.error);
@@ -145,7 +243,12 @@ export function reportApply(outcome: ApplyOutcome, json: boolean, out: Output): 
     return ExitCodes.Ok;
   }
   out.err(formatFileProblems(outcome.problems));
-  out.err("rejected: nothing was applied.");
+  if (outcome.stored?.length) {
+    out.err(`rejected: the documents took several requests; the earlier ones stored ${outcome.stored.length} documents (listed below), the rest were not stored.`);
+    out.err(formatAccepted(outcome.stored, out.color));
+  } else {
+    out.err("rejected: nothing was applied.");
+  }
   return ExitCodes.Failure;
 }
 

@@ -169,7 +169,8 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
       return { durables: kvDurables(Durables.provisioner, Durables.provisionerReceipts), lists: [Buckets.grants, Buckets.credentials] };
     case "verifier":
       // The providers: a secret that is a provider's admin password is checked at that provider's server.
-      return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes, Buckets.providers] };
+      // The instances: its membership (which verifier checks which grant) is watched there.
+      return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes, Buckets.providers, Buckets.instances] };
     case "rotator":
       // The manifests: its schedule check reads every module's rotate policies (once a minute,
       // which the trace missed; seen refused in a rehearsal of the README's first command).
@@ -232,7 +233,11 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       case "provisioner":
         return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll, subjects.withdrawalsAll], subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll] };
       case "verifier":
-        return { publish: [...writes(Buckets.grants, Buckets.verifications), "mesh.probe.request.*"], subscribe: [subjects.verify, subjects.probeReportsAll] };
+        return {
+          // Its own heartbeats only: no other service's membership.
+          publish: [...writes(Buckets.grants, Buckets.verifications), `$KV.${Buckets.instances}.${keys.instancesOf("verifier")}`, "mesh.probe.request.*"],
+          subscribe: [subjects.verify, subjects.probeReportsAll],
+        };
       case "rotator":
         return {
           // mesh-holders: an evicted SDK instance's registration is removed.

@@ -37,6 +37,7 @@ export * from "./request-json.js";
 export * from "./logger.js";
 export * from "./tracing.js";
 export * from "./keyed-queue.js";
+export * from "./membership.js";
 export * from "./nats.js";
 export * from "./bucket-limits.js";
 export * from "./stream-consumers.js";

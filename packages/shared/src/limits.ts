@@ -141,6 +141,9 @@ export const BUCKET_LIMITS: Record<keyof typeof Buckets, BucketLimits> = {
   // hundred bytes; one that only records a delivery is 0.1 KiB) = 58 MB; a value is bounded by
   // the two messages it may carry (RECEIPT_MESSAGE_MAX each).
   receipts: { history: 5, maxBytes: 256 * MiB, maxValueSize: 16 * KiB, holds: "what each node's agent delivered to each part on its node, 5 revisions each" },
+  // A heartbeat of about 0.2 KiB per live instance, renewed each second; the minute's age limit
+  // drops those of instances that died without leaving.
+  instances: { history: 1, maxBytes: 8 * MiB, maxValueSize: 4 * KiB, ttlMs: 60_000, holds: "the live service instances' heartbeats of the last minute" },
 };
 
 /**

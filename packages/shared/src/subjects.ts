@@ -34,6 +34,11 @@ export const Buckets = {
    * own node's receipts and nothing else; the provisioner folds them into the grants.
    */
   receipts: "mesh-receipts",
+  /**
+   * The live instances of each service that splits its work by key (membership.ts), key:
+   * `<service>.<instance>`, a heartbeat each second; stale ones age out.
+   */
+  instances: "mesh-instances",
 } as const;
 export type BucketName = (typeof Buckets)[keyof typeof Buckets];
 
@@ -229,6 +234,8 @@ export const keys = {
   receipt: (node: string, module: string, requirement: string, part: string) => checked(node, module, requirement, part),
   /** Filter of every receipt of node `node`'s agent: all it may write. */
   receiptsOfNode: (node: string) => `${checked(node)}.>`,
+  /** Filter of the membership heartbeats of `service` (membership.ts): all its instances may write. */
+  instancesOf: (service: string) => `${checked(service)}.>`,
 } as const;
 
 /** The holder and grant a receipt's key names ({@link keys.receipt}), or undefined for a key that is not one. */

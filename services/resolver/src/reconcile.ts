@@ -26,6 +26,20 @@ import {
 import { applyResolution, resolveModule } from "./resolve.js";
 import { neededGrant, neededGrantIds, type NeededGrant } from "./dependencies.js";
 import type { ReachabilityCatalog } from "./reachability.js";
+import type { GrantIndex } from "./grant-index.js";
+
+/** The grants of module `name`: by key from `index` when there is one, else by listing the bucket. */
+async function grantsOf(store: Store, name: string, index: GrantIndex | undefined): Promise<Array<{ key: string; value: Grant; revision: number }>> {
+  if (!index) return listJson(store.kv.grants, Grant, keys.grantsOf(name));
+  const found = await Promise.all(
+    index.requirementsOf(name).map(async (r) => {
+      const key = keys.grant(name, r);
+      const g = await readJson(store.kv.grants, key, Grant);
+      return g ? [{ key, ...g }] : [];
+    }),
+  );
+  return found.flat().sort((a, b) => a.key.localeCompare(b.key));
+}
 
 /** The stored state of every grant some provider needs (see dependencies.ts). */
 export async function readNeededGrants(store: Store, providers: readonly ProviderDoc[]): Promise<Map<string, NeededGrant>> {
@@ -41,7 +55,8 @@ export async function readNeededGrants(store: Store, providers: readonly Provide
 }
 
 /**
- * Reconciles module `name`. Idempotent: a second run with nothing changed writes nothing.
+ * Reconciles module `name`. Idempotent: a second run with nothing changed writes nothing. Its
+ * grants are read by key from `index` (grant-index.ts) when given, else listed.
  * Returns the module's grants that some provider needs, with whether each is provisioned,
  * so the caller can wake the requirements that wait for them.
  */
@@ -51,14 +66,15 @@ export async function reconcileModule(
   name: string,
   log: Logger,
   reachability?: ReachabilityCatalog,
+  index?: GrantIndex,
 ): Promise<Map<string, boolean>> {
   const neededHere = new Map<string, boolean>();
   const manifest = await readJson(store.kv.manifests, name, ModuleDoc);
-  const existing = await listJson(store.kv.grants, Grant, keys.grantsOf(name));
+  const existing = await grantsOf(store, name, index);
   if (!manifest) {
     // The module was deleted: every grant of it is taken back (removal.ts says how far each is).
     for (const g of existing) await markRemoved(store, g.key, "the module was deleted", log);
-    const left = (await listJson(store.kv.grants, Grant, keys.grantsOf(name))).map((g) => g.value);
+    const left = (await grantsOf(store, name, index)).map((g) => g.value);
     const status = deletedModuleState(left);
     if (!status) {
       await store.kv.modules.delete(name);

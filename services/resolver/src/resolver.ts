@@ -22,6 +22,7 @@ import {
 import { handleApply } from "./apply.js";
 import { handleDelete } from "./delete.js";
 import { reconcileModule } from "./reconcile.js";
+import { startGrantIndex } from "./grant-index.js";
 import { ReachabilityCatalog } from "./reachability.js";
 
 export interface Resolver {
@@ -43,10 +44,11 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   const policy = adminPasswordPolicy(opts.env ?? process.env);
   const catalog = new ProviderCatalog(store);
   const reachability = new ReachabilityCatalog(store);
+  const index = await startGrantIndex(store, log);
   // Whether each grant that a provider needs was provisioned when this instance last looked.
   const neededSeen = new Map<string, boolean>();
   const modules = new KeyedQueue(async (name: string) => {
-    const needed = await reconcileModule(store, catalog, name, log.child({ module: name }), reachability);
+    const needed = await reconcileModule(store, catalog, name, log.child({ module: name }), reachability, index);
     // A needed grant became (un)provisioned: requirements of any module may wait for it. What
     // was seen is recorded once they were all re-resolved, so a failure is tried again by the
     // next reconcile of this module rather than forgotten.
@@ -116,6 +118,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
         clearInterval(resync);
         await Promise.all([api.stop(), moduleApi.stop(), deletes.stop()]);
         await Promise.all(consumers.map((c) => c.stop()));
+        index.stop();
       })();
       return stopped;
     },

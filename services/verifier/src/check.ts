@@ -37,7 +37,8 @@ export interface CheckDeps {
 async function adapterFor(deps: CheckDeps, grant: Grant): Promise<{ adapter: ProviderAdapter; admin: boolean; adminProblem?: string; close?: () => Promise<void> } | undefined> {
   let doc: ProviderDoc | undefined;
   if (grant.provider !== BUILTIN_SECRET_PROVIDER) {
-    doc = (await readJson(deps.store.kv.providers, grant.provider!, ProviderDoc))?.value;
+    // From the listing every check shares (PROVIDERS_LIST_MS old at most); one just registered is read by itself.
+    doc = (await providerDocs(deps)).find((d) => d.key === grant.provider)?.value ?? (await readJson(deps.store.kv.providers, grant.provider!, ProviderDoc))?.value;
     if (!doc) return undefined; // the resolver re-resolves the grant; nothing to check against
   }
   try {
@@ -134,10 +135,15 @@ async function checkAtProvider(deps: CheckDeps, grant: Grant, now: () => Date): 
     const ref = { module: grant.module, requirement: grant.requirement, generation: grant.generation };
     // Login first, then observe: a change made while the check runs (a role dropped) is then
     // seen by the observation that explains the failed login, not missed by one made before it.
+    // A login that works decides the check by itself (classifyCheck's first rule), so only a
+    // failed one is explained by an observation: an admin query per check was a fifth of a
+    // pass's cost at 1,000 grants.
     const login = await a.adapter.login({ bindings: current.bindings });
-    const observed: Observation = a.admin
-      ? await a.adapter.observe({ grant: ref }).then((r): Observation => ({ exists: r.exists, details: r.details, ...(r.missing ? { missing: r.missing } : {}) }), observationOf)
-      : { error: "failed", message: a.adminProblem ?? "no admin connection" };
+    const observed: Observation = login.ok
+      ? { exists: true, details: {} }
+      : a.admin
+        ? await a.adapter.observe({ grant: ref }).then((r): Observation => ({ exists: r.exists, details: r.details, ...(r.missing ? { missing: r.missing } : {}) }), observationOf)
+        : { error: "failed", message: a.adminProblem ?? "no admin connection" };
     const older: Array<{ generation: number; result: LoginResult }> = [];
     if (!login.ok && login.reason !== "unreachable") {
       for (let g = grant.generation - 1; g >= Math.max(1, grant.generation - OLDER_GENERATIONS_TRIED); g--) {

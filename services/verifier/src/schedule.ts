@@ -1,13 +1,17 @@
 /**
  * When to check a grant next: a per-grant interval with jitter, and whether a check made
- * elsewhere (by another verifier instance) is fresh enough to skip one. Pure.
+ * elsewhere (by another verifier instance, before the grant moved here) is fresh enough to skip
+ * one. Pure.
  */
 import { MAX_TIMER_MS, parseDuration, parseTimerDuration, type Grant } from "@mesh/shared";
 
 /** The default interval when neither `MESH_VERIFY_INTERVAL` nor the requirement says one. */
 export const DEFAULT_VERIFY_INTERVAL_MS = 10_000;
 
-/** Jitter around the interval: each wait is the interval times a factor in [1 - JITTER, 1 + JITTER). */
+/**
+ * Jitter below the interval: each wait is the interval times a factor in [1 - JITTER, 1), never
+ * longer than the interval, so that drift is seen within one interval (and the check's time).
+ */
 export const JITTER = 0.1;
 
 /**
@@ -41,7 +45,7 @@ export function intervalOf(grant: Pick<Grant, "verify">, defaultMs: number): num
 
 /** `intervalMs` with jitter; `random` in [0, 1). */
 export function jittered(intervalMs: number, random: number): number {
-  return Math.round(intervalMs * (1 - JITTER + 2 * JITTER * random));
+  return Math.floor(intervalMs * (1 - JITTER + JITTER * random));
 }
 
 /**
@@ -60,28 +64,4 @@ export function isFresh(checkedAt: string | undefined, intervalMs: number, now: 
   if (!checkedAt) return false;
   const t = Date.parse(checkedAt);
   return !Number.isNaN(t) && now - t >= 0 && now - t < intervalMs * FRESH_SHARE;
-}
-
-/**
- * Another instance that checked a grant less than this share of the interval ago is alive and
- * keeps the grant: this instance leaves it to it (and takes it over once its checks stop).
- */
-export const TAKEOVER_SHARE = 1.5;
-
-/**
- * How long to leave a grant to `checkedBy`, the instance that checked it last, before
- * checking it here: 0 when that is this instance, or its check is older than
- * {@link TAKEOVER_SHARE} intervals (it seems gone). Several instances so share the grants
- * without checking the same one twice, at no cost in writes.
- */
-export function leaveToOwner(
-  rec: { checkedBy: string; checkedAt: string } | undefined,
-  instance: string,
-  intervalMs: number,
-  now: number,
-): number {
-  if (!rec || rec.checkedBy === instance) return 0;
-  const t = Date.parse(rec.checkedAt);
-  if (Number.isNaN(t)) return 0;
-  return Math.max(0, t + intervalMs * TAKEOVER_SHARE - now);
 }

@@ -4,16 +4,21 @@
  * came in; `meshctl verify` asked), records the outcome in KV `mesh-verifications`, sets the
  * grant's `Verified` condition when it changes, and repairs drift by policy.
  *
- * Several instances may run: every instance schedules every grant, but a check whose basis is
- * unchanged and younger than 80 % of the interval (read from the record) is skipped, so the
- * instances share the work instead of repeating it; probe reports and verify requests go to one
- * instance through a queue group; records and grants are written with compare-and-set. Within
+ * Several instances may run and split the grants between them: each joins the verifiers'
+ * membership (KV `mesh-instances`, membership.ts) and checks on its schedule and on grant
+ * changes only the grants it owns by rendezvous hashing over the live instances, so two
+ * verifiers check twice as many grants per interval and none twice. When an instance joins or
+ * leaves, the grants that move to another are checked there when their record says they are
+ * due (a check younger than 80 % of the interval, of the same basis, is not repeated), so a
+ * handover checks nothing twice either. Probe reports and verify requests go to one instance
+ * through a queue group; records and grants are written with compare-and-set. Within
  * one instance, scheduled and event-driven work on a grant never overlaps; a forced check
  * (`meshctl verify`) has its own queue so it is answered promptly, and may run beside one —
  * both converge, since every write is compare-and-set and a repair is idempotent.
  */
 import { hostname } from "node:os";
 import {
+  Buckets,
   ErrorCodes,
   Grant,
   KeyedQueue,
@@ -27,6 +32,7 @@ import {
   getCondition,
   holderKey,
   isTrue,
+  joinMembership,
   keys,
   mutateJson,
   parseGrantId,
@@ -36,6 +42,7 @@ import {
   setCondition,
   subjects,
   type CheckResult,
+  type Membership,
   type RepairEvent,
   type VerifyReply,
 } from "@mesh/shared";
@@ -43,7 +50,7 @@ import { AdapterPool, CredentialStore, keysOf } from "@mesh/providers";
 import { checkGrant, repairGrant, type CheckDeps } from "./check.js";
 import { foldVerified, probeWorthStoring, verificationBasis } from "./fold.js";
 import { appendRepair, describeRepair, repairAction } from "./repair-plan.js";
-import { dueIn, globalInterval, intervalOf, isFresh, leaveToOwner } from "./schedule.js";
+import { dueIn, globalInterval, intervalOf, isFresh } from "./schedule.js";
 import type { VerifierOptions } from "./verifier-options.js";
 
 /** What one run of a grant ended with. */
@@ -105,6 +112,9 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const stats: VerifierStats = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
 
   const pending = new Map<string, Pending>();
+  /** Which grants this instance checks on its schedule; joined before the grants are watched (undefined: it could not join, and checks them all). */
+  let membership: Membership | undefined;
+  const owns = (key: string) => membership?.owns(key) ?? true;
   const outcomes = new Map<string, VerifyOutcome>();
   const timers = new Map<string, NodeJS.Timeout>();
   const inflight = new Set<Promise<void>>();
@@ -150,6 +160,8 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     unschedule(key);
     const t = setTimeout(() => {
       timers.delete(key);
+      // Another instance owns it now: it is scheduled there (and here again if it comes back, see onChange).
+      if (!owns(key)) return;
       request(key, { mode: "scheduled" }).catch((e: unknown) => {
         stats.errors++;
         log.warn({ key, err: e }, "scheduled verification failed; retrying");
@@ -214,16 +226,14 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       const prev = rec?.value.probes[holderKey(r.node, r.part)];
       return !r.result.ok && r.result.generation === g.generation && rec?.value.verifier.ok === true && (!prev || prev.ok || prev.reason !== r.result.reason);
     });
-    let needCheck =
+    // A grant another instance owns is checked here only when asked (meshctl verify) or when a
+    // probe folded here shows a new failure; otherwise its owner's schedule and events keep it.
+    const mine = owns(key);
+    const needCheck =
       checkable &&
-      (p.mode === "forced" || newFailure || !rec || rec.value.basis !== basis || rec.value.verifier.generation !== g.generation || !isFresh(rec.value.checkedAt, interval, now));
-    // Another live instance keeps this grant: it reacts to the same schedule and events, so
-    // look again later rather than check it twice (forced checks and new failures go ahead).
-    const owned = leaveToOwner(rec?.value, instance, interval, now);
-    if (needCheck && owned > 0 && (p.mode === "scheduled" || p.mode === "event") && !newFailure) {
-      needCheck = false;
-      schedule(key, Math.max(50, Math.min(owned, interval / 2)));
-    }
+      (p.mode === "forced" ||
+        newFailure ||
+        (mine && (!rec || rec.value.basis !== basis || rec.value.verifier.generation !== g.generation || !isFresh(rec.value.checkedAt, interval, now))));
 
     let probes = p.mode === "forced" ? [...p.probes, ...(await requestProbes(g))] : p.probes;
     /** Probes observed before this time describe the world before a repair: they no longer count. */
@@ -231,7 +241,11 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     const targets = new Set(g.targets.map((t) => holderKey(t.node, t.part)));
 
     /** Writes the record (a new check, or only new probes) and, when it changes, the grant's Verified condition. */
+    // The record as read above starts the first write (it is usually still current: one owner writes it).
+    let recRead: typeof rec | null = rec ?? null;
     const persist = async (result: CheckResult | undefined, extra: { repair?: RepairEvent; repairFailed?: string } = {}) => {
+      const read = recRead;
+      recRead = undefined;
       const stored = await mutateJson(store.kv.verifications, key, Verification, (cur) => {
         const base: Verification | undefined = result
           ? { grant: g.id, basis, checkedAt: result.observedAt, checkedBy: instance, verifier: result, probes: cur?.probes ?? {} }
@@ -250,7 +264,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
           changed = true;
         }
         return changed ? { ...base, probes: next } : undefined;
-      });
+      }, read !== undefined ? { read } : {});
       if (!stored || stored.verifier.generation !== g.generation) return { stored, grant: g };
       const cond = foldVerified({ grant: g, verifier: stored.verifier, probes: stored.probes, now: Date.now(), policy, rotating, ...(extra.repairFailed ? { repairFailed: extra.repairFailed } : {}) });
       let changed = false;
@@ -326,17 +340,47 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     };
   };
 
-  // Every instance watches every grant: the initial values spread the first checks over two
-  // seconds; a change asks for a run at once (skipped if its basis did not change).
+  // The grants this instance knows of (from the watch below), so that when the membership
+  // changes it schedules those it gained. A grant it gained is checked when its record says it
+  // is due: the instance that had it checked it within the interval, which is not repeated.
+  const known = new Set<string>();
+  const spread = () => Math.round(random() * Math.min(defaultInterval, 2_000));
+  try {
+    membership = await joinMembership({
+      kv: store.kv.instances,
+      service: "verifier",
+      instance,
+      log,
+      onChange: () => {
+        for (const key of known) if (!timers.has(key) && owns(key)) schedule(key, spread());
+      },
+    });
+  } catch (e) {
+    // An identity issued before the membership existed may not write it: verifying every
+    // grant beats verifying none, and the log says what to change.
+    log.error(
+      { err: errorMessage(e) },
+      `could not join the verifiers' membership in KV ${Buckets.instances} (${errorMessage(e)}): this verifier checks every grant, as if it were the only one; beside other verifiers grants are then checked more than once. Give its identity the right to write ${Buckets.instances}.verifier.> (meshctl bootstrap issues it) and restart it`,
+    );
+  }
+
+  // Every instance watches every grant: the initial values spread the first checks of its own
+  // over two seconds; a change of one of its own asks for a run at once (skipped if its basis
+  // did not change).
   const watch = await store.kv.grants.watch();
   const watching = (async () => {
     for await (const e of watch) {
       if (stopped) break;
       if (e.operation !== "PUT") {
+        known.delete(e.key);
         unschedule(e.key);
         request(e.key, { mode: "event" }).catch((err: unknown) => log.warn({ key: e.key, err: err }, "could not drop the verification of a deleted grant"));
-      } else if (!e.isUpdate) {
-        schedule(e.key, Math.round(random() * Math.min(defaultInterval, 2_000)));
+        continue;
+      }
+      known.add(e.key);
+      if (!owns(e.key)) continue; // its owner schedules it
+      if (!e.isUpdate) {
+        schedule(e.key, spread());
       } else {
         request(e.key, { mode: "event" }).catch((err: unknown) => {
           stats.errors++;
@@ -408,6 +452,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
         stopped = true;
         for (const t of timers.values()) clearTimeout(t);
         timers.clear();
+        await membership?.leave();
         await api.stop().catch(() => undefined);
         await probeSub.drain().catch(() => undefined);
         watch.stop();
