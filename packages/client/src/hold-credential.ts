@@ -30,6 +30,7 @@ import {
   HOLDER_HEARTBEAT_MS,
   SubjectTemplates,
   contextFrom,
+  propagating,
   createSealingKey,
   decryptForPart,
   parseMasterKey,
@@ -206,7 +207,8 @@ class Holder implements CredentialHolder {
         const consumer = await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
         attempt = 0;
         // Ended when the consumer is deleted (lost with its server, say): looked for again, as made again by the rotator.
-        this.messages = await consumer.consume({ max_messages: 1, abort_on_missing_resource: true });
+        // Room for more than one, though the consumer hands out one at a time: the client then need not send a new pull after every message.
+        this.messages = await consumer.consume({ max_messages: 16, abort_on_missing_resource: true });
         if (this.done) break;
         for await (const m of this.messages) this.enqueue(() => this.rotation(m));
       } catch (e) {
@@ -243,7 +245,8 @@ class Holder implements CredentialHolder {
     if (this.done || generation <= this.generation) return true;
     // A CONSUMER span, the child of the rotator's broadcast (its context in the message's headers).
     const { module, requirement, node, part } = this.opts;
-    const span: Span | undefined = rotation
+    // Without a propagator nothing traces the rotation: no span, and the message's headers are not decoded (a thousand holders pay for each).
+    const span: Span | undefined = rotation && propagating()
       ? startConsumerSpan(
           "client",
           this.endpoint.subject,

@@ -39,6 +39,8 @@ export interface HolderAck {
 interface Tracked {
   key: string;
   rotation: string;
+  /** Each holder's endpoint and the sequence its ack must reach, made once per rotation. */
+  endpoints: Array<{ holder: string; endpoint: HolderEndpoint; seq: number }>;
   /** By `<stream>/<consumer>`: the holder and the sequence its ack must reach. */
   expect: Map<string, { holder: string; seq: number }>;
   acks: Map<string, HolderAck>;
@@ -119,9 +121,9 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
     const cur = byRotation.get(key);
     if (cur?.rotation === r.id) return;
     if (cur) forgetTracked(cur);
-    const t: Tracked = { key, rotation: r.id, expect: new Map(), acks: new Map() };
+    const t: Tracked = { key, rotation: r.id, endpoints: endpointsOf(r), expect: new Map(), acks: new Map() };
     let early = 0;
-    for (const { holder, endpoint, seq } of endpointsOf(r)) {
+    for (const { holder, endpoint, seq } of t.endpoints) {
       const id = `${endpoint.stream}/${endpoint.consumer}`;
       t.expect.set(id, { holder, seq });
       byConsumer.set(id, t);
@@ -140,12 +142,13 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
   const lookup = async (r: Rotation) => {
     const t = byRotation.get(`${r.module}.${r.requirement}`);
     if (!t || t.rotation !== r.id) return;
-    const missing = Object.keys(r.holders).filter((h) => !t.acks.has(h) && r.holders[h]?.e === undefined);
+    const missing = t.endpoints.filter((x) => !t.acks.has(x.holder) && r.holders[x.holder]?.e === undefined);
     if (missing.length === 0) return;
+    const endpoints = new Map(missing.map((x) => [x.holder, x.endpoint]));
     const vanished: Array<{ holder: string; endpoint: HolderEndpoint }> = [];
     let found = 0;
-    for (const x of await readHolderAcks(store.jsm, r, { only: missing })) {
-      const endpoint = holderEndpoint(r.grant, x.holder);
+    for (const x of await readHolderAcks(store.jsm, r, { only: [...endpoints.keys()] })) {
+      const endpoint = endpoints.get(x.holder);
       if (!endpoint || x.seq === 0) continue;
       if (x.mismatch) {
         log.warn({ rotation: r.id, holder: x.holder, consumer: x.consumer }, `the consumer of holder ${x.holder} is not the one the rotator made (${x.mismatch}); its acks are not counted, and it is made again`);
