@@ -22,6 +22,7 @@ import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { BUCKET_LIMITS, Limits, type BucketLimits } from "./limits.js";
 import { createLogger, type Logger } from "./logger.js";
 import { planBucketLimits, storeWrite } from "./bucket-limits.js";
+import { metRevision, noteRevision, revisionFloor } from "./read-floors.js";
 
 export type { NatsConnection, KV, JetStreamClient, JetStreamManager, JsMsg };
 
@@ -135,7 +136,7 @@ export interface StoreLog {
 
 /** How {@link openStore} makes the store. */
 export interface OpenStoreOptions {
-  /** 1 on one server, 3 on a cluster; default `MESH_REPLICAS`, else 1. */
+  /** 1 on one server, 3 on a cluster; default {@link storeReplicas}. */
   replicas?: number;
   /** Where it says what it changed of an existing bucket's limits, and what it kept; default a logger of its own. */
   log?: StoreLog;
@@ -149,8 +150,25 @@ export interface OpenStoreOptions {
  * nothing); safe to call from every process at once.
  */
 export async function openStore(nc: NatsConnection, opts: OpenStoreOptions = {}): Promise<Store> {
-  const replicas = opts.replicas ?? Number(process.env.MESH_REPLICAS || 1);
+  const replicas = opts.replicas ?? storeReplicas(nc.info, process.env);
   return retryJetStreamGap(() => openStoreOnce(nc, replicas, opts), 20_000);
+}
+
+/**
+ * How many copies the store's buckets and streams are made with: `MESH_REPLICAS` when set (a
+ * whole number from 1 to 5), else what the server says of itself: 3 on a cluster of three or
+ * more servers (its `connect_urls` list every member's client address), else 1. A cluster
+ * that does not advertise its members (`no_advertise`) counts as one server: set
+ * MESH_REPLICAS there. Only a bucket or stream made from now on gets it.
+ */
+export function storeReplicas(info: { cluster?: string; connect_urls?: string[] } | undefined, env: NodeJS.ProcessEnv = process.env): number {
+  const named = env.MESH_REPLICAS;
+  if (named) {
+    const n = Number(named);
+    if (!Number.isInteger(n) || n < 1 || n > 5) throw new MeshError(ErrorCodes.InvalidRequest, `MESH_REPLICAS=${named} is not a whole number from 1 to 5: set 1 for one NATS server, 3 for a cluster of three`);
+    return n;
+  }
+  return info?.cluster && (info.connect_urls?.length ?? 0) >= 3 ? 3 : 1;
 }
 
 /** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
@@ -211,6 +229,7 @@ async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenSto
       ...(limits.ttlMs !== undefined ? { ttl: limits.ttlMs } : {}),
     });
     await ensureBucketLimits(jsm, bucket, limits, (log ??= createLogger("store")));
+    if (replicas > 1) replicatedStreams.add(kvStream(bucket));
   }
   // Every stream: limits retention, file storage, the store's replicas, a 2-minute de-duplication window.
   const common = { retention: RetentionPolicy.Limits, num_replicas: replicas, storage: StorageType.File, duplicate_window: 120_000_000_000 };
@@ -285,9 +304,39 @@ export interface Record_<T> {
   revision: number;
 }
 
-/** Reads and validates a JSON record; undefined when the key is missing or deleted. */
+/** How long a read waits for a replica that has the revision an event announced (read-floors.ts) before it fails, retryable. */
+export const READ_FLOOR_WAIT_MS = 5_000;
+
+/**
+ * `kv.get(key)`, again while the replica that answers is behind the revision this process
+ * heard of for the key (read-floors.ts): 10 ms more before each try, at most 200 ms, for at
+ * most {@link READ_FLOOR_WAIT_MS}; then a retryable `Unavailable` error, so a consumer's
+ * message comes back later rather than being acknowledged on a stale read.
+ */
+/** The stream of a KV bucket (`KV_<bucket>`). */
+const streamOf = (kv: KV) => (kv as { bucketName?: () => string }).bucketName?.() ?? "";
+
+async function getAtFloor(kv: KV, key: string) {
+  const stream = streamOf(kv);
+  const floor = revisionFloor(stream, key);
+  const end = Date.now() + READ_FLOOR_WAIT_MS;
+  for (let attempt = 1; ; attempt++) {
+    const e = await retryJetStreamGap(() => kv.get(key));
+    const revision = e?.revision ?? 0;
+    if (revision >= floor) {
+      if (floor > 0) metRevision(stream, key, revision);
+      return e;
+    }
+    if (Date.now() > end) {
+      throw new MeshError(ErrorCodes.Unavailable, `the store's replicas of ${stream} answered ${key} at revision ${revision}, older than revision ${floor} already written; tried again later`, { retryable: true });
+    }
+    await new Promise((r) => setTimeout(r, Math.min(10 * attempt, 200)));
+  }
+}
+
+/** Reads and validates a JSON record; undefined when the key is missing or deleted. Never older than a change of the key this process heard of (read-floors.ts). */
 export async function readJson<T>(kv: KV, key: string, schema: z.ZodType<T>): Promise<Record_<T> | undefined> {
-  const e = await retryJetStreamGap(() => kv.get(key));
+  const e = await getAtFloor(kv, key);
   if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
   const parsed = schema.safeParse(e.json());
   if (!parsed.success) {
@@ -315,13 +364,79 @@ export async function mutateJson<T>(
     const data = JSON.stringify(next);
     try {
       // A retried write whose first try landed fails compare-and-set, and is read again below.
-      await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
+      const revision = await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
+      // Read-your-writes: a later read of the key in this process is at least this new (read-floors.ts).
+      noteRevision(streamOf(kv), key, revision);
+      if (cur) watchForFork(kv, key, cur.revision, revision, () => mutateJson(kv, key, schema, fn, attempts));
       return next;
     } catch (e) {
       if (!isCasConflict(e) || i >= attempts) throw e;
       await new Promise((r) => setTimeout(r, Math.random() * 5 * (i + 1)));
     }
   }
+}
+
+/** Streams of the buckets openStore made with more than one replica: where a compare-and-set can be lost ({@link watchForFork}). */
+const replicatedStreams = new Set<string>();
+
+/** When {@link watchForFork} looks for a write that raced past ours, after our write was acknowledged. */
+export const FORK_CHECKS_MS = [20, 100, 500, 2_000] as const;
+
+let forkLog: Logger | undefined;
+
+/**
+ * On a cluster, nats-server 2.9.10 checks a KV update's expected revision
+ * (`Nats-Expected-Last-Subject-Sequence` > 0) only on the stream leader *before* proposing
+ * it, against the messages it has applied, and not again when applying (server/stream.go,
+ * processJetStreamMsg: "If we are clustered we have prechecked seq > 0"; fixed in 2.11 by
+ * nats-io/nats-server 469f834). Two updates of one key based on the same revision, proposed
+ * within the few milliseconds before the first is applied, are then both stored: the later
+ * silently overwrites the earlier. Seen here on a three-server cluster: a grant that lost
+ * holders the provisioner had folded in. (A create, expecting revision 0, is checked when
+ * applied, and is safe.)
+ *
+ * So after an update of a replicated bucket that expected `base` and was stored at
+ * `revision`, the key's next message is looked at a little later (its headers keep the
+ * revision it expected): if it expected `base` too, ours was overwritten by a write that
+ * knew nothing of it, and `redo` applies our change again on top of what is stored now
+ * (mutateJson's `fn` is pure, so that is safe). In the background: the caller goes on.
+ */
+function watchForFork(kv: KV, key: string, base: number, revision: number, redo: () => Promise<unknown>): void {
+  const b = kv as unknown as { jsm?: JetStreamManager; bucket?: string; bucketName?: () => string };
+  const stream = b.bucketName?.() ?? "";
+  if (!replicatedStreams.has(stream) || !b.jsm || !b.bucket) return;
+  const jsm = b.jsm;
+  const subject = `$KV.${b.bucket}.${key}`;
+  const expected = (m: { header?: { get(k: string): string } } | null) => m?.header?.get("Nats-Expected-Last-Subject-Sequence");
+  const check = async (i: number): Promise<void> => {
+    try {
+      // The key's last message first: a direct get that names the key in its subject, which
+      // every identity that may read the key may send (an agent's are limited to its own keys).
+      const last = await jsm.direct.getMessage(stream, { last_by_subj: subject });
+      let after = last && last.seq > revision ? last : null;
+      // Something came after ours: the one right after ours is what says whether ours was
+      // overwritten (found by sequence; a service's identity may, an agent writes alone anyway).
+      if (after && expected(after) !== String(revision) && expected(after) !== String(base)) {
+        after = await jsm.direct.getMessage(stream, { seq: revision + 1, next_by_subj: subject });
+      }
+      if (after && expected(after) === String(base)) {
+        (forkLog ??= createLogger("store")).warn(
+          { stream, key, base, revision, overwrittenBy: after.seq },
+          "a write of the store was overwritten by one that raced it from the same revision (nats-server before 2.11 on a cluster); applying it again",
+        );
+        // Again on a read at least as new as the write that overwrote ours, not a follower's older copy.
+        noteRevision(stream, key, after.seq);
+        await redo();
+        return;
+      }
+      if (after) return; // a later write was based on ours: nothing raced it
+    } catch {
+      // Unanswered for now (a leader election): the next check looks again.
+    }
+    const wait = FORK_CHECKS_MS[i + 1];
+    if (wait !== undefined) setTimeout(() => void check(i + 1), wait - FORK_CHECKS_MS[i]!).unref();
+  };
+  setTimeout(() => void check(0), FORK_CHECKS_MS[0]).unref();
 }
 
 /** Every value of a bucket matching `filter`, validated. */
