@@ -39,6 +39,7 @@ export { createRedisAdapter } from "./redis.js";
 export { createNatsUserAdapter } from "./nats-user.js";
 export { createRabbitmqAdapter } from "./rabbitmq.js";
 export {
+  CLUSTER_RESOLVER_SYNC,
   accountClaims,
   createOperatorSetup,
   isCreds,
