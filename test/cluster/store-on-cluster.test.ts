@@ -2,7 +2,7 @@
  * The mesh's store on a three-server cluster, without the services: buckets and streams are
  * made at R3 when the server says it is in a cluster of three, and compare-and-set writes of
  * one key from two processes at once lose nothing, although nats-server 2.9.10 lets two
- * updates based on the same revision through on a cluster (nats.ts, watchForFork).
+ * updates based on the same revision through on a cluster (nats.ts, casUpdate).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -43,7 +43,6 @@ describe("the store on a three-server cluster", () => {
       Array.from({ length: 10 }, (_, i) => `w${w}-${i}`).map((id) => mutateJson(store.kv.grants, key, Ids, (cur) => (cur?.ids.includes(id) ? undefined : { ids: [...(cur?.ids ?? []), id] }), 200)),
     );
     await Promise.all(writes);
-    // A write overwritten by one that raced it is applied again shortly after (watchForFork).
     const all = await waitFor(
       "every write in the record",
       async () => {
@@ -54,5 +53,18 @@ describe("the store on a three-server cluster", () => {
       100,
     );
     expect(new Set(all).size).toBe(20);
+    // Not one update was stored on top of a revision another update had already taken: each
+    // message of the key names, as the revision it expected, the message before it.
+    const stream = "KV_mesh-grants";
+    const subject = `$KV.mesh-grants.${key}`;
+    let prev = 0;
+    for (let seq = 0; ; ) {
+      const m = await stores[0]!.jsm.direct.getMessage(stream, { seq: seq + 1, next_by_subj: subject }).catch(() => null);
+      if (!m) break;
+      const expected = m.header?.get("Nats-Expected-Last-Subject-Sequence");
+      if (prev > 0) expect(expected, `message ${m.seq} of ${key}`).toBe(String(prev));
+      prev = seq = m.seq;
+    }
+    expect((await stores[0]!.jsm.streams.info(stream)).config.duplicate_window).toBeGreaterThan(0);
   });
 });

@@ -187,3 +187,35 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
   }
   return c;
 }
+
+/**
+ * A cluster of `size` (default 3) members with JetStream and no authentication, for a
+ * benchmark that compares the mesh on a cluster with the mesh on one server (bench/): the same
+ * layout as startOperatorCluster, without the operator.
+ */
+export async function startPlainCluster(opts: { size?: number } = {}): Promise<{ url: string; members: NatsServer[]; stop(): Promise<void> }> {
+  const size = opts.size ?? 3;
+  const dir = mkdtempSync(join(tmpdir(), "mesh-plain-cluster-"));
+  const ports = await Promise.all(Array.from({ length: size }, async () => ({ client: await freePort(), cluster: await freePort() })));
+  const routes = ports.map((p) => `nats-route://127.0.0.1:${p.cluster}`).join(", ");
+  const members: NatsServer[] = [];
+  for (const [i, p] of ports.entries()) {
+    const storeDir = join(dir, `n${i + 1}`);
+    mkdirSync(storeDir, { recursive: true });
+    const configFile = join(dir, `n${i + 1}.conf`);
+    writeFileSync(configFile, `server_name: mesh-n${i + 1}\njetstream { store_dir: "${storeDir}" }\ncluster { name: mesh, listen: "127.0.0.1:${p.cluster}", routes: [${routes}] }\n`);
+    members.push(await startNatsServer({ port: p.client, configFile, storeDir }));
+  }
+  await waitFor("the plain cluster's meta leader", async () => {
+    const j = await getJson<{ meta_cluster?: { leader?: string } }>(`http://127.0.0.1:${members[0]!.monitorPort}/jsz`).catch(() => undefined);
+    return j?.meta_cluster?.leader ? true : undefined;
+  }, 60_000, 200);
+  return {
+    url: members.map((m) => m.url).join(","),
+    members,
+    async stop() {
+      await Promise.all(members.map((m) => m.stop({ keepStore: true }).catch(() => {})));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -50,6 +50,7 @@ import {
   type PartIdentityOptions,
   storeWrite,
   storeReplicas,
+  casUpdate,
 } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -219,7 +220,7 @@ class NatsUserAdapter implements ProviderAdapter {
       const next: IdentityRecord = { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
       try {
         const data = JSON.stringify(next);
-        await this.kvCall(what, () => storeWrite(kv, key, () => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data)), { bytes: data.length }));
+        await this.kvCall(what, () => storeWrite(kv, key, () => (cur ? casUpdate(kv, key, data, cur.revision) : kv.create(key, data)), { bytes: data.length }));
       } catch (e) {
         if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
         throw e;

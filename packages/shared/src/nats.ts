@@ -229,7 +229,6 @@ async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenSto
       ...(limits.ttlMs !== undefined ? { ttl: limits.ttlMs } : {}),
     });
     await ensureBucketLimits(jsm, bucket, limits, (log ??= createLogger("store")));
-    if (replicas > 1) replicatedStreams.add(kvStream(bucket));
   }
   // Every stream: limits retention, file storage, the store's replicas, a 2-minute de-duplication window.
   const common = { retention: RetentionPolicy.Limits, num_replicas: replicas, storage: StorageType.File, duplicate_window: 120_000_000_000 };
@@ -364,10 +363,9 @@ export async function mutateJson<T>(
     const data = JSON.stringify(next);
     try {
       // A retried write whose first try landed fails compare-and-set, and is read again below.
-      const revision = await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
+      const revision = await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? casUpdate(kv, key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
       // Read-your-writes: a later read of the key in this process is at least this new (read-floors.ts).
       noteRevision(streamOf(kv), key, revision);
-      if (cur) watchForFork(kv, key, cur.revision, revision, () => mutateJson(kv, key, schema, fn, attempts));
       return next;
     } catch (e) {
       if (!isCasConflict(e) || i >= attempts) throw e;
@@ -376,67 +374,35 @@ export async function mutateJson<T>(
   }
 }
 
-/** Streams of the buckets openStore made with more than one replica: where a compare-and-set can be lost ({@link watchForFork}). */
-const replicatedStreams = new Set<string>();
-
-/** When {@link watchForFork} looks for a write that raced past ours, after our write was acknowledged. */
-export const FORK_CHECKS_MS = [20, 100, 500, 2_000] as const;
-
-let forkLog: Logger | undefined;
-
 /**
- * On a cluster, nats-server 2.9.10 checks a KV update's expected revision
- * (`Nats-Expected-Last-Subject-Sequence` > 0) only on the stream leader *before* proposing
- * it, against the messages it has applied, and not again when applying (server/stream.go,
- * processJetStreamMsg: "If we are clustered we have prechecked seq > 0"; fixed in 2.11 by
- * nats-io/nats-server 469f834). Two updates of one key based on the same revision, proposed
- * within the few milliseconds before the first is applied, are then both stored: the later
- * silently overwrites the earlier. Seen here on a three-server cluster: a grant that lost
- * holders the provisioner had folded in. (A create, expecting revision 0, is checked when
- * applied, and is safe.)
+ * `kv.update(key, data, revision)` that stays a compare-and-set on a cluster of nats-server
+ * 2.9.10, which checks an update's expected revision (`Nats-Expected-Last-Subject-Sequence` >
+ * 0) only on the stream leader *before* proposing it, against the messages it has applied,
+ * and not again when applying (server/stream.go, processJetStreamMsg: "If we are clustered we
+ * have prechecked seq > 0"; fixed in 2.11 by nats-io/nats-server 469f834). Two updates of one
+ * key from the same revision, proposed within the milliseconds before the first is applied,
+ * were then both stored, the later silently overwriting the earlier: seen here on three
+ * servers as a grant whose folded-in holders vanished, and as a generation that went 5, 4, 5.
  *
- * So after an update of a replicated bucket that expected `base` and was stored at
- * `revision`, the key's next message is looked at a little later (its headers keep the
- * revision it expected): if it expected `base` too, ours was overwritten by a write that
- * knew nothing of it, and `redo` applies our change again on top of what is stored now
- * (mutateJson's `fn` is pure, so that is safe). In the background: the caller goes on.
+ * The update also carries `Nats-Msg-Id: <key>@<revision>`. The stream's de-duplication is
+ * checked when a message is applied, on every server alike, so of two updates from one
+ * revision only the first is stored; the second is acknowledged as a duplicate, which is
+ * turned into the same compare-and-set conflict (10071) a stale revision gets, and the caller
+ * reads again. (Revisions only grow, so the id never repeats for another write; a create,
+ * expecting revision 0, is checked when applied already and needs no id.) Returns the new
+ * revision. One server behaves as before.
  */
-function watchForFork(kv: KV, key: string, base: number, revision: number, redo: () => Promise<unknown>): void {
-  const b = kv as unknown as { jsm?: JetStreamManager; bucket?: string; bucketName?: () => string };
-  const stream = b.bucketName?.() ?? "";
-  if (!replicatedStreams.has(stream) || !b.jsm || !b.bucket) return;
-  const jsm = b.jsm;
-  const subject = `$KV.${b.bucket}.${key}`;
-  const expected = (m: { header?: { get(k: string): string } } | null) => m?.header?.get("Nats-Expected-Last-Subject-Sequence");
-  const check = async (i: number): Promise<void> => {
-    try {
-      // The key's last message first: a direct get that names the key in its subject, which
-      // every identity that may read the key may send (an agent's are limited to its own keys).
-      const last = await jsm.direct.getMessage(stream, { last_by_subj: subject });
-      let after = last && last.seq > revision ? last : null;
-      // Something came after ours: the one right after ours is what says whether ours was
-      // overwritten (found by sequence; a service's identity may, an agent writes alone anyway).
-      if (after && expected(after) !== String(revision) && expected(after) !== String(base)) {
-        after = await jsm.direct.getMessage(stream, { seq: revision + 1, next_by_subj: subject });
-      }
-      if (after && expected(after) === String(base)) {
-        (forkLog ??= createLogger("store")).warn(
-          { stream, key, base, revision, overwrittenBy: after.seq },
-          "a write of the store was overwritten by one that raced it from the same revision (nats-server before 2.11 on a cluster); applying it again",
-        );
-        // Again on a read at least as new as the write that overwrote ours, not a follower's older copy.
-        noteRevision(stream, key, after.seq);
-        await redo();
-        return;
-      }
-      if (after) return; // a later write was based on ours: nothing raced it
-    } catch {
-      // Unanswered for now (a leader election): the next check looks again.
-    }
-    const wait = FORK_CHECKS_MS[i + 1];
-    if (wait !== undefined) setTimeout(() => void check(i + 1), wait - FORK_CHECKS_MS[i]!).unref();
-  };
-  setTimeout(() => void check(0), FORK_CHECKS_MS[0]).unref();
+export async function casUpdate(kv: KV, key: string, data: string | Uint8Array, revision: number): Promise<number> {
+  const b = kv as unknown as { js?: JetStreamClient; subjectForKey?: (k: string, edit?: boolean) => string };
+  if (!b.js || !b.subjectForKey) return kv.update(key, data, revision);
+  const ack = await b.js.publish(b.subjectForKey(key, true), data, { msgID: `${key}@${revision}`, expect: { lastSubjectSequence: revision } });
+  if (ack.duplicate) throw casRaced(key, revision);
+  return ack.seq;
+}
+
+/** What {@link casUpdate} throws when another update from the same revision got there first: a compare-and-set conflict (isCasConflict). */
+function casRaced(key: string, revision: number): JetStreamApiError {
+  return new JetStreamApiError({ code: 400, err_code: 10071, description: `wrong last sequence: another update of ${key} from revision ${revision} was stored first` });
 }
 
 /** Every value of a bucket matching `filter`, validated. */
