@@ -121,9 +121,13 @@ export function queryEvery50ms(cluster: OperatorCluster, holders: Array<{ holder
       if (creds) {
         const user = /"name":"([^"]+)"/.exec(Buffer.from(creds.split("\n").find((l) => l.startsWith("ey"))?.split(".")[1] ?? "", "base64url").toString())?.[1] ?? "?";
         try {
-          const c = await connect({ servers: cluster.members.filter((m) => m.up).map((m) => m.url), reconnect: false, timeout: 2_000, authenticator: credsAuthenticator(new TextEncoder().encode(creds)) });
-          await c.flush();
-          await c.close();
+          const login = (async () => {
+            const c = await connect({ servers: cluster.members.filter((m) => m.up).map((m) => m.url), reconnect: false, timeout: 2_000, authenticator: credsAuthenticator(new TextEncoder().encode(creds)) });
+            await c.flush();
+            await c.close();
+          })();
+          // A login stuck on a server being killed counts as unreachable, never as a hang.
+          await Promise.race([login, new Promise((_, reject) => setTimeout(() => reject(new Error("login did not finish within 5 s")), 5_000).unref())]);
           q.made++;
         } catch (e) {
           const error = String(e);
@@ -146,8 +150,9 @@ export async function allReady(store: Store, modules: string[], timeoutMs = 30_0
   await waitFor(
     `modules ${modules.join(", ")} Ready`,
     async () => {
-      for (const m of modules) if ((await readJson(store.kv.modules, m, ModuleStatus))?.value.state !== "Ready") return undefined;
-      return true;
+      // All at once: one read that meets a leader election must not hold up the others.
+      const states = await Promise.all(modules.map((m) => readJson(store.kv.modules, m, ModuleStatus).then((r) => r?.value.state)));
+      return states.every((s) => s === "Ready") || undefined;
     },
     timeoutMs,
     100,
@@ -161,6 +166,22 @@ export async function allReady(store: Store, modules: string[], timeoutMs = 30_0
  * every committed rotation committed after each of its holders confirmed.
  */
 export async function grantInvariants(store: Store, cluster: OperatorCluster, module: string, requirement: string): Promise<string[]> {
+  // Listing a key's history is an ordered consumer; one that met a leader change may never end
+  // on 2.9.10 (seen once here), so each try is bounded and the read made again.
+  for (let attempt = 1; ; attempt++) {
+    let timer: NodeJS.Timeout | undefined;
+    const bounded = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`reading the history of ${module}/${requirement} did not end within 20 s`)), 20_000)));
+    try {
+      return await Promise.race([invariantsOnce(store, cluster, module, requirement), bounded]);
+    } catch (e) {
+      if (attempt >= 3) throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+async function invariantsOnce(store: Store, cluster: OperatorCluster, module: string, requirement: string): Promise<string[]> {
   const wrong: string[] = [];
   const key = keys.grant(module, requirement);
   const generations: number[] = [];
@@ -201,14 +222,17 @@ export async function grantInvariants(store: Store, cluster: OperatorCluster, mo
   return wrong;
 }
 
+/** A read of the test's own, tried again while a server that just went away leaves it unanswered. */
+const read = <T>(what: string, f: () => Promise<T>) => waitFor(what, () => f().then((v) => ({ v })), 30_000, 200).then((r) => r.v);
+
 /** The generation grant `module`/`requirement` is on now. */
 export async function generationOf(store: Store, module: string, requirement: string): Promise<number> {
-  return (await readJson(store.kv.grants, keys.grant(module, requirement), Grant))?.value.generation ?? 0;
+  return (await read(`grant ${module}/${requirement}`, () => readJson(store.kv.grants, keys.grant(module, requirement), Grant)))?.value.generation ?? 0;
 }
 
 /** The rotation of grant `module`/`requirement` as the store has it now. */
 export async function rotationOf(store: Store, module: string, requirement: string): Promise<Rotation | undefined> {
-  return (await readJson(store.kv.rotations, keys.grant(module, requirement), Rotation))?.value;
+  return (await read(`rotation of ${module}/${requirement}`, () => readJson(store.kv.rotations, keys.grant(module, requirement), Rotation)))?.value;
 }
 
 /** Prints a fault's time to resume where the test's output shows it. */

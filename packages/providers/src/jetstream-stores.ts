@@ -49,7 +49,7 @@ import type {
   SecretMaterial,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { hostPort, parseNatsEndpoints, type NatsEndpoints } from "./endpoint.js";
+import { bindingServers, hostPort, parseNatsEndpoints, type NatsEndpoints } from "./endpoint.js";
 import { NATS_BUCKET_NAME, bucketName, limitsUpdate, markerOf, storeLimits, streamName, type StoreKind, type StoreLimits } from "./jetstream-store-layout.js";
 
 /** How long connecting, and each JetStream API request, may take. */
@@ -221,7 +221,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
       if (own) {
         info = await streamInfo((await this.adminConnection()).jsm, stream);
       } else {
-        const c = await openJetStream(where, LOGIN_TIMEOUT_MS);
+        const c = await openJetStream(bindingServers(b), LOGIN_TIMEOUT_MS);
         try {
           info = await streamInfo(c.jsm, stream);
         } finally {
