@@ -390,7 +390,8 @@ export async function mutateJson<T>(
  * turned into the same compare-and-set conflict (10071) a stale revision gets, and the caller
  * reads again. (Revisions only grow, so the id never repeats for another write; a create,
  * expecting revision 0, is checked when applied already and needs no id.) Returns the new
- * revision. One server behaves as before.
+ * revision. On one server the id changes nothing (it checks the revision when applying); the
+ * server keeps each id for the bucket's duplicate window (2 minutes).
  */
 export async function casUpdate(kv: KV, key: string, data: string | Uint8Array, revision: number): Promise<number> {
   const b = kv as unknown as { js?: JetStreamClient; subjectForKey?: (k: string, edit?: boolean) => string };
