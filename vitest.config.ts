@@ -21,7 +21,19 @@ export default defineConfig({
   test: {
     // Prepares what the tests need of the machine (packages, a RabbitMQ of the run's own): test/global-setup.ts.
     globalSetup: ["./test/global-setup.ts"],
-    include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "test/**/*.test.ts"],
+    // Projects: `unit` (pure logic beside the code), `integration` (test/, one server each),
+    // `cluster` (test/cluster/: the mesh on a three-server cluster under real faults, the ones
+    // that fit CI), and `faults` (test/cluster/faults/: the long ones, `npm run test:faults`,
+    // which sets MESH_FAULTS=1; left out of `npm test` otherwise).
+    projects: [
+      { extends: true as const, test: { name: "unit", include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts"] } },
+      { extends: true as const, test: { name: "integration", include: ["test/**/*.test.ts"], exclude: ["test/cluster/**"] } },
+      // Each file runs a cluster of three servers and a mesh twice over (npm run test:faults runs them one at a time).
+      { extends: true as const, test: { name: "cluster", include: ["test/cluster/*.test.ts"], testTimeout: 300_000, hookTimeout: 300_000 } },
+      ...(process.env.MESH_FAULTS === "1"
+        ? [{ extends: true as const, test: { name: "faults", include: ["test/cluster/faults/*.test.ts"], testTimeout: 600_000, hookTimeout: 300_000 } }]
+        : []),
+    ],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     // Integration tests start their own servers; two cores, so keep files from piling up.

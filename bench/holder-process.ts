@@ -55,7 +55,7 @@ async function login(values: Record<string, string>): Promise<void> {
 async function start(s: Start): Promise<void> {
   if (s.pgEndpoint) adapter = createAdapter(Kinds.PostgresDatabase, { name: "pg-bench", node: "n1", endpoint: s.pgEndpoint });
   for (let i = 0; i < s.count; i += 200) {
-    conns.push(...(await Promise.all(Array.from({ length: Math.min(200, s.count - i) }, () => connect({ servers: s.url, maxReconnectAttempts: -1 })))));
+    conns.push(...(await Promise.all(Array.from({ length: Math.min(200, s.count - i) }, () => connect({ servers: s.url.split(","), maxReconnectAttempts: -1 })))));
   }
   generations = new Array(s.count).fill(0);
   for (let i = 0; i < s.count; i += 200) {

@@ -38,6 +38,7 @@ import { Grant, HOLDER_STREAM_PREFIX, Kinds, Rotation, RotationStates, connectNa
 import { CredentialStore } from "@mesh/providers";
 import { startRotator } from "@mesh/rotator";
 import { startNatsServer } from "../test/harness/nats-server.js";
+import { startPlainCluster } from "../test/harness/nats-cluster.js";
 import { startPostgres } from "../test/harness/postgres.js";
 import { startProfile } from "./profile.js";
 import { forkServices } from "./services-fork.js";
@@ -64,7 +65,14 @@ async function waitUntil(what: string, f: () => Promise<boolean> | boolean, time
   }
 }
 
-const nats = await startNatsServer();
+// BENCH_CLUSTER=1: the same on a three-server cluster with JetStream (every bucket and stream
+// R3, detected from the servers), to print what the cluster costs the fan-out.
+const onCluster = process.env.BENCH_CLUSTER === "1";
+const nats = onCluster ? await startPlainCluster() : await startNatsServer();
+console.log(onCluster ? `on a three-server cluster (R3): ${nats.url}` : `on one server: ${nats.url}`);
+/** The nats-server processes: their CPU and memory are summed as "nats-server". */
+const serverPids = () => ("members" in nats ? nats.members.map((m) => m.pid) : [nats.pid]);
+const serverCpu = () => serverPids().reduce((t, pid) => t + cpuOf(pid), 0);
 const log = createLogger("bench", { level: "error" });
 // The rotator's connection, and the benchmark's own (requests, the floor, watching for the commit).
 const store = await openStore(await connectNats(nats.url));
@@ -219,13 +227,13 @@ interface CpuSpent {
 /** Adds the CPU each process spent while `f` runs into `into`. */
 async function cpuDuring<T>(holderPids: readonly number[], into: CpuSpent, f: () => Promise<T>): Promise<T> {
   const sum = () => holderPids.reduce((t, pid) => t + cpuOf(pid), 0);
-  const [r0, h0, s0, n0] = [process.cpuUsage(), sum(), cpuOf(services.pid), cpuOf(nats.pid)];
+  const [r0, h0, s0, n0] = [process.cpuUsage(), sum(), cpuOf(services.pid), serverCpu()];
   const value = await f();
   const r = process.cpuUsage(r0);
   into.rotator += (r.user + r.system) / 1000;
   into.holders += sum() - h0;
   into.services += cpuOf(services.pid) - s0;
-  into.server += cpuOf(nats.pid) - n0;
+  into.server += serverCpu() - n0;
   return value;
 }
 
@@ -382,7 +390,7 @@ for (const n of sizes) {
       }
       await stopProfiles();
     });
-    const serverRss = rssOf(nats.pid);
+    const serverRss = serverPids().reduce<number | undefined>((t, pid) => (t === undefined ? undefined : (rssOf(pid) ?? NaN) + t), 0);
     // What the server holds for the holders: a consumer each (in their part's stream), beside the mesh's own.
     const account = await driver.jsm.getAccountInfo();
     const holderStreams = await countHolderStreams();

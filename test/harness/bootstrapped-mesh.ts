@@ -28,6 +28,9 @@ export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv):
   });
 }
 
+/** Marks, in its environment, a service instance a test started beside the one meshctl runs. */
+export const SECOND_INSTANCE_ENV = "MESH_TEST_INSTANCE";
+
 export interface BootstrappedMesh {
   cwd: string;
   url: string;
@@ -43,22 +46,35 @@ export interface BootstrappedMesh {
   adminCreds(): string;
   /** The server's client connections right now: connection name (`mesh-resolver`…), the user's nkey and its JWT's name. */
   connections(): Promise<Array<{ name: string; user: string; tag: string }>>;
-  /** PID of the running process of service `script` (`agent`, `resolver`…) started by this mesh. */
-  servicePid(script: string): number | undefined;
+  /** PID of the running process of service `script` (`agent`, `resolver`…) started by this mesh; with `env`, the one whose environment has those values (`{ MESH_NODE: "node-b" }`). */
+  servicePid(script: string, env?: Record<string, string>): number | undefined;
   /** Runs meshctl with `args` as the administrator (or with `env` over that); resolves with its exit code and output. */
   meshctl(args: string[], env?: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }>;
   /** Stops meshctl (and so everything it started); with `keep`, the directory (keys, store, bindings) stays, for a restart. */
   stop(opts?: { keep?: boolean }): Promise<void>;
 }
 
+/**
+ * A server bootstrap is to use rather than start one: the URLs of a cluster (comma-separated),
+ * the directory whose `.mesh/` already holds its operator's keys and the master key, and the
+ * members' monitoring endpoints (harness/nats-cluster.ts makes all three).
+ */
+export interface ExistingServers {
+  cwd: string;
+  url: string;
+  monitorUrls: string[];
+}
+
 /** With `restart`, bootstrap runs again in the directory and at the URL of a mesh stopped with `keep`: a cold start of the same mesh. */
-export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeoutMs?: number; restart?: Pick<BootstrappedMesh, "cwd" | "url"> } = {}): Promise<BootstrappedMesh> {
-  const cwd = opts.restart?.cwd ?? mkdtempSync(join(tmpdir(), "mesh-boot-"));
-  const url = opts.restart?.url ?? `nats://127.0.0.1:${await freePort()}`;
+export async function startBootstrappedMesh(
+  opts: { nodes?: string[]; readyTimeoutMs?: number; restart?: Pick<BootstrappedMesh, "cwd" | "url">; on?: ExistingServers; env?: Record<string, string> } = {},
+): Promise<BootstrappedMesh> {
+  const cwd = opts.restart?.cwd ?? opts.on?.cwd ?? mkdtempSync(join(tmpdir(), "mesh-boot-"));
+  const url = opts.restart?.url ?? opts.on?.url ?? `nats://127.0.0.1:${await freePort()}`;
   let out = "";
   const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : [])], {
     cwd,
-    env: { ...process.env, NATS_URL: url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_USER: "", MESH_NATS_CREDENTIALS: "" },
+    env: { ...process.env, NATS_URL: url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_USER: "", MESH_NATS_CREDENTIALS: "", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
@@ -76,16 +92,24 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
     adminCredsFile,
     adminCreds: () => readFileSync(adminCredsFile, "utf8"),
     async connections() {
-      const r = await fetch(`${mesh.monitorUrl}/connz?auth=true&limit=4096`);
-      const j = (await r.json()) as { connections?: Array<{ name?: string; authorized_user?: string; name_tag?: string }> };
-      return (j.connections ?? []).map((c) => ({ name: c.name ?? "", user: c.authorized_user ?? "", tag: c.name_tag ?? "" }));
+      // On a cluster, every member's clients (a member that is down has none).
+      const all = await Promise.all(
+        (opts.on?.monitorUrls ?? [mesh.monitorUrl]).map(async (m) => {
+          const r = await fetch(`${m}/connz?auth=true&limit=4096`).catch(() => undefined);
+          return ((await r?.json()) ?? {}) as { connections?: Array<{ name?: string; authorized_user?: string; name_tag?: string }> };
+        }),
+      );
+      return all.flatMap((j) => (j.connections ?? []).map((c) => ({ name: c.name ?? "", user: c.authorized_user ?? "", tag: c.name_tag ?? "" })));
     },
-    servicePid(script) {
+    servicePid(script, want = {}) {
       for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
         try {
           const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
           if (!cmd.includes(`services/${script}/dist/main.js`)) continue;
-          if (readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(`NATS_URL=${url}`)) return Number(pid);
+          const env = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
+          // A second instance a test started beside meshctl's (harness/service-instances.ts) is not meshctl's.
+          if (!env.includes(`NATS_URL=${url}`) || env.some((e) => e.startsWith(`${SECOND_INSTANCE_ENV}=`))) continue;
+          if (Object.entries(want).every(([k, v]) => env.includes(`${k}=${v}`))) return Number(pid);
         } catch {
           // gone meanwhile
         }
@@ -104,13 +128,15 @@ export async function startBootstrappedMesh(opts: { nodes?: string[]; readyTimeo
       // MESH_TEST_KEEP_DIRS=1 keeps the directory (logs, NATS store) to look at after a failure.
       if (how.keep) return;
       if (process.env.MESH_TEST_KEEP_DIRS === "1") console.error(`kept ${cwd} (MESH_TEST_KEEP_DIRS=1)`);
-      else rmSync(cwd, { recursive: true, force: true });
+      // A directory the test brought (a cluster's) is the test's to remove, after its servers stop.
+      else if (!opts.on) rmSync(cwd, { recursive: true, force: true });
     },
   };
   try {
-    const monitor = await waitFor("bootstrap to start its nats-server", () => /monitoring on (http:\/\/[0-9.:]+)/.exec(out)?.[1], 30_000);
-    mesh.monitorUrl = monitor;
-    await waitFor("the services to run on their own identities", () => /with the identities the mesh granted them/.test(out), opts.readyTimeoutMs ?? 120_000);
+    mesh.monitorUrl = opts.on ? opts.on.monitorUrls[0]! : await waitFor("bootstrap to start its nats-server", () => /monitoring on (http:\/\/[0-9.:]+)/.exec(out)?.[1], 30_000);
+    // A bootstrap that gave up says why at once, rather than after the whole wait.
+    const exited = new Promise<never>((_, reject) => proc.once("exit", (code) => reject(new Error(`meshctl bootstrap exited with code ${code}`))));
+    await Promise.race([waitFor("the services to run on their own identities", () => /with the identities the mesh granted them/.test(out), opts.readyTimeoutMs ?? 120_000), exited]);
   } catch (e) {
     await mesh.stop();
     throw new Error(`${(e as Error).message}\n--- meshctl bootstrap printed:\n${out}`);

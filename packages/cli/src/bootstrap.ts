@@ -45,12 +45,12 @@ export function adminEnv(files: OperatorFiles): Record<string, string> {
 }
 
 /** The documents bootstrap applies: the mesh's NATS as a provider, and the control plane's module. */
-export function controlPlaneFiles(opts: { url: string; servicesNode: string; nodes: readonly string[]; files: OperatorFiles }): ManifestFile {
+export function controlPlaneFiles(opts: { url: string; servicesNode: string; nodes: readonly string[]; files: OperatorFiles; replicas?: number }): ManifestFile {
   return {
     source: "meshctl bootstrap",
     documents: [
       busProvider({ url: opts.url, node: opts.servicesNode, files: opts.files }),
-      controlPlaneManifest({ servicesNode: opts.servicesNode, nodes: opts.nodes }),
+      controlPlaneManifest({ servicesNode: opts.servicesNode, nodes: opts.nodes, ...(opts.replicas ? { replicas: opts.replicas } : {}) }),
     ],
   };
 }

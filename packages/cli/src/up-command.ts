@@ -22,6 +22,7 @@ import {
   subjects,
   unauthenticatedWarning,
   type NatsConnection,
+  storeReplicas,
 } from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
 import { retryPolicy } from "./retry.js";
@@ -351,7 +352,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     if (auth) {
       const cpNode = servicesNode ?? nodes[0]!;
       // The operator declares the control plane as it is now (a node fewer is theirs to decide): forced.
-      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth })], undefined, retryPolicy({ option: null }, out), true);
+      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth, replicas: storeReplicas(nc.info) })], undefined, retryPolicy({ option: null }, out), true);
       const code = reportApply(outcome, false, out);
       if (code !== ExitCodes.Ok) return code;
       out.out(`declared the control plane: module ${CONTROL_PLANE_MODULE} and provider ${BOOTSTRAP_PROVIDER}; waiting until the mesh has satisfied it…`);

@@ -57,3 +57,32 @@ export function parseEndpoint(provider: ProviderConfig, rule: EndpointRule): End
 
 /** The endpoint of a NATS server (`nats.user`, `kv.bucket`, `object.store`). */
 export const NATS_ENDPOINT: EndpointRule = { schemes: ["nats"], example: "nats://127.0.0.1:4222", defaultPort: () => 4222 };
+
+/** The servers of a NATS provider: one URL, or a cluster's, comma-separated. */
+export interface NatsEndpoints {
+  /** The first server (what a binding's `host` and `port` name). */
+  first: Endpoint;
+  /** `host:port` of each server, in the order given, as a client's `servers` option takes them. */
+  servers: string[];
+  /** The same servers as URLs, comma-separated: what `NATS_URL` takes, and a binding's `url`. */
+  url: string;
+}
+
+/**
+ * Parses the endpoint of a NATS provider, which may list the servers of a cluster
+ * comma-separated (`nats://10.0.0.1:4222,nats://10.0.0.2:4222`); each is checked as
+ * {@link parseEndpoint} checks one, so a client given the list fails over between them.
+ */
+export function parseNatsEndpoints(provider: ProviderConfig): NatsEndpoints {
+  const parts = provider.endpoint.split(",").map((s) => s.trim());
+  const each = parts.map((endpoint) => parseEndpoint({ ...provider, endpoint }, NATS_ENDPOINT));
+  const servers = each.map((e) => hostPort(e.host, e.port));
+  return { first: each[0]!, servers, url: servers.map((s) => `nats://${s}`).join(",") };
+}
+
+/** The servers a NATS binding names: its `url` (a cluster's, comma-separated) when it has one, else `host` and `port`. */
+export function bindingServers(b: { url?: string | undefined; uri?: string | undefined; host?: string | undefined; port?: string | undefined }): string[] {
+  const list = b.url || b.uri;
+  if (list) return list.split(",").map((s) => s.trim().replace(/^nats:\/\//, ""));
+  return [hostPort(b.host ?? "", Number(b.port))];
+}

@@ -42,6 +42,7 @@ export { createOciRegistryAdapter } from "./oci-registry.js";
 export { GRANTED_ACTIONS, grantedAccess, hashPassword, inNamespace, isPasswordHash, ociNames, verifyPassword, type OciNames, type ResourceActions } from "./oci-token-scope.js";
 export { createNpmRegistryAdapter, npmNames, npmPasswordHash, npmrcOf, type NpmUserRecord } from "./npm-registry.js";
 export {
+  CLUSTER_RESOLVER_SYNC,
   accountClaims,
   createOperatorSetup,
   isCreds,

@@ -49,7 +49,7 @@ import type {
   SecretMaterial,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { NATS_ENDPOINT, hostPort, parseEndpoint } from "./endpoint.js";
+import { bindingServers, hostPort, parseNatsEndpoints, type NatsEndpoints } from "./endpoint.js";
 import { NATS_BUCKET_NAME, bucketName, limitsUpdate, markerOf, storeLimits, streamName, type StoreKind, type StoreLimits } from "./jetstream-store-layout.js";
 
 /** How long connecting, and each JetStream API request, may take. */
@@ -129,6 +129,8 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   readonly kinds: readonly StoreKind[];
   private readonly flavour: Flavour;
   private readonly endpoint: Endpoint;
+  /** Every server of the endpoint (a cluster's, when it lists several). */
+  private readonly at: NatsEndpoints;
   private admin: Promise<JetStreamConnection> | undefined;
 
   constructor(
@@ -137,7 +139,8 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   ) {
     this.kinds = [kind];
     this.flavour = FLAVOURS[kind];
-    this.endpoint = parseEndpoint(provider, NATS_ENDPOINT);
+    this.at = parseNatsEndpoints(provider);
+    this.endpoint = this.at.first;
   }
 
   /** Nothing: the bucket has no credential of its own. */
@@ -194,7 +197,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
         host,
         port: String(port),
         // No credential: a holder connects with its own nats.user identity.
-        uri: `nats://${hostPort(host, port)}`,
+        uri: this.at.url,
         bucket: names.bucket,
         ...this.flavour.extra,
       },
@@ -254,7 +257,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
       if (own) {
         info = await streamInfo((await this.adminConnection()).jsm, stream);
       } else {
-        const c = await openJetStream(where, LOGIN_TIMEOUT_MS);
+        const c = await openJetStream(bindingServers(b), LOGIN_TIMEOUT_MS);
         try {
           info = await streamInfo(c.jsm, stream);
         } finally {
@@ -326,8 +329,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   /** The adapter's connection, opened on first use and again after the server closed it. */
   private adminConnection(): Promise<JetStreamConnection> {
     if (this.admin) return this.admin;
-    const { host, port } = this.endpoint;
-    const opening = openJetStream(hostPort(host, port), ADMIN_TIMEOUT_MS, this.provider.admin);
+    const opening = openJetStream(this.at.servers, ADMIN_TIMEOUT_MS, this.provider.admin);
     const forget = () => {
       if (this.admin === opening) this.admin = undefined;
     };
@@ -409,7 +411,7 @@ async function missingOfRecord(jsm: JetStreamManager): Promise<string[]> {
 
 
 /** Connects to `server` without reconnects, with JetStream checked; `admin` is the identity, if any. */
-async function openJetStream(server: string, timeoutMs: number, admin?: ProviderConfig["admin"]): Promise<JetStreamConnection> {
+async function openJetStream(server: string | string[], timeoutMs: number, admin?: ProviderConfig["admin"]): Promise<JetStreamConnection> {
   const nc = await connect({
     servers: server,
     reconnect: false,

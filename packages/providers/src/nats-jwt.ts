@@ -184,7 +184,20 @@ export interface ServerListen {
   pidFile?: string;
   /** The `cluster { … }` block of a cluster member, as text, if any. */
   cluster?: string;
+  /** `server_name`: unique in a cluster, and kept across restarts (JetStream's replicas know the server by it). */
+  serverName?: string;
+  /**
+   * How often the full resolver compares its account JWTs with the other servers' and takes
+   * the newer ones (nats-server's `resolver.interval`). A server that was down when an account
+   * was updated (a revocation) learns of it only then: nats-server 2.9.10 does not sync when it
+   * starts or rejoins (server/accounts.go, DirAccResolver.Start: a ticker only). Default
+   * {@link CLUSTER_RESOLVER_SYNC} on a cluster member, `2m` on a lone server (nothing to sync with).
+   */
+  resolverSyncInterval?: string;
 }
+
+/** A cluster member's resolver sync interval: how long a server back from an outage may still accept a revoked identity, at most. */
+export const CLUSTER_RESOLVER_SYNC = "5s";
 
 /** The server's `max_control_line`, in bytes: room for a CONNECT carrying the longest user JWT the mesh issues. */
 export const MAX_CONTROL_LINE = 16_384;
@@ -204,6 +217,7 @@ export function operatorServerConfig(setup: Pick<OperatorSetup, "operatorJwt" | 
   return [
     "# Written by meshctl: the mesh is this server's NATS operator (decentralized JWT authentication).",
     "# Identities are user JWTs the mesh signs; nothing here changes when one is issued or revoked.",
+    ...(at.serverName ? [`server_name: ${q(at.serverName)}`] : []),
     `listen: ${q(`${at.host}:${at.port}`)}`,
     ...(at.monitorPort ? [`http: ${q(`${at.host}:${at.monitorPort}`)}`] : []),
     ...(at.pidFile ? [`pid_file: ${q(at.pidFile)}`] : []),
@@ -213,7 +227,7 @@ export function operatorServerConfig(setup: Pick<OperatorSetup, "operatorJwt" | 
     `max_control_line: ${MAX_CONTROL_LINE}`,
     `operator: ${q(setup.operatorJwt)}`,
     `system_account: ${q(setup.systemAccount)}`,
-    `resolver: { type: full, dir: ${q(at.resolverDir)}, allow_delete: false, interval: "2m", limit: 1000 }`,
+    `resolver: { type: full, dir: ${q(at.resolverDir)}, allow_delete: false, interval: ${q(at.resolverSyncInterval ?? (at.cluster ? CLUSTER_RESOLVER_SYNC : "2m"))}, limit: 1000 }`,
     "resolver_preload: {",
     `  ${setup.systemAccount}: ${q(setup.systemAccountJwt)}`,
     `  ${setup.account}: ${q(setup.accountJwt)}`,

@@ -49,6 +49,8 @@ import {
   type Kind,
   type PartIdentityOptions,
   storeWrite,
+  storeReplicas,
+  casUpdate,
 } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -64,7 +66,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { NATS_ENDPOINT, hostPort, parseEndpoint } from "./endpoint.js";
+import { bindingServers, parseNatsEndpoints } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
 import { checkWithinCeiling, natsCeiling, natsPermissions, type NatsPermissions } from "./nats-permissions.js";
 import { accountClaims, credsOf, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
@@ -129,6 +131,9 @@ class NatsUserAdapter implements ProviderAdapter {
   readonly kinds: readonly Kind[];
   private readonly host: string;
   private readonly port: number;
+  /** Every server of the endpoint (a cluster's, when it lists several): connections fail over between them. */
+  private readonly servers: string[];
+  private readonly url: string;
   private admin: Promise<{ nc: NatsConnection; kv: KV; jsm: JetStreamManager }> | undefined;
   private system: Promise<NatsConnection> | undefined;
   private keys: SigningKeys | undefined;
@@ -139,7 +144,10 @@ class NatsUserAdapter implements ProviderAdapter {
     private readonly provider: ProviderConfig,
     private readonly kind: typeof Kinds.NatsUser | typeof Kinds.MeshIdentity,
   ) {
-    ({ host: this.host, port: this.port } = parseEndpoint(provider, NATS_ENDPOINT));
+    const at = parseNatsEndpoints(provider);
+    ({ host: this.host, port: this.port } = at.first);
+    this.servers = at.servers;
+    this.url = at.url;
     this.kinds = [kind];
     this.open = kind === Kinds.MeshIdentity && provider.options?.signingKeysFile === undefined;
   }
@@ -212,7 +220,7 @@ class NatsUserAdapter implements ProviderAdapter {
       const next: IdentityRecord = { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
       try {
         const data = JSON.stringify(next);
-        await this.kvCall(what, () => storeWrite(kv, key, () => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data)), { bytes: data.length }));
+        await this.kvCall(what, () => storeWrite(kv, key, () => (cur ? casUpdate(kv, key, data, cur.revision) : kv.create(key, data)), { bytes: data.length }));
       } catch (e) {
         if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
         throw e;
@@ -251,7 +259,7 @@ class NatsUserAdapter implements ProviderAdapter {
 
   async login(req: LoginRequest): Promise<LoginResult> {
     const b = req.bindings;
-    if (this.open && !b.creds && b.host && b.port) return this.openLogin(hostPort(b.host, Number(b.port)));
+    if (this.open && !b.creds && b.host && b.port) return this.openLogin(bindingServers(b));
     const lacking = ["host", "port", "creds"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
@@ -262,7 +270,7 @@ class NatsUserAdapter implements ProviderAdapter {
       return { ok: false, reason: "rejected", message: "the binding's creds hold no user JWT" };
     }
     try {
-      const nc = await connectWith(hostPort(b.host!, Number(b.port)), b.creds!, "mesh nats.user login");
+      const nc = await connectWith(bindingServers(b), b.creds!, "mesh nats.user login");
       await nc.close();
       return { ok: true };
     } catch (e) {
@@ -308,7 +316,7 @@ class NatsUserAdapter implements ProviderAdapter {
 
   /** The grant's bindings: the identity (none on an open bus) and, for a part's identity, whom it is for. */
   private result(r: IdentityRecord | undefined, seed: string, req: CreateRequest, p?: NatsPermissions): CreateResult {
-    const url = `nats://${hostPort(this.host, this.port)}`;
+    const url = this.url;
     const where = { type: "nats", provider: this.provider.name, host: this.host, port: String(this.port), uri: url };
     const identity: Record<string, string> = r ? { username: userClaims(r.jwt).name, nkey: r.user, creds: credsOf(r.jwt, seed) } : {};
     const resource = r ? describe(r, p) : { identity: "none: the server has no authentication" };
@@ -324,7 +332,7 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 
   /** A login to a server without authentication: it answers. */
-  private async openLogin(server: string): Promise<LoginResult> {
+  private async openLogin(server: string[]): Promise<LoginResult> {
     try {
       const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh identity login" });
       await nc.flush();
@@ -332,8 +340,8 @@ class NatsUserAdapter implements ProviderAdapter {
       return { ok: true };
     } catch (e) {
       return isRejection(e)
-        ? { ok: false, reason: "rejected", message: `NATS at ${server} asks for credentials, but the identity binding carries none (${errorMessage(e)}); the provider needs options.signingKeysFile` }
-        : { ok: false, reason: "unreachable", message: `cannot reach NATS at ${server}: ${errorMessage(e)}` };
+        ? { ok: false, reason: "rejected", message: `NATS at ${server.join(",")} asks for credentials, but the identity binding carries none (${errorMessage(e)}); the provider needs options.signingKeysFile` }
+        : { ok: false, reason: "unreachable", message: `cannot reach NATS at ${server.join(",")}: ${errorMessage(e)}` };
     }
   }
 
@@ -442,7 +450,7 @@ class NatsUserAdapter implements ProviderAdapter {
   /** A request as the system account's user; its reply goes through `parse`. */
   private async systemRequest<T>(what: string, subject: string, body: string, parse: (reply: string) => T): Promise<T> {
     for (let attempt = 0; ; attempt++) {
-      const pending = (this.system ??= connectWith(hostPort(this.host, this.port), this.signingKeys().systemUserCreds, "mesh nats.user adapter (system)"));
+      const pending = (this.system ??= connectWith(this.servers, this.signingKeys().systemUserCreds, "mesh nats.user adapter (system)"));
       let nc: NatsConnection;
       try {
         nc = await pending;
@@ -472,11 +480,11 @@ class NatsUserAdapter implements ProviderAdapter {
       throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: give admin.passwordFile, the .creds of a user of the account with JetStream, so the adapter can keep its records`);
     }
     const pending = (this.admin ??= (async () => {
-      const nc = await connect({ servers: hostPort(this.host, this.port), reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
+      const nc = await connect({ servers: this.servers, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
       try {
         const l = IDENTITY_RECORDS_LIMITS;
         const kv = await retryJetStreamGap(() =>
-          new Kvm(nc).create(RECORDS_BUCKET, { history: l.history, max_bytes: l.maxBytes, maxValueSize: l.maxValueSize, description: "mesh nats.user: identities issued and revoked" }),
+          new Kvm(nc).create(RECORDS_BUCKET, { replicas: storeReplicas(nc.info), history: l.history, max_bytes: l.maxBytes, maxValueSize: l.maxValueSize, description: "mesh nats.user: identities issued and revoked" }),
         );
         const jsm = await jetstreamManager(nc, { timeout: LOGIN_TIMEOUT_MS });
         // A bucket made before it had limits gets them; what that keeps is said in the log of the service using the adapter.
@@ -618,7 +626,7 @@ function partIdentityOptions(options: CreateRequest["options"]): PartIdentityOpt
 }
 
 /** Connects with a `.creds` file, without reconnecting, and flushes, so a refused login has surfaced. */
-async function connectWith(server: string, creds: string, name: string): Promise<NatsConnection> {
+async function connectWith(server: string | string[], creds: string, name: string): Promise<NatsConnection> {
   const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name, ...natsAuth({ username: "", password: creds }) });
   try {
     await nc.flush();

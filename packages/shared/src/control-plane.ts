@@ -259,6 +259,8 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
 export interface ControlPlaneLayout {
   servicesNode: string;
   nodes: readonly string[];
+  /** Copies of the control plane's own bucket and object store: 3 on a cluster (see storeReplicas); default 1. */
+  replicas?: number;
 }
 
 /** Throws an Error naming the bad node or part when a name of the layout cannot be used. */
@@ -281,6 +283,7 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
   const nodes = [...new Set(layout.nodes)];
   const services = CONTROL_PLANE_SERVICES.map((name) => ({ name, node: layout.servicesNode, installed: true }));
   const agents = nodes.map((node) => ({ name: agentPart(node), node, installed: true }));
+  const stores = layout.replicas && layout.replicas > 1 ? { options: { replicas: layout.replicas } } : {};
   const identities: RequirementDoc[] = [
     ...CONTROL_PLANE_SERVICES.map((s) => ({ part: s, permissions: servicePermissions(s) })),
     ...nodes.map((node) => ({ part: agentPart(node), permissions: servicePermissions({ agent: node }) })),
@@ -295,9 +298,9 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
     name: CONTROL_PLANE_MODULE,
     parts: [...services, ...agents],
     requires: [
-      { name: ControlPlaneRequirements.records, kind: Kinds.KvBucket, parts: [...CONTROL_PLANE_SERVICES] },
-      { name: ControlPlaneRequirements.images, kind: Kinds.OciRegistry, parts: agents.map((a) => a.name) },
-      { name: ControlPlaneRequirements.packages, kind: Kinds.NpmRegistry, parts: agents.map((a) => a.name) },
+      { name: ControlPlaneRequirements.records, kind: Kinds.KvBucket, parts: [...CONTROL_PLANE_SERVICES], ...stores },
+      { name: ControlPlaneRequirements.images, kind: Kinds.OciRegistry, parts: agents.map((a) => a.name), ...stores },
+      { name: ControlPlaneRequirements.packages, kind: Kinds.NpmRegistry, parts: agents.map((a) => a.name), ...stores },
       { name: ControlPlaneRequirements.masterKey, kind: Kinds.Secret, parts: ["provisioner", "verifier", "rotator"] },
       ...identities,
     ],

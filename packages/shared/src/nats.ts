@@ -22,6 +22,7 @@ import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { BUCKET_LIMITS, Limits, type BucketLimits } from "./limits.js";
 import { createLogger, type Logger } from "./logger.js";
 import { planBucketLimits, storeWrite } from "./bucket-limits.js";
+import { metRevision, noteRevision, revisionFloor } from "./read-floors.js";
 
 export type { NatsConnection, KV, JetStreamClient, JetStreamManager, JsMsg };
 
@@ -143,7 +144,7 @@ export interface StoreLog {
 
 /** How {@link openStore} makes the store. */
 export interface OpenStoreOptions {
-  /** 1 on one server, 3 on a cluster; default `MESH_REPLICAS`, else 1. */
+  /** 1 on one server, 3 on a cluster; default {@link storeReplicas}. */
   replicas?: number;
   /** Where it says what it changed of an existing bucket's limits, and what it kept; default a logger of its own. */
   log?: StoreLog;
@@ -157,8 +158,25 @@ export interface OpenStoreOptions {
  * nothing); safe to call from every process at once.
  */
 export async function openStore(nc: NatsConnection, opts: OpenStoreOptions = {}): Promise<Store> {
-  const replicas = opts.replicas ?? Number(process.env.MESH_REPLICAS || 1);
+  const replicas = opts.replicas ?? storeReplicas(nc.info, process.env);
   return retryJetStreamGap(() => openStoreOnce(nc, replicas, opts), 20_000);
+}
+
+/**
+ * How many copies the store's buckets and streams are made with: `MESH_REPLICAS` when set (a
+ * whole number from 1 to 5), else what the server says of itself: 3 on a cluster of three or
+ * more servers (its `connect_urls` list every member's client address), else 1. A cluster
+ * that does not advertise its members (`no_advertise`) counts as one server: set
+ * MESH_REPLICAS there. Only a bucket or stream made from now on gets it.
+ */
+export function storeReplicas(info: { cluster?: string; connect_urls?: string[] } | undefined, env: NodeJS.ProcessEnv = process.env): number {
+  const named = env.MESH_REPLICAS;
+  if (named) {
+    const n = Number(named);
+    if (!Number.isInteger(n) || n < 1 || n > 5) throw new MeshError(ErrorCodes.InvalidRequest, `MESH_REPLICAS=${named} is not a whole number from 1 to 5: set 1 for one NATS server, 3 for a cluster of three`);
+    return n;
+  }
+  return info?.cluster && (info.connect_urls?.length ?? 0) >= 3 ? 3 : 1;
 }
 
 /** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
@@ -286,9 +304,39 @@ export interface Record_<T> {
   revision: number;
 }
 
-/** Reads and validates a JSON record; undefined when the key is missing or deleted. */
+/** How long a read waits for a replica that has the revision an event announced (read-floors.ts) before it fails, retryable. */
+export const READ_FLOOR_WAIT_MS = 5_000;
+
+/**
+ * `kv.get(key)`, again while the replica that answers is behind the revision this process
+ * heard of for the key (read-floors.ts): 10 ms more before each try, at most 200 ms, for at
+ * most {@link READ_FLOOR_WAIT_MS}; then a retryable `Unavailable` error, so a consumer's
+ * message comes back later rather than being acknowledged on a stale read.
+ */
+/** The stream of a KV bucket (`KV_<bucket>`). */
+const streamOf = (kv: KV) => (kv as { bucketName?: () => string }).bucketName?.() ?? "";
+
+async function getAtFloor(kv: KV, key: string) {
+  const stream = streamOf(kv);
+  const floor = revisionFloor(stream, key);
+  const end = Date.now() + READ_FLOOR_WAIT_MS;
+  for (let attempt = 1; ; attempt++) {
+    const e = await retryJetStreamGap(() => kv.get(key));
+    const revision = e?.revision ?? 0;
+    if (revision >= floor) {
+      if (floor > 0) metRevision(stream, key, revision);
+      return e;
+    }
+    if (Date.now() > end) {
+      throw new MeshError(ErrorCodes.Unavailable, `the store's replicas of ${stream} answered ${key} at revision ${revision}, older than revision ${floor} already written; tried again later`, { retryable: true });
+    }
+    await new Promise((r) => setTimeout(r, Math.min(10 * attempt, 200)));
+  }
+}
+
+/** Reads and validates a JSON record; undefined when the key is missing or deleted. Never older than a change of the key this process heard of (read-floors.ts). */
 export async function readJson<T>(kv: KV, key: string, schema: z.ZodType<T>): Promise<Record_<T> | undefined> {
-  const e = await retryJetStreamGap(() => kv.get(key));
+  const e = await getAtFloor(kv, key);
   if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
   const parsed = schema.safeParse(e.json());
   if (!parsed.success) {
@@ -320,13 +368,47 @@ export async function mutateJson<T>(
     const data = JSON.stringify(next);
     try {
       // A retried write whose first try landed fails compare-and-set, and is read again below.
-      await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? kv.update(key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
+      const revision = await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? casUpdate(kv, key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
+      // Read-your-writes: a later read of the key in this process is at least this new (read-floors.ts).
+      noteRevision(streamOf(kv), key, revision);
       return next;
     } catch (e) {
       if (!isCasConflict(e) || i >= attempts) throw e;
       await new Promise((r) => setTimeout(r, Math.random() * 5 * (i + 1)));
     }
   }
+}
+
+/**
+ * `kv.update(key, data, revision)` that stays a compare-and-set on a cluster of nats-server
+ * 2.9.10, which checks an update's expected revision (`Nats-Expected-Last-Subject-Sequence` >
+ * 0) only on the stream leader *before* proposing it, against the messages it has applied,
+ * and not again when applying (server/stream.go, processJetStreamMsg: "If we are clustered we
+ * have prechecked seq > 0"; fixed in 2.11 by nats-io/nats-server 469f834). Two updates of one
+ * key from the same revision, proposed within the milliseconds before the first is applied,
+ * were then both stored, the later silently overwriting the earlier: seen here on three
+ * servers as a grant whose folded-in holders vanished, and as a generation that went 5, 4, 5.
+ *
+ * The update also carries `Nats-Msg-Id: <key>@<revision>`. The stream's de-duplication is
+ * checked when a message is applied, on every server alike, so of two updates from one
+ * revision only the first is stored; the second is acknowledged as a duplicate, which is
+ * turned into the same compare-and-set conflict (10071) a stale revision gets, and the caller
+ * reads again. (Revisions only grow, so the id never repeats for another write; a create,
+ * expecting revision 0, is checked when applied already and needs no id.) Returns the new
+ * revision. On one server the id changes nothing (it checks the revision when applying); the
+ * server keeps each id for the bucket's duplicate window (2 minutes).
+ */
+export async function casUpdate(kv: KV, key: string, data: string | Uint8Array, revision: number): Promise<number> {
+  const b = kv as unknown as { js?: JetStreamClient; subjectForKey?: (k: string, edit?: boolean) => string };
+  if (!b.js || !b.subjectForKey) return kv.update(key, data, revision);
+  const ack = await b.js.publish(b.subjectForKey(key, true), data, { msgID: `${key}@${revision}`, expect: { lastSubjectSequence: revision } });
+  if (ack.duplicate) throw casRaced(key, revision);
+  return ack.seq;
+}
+
+/** What {@link casUpdate} throws when another update from the same revision got there first: a compare-and-set conflict (isCasConflict). */
+function casRaced(key: string, revision: number): JetStreamApiError {
+  return new JetStreamApiError({ code: 400, err_code: 10071, description: `wrong last sequence: another update of ${key} from revision ${revision} was stored first` });
 }
 
 /** Every value of a bucket matching `filter`, validated. */

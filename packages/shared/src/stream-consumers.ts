@@ -9,6 +9,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "./logger.js";
 import { retryJetStreamGap, type Consumption, type Store } from "./nats.js";
 import type { KeyedQueue } from "./keyed-queue.js";
+import { noteRevision } from "./read-floors.js";
 
 /** Where a new consumer starts: every stored message, the last of each subject, or only new ones. */
 export type StartAt = "all" | "last_per_subject" | "new";
@@ -176,7 +177,10 @@ export function consumeKeys(opts: {
     headersOnly: true,
     handle: async (m) => {
       const key = keyOf(m.subject);
-      if (key !== undefined && !acted?.(key, m.seq)) await queue.enqueue(key);
+      if (key === undefined) return "ack";
+      // The handler's read of the key must be at least this new (read-floors.ts).
+      if (opts.stream.startsWith("KV_")) noteRevision(opts.stream, key, m.seq);
+      if (!acted?.(key, m.seq)) await queue.enqueue(key);
       return "ack";
     },
   });

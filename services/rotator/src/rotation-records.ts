@@ -7,7 +7,7 @@
  * the source of record: every read asks KV for the current revision, and every write is a
  * compare-and-set on a revision. Values handed out are shared: never mutate them.
  */
-import { ErrorCodes, MeshError, Rotation, isCasConflict, retryJetStreamGap, storeWrite, type Store } from "@mesh/shared";
+import { ErrorCodes, MeshError, Rotation, casUpdate, isCasConflict, retryJetStreamGap, storeWrite, type Store } from "@mesh/shared";
 
 /** A rotation record at a revision. */
 export interface RotationRecord {
@@ -104,7 +104,7 @@ export class RotationRecords {
     const data = JSON.stringify(next);
     // A retried write whose first try landed fails compare-and-set: the caller reads again.
     const kv = this.store.kv.rotations;
-    const rev = await storeWrite(kv, key, () => retryJetStreamGap(() => (revision === undefined ? kv.create(key, data) : kv.update(key, data, revision))), { bytes: Buffer.byteLength(data) });
+    const rev = await storeWrite(kv, key, () => retryJetStreamGap(() => (revision === undefined ? kv.create(key, data) : casUpdate(kv, key, data, revision))), { bytes: Buffer.byteLength(data) });
     this.written.delete(key);
     this.written.set(key, rev);
     if (this.written.size > KEEP) this.written.delete(this.written.keys().next().value!);

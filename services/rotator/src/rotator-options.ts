@@ -22,7 +22,7 @@ export interface RotatorOptions {
   scheduleCheckMs?: number;
   /** How many generations of a credential the store keeps; older ones are purged at a commit (default `CREDENTIAL_HISTORY`, 5; at least 2). */
   credentialHistory?: number;
-  /** Replicas of the holder streams it makes (1 on one server, 3 on a cluster); default `MESH_REPLICAS`, else 1. */
+  /** Replicas of the holder streams it makes (1 on one server, 3 on a cluster); default the store's (`MESH_REPLICAS`, else 3 on a cluster of three or more, else 1). */
   replicas?: number;
 }
 

@@ -23,6 +23,7 @@ import {
   RotationStates,
   consumeKeys,
   isCasConflict,
+  storeReplicas,
   isRotationRunning,
   keys,
   kvFilter,
@@ -78,7 +79,8 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   const spans = new Map<string, Span>();
   const timers = new Map<string, NodeJS.Timeout>();
   // Holders' streams and consumers, made by the control plane (a holder may make none).
-  const consumers = holderConsumers({ store, log, replicas: opts.replicas ?? Number(process.env.MESH_REPLICAS || 1) });
+  // Holder streams at the store's replicas (R3 on a cluster); their consumers are R1 in memory (holder-streams.ts).
+  const consumers = holderConsumers({ store, log, replicas: opts.replicas ?? storeReplicas(store.nc.info) });
   const registry = await watchHolderRegistry({ store, log, onChange: (k, reg) => onRegistration(consumers, log, k, reg) });
   // The last ack in: the commit, now. Before that, a look now and then (the count in the record; holders the operator evicted).
   const looks = new Map<string, NodeJS.Timeout>();

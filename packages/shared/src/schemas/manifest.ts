@@ -76,7 +76,13 @@ export const ProviderDoc = z.strictObject({
   name: Name,
   serves: z.array(z.enum(KIND_LIST)).min(1).max(Limits.serves, atMost(Limits.serves, "kinds")),
   node: Name,
-  endpoint: z.url({ message: "must be a URL such as postgres://127.0.0.1:5432" }).max(Limits.endpointChars, atMost(Limits.endpointChars, "characters")),
+  /** A URL; for a NATS cluster, its servers' URLs separated by commas (the adapter fails over between them). */
+  endpoint: z
+    .string()
+    .max(Limits.endpointChars, atMost(Limits.endpointChars, "characters"))
+    .refine((v) => v.split(",").every((u) => z.url().safeParse(u.trim()).success), {
+      message: "must be a URL such as postgres://127.0.0.1:5432 (a NATS cluster's servers: URLs separated by commas, nats://10.0.0.1:4222,nats://10.0.0.2:4222)",
+    }),
   admin: AdminCredential.optional(),
   /** Kind-specific settings; see the README's section on each kind. */
   options: ProviderOptions.optional(),

@@ -1,0 +1,149 @@
+/**
+ * The mesh on a three-server NATS cluster (operator mode, JetStream R3), every service twice
+ * and one agent per node, all real processes: the JetStream meta leader, then the leader of
+ * the stream that carries the rotation, SIGKILLed in the middle of a rotation. The rotation
+ * finishes by itself, nothing is retired before its holders confirmed, holders querying every
+ * 50 ms never see a failed login, and the store's history stays consistent.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { CLUSTER_RESOLVER_SYNC } from "@mesh/providers";
+import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, type Rotation } from "@mesh/shared";
+import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, logsInAt, printResume, queryEvery50ms, rotationOf, startMeshOnCluster, type MeshOnCluster } from "./mesh-on-cluster.js";
+import { waitFor } from "../harness/wait.js";
+
+describe("the mesh on a three-server cluster", () => {
+  let t: MeshOnCluster;
+
+  beforeAll(async () => {
+    t = await startMeshOnCluster();
+  }, 300_000);
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  it("runs on all three servers: every bucket and stream at R3, every service twice, one agent per node", async () => {
+    const jsm = await jetstreamManager(t.nc);
+    const streams = [];
+    for await (const si of jsm.streams.list()) streams.push(si);
+    const mesh = streams.filter((s) => s.config.name.startsWith("KV_mesh") || s.config.name.startsWith("OBJ_mesh") || s.config.name.startsWith("MESH_"));
+    expect(mesh.length).toBeGreaterThanOrEqual(9);
+    for (const s of mesh) {
+      expect(s.config.num_replicas, s.config.name).toBe(3);
+      expect(s.cluster?.replicas?.length, `${s.config.name}'s peers`).toBe(2);
+    }
+    // Every service runs twice (meshctl's and the test's), the agents once per node.
+    for (const s of TWICE) {
+      expect(t.mesh.servicePid(s), s).toBeDefined();
+      expect(t.second.pid(s), `${s}, second instance`).toBeDefined();
+    }
+    const names = (await t.mesh.connections()).map((c) => c.name);
+    for (const s of TWICE) expect(names.filter((n) => n === `mesh-${s}`).length, s).toBe(2);
+    expect(names.filter((n) => n === "mesh-agent").length).toBe(NODES.length);
+    for (const n of NODES) expect(t.mesh.output()).toContain(`agent ${n}`);
+  });
+
+  it("a rotation survives SIGKILL of the meta leader and of its stream's leader, and commits only after every holder confirmed", async () => {
+    const app = busModule("app");
+    await applyDocs(t.nc, [app]);
+    await allReady(t.store, ["app"], 120_000);
+    const from = await generationOf(t.store, "app", "bus");
+    expect(from).toBeGreaterThanOrEqual(1);
+
+    const holders = queryEvery50ms(t.cluster, [
+      { holder: "node-a/api", dir: bindingDir(t.mesh, "node-a", "app", "api", "bus") },
+      { holder: "node-b/worker", dir: bindingDir(t.mesh, "node-b", "app", "worker", "bus") },
+    ]);
+    try {
+      // The agent of node-b is stopped first, so the rotation is still waiting for it when the faults land.
+      const agentB = t.mesh.servicePid("agent", { MESH_NODE: "node-b" })!;
+      expect(agentB).toBeDefined();
+      process.kill(agentB, "SIGSTOP");
+      let stopped = true;
+      let faultsEnded = 0;
+      try {
+        const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "120s", "--json"]);
+        const waiting = await waitFor(
+          "the rotation to wait for node-b's holder, node-a's confirmed",
+          async () => {
+            const r = await rotationOf(t.store, "app", "bus");
+            return r && r.to === from + 1 && r.holders["node-a/api"]?.c !== undefined && r.holders["node-b/worker"]?.c === undefined ? r : undefined;
+          },
+          60_000,
+        );
+        expect(waiting.state).not.toBe("Committed");
+
+        const meta = await t.cluster.metaLeader();
+        await meta.kill();
+        await new Promise((r) => setTimeout(r, 2_000));
+        await meta.restart();
+        await t.cluster.waitHealthy();
+        // The stream that carries the rotation to the holder it waits for: node-b's agent's holder stream.
+        const leader = await t.cluster.streamLeader(t.nc, agentHolderStream("node-b"));
+        const kvLeader = await t.cluster.streamLeader(t.nc, "KV_mesh-rotations");
+        await leader.kill();
+        if (kvLeader !== leader) await kvLeader.kill();
+        // Still running meanwhile: the rotation has not been committed without node-b.
+        expect((await rotationOf(t.store, "app", "bus").catch(() => undefined))?.state ?? "unreadable").not.toBe("Committed");
+        await new Promise((r) => setTimeout(r, 2_000));
+        await leader.restart();
+        if (kvLeader !== leader) await kvLeader.restart();
+        await t.cluster.waitHealthy();
+        process.kill(agentB, "SIGCONT");
+        stopped = false;
+        faultsEnded = Date.now();
+
+        const r = await rotate;
+        expect(r.code, r.stderr).toBe(0);
+        const rotation = JSON.parse(r.stdout) as Rotation;
+        expect(rotation).toMatchObject({ state: "Committed", from, to: from + 1 });
+        await allReady(t.store, ["app"], 30_000);
+        const resumed = Date.now() - faultsEnded;
+        printResume(`meta leader ${meta.name} and stream leader ${leader.name}${kvLeader !== leader ? ` and ${kvLeader.name}` : ""} killed during a rotation`, resumed);
+        expect(resumed).toBeLessThan(30_000);
+      } finally {
+        if (stopped) process.kill(agentB, "SIGCONT");
+      }
+      // The holders keep querying a little past the commit: the new generation logs in, the old one was never used after it went.
+      await waitFor("node-b's holder on the new generation", () => generationOf(t.store, "app", "bus").then((g) => g === from + 1), 10_000);
+      await new Promise((r) => setTimeout(r, 1_000));
+    } finally {
+      await holders.stop();
+    }
+    expect(holders.refused, JSON.stringify(holders.refused)).toEqual([]);
+    expect(holders.made).toBeGreaterThan(50);
+    expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
+    for (const part of [...CONTROL_PLANE_SERVICES, ...NODES.map(agentPart)]) expect(await grantInvariants(t.store, t.cluster, "mesh", identityRequirement(part)), part).toEqual([]);
+  });
+
+  it("a revocation made while a server is down is enforced there within seconds of its return", async () => {
+    const dir = bindingDir(t.mesh, "node-a", "app", "api", "bus");
+    const old = readFileSync(join(dir, "creds"), "utf8");
+    const from = await generationOf(t.store, "app", "bus");
+    const down = t.cluster.members.at(-1)!;
+    const others = t.cluster.members.filter((m) => m !== down);
+    await down.stop();
+    try {
+      // The rotation commits on the two servers left, and revokes generation `from` there.
+      const r = await t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toMatchObject({ state: "Committed", from, to: from + 1 });
+      for (const m of others) expect(await logsInAt(m.url, old), `generation ${from} on ${m.name}`).toBe(false);
+    } finally {
+      await down.restart();
+    }
+    const back = Date.now();
+    await waitFor(`${down.name}, back, to refuse the revoked generation ${from}`, async () => !(await logsInAt(down.url, old)), 30_000, 200);
+    const enforcedMs = Date.now() - back;
+    console.log(`[cluster] a revocation made while ${down.name} was down was enforced there ${(enforcedMs / 1000).toFixed(1)} s after it was back (resolver sync interval ${CLUSTER_RESOLVER_SYNC})`);
+    expect(enforcedMs).toBeLessThan(15_000);
+    // The new generation logs in there.
+    await waitFor("node-a's binding on the new generation", () => readFileSync(join(dir, "creds"), "utf8") !== old, 10_000);
+    expect(await logsInAt(down.url, readFileSync(join(dir, "creds"), "utf8"))).toBe(true);
+    await t.cluster.waitHealthy();
+    await allReady(t.store, ["app"], 30_000);
+    expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
+  });
+});
