@@ -17,7 +17,7 @@ import { createBootstrapNpmRegistryAdapter, createBootstrapOciRegistryAdapter, c
 import { NATS_SERVER_BIN, startNatsServer, type NatsServer } from "../harness/nats-server.js";
 import { freePort, waitForPort } from "../harness/ports.js";
 import { waitFor } from "../harness/wait.js";
-import { describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
+import { atPort, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
 
 let server: NatsServer;
 let deadPort: number;
@@ -67,7 +67,7 @@ for (const [kind, factory] of [
     credential: false,
     unreachable: {
       makeAdapter: () => factory(providerOf(deadEndpoint())),
-      bindings: (b) => ({ ...b, port: String(deadPort) }),
+      bindings: (b) => atPort(b, deadPort),
     },
   });
 }

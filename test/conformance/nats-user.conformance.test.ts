@@ -17,7 +17,7 @@ import { createNatsUserAdapter } from "../../packages/providers/src/nats-user.js
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { freePort } from "../harness/ports.js";
 import { waitFor } from "../harness/wait.js";
-import { INJECTION_NAME, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
+import { INJECTION_NAME, atPort, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
 
 let nats: OperatorNats;
 let deadPort: number;
@@ -40,7 +40,7 @@ describeProviderConformance("nats.user", () => createNatsUserAdapter(providerOf(
   wrongCredential: withForeignSeed,
   unreachable: {
     makeAdapter: () => createNatsUserAdapter(providerOf({ endpoint: `nats://127.0.0.1:${deadPort}` })),
-    bindings: (b) => ({ ...b, port: String(deadPort) }),
+    bindings: (b) => atPort(b, deadPort),
   },
 });
 

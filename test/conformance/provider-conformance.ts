@@ -49,6 +49,15 @@ export interface CredentialFreeConformanceOptions extends CommonConformanceOptio
 export type ConformanceOptions = CredentialConformanceOptions | CredentialFreeConformanceOptions;
 
 /** A grant of its own for each test, so tests share no state. */
+/**
+ * Binding values `b` pointed at `port` instead: `port`, and the port of every server its `url`
+ * or `uri` lists (a NATS binding's logins try every server listed there).
+ */
+export function atPort(b: Record<string, string>, port: number): Record<string, string> {
+  const moved = (list: string) => list.replace(/:(\d+)(?=,|\/|$)/g, `:${port}`);
+  return { ...b, port: String(port), ...(b.url ? { url: moved(b.url) } : {}), ...(b.uri ? { uri: moved(b.uri) } : {}) };
+}
+
 export function freshGrant(generation = 1): GrantRef {
   return { module: `conf-${randomBytes(4).toString("hex")}`, requirement: "res", generation };
 }
