@@ -22,7 +22,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { connectNats, decrypt, loadMasterKey, natsIdentity, openStore, type Encrypted } from "@mesh/shared";
-import { CredentialRecord } from "@mesh/providers";
+import { CredentialRecord, storeKeyRing } from "@mesh/providers";
 import { runMeshctl, meshctlBin } from "./harness/bootstrapped-mesh.js";
 import { startBrowser, type TestBrowser } from "./harness/browser.js";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
@@ -92,11 +92,14 @@ async function everyCredentialValue(): Promise<Array<{ value: string; where: str
   try {
     const store = await openStore(nc);
     const { key } = loadMasterKey({}, join(cwd, ".mesh/master.key"));
+    // Records are under the master key's data keys (grant mesh/master-key), those under the local key-encryption key.
+    const ring = storeKeyRing(store, key);
     const values = new Map<string, string>();
     for await (const e of await store.kv.credentials.history({ key: ">" })) {
       if (e.operation !== "PUT" || e.length === 0) continue;
       const record = CredentialRecord.parse(e.json());
-      const stored = JSON.parse(decrypt(key, record.encrypted as Encrypted, e.key)) as { secret: Record<string, string>; bindings?: Record<string, string> };
+      const opener = (await ring.opening((record.encrypted as Encrypted).keyId)) ?? key;
+      const stored = JSON.parse(decrypt(opener, record.encrypted as Encrypted, e.key)) as { secret: Record<string, string>; bindings?: Record<string, string> };
       // The secret material, and the binding files that carry it (a URI is not one: a NATS identity's is the server's address).
       for (const [k, v] of Object.entries(stored.secret)) values.set(v, `${e.key} secret.${k}`);
       for (const [k, v] of Object.entries(stored.bindings ?? {})) if (/password|creds|seed|token|value/i.test(k)) values.set(v, `${e.key} bindings.${k}`);

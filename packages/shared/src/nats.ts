@@ -318,13 +318,13 @@ const streamOf = (kv: KV) => (kv as { bucketName?: () => string }).bucketName?.(
 
 async function getAtFloor(kv: KV, key: string) {
   const stream = streamOf(kv);
-  const floor = revisionFloor(stream, key);
+  const floor = revisionFloor(kv, key);
   const end = Date.now() + READ_FLOOR_WAIT_MS;
   for (let attempt = 1; ; attempt++) {
     const e = await retryJetStreamGap(() => kv.get(key));
     const revision = e?.revision ?? 0;
     if (revision >= floor) {
-      if (floor > 0) metRevision(stream, key, revision);
+      if (floor > 0) metRevision(kv, key, revision);
       return e;
     }
     if (Date.now() > end) {
@@ -370,7 +370,7 @@ export async function mutateJson<T>(
       // A retried write whose first try landed fails compare-and-set, and is read again below.
       const revision = await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? casUpdate(kv, key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
       // Read-your-writes: a later read of the key in this process is at least this new (read-floors.ts).
-      noteRevision(streamOf(kv), key, revision);
+      noteRevision(kv, key, revision);
       return next;
     } catch (e) {
       if (!isCasConflict(e) || i >= attempts) throw e;

@@ -3,14 +3,17 @@ import { metRevision, noteRevision, revisionFloor } from "./read-floors.js";
 
 describe("read floors", () => {
   it("keeps the newest revision heard of per key, and drops it once a read met it", () => {
-    expect(revisionFloor("KV_a", "k")).toBe(0);
-    noteRevision("KV_a", "k", 7);
-    noteRevision("KV_a", "k", 5); // an older event redelivered: the floor stays
-    expect(revisionFloor("KV_a", "k")).toBe(7);
-    expect(revisionFloor("KV_b", "k")).toBe(0);
-    metRevision("KV_a", "k", 6); // a stale read does not clear it
-    expect(revisionFloor("KV_a", "k")).toBe(7);
-    metRevision("KV_a", "k", 9);
-    expect(revisionFloor("KV_a", "k")).toBe(0);
+    // Two handles of buckets of one name (two servers, or one made again): floors of their own.
+    const a = {};
+    const b = {};
+    expect(revisionFloor(a, "k")).toBe(0);
+    noteRevision(a, "k", 7);
+    noteRevision(a, "k", 5); // an older event redelivered: the floor stays
+    expect(revisionFloor(a, "k")).toBe(7);
+    expect(revisionFloor(b, "k")).toBe(0);
+    metRevision(a, "k", 6); // a stale read does not clear it
+    expect(revisionFloor(a, "k")).toBe(7);
+    metRevision(a, "k", 9);
+    expect(revisionFloor(a, "k")).toBe(0);
   });
 });

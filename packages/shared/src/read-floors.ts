@@ -15,28 +15,32 @@
  * direct gets, by key.
  */
 
-const floors = new Map<string, number>();
-/** Floors kept at most; past it the oldest go (a read then is only as fresh as a direct get). */
+/**
+ * Floors by bucket handle (the store's KV object): one bucket of one store, never the bucket of
+ * the same name on another server or a bucket made again, which start their revisions afresh
+ * (a process, a test run above all, may open several).
+ */
+const floorsOf = new WeakMap<object, Map<string, number>>();
+/** Floors kept at most per bucket; past it the oldest go (a read then is only as fresh as a direct get). */
 const MAX_FLOORS = 100_000;
 
-const at = (stream: string, key: string) => `${stream}\u0000${key}`;
-
-/** Records that `key` of the bucket whose stream is `stream` (`KV_<bucket>`) has reached revision `seq`. */
-export function noteRevision(stream: string, key: string, seq: number): void {
-  const k = at(stream, key);
-  if ((floors.get(k) ?? 0) >= seq) return;
-  floors.delete(k);
-  floors.set(k, seq);
+/** Records that `key` of bucket `bucket` (a store's KV handle) has reached revision `seq`. */
+export function noteRevision(bucket: object, key: string, seq: number): void {
+  let floors = floorsOf.get(bucket);
+  if (!floors) floorsOf.set(bucket, (floors = new Map()));
+  if ((floors.get(key) ?? 0) >= seq) return;
+  floors.delete(key);
+  floors.set(key, seq);
   if (floors.size > MAX_FLOORS) floors.delete(floors.keys().next().value!);
 }
 
 /** The revision a read of `key` must reach to be as new as what this process has heard of (0: any). */
-export function revisionFloor(stream: string, key: string): number {
-  return floors.get(at(stream, key)) ?? 0;
+export function revisionFloor(bucket: object, key: string): number {
+  return floorsOf.get(bucket)?.get(key) ?? 0;
 }
 
 /** Forgets the floor of `key` once a read met it (a later event sets a new one). */
-export function metRevision(stream: string, key: string, revision: number): void {
-  const k = at(stream, key);
-  if ((floors.get(k) ?? 0) <= revision) floors.delete(k);
+export function metRevision(bucket: object, key: string, revision: number): void {
+  const floors = floorsOf.get(bucket);
+  if (floors && (floors.get(key) ?? 0) <= revision) floors.delete(key);
 }

@@ -168,6 +168,8 @@ export function consumeKeys(opts: {
   acted?: (key: string, seq: number) => boolean;
 }): Promise<Consumption> {
   const { keyOf, queue, acted } = opts;
+  // The store's handle of the bucket this stream is (its reads are the ones held to the floor).
+  const bucket = Object.values(opts.store.kv).find((kv) => (kv as { bucketName?: () => string }).bucketName?.() === opts.stream);
   return consumeMessages({
     ...opts,
     // No ordering per key here: the queue collapses and serialises keys itself.
@@ -179,7 +181,7 @@ export function consumeKeys(opts: {
       const key = keyOf(m.subject);
       if (key === undefined) return "ack";
       // The handler's read of the key must be at least this new (read-floors.ts).
-      if (opts.stream.startsWith("KV_")) noteRevision(opts.stream, key, m.seq);
+      if (bucket) noteRevision(bucket, key, m.seq);
       if (!acted?.(key, m.seq)) await queue.enqueue(key);
       return "ack";
     },
