@@ -262,8 +262,11 @@ export async function ensureBucketLimits(jsm: JetStreamManager, bucket: string, 
   const plan = planBucketLimits(bucket, { max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, max_age: c.max_age, discard: c.discard, bytes: si.state.bytes }, limits);
   if (plan.kept) log.warn({ bucket, bytes: si.state.bytes, limit: limits.maxBytes }, plan.kept);
   if (Object.keys(plan.changes).length === 0) return;
+  // The server refuses a max age shorter than the de-duplication window ("duplicates window can not be larger than max age").
+  const changes: Partial<typeof c> = { ...plan.changes };
+  if (changes.max_age && c.duplicate_window > changes.max_age) changes.duplicate_window = changes.max_age;
   try {
-    await jsm.streams.update(stream, plan.changes);
+    await jsm.streams.update(stream, changes);
   } catch (e) {
     if (isJetStreamGap(e)) throw e;
     log.warn(
@@ -272,7 +275,7 @@ export async function ensureBucketLimits(jsm: JetStreamManager, bucket: string, 
     );
     return;
   }
-  log.info({ bucket, ...plan.changes }, `the mesh's store bucket ${bucket}: limits brought up to date`);
+  log.info({ bucket, ...changes }, `the mesh's store bucket ${bucket}: limits brought up to date`);
 }
 
 async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamManager["streams"]["add"]>[0]): Promise<void> {
