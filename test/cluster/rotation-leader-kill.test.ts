@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { CLUSTER_RESOLVER_SYNC } from "@mesh/providers";
-import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, type Rotation } from "@mesh/shared";
+import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, readHolderAcks, type Rotation } from "@mesh/shared";
 import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, logsInAt, printResume, queryEvery50ms, rotationOf, startMeshOnCluster, type MeshOnCluster } from "./mesh-on-cluster.js";
 import { waitFor } from "../harness/wait.js";
 
@@ -69,7 +69,10 @@ describe("the mesh on a three-server cluster", () => {
           "the rotation to wait for node-b's holder, node-a's confirmed",
           async () => {
             const r = await rotationOf(t.store, "app", "bus");
-            return r && r.to === from + 1 && r.holders["node-a/api"]?.c !== undefined && r.holders["node-b/worker"]?.c === undefined ? r : undefined;
+            if (!r || r.to !== from + 1 || r.broadcasts.length === 0) return undefined;
+            // Who confirmed is JetStream's while it runs: each holder's consumer's ack floor.
+            const acked = new Set((await readHolderAcks(t.store.jsm, r)).filter((h) => h.acked).map((h) => h.holder));
+            return acked.has("node-a/api") && !acked.has("node-b/worker") ? r : undefined;
           },
           60_000,
         );

@@ -54,7 +54,7 @@ export function servedByNats(kind: Kind, endpoint: string): boolean {
  * (`deletionPolicy: Retain`), the data is kept. Every other kind is a credential alone, and is
  * always deleted.
  */
-export const DATA_KINDS: readonly Kind[] = [Kinds.PostgresDatabase, Kinds.MariadbDatabase, Kinds.RabbitmqVhost, Kinds.KvBucket, Kinds.ObjectStore, Kinds.OciRegistry, Kinds.NpmRegistry];
+export const DATA_KINDS: readonly Kind[] = [Kinds.PostgresDatabase, Kinds.MariadbDatabase, Kinds.RabbitmqVhost, Kinds.KvBucket, Kinds.ObjectStore];
 
 /** What happens to a grant's resource once nothing needs it: `Retain` keeps the data (its logins are revoked), `Delete` drops it. */
 export type DeletionPolicy = "Retain" | "Delete";

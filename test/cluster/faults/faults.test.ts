@@ -9,6 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, startMeshOnCluster, type HolderQueries, type MeshOnCluster } from "../mesh-on-cluster.js";
 import { waitFor } from "../../harness/wait.js";
+import { readHolderAcks } from "@mesh/shared";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const secretModule = (name: string) => ({ kind: "Module", name, parts: [{ name: "app", node: "node-a" }], requires: [{ name: "token", kind: "secret" }] });
@@ -104,7 +105,9 @@ describe("faults on the mesh on a three-server cluster", () => {
           const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"]);
           await waitFor("the rotation waiting for node-b", async () => {
             const r = await rotationOf(t.store, "app", "bus");
-            return r && r.to === from + 1 && r.holders["node-a/api"]?.c !== undefined && r.state !== "Committed";
+            if (!r || r.to !== from + 1 || r.state === "Committed" || r.broadcasts.length === 0) return false;
+            // Who confirmed is JetStream's while it runs: each holder's consumer's ack floor.
+            return (await readHolderAcks(t.store.jsm, r)).some((h) => h.holder === "node-a/api" && h.acked);
           }, 60_000);
           // Work for the provisioner meanwhile: a module being provisioned when its instance dies.
           const name = `kill-${service}-${which === "second" ? 2 : 1}`;
