@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { Grant, ModuleStatus, Rotation, connectNats, keys, natsIdentity, openStore, readJson, retryJetStreamGap, subjects, type Store } from "@mesh/shared";
-import { CredentialStore } from "@mesh/providers";
+import { CredentialStore, storeKeyRing } from "@mesh/providers";
 import { startOperatorCluster, type OperatorCluster } from "../harness/nats-cluster.js";
 import { startBootstrappedMesh, type BootstrappedMesh } from "../harness/bootstrapped-mesh.js";
 import { startSecondInstances, type SecondInstances } from "../harness/service-instances.js";
@@ -193,7 +193,7 @@ async function invariantsOnce(store: Store, cluster: OperatorCluster, module: st
   for (let i = 1; i < generations.length; i++) {
     if (generations[i] !== generations[i - 1]! + 1) wrong.push(`${key}: generations ${generations.join(", ")} are not consecutive`);
   }
-  const creds = new CredentialStore(store.kv.credentials, cluster.masterKey);
+  const creds = new CredentialStore(store.kv.credentials, storeKeyRing(store, cluster.masterKey));
   const values = new Map<string, number>();
   for (const g of await creds.generations(module, requirement)) {
     const c = await creds.read(module, requirement, g);
