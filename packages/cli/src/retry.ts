@@ -68,6 +68,10 @@ export function retryPolicy(
 
 /** Whether meshctl may send again what failed with `e`. */
 export function isRetryable(e: unknown): boolean {
+  return isRetryableError(e);
+}
+
+function isRetryableError(e: unknown): boolean {
   if (isCliError(e)) return e.retryable;
   if (isMeshError(e)) return e.retryable || isJetStreamGap(e);
   return isJetStreamGap(e) || isNoResponders(e);
@@ -78,8 +82,10 @@ export function isRetryable(e: unknown): boolean {
  * time for another attempt; then throws the last error. A {@link CliError} that was retried is
  * thrown with how long it was tried added to its message; its exit code stays.
  */
-export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attempt: number) => Promise<T>): Promise<T> {
+export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attempt: number) => Promise<T>, opts: { read?: boolean } = {}): Promise<T> {
   const start = Date.now();
+  // A read changes nothing, so one that timed out (a cluster electing a new leader of the bucket's stream) is simply made again.
+  const isRetryable = opts.read ? (e: unknown) => isRetryableError(e) || /timeout/i.test(errorMessage(e)) : isRetryableError;
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn(attempt);

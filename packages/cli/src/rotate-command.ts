@@ -172,10 +172,10 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   const key = keys.grant(id.module, id.requirement);
   const policy = opts.policy ?? retryPolicy({ option: "--request-timeout" }, out);
   // Checked here too so these answers do not depend on a rotator running; the rotator checks again.
-  if (!(await retrying("read the grant", policy, () => readJson(store.kv.grants, key, Grant)))) {
+  if (!(await retrying("read the grant", policy, () => readJson(store.kv.grants, key, Grant), { read: true }))) {
     throw new CliError(`grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`, ExitCodes.NotFound);
   }
-  const running = (await retrying("read the rotation record", policy, () => readJson(store.kv.rotations, key, Rotation)))?.value;
+  const running = (await retrying("read the rotation record", policy, () => readJson(store.kv.rotations, key, Rotation), { read: true }))?.value;
   if (opts.evict?.length) return evict(store, opts, running, policy, out);
   // A revocation supersedes a running rotation (the rotator decides which it may).
   if (isRotationRunning(running) && !opts.revoke) throw alreadyRotatingError(running);
