@@ -109,11 +109,15 @@ export const SDK_CONSUMER_INACTIVE_MS = 15 * 60_000;
 /**
  * The configuration of a holder's consumer. Explicit ack (the confirmation), the grant's last
  * broadcast first (a consumer made after the broadcast still gets it), every ack sampled (the
- * server publishes an ack metric the rotator counts), one replica: thousands of holders must not
- * be thousands of Raft groups; a consumer lost with its server is made again by the rotator,
- * and its holder is delivered the broadcast again.
+ * server publishes an ack metric the rotator counts). On one server: its state in memory (no
+ * state file written per ack); a consumer lost with a restart is made again by the rotator, and
+ * its holder is delivered the broadcast again, which it acknowledges at once if it has applied
+ * it. On a cluster (`replicas` > 1): as many replicas as its stream, on file. An R1 consumer
+ * would be cheaper (thousands of holders are thousands of Raft groups otherwise), but one on a
+ * server that is down, not lost, can be neither reached nor made again elsewhere, and a
+ * rotation waited for it until the server came back (seen in the cluster tests).
  */
-export function holderConsumerConfig(endpoint: HolderEndpoint): Partial<ConsumerConfig> & { durable_name: string } {
+export function holderConsumerConfig(endpoint: HolderEndpoint, replicas = 1): Partial<ConsumerConfig> & { durable_name: string } {
   return {
     durable_name: endpoint.consumer,
     filter_subject: endpoint.subject,
@@ -123,8 +127,8 @@ export function holderConsumerConfig(endpoint: HolderEndpoint): Partial<Consumer
     max_deliver: -1,
     max_ack_pending: 1,
     sample_freq: "100%",
-    num_replicas: 1,
-    mem_storage: true,
+    num_replicas: replicas,
+    ...(replicas === 1 ? { mem_storage: true } : {}),
     ...(endpoint.sdk ? { inactive_threshold: SDK_CONSUMER_INACTIVE_MS * 1_000_000 } : {}),
   };
 }

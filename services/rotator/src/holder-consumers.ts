@@ -67,7 +67,7 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     if (!p) {
       p = (async () => {
         await makeStream(e);
-        await retryJetStreamGap(() => store.jsm.consumers.add(e.stream, holderConsumerConfig(e)));
+        await retryJetStreamGap(() => store.jsm.consumers.add(e.stream, holderConsumerConfig(e, opts.replicas)));
       })();
       consumers.set(id, p);
       p.catch(() => consumers.delete(id));
