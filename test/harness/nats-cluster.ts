@@ -152,7 +152,8 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
         return leader ? byName(leader) : undefined;
       }, 30_000, 200);
     },
-    async waitHealthy(timeoutMs = 60_000) {
+    // Two minutes: with every holder consumer replicated (holder-streams.ts), a loaded CI machine took more than one to report every replica current after leaders were killed.
+    async waitHealthy(timeoutMs = 120_000) {
       await waitFor("every running member healthy, with a meta leader", async () => {
         for (const m of members.filter((x) => x.up)) {
           const r = await fetch(`${m.monitorUrl}/healthz`, { signal: AbortSignal.timeout(2_000) }).catch(() => undefined);
