@@ -6,12 +6,10 @@
  * confirmed fan-out, with a holder reading its package from the registry throughout, sees no
  * failure and ends with the old generation refused.
  */
-import { execFile } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { Kinds, ProviderDoc, Rotation, RotationStates, createLogger, getCondition, keys, readJson, subjects, type ModuleDoc } from "@mesh/shared";
@@ -20,8 +18,8 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { startOwnVerdaccio, VERDACCIO_INSTALL_TIMEOUT_MS, type OwnVerdaccio } from "./harness/verdaccio.js";
 import { waitFor } from "./harness/wait.js";
+import { npm } from "./harness/npm-cli.js";
 
-const run = promisify(execFile);
 const repo = fileURLToPath(new URL("..", import.meta.url));
 const example = ProviderDoc.parse(parse(readFileSync(join(repo, "examples/providers/npm.yaml"), "utf8")));
 
@@ -36,20 +34,6 @@ const moduleDoc = (name: string, onRotate?: string): ModuleDoc => ({
 });
 
 /** Runs npm with `npmrc` as its only config; resolves to its exit code and output. */
-async function npm(npmrc: string, cwd: string, args: string[]): Promise<{ code: number; out: string }> {
-  const home = mkdtempSync(join(tmpdir(), "mesh-npm-home-"));
-  const env = { PATH: process.env.PATH, HOME: home, NPM_CONFIG_USERCONFIG: npmrc, NPM_CONFIG_GLOBALCONFIG: join(home, "none"), NPM_CONFIG_CACHE: join(home, "cache"), NPM_CONFIG_UPDATE_NOTIFIER: "false", NPM_CONFIG_AUDIT: "false", NPM_CONFIG_FUND: "false" };
-  try {
-    const { stdout, stderr } = await run("npm", args, { cwd, env, timeout: 60_000 });
-    return { code: 0, out: stdout + stderr };
-  } catch (e) {
-    const err = e as { code?: number; stdout?: string; stderr?: string; message: string };
-    return { code: typeof err.code === "number" ? err.code : 1, out: `${err.stdout ?? ""}${err.stderr ?? ""}${err.message}` };
-  } finally {
-    rmSync(home, { recursive: true, force: true });
-  }
-}
-
 describe("the npm example provider, as shipped, where no registry runs", () => {
   let mesh: TestMesh;
   beforeAll(async () => {

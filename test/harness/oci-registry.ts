@@ -27,6 +27,10 @@ export interface OwnOciRegistry {
   dir: string;
   /** The registry's output so far (its log lines), for a failing test's message. */
   output(): string;
+  /** Stops the registry process alone: the issuer, the port and the storage stay, for {@link startServer}. */
+  stopServer(): Promise<void>;
+  /** Starts the registry process again after {@link stopServer}, with what it stored. */
+  startServer(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -61,31 +65,41 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?
     ].join("\n"),
   );
   let output = "";
-  const child: ChildProcess = spawn(OCI_REGISTRY_BIN, ["serve", config], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
-  child.stdout!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
-  child.stderr!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
+  let child: ChildProcess | undefined;
+  /** Starts the registry process on the port and storage above; resolves once it listens. */
+  const startServer = async () => {
+    const c = spawn(OCI_REGISTRY_BIN, ["serve", config], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+    child = c;
+    c.stdout!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
+    c.stderr!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
+    await new Promise<void>((resolve, reject) => {
+      c.once("error", (e) => reject(new Error(`cannot run ${OCI_REGISTRY_BIN} (${e.message}); install it with apt-get install -y docker-registry, or set OCI_REGISTRY_BIN`)));
+      c.once("spawn", resolve);
+    });
+    await waitForPort(port, 20_000);
+  };
+  /** Stops the registry process alone (the issuer and the storage stay). */
+  const stopServer = async () => {
+    const c = child;
+    if (!c || c.exitCode !== null || c.signalCode !== null) return;
+    const exited = new Promise((r) => c.once("exit", r));
+    c.kill("SIGTERM");
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+    if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  };
   let stopped = false;
   const stop = async () => {
     if (stopped) return;
     stopped = true;
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((r) => child.once("exit", r));
-      child.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
-      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-    }
+    await stopServer();
     await issuer.close();
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    await new Promise<void>((resolve, reject) => {
-      child.once("error", (e) => reject(new Error(`cannot run ${OCI_REGISTRY_BIN} (${e.message}); install it with apt-get install -y docker-registry, or set OCI_REGISTRY_BIN`)));
-      child.once("spawn", resolve);
-    });
-    await waitForPort(port, 20_000);
+    await startServer();
   } catch (e) {
     await stop();
     throw new Error(`the test's registry did not start: ${(e as Error).message}\n${output}`);
   }
-  return { registryUrl: `http://127.0.0.1:${port}`, issuerUrl: issuer.url, admin, issuer, dir, output: () => output, stop };
+  return { registryUrl: `http://127.0.0.1:${port}`, issuerUrl: issuer.url, admin, issuer, dir, output: () => output, stopServer, startServer, stop };
 }

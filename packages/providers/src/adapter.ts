@@ -15,6 +15,7 @@
  * Cross-cutting concerns (tracing, logging, secret sanitising) wrap adapters; they are not in them.
  */
 import type { Kind, MasterKey, ProviderOptions, RequirementOptions } from "@mesh/shared";
+import type { ArtifactRequest, ArtifactSink, ArtifactSource } from "./artifacts.js";
 
 /** A provider as the provisioner uses it: the document's fields with the admin password resolved. */
 export interface ProviderConfig {
@@ -145,6 +146,16 @@ export interface ProviderAdapter {
    * in effect: when `current` is refused and `next` logs in, it succeeds without change.
    */
   setAdminPassword?(req: SetAdminPasswordRequest): Promise<void>;
+  /**
+   * Optional, for kinds whose resource stores what its holders put there (the registry kinds):
+   * the grant's artifacts at this provider, read through the generation's bindings or the
+   * adapter's admin. A handover copies them from the old provider's source into the new one's
+   * sink before any holder is told of k+1 (artifacts.ts). An adapter that cannot list what a
+   * grant holds has no source.
+   */
+  artifactSource?(req: ArtifactRequest): Promise<ArtifactSource>;
+  /** Optional, with {@link artifactSource}'s kinds: where a handover writes the grant's artifacts at this provider. */
+  artifactSink?(req: ArtifactRequest): Promise<ArtifactSink>;
   /** Releases connections; the adapter is not used after. */
   close(): Promise<void>;
 }

@@ -88,3 +88,17 @@ export {
   type AdminSecretDeps,
   type AdminSecretProbe,
 } from "./admin-secret-engine.js";
+export {
+  artifactId,
+  copyArtifacts,
+  copyOrder,
+  sha1Hex,
+  sha256Digest,
+  type Artifact,
+  type ArtifactContent,
+  type ArtifactRequest,
+  type ArtifactSink,
+  type ArtifactSource,
+  type CopyOutcome,
+} from "./artifacts.js";
+export { getImage, objectStoreArtifacts, putImage, putPackage } from "./bootstrap-registry.js";

@@ -33,6 +33,8 @@ import {
 import { JetStreamApiError, StorageType, jetstreamManager, type JetStreamClient, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
+import { objectStoreArtifacts } from "./bootstrap-registry.js";
+import type { ArtifactRequest, ArtifactSink, ArtifactSource } from "./artifacts.js";
 import { ErrorCodes, Kinds, MeshError, RECORDS_GRANT, SOURCE_OF_RECORD, errorMessage, grantId, retryJetStreamGap } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -276,6 +278,33 @@ class JetStreamStoreAdapter implements ProviderAdapter {
       if (e instanceof PermissionViolationError) return { ok: false, reason: "rejected", message: `NATS at ${where}: ${why}` };
       return { ok: false, reason: "unreachable", message: `cannot check ${this.flavour.what} ${b.bucket} at ${where}: ${why}` };
     }
+  }
+
+  /** The bootstrap registry's images or packages of the grant (its object store), through the admin connection. */
+  async artifactSource(req: ArtifactRequest): Promise<ArtifactSource> {
+    return this.artifacts(req);
+  }
+
+  async artifactSink(req: ArtifactRequest): Promise<ArtifactSink> {
+    return this.artifacts(req);
+  }
+
+  private async artifacts(req: ArtifactRequest): Promise<ArtifactSource & ArtifactSink> {
+    const kind = this.kind;
+    if (kind !== Kinds.OciRegistry && kind !== Kinds.NpmRegistry) {
+      throw new MeshError(ErrorCodes.InvalidRequest, `a ${this.flavour.what} holds no images or packages to carry over`);
+    }
+    const names = this.names(req.grant);
+    const os = await this.withAdmin(`open ${this.flavour.what} ${names.bucket}`, async ({ js }) => new Objm(js).open(names.bucket));
+    const where = `${this.flavour.what} ${names.bucket} at ${this.provider.endpoint}`;
+    const store = objectStoreArtifacts(os, kind, where);
+    // Every call through the admin's retries and error mapping, as the adapter's other verbs.
+    return {
+      list: () => this.withAdmin(`list ${where}`, () => store.list()),
+      read: (a) => this.withAdmin(`read ${where}`, () => store.read(a)),
+      has: (a) => this.withAdmin(`look in ${where}`, () => store.has(a)),
+      write: (a, c) => this.withAdmin(`write to ${where}`, () => store.write(a, c)),
+    };
   }
 
   async close(): Promise<void> {

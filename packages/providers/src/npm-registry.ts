@@ -51,6 +51,8 @@ import { parseEndpoint, type Endpoint } from "./endpoint.js";
 import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
+import { npmRegistrySink } from "./registry-artifacts.js";
+import type { ArtifactRequest, ArtifactSink } from "./artifacts.js";
 
 /** How long one request to the registry may take. */
 export const REGISTRY_TIMEOUT_MS = 5_000;
@@ -220,6 +222,12 @@ class NpmRegistryAdapter implements ProviderAdapter {
     if (res.ok && body?.username === b.username) return { ok: true };
     if (res.status >= 500) return { ok: false, reason: "unreachable", message: `the npm registry at ${b.registry} answered HTTP ${res.status}` };
     return { ok: false, reason: "rejected", message: `the npm registry at ${b.registry} did not log ${b.username} in (HTTP ${res.status}, whoami ${JSON.stringify(body?.username ?? null)})` };
+  }
+
+  /** Where a handover publishes the grant's packages: the scope, through the generation's own credential, as a holder publishes. */
+  async artifactSink(req: ArtifactRequest): Promise<ArtifactSink> {
+    checkGrantRef(req.grant);
+    return npmRegistrySink(req.bindings);
   }
 
   async close(): Promise<void> {

@@ -38,6 +38,8 @@ import { generatePassword, passwordOf } from "./password.js";
 import { hostPort, parseEndpoint } from "./endpoint.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { hashPassword, ociNames, type OciNames } from "./oci-token-scope.js";
+import { ociRegistrySink } from "./registry-artifacts.js";
+import type { ArtifactRequest, ArtifactSink } from "./artifacts.js";
 
 /** How long each request of a login may take. */
 const LOGIN_TIMEOUT_MS = 3_000;
@@ -175,6 +177,16 @@ class OciRegistryAdapter implements ProviderAdapter {
     } catch (e) {
       return unreachable(`GET ${v2} with the token`, e);
     }
+  }
+
+  /**
+   * Where a handover writes the grant's images: the namespace, through the generation's own
+   * credential, as a holder pushes. No source: the registry lists repositories only in its
+   * catalog, which a namespace's credential may not read.
+   */
+  async artifactSink(req: ArtifactRequest): Promise<ArtifactSink> {
+    checkGrantRef(req.grant);
+    return ociRegistrySink(req.bindings, new URL(this.issuerUrl).origin);
   }
 
   async close(): Promise<void> {

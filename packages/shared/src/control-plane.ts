@@ -66,8 +66,31 @@ function agentJetStream(node: string): string[] {
   const reads = [Buckets.grants, Buckets.manifests, Buckets.providers, Buckets.rotations].map((b) => `$JS.API.DIRECT.GET.KV_${b}.>`);
   // Of the records it writes, only its own node's (direct gets name the key in their subject).
   const own = nodeOwned(node).map(({ bucket, filter }) => `$JS.API.DIRECT.GET.KV_${bucket}.$KV.${bucket}.${filter}`);
-  return ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", ...reads, ...own, ...durableOf(Streams.deliveries, agentDurable(node)), ...listing(Buckets.providers), ...holderStreamUse(agentHolderStream(node))];
+  return [
+    "$JS.API.INFO",
+    "$JS.API.STREAM.INFO.*",
+    ...reads,
+    ...own,
+    ...durableOf(Streams.deliveries, agentDurable(node)),
+    ...listing(Buckets.providers),
+    ...holderStreamUse(agentHolderStream(node)),
+    ...BOOTSTRAP_REGISTRY_BUCKETS.flatMap(objectStoreReads),
+  ];
 }
+
+/** The object stores of the bootstrap registries the agents hold (`<module>_<requirement>`, jetstream-store-layout.ts). */
+const BOOTSTRAP_REGISTRY_BUCKETS = [ControlPlaneRequirements.images, ControlPlaneRequirements.packages].map((r) => `${CONTROL_PLANE_MODULE}_${r}`);
+
+/**
+ * Reading an object store as @nats-io/obj does: an object's info (the last message of its meta
+ * subject, by a get or a direct get), and its chunks and the listing through an ordered
+ * consumer of the store's stream, filtered within it, delivered to the reader's inbox.
+ */
+const objectStoreReads = (bucket: string) => [
+  `$JS.API.STREAM.MSG.GET.OBJ_${bucket}`,
+  `$JS.API.DIRECT.GET.OBJ_${bucket}.>`,
+  `$JS.API.CONSUMER.CREATE.OBJ_${bucket}.*.$O.${bucket}.>`,
+];
 
 /**
  * The records a node's agent writes, each under its own node's keys and nowhere else: its
@@ -220,7 +243,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
         publish: [
           ...nodeOwned(node).map(({ bucket, filter }) => `$KV.${bucket}.${filter}`),
           // The bootstrap registries the agents hold (an object store each, named <module>_<requirement>).
-          ...[ControlPlaneRequirements.images, ControlPlaneRequirements.packages].map((r) => `$O.${CONTROL_PLANE_MODULE}_${r}.>`),
+          ...BOOTSTRAP_REGISTRY_BUCKETS.map((b) => `$O.${b}.>`),
           subjects.credentialFetchesOfNode(node),
           `mesh.probe.report.${node}.>`,
         ],

@@ -102,7 +102,13 @@ export function committer(ctx: RotatorContext): { commit(key: string, r: Rotatio
       return `handed over from ${provider}, where generation ${r.from} could not be retired (${errorMessage(e)}): it may still work there: end it by hand on that server once it answers`;
     }
     log.info({ rotation: r.id, provider }, `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`);
-    return `handed over from ${provider}: generation ${r.from} retired there, the resource kept with its data (not moved); drop it when it is no longer needed`;
+    // A registry grant's images or packages were copied before the broadcast (carry-over.ts); anything else's data stays where it was.
+    const data = r.carried
+      ? r.carried.skipped
+        ? `the resource kept with its data, which was not copied (${r.carried.skipped})`
+        : `what it stored there copied here first (${r.carried.total} artifacts), the resource there kept as it was`
+      : "the resource kept with its data (not moved)";
+    return `handed over from ${provider}: generation ${r.from} retired there, ${data}; drop it when it is no longer needed`;
   };
 
   return { commit };

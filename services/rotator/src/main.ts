@@ -9,8 +9,11 @@
  *
  * TEST HOOK: `MESH_ROTATOR_TEST_PAUSE_AFTER=Staged|Broadcast|AwaitingHolders` freezes the
  * process right after it persisted a rotation in that state, so a test can SIGKILL it there.
- * Never set it in production.
+ * `MESH_ROTATOR_TEST_PAUSE_IN_CARRY=<file>` freezes it once the first artifact of a handover's
+ * copy is written, unless `<file>` exists, which it then creates (so the process restarted
+ * after the kill copies on). Never set either in production.
  */
+import { existsSync, writeFileSync } from "node:fs";
 import { RotationStates, errorMessage, parseTimerDuration, runService, serviceMasterKey, type RotationState } from "@mesh/shared";
 import { storeKeyRing } from "@mesh/providers";
 import { startRotator } from "./rotator.js";
@@ -23,6 +26,8 @@ function usageError(message: string): never {
 
 const pause = process.env.MESH_ROTATOR_TEST_PAUSE_AFTER as RotationState | undefined;
 if (pause && !Object.values(RotationStates).includes(pause)) usageError(`MESH_ROTATOR_TEST_PAUSE_AFTER=${pause} is not a rotation state`);
+const carryMarker = process.env.MESH_ROTATOR_TEST_PAUSE_IN_CARRY;
+const pauseInCarry = carryMarker ? !existsSync(carryMarker) : false;
 let defaultTimeoutMs: number | undefined;
 try {
   defaultTimeoutMs = process.env.MESH_ROTATION_TIMEOUT ? parseTimerDuration(process.env.MESH_ROTATION_TIMEOUT, "MESH_ROTATION_TIMEOUT") : undefined;
@@ -45,7 +50,18 @@ await runService(
         ...(defaultTimeoutMs ? { defaultTimeoutMs } : {}),
         ...(history ? { credentialHistory: Number(history) } : {}),
       },
-      pause ? { pauseAfter: pause, onPause: (s) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {},
+      {
+        ...(pause ? { pauseAfter: pause, onPause: (s: RotationState) => process.stdout.write(`TEST-HOOK paused-after ${s}\n`) } : {}),
+        ...(pauseInCarry
+          ? {
+              pauseInCarry,
+              onPauseInCarry: () => {
+                writeFileSync(carryMarker!, `${process.pid}\n`);
+                process.stdout.write("TEST-HOOK paused-in-carry\n");
+              },
+            }
+          : {}),
+      },
     ),
   ),
 );

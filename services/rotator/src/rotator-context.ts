@@ -38,6 +38,8 @@ export interface RotatorContext {
   defaultTimeoutMs: number;
   /** Waits forever once a test hook froze the process. */
   holdIfPaused(): Promise<void>;
+  /** TEST HOOK: freezes the process from here on (every step then waits in holdIfPaused). */
+  freeze(why: string): void;
   /** Writes `next` over revision `revision` (or creates it); then the test hook may freeze the process. */
   persist(key: string, revision: number | undefined, next: Rotation): Promise<void>;
   /**
@@ -67,6 +69,10 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
   const holdIfPaused = async () => {
     if (paused) await frozen;
   };
+  const freeze = (why: string) => {
+    paused = true;
+    log.warn(`TEST HOOK: the rotator froze ${why}`);
+  };
 
   /** Writes `next` over revision `revision` (or creates it); then the test hook may freeze the process. */
   const persist = async (key: string, revision: number | undefined, next: Rotation): Promise<void> => {
@@ -92,8 +98,7 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
   const persisted = (next: Rotation) => {
     log.info({ rotation: next.id, state: next.state }, `rotation ${next.id} is ${next.state}`);
     if (testHooks.pauseAfter && next.state === testHooks.pauseAfter) {
-      paused = true;
-      log.warn({ rotation: next.id, state: next.state }, "TEST HOOK: the rotator froze after persisting this state");
+      freeze(`after persisting rotation ${next.id} in state ${next.state}`);
       testHooks.onPause?.(next.state);
     }
   };
@@ -110,5 +115,5 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
   const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) =>
     mutateJson(store.kv.grants, key, Grant, (g) => (g ? fn(g) : undefined));
 
-  return { opts, store, log, credentials, kek: keyRing.kek, catalog, adapters, records, defaultTimeoutMs: opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS, holdIfPaused, persist, transition, withAdapterOf, setGrant };
+  return { opts, store, log, credentials, kek: keyRing.kek, catalog, adapters, records, defaultTimeoutMs: opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS, holdIfPaused, freeze, persist, transition, withAdapterOf, setGrant };
 }

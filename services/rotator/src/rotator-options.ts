@@ -35,6 +35,10 @@ export interface RotatorTestHooks {
   pauseAfter?: RotationState;
   /** Called when the hook paused the rotator. */
   onPause?: (state: RotationState) => void;
+  /** Freeze once the first artifact of a handover's copy is written (carry-over.ts), so a test can SIGKILL it in the middle of the copy. Set in a process by `MESH_ROTATOR_TEST_PAUSE_IN_CARRY`. */
+  pauseInCarry?: boolean;
+  /** Called when that hook paused the rotator. */
+  onPauseInCarry?: () => void;
 }
 
 /** Default of {@link RotatorOptions.defaultTimeoutMs}. */

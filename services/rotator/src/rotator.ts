@@ -57,6 +57,7 @@ import { broadcaster } from "./broadcast.js";
 import { committer } from "./commit.js";
 import { holderConsumers, onRegistration } from "./holder-consumers.js";
 import { startAckTracker } from "./ack-tracker.js";
+import { carrier } from "./carry-over.js";
 
 /** A running rotator. */
 export interface Rotator {
@@ -107,6 +108,14 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   const { rotate } = staging(ctx, { registry, spans, enqueue: (key) => void queue.enqueue(key).catch(() => undefined) });
   const broadcast = broadcaster(ctx, consumers);
   const { commit } = committer(ctx);
+  const { carry } = carrier(ctx, {
+    onCopied: async () => {
+      if (!testHooks.pauseInCarry) return;
+      ctx.freeze("in the middle of a handover's copy");
+      testHooks.onPauseInCarry?.();
+      await holdIfPaused();
+    },
+  });
   /** Sets the grant's Rotating condition for `r` awaiting its holders (before the record says so). */
   const markRotating = async (key: string, r: Rotation, now: Date) => {
     const next = enter(r, RotationStates.AwaitingHolders, now);
@@ -165,10 +174,12 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
       try {
         switch (step.action) {
           case "broadcast": {
+            // A handover of a registry grant: what k stored is carried over first, so no holder told of k+1 misses it.
+            const carried = await carry(r);
             // The grant's Rotating condition is written beside the broadcast, off the path to the
             // commit; should that fail, the next step writes it.
             const [broadcasts] = await Promise.all([broadcast(r), markRotating(key, r, now).catch(() => undefined)]);
-            const next = await transition(key, r, RotationStates.Broadcast, now, () => true, { broadcasts });
+            const next = await transition(key, r, RotationStates.Broadcast, now, () => true, { broadcasts, ...(carried ? { carried } : {}) });
             if (next) acks.track(key, next);
             continue;
           }

@@ -112,6 +112,26 @@ export const Rotation = z.object({
    */
   fromProvider: z.string().optional(),
   /**
+   * For a handover of a registry grant: what was stored under it at `fromProvider` (images,
+   * packages), carried over to `provider` before the broadcast. Written once the copy is
+   * complete; a rotator that died in the middle left none, and its successor's copy skips what
+   * is there already (`present`).
+   */
+  carried: z
+    .object({
+      /** Artifacts at the old provider. */
+      total: z.number().int().nonnegative(),
+      /** Copied by the run that completed the copy. */
+      copied: z.number().int().nonnegative(),
+      /** Already at the new provider when that run looked (copied by an earlier run, or put there). */
+      present: z.number().int().nonnegative(),
+      bytes: z.number().int().nonnegative(),
+      at: z.string(),
+      /** Set when nothing could be copied, and why (the old provider's adapter cannot list what it holds). */
+      skipped: z.string().optional(),
+    })
+    .optional(),
+  /**
    * The `requestId` of the rotate request that started it: a request sent again with the same
    * id (a retry after a lost reply or a refusal marked retryable) is answered with this
    * rotation, never with a second one or an "already running" about itself.

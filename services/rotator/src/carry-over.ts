@@ -1,0 +1,60 @@
+/**
+ * A handover's copy of what a registry grant stores (its images, its packages) from the old
+ * provider to the new one, run before the broadcast: no holder is told of k+1 on the new
+ * provider until what it stored under k is there too. The old resource is read through the old
+ * provider's adapter, the new one written through generation k+1's own bindings, as a holder
+ * pushes (artifacts.ts).
+ *
+ * Resumable by being idempotent: a rotator that dies in the middle leaves the rotation
+ * `Staged`; the next one runs the copy again, which skips every artifact the new provider has
+ * with the same digest. The outcome is written with the move to `Broadcast` (`carried`).
+ */
+import { ErrorCodes, MeshError, REGISTRY_KINDS, type Rotation } from "@mesh/shared";
+import { copyArtifacts, type Artifact, type ArtifactSource, type CopyOutcome } from "@mesh/providers";
+import type { RotatorContext } from "./rotator-context.js";
+
+export type Carried = NonNullable<Rotation["carried"]>;
+
+/** Whether rotation `r` carries data over: a handover of a registry grant. Pure. */
+export const carriesOver = (r: Rotation) => r.fromProvider !== undefined && REGISTRY_KINDS.includes(r.kind);
+
+export function carrier(ctx: RotatorContext, hooks: { onCopied?: (a: Artifact, done: CopyOutcome) => Promise<void> | void } = {}) {
+  const { credentials, log, withAdapterOf } = ctx;
+
+  /** Copies `r`'s artifacts from `r.fromProvider` to `r.provider`; undefined when `r` carries nothing over. */
+  const carry = async (r: Rotation): Promise<Carried | undefined> => {
+    if (!carriesOver(r)) return undefined;
+    const [from, to] = await Promise.all([credentials.read(r.module, r.requirement, r.from), credentials.read(r.module, r.requirement, r.to)]);
+    if (!from?.bindings || !to?.bindings) {
+      throw new MeshError(ErrorCodes.Internal, `handover ${r.id}: generation ${!from?.bindings ? r.from : r.to} of ${r.grant} has no bindings in the store, so what it stored cannot be carried over; the step is retried`, { retryable: true });
+    }
+    const grant = (generation: number) => ({ module: r.module, requirement: r.requirement, generation });
+    const at = () => new Date().toISOString();
+    const rlog = log.child({ rotation: r.id, from: r.fromProvider, to: r.provider });
+    return withAdapterOf(r.kind, r.fromProvider!, async (old) => {
+      if (!old.artifactSource) {
+        const skipped = `provider ${r.fromProvider}'s ${r.kind} adapter cannot list what the grant stores there, so nothing was copied; copy it to ${r.provider} by hand`;
+        rlog.warn(`handover ${r.id}: ${skipped}`);
+        return { total: 0, copied: 0, present: 0, bytes: 0, at: at(), skipped };
+      }
+      const source: ArtifactSource = await old.artifactSource({ grant: grant(r.from), bindings: from.bindings! });
+      return withAdapterOf(r.kind, r.provider, async (next) => {
+        if (!next.artifactSink) {
+          throw new MeshError(ErrorCodes.ProviderMisconfigured, `handover ${r.id}: provider ${r.provider}'s ${r.kind} adapter cannot be written to, so what ${r.grant} stores at ${r.fromProvider} cannot be carried over; holders stay on generation ${r.from} there`);
+        }
+        const sink = await next.artifactSink({ grant: grant(r.to), bindings: to.bindings! });
+        rlog.info(`handover ${r.id}: carrying over what ${r.grant} stores at ${r.fromProvider} to ${r.provider}`);
+        const out = await copyArtifacts(source, sink, {
+          onCopied: async (a, done) => {
+            rlog.info({ artifact: a }, `handover ${r.id}: copied ${done.copied + done.present}/${done.total}`);
+            await hooks.onCopied?.(a, done);
+          },
+        });
+        rlog.info(out, `handover ${r.id}: carried over ${out.total} artifacts (${out.copied} copied now, ${out.present} there already)`);
+        return { ...out, at: at() };
+      });
+    });
+  };
+
+  return { carry };
+}
