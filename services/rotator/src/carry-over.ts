@@ -9,7 +9,7 @@
  * `Staged`; the next one runs the copy again, which skips every artifact the new provider has
  * with the same digest. The outcome is written with the move to `Broadcast` (`carried`).
  */
-import { ErrorCodes, MeshError, REGISTRY_KINDS, type Rotation } from "@mesh/shared";
+import { ErrorCodes, MeshError, ProviderDoc, REGISTRY_KINDS, errorMessage, getCondition, keys, readJson, setCondition, type Rotation } from "@mesh/shared";
 import { copyArtifacts, type Artifact, type ArtifactSource, type CopyOutcome } from "@mesh/providers";
 import type { RotatorContext } from "./rotator-context.js";
 
@@ -19,17 +19,42 @@ export type Carried = NonNullable<Rotation["carried"]>;
 export const carriesOver = (r: Rotation) => r.fromProvider !== undefined && REGISTRY_KINDS.includes(r.kind);
 
 export function carrier(ctx: RotatorContext, hooks: { onCopied?: (a: Artifact, done: CopyOutcome) => Promise<void> | void } = {}) {
-  const { credentials, log, withAdapterOf } = ctx;
+  const { credentials, log, withAdapterOf, setGrant } = ctx;
 
-  /** Copies `r`'s artifacts from `r.fromProvider` to `r.provider`; undefined when `r` carries nothing over. */
+  /**
+   * Copies `r`'s artifacts from `r.fromProvider` to `r.provider`; undefined when `r` carries
+   * nothing over. A copy that fails is said on the grant (`Rotating` `HandoverBlocked`, cleared
+   * by the broadcast's own condition) and thrown, so the step is tried again.
+   */
   const carry = async (r: Rotation): Promise<Carried | undefined> => {
     if (!carriesOver(r)) return undefined;
+    try {
+      return await copy(r);
+    } catch (e) {
+      const message = `handover ${r.id} from ${r.fromProvider} to ${r.provider} waits: copying what ${r.grant} stores at ${r.fromProvider} failed (${errorMessage(e)}); holders keep generation ${r.from} there meanwhile, and the copy is tried again by itself, resuming where it stopped`;
+      await setGrant(keys.grant(r.module, r.requirement), (g) => {
+        const cur = getCondition(g.conditions, "Rotating");
+        if (cur && cur.reason !== "HandoverBlocked") return undefined;
+        const conditions = setCondition(g.conditions, { type: "Rotating", status: "False", reason: "HandoverBlocked", message });
+        return conditions === g.conditions ? undefined : { ...g, conditions };
+      }).catch(() => undefined);
+      throw e;
+    }
+  };
+
+  const copy = async (r: Rotation): Promise<Carried> => {
+    const at = () => new Date().toISOString();
+    // The old provider was deleted: nothing of it can be read any more.
+    if (!(await readJson(ctx.store.kv.providers, r.fromProvider!, ProviderDoc))) {
+      const skipped = `provider ${r.fromProvider} is not registered any more, so nothing it stored for ${r.grant} could be copied`;
+      log.warn({ rotation: r.id }, `handover ${r.id}: ${skipped}`);
+      return { total: 0, copied: 0, present: 0, bytes: 0, at: at(), skipped };
+    }
     const [from, to] = await Promise.all([credentials.read(r.module, r.requirement, r.from), credentials.read(r.module, r.requirement, r.to)]);
     if (!from?.bindings || !to?.bindings) {
       throw new MeshError(ErrorCodes.Internal, `handover ${r.id}: generation ${!from?.bindings ? r.from : r.to} of ${r.grant} has no bindings in the store, so what it stored cannot be carried over; the step is retried`, { retryable: true });
     }
     const grant = (generation: number) => ({ module: r.module, requirement: r.requirement, generation });
-    const at = () => new Date().toISOString();
     const rlog = log.child({ rotation: r.id, from: r.fromProvider, to: r.provider });
     return withAdapterOf(r.kind, r.fromProvider!, async (old) => {
       if (!old.artifactSource) {
