@@ -14,8 +14,10 @@ import {
   MeshError,
   decrypt,
   encrypt,
+  getAtFloor,
   isCasConflict,
   keys,
+  noteRevision,
   parseMasterKey,
   storeWrite,
   type Encrypted,
@@ -109,7 +111,8 @@ export class CredentialStore {
   /** Reads and decrypts a generation; undefined when it was never written. */
   async read(module: string, requirement: string, generation: number): Promise<(StoredCredential & { record: CredentialRecord; revision: number }) | undefined> {
     const k = keys.credential(module, requirement, generation);
-    const e = await this.kv.get(k);
+    // Never older than this process's own writes of it: on a cluster a follower may answer a get before it applied them (read-floors.ts).
+    const e = await getAtFloor(this.kv, k);
     if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
     const record = CredentialRecord.parse(e.json());
     const values = await this.open(k, record.encrypted as Encrypted);
@@ -135,7 +138,7 @@ export class CredentialStore {
     };
     try {
       const data = JSON.stringify(record);
-      await storeWrite(this.kv, k, () => this.kv.create(k, data), { bytes: Buffer.byteLength(data) });
+      noteRevision(this.kv, k, await storeWrite(this.kv, k, () => this.kv.create(k, data), { bytes: Buffer.byteLength(data) }));
       return secret;
     } catch (e) {
       if (!isCasConflict(e)) throw e;
@@ -210,7 +213,7 @@ export class CredentialStore {
       };
       try {
         const data = JSON.stringify(record);
-        await storeWrite(this.kv, k, () => this.kv.update(k, data, cur.revision), { bytes: Buffer.byteLength(data) });
+        noteRevision(this.kv, k, await storeWrite(this.kv, k, () => this.kv.update(k, data, cur.revision), { bytes: Buffer.byteLength(data) }));
         return;
       } catch (e) {
         if (!isCasConflict(e)) throw e;
@@ -252,14 +255,14 @@ export class CredentialStore {
   /** Moves record `k` under `target` unless it is there (or gone); true when it moved it. */
   private async reencryptOne(k: string, target: MasterKey): Promise<boolean> {
     for (;;) {
-      const e = await this.kv.get(k);
+      const e = await getAtFloor(this.kv, k);
       if (!e || e.operation !== "PUT" || e.length === 0) return false;
       const record = CredentialRecord.parse(e.json());
       if (record.encrypted.keyId === target.id) return false;
       const values = await this.open(k, record.encrypted as Encrypted);
       const data = JSON.stringify({ ...record, encrypted: encrypt(target, JSON.stringify(values), k) } satisfies CredentialRecord);
       try {
-        await storeWrite(this.kv, k, () => this.kv.update(k, data, e.revision), { bytes: Buffer.byteLength(data) });
+        noteRevision(this.kv, k, await storeWrite(this.kv, k, () => this.kv.update(k, data, e.revision), { bytes: Buffer.byteLength(data) }));
         return true;
       } catch (err) {
         if (!isCasConflict(err)) throw err;

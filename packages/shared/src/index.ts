@@ -51,3 +51,4 @@ export * from "./nats-ceiling.js";
 export * from "./holder-streams.js";
 export * from "./holder-acks.js";
 export * from "./part-rotation-key.js";
+export { noteRevision } from "./read-floors.js";

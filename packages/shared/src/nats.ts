@@ -319,7 +319,7 @@ export const READ_FLOOR_WAIT_MS = 5_000;
 /** The stream of a KV bucket (`KV_<bucket>`). */
 const streamOf = (kv: KV) => (kv as { bucketName?: () => string }).bucketName?.() ?? "";
 
-async function getAtFloor(kv: KV, key: string) {
+export async function getAtFloor(kv: KV, key: string) {
   const stream = streamOf(kv);
   const floor = revisionFloor(kv, key);
   const end = Date.now() + READ_FLOOR_WAIT_MS;
