@@ -10,15 +10,13 @@
  * grant's and the same on every node, so a per-agent endpoint would test a configuration
  * mistake, not "reachable from one node but not from another".
  */
-import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ReachabilityRecord, getCondition, keys, readJson, type ModuleDoc } from "@mesh/shared";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
-import { createNetns, type Bridge, type Netns } from "./harness/netns.js";
+import { createNetns, startAgentInNetns, type AgentInNetns, type Bridge, type Netns } from "./harness/netns.js";
 import { waitFor } from "./harness/wait.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { delivered, useAsHolder, waitVerified } from "./verify-helpers.js";
@@ -26,15 +24,13 @@ import { adminEnv, harnessProvider } from "./fixtures.js";
 
 const INTERVAL = 1_000;
 const WITHIN = 2 * INTERVAL + 2_000;
-const repo = fileURLToPath(new URL("..", import.meta.url));
 
 describe("a provider reachable from one node's agent but not from another's", () => {
   let db: Postgres;
   let mesh: TestMesh;
   let ns: Netns;
   let pgPath: Bridge | undefined;
-  let agentB: ChildProcess;
-  let agentBLog = "";
+  let agentB: AgentInNetns;
   let bindingsB: string;
 
   const resolved = async (m: string, r: string) => getCondition((await mesh.grant(m, r))?.conditions ?? [], "Resolved");
@@ -48,18 +44,10 @@ describe("a provider reachable from one node's agent but not from another's", ()
     pgPath = await ns.bridge(db.port);
     bindingsB = mkdtempSync(join(tmpdir(), "mesh-node-b-"));
     // node-b's agent, from sources (tsx), inside the namespace: NATS at the same address, bridged.
-    agentB = ns.spawn(
-      join(repo, "node_modules/.bin/tsx"),
-      ["--tsconfig", join(repo, "test/harness/tsconfig.sources.json"), join(repo, "services/agent/src/main.ts"), "--node", "node-b", "--bindings", bindingsB],
-      { cwd: repo, env: { ...process.env, NATS_URL: mesh.nats.url, MESH_PROBE_INTERVAL: `${INTERVAL}ms`, MESH_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
-    );
-    for (const s of [agentB.stdout!, agentB.stderr!]) s.on("data", (d: Buffer) => (agentBLog = (agentBLog + d.toString()).slice(-20_000)));
-    await waitFor("node-b's agent to register", async () => (await mesh.store.kv.nodes.get("node-b")) ?? undefined, 30_000).catch((e: Error) => {
-      throw new Error(`${e.message}\nits output:\n${agentBLog}`);
-    });
+    agentB = await startAgentInNetns(ns, { node: "node-b", bindings: bindingsB, natsUrl: mesh.nats.url, probeInterval: `${INTERVAL}ms`, nodes: mesh.store.kv.nodes });
   }, 90_000);
   afterAll(async () => {
-    agentB?.kill("SIGTERM");
+    agentB?.process.kill("SIGTERM");
     await ns?.close();
     await mesh?.stop();
     await db?.stop();

@@ -12,11 +12,9 @@
  * be one of `meshctl bootstrap`'s, whose agents it starts itself. The rest of the mesh runs in
  * this process (test/mesh.ts) with a rotator.
  */
-import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kinds, Rotation, RotationStates, createLogger, keys, readJson } from "@mesh/shared";
 import { createAdapter, type BindingValues, type ProviderAdapter } from "@mesh/providers";
@@ -24,12 +22,11 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "../mesh.js";
 import { startPlainCluster } from "../harness/nats-cluster.js";
 import type { NatsServer } from "../harness/nats-server.js";
-import { createNetns, type Bridge, type Netns } from "../harness/netns.js";
+import { createNetns, startAgentInNetns, type AgentInNetns, type Bridge, type Netns } from "../harness/netns.js";
 import { startOwnRedis, type OwnRedis } from "../harness/redis.js";
 import { waitFor } from "../harness/wait.js";
 import { grantInvariants, printResume } from "./mesh-on-cluster.js";
 
-const repo = fileURLToPath(new URL("../..", import.meta.url));
 
 describe("a node's agent partitioned from the cluster during a rotation, and reconnected", () => {
   let cluster: Awaited<ReturnType<typeof startPlainCluster>>;
@@ -37,8 +34,7 @@ describe("a node's agent partitioned from the cluster during a rotation, and rec
   let mesh: TestMesh;
   let rotator: Rotator;
   let ns: Netns;
-  let agentB: ChildProcess;
-  let agentBLog = "";
+  let agentB: AgentInNetns;
   let bindingsB: string;
   let login: ProviderAdapter;
   let natsBridges: Bridge[] = [];
@@ -66,18 +62,10 @@ describe("a node's agent partitioned from the cluster during a rotation, and rec
     natsBridges = await Promise.all(cluster.members.map((m) => ns.bridge(m.port)));
     await ns.bridge(redis.port); // the agent checks each generation it takes by logging in
     bindingsB = mkdtempSync(join(tmpdir(), "mesh-node-b-"));
-    agentB = ns.spawn(
-      join(repo, "node_modules/.bin/tsx"),
-      ["--tsconfig", join(repo, "test/harness/tsconfig.sources.json"), join(repo, "services/agent/src/main.ts"), "--node", "node-b", "--bindings", bindingsB],
-      { cwd: repo, env: { ...process.env, NATS_URL: cluster.url, MESH_PROBE_INTERVAL: "1s", MESH_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
-    );
-    for (const s of [agentB.stdout!, agentB.stderr!]) s.on("data", (d: Buffer) => (agentBLog = (agentBLog + d.toString()).slice(-40_000)));
-    await waitFor("node-b's agent to register", async () => (await mesh.store.kv.nodes.get("node-b")) ?? undefined, 60_000).catch((e: Error) => {
-      throw new Error(`${e.message}\nits output:\n${agentBLog}`);
-    });
+    agentB = await startAgentInNetns(ns, { node: "node-b", bindings: bindingsB, natsUrl: cluster.url, probeInterval: "1s", nodes: mesh.store.kv.nodes });
   }, 180_000);
   afterAll(async () => {
-    agentB?.kill("SIGTERM");
+    agentB?.process.kill("SIGTERM");
     await ns?.close();
     await login?.close();
     await rotator?.stop();
@@ -158,7 +146,7 @@ describe("a node's agent partitioned from the cluster during a rotation, and rec
         const r = await record();
         return r?.state === RotationStates.Committed ? r : undefined;
       }, 60_000, 100).catch((e: Error) => {
-        throw new Error(`${e.message}\nnode-b's agent printed:\n${agentBLog.slice(-8_000)}`);
+        throw new Error(`${e.message}\nnode-b's agent printed:\n${agentB.output().slice(-8_000)}`);
       });
       const resumeMs = Date.now() - healedAt;
       printResume("node-b's agent partitioned from the cluster during a rotation (it committed once the agent could reach the cluster again)", resumeMs);

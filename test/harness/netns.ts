@@ -140,3 +140,32 @@ export async function createNetns(): Promise<Netns> {
   };
   return ns;
 }
+
+/** A node agent run inside a namespace (from sources, through tsx), and what it printed so far. */
+export interface AgentInNetns {
+  process: ChildProcess;
+  output(): string;
+}
+
+/**
+ * Starts node `node`'s agent inside `ns`, from sources (tsx), writing bindings under
+ * `bindings`, with NATS at `natsUrl` (which the test bridges in) and its probes every
+ * `probeInterval`; resolves once its node record is in `nodes` (the store's `mesh-nodes`).
+ */
+export async function startAgentInNetns(
+  ns: Netns,
+  opts: { node: string; bindings: string; natsUrl: string; probeInterval: string; nodes: { get(key: string): Promise<unknown> } },
+): Promise<AgentInNetns> {
+  const repo = join(import.meta.dirname, "..", "..");
+  let out = "";
+  const child = ns.spawn(
+    join(repo, "node_modules/.bin/tsx"),
+    ["--tsconfig", join(repo, "test/harness/tsconfig.sources.json"), join(repo, "services/agent/src/main.ts"), "--node", opts.node, "--bindings", opts.bindings],
+    { cwd: repo, env: { ...process.env, NATS_URL: opts.natsUrl, MESH_PROBE_INTERVAL: opts.probeInterval, MESH_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  for (const s of [child.stdout!, child.stderr!]) s.on("data", (d: Buffer) => (out = (out + d.toString()).slice(-40_000)));
+  await waitFor(`${opts.node}'s agent to register`, async () => (await opts.nodes.get(opts.node)) ?? undefined, 60_000).catch((e: Error) => {
+    throw new Error(`${e.message}\nits output:\n${out}`);
+  });
+  return { process: child, output: () => out };
+}
