@@ -5,7 +5,7 @@
  * rotator counts the same acks live from the server's ack metrics.
  */
 import { JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
-import { consumerMismatch, holderEndpoint } from "./holder-streams.js";
+import { consumerMismatch, holderEndpoint, type HolderEndpoint } from "./holder-streams.js";
 import type { Rotation } from "./schemas/rotation.js";
 
 /** One holder's consumer as JetStream has it. */
@@ -27,23 +27,33 @@ export interface HolderConsumerState {
   vanished?: true;
 }
 
+/**
+ * Where each holder of `r` (or `only` of them) takes its broadcast: its endpoint (stream,
+ * consumer, subject; undefined for a holder id that names none) and the broadcast's sequence in
+ * that stream (0: none was published there yet). Pure.
+ */
+export function broadcastTargets(r: Rotation, only?: readonly string[]): Array<{ holder: string; endpoint: HolderEndpoint | undefined; seq: number }> {
+  const seqs = new Map(r.broadcasts.map((b) => [`${b.stream} ${b.subject}`, b.seq]));
+  return (only ?? Object.keys(r.holders)).map((holder) => {
+    const endpoint = holderEndpoint(r.grant, holder);
+    return { holder, endpoint, seq: endpoint ? (seqs.get(`${endpoint.stream} ${endpoint.subject}`) ?? 0) : 0 };
+  });
+}
+
 /** The consumer state of every holder of `r`, or of `only` of them (`concurrency` lookups at a time). */
 export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, opts: { only?: readonly string[]; concurrency?: number } = {}): Promise<HolderConsumerState[]> {
-  const seqs = new Map(r.broadcasts.map((b) => [`${b.stream} ${b.subject}`, b.seq]));
-  const holders = [...(opts.only ?? Object.keys(r.holders))].sort();
+  const targets = broadcastTargets(r, [...(opts.only ?? Object.keys(r.holders))].sort());
   const concurrency = opts.concurrency ?? 32;
-  const out: HolderConsumerState[] = new Array(holders.length);
+  const out: HolderConsumerState[] = new Array(targets.length);
   let i = 0;
   const worker = async () => {
-    while (i < holders.length) {
+    while (i < targets.length) {
       const n = i++;
-      const holder = holders[n]!;
-      const e = holderEndpoint(r.grant, holder);
+      const { holder, endpoint: e, seq } = targets[n]!;
       if (!e) {
         out[n] = { holder, stream: "", consumer: "", seq: 0, acked: false };
         continue;
       }
-      const seq = seqs.get(`${e.stream} ${e.subject}`) ?? 0;
       try {
         const info = await jsm.consumers.info(e.stream, e.consumer);
         const mismatch = consumerMismatch(info, e);
@@ -56,6 +66,6 @@ export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, opts: {
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(concurrency, holders.length) }, worker));
+  await Promise.all(Array.from({ length: Math.min(concurrency, targets.length) }, worker));
   return out;
 }

@@ -14,7 +14,7 @@
  */
 import {
   HOLDER_STREAM_PREFIX,
-  holderEndpoint,
+  broadcastTargets,
   readHolderAcks,
   type HolderEndpoint,
   type Logger,
@@ -106,16 +106,8 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
     },
   });
 
-  const endpointsOf = (r: Rotation) => {
-    const seqs = new Map(r.broadcasts.map((b) => [`${b.stream} ${b.subject}`, b.seq]));
-    const out: Array<{ holder: string; endpoint: HolderEndpoint; seq: number }> = [];
-    for (const holder of Object.keys(r.holders)) {
-      const endpoint = holderEndpoint(r.grant, holder);
-      const seq = endpoint && seqs.get(`${endpoint.stream} ${endpoint.subject}`);
-      if (endpoint && seq) out.push({ holder, endpoint, seq });
-    }
-    return out;
-  };
+  /** The holders of `r` whose stream has its broadcast: what an ack counts against. */
+  const endpointsOf = (r: Rotation) => broadcastTargets(r).flatMap(({ holder, endpoint, seq }) => (endpoint && seq ? [{ holder, endpoint, seq }] : []));
 
   const track = (key: string, r: Rotation) => {
     const cur = byRotation.get(key);
