@@ -165,7 +165,7 @@ export async function allReady(store: Store, modules: string[], timeoutMs = 30_0
  * generation still stored has a value of its own; every rotation id names one rotation; and
  * every committed rotation committed after each of its holders confirmed.
  */
-export async function grantInvariants(store: Store, cluster: Pick<OperatorCluster, "masterKey">, module: string, requirement: string): Promise<string[]> {
+export async function grantInvariants(store: Store, cluster: OperatorCluster, module: string, requirement: string): Promise<string[]> {
   // Listing a key's history is an ordered consumer; one that met a leader change may never end
   // on 2.9.10 (seen once here), so each try is bounded and the read made again.
   for (let attempt = 1; ; attempt++) {
@@ -181,7 +181,7 @@ export async function grantInvariants(store: Store, cluster: Pick<OperatorCluste
   }
 }
 
-async function invariantsOnce(store: Store, cluster: Pick<OperatorCluster, "masterKey">, module: string, requirement: string): Promise<string[]> {
+async function invariantsOnce(store: Store, cluster: OperatorCluster, module: string, requirement: string): Promise<string[]> {
   const wrong: string[] = [];
   const key = keys.grant(module, requirement);
   const generations: number[] = [];
