@@ -82,7 +82,10 @@ describe("the mesh on a three-server cluster", () => {
         await meta.kill();
         await new Promise((r) => setTimeout(r, 2_000));
         await meta.restart();
-        await t.cluster.waitHealthy();
+        // Only what the next fault needs: a meta leader every member follows, then the leaders to kill. Not every replica
+        // current (waitHealthy): on 2.9.10 a consumer replica that led when it was killed may never catch up until its
+        // consumer's leader changes (nats-cluster.ts), and the mesh does not need it to: the other two are a majority.
+        await t.cluster.waitMeta();
         // The stream that carries the rotation to the holder it waits for: node-b's agent's holder stream.
         const leader = await t.cluster.streamLeader(t.nc, agentHolderStream("node-b"));
         const kvLeader = await t.cluster.streamLeader(t.nc, "KV_mesh-rotations");
@@ -93,7 +96,7 @@ describe("the mesh on a three-server cluster", () => {
         await new Promise((r) => setTimeout(r, 2_000));
         await leader.restart();
         if (kvLeader !== leader) await kvLeader.restart();
-        await t.cluster.waitHealthy();
+        // The faults end here: every server is running again, and node-b's agent with them. What follows is the mesh's recovery, timed.
         process.kill(agentB, "SIGCONT");
         stopped = false;
         faultsEnded = Date.now();
@@ -119,6 +122,9 @@ describe("the mesh on a three-server cluster", () => {
     expect(holders.made).toBeGreaterThan(50);
     expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
     for (const part of [...CONTROL_PLANE_SERVICES, ...NODES.map(agentPart)]) expect(await grantInvariants(t.store, t.cluster, "mesh", identityRequirement(part)), part).toEqual([]);
+    // And every replica current again: a holder consumer's replica that came back stuck behind (2.9.10) has its leader
+    // stepped down by the rotator after three looks 10 s apart (holder-consumers.ts), and is caught up by the new one.
+    await t.cluster.waitHealthy(90_000);
   });
 
   it("a revocation made while a server is down is enforced there within seconds of its return", async () => {
@@ -153,7 +159,7 @@ describe("the mesh on a three-server cluster", () => {
     // The new generation logs in there.
     await waitFor("node-a's binding on the new generation", () => readFileSync(join(dir, "creds"), "utf8") !== old, 10_000);
     expect(await logsInAt(down.url, readFileSync(join(dir, "creds"), "utf8"))).toBe(true);
-    await t.cluster.waitHealthy();
+    await t.cluster.waitMeta();
     await allReady(t.store, ["app"], 30_000);
     expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
   });
