@@ -10,8 +10,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { CLUSTER_RESOLVER_SYNC } from "@mesh/providers";
-import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, readHolderAcks, type Rotation } from "@mesh/shared";
-import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, logsInAt, printResume, queryEvery50ms, rotationOf, startMeshOnCluster, type MeshOnCluster } from "./mesh-on-cluster.js";
+import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, type Rotation } from "@mesh/shared";
+import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, logsInAt, printResume, queryEvery50ms, rotationOf, rotationWaitingFor, startMeshOnCluster, type MeshOnCluster } from "./mesh-on-cluster.js";
 import { waitFor } from "../harness/wait.js";
 
 describe("the mesh on a three-server cluster", () => {
@@ -65,17 +65,7 @@ describe("the mesh on a three-server cluster", () => {
       let faultsEnded = 0;
       try {
         const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "120s", "--json"]);
-        const waiting = await waitFor(
-          "the rotation to wait for node-b's holder, node-a's confirmed",
-          async () => {
-            const r = await rotationOf(t.store, "app", "bus");
-            if (!r || r.to !== from + 1 || r.broadcasts.length === 0) return undefined;
-            // Who confirmed is JetStream's while it runs: each holder's consumer's ack floor.
-            const acked = new Set((await readHolderAcks(t.store.jsm, r)).filter((h) => h.acked).map((h) => h.holder));
-            return acked.has("node-a/api") && !acked.has("node-b/worker") ? r : undefined;
-          },
-          60_000,
-        );
+        const waiting = await rotationWaitingFor(t.store, "app", "bus", from, { confirmed: "node-a/api", missing: "node-b/worker" });
         expect(waiting.state).not.toBe("Committed");
 
         const meta = await t.cluster.metaLeader();
