@@ -8,7 +8,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { Grant, ModuleStatus, Rotation, connectNats, keys, natsIdentity, openStore, readJson, retryJetStreamGap, subjects, type Store } from "@mesh/shared";
+import { Grant, ModuleStatus, Rotation, connectNats, keys, natsIdentity, openStore, readHolderAcks, readJson, retryJetStreamGap, subjects, type Store } from "@mesh/shared";
 import { CredentialStore, storeKeyRing } from "@mesh/providers";
 import { startOperatorCluster, type OperatorCluster } from "../harness/nats-cluster.js";
 import { startBootstrappedMesh, type BootstrappedMesh } from "../harness/bootstrapped-mesh.js";
@@ -74,6 +74,19 @@ export async function startMeshOnCluster(): Promise<MeshOnCluster> {
     await cluster.stop();
     throw e;
   }
+}
+
+/** {@link startMeshOnCluster}, with module `app` ({@link busModule}) applied and Ready: where the faults start from. */
+export async function startMeshWithApp(): Promise<MeshOnCluster> {
+  const t = await startMeshOnCluster();
+  try {
+    await applyDocs(t.nc, [busModule("app")]);
+    await allReady(t.store, ["app"], 120_000);
+  } catch (e) {
+    await t.stop();
+    throw e;
+  }
+  return t;
 }
 
 /** A module of two parts, one per node, each holding the broker identity `bus` (a nats.user grant of the mesh's own bus). */
@@ -233,6 +246,24 @@ export async function generationOf(store: Store, module: string, requirement: st
 /** The rotation of grant `module`/`requirement` as the store has it now. */
 export async function rotationOf(store: Store, module: string, requirement: string): Promise<Rotation | undefined> {
   return (await read(`rotation of ${module}/${requirement}`, () => readJson(store.kv.rotations, keys.grant(module, requirement), Rotation)))?.value;
+}
+
+/**
+ * Waits until the rotation of `module`/`requirement` from generation `from` has been broadcast
+ * and waits for holder `missing`, `confirmed` having acknowledged it (who confirmed is
+ * JetStream's while it runs: each holder's consumer's ack floor); returns its record.
+ */
+export async function rotationWaitingFor(store: Store, module: string, requirement: string, from: number, holders: { confirmed: string; missing: string }): Promise<Rotation> {
+  return waitFor(
+    `the rotation to wait for ${holders.missing}, ${holders.confirmed} confirmed`,
+    async () => {
+      const r = await rotationOf(store, module, requirement);
+      if (!r || r.to !== from + 1 || r.broadcasts.length === 0) return undefined;
+      const acked = new Set((await readHolderAcks(store.jsm, r)).filter((h) => h.acked).map((h) => h.holder));
+      return acked.has(holders.confirmed) && !acked.has(holders.missing) ? r : undefined;
+    },
+    60_000,
+  );
 }
 
 /** Prints a fault's time to resume where the test's output shows it. */

@@ -10,8 +10,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { CLUSTER_RESOLVER_SYNC } from "@mesh/providers";
-import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, readHolderAcks, type Rotation } from "@mesh/shared";
-import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, logsInAt, printResume, queryEvery50ms, rotationOf, startMeshOnCluster, type MeshOnCluster } from "./mesh-on-cluster.js";
+import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, type Rotation } from "@mesh/shared";
+import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, logsInAt, printResume, queryEvery50ms, rotationOf, rotationWaitingFor, startMeshOnCluster, type MeshOnCluster } from "./mesh-on-cluster.js";
 import { waitFor } from "../harness/wait.js";
 
 describe("the mesh on a three-server cluster", () => {
@@ -65,24 +65,17 @@ describe("the mesh on a three-server cluster", () => {
       let faultsEnded = 0;
       try {
         const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "120s", "--json"]);
-        const waiting = await waitFor(
-          "the rotation to wait for node-b's holder, node-a's confirmed",
-          async () => {
-            const r = await rotationOf(t.store, "app", "bus");
-            if (!r || r.to !== from + 1 || r.broadcasts.length === 0) return undefined;
-            // Who confirmed is JetStream's while it runs: each holder's consumer's ack floor.
-            const acked = new Set((await readHolderAcks(t.store.jsm, r)).filter((h) => h.acked).map((h) => h.holder));
-            return acked.has("node-a/api") && !acked.has("node-b/worker") ? r : undefined;
-          },
-          60_000,
-        );
+        const waiting = await rotationWaitingFor(t.store, "app", "bus", from, { confirmed: "node-a/api", missing: "node-b/worker" });
         expect(waiting.state).not.toBe("Committed");
 
         const meta = await t.cluster.metaLeader();
         await meta.kill();
         await new Promise((r) => setTimeout(r, 2_000));
         await meta.restart();
-        await t.cluster.waitHealthy();
+        // Only what the next fault needs: a meta leader every member follows, then the leaders to kill. Not every replica
+        // current (waitHealthy): on 2.9.10 a consumer replica that led when it was killed may never catch up until its
+        // consumer's leader changes (nats-cluster.ts), and the mesh does not need it to: the other two are a majority.
+        await t.cluster.waitMeta();
         // The stream that carries the rotation to the holder it waits for: node-b's agent's holder stream.
         const leader = await t.cluster.streamLeader(t.nc, agentHolderStream("node-b"));
         const kvLeader = await t.cluster.streamLeader(t.nc, "KV_mesh-rotations");
@@ -93,7 +86,7 @@ describe("the mesh on a three-server cluster", () => {
         await new Promise((r) => setTimeout(r, 2_000));
         await leader.restart();
         if (kvLeader !== leader) await kvLeader.restart();
-        await t.cluster.waitHealthy();
+        // The faults end here: every server is running again, and node-b's agent with them. What follows is the mesh's recovery, timed.
         process.kill(agentB, "SIGCONT");
         stopped = false;
         faultsEnded = Date.now();
@@ -119,6 +112,9 @@ describe("the mesh on a three-server cluster", () => {
     expect(holders.made).toBeGreaterThan(50);
     expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
     for (const part of [...CONTROL_PLANE_SERVICES, ...NODES.map(agentPart)]) expect(await grantInvariants(t.store, t.cluster, "mesh", identityRequirement(part)), part).toEqual([]);
+    // And every replica current again: a holder consumer's replica that came back stuck behind (2.9.10) has its leader
+    // stepped down by the rotator after three looks 10 s apart (holder-consumers.ts), and is caught up by the new one.
+    await t.cluster.waitHealthy(90_000);
   });
 
   it("a revocation made while a server is down is enforced there within seconds of its return", async () => {
@@ -153,7 +149,7 @@ describe("the mesh on a three-server cluster", () => {
     // The new generation logs in there.
     await waitFor("node-a's binding on the new generation", () => readFileSync(join(dir, "creds"), "utf8") !== old, 10_000);
     expect(await logsInAt(down.url, readFileSync(join(dir, "creds"), "utf8"))).toBe(true);
-    await t.cluster.waitHealthy();
+    await t.cluster.waitMeta();
     await allReady(t.store, ["app"], 30_000);
     expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
   });

@@ -2,7 +2,7 @@
  * The all-in-one's live status: the modules and grants kept current from KV watches, shown
  * as a redrawn screen on a terminal, or as one line per change otherwise.
  */
-import { Grant, ModuleStatus, retryJetStreamGap, type KV, type Store } from "@mesh/shared";
+import { Grant, ModuleStatus, retryJetStreamGap, retryJetStreamRead, type KV, type Store } from "@mesh/shared";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
 import { printable, truncate } from "./style.js";
@@ -174,10 +174,11 @@ export type KvWatch = Awaited<ReturnType<KV["watch"]>>;
 /**
  * Opens a watch that stops by itself at `untilMs`; JetStream not answering while it opens is
  * ridden out for as long as the wait lasts (several identities rotating at once keep it quiet
- * through reload after reload). `stop()` ends it and its timer.
+ * through reload after reload; on a cluster, a server lost makes opening one time out until a
+ * new leader is elected). `stop()` ends it and its timer.
  */
 export async function watchUntil(open: () => Promise<KvWatch>, untilMs: number): Promise<{ watch: KvWatch; timedOut(): boolean; stop(): void }> {
-  const watch = await retryJetStreamGap(open, Math.max(1, untilMs - Date.now()));
+  const watch = await retryJetStreamRead(open, Math.max(1, untilMs - Date.now()));
   let timedOut = false;
   const timer = setTimeout(() => {
     timedOut = true;

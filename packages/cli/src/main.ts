@@ -4,7 +4,7 @@
  * functions; each of them takes its inputs and an output and returns the exit code.
  */
 import { Command, Option } from "commander";
-import { errorMessage, loadMasterKey, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
+import { errorMessage, isJetStreamTimeout, jetStreamTimeoutMessage, loadMasterKey, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
 import { operatorFiles } from "@mesh/providers";
 import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
 import { readFileSync } from "node:fs";
@@ -50,6 +50,10 @@ async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => 
       // A message may carry a service's words (a refusal), so its control characters are shown, not obeyed.
       out.err(`meshctl: ${printable(e.message)}`);
       code = e.exitCode;
+    } else if (isJetStreamTimeout(e)) {
+      // What a cluster electing a leader looks like to a command that ran out of tries: said as such, with what to do.
+      out.err(`meshctl: ${printable(jetStreamTimeoutMessage(`meshctl ${program.args[0] ?? ""}`.trim(), url))}`);
+      code = ExitCodes.Failure;
     } else {
       out.err(`meshctl: unexpected error: ${printable(errorMessage(e))}`);
       if (process.env.MESH_DEBUG && e instanceof Error && e.stack) out.err(e.stack);

@@ -7,7 +7,7 @@
  * send again: apply is idempotent, and rotate carries a request id the rotator answers with the
  * rotation it already started.
  */
-import { errorMessage, isJetStreamGap, isMeshError } from "@mesh/shared";
+import { errorMessage, isJetStreamGap, isJetStreamTimeout, isMeshError, jetStreamTimeoutMessage } from "@mesh/shared";
 import { CliError, isCliError } from "./cli-error.js";
 import { isNoResponders } from "./nats-errors.js";
 import type { Output } from "./output.js";
@@ -85,7 +85,7 @@ function isRetryableError(e: unknown): boolean {
 export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attempt: number) => Promise<T>, opts: { read?: boolean } = {}): Promise<T> {
   const start = Date.now();
   // A read changes nothing, so one that timed out (a cluster electing a new leader of the bucket's stream) is simply made again.
-  const isRetryable = opts.read ? (e: unknown) => isRetryableError(e) || /timeout/i.test(errorMessage(e)) : isRetryableError;
+  const isRetryable = opts.read ? (e: unknown) => isRetryableError(e) || isJetStreamTimeout(e) : isRetryableError;
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn(attempt);
@@ -97,7 +97,7 @@ export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attemp
         if (attempt === 1 || !isRetryable(e)) throw e;
         const tried = `(tried ${attempt} times over ${seconds(Date.now() - start)}${policy.option ? `; ${policy.option} gives it longer` : ""})`;
         if (isCliError(e)) throw new CliError(`${e.message}\n${tried}`, e.exitCode, { cause: e.cause ?? e });
-        throw new CliError(`${what} failed: ${errorMessage(e)} ${tried}`, undefined, { cause: e });
+        throw new CliError(`${isJetStreamTimeout(e) ? jetStreamTimeoutMessage(what) : `${what} failed: ${errorMessage(e)}`} ${tried}`, undefined, { cause: e });
       }
       policy.onRetry(what, attempt, e, pauseMs);
       await new Promise((r) => setTimeout(r, pauseMs));

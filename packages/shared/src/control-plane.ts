@@ -212,8 +212,8 @@ function jetStreamPermissions(service: ControlPlaneService | { agent: string }):
   const deny = othersDurables(lists, durables);
   if (service === "rotator") {
     allow.push(...HOLDER_STREAMS_ADMIN);
-    // Deleting a holder's consumer names only stream and consumer: every durable of the mesh's own is carved out.
-    deny.push(...Object.values(Durables).map((d) => `$JS.API.CONSUMER.DELETE.KV_${d.bucket}.${d.name}`), `$JS.API.CONSUMER.DELETE.${Streams.deliveries}.*`);
+    // Deleting a holder's consumer, or stepping its leader down, names only stream and consumer: every durable of the mesh's own is carved out.
+    for (const verb of ["DELETE", "LEADER.STEPDOWN"]) deny.push(...Object.values(Durables).map((d) => `$JS.API.CONSUMER.${verb}.KV_${d.bucket}.${d.name}`), `$JS.API.CONSUMER.${verb}.${Streams.deliveries}.*`);
   }
   return { allow, deny };
 }
@@ -224,7 +224,15 @@ function jetStreamPermissions(service: ControlPlaneService | { agent: string }):
  * refused by the server), make a consumer filtered on broadcasts (the filter is in the subject,
  * so no consumer of any other stream), look at any consumer (its ack floor), and delete one.
  */
-const HOLDER_STREAMS_ADMIN = ["$JS.API.STREAM.CREATE.*", `$JS.API.CONSUMER.CREATE.*.*.${subjects.rotationBroadcastsAll}`, "$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.DELETE.*.*"];
+const HOLDER_STREAMS_ADMIN = [
+  "$JS.API.STREAM.CREATE.*",
+  `$JS.API.CONSUMER.CREATE.*.*.${subjects.rotationBroadcastsAll}`,
+  "$JS.API.CONSUMER.INFO.*.*",
+  "$JS.API.CONSUMER.DELETE.*.*",
+  // Looking at a holder stream's consumers at once, and asking one whose replica is stuck behind for a new leader (holder-consumers.ts).
+  "$JS.API.CONSUMER.LIST.*",
+  "$JS.API.CONSUMER.LEADER.STEPDOWN.*.*",
+];
 
 /** KV writes are publishes to `$KV.<bucket>.<key>`: each service may write the buckets it owns, and no other. */
 const writes = (...buckets: BucketName[]) => buckets.map((b) => `$KV.${b}.>`);

@@ -37,6 +37,17 @@ export function retryDelayMs(deliveryCount: number): number {
 /** Default ack wait of {@link consumeMessages}. */
 export const DEFAULT_ACK_WAIT_MS = 15_000;
 
+/**
+ * How long each pull of {@link consumeMessages} waits on the server before it is made again
+ * (the client's default is 30 s, with a heartbeat every half of it). A pull lives only on the
+ * consumer's leader: when that leader is lost (a server killed or stopped), its successor does
+ * not have it, and the client learns of it only from two heartbeats missed. With 30 s a service
+ * sat idle for 30 s after its consumer's leader moved (the faults on a cluster measured the mesh
+ * Ready only after 30 s, 44 s after a whole-cluster restart); with 5 s, for at most 5 s after
+ * the new leader is elected. The cost: one pull request per consumption every 5 s while idle.
+ */
+export const CONSUME_EXPIRES_MS = 5_000;
+
 export async function consumeMessages(opts: {
   store: Store;
   stream: string;
@@ -78,7 +89,7 @@ export async function consumeMessages(opts: {
   }
   const consumer = await retryJetStreamGap(() => store.js.consumers.get(stream, durable));
   // A durable made by someone else ends the consumption when it is deleted, to be looked for again; one of its own is made again at the next start.
-  const messages = await consumer.consume({ max_messages: 64, ...(opts.create === false ? { abort_on_missing_resource: true } : {}) });
+  const messages = await consumer.consume({ max_messages: 64, expires: CONSUME_EXPIRES_MS, ...(opts.create === false ? { abort_on_missing_resource: true } : {}) });
   const tails = new Map<string, Promise<void>>();
 
   const settle = async (m: JsMsg): Promise<void> => {

@@ -167,6 +167,8 @@ export const subjects = {
   partRotationsAll: (module: string, node: string, part: string) => `mesh.rotation.part.${checked(module, node, part)}.>`,
   /** The server's ack metric of every consumer (`$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>`): the rotator counts holders' confirmations from them. */
   holderAckMetricsAll: "$JS.EVENT.METRIC.CONSUMER.ACK.*.*",
+  /** JetStream's request that consumer `consumer` of `stream` elect a new leader (the client has no call for it): the rotator's repair of a holder consumer's replica stuck behind. */
+  consumerLeaderStepdown: (stream: string, consumer: string) => `$JS.API.CONSUMER.LEADER.STEPDOWN.${stream}.${consumer}`,
   /** Every broadcast to any holder (what the rotator publishes). */
   rotationBroadcastsAll: "mesh.rotation.*.>",
   /**

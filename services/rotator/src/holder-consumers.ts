@@ -19,6 +19,7 @@ import {
   holderStreamConfig,
   parseReceiptKey,
   retryJetStreamGap,
+  subjects,
   type HolderEndpoint,
   type Logger,
   type Store,
@@ -34,6 +35,22 @@ export interface HolderConsumers {
 
 /** How many consumers are made at once before a broadcast (each is one JetStream API request). */
 const CREATE_CONCURRENCY = 64;
+
+/**
+ * How often the holder streams' consumers are looked at for a replica stuck behind, and how many
+ * looks in a row it must be behind before its consumer's leader is asked to step down. On
+ * nats-server 2.9.10 a file-backed consumer replica whose server was killed while it led the
+ * consumer may come back stuck catching up (follower and leader go round a mismatch of the
+ * log's first entry, forever; seen in the cluster tests on the consumer whose holder the
+ * rotation waited for). The consumer keeps working on the other two replicas, but one more
+ * server lost leaves it without a majority: its holder's ack could not be stored, and a
+ * rotation would wait for that server. A new leader catches the replica up (measured: every
+ * replica current within 5 s of a step-down; acks on the consumer did not help). A replica of a
+ * server that is down (`offline`) is left alone. The step-down costs the consumer its leader for
+ * one election (about 5 s); two rotators that both ask cost at most one more.
+ */
+export const REPLICA_LOOK_MS = 10_000;
+export const REPLICA_LOOKS_BEHIND = 3;
 
 export function holderConsumers(opts: { store: Store; log: Logger; replicas: number }): HolderConsumers {
   const { store, log } = opts;
@@ -87,6 +104,45 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     }
   };
 
+  // Replicas stuck behind (see REPLICA_LOOK_MS): one listing per holder stream this instance made consumers on.
+  const behind = new Map<string, number>();
+  const lookAtReplicas = async () => {
+    const streamNames = new Set([...consumers.keys()].map((id) => id.slice(0, id.indexOf("/"))));
+    for (const stream of streamNames) {
+      try {
+        for await (const ci of store.jsm.consumers.list(stream)) {
+          const id = `${stream}/${ci.name}`;
+          const stuck = ci.cluster?.leader && (ci.cluster.replicas ?? []).some((r) => !r.current && !r.offline);
+          if (!stuck) {
+            behind.delete(id);
+            continue;
+          }
+          const looks = (behind.get(id) ?? 0) + 1;
+          behind.set(id, looks);
+          if (looks < REPLICA_LOOKS_BEHIND) continue;
+          behind.delete(id);
+          const lagging = (ci.cluster?.replicas ?? []).filter((r) => !r.current && !r.offline).map((r) => r.name);
+          const reply = (await store.nc.request(subjects.consumerLeaderStepdown(stream, ci.name), "", { timeout: 5_000 })).json<{ error?: { description?: string } }>();
+          if (reply.error) {
+            // Most often another rotator asked a moment before, and the consumer is electing its new leader.
+            log.debug({ stream, consumer: ci.name, error: reply.error.description }, "a holder consumer's leader did not step down; looked at again later");
+            continue;
+          }
+          log.info({ stream, consumer: ci.name, leader: ci.cluster?.leader, lagging }, "a holder consumer's replica stayed behind its leader; its leader was asked to step down, so that a new one catches it up");
+        }
+      } catch (err) {
+        log.warn({ stream, err }, "could not look at (or repair) the replicas of a holder stream's consumers; looked at again later");
+      }
+    }
+  };
+  let looking: Promise<void> | undefined;
+  const replicaTimer = opts.replicas > 1
+    ? setInterval(() => {
+        looking ??= lookAtReplicas().finally(() => (looking = undefined));
+      }, REPLICA_LOOK_MS)
+    : undefined;
+  replicaTimer?.unref();
+
   // Agents: a receipt says the part holds the grant (or no longer does).
   let receiptsWatch: Awaited<ReturnType<typeof store.kv.receipts.watch>> | undefined;
   const watching = (async () => {
@@ -110,8 +166,10 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     ensure,
     remove,
     async stop() {
+      clearInterval(replicaTimer);
       receiptsWatch?.stop();
       await watching;
+      await looking;
     },
   };
 }

@@ -80,7 +80,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   const spans = new Map<string, Span>();
   const timers = new Map<string, NodeJS.Timeout>();
   // Holders' streams and consumers, made by the control plane (a holder may make none).
-  // Holder streams at the store's replicas (R3 on a cluster); their consumers are R1 in memory (holder-streams.ts).
+  // Holder streams and their consumers at the store's replicas (R3 on a cluster, on file; one server: in memory; holder-streams.ts).
   const consumers = holderConsumers({ store, log, replicas: opts.replicas ?? storeReplicas(store.nc.info) });
   const registry = await watchHolderRegistry({ store, log, onChange: (k, reg) => onRegistration(consumers, log, k, reg) });
   // The last ack in: the commit, now. Before that, a look now and then (the count in the record; holders the operator evicted).

@@ -7,7 +7,7 @@
  * history of every grant touched is consistent. Each prints its time to resume.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, startMeshOnCluster, type HolderQueries, type MeshOnCluster } from "../mesh-on-cluster.js";
+import { TWICE, allReady, applyDocs, bindingDir, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, startMeshWithApp, type HolderQueries, type MeshOnCluster } from "../mesh-on-cluster.js";
 import { waitFor } from "../../harness/wait.js";
 import { readHolderAcks } from "@mesh/shared";
 
@@ -20,10 +20,8 @@ describe("faults on the mesh on a three-server cluster", () => {
   const modules: string[] = [];
 
   beforeAll(async () => {
-    t = await startMeshOnCluster();
-    await applyDocs(t.nc, [busModule("app")]);
+    t = await startMeshWithApp();
     modules.push("app");
-    await allReady(t.store, modules, 120_000);
     holders = queryEvery50ms(t.cluster, [
       { holder: "node-a/api", dir: bindingDir(t.mesh, "node-a", "app", "api", "bus") },
       { holder: "node-b/worker", dir: bindingDir(t.mesh, "node-b", "app", "worker", "bus") },
@@ -75,8 +73,9 @@ describe("faults on the mesh on a three-server cluster", () => {
     if (left > 0) await sleep(left);
     await down.restart();
     const ended = Date.now();
-    await t.cluster.waitHealthy();
     await resumed(`${down.name} stopped for a minute`, ended);
+    // Not timed: the server that was away follows the meta leader again before the next fault.
+    await t.cluster.waitMeta();
   });
 
   it("the whole cluster restarted", async () => {
@@ -84,7 +83,7 @@ describe("faults on the mesh on a three-server cluster", () => {
     await sleep(2_000);
     for (const m of t.cluster.members) await m.restart();
     const ended = Date.now();
-    await t.cluster.waitHealthy();
+    // Nothing waited for: the apply is sent again until a resolver takes it, as an operator's client does.
     modules.push("after-restart");
     await applyDocs(t.nc, [secretModule("after-restart")]);
     await resumed("the whole cluster restarted", ended);

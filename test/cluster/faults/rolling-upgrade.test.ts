@@ -9,7 +9,7 @@
  * build: what is shown is the replacement, not a change of version.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, startMeshOnCluster, type MeshOnCluster } from "../mesh-on-cluster.js";
+import { NODES, TWICE, allReady, applyDocs, bindingDir, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, startMeshWithApp, type MeshOnCluster } from "../mesh-on-cluster.js";
 import { waitFor } from "../../harness/wait.js";
 
 const secretModule = (name: string) => ({ kind: "Module", name, parts: [{ name: "app", node: "node-a" }], requires: [{ name: "token", kind: "secret" }] });
@@ -18,9 +18,7 @@ describe("a rolling upgrade of the mesh on a three-server cluster", () => {
   let t: MeshOnCluster;
 
   beforeAll(async () => {
-    t = await startMeshOnCluster();
-    await applyDocs(t.nc, [busModule("app")]);
-    await allReady(t.store, ["app"], 120_000);
+    t = await startMeshWithApp();
   }, 300_000);
   afterAll(async () => {
     await t?.stop();
