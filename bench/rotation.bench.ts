@@ -30,7 +30,7 @@
  * limit to the hard one; this file says when it is short.
  */
 import { fork, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -311,7 +311,8 @@ async function rotateOnce(commits: CommitWatch, module: string, req: string): Pr
   const seen = commits.next(300_000);
   const t0 = performance.now();
   const t0wall = Date.now();
-  const m = await nc.request(subjects.rotate, JSON.stringify({ grant: `${module}/${req}` }), { timeout: 60_000 });
+  // With a request id, as meshctl sends it: a request the rotator retries inside (a cluster's JetStream gap) starts one rotation, not two.
+  const m = await nc.request(subjects.rotate, JSON.stringify({ grant: `${module}/${req}`, requestId: randomUUID() }), { timeout: 60_000 });
   const reply = m.json() as { ok: boolean; error?: { message: string } };
   if (!reply.ok) throw new Error(`rotate refused: ${reply.error?.message}`);
   const { at, record } = await seen;

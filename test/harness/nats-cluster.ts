@@ -225,9 +225,15 @@ export async function startPlainCluster(opts: { size?: number } = {}): Promise<{
     writeFileSync(configFile, `server_name: mesh-n${i + 1}\njetstream { store_dir: "${storeDir}" }\ncluster { name: mesh, listen: "127.0.0.1:${p.cluster}", routes: [${routes}] }\n`);
     members.push(await startNatsServer({ port: p.client, configFile, storeDir }));
   }
-  await waitFor("the plain cluster's meta leader", async () => {
-    const j = await getJson<{ meta_cluster?: { leader?: string } }>(`http://127.0.0.1:${members[0]!.monitorPort}/jsz`).catch(() => undefined);
-    return j?.meta_cluster?.leader ? true : undefined;
+  // A meta leader that lists every other member as a current peer: with a leader alone, an R3
+  // stream made at once may be refused ("no suitable peers for placement"). Only the leader lists its peers.
+  await waitFor("the plain cluster's meta leader, with every member a current peer", async () => {
+    for (const m of members) {
+      const j = await getJson<{ meta_cluster?: { leader?: string; replicas?: Array<{ current?: boolean }> } }>(`http://127.0.0.1:${m.monitorPort}/jsz`).catch(() => undefined);
+      const peers = j?.meta_cluster?.replicas;
+      if (j?.meta_cluster?.leader && peers && peers.length === size - 1 && peers.every((r) => r.current)) return true;
+    }
+    return undefined;
   }, 60_000, 200);
   return {
     url: members.map((m) => m.url).join(","),

@@ -48,9 +48,18 @@ const CREATE_CONCURRENCY = 64;
  * replica current within 5 s of a step-down; acks on the consumer did not help). A replica of a
  * server that is down (`offline`) is left alone. The step-down costs the consumer its leader for
  * one election (about 5 s); two rotators that both ask cost at most one more.
+ *
+ * Not stuck: a replica that is catching up (its lag changed since the last look), and any
+ * replica of a consumer younger than {@link REPLICA_MIN_AGE_MS}: a cluster making a thousand
+ * holders' R3 consumers has most of their replicas behind for tens of seconds (the rotation
+ * bench at 1,000 holders: 45 s), and stepping their leaders down then stalled every rotation
+ * (0 of 1,000 confirmed). At most {@link REPLICA_STEPDOWNS_PER_LOOK} leaders are asked per
+ * look, so a repair never costs more than a few holders an election at once.
  */
 export const REPLICA_LOOK_MS = 10_000;
 export const REPLICA_LOOKS_BEHIND = 3;
+export const REPLICA_MIN_AGE_MS = 120_000;
+export const REPLICA_STEPDOWNS_PER_LOOK = 8;
 
 export function holderConsumers(opts: { store: Store; log: Logger; replicas: number }): HolderConsumers {
   const { store, log } = opts;
@@ -105,30 +114,36 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
   };
 
   // Replicas stuck behind (see REPLICA_LOOK_MS): one listing per holder stream this instance made consumers on.
-  const behind = new Map<string, number>();
+  /** Per consumer: looks in a row with a replica behind and not catching up, and the lags seen at the last one. */
+  const behind = new Map<string, { looks: number; lags: string }>();
   const lookAtReplicas = async () => {
     const streamNames = new Set([...consumers.keys()].map((id) => id.slice(0, id.indexOf("/"))));
+    let asked = 0;
     for (const stream of streamNames) {
       try {
         for await (const ci of store.jsm.consumers.list(stream)) {
           const id = `${stream}/${ci.name}`;
-          const stuck = ci.cluster?.leader && (ci.cluster.replicas ?? []).some((r) => !r.current && !r.offline);
-          if (!stuck) {
+          const lagging = (ci.cluster?.replicas ?? []).filter((r) => !r.current && !r.offline);
+          const young = Date.now() - Date.parse(ci.created) < REPLICA_MIN_AGE_MS;
+          if (!ci.cluster?.leader || lagging.length === 0 || young) {
             behind.delete(id);
             continue;
           }
-          const looks = (behind.get(id) ?? 0) + 1;
-          behind.set(id, looks);
-          if (looks < REPLICA_LOOKS_BEHIND) continue;
+          const lags = lagging.map((r) => `${r.name}:${r.lag ?? "?"}`).join(",");
+          const prev = behind.get(id);
+          // Catching up (its lag moved): not stuck, counted afresh.
+          const looks = prev && prev.lags === lags ? prev.looks + 1 : 1;
+          behind.set(id, { looks, lags });
+          if (looks < REPLICA_LOOKS_BEHIND || asked >= REPLICA_STEPDOWNS_PER_LOOK) continue;
           behind.delete(id);
-          const lagging = (ci.cluster?.replicas ?? []).filter((r) => !r.current && !r.offline).map((r) => r.name);
+          asked++;
           const reply = (await store.nc.request(subjects.consumerLeaderStepdown(stream, ci.name), "", { timeout: 5_000 })).json<{ error?: { description?: string } }>();
           if (reply.error) {
             // Most often another rotator asked a moment before, and the consumer is electing its new leader.
             log.debug({ stream, consumer: ci.name, error: reply.error.description }, "a holder consumer's leader did not step down; looked at again later");
             continue;
           }
-          log.info({ stream, consumer: ci.name, leader: ci.cluster?.leader, lagging }, "a holder consumer's replica stayed behind its leader; its leader was asked to step down, so that a new one catches it up");
+          log.info({ stream, consumer: ci.name, leader: ci.cluster?.leader, lagging: lagging.map((r) => r.name) }, "a holder consumer's replica stayed behind its leader; its leader was asked to step down, so that a new one catches it up");
         }
       } catch (err) {
         log.warn({ stream, err }, "could not look at (or repair) the replicas of a holder stream's consumers; looked at again later");

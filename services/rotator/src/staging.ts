@@ -4,6 +4,7 @@
  * grant is, and the rotation recorded in state `Staged` with every holder it must wait for.
  * One rotation per grant; a rotate request sent again is answered with the rotation it started.
  */
+import { randomUUID } from "node:crypto";
 import { ROOT_CONTEXT, type Span } from "@opentelemetry/api";
 import {
   ErrorCodes,
@@ -44,7 +45,11 @@ export function staging(ctx: RotatorContext, deps: { registry: HolderRegistry; s
 
   // Staging reads and writes JetStream in several steps, all idempotent until the record is
   // written (which retries by itself): a request that met the reload gap is simply run again.
-  const rotate = (req: RotateRequest): Promise<Rotation> => retryJetStreamGap(() => rotateOnce(req));
+  // A request without an id gets one here, so a try that met the gap after its record was written is answered with that rotation, never a second.
+  const rotate = (req: RotateRequest): Promise<Rotation> => {
+    const once = req.requestId ? req : { ...req, requestId: randomUUID() };
+    return retryJetStreamGap(() => rotateOnce(once));
+  };
 
   const rotateOnce = async (req: RotateRequest): Promise<Rotation> => {
     await holdIfPaused();
