@@ -49,16 +49,16 @@ const CREATE_CONCURRENCY = 64;
  * server that is down (`offline`) is left alone. The step-down costs the consumer its leader for
  * one election (about 5 s); two rotators that both ask cost at most one more.
  *
- * Not stuck: a replica that is catching up (its lag changed since the last look), and any
+ * Not stuck: a replica that is catching up (its lag fell since the last look), and any
  * replica of a consumer younger than {@link REPLICA_MIN_AGE_MS}: a cluster making a thousand
  * holders' R3 consumers has most of their replicas behind for tens of seconds (the rotation
- * bench at 1,000 holders: 45 s), and stepping their leaders down then stalled every rotation
+ * bench at 1,000 holders: 45 s), and stepping their leaders down then stalled a rotation
  * (0 of 1,000 confirmed). At most {@link REPLICA_STEPDOWNS_PER_LOOK} leaders are asked per
  * look, so a repair never costs more than a few holders an election at once.
  */
 export const REPLICA_LOOK_MS = 10_000;
 export const REPLICA_LOOKS_BEHIND = 3;
-export const REPLICA_MIN_AGE_MS = 120_000;
+export const REPLICA_MIN_AGE_MS = 30_000;
 export const REPLICA_STEPDOWNS_PER_LOOK = 8;
 
 export function holderConsumers(opts: { store: Store; log: Logger; replicas: number }): HolderConsumers {
@@ -114,8 +114,8 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
   };
 
   // Replicas stuck behind (see REPLICA_LOOK_MS): one listing per holder stream this instance made consumers on.
-  /** Per consumer: looks in a row with a replica behind and not catching up, and the lags seen at the last one. */
-  const behind = new Map<string, { looks: number; lags: string }>();
+  /** Per consumer: looks in a row with a replica behind and not catching up, and each lagging replica's lag at the last one. */
+  const behind = new Map<string, { looks: number; lags: Map<string, number> }>();
   const lookAtReplicas = async () => {
     const streamNames = new Set([...consumers.keys()].map((id) => id.slice(0, id.indexOf("/"))));
     let asked = 0;
@@ -129,10 +129,11 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
             behind.delete(id);
             continue;
           }
-          const lags = lagging.map((r) => `${r.name}:${r.lag ?? "?"}`).join(",");
+          const lags = new Map(lagging.map((r) => [r.name, r.lag ?? 0]));
           const prev = behind.get(id);
-          // Catching up (its lag moved): not stuck, counted afresh.
-          const looks = prev && prev.lags === lags ? prev.looks + 1 : 1;
+          // Catching up (a lag fell since the last look): not stuck, counted afresh.
+          const catchingUp = prev !== undefined && [...lags].some(([name, lag]) => lag < (prev.lags.get(name) ?? Infinity));
+          const looks = prev && !catchingUp ? prev.looks + 1 : 1;
           behind.set(id, { looks, lags });
           if (looks < REPLICA_LOOKS_BEHIND || asked >= REPLICA_STEPDOWNS_PER_LOOK) continue;
           behind.delete(id);
