@@ -300,8 +300,9 @@ describe("meshctl delete (built)", () => {
     await mesh.waitForState("clif", "Ready");
     const byFile = await meshctl(["delete", "-f", f]);
     expect(byFile.code, byFile.stderr).toBe(0);
-    // A grant gone by the end is said too.
-    expect(byFile.stdout).toContain("clif/key: revoked at its provider and removed");
+    // What happened to the grant is said: gone by the end, or (its agent slower than the exit,
+    // as in a full CI run) revoked with the binding's removal named as what is left to do.
+    expect(byFile.stdout).toMatch(/clif\/key: revoked at its provider( and removed|; still to do: removing part api's binding from node node-a \(its agent does it when it runs\))/);
     await waitFor("clif to have no state", async () => ((await meshctl(["status", "clif"])).code === 3 ? true : undefined), 15_000);
   });
 
