@@ -48,6 +48,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { parseEndpoint, type Endpoint } from "./endpoint.js";
+import { fetchFailureCause } from "./fetch-failure.js";
 import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
@@ -216,7 +217,7 @@ class NpmRegistryAdapter implements ProviderAdapter {
         signal: AbortSignal.timeout(REGISTRY_TIMEOUT_MS),
       });
     } catch (e) {
-      return { ok: false, reason: "unreachable", message: `cannot reach the npm registry at ${b.registry}: ${networkCause(e)}` };
+      return { ok: false, reason: "unreachable", message: `cannot reach the npm registry at ${b.registry}: ${fetchFailureCause(e, REGISTRY_TIMEOUT_MS)}` };
     }
     const body = await res.json().catch(() => undefined) as { username?: unknown } | undefined;
     if (res.ok && body?.username === b.username) return { ok: true };
@@ -302,7 +303,7 @@ class NpmRegistryAdapter implements ProviderAdapter {
       if (res.ok) return;
       why = `HTTP ${res.status} on /-/ping`;
     } catch (e) {
-      why = networkCause(e);
+      why = fetchFailureCause(e, REGISTRY_TIMEOUT_MS);
     }
     throw new MeshError(
       ErrorCodes.ProviderUnreachable,
@@ -319,13 +320,6 @@ function grantNames(grant: { module: string; requirement: string; generation: nu
   const names = npmNames(module, requirement);
   const base = names.users[0].slice(0, -2);
   return { names, user: npmUserName(base, generation), mark: markOf(module, requirement), what: `${verb} ${module}/${requirement}` };
-}
-
-/** Why a fetch failed, from its cause's code (`ECONNREFUSED`) or the timeout. */
-function networkCause(e: unknown): string {
-  if (e instanceof Error && (e.name === "TimeoutError" || e.name === "AbortError")) return `no answer in ${REGISTRY_TIMEOUT_MS} ms`;
-  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-  return cause?.code ?? cause?.message ?? errorMessage(e);
 }
 
 /** The provider's `options.usersDir`: an absolute path. */

@@ -37,6 +37,7 @@ import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { hostPort, parseEndpoint } from "./endpoint.js";
 import { fetchFailureCause } from "./fetch-failure.js";
+import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
 import { hashPassword, ociNames, type OciNames } from "./oci-token-scope.js";
 import { ociRegistrySink } from "./registry-artifacts.js";
 import type { ArtifactRequest, ArtifactSink } from "./artifacts.js";
@@ -255,20 +256,6 @@ function conflictOf(names: OciNames, mark: string): string {
   return `the token issuer's user ${names.user} belongs to ${mark}, not ${names.mark}`;
 }
 
-const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}`;
-
-/** `Bearer realm="…",service="…"` → its realm and service; undefined for anything else. */
-export function parseBearerChallenge(header: string): { realm: string; service: string } | undefined {
-  if (!/^bearer\s/i.test(header)) return undefined;
-  const params = Object.fromEntries([...header.matchAll(/([a-z]+)="([^"]*)"/gi)].map((m) => [m[1]!.toLowerCase(), m[2]!]));
-  if (!params.realm || !params.service) return undefined;
-  try {
-    new URL(params.realm);
-  } catch {
-    return undefined;
-  }
-  return { realm: params.realm, service: params.service };
-}
 
 
 /** The provider's `options.issuerUrl`, validated, without a trailing slash. */

@@ -9,11 +9,11 @@ import { ErrorCodes, MeshError } from "@mesh/shared";
 import type { BindingValues } from "./adapter.js";
 import { artifactId, type Artifact, type ArtifactContent, type ArtifactSink } from "./artifacts.js";
 import { fetchFailureCause } from "./fetch-failure.js";
+import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
 
 /** How long one request to a registry may take (a blob's upload included). */
 const REQUEST_TIMEOUT_MS = 30_000;
 
-const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}`;
 
 /** Throws `ProviderRejected` unless the bindings have `keys`. */
 function need(bindings: BindingValues, what: string, keys: string[]): void {
@@ -53,12 +53,16 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string): 
     let res = await go(tokens.get(scopeKey));
     if (res.status !== 401) return res;
     await res.body?.cancel();
-    const challenge = Object.fromEntries([...(res.headers.get("www-authenticate") ?? "").matchAll(/([a-z]+)="([^"]*)"/gi)].map((m) => [m[1]!.toLowerCase(), m[2]!]));
-    if (!challenge.realm || new URL(challenge.realm).origin !== issuerOrigin) {
-      throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the registry at ${base} sends clients to the token realm ${challenge.realm ?? "(none)"}, not to the provider's issuer ${issuerOrigin}; the password was not sent there`);
+    const header = res.headers.get("www-authenticate") ?? "";
+    const challenge = parseBearerChallenge(header);
+    if (!challenge) {
+      throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the registry at ${base} answered 401 without a Bearer challenge with realm and service (${JSON.stringify(header.slice(0, 200))}); the password was not sent`);
+    }
+    if (new URL(challenge.realm).origin !== issuerOrigin) {
+      throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the registry at ${base} sends clients to the token realm ${challenge.realm}, not to the provider's issuer ${issuerOrigin}; the password was not sent there`);
     }
     const tokenUrl = new URL(challenge.realm);
-    if (challenge.service) tokenUrl.searchParams.set("service", challenge.service);
+    tokenUrl.searchParams.set("service", challenge.service);
     if (challenge.scope) tokenUrl.searchParams.set("scope", challenge.scope);
     const t = await send(what, tokenUrl, { headers: { authorization: basic(bindings.username!, bindings.password!) } });
     const body = (await t.json().catch(() => ({}))) as { token?: string };
