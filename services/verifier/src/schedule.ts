@@ -1,7 +1,8 @@
 /**
- * When to check a grant next: a per-grant interval with jitter, and whether a check made
- * elsewhere (by another verifier instance, before the grant moved here) is fresh enough to skip
- * one. Pure.
+ * When to check a grant next: before its deadline (its last check plus its interval) by the
+ * time checks are taking now, where the verifier's other checks leave room; and whether a check
+ * made elsewhere (by another verifier instance, before the grant moved here) is fresh enough to
+ * skip one. Pure.
  */
 import { MAX_TIMER_MS, parseDuration, parseTimerDuration, type Grant } from "@mesh/shared";
 
@@ -9,15 +10,16 @@ import { MAX_TIMER_MS, parseDuration, parseTimerDuration, type Grant } from "@me
 export const DEFAULT_VERIFY_INTERVAL_MS = 10_000;
 
 /**
- * Jitter below the interval: each wait is the interval times a factor in [1 - JITTER, 1), never
- * longer than the interval, so that drift is seen within one interval (and the check's time).
+ * The share of the interval before its end in which a grant's next check is placed: never
+ * earlier than `1 - WINDOW` of the interval after its last check, never later than the
+ * interval less the lead (see {@link LeadEstimator}).
  */
-export const JITTER = 0.1;
+export const WINDOW = 0.18;
 
 /**
  * A check younger than this share of the interval is fresh: a scheduled or event-triggered
- * check of the same basis is skipped. Below `1 - JITTER`, so an instance never skips the check
- * its own timer asks for after its own last check.
+ * check of the same basis is skipped. Below `1 - WINDOW`, so an instance never skips the check
+ * its own timeline placed after its own last check.
  */
 export const FRESH_SHARE = 0.8;
 
@@ -43,20 +45,134 @@ export function intervalOf(grant: Pick<Grant, "verify">, defaultMs: number): num
   }
 }
 
-/** `intervalMs` with jitter; `random` in [0, 1). */
-export function jittered(intervalMs: number, random: number): number {
-  return Math.floor(intervalMs * (1 - JITTER + JITTER * random));
+/**
+ * How much earlier than its deadline (last check + interval) a grant's check must be asked for
+ * so that it is made by then: the time from a timer's firing to the check's result (the wait in
+ * the verifier's queue, the store's reads, the login) grows with the load, and a check asked
+ * for at its deadline is late by all of it. The lead is the 99th percentile of the last
+ * {@link LEAD_SAMPLES} such times plus {@link LEAD_MARGIN_MS}, never more than
+ * {@link LEAD_MAX_SHARE} of an interval: beyond that the verifier is past its capacity, asking
+ * earlier only adds checks, and the rest of the window is left for spreading the checks out.
+ */
+export class LeadEstimator {
+  private readonly samples: number[] = [];
+  private next = 0;
+  private cached: number | undefined;
+
+  /** Records one time from a timer's firing to its check's result, in ms. */
+  add(ms: number): void {
+    if (!Number.isFinite(ms) || ms < 0) return;
+    if (this.samples.length < LEAD_SAMPLES) this.samples.push(ms);
+    else this.samples[this.next] = ms;
+    this.next = (this.next + 1) % LEAD_SAMPLES;
+    this.cached = undefined;
+  }
+
+  /** The lead for a grant of `intervalMs`. */
+  lead(intervalMs: number): number {
+    // Nothing measured yet (a start, where the first checks are often a backlog): the most.
+    if (this.samples.length === 0) return intervalMs * LEAD_MAX_SHARE;
+    if (this.cached === undefined) {
+      const sorted = [...this.samples].sort((a, b) => a - b);
+      const p99 = sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]! : 0;
+      this.cached = p99 + LEAD_MARGIN_MS;
+    }
+    return Math.min(this.cached, intervalMs * LEAD_MAX_SHARE);
+  }
+}
+
+/** How many recent checks the lead is measured over. */
+export const LEAD_SAMPLES = 512;
+/** The most of an interval the lead may take. */
+export const LEAD_MAX_SHARE = 0.1;
+/** Added to the measured 99th percentile (timer lateness, a check slower than the ones seen). */
+export const LEAD_MARGIN_MS = 50;
+
+/** Where a grant's next check was placed on a {@link CheckTimeline}: its time and its bucket, to release it. */
+export interface Placement {
+  /** Epoch ms the check is due at. */
+  at: number;
+  bucket: number;
+  rate: number;
 }
 
 /**
- * Milliseconds until the next check of a grant last checked at `checkedAt` (ISO; undefined:
- * never), never negative. A grant never checked is due at once.
+ * The next checks of the grants one verifier owns, counted per bucket of time, so that each is
+ * placed where the load is light: within the window before its deadline, in the latest bucket
+ * not already fuller than the instance's mean rate asks for (the emptiest when all are). A
+ * verifier that checked every grant at once (at start, or after an outage) would otherwise keep
+ * them packed into the few seconds that pass took, every interval after, running at its
+ * capacity there and idle elsewhere; placed this way they spread over the interval within a few
+ * intervals, and a grant is never placed past its deadline less the lead. Pure: the caller sets
+ * the timers and releases each placement when its timer fires or is cleared.
  */
-export function dueIn(intervalMs: number, checkedAt: string | undefined, now: number, random: number): number {
-  if (!checkedAt) return 0;
-  const t = Date.parse(checkedAt);
-  if (Number.isNaN(t)) return 0;
-  return Math.max(0, t + jittered(intervalMs, random) - now);
+export class CheckTimeline {
+  private readonly counts = new Map<number, number>();
+  /** Checks per ms that the placed grants ask for (the sum of 1 / interval). */
+  private rate = 0;
+
+  constructor(readonly bucketMs = 100) {}
+
+  /**
+   * Places the next check of a grant of `intervalMs` last checked at `checkedAt` (epoch ms;
+   * undefined: never, so due now). `random` in [0, 1) picks the moment within the bucket.
+   */
+  place(intervalMs: number, checkedAt: number | undefined, now: number, leadMs: number, random: number): Placement {
+    let at: number;
+    if (checkedAt === undefined || Number.isNaN(checkedAt)) {
+      at = now;
+    } else {
+      const earliest = checkedAt + intervalMs * (1 - WINDOW);
+      const latest = Math.max(earliest, checkedAt + intervalMs - leadMs);
+      if (latest <= now) {
+        at = now;
+      } else {
+        const lo = Math.max(earliest, now);
+        // The buckets with a moment in [lo, latest): the last is the one just before latest.
+        const [first, last] = [Math.floor(lo / this.bucketMs), Math.max(Math.floor(lo / this.bucketMs), Math.ceil(latest / this.bucketMs) - 1)];
+        // What one bucket holds when the placed grants are spread evenly (this one included).
+        const even = Math.max(1, Math.round((this.rate + 1 / intervalMs) * this.bucketMs));
+        let chosen = last;
+        let fewest = Infinity;
+        for (let b = last; b >= first; b--) {
+          const n = this.counts.get(b) ?? 0;
+          if (n < even) {
+            chosen = b;
+            break;
+          }
+          if (n < fewest) [fewest, chosen] = [n, b];
+        }
+        const start = Math.max(lo, chosen * this.bucketMs);
+        const end = Math.min(latest, (chosen + 1) * this.bucketMs);
+        at = start + (end - start) * random;
+      }
+    }
+    return this.placeAt(at, intervalMs);
+  }
+
+  /** Places a check of a grant of `intervalMs` at `at` (epoch ms) itself: a retry, or a first check spread over a start. */
+  placeAt(at: number, intervalMs: number): Placement {
+    const rate = 1 / intervalMs;
+    const bucket = Math.floor(at / this.bucketMs);
+    this.counts.set(bucket, (this.counts.get(bucket) ?? 0) + 1);
+    this.rate += rate;
+    return { at, bucket, rate };
+  }
+
+  /** Forgets a placement (its timer fired, or was cleared). */
+  release(p: Placement): void {
+    const n = (this.counts.get(p.bucket) ?? 0) - 1;
+    if (n > 0) this.counts.set(p.bucket, n);
+    else this.counts.delete(p.bucket);
+    this.rate = Math.max(0, this.rate - p.rate);
+  }
+
+  /** How many placements are held (for tests). */
+  get size(): number {
+    let n = 0;
+    for (const c of this.counts.values()) n += c;
+    return n;
+  }
 }
 
 /** Whether a check made at `checkedAt` is recent enough to skip another one now. */

@@ -1,6 +1,7 @@
 /**
- * The verifier service: re-checks every grant on a schedule (per-grant interval with jitter)
- * and on events (the grant changed: provisioned, delivered, a new generation; an agent's probe
+ * The verifier service: re-checks every grant on a schedule (each before its deadline, its last
+ * check plus its interval, by the time checks take now, where the other checks leave room:
+ * schedule.ts) and on events (the grant changed: provisioned, delivered, a new generation; an agent's probe
  * came in; `meshctl verify` asked), records the outcome in KV `mesh-verifications`, sets the
  * grant's `Verified` condition when it changes, and repairs drift by policy.
  *
@@ -50,7 +51,7 @@ import { AdapterPool, CredentialStore, keysOf } from "@mesh/providers";
 import { checkGrant, repairGrant, type CheckDeps } from "./check.js";
 import { foldVerified, probeWorthStoring, verificationBasis } from "./fold.js";
 import { appendRepair, describeRepair, repairAction } from "./repair-plan.js";
-import { dueIn, globalInterval, intervalOf, isFresh } from "./schedule.js";
+import { CheckTimeline, LeadEstimator, globalInterval, intervalOf, isFresh, type Placement } from "./schedule.js";
 import type { VerifierOptions } from "./verifier-options.js";
 
 /** What one run of a grant ended with. */
@@ -79,6 +80,8 @@ export interface VerifierStats {
   transitions: number;
   /** Runs that failed (store errors); retried. */
   errors: number;
+  /** How much earlier than its deadline a check of the default interval is asked for now (ms): schedule.ts's LeadEstimator. */
+  leadMs: number;
 }
 
 /** A running verifier. */
@@ -98,6 +101,8 @@ interface Pending {
   mode: Mode;
   repair: boolean;
   probes: ProbeReport[];
+  /** When a scheduled run was due (epoch ms): its check's lateness past it measures the lead. */
+  dueAt?: number;
 }
 
 /** Starts a verifier; see the file's doc comment. */
@@ -109,14 +114,16 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const random = opts.random ?? Math.random;
   const probeTimeoutMs = opts.probeTimeoutMs ?? 3_000;
   const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env, keysOf(opts.masterKey).kek), env };
-  const stats: VerifierStats = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
+  const stats: Omit<VerifierStats, "leadMs"> = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
 
   const pending = new Map<string, Pending>();
   /** Which grants this instance checks on its schedule; joined before the grants are watched (undefined: it could not join, and checks them all). */
   let membership: Membership | undefined;
   const owns = (key: string) => membership?.owns(key) ?? true;
   const outcomes = new Map<string, VerifyOutcome>();
-  const timers = new Map<string, NodeJS.Timeout>();
+  const timers = new Map<string, { timer: NodeJS.Timeout; placed: Placement }>();
+  const timeline = new CheckTimeline();
+  const lead = new LeadEstimator();
   const inflight = new Set<Promise<void>>();
   let stopped = false;
 
@@ -136,13 +143,15 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   }, 4);
 
   /** Asks for a run of `key`; requests made before the run starts are merged into it. */
-  const request = (key: string, want: { mode: Mode; repair?: boolean; probes?: ProbeReport[] }): Promise<void> => {
+  const request = (key: string, want: { mode: Mode; repair?: boolean; probes?: ProbeReport[]; dueAt?: number }): Promise<void> => {
     if (stopped) return Promise.resolve();
     const cur = pending.get(key);
+    const dueAt = cur?.dueAt ?? want.dueAt;
     pending.set(key, {
       mode: cur && RANK[cur.mode] > RANK[want.mode] ? cur.mode : want.mode,
       repair: (cur?.repair ?? false) || (want.repair ?? false),
       probes: [...(cur?.probes ?? []), ...(want.probes ?? [])],
+      ...(dueAt !== undefined ? { dueAt } : {}),
     });
     const run = queue.enqueue(key);
     const tracked = run.catch(() => undefined);
@@ -152,25 +161,32 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   };
 
   const unschedule = (key: string) => {
-    clearTimeout(timers.get(key));
+    const t = timers.get(key);
+    if (!t) return;
+    clearTimeout(t.timer);
+    timeline.release(t.placed);
     timers.delete(key);
   };
-  const schedule = (key: string, delayMs: number) => {
-    if (stopped) return;
+  /** Sets the timer of a placement on the timeline. */
+  const scheduleAt = (key: string, placed: Placement) => {
+    if (stopped) return timeline.release(placed);
     unschedule(key);
-    const t = setTimeout(() => {
+    const timer = setTimeout(() => {
       timers.delete(key);
+      timeline.release(placed);
       // Another instance owns it now: it is scheduled there (and here again if it comes back, see onChange).
       if (!owns(key)) return;
-      request(key, { mode: "scheduled" }).catch((e: unknown) => {
+      request(key, { mode: "scheduled", dueAt: placed.at }).catch((e: unknown) => {
         stats.errors++;
         log.warn({ key, err: e }, "scheduled verification failed; retrying");
         schedule(key, Math.min(defaultInterval, 5_000));
       });
-    }, delayMs);
-    t.unref();
-    timers.set(key, t);
+    }, Math.max(0, placed.at - Date.now()));
+    timer.unref();
+    timers.set(key, { timer, placed });
   };
+  /** Schedules a run of `key` in `delayMs` (a retry, a first check). */
+  const schedule = (key: string, delayMs: number) => scheduleAt(key, timeline.placeAt(Date.now() + delayMs, defaultInterval));
 
   /** Probes of `g` from its holders' agents, asked for now; agents that do not answer are left out. */
   const requestProbes = async (g: Grant): Promise<ProbeReport[]> => {
@@ -267,6 +283,9 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       }, read !== undefined ? { read } : {});
       if (!stored || stored.verifier.generation !== g.generation) return { stored, grant: g };
       const cond = foldVerified({ grant: g, verifier: stored.verifier, probes: stored.probes, now: Date.now(), policy, rotating, ...(extra.repairFailed ? { repairFailed: extra.repairFailed } : {}) });
+      // The grant as read at the start already says this (the usual outcome): no read of it again.
+      // A change of the grant since then is an event of its own, which runs this again.
+      if (!extra.repair && setCondition(g.conditions, cond) === g.conditions) return { stored, grant: g };
       let changed = false;
       const updated = await mutateJson(store.kv.grants, key, Grant, (cur) => {
         if (!cur || cur.generation !== g.generation || cur.provider !== g.provider) return undefined; // moved on: its own event follows
@@ -290,6 +309,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     if (needCheck) {
       result = await checkGrant(deps, g);
       stats.checks++;
+      if (result && p.dueAt !== undefined) lead.add(Date.parse(result.observedAt) - p.dueAt);
       const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating, kind: g.kind }) : undefined;
       if (result && action) {
         // The diagnosis first, so that the drift is on record even if this process dies while repairing.
@@ -327,7 +347,10 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     const { stored, grant } = await persist(result, { ...(repair ? { repair } : {}), ...(repairFailed ? { repairFailed } : {}) });
 
     if (checkable) {
-      if (result || !timers.has(key)) schedule(key, dueIn(interval, stored?.checkedAt ?? rec?.value.checkedAt, Date.now(), random()));
+      if (result || !timers.has(key)) {
+        const checkedAt = stored?.checkedAt ?? rec?.value.checkedAt;
+        scheduleAt(key, timeline.place(interval, checkedAt ? Date.parse(checkedAt) : undefined, Date.now(), lead.lead(interval), random()));
+      }
     } else {
       unschedule(key);
     }
@@ -446,19 +469,18 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   return {
     instance,
     verify,
-    stats: () => ({ ...stats }),
+    stats: () => ({ ...stats, leadMs: Math.round(lead.lead(defaultInterval)) }),
     stop() {
       stopping ??= (async () => {
         stopped = true;
-        for (const t of timers.values()) clearTimeout(t);
-        timers.clear();
+        for (const key of [...timers.keys()]) unschedule(key);
         await membership?.leave();
         await api.stop().catch(() => undefined);
         await probeSub.drain().catch(() => undefined);
         watch.stop();
         await Promise.allSettled([watching, probing, ...inflight]);
         await deps.adapters.close();
-        log.info({ instance, ...stats }, "verifier stopped");
+        log.info({ instance, ...stats, leadMs: Math.round(lead.lead(defaultInterval)) }, "verifier stopped");
       })();
       return stopping;
     },
