@@ -11,7 +11,7 @@
  * API records that the gap was real while the request was out.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -33,7 +33,7 @@ import {
 } from "@mesh/shared";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { ExitCodes, bufferOutput, retryPolicy, runRotate, type RotationSummary } from "../packages/cli/src/index.js";
-import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { startNatsServer, writeServerConfig, type NatsServer } from "./harness/nats-server.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 
@@ -63,9 +63,14 @@ let mesh: TestMesh;
 let rotator: Rotator | undefined;
 const idle: NatsConnection[] = [];
 
-/** The server's config: the administrator, and one user that changes with `n` so each reload has something to reload. */
+/**
+ * The server's config: the administrator, and one user that changes with `n` so each reload has
+ * something to reload. Replaced whole (writeServerConfig): written in place, a reload on a loaded
+ * machine read it truncated, turned JetStream off and the next reload on, and 2.9.10 then
+ * answered "stream not found" for every stream until a restart (test/nats-config-reload.test.ts).
+ */
 const writeConfig = (n: number) =>
-  writeFileSync(
+  writeServerConfig(
     join(dir, "server.conf"),
     [
       `jetstream { store_dir: ${JSON.stringify(join(dir, "store"))} }`,
@@ -113,6 +118,9 @@ describe("meshctl rotate while JetStream does not answer", () => {
         try {
           await jsm.streams.info(Streams.deliveries);
         } catch (e) {
+          if (/stream not found/i.test(String(e))) {
+            throw new Error(`the server lost the store's streams during the storm (${String(e)}), as when one reload turns JetStream off and the next on again (test/nats-config-reload.test.ts)`, { cause: e });
+          }
           // No answer at all (a timeout) is the same gap, seen on a busier machine.
           if (!/jetstream (is )?not enabled|timeout/i.test(String(e))) throw e;
           probe.failures++;
@@ -134,9 +142,7 @@ describe("meshctl rotate while JetStream does not answer", () => {
     await waitFor("the JetStream API to stop answering", () => probe.failures > 0, 10_000, 10);
     const sentAt = Date.now();
     const out = bufferOutput();
-    // 90 s, not 30: in full CI runs after the cluster work merged, the rotator answered "stream
-    // not found" for the whole of 30 s after the storm (2 runs of 3; never alone). Cause not found.
-    const code = await runRotate(mesh.store, { grant: "gap/key", wait: true, json: true, timeoutMs: 90_000, policy: retryPolicy({ verbose: true }, out) }, out);
+    const code = await runRotate(mesh.store, { grant: "gap/key", wait: true, json: true, timeoutMs: 30_000, policy: retryPolicy({ verbose: true }, out) }, out);
     await storm;
     probing = false;
     await probing$;
@@ -153,7 +159,7 @@ describe("meshctl rotate while JetStream does not answer", () => {
     await new Promise((r) => setTimeout(r, 1_000));
     expect(await rotationIds("key")).toEqual(["gap/key#2"]);
     expect((await mesh.grant("gap", "key"))?.generation).toBe(2);
-  }, 150_000);
+  }, 90_000);
 });
 
 describe("a rotate request sent again", () => {

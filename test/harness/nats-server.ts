@@ -4,7 +4,7 @@
  * Never touches the shared server on 4222.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports.js";
@@ -24,6 +24,23 @@ export interface NatsServer {
   kill(): Promise<void>;
   /** Starts it again on the same port with the same store. */
   restart(): Promise<void>;
+}
+
+/**
+ * Writes `text` as the configuration file `path` of a running server that is about to reload
+ * it (SIGHUP): into a file beside it, then renamed over it, so a reload reads the old file or
+ * the new one whole, never one truncated in the middle of being written.
+ *
+ * Why: written in place (`writeFileSync` truncates, then writes), nats-server 2.9.10 read it
+ * empty during a reload storm on a loaded machine (test/jetstream-gap.test.ts). That reload
+ * turned JetStream (and authentication) off, the next one turned them on again, and from then
+ * on every stream of the account answered "stream not found" until the server restarted
+ * (test/nats-config-reload.test.ts shows it, and why).
+ */
+export function writeServerConfig(path: string, text: string): void {
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, text, { mode: 0o600 });
+  renameSync(tmp, path);
 }
 
 export interface StartNatsServerOptions {
