@@ -47,9 +47,16 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
       stopping = true;
       log.info({ signal }, `${name} stopping`);
       identity?.stop();
-      await service.stop();
-      await nc.drain();
-      process.exit(0);
+      try {
+        await service.stop();
+        await nc.drain();
+        process.exit(0);
+      } catch (e) {
+        // Not an unhandled rejection that ends the process unsaid: what failed, then a non-zero exit.
+        log.error({ err: e }, `${name} did not stop cleanly: ${errorMessage(e)}; exiting (its work resumes from the store when it starts again)`);
+        await nc.drain().catch(() => undefined);
+        process.exit(1);
+      }
     };
     process.on("SIGINT", () => void shutdown("SIGINT"));
     process.on("SIGTERM", () => void shutdown("SIGTERM"));

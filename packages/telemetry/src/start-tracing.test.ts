@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { trace } from "@opentelemetry/api";
-import { resourceAttributes, startTracing, tracesEndpoint } from "./start-tracing.js";
+import { resourceAttributes, startTracing, traced, tracesEndpoint } from "./start-tracing.js";
 
 describe("startTracing", () => {
   let server: Server | undefined;
@@ -48,6 +48,35 @@ describe("startTracing", () => {
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_TRACES_EXPORTER: "none" }, undefined],
   ])("exports for %j to %s", (env, url) => {
     expect(tracesEndpoint(env)).toBe(url);
+  });
+
+  it("a traced service whose stop fails still flushes its spans, and the failure reaches the caller", async () => {
+    trace.disable(); // the global provider is set once per process: the test before set it
+    const bodies: string[] = [];
+    server = createServer((req, res) => {
+      let body = "";
+      req.on("data", (d: Buffer) => (body += d.toString()));
+      req.on("end", () => {
+        bodies.push(body);
+        res.writeHead(200, { "content-type": "application/json" }).end("{}");
+      });
+    });
+    await new Promise<void>((r) => server!.listen(0, "127.0.0.1", r));
+    const { port } = server.address() as AddressInfo;
+    const start = traced(
+      "mesh-rotator",
+      "0.1.0",
+      async () => ({
+        stop: async () => {
+          trace.getTracer("mesh.rotator").startSpan("rotate", { attributes: { "mesh.rotation": "shop/db#2" } }).end();
+          throw new Error("a consumer would not stop");
+        },
+      }),
+      { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` },
+    );
+    const running = await start({ log: { info: () => undefined } } as unknown as Parameters<typeof start>[0]);
+    await expect(running.stop()).rejects.toThrow("a consumer would not stop");
+    expect(bodies.join("")).toContain("shop/db#2");
   });
 
   it("stays a no-op without an endpoint", async () => {

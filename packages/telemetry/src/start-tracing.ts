@@ -77,10 +77,11 @@ export function traced(
   service: string,
   version: string | undefined,
   start: (ctx: ServiceContext) => Promise<RunningService>,
+  env: NodeJS.ProcessEnv = process.env,
 ): (ctx: ServiceContext) => Promise<RunningService> {
   return async (ctx) => {
-    const tracing = await startTracing(service, process.env, version);
-    if (tracing.exporting) ctx.log.info({ endpoint: tracesEndpoint(process.env) }, `exporting spans over OTLP/HTTP to ${tracesEndpoint(process.env)}`);
+    const tracing = await startTracing(service, env, version);
+    if (tracing.exporting) ctx.log.info({ endpoint: tracesEndpoint(env) }, `exporting spans over OTLP/HTTP to ${tracesEndpoint(env)}`);
     let running: RunningService;
     try {
       running = await start(ctx);
@@ -91,8 +92,12 @@ export function traced(
     return {
       ...running,
       async stop() {
-        await running.stop();
-        await tracing.stop();
+        // Flushed also when the service's stop fails: its spans say what it did before.
+        try {
+          await running.stop();
+        } finally {
+          await tracing.stop();
+        }
       },
     };
   };
