@@ -176,7 +176,11 @@ describe("a rotation as one trace across processes", () => {
     // Stopping flushes what each process still buffers.
     await Promise.all(Object.values(procs).map((p) => stopProcess(p)));
 
-    const rotate = await waitFor("the rotation's span", () => receiver.spans.find((s) => s.span.name === "rotate" && s.attrs["mesh.rotation"] === "traced/key#2"), 15_000);
+    const rotate = await waitFor("the rotation's span", () => receiver.spans.find((s) => s.span.name === "rotate" && s.attrs["mesh.rotation"] === "traced/key#2"), 15_000).catch((e: Error) => {
+      // What did arrive, and what the rotator said, so a failure says where the span was lost.
+      const got = receiver.spans.map((s) => `${s.resource["service.name"]}: ${s.span.name} ${s.attrs["mesh.rotation"] ?? ""}`);
+      throw new Error(`${e.message}\nspans received (${got.length}):\n${got.join("\n")}\nrotator (exit ${procs.rotator!.child.exitCode ?? procs.rotator!.child.signalCode}):\n${procs.rotator!.output()}`);
+    });
     const traceId = rotate.span.traceId;
     const trace = receiver.spans.filter((s) => s.span.traceId === traceId);
     const services = [...new Set(trace.map((s) => s.resource["service.name"]))].sort();
