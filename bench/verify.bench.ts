@@ -326,7 +326,7 @@ try {
     `${gapLine(k.gaps)}; ${k.kept ? "KEPT" : "NOT kept"} (${k.over} gaps past ${s(INTERVAL_MS)}, ${k.open} grants unchecked for longer at the end, ${k.never} never checked)`;
   line(`  the interval right after the pass`, keptLine(transition));
   line(`  each grant's gap between checks`, `${keptLine(steady)}, ${driftedKeys.size} drifted grants left out`);
-  line(`  lead (how early a check is asked for)`, `${st1.leadMs} ms at the end of the steady state`);
+  line(`  lead (how early a check is asked for)`, `${st1.leadMs} ms at the end of the steady state; ${st1.late - st0.late} checks the verifier itself counted late meanwhile`);
   line("meshctl verify meanwhile (5 grants)", `p50 ${ms(pct(forced, 50))}, max ${ms(Math.max(...forced))}`);
   line(`writes meanwhile`, `${grantWrites} grant writes (the drifted grants' conditions), ${recordWrites} verification-record writes (${(recordWrites / (steadyMs / 1000)).toFixed(1)}/s)`);
   line("bench process RSS (verifier and harness clients)", `${(rss0 / 2 ** 20).toFixed(0)} MiB before the pass, ${(rss1 / 2 ** 20).toFixed(0)} MiB after`);

@@ -82,6 +82,8 @@ export interface VerifierStats {
   errors: number;
   /** How much earlier than its deadline a check of the default interval is asked for now (ms): schedule.ts's LeadEstimator. */
   leadMs: number;
+  /** Scheduled checks made later than their interval after the check before (this instance is past its capacity when they grow). */
+  late: number;
 }
 
 /** A running verifier. */
@@ -114,7 +116,9 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const random = opts.random ?? Math.random;
   const probeTimeoutMs = opts.probeTimeoutMs ?? 3_000;
   const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env, keysOf(opts.masterKey).kek), env };
-  const stats: Omit<VerifierStats, "leadMs"> = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0 };
+  const stats: Omit<VerifierStats, "leadMs"> = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0, late: 0 };
+  /** Late checks not yet told in the log, and the longest gap among them; told at most once a minute. */
+  const lateness = { count: 0, worstMs: 0, toldAt: 0 };
 
   const pending = new Map<string, Pending>();
   /** Which grants this instance checks on its schedule; joined before the grants are watched (undefined: it could not join, and checks them all). */
@@ -187,6 +191,20 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   };
   /** Schedules a run of `key` in `delayMs` (a retry, a first check). */
   const schedule = (key: string, delayMs: number) => scheduleAt(key, timeline.placeAt(Date.now() + delayMs, defaultInterval));
+
+  /** Counts a scheduled check made `gapMs` after the one before, past its interval, and says so in the log at most once a minute. */
+  const noteLate = (gapMs: number, intervalMs: number) => {
+    stats.late++;
+    lateness.count++;
+    lateness.worstMs = Math.max(lateness.worstMs, gapMs);
+    const now = Date.now();
+    if (now - lateness.toldAt < 60_000) return;
+    log.warn(
+      { late: lateness.count, worstGapMs: lateness.worstMs, intervalMs, leadMs: Math.round(lead.lead(intervalMs)) },
+      `${lateness.count} grant check(s) came later than their interval (${intervalMs} ms) after the check before, the latest ${lateness.worstMs} ms after: this verifier is past what it and its providers can check in an interval; run another verifier instance (they split the grants), or set a longer verify.every or MESH_VERIFY_INTERVAL`,
+    );
+    Object.assign(lateness, { count: 0, worstMs: 0, toldAt: now });
+  };
 
   /** Probes of `g` from its holders' agents, asked for now; agents that do not answer are left out. */
   const requestProbes = async (g: Grant): Promise<ProbeReport[]> => {
@@ -309,7 +327,11 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     if (needCheck) {
       result = await checkGrant(deps, g);
       stats.checks++;
-      if (result && p.dueAt !== undefined) lead.add(Date.parse(result.observedAt) - p.dueAt);
+      if (result && p.dueAt !== undefined) {
+        lead.add(Date.parse(result.observedAt) - p.dueAt);
+        const gap = rec ? Date.parse(result.observedAt) - Date.parse(rec.value.checkedAt) : 0;
+        if (gap > interval) noteLate(gap, interval);
+      }
       const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating, kind: g.kind }) : undefined;
       if (result && action) {
         // The diagnosis first, so that the drift is on record even if this process dies while repairing.
