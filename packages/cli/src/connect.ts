@@ -73,10 +73,18 @@ export function noJetStreamMessage(url: string, cause: string): string {
   ].join("\n");
 }
 
+/**
+ * How long meshctl's connection handshake may take. No server listening is refused at once
+ * whatever this is; it bounds a server that accepted the connection but is slow to finish the
+ * handshake (a loaded machine: six meshctl processes started together in the lock-out test met
+ * 3 s), as long as the JetStream API's own timeout.
+ */
+export const CLI_CONNECT_TIMEOUT_MS = 10_000;
+
 /** Connects to `url`; a failure is a {@link CliError} that explains how to get a server. */
 export async function connectForCli(url: string): Promise<NatsConnection> {
   try {
-    return await connectNats(url, { timeout: 3_000, maxReconnectAttempts: 3, ...cliIdentity() });
+    return await connectNats(url, { timeout: CLI_CONNECT_TIMEOUT_MS, maxReconnectAttempts: 3, ...cliIdentity() });
   } catch (e) {
     // The server answered and refused the identity: "start a nats-server" would mislead.
     if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
