@@ -82,7 +82,7 @@ export interface VerifierStats {
   errors: number;
   /** How much earlier than its deadline a check of the default interval is asked for now (ms): schedule.ts's LeadEstimator. */
   leadMs: number;
-  /** Scheduled checks made later than their interval after the check before (this instance is past its capacity when they grow). */
+  /** Scheduled checks made later than their interval after this instance's own check before (it is past its capacity when they grow). */
   late: number;
 }
 
@@ -329,7 +329,8 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       stats.checks++;
       if (result && p.dueAt !== undefined) {
         lead.add(Date.parse(result.observedAt) - p.dueAt);
-        const gap = rec ? Date.parse(result.observedAt) - Date.parse(rec.value.checkedAt) : 0;
+        // Only against this instance's own check before: after a start or a handover the gap says nothing of its capacity.
+        const gap = rec && rec.value.checkedBy === instance ? Date.parse(result.observedAt) - Date.parse(rec.value.checkedAt) : 0;
         if (gap > interval) noteLate(gap, interval);
       }
       const action = result && !result.ok ? repairAction(result.reason!, { policy, requested: p.repair, rotating, kind: g.kind }) : undefined;
