@@ -74,7 +74,7 @@ export class LeadEstimator {
     if (this.samples.length === 0) return intervalMs * LEAD_MAX_SHARE;
     if (this.cached === undefined) {
       const sorted = [...this.samples].sort((a, b) => a - b);
-      const p99 = sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]! : 0;
+      const p99 = sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]!;
       this.cached = p99 + LEAD_MARGIN_MS;
     }
     return Math.min(this.cached, intervalMs * LEAD_MAX_SHARE);
@@ -88,12 +88,12 @@ export const LEAD_MAX_SHARE = 0.1;
 /** Added to the measured 99th percentile (timer lateness, a check slower than the ones seen). */
 export const LEAD_MARGIN_MS = 50;
 
-/** Where a grant's next check was placed on a {@link CheckTimeline}: its time and its bucket, to release it. */
+/** Where a grant's next check was placed on a {@link CheckTimeline}, to release it. */
 export interface Placement {
   /** Epoch ms the check is due at. */
   at: number;
-  bucket: number;
-  rate: number;
+  /** The grant's interval, whose checks per ms the placement counts. */
+  intervalMs: number;
 }
 
 /**
@@ -152,19 +152,19 @@ export class CheckTimeline {
 
   /** Places a check of a grant of `intervalMs` at `at` (epoch ms) itself: a retry, or a first check spread over a start. */
   placeAt(at: number, intervalMs: number): Placement {
-    const rate = 1 / intervalMs;
     const bucket = Math.floor(at / this.bucketMs);
     this.counts.set(bucket, (this.counts.get(bucket) ?? 0) + 1);
-    this.rate += rate;
-    return { at, bucket, rate };
+    this.rate += 1 / intervalMs;
+    return { at, intervalMs };
   }
 
   /** Forgets a placement (its timer fired, or was cleared). */
   release(p: Placement): void {
-    const n = (this.counts.get(p.bucket) ?? 0) - 1;
-    if (n > 0) this.counts.set(p.bucket, n);
-    else this.counts.delete(p.bucket);
-    this.rate = Math.max(0, this.rate - p.rate);
+    const bucket = Math.floor(p.at / this.bucketMs);
+    const n = (this.counts.get(bucket) ?? 0) - 1;
+    if (n > 0) this.counts.set(bucket, n);
+    else this.counts.delete(bucket);
+    this.rate = Math.max(0, this.rate - 1 / p.intervalMs);
   }
 
   /** How many placements are held (for tests). */

@@ -487,12 +487,13 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     return { ok: true, grant: o.grant.id, condition, verification: o.verification, ...(o.repair ? { repair: o.repair } : {}) };
   });
 
+  const statsNow = (): VerifierStats => ({ ...stats, leadMs: Math.round(lead.lead(defaultInterval)) });
   log.info({ instance, intervalMs: defaultInterval }, `verifier started (default interval ${defaultInterval} ms)`);
   let stopping: Promise<void> | undefined;
   return {
     instance,
     verify,
-    stats: () => ({ ...stats, leadMs: Math.round(lead.lead(defaultInterval)) }),
+    stats: statsNow,
     stop() {
       stopping ??= (async () => {
         stopped = true;
@@ -503,7 +504,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
         watch.stop();
         await Promise.allSettled([watching, probing, ...inflight]);
         await deps.adapters.close();
-        log.info({ instance, ...stats, leadMs: Math.round(lead.lead(defaultInterval)) }, "verifier stopped");
+        log.info({ instance, ...statsNow() }, "verifier stopped");
       })();
       return stopping;
     },
