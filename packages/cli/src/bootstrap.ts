@@ -29,6 +29,7 @@ import {
 import { ensureOperator, operatorConfig, operatorFiles, type OperatorFiles } from "@mesh/providers";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
+import { pause } from "./retry.js";
 import type { ManifestFile } from "./manifest-files.js";
 
 /** The name of the operator's admin user (its JWT's name; identities are keys, not names). */
@@ -108,7 +109,7 @@ export async function waitForControlPlane(
         `the control plane was not Ready within ${Math.round(opts.timeoutMs / 1000)} s (${line}); see meshctl status ${CONTROL_PLANE_MODULE} and the services' logs. Provider ${BOOTSTRAP_PROVIDER}'s services must be able to read its signing keys (under the master key) and reach the server.`,
       );
     }
-    await new Promise((r) => setTimeout(r, 250));
+    await pause(250, opts.signal);
   }
   return false;
 }
@@ -125,7 +126,7 @@ export async function waitForIdentityBindings(dirs: readonly string[], opts: { t
     if (Date.now() - start > opts.timeoutMs) {
       throw new CliError(`the agents have not written these identity bindings within ${Math.round(opts.timeoutMs / 1000)} s: ${missing.join(", ")}; see the agents' logs`);
     }
-    await new Promise((r) => setTimeout(r, 250));
+    await pause(250, opts.signal);
   }
   return false;
 }

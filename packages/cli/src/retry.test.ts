@@ -3,7 +3,8 @@ import { ErrorCodes, MeshError } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { bufferOutput } from "./output.js";
-import { isRetryable, retryPolicy, retrying } from "./retry.js";
+import { getEventListeners } from "node:events";
+import { isRetryable, pause, retryPolicy, retrying } from "./retry.js";
 
 const noResponders = Object.assign(new Error("503"), { name: "NoRespondersError" });
 
@@ -81,5 +82,20 @@ describe("retrying", () => {
     expect(n).toBeGreaterThanOrEqual(3);
     expect(e.exitCode).toBe(ExitCodes.ServiceUnavailable);
     expect(e.message).toMatch(new RegExp(`^no rotator answers\\n\\(tried ${n} times over 1(\\.\\d)? s; --timeout gives it longer\\)$`));
+  });
+});
+
+describe("pause", () => {
+  // meshctl up waits for the resolver in 250 ms pauses on one signal; each pause that left its
+  // listener behind made Node warn of a leak (MaxListenersExceededWarning) in up's output.
+  it("leaves no abort listener behind, and ends at once when the signal aborts", async () => {
+    const quit = new AbortController();
+    for (let i = 0; i < 20; i++) await pause(1, quit.signal);
+    expect(getEventListeners(quit.signal, "abort")).toHaveLength(0);
+    const waiting = pause(60_000, quit.signal);
+    expect(getEventListeners(quit.signal, "abort")).toHaveLength(1);
+    quit.abort();
+    await expect(waiting).resolves.toBeUndefined();
+    await expect(pause(60_000, quit.signal)).resolves.toBeUndefined();
   });
 });

@@ -7,6 +7,7 @@
  * send again: apply is idempotent, and rotate carries a request id the rotator answers with the
  * rotation it already started.
  */
+import { setTimeout as delay } from "node:timers/promises";
 import { errorMessage, isJetStreamGap, isJetStreamTimeout, isMeshError, jetStreamTimeoutMessage } from "@mesh/shared";
 import { CliError, isCliError } from "./cli-error.js";
 import { isNoResponders } from "./nats-errors.js";
@@ -103,6 +104,14 @@ export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attemp
       await new Promise((r) => setTimeout(r, pauseMs));
     }
   }
+}
+
+/**
+ * Waits `ms`, or less when `signal` aborts; never rejects. The timer's abort listener goes with
+ * it, so a loop that pauses hundreds of times on one signal leaves none behind.
+ */
+export function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return delay(ms, undefined, { signal }).catch(() => undefined);
 }
 
 const firstLine = (s: string) => s.split("\n", 1)[0]!;

@@ -25,7 +25,7 @@ import {
   storeReplicas,
 } from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
-import { retryPolicy } from "./retry.js";
+import { pause, retryPolicy } from "./retry.js";
 import { CliError } from "./cli-error.js";
 import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli, ownAdminCreds } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -156,13 +156,6 @@ export function displayPath(cwd: string, p: string): string {
   return r && !r.startsWith("..") && !isAbsolute(r) ? r : p;
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
-  });
-}
-
 /**
  * Waits until something answers on the apply subject: an apply with no documents is
  * rejected by the resolver without storing anything, so any reply means it runs.
@@ -186,7 +179,7 @@ export async function waitForResolver(
       opts.onWait(elapsed);
       lastNote = elapsed;
     }
-    await sleep(250, opts.signal);
+    await pause(250, opts.signal);
   }
   return false;
 }
