@@ -1,7 +1,8 @@
 /**
  * The attack suite, as node node-a's agent (its delivered identity, on a mesh whose operator is
  * the mesh: `meshctl bootstrap`): write a grant, or another node's records; fetch for a part on
- * node-b; confirm for node-b; write the providers catalog. Each attack is tried for real and
+ * node-b; confirm for node-b; write the providers catalog; replace an image or a package in the
+ * bootstrap registries every node installs from. Each attack is tried for real and
  * refused by the server, and nothing changed. (Its JetStream API is tried in
  * test/bootstrap.test.ts, beside the check that no service is refused what it needs.)
  */
@@ -10,7 +11,10 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Objm } from "@nats-io/obj";
 import { agentPart, holderEndpoint, identityRequirement, subjects } from "@mesh/shared";
+import { getImage, putImage, putPackage, sha256Digest } from "@mesh/providers";
 import { startBootstrappedMesh, type BootstrappedMesh } from "../harness/bootstrapped-mesh.js";
 import { waitFor } from "../harness/wait.js";
 import { serverErrors } from "../harness/refusals.js";
@@ -95,5 +99,46 @@ describe("as node node-a's agent", () => {
     }
     const r = await mesh.meshctl(["status", "--json"]);
     expect(r.stdout).not.toContain("evil");
+  });
+
+  it("may read the images and packages it installs from, and may not put any there: it could replace what every node installs", async () => {
+    const admin = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
+    const layer = Buffer.from("the operator's layer");
+    const manifest = Buffer.from(JSON.stringify({ schemaVersion: 2, layers: [{ digest: sha256Digest(layer), size: layer.length }] }));
+    const tarball = Buffer.from("the operator's tarball");
+    const nc = await connectAs(AGENT);
+    const errors = serverErrors(nc);
+    try {
+      // The operator fills the stores (the layout's one writer, as the operator's tooling does).
+      const byAdmin = new Objm(jetstream(admin));
+      await putImage(await byAdmin.open("mesh_images"), { repository: "agent", tag: "1.0", manifest, blobs: [layer] });
+      await putPackage(await byAdmin.open("mesh_packages"), { name: "lib", version: "1.0.0", manifest: { name: "@mesh/lib", version: "1.0.0" }, tarball });
+      const jsm = await jetstreamManager(admin);
+      const counts = async () => Promise.all(["OBJ_mesh_images", "OBJ_mesh_packages"].map(async (s) => (await jsm.streams.info(s)).state.messages));
+      const before = await counts();
+
+      // The agent reads both with its own identity.
+      const asAgent = new Objm(jetstream(nc));
+      const images = await asAgent.open("mesh_images");
+      const packages = await asAgent.open("mesh_packages");
+      const image = await getImage(images, "agent", "1.0");
+      expect(Buffer.from(image!.manifest).equals(manifest)).toBe(true);
+      expect(Buffer.from((await image!.blob(sha256Digest(layer)))!).equals(layer)).toBe(true);
+      expect(Buffer.from((await packages.getBlob("lib/1.0.0.tgz"))!).equals(tarball)).toBe(true);
+
+      // A put is a publish of chunks and of the object's meta: each is refused by the server.
+      const attempts = ["$O.mesh_images.C.forged", "$O.mesh_images.M.forged", "$O.mesh_packages.C.forged", "$O.mesh_packages.M.forged"];
+      for (const subject of attempts) nc.publish(subject, "evil");
+      await nc.flush();
+      await waitFor("the server to refuse every put", () => (attempts.every((a) => errors.some((e) => e.includes(a))) ? true : undefined), 5_000).catch(() => {
+        throw new Error(`not all refused: ${attempts.filter((a) => !errors.some((e) => e.includes(a))).join(", ")}; errors: ${errors.join("; ")}`);
+      });
+      // Nothing was stored, and the image is still the operator's.
+      expect(await counts()).toEqual(before);
+      expect(Buffer.from((await getImage(images, "agent", "1.0"))!.manifest).equals(manifest)).toBe(true);
+    } finally {
+      await nc.close();
+      await admin.close();
+    }
   });
 });

@@ -249,9 +249,9 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
       const node = service.agent;
       return {
         publish: [
+          // Not the bootstrap registries' object stores it reads (objectStoreReads): an agent
+          // that could put there could replace an image or a package every node installs.
           ...nodeOwned(node).map(({ bucket, filter }) => `$KV.${bucket}.${filter}`),
-          // The bootstrap registries the agents hold (an object store each, named <module>_<requirement>).
-          ...BOOTSTRAP_REGISTRY_BUCKETS.map((b) => `$O.${b}.>`),
           subjects.credentialFetchesOfNode(node),
           `mesh.probe.report.${node}.>`,
         ],
