@@ -117,7 +117,11 @@ describe("the mesh on a three-server cluster", () => {
     await t.cluster.waitHealthy(90_000);
   });
 
-  it("a revocation made while a server is down is enforced there within seconds of its return", async () => {
+  // Its steps' own bounds add up to past the test's timeout; each step says when it is done, so
+  // a timeout names the step it stopped in (once, under CI, it ran out with nothing said).
+  it("a revocation made while a server is down is enforced there within seconds of its return", { timeout: 420_000 }, async () => {
+    const began = Date.now();
+    const step = (what: string) => console.log(`[cluster] revocation while a server is down: ${what}, ${((Date.now() - began) / 1000).toFixed(1)} s in`);
     const dir = bindingDir(t.mesh, "node-a", "app", "api", "bus");
     const old = readFileSync(join(dir, "creds"), "utf8");
     const from = await generationOf(t.store, "app", "bus");
@@ -127,30 +131,39 @@ describe("the mesh on a three-server cluster", () => {
     const streams: string[] = [];
     for await (const si of t.store.jsm.streams.list()) streams.push(si.config.name);
     await down.stop();
+    step(`${down.name} stopped`);
     try {
       // Not the point of this test: the meshctl of this moment meets the election of new leaders (a JetStream API timeout), which the faults project covers.
       await waitFor("the two servers left to have a leader for every stream", async () => {
         for (const name of streams) await t.store.jsm.streams.info(name);
         return true;
       }, 30_000, 250);
+      step("every stream has a leader on the two servers left");
       // The rotation commits on the two servers left, and revokes generation `from` there.
-      const r = await t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"]);
+      // Killed past its own bounds: 30 s to be answered, the rotation's 90 s and 15 s more.
+      const r = await t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"], {}, 150_000);
+      step(`meshctl rotate exited ${r.code}`);
       expect(r.code, r.stderr).toBe(0);
       expect(JSON.parse(r.stdout)).toMatchObject({ state: "Committed", from, to: from + 1 });
       for (const m of others) expect(await logsInAt(m.url, old), `generation ${from} on ${m.name}`).toBe(false);
     } finally {
       await down.restart();
+      step(`${down.name} restarted`);
     }
     const back = Date.now();
     await waitFor(`${down.name}, back, to refuse the revoked generation ${from}`, async () => !(await logsInAt(down.url, old)), 30_000, 200);
     const enforcedMs = Date.now() - back;
     console.log(`[cluster] a revocation made while ${down.name} was down was enforced there ${(enforcedMs / 1000).toFixed(1)} s after it was back (resolver sync interval ${CLUSTER_RESOLVER_SYNC})`);
     expect(enforcedMs).toBeLessThan(15_000);
+    step("the revocation is enforced there");
     // The new generation logs in there.
     await waitFor("node-a's binding on the new generation", () => readFileSync(join(dir, "creds"), "utf8") !== old, 10_000);
     expect(await logsInAt(down.url, readFileSync(join(dir, "creds"), "utf8"))).toBe(true);
+    step("the new generation logs in there");
     await t.cluster.waitMeta();
+    step("a meta leader every member follows");
     await allReady(t.store, ["app"], 30_000);
+    step("app Ready");
     expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
   });
 });

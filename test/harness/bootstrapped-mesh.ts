@@ -16,17 +16,28 @@ const repo = fileURLToPath(new URL("../..", import.meta.url));
 export const meshctlBin = join(repo, "packages/cli/bin/meshctl.js");
 
 /** Runs meshctl with `args` in `cwd` with exactly `env`; resolves with its exit code and output. */
-export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv, killAfterMs = MESHCTL_KILL_AFTER_MS): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const p = spawn(process.execPath, [meshctlBin, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     p.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
     p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    // A meshctl that never exits fails its test saying so, with what it printed, instead of
+    // holding it until the test's own timeout, which names no step.
+    const started = Date.now();
+    const kill = setTimeout(() => p.kill("SIGKILL"), killAfterMs);
     // "close", not "exit": the output is read to its end first.
-    p.once("close", (code) => resolve({ code, stdout, stderr }));
+    p.once("close", (code, signal) => {
+      clearTimeout(kill);
+      if (signal === "SIGKILL") stderr += `\n(meshctl ${args.join(" ")} had not exited ${Math.round((Date.now() - started) / 1000)} s after it started: killed by the test)`;
+      resolve({ code, stdout, stderr });
+    });
   });
 }
+
+/** How long a test lets one meshctl run unless it says: past the longest wait a test gives meshctl (rotate --wait --timeout 240s, and 15 s). */
+const MESHCTL_KILL_AFTER_MS = 300_000;
 
 /** Marks, in its environment, a service instance a test started beside the one meshctl runs. */
 export const SECOND_INSTANCE_ENV = "MESH_TEST_INSTANCE";
@@ -48,8 +59,8 @@ export interface BootstrappedMesh {
   connections(): Promise<Array<{ name: string; user: string; tag: string }>>;
   /** PID of the running process of service `script` (`agent`, `resolver`…) started by this mesh; with `env`, the one whose environment has those values (`{ MESH_NODE: "node-b" }`). */
   servicePid(script: string, env?: Record<string, string>): number | undefined;
-  /** Runs meshctl with `args` as the administrator (or with `env` over that); resolves with its exit code and output. */
-  meshctl(args: string[], env?: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }>;
+  /** Runs meshctl with `args` as the administrator (or with `env` over that); resolves with its exit code and output (killed, and saying so, after `killAfterMs`). */
+  meshctl(args: string[], env?: Record<string, string>, killAfterMs?: number): Promise<{ code: number | null; stdout: string; stderr: string }>;
   /** Stops meshctl (and so everything it started); with `keep`, the directory (keys, store, bindings) stays, for a restart. */
   stop(opts?: { keep?: boolean }): Promise<void>;
 }
@@ -116,7 +127,7 @@ export async function startBootstrappedMesh(
       }
       return undefined;
     },
-    meshctl: (args, env = {}) => runMeshctl(cwd, args, { ...process.env, ...adminEnv, ...env }),
+    meshctl: (args, env = {}, killAfterMs) => runMeshctl(cwd, args, { ...process.env, ...adminEnv, ...env }, killAfterMs),
     async stop(how = {}) {
       if (proc.exitCode === null && proc.signalCode === null) {
         const exited = new Promise((r) => proc.once("exit", r));

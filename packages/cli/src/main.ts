@@ -60,9 +60,15 @@ async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => 
       code = ExitCodes.Failure;
     }
   }
-  await (nc as NatsConnection | undefined)?.close().catch(() => undefined);
+  // Bounded: the answer is given, and a close that waits on a server gone away (a member of a
+  // cluster down, a reconnect under way) must not keep the command from exiting.
+  const closed = (nc as NatsConnection | undefined)?.close().catch(() => undefined);
+  if (closed) await Promise.race([closed, new Promise((r) => setTimeout(r, CLOSE_WAIT_MS).unref())]);
   process.exit(code);
 }
+
+/** How long meshctl waits for its connection to close before it exits anyway. */
+const CLOSE_WAIT_MS = 3_000;
 
 /** A duration option (`30s`, `2m`), or exit 2 saying which option is wrong. */
 function durationOption(name: string, value: string | undefined): number | undefined {
