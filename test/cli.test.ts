@@ -5,6 +5,7 @@
  * command line wires all of it.
  */
 import { spawnSync } from "node:child_process";
+import { createServer, connect as netConnect, type AddressInfo, type Socket } from "node:net";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -131,6 +132,58 @@ describe("connecting", () => {
     expect(msg).toContain("needs a running nats-server with JetStream");
     expect(msg).toContain("npx meshctl up");
     expect(msg).toContain("nats-server -js");
+  });
+
+  // A server that accepts the connection and sends nothing: the handshake times out each time.
+  const silentServer = async (forwardFrom: number, to?: number) => {
+    let accepted = 0;
+    const held: Socket[] = [];
+    const server = createServer((socket) => {
+      if (++accepted < forwardFrom || to === undefined) return void held.push(socket);
+      // From then on, a real NATS server behind it.
+      const upstream = netConnect(to, "127.0.0.1");
+      socket.pipe(upstream).pipe(socket);
+      socket.on("error", () => upstream.destroy());
+      upstream.on("error", () => socket.destroy());
+      held.push(socket, upstream);
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    return {
+      url: `nats://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      accepted: () => accepted,
+      close: () => (held.forEach((x) => x.destroy()), new Promise<void>((r) => server.close(() => r()))),
+    };
+  };
+
+  it("tries a handshake that timed out again, and connects when the server finishes one", async () => {
+    const slow = await silentServer(2, nats.port);
+    const lines: string[] = [];
+    try {
+      const conn = await connectForCli(slow.url, { timeoutMs: 300, deadlineMs: 5_000, onRetry: (l) => lines.push(l) });
+      await conn.flush();
+      await conn.close();
+      expect(slow.accepted()).toBe(2);
+      expect(lines).toEqual([`meshctl: NATS at ${slow.url} did not finish the connection's handshake within 0.3 s (a busy server or machine); trying again`]);
+    } finally {
+      await slow.close();
+    }
+  });
+
+  it("gives up on handshakes that time out at its deadline, saying how often it tried", async () => {
+    const silent = await silentServer(Infinity);
+    const lines: string[] = [];
+    try {
+      const err = await connectForCli(silent.url, { timeoutMs: 300, deadlineMs: 1_000, onRetry: (l) => lines.push(l) }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(CliError);
+      // 300 ms tries while one more fits in 1 s: three on time, fewer on a loaded machine.
+      const tries = silent.accepted();
+      expect(tries).toBeGreaterThanOrEqual(2);
+      expect(tries).toBeLessThanOrEqual(3);
+      expect(lines).toHaveLength(tries - 1);
+      expect((err as CliError).message).toContain(`cannot reach NATS at ${silent.url} (timeout; tried ${tries} times)`);
+    } finally {
+      await silent.close();
+    }
   });
 });
 

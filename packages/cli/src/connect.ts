@@ -8,7 +8,7 @@ import type { ConnectionOptions } from "@nats-io/transport-node";
 import { DEFAULT_NATS_URL, ErrorCodes, connectNats, isMeshError, natsIdentity, openStore, type NatsConnection, type Store } from "@mesh/shared";
 import { bootstrapFiles } from "./bootstrap.js";
 import { CliError } from "./cli-error.js";
-import { rootMessage } from "./nats-errors.js";
+import { isRequestTimeout, rootMessage } from "./nats-errors.js";
 
 /** Where `meshctl up` records the address of the NATS server it runs, under the state directory. */
 export const NATS_URL_FILE = "nats-url";
@@ -74,27 +74,49 @@ export function noJetStreamMessage(url: string, cause: string): string {
 }
 
 /**
- * How long meshctl's connection handshake may take. No server listening is refused at once
- * whatever this is; it bounds a server that accepted the connection but is slow to finish the
- * handshake (a loaded machine: six meshctl processes started together in the lock-out test met
- * 3 s), as long as the JetStream API's own timeout.
+ * How long one connection handshake of meshctl may take. No server listening is refused at
+ * once whatever this is; it bounds a server that accepted the connection but is slow to finish
+ * the handshake (a loaded machine: six meshctl processes started together in the lock-out test
+ * met 3 s), as long as the JetStream API's own timeout.
  */
 export const CLI_CONNECT_TIMEOUT_MS = 10_000;
 
+/**
+ * How long meshctl keeps trying handshakes that time out, as long as a command rides out what
+ * the mesh marks retryable (retry.ts): one slow handshake on a loaded machine (seen in CI, with
+ * four meshctl processes started together beside a cluster's tests) is not a server that is gone.
+ */
+export const CLI_CONNECT_DEADLINE_MS = 30_000;
+
 /** Connects to `url`; a failure is a {@link CliError} that explains how to get a server. */
-export async function connectForCli(url: string): Promise<NatsConnection> {
-  try {
-    return await connectNats(url, { timeout: CLI_CONNECT_TIMEOUT_MS, maxReconnectAttempts: 3, ...cliIdentity() });
-  } catch (e) {
-    // The server answered and refused the identity: "start a nats-server" would mislead.
-    if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
-      throw new CliError(
-        `${e.message}.\nRun meshctl from the directory of the meshctl up or bootstrap that runs this mesh (its .mesh/ holds the operator's credentials), or set MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds`,
-        undefined,
-        { cause: e },
-      );
+export async function connectForCli(
+  url: string,
+  o: { timeoutMs?: number; deadlineMs?: number; onRetry?: (line: string) => void } = {},
+): Promise<NatsConnection> {
+  const timeoutMs = o.timeoutMs ?? CLI_CONNECT_TIMEOUT_MS;
+  const deadline = Date.now() + (o.deadlineMs ?? CLI_CONNECT_DEADLINE_MS);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await connectNats(url, { timeout: timeoutMs, maxReconnectAttempts: 3, ...cliIdentity() });
+    } catch (e) {
+      // The server answered and refused the identity: "start a nats-server" would mislead.
+      if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
+        throw new CliError(
+          `${e.message}.\nRun meshctl from the directory of the meshctl up or bootstrap that runs this mesh (its .mesh/ holds the operator's credentials), or set MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds`,
+          undefined,
+          { cause: e },
+        );
+      }
+      // Accepted, but the handshake did not finish in time: tried again while the deadline allows one more.
+      if (isRequestTimeout(e) && Date.now() + timeoutMs <= deadline) {
+        (o.onRetry ?? ((line: string) => void process.stderr.write(`${line}\n`)))(
+          `meshctl: NATS at ${url} did not finish the connection's handshake within ${timeoutMs / 1000} s (a busy server or machine); trying again`,
+        );
+        continue;
+      }
+      const tried = attempt > 1 ? `; tried ${attempt} times` : "";
+      throw new CliError(natsUnreachableMessage(url, `${rootMessage(e)}${tried}`), undefined, { cause: e });
     }
-    throw new CliError(natsUnreachableMessage(url, rootMessage(e)), undefined, { cause: e });
   }
 }
 
