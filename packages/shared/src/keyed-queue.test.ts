@@ -8,16 +8,23 @@ describe("KeyedQueue", () => {
     let running = 0;
     let maxRunning = 0;
     let runs = 0;
+    // The first run holds until the adds are made: "during a run" by construction, not by timing
+    // (a 1 ms and a 5 ms timer once came in the other order on a loaded CI machine).
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
     const q = new KeyedQueue(async () => {
       running++;
       maxRunning = Math.max(maxRunning, running);
       runs++;
+      if (runs === 1) await held;
       await tick();
       running--;
     });
     const first = q.enqueue("k");
     await tick(1);
     const during = [q.enqueue("k"), q.enqueue("k"), q.enqueue("k")];
+    expect(runs).toBe(1);
+    release();
     await Promise.all([first, ...during]);
     expect(maxRunning).toBe(1);
     expect(runs).toBe(2); // adds during a run collapse into one more run
