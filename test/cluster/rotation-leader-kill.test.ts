@@ -140,8 +140,8 @@ describe("the mesh on a three-server cluster", () => {
       }, 30_000, 250);
       step("every stream has a leader on the two servers left");
       // The rotation commits on the two servers left, and revokes generation `from` there.
-      // Killed past its own bounds: 30 s to be answered, the rotation's 90 s and 15 s more.
-      const r = await t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"], {}, 150_000);
+      // Killed past its own bounds: 30 s to connect, 30 s to be answered, the rotation's 90 s and 15 s more.
+      const r = await t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"], {}, 180_000);
       step(`meshctl rotate exited ${r.code}`);
       expect(r.code, r.stderr).toBe(0);
       expect(JSON.parse(r.stdout)).toMatchObject({ state: "Committed", from, to: from + 1 });

@@ -26,11 +26,12 @@ export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv, 
     // A meshctl that never exits fails its test saying so, with what it printed, instead of
     // holding it until the test's own timeout, which names no step.
     const started = Date.now();
-    const kill = setTimeout(() => p.kill("SIGKILL"), killAfterMs);
+    let killed = false;
+    const kill = setTimeout(() => (killed = true, p.kill("SIGKILL")), killAfterMs);
     // "close", not "exit": the output is read to its end first.
-    p.once("close", (code, signal) => {
+    p.once("close", (code) => {
       clearTimeout(kill);
-      if (signal === "SIGKILL") stderr += `\n(meshctl ${args.join(" ")} had not exited ${Math.round((Date.now() - started) / 1000)} s after it started: killed by the test)`;
+      if (killed) stderr += `\n(meshctl ${args.join(" ")} had not exited ${Math.round((Date.now() - started) / 1000)} s after it started: killed by the test)`;
       resolve({ code, stdout, stderr });
     });
   });

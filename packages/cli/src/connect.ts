@@ -76,7 +76,7 @@ export function noJetStreamMessage(url: string, cause: string): string {
 /**
  * How long one connection handshake of meshctl may take. No server listening is refused at
  * once whatever this is; it bounds a server that accepted the connection but is slow to finish
- * the handshake (a loaded machine: six meshctl processes started together in the lock-out test
+ * the handshake (a loaded machine: the four meshctl processes the lock-out test starts together
  * met 3 s), as long as the JetStream API's own timeout.
  */
 export const CLI_CONNECT_TIMEOUT_MS = 10_000;
