@@ -25,6 +25,7 @@ describe("as node node-a's agent", () => {
   let mesh: BootstrappedMesh;
   const connectAs = (part: string) =>
     connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part), "creds"))), reconnect: false });
+  const connectAdmin = () => connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
   beforeAll(async () => {
     mesh = await startBootstrappedMesh();
   }, 180_000);
@@ -33,7 +34,7 @@ describe("as node node-a's agent", () => {
   });
 
   it("may write only its own node's records: no grant, no other node's receipt, node record or probe; its own receipts are what the grants show", async () => {
-    const admin = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
+    const admin = await connectAdmin();
     const kvm = new Kvm(admin);
     const [grants, receipts, nodes, reachability] = await Promise.all(["mesh-grants", "mesh-receipts", "mesh-nodes", "mesh-reachability"].map((b) => kvm.open(b)));
     const before = await grants!.get("mesh.records");
@@ -102,7 +103,7 @@ describe("as node node-a's agent", () => {
   });
 
   it("may read the images and packages it installs from, and may not put any there: it could replace what every node installs", async () => {
-    const admin = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
+    const admin = await connectAdmin();
     const layer = Buffer.from("the operator's layer");
     const manifest = Buffer.from(JSON.stringify({ schemaVersion: 2, layers: [{ digest: sha256Digest(layer), size: layer.length }] }));
     const tarball = Buffer.from("the operator's tarball");

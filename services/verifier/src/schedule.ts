@@ -129,7 +129,8 @@ export class CheckTimeline {
       } else {
         const lo = Math.max(earliest, now);
         // The buckets with a moment in [lo, latest): the last is the one just before latest.
-        const [first, last] = [Math.floor(lo / this.bucketMs), Math.max(Math.floor(lo / this.bucketMs), Math.ceil(latest / this.bucketMs) - 1)];
+        const first = this.bucketOf(lo);
+        const last = Math.max(first, Math.ceil(latest / this.bucketMs) - 1);
         // What one bucket holds when the placed grants are spread evenly (this one included).
         const even = Math.max(1, Math.round((this.rate + 1 / intervalMs) * this.bucketMs));
         let chosen = last;
@@ -152,7 +153,7 @@ export class CheckTimeline {
 
   /** Places a check of a grant of `intervalMs` at `at` (epoch ms) itself: a retry, or a first check spread over a start. */
   placeAt(at: number, intervalMs: number): Placement {
-    const bucket = Math.floor(at / this.bucketMs);
+    const bucket = this.bucketOf(at);
     this.counts.set(bucket, (this.counts.get(bucket) ?? 0) + 1);
     this.rate += 1 / intervalMs;
     return { at, intervalMs };
@@ -160,11 +161,16 @@ export class CheckTimeline {
 
   /** Forgets a placement (its timer fired, or was cleared). */
   release(p: Placement): void {
-    const bucket = Math.floor(p.at / this.bucketMs);
+    const bucket = this.bucketOf(p.at);
     const n = (this.counts.get(bucket) ?? 0) - 1;
     if (n > 0) this.counts.set(bucket, n);
     else this.counts.delete(bucket);
     this.rate = Math.max(0, this.rate - 1 / p.intervalMs);
+  }
+
+  /** The bucket that moment `at` (epoch ms) falls in. */
+  private bucketOf(at: number): number {
+    return Math.floor(at / this.bucketMs);
   }
 
   /** How many placements are held (for tests). */
