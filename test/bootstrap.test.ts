@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
-import { CONTROL_PLANE_SERVICES, SOURCE_OF_RECORD, agentPart, identityRequirement, openStore } from "@mesh/shared";
+import { CONTROL_PLANE_SERVICES, SOURCE_OF_RECORD, agentPart, identityRequirement, natsIdentity, openStore } from "@mesh/shared";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { tmpdir } from "node:os";
 import { runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
@@ -22,7 +22,7 @@ const userOf = (part: string, generation = 1) => `mesh_${identityRequirement(par
 const bindingOf = (mesh: BootstrappedMesh, part: string) => join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part));
 const nkeyOf = (mesh: BootstrappedMesh, part: string) => readFileSync(join(bindingOf(mesh, part), "nkey"), "utf8").trim();
 const connectAs = (mesh: BootstrappedMesh, part: string) =>
-  connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(join(bindingOf(mesh, part), "creds"))), reconnect: false });
+  connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: bindingOf(mesh, part) }), reconnect: false });
 
 describe("meshctl bootstrap", () => {
   let mesh: BootstrappedMesh;

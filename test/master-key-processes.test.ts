@@ -9,7 +9,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { ModuleStatus, Rotation, createSealingKey, fetchCredential, keys, openStore, parseMasterKey, readJson, type Store } from "@mesh/shared";
+import { ModuleStatus, Rotation, createSealingKey, fetchCredential, keys, natsIdentity, openStore, parseMasterKey, readJson, type Store } from "@mesh/shared";
 import { CredentialRecord, CredentialStore, MasterKeyRing } from "@mesh/providers";
 import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
@@ -76,8 +76,8 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
     for (let i = 0; i < FILLER; i++) await filler.ensure({ module: "load", requirement: `r${i}`, id: `load/r${i}` }, 1, "builtin-secret", () => ({ value: `v${i}` }));
 
     // The holder: the agent's own identity, fetching as the agent does.
-    const agentCreds = readFileSync(join(m.cwd, ".mesh/bindings/node-a/mesh/agent-node-a/nats-agent-node-a/creds"));
-    const holderNc = await connect({ servers: m.url, authenticator: credsAuthenticator(agentCreds) });
+    const asAgent = (cwd: string) => natsIdentity({ MESH_NATS_CREDENTIALS: join(cwd, ".mesh/bindings/node-a/mesh/agent-node-a/nats-agent-node-a") });
+    const holderNc = await connect({ servers: m.url, ...asAgent(m.cwd) });
     const holderKey = createSealingKey();
     const failures: string[] = [];
     let fetches = 0;
@@ -142,7 +142,7 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
     const again = await connectAdmin(mesh);
     const after = await scan(again, kek);
     expect(after.unreadable).toEqual([]);
-    const holder2 = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(join(mesh.cwd, ".mesh/bindings/node-a/mesh/agent-node-a/nats-agent-node-a/creds"))) });
+    const holder2 = await connect({ servers: mesh.url, ...asAgent(mesh.cwd) });
     try {
       const got = await waitFor(
         "the provisioner to answer after the cold start",

@@ -18,7 +18,7 @@ import { jetstream } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { stringify } from "yaml";
 import { Kvm } from "@nats-io/kv";
-import { Buckets, Rotation, RotationStates, agentPart, identityRequirement, keys } from "@mesh/shared";
+import { Buckets, Rotation, RotationStates, agentPart, identityRequirement, keys, natsIdentity } from "@mesh/shared";
 import { getImage, putImage, putPackage, sha1Hex, sha256Digest } from "@mesh/providers";
 import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
@@ -114,8 +114,7 @@ describe("the control plane's images and packages handed over from bootstrap to 
 
   it("hands both over to the registries with the holder reading throughout; the copy, killed in the middle, resumes; the binding keys change to the registries'", async () => {
     // The agent's identity: what it reads the object stores with (its binding of the part's identity).
-    const creds = readFileSync(join(bindingDir(mesh, identityRequirement(agent)), "creds"));
-    const asAgent = await connect({ servers: mesh.url, authenticator: credsAuthenticator(creds) });
+    const asAgent = await connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: bindingDir(mesh, identityRequirement(agent)) }) });
     const stores = new Map<string, ObjectStore>();
     const objectStore = async (bucket: string) => stores.get(bucket) ?? stores.set(bucket, await new Objm(jetstream(asAgent)).open(bucket)).get(bucket)!;
 

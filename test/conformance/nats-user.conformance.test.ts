@@ -49,6 +49,8 @@ async function asHolder(bindings: BindingValues): Promise<{ nc: NatsConnection; 
   const nc = await connect({
     servers: `${bindings.host}:${bindings.port}`,
     authenticator: credsAuthenticator(new TextEncoder().encode(bindings.creds!)),
+    // Its replies come under its own prefix: the only inbox its identity may subscribe to.
+    ...(bindings.inboxPrefix ? { inboxPrefix: bindings.inboxPrefix } : {}),
     reconnect: false,
     timeout: 3_000,
   });
@@ -128,13 +130,18 @@ describe("nats.user adapter (operator mode)", () => {
     expect(secret.seed).toMatch(/^SU[A-Z2-7]{56}$/);
     const { resource, bindings } = await adapter.create({ grant, secret });
     const user = `${grant.module}_${grant.requirement}_1`;
-    expect(resource).toEqual({ user, publish: `app.${grant.module}.>`, subscribe: `app.${grant.module}.>,_INBOX.>` });
-    expect(bindings).toMatchObject({ type: "nats", provider: "nats-test", host: "127.0.0.1", port: String(nats.server.port), uri: `nats://127.0.0.1:${nats.server.port}`, username: user });
+    const inboxPrefix = `_GRANT_INBOX.${grant.module}.${grant.requirement}`;
+    expect(resource).toEqual({ user, publish: `app.${grant.module}.>`, subscribe: `app.${grant.module}.>,${inboxPrefix}.>` });
+    expect(bindings).toMatchObject({ type: "nats", provider: "nats-test", host: "127.0.0.1", port: String(nats.server.port), uri: `nats://127.0.0.1:${nats.server.port}`, username: user, inboxPrefix });
     expect(bindings.creds).toMatch(/^-----BEGIN NATS USER JWT-----\n.+\n------END NATS USER JWT------\n[\s\S]+-----BEGIN USER NKEY SEED-----\nSU/);
     expect(bindings.creds).toContain(secret.seed);
     for (const v of Object.values(resource)) expect(v).not.toContain(secret.seed);
     const jwt = bindings.creds!.split("\n")[1]!;
-    const claims = JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString()) as { sub: string; iss: string; exp: number; nats: { issuer_account: string } };
+    const claims = JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString()) as { sub: string; iss: string; exp: number; nats: { issuer_account: string; resp?: unknown; sub: { deny?: string[] }; pub: { deny?: string[] } } };
+    // No other identity's inbox, no publishing into one, no answering requests.
+    expect(claims.nats.sub.deny).toEqual(["_INBOX.>", "_MESH_INBOX.>"]);
+    expect(claims.nats.pub.deny).toEqual(["_INBOX.>", "_MESH_INBOX.>", "_GRANT_INBOX.>"]);
+    expect(claims.nats.resp).toBeUndefined();
     expect(claims.sub).toBe(bindings.nkey);
     expect(claims.nats.issuer_account).toBe(nats.operator.account);
     expect(claims.iss).not.toBe(nats.operator.account); // the signing key, not the account's identity key
@@ -165,24 +172,30 @@ describe("nats.user adapter (operator mode)", () => {
     await adapter.delete({ grant });
   });
 
-  it("request/reply works: the requester gets its reply on _INBOX, a responder may answer even with nothing to publish", async () => {
+  it("request/reply works: the requester gets its reply under its own inbox prefix, a responder that asked for allowResponses may answer even with nothing to publish, one that did not may not", async () => {
+    const answering = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowResponses: "*" } }));
+    onTestFinished(() => answering.close());
     const grant = freshGrant();
-    const requester = await asHolder((await create(grant)).bindings);
+    const asked = (await answering.create({ grant, secret: answering.generate() })).bindings;
+    const requester = await asHolder(asked);
     const responderGrant = { ...grant, requirement: "responder" };
-    const responder = await asHolder((await create(responderGrant, { publish: [] })).bindings);
+    const responder = await asHolder((await answering.create({ grant: responderGrant, secret: answering.generate(), options: { publish: [], allowResponses: true } })).bindings);
+    const silentGrant = { ...grant, requirement: "silent" };
+    const silent = await asHolder((await answering.create({ grant: silentGrant, secret: answering.generate(), options: { publish: [] } })).bindings);
     const svc = `app.${grant.module}.svc`;
-    responder.nc.subscribe(svc, {
-      callback: (_, m) => {
-        m.respond(`pong ${m.string()}`);
-      },
-    });
-    await responder.nc.flush();
+    for (const [h, answer] of [[responder, "pong"], [silent, "silent"]] as const) {
+      h.nc.subscribe(svc, { queue: answer, callback: (_, m) => void m.respond(`${answer} ${m.string()}`) });
+      await h.nc.flush();
+    }
     expect((await requester.nc.request(svc, "ping", { timeout: 2_000 })).string()).toBe("pong ping");
     expect(await publishRefused(responder, svc)).toBe(true); // only the reply was allowed
-    await requester.nc.close();
-    await responder.nc.close();
-    await adapter.delete({ grant });
-    await adapter.delete({ grant: responderGrant });
+    // The silent one heard the request too; its answer was refused by the server.
+    expect(await publishRefused(silent, `${asked.inboxPrefix}.x`)).toBe(true);
+    // Asking for it where the provider's ceiling does not allow it: refused before anything is issued.
+    const e = await expectMeshError(adapter.create({ grant: { ...grant, requirement: "asks" }, secret: adapter.generate(), options: { allowResponses: true } }), ErrorCodes.InvalidRequest);
+    expect(e.message).toMatch(/answer the requests it receives \(allowResponses\).*options\.allowResponses/);
+    for (const h of [requester, responder, silent]) await h.nc.close();
+    for (const g of [grant, responderGrant, silentGrant]) await answering.delete({ grant: g });
   });
 
   it("applies explicit options.publish and options.subscribe within a widened ceiling, and a changed option on the next create (a new JWT for the same key)", async () => {
@@ -191,7 +204,7 @@ describe("nats.user adapter (operator mode)", () => {
     onTestFinished(() => wide.close());
     const secret = wide.generate();
     const { resource, bindings } = await wide.create({ grant, secret, options: { publish: ["orders.created"], subscribe: ["orders.*"] } });
-    expect(resource).toMatchObject({ publish: "orders.created", subscribe: "orders.*,_INBOX.>" });
+    expect(resource).toMatchObject({ publish: "orders.created", subscribe: `orders.*,_GRANT_INBOX.${grant.module}.${grant.requirement}.>` });
     let h = await asHolder(bindings);
     expect(await publishRefused(h, "orders.created")).toBe(false);
     expect(await publishRefused(h, "orders.cancelled")).toBe(true);
@@ -201,7 +214,7 @@ describe("nats.user adapter (operator mode)", () => {
     await h.nc.close();
 
     const again = await wide.create({ grant, secret, options: { publish: "orders.>" } });
-    expect(again.resource).toMatchObject({ publish: "orders.>", subscribe: `app.${grant.module}.>,_INBOX.>` });
+    expect(again.resource).toMatchObject({ publish: "orders.>", subscribe: `app.${grant.module}.>,_GRANT_INBOX.${grant.module}.${grant.requirement}.>` });
     expect(again.bindings.nkey).toBe(bindings.nkey);
     expect(again.bindings.creds).not.toBe(bindings.creds);
     h = await asHolder(again.bindings);
@@ -213,11 +226,16 @@ describe("nats.user adapter (operator mode)", () => {
   it("refuses a requirement past the provider's ceiling (by default the module's own namespace) before anything is issued or recorded", async () => {
     const records = await recordCount();
     const grant = freshGrant();
-    const past: RequirementOptions[] = [{ publish: ">" }, { subscribe: [">"] }, { publish: ["$JS.API.>"] }, { subscribe: "$SYS.>" }, { publish: ["mesh.>"] }, { subscribe: ["app.other-module.>"] }, { publish: `app.${grant.module}.*.>`, subscribe: "app.>" }];
+    const past: RequirementOptions[] = [{ publish: ">" }, { publish: ["$JS.API.>"] }, { subscribe: "$SYS.>" }, { publish: ["mesh.>"] }, { subscribe: ["app.other-module.>"] }, { publish: `app.${grant.module}.*.>`, subscribe: "app.>" }];
     for (const options of past) {
       const e = await expectMeshError(adapter.create({ grant, secret: adapter.generate(), options }), ErrorCodes.InvalidRequest);
       expect(e.message).toMatch(new RegExp(`^nats\\.user ${grant.module}/res asks to (publish|subscribe) ".*, past the ceiling of provider nats-test, which lets module ${grant.module} `));
       expect(e.message).toMatch(/Ask the operator to widen the provider's options\.allow(Publish|Subscribe)/);
+    }
+    // Whatever the ceiling: no subscription that reaches another identity's inbox.
+    for (const subscribe of [">", "_INBOX.>", "*.*.*.*"]) {
+      const e = await expectMeshError(adapter.create({ grant, secret: adapter.generate(), options: { subscribe } }), ErrorCodes.InvalidRequest);
+      expect(e.message).toMatch(/^requirement option subscribe: subscribe ".*" is refused: it reaches/);
     }
     expect(await recordCount()).toBe(records);
     expect((await adapter.observe({ grant })).exists).toBe(false);
@@ -234,7 +252,7 @@ describe("nats.user adapter (operator mode)", () => {
     const wide = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: [`${m}:>`], allowSubscribe: ["app.{module}.>", "events.{module}.>"] } }));
     onTestFinished(() => wide.close());
     const { resource, bindings } = await wide.create({ grant, secret: wide.generate(), options: { publish: "orders.>", subscribe: [`events.${m}.*`] } });
-    expect(resource).toMatchObject({ publish: "orders.>", subscribe: `events.${m}.*,_INBOX.>` });
+    expect(resource).toMatchObject({ publish: "orders.>", subscribe: `events.${m}.*,_GRANT_INBOX.${m}.${grant.requirement}.>` });
     const h = await asHolder(bindings);
     expect(await publishRefused(h, "orders.eu.created")).toBe(false);
     expect(await publishRefused(h, `app.${m}.x`)).toBe(true); // within the ceiling, but not asked for

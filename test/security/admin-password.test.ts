@@ -131,12 +131,24 @@ describe("a Provider's admin password source", () => {
 describe("a nats.user requirement past the operator's ceiling", () => {
   it("is refused at apply by the real resolver: asking for > when the provider allows the module's own namespace, and nothing is stored", async () => {
     const provider: ProviderDoc = { kind: "Provider", name: "nats-main", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options: { signingKeysFile: "/etc/mesh/signing-keys.json" }, installed: true };
-    const greedy = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { publish: ">", subscribe: ">" } }] };
+    const greedy = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { publish: ">", subscribe: "$SYS.>" } }] };
     const reply = await mesh.apply([provider, greedy]);
     expect(reply.ok).toBe(false);
     if (reply.ok) return;
-    expect(reply.problems[0]).toMatchObject({ document: 1, path: "requires[0].options", message: expect.stringMatching(/asks to publish ">".*past the ceiling of provider nats-main/) });
+    expect(reply.problems[0]).toMatchObject({ document: 1, path: "requires[0].options", message: expect.stringMatching(/asks to publish ">".*subscribe "\$SYS\.>".*past the ceiling of provider nats-main/) });
     expect(await mesh.store.kv.manifests.get("greedy")).toBeNull();
     expect(await keysOf(mesh.store.kv.providers)).not.toContain("nats-main");
+  });
+
+  it("is refused at apply, whatever the ceiling, when it would subscribe into another identity's inbox, and nothing is stored", async () => {
+    const provider: ProviderDoc = { kind: "Provider", name: "nats-wide", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options: { signingKeysFile: "/etc/mesh/signing-keys.json", allowSubscribe: ">" }, installed: true };
+    for (const subscribe of [">", "_INBOX.>", "_GRANT_INBOX.shop.bus.>", "*.*.*"]) {
+      const nosy = { kind: "Module", name: "nosy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe } }] };
+      const reply = await mesh.apply([provider, nosy]);
+      expect(reply.ok, subscribe).toBe(false);
+      if (reply.ok) return;
+      expect(reply.problems[0], subscribe).toMatchObject({ document: 1, path: "requires[0].options.subscribe", message: expect.stringMatching(/^nats\.user nosy\/bus: subscribe ".*" is refused: it reaches ".*", under _\w+\.>, where other identities get their replies/) });
+      expect(await mesh.store.kv.manifests.get("nosy")).toBeNull();
+    }
   });
 });

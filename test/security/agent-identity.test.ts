@@ -13,7 +13,7 @@ import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Objm } from "@nats-io/obj";
-import { agentPart, holderEndpoint, identityRequirement, subjects } from "@mesh/shared";
+import { agentPart, holderEndpoint, identityRequirement, natsIdentity, subjects } from "@mesh/shared";
 import { getImage, putImage, putPackage, sha256Digest } from "@mesh/providers";
 import { startBootstrappedMesh, type BootstrappedMesh } from "../harness/bootstrapped-mesh.js";
 import { waitFor } from "../harness/wait.js";
@@ -24,7 +24,8 @@ const AGENT = agentPart("node-a");
 describe("as node node-a's agent", () => {
   let mesh: BootstrappedMesh;
   const connectAs = (part: string) =>
-    connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part), "creds"))), reconnect: false });
+    // As the services and agents connect: the binding's creds, and its inbox prefix.
+    connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part)) }), reconnect: false });
   const connectAdmin = () => connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
   beforeAll(async () => {
     mesh = await startBootstrappedMesh();

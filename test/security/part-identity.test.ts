@@ -305,25 +305,31 @@ describe("as part app of module idshop", () => {
     expect(theirs).toMatch(/permissions violation|timeout/i);
     // On its own subject, a Provider or another module in the body: refused, nothing stored.
     const provider = nats.providerDoc("evil", [Kinds.Secret]);
-    const reply = await nc.request(subjects.applyModule("idshop"), JSON.stringify({ documents: [shop, provider, { ...other, requires: [] }] }), { timeout: 5_000 });
-    const r = reply.json<{ ok: boolean; problems?: Array<{ document: number; message: string }> }>();
+    const reply = await nc.request(subjects.applyPart("idshop", "node-a", "app"), JSON.stringify({ documents: [shop, provider, { ...other, requires: [] }] }), { timeout: 5_000 });
+    const r = reply.json<{ ok: boolean; error?: { code: string; message: string } }>();
     expect(r.ok).toBe(false);
-    expect(r.problems?.map((p) => p.document)).toEqual([1, 2]);
-    expect(r.problems?.[0]?.message).toMatch(/only module idshop may be declared, not Provider evil: Providers and other modules are the operator's/);
+    expect(r.error?.code).toBe("Forbidden");
+    expect(r.error?.message).toMatch(/only module idshop may be declared, not Provider evil: Providers and other modules are the operator's/);
+    expect(r.error?.message).toMatch(/only module idshop may be declared, not Module other/);
     expect(await mesh.store.kv.providers.get("evil")).toBeNull();
     expect((await mesh.grant("other", "token"))?.generation).toBeGreaterThanOrEqual(1);
+    // Another part's subject of its own module: the server does not let it publish there.
+    const sibling = await refused(nc, () => nc.request(subjects.applyPart("idshop", "node-b", "app"), JSON.stringify({ documents: [shop] }), { timeout: 2_000 }));
+    expect(sibling).toMatch(/permissions violation|timeout/i);
     // Its own module, but past what the operator allows it: another kind, other parts, wider allowKinds.
     const past = await nc.request(
-      subjects.applyModule("idshop"),
+      subjects.applyPart("idshop", "node-a", "app"),
       JSON.stringify({
         documents: [{ ...shop, parts: [...shop.parts, { name: "miner", node: "node-b" }], allowKinds: [Kinds.Secret, Kinds.NatsUser], requires: [...shop.requires, { name: "bus", kind: Kinds.NatsUser }] }],
       }),
       { timeout: 5_000 },
     );
-    const p = past.json<{ ok: boolean; problems?: Array<{ path: string; message: string }> }>();
+    const p = past.json<{ ok: boolean; error?: { code: string; message: string } }>();
     expect(p.ok).toBe(false);
-    expect(p.problems?.map((x) => x.path)).toEqual(["parts", "allowKinds", "requires[2].kind"]);
-    expect(p.problems?.[2]?.message).toMatch(/module idshop's parts may not declare a nats\.user \(requirement bus\): the operator allows them secret/);
+    expect(p.error?.code).toBe("Forbidden");
+    expect(p.error?.message).toMatch(/may not change module idshop's parts/);
+    expect(p.error?.message).toMatch(/may not change the kinds module idshop's parts may declare/);
+    expect(p.error?.message).toMatch(/part app may not add requirement bus, a nats\.user: the operator allows module idshop's parts to declare secret/);
     expect((await readJson(mesh.store.kv.manifests, "idshop", ModuleDocSchema))?.value.parts).toEqual(shop.parts);
     // The operator's subject: refused by the server.
     const operators = await refused(nc, () => nc.request(subjects.apply, JSON.stringify({ documents: [] }), { timeout: 2_000 }));

@@ -16,7 +16,7 @@
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
-import { ErrorCodes, IDENTITY_BINDING, MeshError, errorMessage, parseGrantId, subjects } from "@mesh/shared";
+import { ErrorCodes, IDENTITY_BINDING, InboxRoots, MeshError, errorMessage, parseGrantId } from "@mesh/shared";
 import { holdCredential, type CredentialHolder } from "./hold-credential.js";
 
 /** The identity binding as the agent writes it. `creds` is secret: never log it. */
@@ -70,7 +70,7 @@ export function readIdentityBinding(dir: string): IdentityBinding {
 export function partOfConnection(nc: NatsConnection): { module: string; node: string; part: string } | undefined {
   const prefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix ?? "";
   const [root, module, node, part, ...rest] = prefix.split(".");
-  if (rest.length || `${root}.>` !== subjects.partInboxesAll || !module || !node || !part) return undefined;
+  if (rest.length || root !== InboxRoots.part || !module || !node || !part) return undefined;
   return { module, node, part };
 }
 

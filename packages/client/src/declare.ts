@@ -46,8 +46,9 @@ export type Declared = Extract<ApplyReply, { ok: true }>;
 
 /**
  * Declares manifest documents — decoded objects, or the text of a YAML/JSON manifest file —
- * with an apply request on `mesh.api.apply`. They are validated here first, and again by the
- * resolver, which stores all of them or none.
+ * with an apply request on `mesh.api.apply` (on a part's identity, its own module on the part's
+ * subject, where it may change only the requirements that are its own). They are validated
+ * here first, and again by the resolver, which stores all of them or none.
  *
  * Throws {@link ManifestRejectedError} listing every problem when the manifest is invalid;
  * a {@link MeshError} `Unavailable` (retryable) when no resolver answers; the resolver's own
@@ -57,10 +58,10 @@ export async function declare(nc: NatsConnection, manifest: readonly unknown[] |
   const parsed = typeof manifest === "string" ? parseManifestText(manifest) : validateDocuments(manifest);
   if (!parsed.ok) throw new ManifestRejectedError(parsed.problems, opts.source);
   const req: ApplyRequest = { documents: parsed.documents, ...(opts.source ? { source: opts.source } : {}) };
-  // On a part's identity, its own module goes on the module's subject, the one it may publish to.
+  // On a part's identity, its own module goes on the part's subject, the one it may publish to.
   const part = partOfConnection(nc);
   const own = part !== undefined && parsed.documents.length > 0 && parsed.documents.every((d) => d.kind === "Module" && d.name === part.module);
-  const subject = own ? subjects.applyModule(part.module) : subjects.apply;
+  const subject = own ? subjects.applyPart(part.module, part.node, part.part) : subjects.apply;
   const body = await requestJson(nc, subject, req, { service: "resolver", timeoutMs: opts.timeoutMs ?? 10_000 });
   const refused = errorFromReply(body, "the resolver refused the manifest: ");
   if (refused) throw refused;

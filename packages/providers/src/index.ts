@@ -61,19 +61,21 @@ export { ensureOperator, operatorConfig, operatorFiles, prepareOperatorServer, r
 export { RECORDS_BUCKET as NATS_IDENTITY_RECORDS_BUCKET } from "./nats-user.js";
 export { natsAuth } from "./nats-auth.js";
 export {
-  INBOX_PATTERN,
   ceilingBreaches,
   ceilingFor,
   ceilingRefusal,
   checkSubjectPattern,
   checkWithinCeiling,
+  identityPermissions,
+  inboxRefusal,
   natsCeiling,
   natsPermissions,
+  responsesAllowed,
   subscribeReach,
   type CeilingBreach,
   type NatsPermissions,
 } from "./nats-permissions.js";
-export { matches, uncovered, within } from "./subject-containment.js";
+export { matches, overlap, uncovered, within } from "./subject-containment.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";

@@ -243,14 +243,31 @@ export interface UserPermissions {
   subscribe: readonly string[];
   /** Denied even where `publish` allows (the server's deny wins). */
   denyPublish?: readonly string[];
+  /** Denied even where `subscribe` allows (for a wildcard that reaches them, the server drops their messages). */
+  denySubscribe?: readonly string[];
+  /** It may answer each request it receives once, within {@link RESPONSE_TTL_MS}; absent: it answers none. */
+  allowResponses?: boolean;
 }
+
+/**
+ * How long after a request its receiver may answer it: the longest any of the mesh's requests
+ * waits for its answer (`meshctl verify` and `rotate`, 30 s) and as long again for a service
+ * slow under load.
+ */
+export const RESPONSE_TTL_MS = 60_000;
 
 const allowOrDeny = (subjects: readonly string[]) => (subjects.length > 0 ? { allow: [...subjects] } : { deny: [">"] });
 
+/** A JWT permission list: an allow list (empty: a deny of everything) and its denies. */
+const permissionOf = (allow: readonly string[], deny: readonly string[] | undefined) => ({
+  ...allowOrDeny(allow),
+  ...(deny?.length && allow.length ? { deny: [...deny] } : {}),
+});
+
 /**
  * A user JWT for the key of `seed`, signed by the account's signing key, allowed `permissions`
- * (and replies to the requests it receives), expiring at `expiresAt` (unix seconds); returned
- * with the `.creds` file a client connects with.
+ * (answering the requests it receives only when they say so), expiring at `expiresAt` (unix
+ * seconds); returned with the `.creds` file a client connects with.
  */
 export async function issueUser(
   signing: Pick<SigningKeys, "account" | "accountSigningSeed">,
@@ -263,9 +280,10 @@ export async function issueUser(
     signer(signing.accountSigningSeed),
     {
       issuer_account: signing.account,
-      pub: { ...allowOrDeny(user.permissions.publish), ...(user.permissions.denyPublish?.length && user.permissions.publish.length ? { deny: [...user.permissions.denyPublish] } : {}) },
-      sub: allowOrDeny(user.permissions.subscribe),
-      resp: { max: 1, ttl: 0 },
+      pub: permissionOf(user.permissions.publish, user.permissions.denyPublish),
+      sub: permissionOf(user.permissions.subscribe, user.permissions.denySubscribe),
+      // One answer per request received, within the window (a Go duration: nanoseconds).
+      ...(user.permissions.allowResponses ? { resp: { max: 1, ttl: RESPONSE_TTL_MS * 1_000_000 } } : {}),
     },
     user.expiresAt === undefined ? {} : { exp: user.expiresAt },
   );
@@ -346,18 +364,34 @@ export function accountClaims(accountJwt: string): { name: string; subject: stri
   return { name: c.name, subject: c.sub, issuedAt: c.iat, signingKeys, revocations: { ...(c.nats.revocations ?? {}) } };
 }
 
-/** The public key and expiry of a user JWT (not verified). */
-export function userClaims(jwt: string): { subject: string; issuer: string; expiresAt?: number; name: string; publish: string[]; subscribe: string[]; denyPublish: string[] } {
-  const c = claimsOf<{ pub?: { allow?: string[]; deny?: string[] }; sub?: { allow?: string[] } }>(jwt);
-  const allow = c.nats.pub?.allow ?? [];
+/** The public key, expiry and permissions of a user JWT (not verified). */
+export function userClaims(jwt: string): {
+  subject: string;
+  issuer: string;
+  expiresAt?: number;
+  name: string;
+  publish: string[];
+  subscribe: string[];
+  denyPublish: string[];
+  denySubscribe: string[];
+  /** The response permission, if any: how many answers per request, and for how long (ms). */
+  responses?: { max: number; ttlMs: number };
+} {
+  type List = { allow?: string[]; deny?: string[] };
+  const c = claimsOf<{ pub?: List; sub?: List; resp?: { max?: number; ttl?: number } }>(jwt);
+  const pub = c.nats.pub?.allow ?? [];
+  const sub = c.nats.sub?.allow ?? [];
+  const resp = c.nats.resp;
   return {
     subject: c.sub,
     issuer: c.iss,
     name: c.name,
-    publish: allow,
-    subscribe: c.nats.sub?.allow ?? [],
+    publish: pub,
+    subscribe: sub,
     // A user allowed nothing is written as a deny of everything: no deny list of its own.
-    denyPublish: allow.length ? (c.nats.pub?.deny ?? []) : [],
+    denyPublish: pub.length ? (c.nats.pub?.deny ?? []) : [],
+    denySubscribe: sub.length ? (c.nats.sub?.deny ?? []) : [],
+    ...(resp ? { responses: { max: resp.max ?? 0, ttlMs: Math.round((resp.ttl ?? 0) / 1_000_000) } } : {}),
     ...(c.exp ? { expiresAt: c.exp } : {}),
   };
 }

@@ -7,9 +7,13 @@
 import {
   CeilingOptions,
   DEFAULT_NATS_CEILING,
+  EVERY_MODULE,
   ErrorCodes,
-  INBOX_PATTERN,
+  INBOX_ROOT_PATTERNS,
   MODULE_PLACEHOLDER,
+  RESPONSES_CEILING_OPTION,
+  confineToInbox,
+  subjects,
   MeshError,
   moduleSubjectPattern,
   parseCeilingEntry,
@@ -18,9 +22,7 @@ import {
   type ProviderOptions,
   type RequirementOptions,
 } from "@mesh/shared";
-import { uncovered } from "./subject-containment.js";
-
-export { INBOX_PATTERN };
+import { overlap, uncovered } from "./subject-containment.js";
 
 /** Longest subject pattern, and most patterns in one list, that a requirement may ask for. */
 export const MAX_SUBJECT_LENGTH = 255;
@@ -44,30 +46,39 @@ export function checkSubjectPattern(subject: unknown, what: string): string {
   return subject;
 }
 
-/** What an identity may do; replies to the requests it receives are always allowed, so it can answer them. */
+/** What an identity may do, as its requirement asks (its own inbox comes on top: {@link identityPermissions}). */
 export interface NatsPermissions {
   /** Subject patterns it may publish to; empty: none. */
   publish: string[];
-  /** Subject patterns it may subscribe to; always includes {@link INBOX_PATTERN}. */
+  /** Subject patterns it may subscribe to. */
   subscribe: string[];
   /** Subject patterns it may not publish to even where `publish` allows them (the server's deny wins); absent: none. */
   denyPublish?: string[];
+  /** Subject patterns it may not subscribe to even where `subscribe` allows them; absent: none. */
+  denySubscribe?: string[];
+  /** It may answer the requests it receives (the response permission), once each, within the window of nats-jwt.ts's `RESPONSE_TTL_MS`. */
+  allowResponses?: boolean;
 }
 
 /** The allow lists, which a provider's ceiling bounds. */
 const PERMISSION_OPTIONS = ["publish", "subscribe"] as const;
 /** What only narrows an allow list: no ceiling bounds it. */
 const DENY_OPTION = "denyPublish";
+/** Asks for the response permission, which the provider's {@link RESPONSES_CEILING_OPTION} bounds. */
+const RESPONSES_OPTION = "allowResponses";
 
 /**
  * The permissions of a `nats.user` grant of `module` from its requirement's options:
  * `publish` and `subscribe`, each a subject pattern or a list of them, default to the module's
- * own namespace ({@link moduleSubjectPattern}); `_INBOX.>` is added to `subscribe` so request
- * and reply work. Throws MeshError `InvalidRequest`, naming the option, for an unknown option,
- * a value that is not a string or list of strings, too many patterns, or a refused pattern.
+ * own namespace ({@link moduleSubjectPattern}); `allowResponses: true` asks for the response
+ * permission (an identity that serves requests). A subscribe pattern that reaches into an
+ * inbox (`_INBOX.>`, `_MESH_INBOX.>`, `_GRANT_INBOX.>`: `>`, `*.>` and the like reach them all) is
+ * refused whatever a ceiling allows ({@link inboxRefusal}). Throws MeshError `InvalidRequest`, naming
+ * the option, for an unknown option, a value that is not a string or list of strings, too many
+ * patterns, or a refused pattern.
  */
 export function natsPermissions(module: string, options: RequirementOptions = {}): NatsPermissions {
-  const accepted: readonly string[] = [...PERMISSION_OPTIONS, DENY_OPTION];
+  const accepted: readonly string[] = [...PERMISSION_OPTIONS, DENY_OPTION, RESPONSES_OPTION];
   for (const key of Object.keys(options)) {
     if (!accepted.includes(key)) {
       throw new MeshError(
@@ -75,6 +86,10 @@ export function natsPermissions(module: string, options: RequirementOptions = {}
         `requirement option ${JSON.stringify(key)} is not one of nats.user's (${accepted.join(", ")}); remove it or fix its name`,
       );
     }
+  }
+  const responses = options[RESPONSES_OPTION];
+  if (responses !== undefined && typeof responses !== "boolean") {
+    throw new MeshError(ErrorCodes.InvalidRequest, `requirement option ${RESPONSES_OPTION} must be true or false, not ${JSON.stringify(responses)}`);
   }
   const list = (key: (typeof PERMISSION_OPTIONS)[number] | typeof DENY_OPTION): string[] => {
     const v = options[key];
@@ -86,16 +101,47 @@ export function natsPermissions(module: string, options: RequirementOptions = {}
     if (values.length > MAX_SUBJECTS) {
       throw new MeshError(ErrorCodes.InvalidRequest, `requirement option ${key} lists ${values.length} subjects; at most ${MAX_SUBJECTS} are accepted`);
     }
-    return [...new Set(values.map((s) => checkSubjectPattern(s, `subject in requirement option ${key}`)))];
+    const patterns = [...new Set(values.map((s) => checkSubjectPattern(s, `subject in requirement option ${key}`)))];
+    for (const pattern of key === "subscribe" ? patterns : []) {
+      const why = inboxRefusal(pattern);
+      if (why) throw new MeshError(ErrorCodes.InvalidRequest, `requirement option subscribe: ${why}`);
+    }
+    return patterns;
   };
-  const subscribe = list("subscribe");
   const deny = list(DENY_OPTION);
-  return { publish: list("publish"), subscribe: subscribe.includes(INBOX_PATTERN) ? subscribe : [...subscribe, INBOX_PATTERN], ...(deny.length ? { denyPublish: deny } : {}) };
+  return { publish: list("publish"), subscribe: list("subscribe"), ...(deny.length ? { denyPublish: deny } : {}), ...(responses ? { allowResponses: true as const } : {}) };
+}
+
+/**
+ * Why subscribe pattern `pattern` is refused, or undefined when it reaches no inbox. Publishing
+ * needs no such check: every identity's JWT denies publishing under the inbox roots, and its
+ * answers go out through the response permission, which the deny does not stop.
+ */
+export function inboxRefusal(pattern: string): string | undefined {
+  for (const root of INBOX_ROOT_PATTERNS) {
+    const example = overlap(subscribeReach(pattern), root);
+    if (example === undefined) continue;
+    return (
+      `subscribe ${JSON.stringify(pattern)} is refused: it reaches ${JSON.stringify(example)}, under ${root}, where other identities get their replies and JetStream deliveries, and could answer them in their name. ` +
+      `Name the subjects the module listens on (a pattern whose first token is not a wildcard); the grant's own replies come under its binding's inboxPrefix, which the mesh allows by itself`
+    );
+  }
+  return undefined;
+}
+
+/**
+ * What the user JWT of `nats.user` grant `<module>/<requirement>` allows, from what its
+ * requirement asks (`asked`, within its provider's ceiling): that, and its own inbox prefix
+ * (`subjects.grantInboxPrefix`), confined to it (inboxes.ts in @mesh/shared).
+ */
+export function identityPermissions(grant: { module: string; requirement: string }, asked: NatsPermissions): NatsPermissions {
+  return confineToInbox(asked, subjects.grantInboxPrefix(grant.module, grant.requirement));
 }
 
 /** One pattern a requirement asks for that its provider's ceiling does not allow. */
 export interface CeilingBreach {
-  list: (typeof PERMISSION_OPTIONS)[number];
+  /** The allow list the pattern is in, or `allowResponses` asked for where the ceiling allows no responses. */
+  list: (typeof PERMISSION_OPTIONS)[number] | typeof RESPONSES_OPTION;
   pattern: string;
   /** A subject the pattern reaches and the ceiling does not. */
   example: string;
@@ -119,36 +165,42 @@ const withModule = (pattern: string, module: string) => pattern.split(MODULE_PLA
 
 /**
  * The ceiling of provider `provider` from its options `allowPublish` and `allowSubscribe`, each a
- * pattern or a list ({@link NatsCeiling}; unset: {@link DEFAULT_NATS_CEILING}). Throws MeshError
- * `ProviderMisconfigured`, naming the option and the entry, for an entry whose scope is not a
- * module name or whose pattern is not a subject pattern once `{module}` is filled in.
+ * pattern or a list ({@link NatsCeiling}; unset: {@link DEFAULT_NATS_CEILING}), and
+ * `allowResponses` (the modules that may ask for the response permission; unset: none). Throws
+ * MeshError `ProviderMisconfigured`, naming the option and the entry, for an entry whose scope is
+ * not a module name or whose pattern is not a subject pattern once `{module}` is filled in.
  */
 export function natsCeiling(provider: string, options: ProviderOptions = {}): NatsCeiling {
-  const list = (key: keyof NatsCeiling): readonly string[] => {
+  const bad = (option: string, entry: unknown, why: string) =>
+    new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider}: options.${option} entry ${JSON.stringify(entry)} ${why}; fix the provider's document`);
+  const list = (key: keyof typeof CeilingOptions): readonly string[] => {
     const option = CeilingOptions[key];
     const v = options[option];
     if (v === undefined) return DEFAULT_NATS_CEILING[key];
     const entries = typeof v === "string" ? [v] : v;
     for (const entry of entries) {
       const { module, pattern } = parseCeilingEntry(entry);
-      const bad = (why: string) =>
-        new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider}: options.${option} entry ${JSON.stringify(entry)} ${why}; fix the provider's document`);
-      if (module !== undefined && !isValidName(module)) throw bad("is scoped to something that is not a module name (write <module>:<pattern>, e.g. billing:orders.>)");
+      if (module !== undefined && !isValidName(module)) throw bad(option, entry, "is scoped to something that is not a module name (write <module>:<pattern>, e.g. billing:orders.>)");
       try {
         checkSubjectPattern(withModule(pattern, "m"), "pattern");
       } catch {
-        throw bad(`is not a subject pattern: a subject ${SUBJECT_RULE}, where ${MODULE_PLACEHOLDER} stands for the module`);
+        throw bad(option, entry, `is not a subject pattern: a subject ${SUBJECT_RULE}, where ${MODULE_PLACEHOLDER} stands for the module`);
       }
     }
     return entries;
   };
-  return { publish: list("publish"), subscribe: list("subscribe") };
+  const r = options[RESPONSES_CEILING_OPTION];
+  const responses = r === undefined ? [] : typeof r === "string" ? [r] : r;
+  for (const entry of responses) if (entry !== EVERY_MODULE && !isValidName(entry)) throw bad(RESPONSES_CEILING_OPTION, entry, `is not a module name (or ${EVERY_MODULE} for every module)`);
+  return { publish: list("publish"), subscribe: list("subscribe"), ...(responses.length ? { responses } : {}) };
 }
 
-/**
- * The ceiling's patterns for `module`: entries scoped to another module left out, `{module}`
- * filled in; subscribing to {@link INBOX_PATTERN} is always allowed, as every user gets it.
- */
+/** True when `ceiling` lets `module`'s requirements ask for the response permission. */
+export function responsesAllowed(ceiling: NatsCeiling, module: string): boolean {
+  return (ceiling.responses ?? []).some((m) => m === EVERY_MODULE || m === module);
+}
+
+/** The ceiling's patterns for `module`: entries scoped to another module left out, `{module}` filled in. */
 export function ceilingFor(ceiling: NatsCeiling, module: string): NatsPermissions {
   const of = (entries: readonly string[]) => [
     ...new Set(
@@ -158,14 +210,13 @@ export function ceilingFor(ceiling: NatsCeiling, module: string): NatsPermission
       }),
     ),
   ];
-  const subscribe = of(ceiling.subscribe);
-  return { publish: of(ceiling.publish), subscribe: subscribe.includes(INBOX_PATTERN) ? subscribe : [...subscribe, INBOX_PATTERN] };
+  return { publish: of(ceiling.publish), subscribe: of(ceiling.subscribe) };
 }
 
 /** Every pattern of `permissions` (a grant of `module`) that reaches past `ceiling`, with a subject it reaches. */
 export function ceilingBreaches(permissions: NatsPermissions, ceiling: NatsCeiling, module: string): CeilingBreach[] {
   const allowed = ceilingFor(ceiling, module);
-  return PERMISSION_OPTIONS.flatMap((list) =>
+  const patterns = PERMISSION_OPTIONS.flatMap((list) =>
     permissions[list].flatMap((pattern): CeilingBreach[] => {
       const reach = list === "subscribe" ? subscribeReach(pattern) : pattern;
       const example = uncovered(reach, allowed[list]);
@@ -173,6 +224,8 @@ export function ceilingBreaches(permissions: NatsPermissions, ceiling: NatsCeili
       return [{ list, pattern, example, ...(reach !== pattern && uncovered(pattern, allowed[list]) === undefined ? { widened: true as const } : {}) }];
     }),
   );
+  const responses: CeilingBreach[] = permissions.allowResponses && !responsesAllowed(ceiling, module) ? [{ list: RESPONSES_OPTION, pattern: "true", example: "true" }] : [];
+  return [...patterns, ...responses];
 }
 
 /**
@@ -194,14 +247,15 @@ export function ceilingRefusal(grant: { module: string; requirement: string }, p
   const asked = breaches
     .map((b) => {
       const why = b.widened ? `it reaches ${JSON.stringify(b.example)}: nats-server lets a subscription end in > where a permission ends in *; name the last token instead` : b.example === b.pattern ? "" : `it reaches ${JSON.stringify(b.example)}`;
+      if (b.list === RESPONSES_OPTION) return "answer the requests it receives (allowResponses)";
       return `${b.list} ${JSON.stringify(b.pattern)}${why ? ` (${why})` : ""}`;
     })
     .join(", ");
-  const ceilings = lists.map((l) => `${l} ${allowed[l].length ? allowed[l].join(", ") : "nothing"}`).join("; ");
-  const options = lists.map((l) => `options.${CeilingOptions[l]}`).join(" and ");
+  const ceilings = lists.map((l) => (l === RESPONSES_OPTION ? "answer no requests" : `${l} ${allowed[l].length ? allowed[l].join(", ") : "nothing"}`)).join("; ");
+  const options = lists.map((l) => `options.${l === RESPONSES_OPTION ? RESPONSES_CEILING_OPTION : CeilingOptions[l]}`).join(" and ");
   return (
     `nats.user ${grant.module}/${grant.requirement} asks to ${asked}, past the ceiling of provider ${provider}, which lets module ${grant.module} ${ceilings}. ` +
-    `Ask the operator to widen the provider's ${options} (an entry "${grant.module}:<pattern>" widens it for module ${grant.module} alone), ` +
+    `Ask the operator to widen the provider's ${options} (an entry "${grant.module}:<pattern>" widens it for module ${grant.module} alone; allowResponses lists modules), ` +
     `or ask for less in the requirement's ${lists.map((l) => `options.${l}`).join(" and ")}`
   );
 }

@@ -3,8 +3,9 @@
  * (decentralized JWT authentication, see nats-jwt.ts). Each generation is a fresh user nkey; the
  * adapter signs a user JWT for it with the account's signing key, with the permissions the
  * requirement asks for (`options.publish` / `options.subscribe`, by default the module's own
- * `app.<module>.>`, plus `_INBOX.>` and replies so request/reply works), and hands it out as a
- * standard decorated `.creds` file. Issuing one touches nothing on the server.
+ * `app.<module>.>`), confined to its own inbox prefix (`inboxPrefix` in its binding; no other
+ * identity's replies or deliveries, and answering requests only with `options.allowResponses`),
+ * and hands it out as a standard decorated `.creds` file. Issuing one touches nothing on the server.
  *
  * Retiring a generation puts its key into the account's revocation list: the adapter re-signs
  * the account JWT with the operator's signing key and sends it as a claims update from the
@@ -68,7 +69,7 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { bindingServers, parseNatsEndpoints } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
-import { checkWithinCeiling, natsCeiling, natsPermissions, type NatsPermissions } from "./nats-permissions.js";
+import { checkWithinCeiling, identityPermissions, natsCeiling, natsPermissions, type NatsPermissions } from "./nats-permissions.js";
 import { accountClaims, credsOf, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
 
 /** How long a login (connect and flush) may take, and each request to the server. */
@@ -298,17 +299,19 @@ class NatsUserAdapter implements ProviderAdapter {
     const same =
       JSON.stringify(claims.publish) === JSON.stringify(p.publish) &&
       JSON.stringify(claims.subscribe) === JSON.stringify(p.subscribe) &&
-      JSON.stringify(claims.denyPublish) === JSON.stringify(p.denyPublish ?? []);
+      JSON.stringify(claims.denyPublish) === JSON.stringify(p.denyPublish ?? []) &&
+      JSON.stringify(claims.denySubscribe) === JSON.stringify(p.denySubscribe ?? []) &&
+      (claims.responses !== undefined) === (p.allowResponses === true);
     return same && claims.issuer === userIssuer(this.signingKeys()) && r.expiresAt - nowS() >= (this.expiryMs() / 1000) * RENEW_AT_REMAINING;
   }
 
-  /** What `module`'s requirement may do: as its options ask (nats.user), or as its part needs (mesh.identity). */
+  /** What `module`'s requirement may do: as its options ask (nats.user, with its own inbox), or as its part needs (mesh.identity). */
   private permissions(grant: CreateRequest["grant"], options: CreateRequest["options"]): NatsPermissions {
     const { module } = grant;
     if (this.kind === Kinds.NatsUser) {
-      const permissions = natsPermissions(module, options);
-      checkWithinCeiling(grant, permissions, this.provider.name, natsCeiling(this.provider.name, this.provider.options));
-      return permissions;
+      const asked = natsPermissions(module, options);
+      checkWithinCeiling(grant, asked, this.provider.name, natsCeiling(this.provider.name, this.provider.options));
+      return identityPermissions(grant, asked);
     }
     const { part, node } = partIdentityOptions(options);
     return partIdentityPermissions(module, node, part);
@@ -321,7 +324,10 @@ class NatsUserAdapter implements ProviderAdapter {
     const identity: Record<string, string> = r ? { username: userClaims(r.jwt).name, nkey: r.user, creds: credsOf(r.jwt, seed) } : {};
     const resource = r ? describe(r, p) : { identity: "none: the server has no authentication" };
     const expires = r ? { expiresAt: new Date(r.expiresAt * 1000).toISOString() } : {};
-    if (this.kind === Kinds.NatsUser) return { resource, ...expires, bindings: { ...where, ...identity } };
+    if (this.kind === Kinds.NatsUser) {
+      // Its connections take their replies there (the client's inboxPrefix): the only inbox it may subscribe to.
+      return { resource, ...expires, bindings: { ...where, ...identity, ...(r ? { inboxPrefix: subjects.grantInboxPrefix(req.grant.module, req.grant.requirement) } : {}) } };
+    }
     const { module, requirement } = req.grant;
     const { part, node } = partIdentityOptions(req.options);
     return {

@@ -18,6 +18,25 @@ export function matches(pattern: string, subject: string): boolean {
 }
 
 /**
+ * A subject that both `a` and `b` match, or undefined when they share none: `_INBOX.x` for
+ * `*.>` and `_INBOX.>`. A subscription to `a` would hear something published under `b`.
+ */
+export function overlap(a: string, b: string): string | undefined {
+  const x = a.split(".");
+  const y = b.split(".");
+  const out: string[] = [];
+  for (let i = 0; ; i++) {
+    const s = x[i];
+    const t = y[i];
+    if (s === undefined || t === undefined) return s === t ? out.join(".") : undefined;
+    // `>` takes one or more tokens: the rest of the other pattern, each wildcard made a token.
+    if (s === ">" || t === ">") return [...out, ...(s === ">" ? y : x).slice(i).map((v) => (v === "*" || v === ">" ? "x" : v))].join(".");
+    if (s !== "*" && t !== "*" && s !== t) return undefined;
+    out.push(s === "*" ? (t === "*" ? "x" : t) : s);
+  }
+}
+
+/**
  * A subject that `pattern` matches and no pattern of `ceiling` does, or undefined when there is
  * none: `pattern` is within the ceiling exactly when this is undefined. The witness is what a
  * refusal can show ("`a.>` reaches `a.x.x`"). Exact, not an approximation: patterns are

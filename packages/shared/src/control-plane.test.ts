@@ -43,6 +43,16 @@ describe("the control plane's own module", () => {
     expect([...agent.publish, ...agent.subscribe].some((s) => s.includes("node-a"))).toBe(false);
   });
 
+  it("asks for no inbox of anyone's and no publishing into one; the services and agents answer the requests they serve", () => {
+    for (const who of [...CONTROL_PLANE_SERVICES, { agent: "node-b" }] as const) {
+      const p = servicePermissions(who);
+      // The nats.user adapter adds the identity's own inbox prefix (and denies every other one).
+      expect(p.subscribe.some((x) => x.startsWith("_") || x.startsWith("*") || x.startsWith(">")), JSON.stringify(who)).toBe(false);
+      expect(p.publish.some((x) => x.startsWith("_")), JSON.stringify(who)).toBe(false);
+      expect(p.allowResponses).toBe(true);
+    }
+  });
+
   it("lets an agent write only its own node's records, and no grant: its receipts, node record and reachability", () => {
     const agent = servicePermissions({ agent: "node-b" });
     const kvWrites = agent.publish.filter((s) => s.startsWith("$KV."));
@@ -59,7 +69,11 @@ describe("the control plane's own module", () => {
 
   it("gives a part's identity its own module's reads, registrations, fetches, and its own holder stream's consumers, nothing of another part", () => {
     const p = partIdentityPermissions("shop", "node-a", "web");
-    expect(p.subscribe).toEqual(["_MESH_INBOX.shop.node-a.web.>", "mesh.delivery.node-a.shop.web.*", "mesh.withdrawal.node-a.shop.web.*"]);
+    expect(p.subscribe).toEqual(["mesh.delivery.node-a.shop.web.*", "mesh.withdrawal.node-a.shop.web.*", "_MESH_INBOX.shop.node-a.web.>"]);
+    // No other inbox, even where a wildcard would reach it; no publishing into any; no answering requests.
+    expect(p.denySubscribe).toEqual(["_INBOX.>", "_GRANT_INBOX.>"]);
+    expect(p.denyPublish).toEqual(["_INBOX.>", "_MESH_INBOX.>", "_GRANT_INBOX.>"]);
+    expect(p.allowResponses).toBeUndefined();
     expect(p.publish).toEqual([
       "$JS.API.DIRECT.GET.KV_mesh-grants.$KV.mesh-grants.shop.*",
       "$KV.mesh-holders.shop.*.node-a.web.*",
@@ -68,7 +82,7 @@ describe("the control plane's own module", () => {
       "$JS.API.CONSUMER.INFO.MESH_HOLD_P_shop_node-a_web.*",
       "$JS.API.CONSUMER.MSG.NEXT.MESH_HOLD_P_shop_node-a_web.*",
       "$JS.ACK.MESH_HOLD_P_shop_node-a_web.>",
-      "mesh.api.apply.shop",
+      "mesh.api.apply.shop.node-a.web",
       "mesh.api.credential.list.shop.node-a.web",
     ]);
     // No JetStream API but the reads by key and its own holder stream's consumers (nothing that makes, changes or deletes one); nothing that publishes a broadcast or applies.

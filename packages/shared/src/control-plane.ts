@@ -8,7 +8,7 @@ import { Kinds, REGISTRY_KINDS, type Kind } from "./kinds.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
 import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } from "./subjects.js";
-import { CeilingOptions, DEFAULT_NATS_CEILING, scopedToModule } from "./nats-ceiling.js";
+import { CeilingOptions, DEFAULT_NATS_CEILING, RESPONSES_CEILING_OPTION, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 
 /** The control plane's module name. */
@@ -117,16 +117,21 @@ export interface NatsPermissions {
   subscribe: string[];
   /** Denied even where `publish` allows (the server's deny wins over an allow). */
   denyPublish?: string[];
+  /** Denied even where `subscribe` allows: for a wildcard that reaches them, the server drops their messages. */
+  denySubscribe?: string[];
+  /** May answer the requests it receives (the response permission): only an identity that serves requests. */
+  allowResponses?: boolean;
 }
 
 /**
- * What every identity of the control plane needs beside its JetStream API: replies to requests
- * it makes (`_INBOX.>`) and answers to parts (`_MESH_INBOX.>`), and flow control of the push
- * consumers it lists buckets with.
+ * What every identity of the control plane needs beside its JetStream API: flow control of the
+ * push consumers it lists buckets with. Its replies and JetStream deliveries come to its own
+ * inbox prefix, which the nats.user adapter adds to every identity (no `_INBOX.>`); answers to
+ * requests go out through the response permission of the services that serve them.
  */
 const COMMON: NatsPermissions = {
-  publish: ["$JS.FC.>", "_INBOX.>", subjects.partInboxesAll],
-  subscribe: ["_INBOX.>"],
+  publish: ["$JS.FC.>"],
+  subscribe: [],
 };
 
 /** Create, look up, pull from and ack a durable consumer of `stream` named `durable`. */
@@ -260,7 +265,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     }
     switch (service) {
       case "resolver":
-        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply, subjects.applyModulesAll, subjects.delete] };
+        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply, subjects.applyPartsAll, subjects.delete] };
       case "provisioner":
         return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll, subjects.withdrawalsAll], subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll] };
       case "verifier":
@@ -283,6 +288,8 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     publish: [...api.allow, ...COMMON.publish, ...own.publish],
     subscribe: [...COMMON.subscribe, ...own.subscribe],
     ...(api.deny.length ? { denyPublish: api.deny } : {}),
+    // The services answer requests, and an agent answers its node's probe requests; nothing else does.
+    allowResponses: true,
   };
 }
 
@@ -322,7 +329,12 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
     name: identityRequirement(part),
     kind: Kinds.NatsUser,
     parts: [part],
-    options: { publish: permissions.publish, subscribe: permissions.subscribe, ...(permissions.denyPublish ? { denyPublish: permissions.denyPublish } : {}) },
+    options: {
+      publish: permissions.publish,
+      subscribe: permissions.subscribe,
+      ...(permissions.denyPublish ? { denyPublish: permissions.denyPublish } : {}),
+      ...(permissions.allowResponses ? { allowResponses: true } : {}),
+    },
   }));
   return {
     kind: "Module",
@@ -377,6 +389,8 @@ export function bootstrapProvider(opts: {
       signingKeysFile: opts.auth.signingKeysFile,
       [CeilingOptions.publish]: [...DEFAULT_NATS_CEILING.publish, scopedToModule(CONTROL_PLANE_MODULE, ">")],
       [CeilingOptions.subscribe]: [...DEFAULT_NATS_CEILING.subscribe, scopedToModule(CONTROL_PLANE_MODULE, ">")],
+      // The control plane's services answer requests; no other module's identity may unless the operator says so.
+      [RESPONSES_CEILING_OPTION]: [CONTROL_PLANE_MODULE],
     },
   };
 }

@@ -5,6 +5,7 @@
 export * from "./names.js";
 export * from "./kinds.js";
 export * from "./subjects.js";
+export * from "./inboxes.js";
 export * from "./errors.js";
 export * from "./duration.js";
 export * from "./limits.js";

@@ -7,14 +7,19 @@
  */
 import { moduleSubjectPattern } from "./subjects.js";
 
-/** Subscribed by every `nats.user` grant, so its requests get their replies: always within a ceiling. */
-export const INBOX_PATTERN = "_INBOX.>";
-
 /** Stands for the module of the requirement in a ceiling pattern: `app.{module}.>`, `events.{module}.*`. */
 export const MODULE_PLACEHOLDER = "{module}";
 
 /** The provider options that set the ceiling, per permission list. */
 export const CeilingOptions = { publish: "allowPublish", subscribe: "allowSubscribe" } as const;
+
+/**
+ * The provider option naming the modules whose `nats.user` requirements may ask for
+ * `allowResponses` (a module name, a list of them, or `*` for every module); unset: none.
+ */
+export const RESPONSES_CEILING_OPTION = "allowResponses";
+/** Every module, in {@link RESPONSES_CEILING_OPTION}. */
+export const EVERY_MODULE = "*";
 
 /**
  * A ceiling as a provider's document writes it, per list: entries `[<module>:]<pattern>`, a
@@ -24,6 +29,8 @@ export const CeilingOptions = { publish: "allowPublish", subscribe: "allowSubscr
 export interface NatsCeiling {
   publish: readonly string[];
   subscribe: readonly string[];
+  /** The modules whose requirements may ask for `allowResponses` ({@link RESPONSES_CEILING_OPTION}); absent or empty: none. */
+  responses?: readonly string[];
 }
 
 /** A ceiling entry that applies to module `module` alone: `billing:orders.>`. */
@@ -40,5 +47,9 @@ export function parseCeilingEntry(entry: string): { module?: string; pattern: st
 /** Every module's own namespace as a ceiling pattern, from the one definition of it: `app.{module}.>`. */
 const OWN_NAMESPACE = moduleSubjectPattern("module").replace("module", MODULE_PLACEHOLDER);
 
-/** The ceiling of a provider whose document sets none: each module its own namespace, and its inbox to subscribe to. */
-export const DEFAULT_NATS_CEILING: NatsCeiling = { publish: [OWN_NAMESPACE], subscribe: [OWN_NAMESPACE, INBOX_PATTERN] };
+/**
+ * The ceiling of a provider whose document sets none: each module its own namespace. A grant's
+ * own inbox is no part of a ceiling: the mesh adds it to every identity, and no ceiling or
+ * requirement can reach another's (nats-permissions.ts in @mesh/providers).
+ */
+export const DEFAULT_NATS_CEILING: NatsCeiling = { publish: [OWN_NAMESPACE], subscribe: [OWN_NAMESPACE] };

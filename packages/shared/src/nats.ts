@@ -18,6 +18,7 @@ import {
 import { Kvm, type KV } from "@nats-io/kv";
 import type { z } from "zod";
 import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
+import { isInboxSubject } from "./inboxes.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { BUCKET_LIMITS, Limits, type BucketLimits } from "./limits.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -38,9 +39,13 @@ export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222";
  * - `MESH_NATS_USER` with `MESH_NATS_PASSWORD_FILE` (or `MESH_NATS_PASSWORD`): a fixed user and
  *   password, for a server with plain users.
  * - neither: no credentials (a server without authentication).
+ *
+ * The connection's inbox prefix is the binding's `inboxPrefix` (the only inbox its identity may
+ * subscribe to, inboxes.ts), or `MESH_NATS_INBOX_PREFIX` for an identity given as a `.creds` file.
  */
 export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<ConnectionOptions> {
   const path = env.MESH_NATS_CREDENTIALS;
+  const inbox = (prefix: string | undefined): Partial<ConnectionOptions> => (prefix ? { inboxPrefix: prefix } : {});
   if (path) {
     const fail = (what: string, e: unknown) =>
       new MeshError(
@@ -54,6 +59,8 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
     } catch (e) {
       throw fail("it", e);
     }
+    const prefixFile = join(path, "inboxPrefix");
+    const prefix = env.MESH_NATS_INBOX_PREFIX || (isDir && existsSync(prefixFile) ? readFileSync(prefixFile, "utf8").trim() : undefined);
     const credsFile = isDir ? join(path, "creds") : path;
     if (!isDir || existsSync(credsFile)) {
       const read = () => {
@@ -65,7 +72,7 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
       };
       // Fail at start, with the message above, rather than inside a reconnect.
       if (!/-----BEGIN NATS USER JWT-----/.test(read().toString("utf8"))) throw fail(credsFile, new Error("it holds no user JWT"));
-      return { authenticator: credsAuthenticator(() => read()) };
+      return { authenticator: credsAuthenticator(() => read()), ...inbox(prefix) };
     }
     const read = (key: string) => () => {
       try {
@@ -75,7 +82,7 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
       }
     };
     read("username")();
-    return { authenticator: usernamePasswordAuthenticator(read("username"), read("password")) };
+    return { authenticator: usernamePasswordAuthenticator(read("username"), read("password")), ...inbox(prefix) };
   }
   const user = env.MESH_NATS_USER;
   if (!user) return {};
@@ -91,7 +98,7 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
       );
     }
   }
-  return { user, ...(pass !== undefined ? { pass } : {}) };
+  return { user, ...(pass !== undefined ? { pass } : {}), ...inbox(env.MESH_NATS_INBOX_PREFIX) };
 }
 
 /**
@@ -514,6 +521,12 @@ export function serveJson(
   const sub = nc.subscribe(subject, { queue });
   void (async () => {
     for await (const m of sub) {
+      // An answer goes only to an inbox: this identity may answer once whatever a request's reply
+      // names, so a reply naming another holder's $JS.ACK… would have it acknowledge for the sender.
+      if (m.reply && !isInboxSubject(m.reply)) {
+        log.warn({ subject }, "a request whose reply subject is not an inbox was dropped unanswered");
+        continue;
+      }
       if (inFlight >= maxInFlight) {
         m.respond(busy);
         // Logged once per burst, not once per refused request.

@@ -12,6 +12,7 @@ import { NAME_MAX_LENGTH } from "./names.js";
 import { Buckets, keys, subjects, type BucketName } from "./subjects.js";
 import { CONTROL_PLANE_MODULE, type NatsPermissions } from "./control-plane.js";
 import { holderStreamUse, partHolderStream } from "./holder-streams.js";
+import { confineToInbox } from "./inboxes.js";
 import type { ModuleDoc, RequirementDoc } from "./schemas/manifest.js";
 
 /** The binding directory a part's identity is written to, beside its requirements' bindings. */
@@ -66,26 +67,23 @@ const readsOf = (bucket: BucketName, module: string) => `$JS.API.DIRECT.GET.KV_$
  * rotation records by key, its instances' registrations in `mesh-holders`, fetching for itself
  * (the subjects name its module, node and part), pulling from and acknowledging on the consumers
  * of its own holder stream (holder-streams.ts: the server refuses an ack on any other's), and
- * replies under its own inbox prefix (`subjects.partInboxPrefix`). Application
+ * replies and deliveries under its own inbox prefix (`subjects.partInboxPrefix`, inboxes.ts: no
+ * other inbox, and no answering requests: it serves none). Application
  * traffic is not in it: that comes through a declared `nats.user` requirement. Throws an Error
  * naming a bad name.
  */
 export function partIdentityPermissions(module: string, node: string, part: string): NatsPermissions {
-  return {
+  return confineToInbox({
     publish: [
       readsOf(Buckets.grants, module),
       `$KV.${Buckets.holders}.${keys.holdersOfPartAll(module, node, part)}`,
       subjects.credentialFetchesOfPart(module, node, part),
       ...holderStreamUse(partHolderStream(module, node, part)),
-      subjects.applyModule(module),
+      subjects.applyPart(module, node, part),
       subjects.credentialList(module, node, part),
     ],
-    subscribe: [
-      `${subjects.partInboxPrefix(module, node, part)}.>`,
-      subjects.deliveriesForPartOnNode(node, module, part),
-      subjects.withdrawalsForPartOnNode(node, module, part),
-    ],
-  };
+    subscribe: [subjects.deliveriesForPartOnNode(node, module, part), subjects.withdrawalsForPartOnNode(node, module, part)],
+  }, subjects.partInboxPrefix(module, node, part));
 }
 
 

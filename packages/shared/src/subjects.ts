@@ -6,6 +6,7 @@
  */
 import { isValidName } from "./names.js";
 import { parseHolderId } from "./schemas/rotation.js";
+import { InboxRoots } from "./inboxes.js";
 
 export const Buckets = {
   /** Module manifests as applied, key: module name. */
@@ -94,12 +95,13 @@ export const subjects = {
   /** Request: delete modules and providers, or drop what a removed grant retained (all or nothing). Served by the resolver; the operator's alone. */
   delete: "mesh.api.delete",
   /**
-   * Request: apply documents of module `module` only (a part's identity may publish here for its
-   * own module, and nowhere else on the apply path); the resolver refuses any other document.
+   * Request: part `part` of `module` on `node` declares its own module again (a part's identity
+   * may publish here, and nowhere else on the apply path; the subject, never the body, says who
+   * sent it). The resolver lets it add, change or remove only the requirements that are its own.
    */
-  applyModule: (module: string) => `mesh.api.apply.${checked(module)}`,
-  /** Every module's apply subject (the resolver's subscription). */
-  applyModulesAll: "mesh.api.apply.*",
+  applyPart: (module: string, node: string, part: string) => `mesh.api.apply.${checked(module, node, part)}`,
+  /** Every part's apply subject (the resolver's subscription). */
+  applyPartsAll: "mesh.api.apply.*.*.*",
   /**
    * Request: fetch the values of a delivered credential for part `part` on `node`, sealed to the
    * caller's xkey. Served by the provisioner, which refuses a body that names another grant,
@@ -173,12 +175,17 @@ export const subjects = {
   rotationBroadcastsAll: "mesh.rotation.*.>",
   /**
    * The reply-subject prefix of part `part` of `module` on `node` (its connections' `inboxPrefix`):
-   * only its identity may subscribe under it, so no part reads another's replies. Outside
-   * `_INBOX.>`, which `nats.user` holders may subscribe to.
+   * only its identity may subscribe under it, so no part reads another's replies, nor the
+   * JetStream deliveries its instances pull.
    */
-  partInboxPrefix: (module: string, node: string, part: string) => `_MESH_INBOX.${checked(module, node, part)}`,
-  /** Every part's replies (what the services that answer parts may publish to). */
-  partInboxesAll: "_MESH_INBOX.>",
+  partInboxPrefix: (module: string, node: string, part: string) => `${InboxRoots.part}.${checked(module, node, part)}`,
+  /**
+   * The reply-subject prefix of `nats.user` grant `<module>/<requirement>` (its `inboxPrefix`
+   * binding): every connection made with that identity, the control plane's services and agents
+   * included, takes its replies and JetStream deliveries there, and only that identity may
+   * subscribe under it.
+   */
+  grantInboxPrefix: (module: string, requirement: string) => `${InboxRoots.grant}.${checked(module, requirement)}`,
   /** The delivery subject of one grant to one part on one node. */
   delivery: (node: string, module: string, part: string, requirement: string) =>
     `mesh.delivery.${checked(node, module, part, requirement)}`,

@@ -19,6 +19,7 @@ import {
   ReachabilityRecord,
   errorMessage,
   grantId,
+  isInboxSubject,
   isValidName,
   keys,
   listJson,
@@ -280,6 +281,8 @@ export function startProber(opts: ProberOptions): Prober {
   const sub = store.nc.subscribe(subjects.probeRequest(node));
   const serving = (async () => {
     for await (const m of sub) {
+      // Answers go to inboxes only (serveJson in @mesh/shared says why).
+      if (!isInboxSubject(m.reply)) continue;
       void (async () => {
         let reply: ProbeReply;
         try {

@@ -16,12 +16,15 @@ import {
   retryJetStreamGap,
   storeWrite,
   validateDocuments,
+  formatProblems,
+  isValidName,
   subjects,
   type AdminPasswordPolicy,
   type AppliedDocument,
   type ApplyReply,
   type ManifestDoc,
   type Problem,
+  type RequirementDoc,
   type Store,
 } from "@mesh/shared";
 import { ceilingProblems } from "./ceiling-check.js";
@@ -30,23 +33,26 @@ import { ceilingProblems } from "./ceiling-check.js";
  * Handles one apply: a request that fails validation stores nothing and gets every problem
  * back; a valid one is stored document by document (each write is idempotent, so a retry
  * after a failure half-way converges to the same state). Beyond the schemas, a Provider's
- * admin password source must be one `policy` allows (see admin-password-policy.ts). On a
- * module's own subject (`onlyModule`: what a part's identity may publish to) every document
- * must be that module; any other (a Provider, another module) is a problem of the request, and
- * nothing is stored. So is a `nats.user` requirement past the ceiling of every provider that
- * could serve it (ceiling-check.ts).
+ * admin password source must be one `policy` allows (see admin-password-policy.ts). On a part's
+ * own subject (`from`: what a part's identity may publish to) the part may change only what is
+ * its own ({@link selfDeclarationProblems}); anything else is refused as `Forbidden`, and nothing
+ * is stored. A `nats.user` requirement past the ceiling of every provider that could serve it is
+ * a problem of the request (ceiling-check.ts).
  */
-export async function handleApply(store: Store, body: unknown, policy: AdminPasswordPolicy = adminPasswordPolicy(), onlyModule?: string): Promise<ApplyReply> {
+export async function handleApply(store: Store, body: unknown, policy: AdminPasswordPolicy = adminPasswordPolicy(), from?: ApplyingPart | "unknown"): Promise<ApplyReply> {
+  if (from === "unknown") throw new MeshError(ErrorCodes.Forbidden, `an apply on a part's subject must name module, node and part (${subjects.applyPart("<module>", "<node>", "<part>")})`);
   const req = ApplyRequest.safeParse(body);
   if (!req.success) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not an apply request: ${req.error.issues.map((i) => i.message).join("; ")}`);
   }
   const result = validateDocuments(req.data.documents);
   if (!result.ok) return { ok: false, problems: result.problems };
-  if (onlyModule !== undefined) {
-    const stored = await retryJetStreamGap(() => readJson(store.kv.manifests, onlyModule, ModuleDoc));
-    const problems = selfDeclarationProblems(result.documents, onlyModule, stored?.value);
-    if (problems.length) return { ok: false, problems };
+  if (from !== undefined) {
+    const stored = await retryJetStreamGap(() => readJson(store.kv.manifests, from.module, ModuleDoc));
+    const problems = selfDeclarationProblems(result.documents, from, stored?.value);
+    if (problems.length) {
+      throw new MeshError(ErrorCodes.Forbidden, `part ${from.part} of module ${from.module} on node ${from.node} may not declare this; nothing was stored or taken back:\n${formatProblems(problems)}`);
+    }
   }
   // Documents come back in their order when all are valid, so the index is the document's.
   const refused: Problem[] = result.documents.flatMap((doc, document) => {
@@ -111,33 +117,69 @@ async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDoc
 }
 
 /**
- * What a part may not declare on its module's own subject (`mesh.api.apply.<module>`), given the
- * module as stored (`stored`, as the operator or an earlier declaration left it): anything but
- * that module (a Provider, another module); a module the operator has not declared yet; other
- * `parts` or `allowKinds` than stored (where parts run, and what they may ask for, are the
- * operator's); a requirement, new or changed, of a kind outside the stored `allowKinds`. Pure.
+ * What part `from` (`<module>`'s part on a node, as its apply subject names it) may not declare
+ * on its own subject (`mesh.api.apply.<module>.<node>.<part>`), given the module as stored
+ * (`stored`, as the operator or an earlier declaration left it): anything but its module (a
+ * Provider, another module); a module the operator has not declared yet, or in which it is not
+ * that part on that node; other `parts` or `allowKinds` than stored (where parts run, and what
+ * they may ask for, are the operator's); and any requirement it adds, changes or removes that is
+ * not its own: one whose kind is outside the stored `allowKinds`, or whose `parts` (before or
+ * after) do not include it. Another part's requirements are left as they are. Pure.
  */
-export function selfDeclarationProblems(documents: readonly ManifestDoc[], module: string, stored: ModuleDoc | undefined): Problem[] {
+export function selfDeclarationProblems(documents: readonly ManifestDoc[], from: ApplyingPart, stored: ModuleDoc | undefined): Problem[] {
+  const { module, part } = from;
+  const subject = subjects.applyPart(module, from.node, part);
   const operators = `are the operator's (apply them as the operator, on ${subjects.apply})`;
   return documents.flatMap((d, document): Problem[] => {
     if (d.kind !== "Module" || d.name !== module) {
-      return [{ document, path: d.kind === "Module" ? "name" : "kind", message: `on ${subjects.applyModule(module)} only module ${module} may be declared, not ${d.kind} ${d.name}: Providers and other modules ${operators}` }];
+      return [{ document, path: d.kind === "Module" ? "name" : "kind", message: `on ${subject} only module ${module} may be declared, not ${d.kind} ${d.name}: Providers and other modules ${operators}` }];
     }
     if (!stored) return [{ document, path: "", message: `module ${module} has not been declared by the operator yet: a part may only declare again a module the operator declared` }];
+    if (!stored.parts.some((p) => p.name === part && p.node === from.node)) {
+      return [{ document, path: "", message: `module ${module} has no part ${part} on node ${from.node}: only a part of the module, on its own node's subject, may declare it again` }];
+    }
     const same = (a: unknown, b: unknown) => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
     const problems: Problem[] = [];
     if (!same(d.parts, stored.parts)) problems.push({ document, path: "parts", message: `a part may not change module ${module}'s parts: which parts run where ${operators}` });
     if (!same(d.allowKinds, stored.allowKinds)) problems.push({ document, path: "allowKinds", message: `a part may not change the kinds module ${module}'s parts may declare: they ${operators}` });
     const allowed = new Set(stored.allowKinds ?? []);
+    const allowedText = allowed.size ? [...allowed].join(", ") : "no kind";
+    const partsOf = (r: RequirementDoc, doc: ModuleDoc) => r.parts ?? doc.parts.map((p) => p.name);
+    /** Why part `part` may not add, change or remove `r` (of `doc`), or undefined when it is its own. */
+    const notOwn = (r: RequirementDoc, doc: ModuleDoc, verb: string): string | undefined => {
+      if (!allowed.has(r.kind)) return `part ${part} may not ${verb} requirement ${r.name}, a ${r.kind}: the operator allows module ${module}'s parts to declare ${allowedText} (the module's allowKinds)`;
+      if (!partsOf(r, doc).includes(part)) return `part ${part} may not ${verb} requirement ${r.name}: it is not among its parts (${partsOf(r, doc).join(", ")}), and a part may change only the requirements it is in`;
+      return undefined;
+    };
     const before = new Map(stored.requires.map((r) => [r.name, r]));
+    const after = new Set(d.requires.map((r) => r.name));
     d.requires.forEach((r, i) => {
-      if (allowed.has(r.kind) || same(r, before.get(r.name))) return;
-      problems.push({
-        document,
-        path: `requires[${i}].kind`,
-        message: `module ${module}'s parts may not declare a ${r.kind} (requirement ${r.name}): the operator allows them ${allowed.size ? [...allowed].join(", ") : "no kind"} (the module's allowKinds)`,
-      });
+      const old = before.get(r.name);
+      if (old && same(r, old)) return;
+      const why = (old && notOwn(old, stored, "change")) ?? notOwn(r, d, old ? "change" : "add");
+      if (why) problems.push({ document, path: `requires[${i}]`, message: why });
     });
+    for (const old of stored.requires) {
+      if (after.has(old.name)) continue;
+      const why = notOwn(old, stored, "remove");
+      if (why) problems.push({ document, path: "requires", message: why });
+    }
     return problems;
   });
+}
+
+/** The part an apply on a part's subject comes from: the subject names it, never the body. */
+export interface ApplyingPart {
+  module: string;
+  node: string;
+  part: string;
+}
+
+/** The part of apply subject `subject` (`mesh.api.apply.<module>.<node>.<part>`), or undefined for any other. */
+export function partOfApplySubject(subject: string): ApplyingPart | undefined {
+  const prefix = `${subjects.apply}.`;
+  if (!subject.startsWith(prefix)) return undefined;
+  const [module, node, part, ...rest] = subject.slice(prefix.length).split(".");
+  if (rest.length || !module || !node || !part || ![module, node, part].every(isValidName)) return undefined;
+  return { module, node, part };
 }

@@ -1,14 +1,15 @@
 /**
- * Refusing at apply a `nats.user` requirement that no provider would issue: one whose
- * permissions reach past the ceiling of every provider that serves `nats.user` (the stored
- * ones, as the documents of the same apply change them). Pure; the nats.user adapter checks
+ * Refusing at apply a `nats.user` requirement that no provider would issue: one that would
+ * subscribe into another identity's inbox (whatever a ceiling says), or whose permissions reach
+ * past the ceiling of every provider that serves `nats.user` (the stored ones, as the documents
+ * of the same apply change them). Pure; the nats.user adapter checks
  * again when it issues, against the provider the grant got, which is what is enforced.
  * Nothing is said here when no provider serves the kind yet (resolution says `NoProvider`),
  * when one's ceiling is misconfigured (provisioning says so), or when the requirement's
  * options are invalid for another reason (provisioning names the option).
  */
 import { Kinds, isMeshError, type ManifestDoc, type Problem, type ProviderDoc } from "@mesh/shared";
-import { ceilingBreaches, ceilingRefusal, natsCeiling, natsPermissions } from "@mesh/providers";
+import { ceilingBreaches, ceilingRefusal, inboxRefusal, natsCeiling, natsPermissions } from "@mesh/providers";
 import { candidatesFor } from "./resolve.js";
 
 /** The problems of `documents` (an apply's, indexed as sent) with the ceilings of `stored` and of the Providers among them. */
@@ -23,6 +24,13 @@ export function ceilingProblems(documents: readonly ManifestDoc[], stored: reado
     doc.requires.forEach((req, i) => {
       if (req.kind !== Kinds.NatsUser) return;
       const grant = { module: doc.name, requirement: req.name };
+      const subscribe = req.options?.subscribe;
+      const inbox = (typeof subscribe === "string" ? [subscribe] : Array.isArray(subscribe) ? subscribe : []).flatMap((p) => (typeof p === "string" ? (inboxRefusal(p) ?? []) : []));
+      if (inbox.length) {
+        // Whatever any provider's ceiling says: no identity may hear another's inbox.
+        problems.push({ document, path: `requires[${i}].options.subscribe`, message: `nats.user ${grant.module}/${grant.requirement}: ${inbox.join("; ")}` });
+        return;
+      }
       const permissions = quietly(() => natsPermissions(doc.name, req.options));
       if (!permissions) return;
       const refusals: string[] = [];

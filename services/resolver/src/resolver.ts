@@ -19,7 +19,7 @@ import {
   type Logger,
   type Store,
 } from "@mesh/shared";
-import { handleApply } from "./apply.js";
+import { handleApply, partOfApplySubject } from "./apply.js";
 import { handleDelete } from "./delete.js";
 import { reconcileModule } from "./reconcile.js";
 import { startGrantIndex } from "./grant-index.js";
@@ -71,7 +71,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body, policy));
   const deletes = serveJson(store.nc, subjects.delete, QueueGroups.resolver, log, (body) => handleDelete(store, body));
   // A module's own subject: what a part's identity may declare (its module, nothing else).
-  const moduleApi = serveJson(store.nc, subjects.applyModulesAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, policy, m.subject.slice(subjects.apply.length + 1)));
+  const partApi = serveJson(store.nc, subjects.applyPartsAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, policy, partOfApplySubject(m.subject) ?? "unknown"));
   const consumers = await Promise.all([
     consumeKeys({ store, stream: kvStream(Buckets.manifests), durable: Durables.resolverManifests.name, filter: kvFilter(Buckets.manifests), keyOf: kvKeyOf(Buckets.manifests), queue: modules, log }),
     consumeKeys({
@@ -116,7 +116,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
     stop() {
       stopped ??= (async () => {
         clearInterval(resync);
-        await Promise.all([api.stop(), moduleApi.stop(), deletes.stop()]);
+        await Promise.all([api.stop(), partApi.stop(), deletes.stop()]);
         await Promise.all(consumers.map((c) => c.stop()));
         index.stop();
       })();
