@@ -43,7 +43,7 @@ import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, migrateBindings, prun
 import { applyRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
 import { consumeRotations } from "./rotations.js";
 import { planDelivery } from "./delivery-plan.js";
-import { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan, receiptWithdrawn } from "./receipts.js";
+import { receiptConfirmed, receiptDelivered, receiptFailed, receiptHookFailed, receiptWithdrawn } from "./receipts.js";
 import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
 import { HookOptionError } from "./allowed-hooks.js";
 import { startProber } from "./prober.js";
@@ -160,6 +160,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation, ...(d.rotation ? { rotation: d.rotation } : {}) });
     const attributes = holderSpanAttributes({ ...(d.rotation ? { rotation: d.rotation } : {}), grant: d.grant, node, part: d.part, holder: `${node}/${d.part}`, generation: d.generation });
     return withConsumerSpan("agent", m.subject, template, attributes, m.headers, async (span) => {
+      /** Generation `d.generation` is in the part's binding and no receipt says so yet. */
+      let written = false;
       try {
         const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
         const binding = bindingNameOf(d.part, d.requirement);
@@ -205,16 +207,21 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");
           values = fetched.values;
         }
-        if (plan.action !== "skip") {
+        // In a rotation, what was written is recorded with the confirmation (one write), or with the failure.
+        written = plan.action !== "skip";
+        if (written && !rotationDue) {
           await receipt((r) => receiptDelivered(r, d.generation, new Date()));
+          written = false;
           dlog.info("delivery recorded");
         }
         if (rotationDue) {
           // Written before a crash: fetch the values again to prove them.
           values ??= (await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, { timeoutMs: opts.fetchTimeoutMs ?? 5_000 })).values;
           await applyRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, hooks, log: dlog });
-          // A hook failure this receipt said in this rotation is over: the hook ran.
-          await receipt((r) => receiptHookRan(r, d.rotation!));
+          // The receipt's witness of the confirmation, before the ack (a hook failure it said in this rotation is over).
+          await receipt((r) => receiptConfirmed(written ? receiptDelivered(r, d.generation, new Date()) : r, d.rotation!, d.generation));
+          written = false;
+          dlog.info("delivery and confirmation recorded");
         }
         prober.probeSoon(d.module, d.part, d.requirement);
         // The control plane makes this holder's consumer once the receipt says it holds the grant.
@@ -223,14 +230,17 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       } catch (e) {
         const retryable = !isMeshError(e) || e.retryable;
         span.setStatus({ code: 2, message: errorMessage(e) });
+        // The binding holds what was written, though the rotation is not confirmed: the receipt says so.
+        const held = (r: DeliveryReceipt | undefined) => (written ? receiptDelivered(r, d.generation, new Date()) : r);
         if (isHookError(e)) {
           // The operator must act on this node: shown on the grant (meshctl status) through the node's receipt, and tried again, so the rotation confirms by itself once fixed.
           dlog.warn({ err: e, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
-          await receipt((r) => receiptHookFailed(r, d.rotation!, d.generation, e, new Date())).catch((e2: unknown) =>
+          await receipt((r) => receiptHookFailed(held(r), d.rotation!, d.generation, e, new Date())).catch((e2: unknown) =>
             dlog.warn({ err: e2 }, "could not record the hook's failure in the node's receipt"),
           );
           return "retry";
         }
+        if (written) await receipt(held).catch((e2: unknown) => dlog.warn({ err: e2 }, "could not record the delivery in the node's receipt"));
         if (retryable) {
           dlog.warn({ err: e, attempt: m.info.deliveryCount }, "delivery failed; it is retried");
           return "retry";

@@ -23,7 +23,7 @@ export {
   type PartBinding,
 } from "./bindings-writer.js";
 export { planDelivery, type DeliveryPlan } from "./delivery-plan.js";
-export { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan, receiptWithdrawn } from "./receipts.js";
+export { receiptConfirmed, receiptDelivered, receiptFailed, receiptHookFailed, receiptWithdrawn } from "./receipts.js";
 export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PROBE_INTERVAL_MS, type Prober, type ProberOptions } from "./prober.js";
 export { consumeRotations, partOfConsumer, LOOK_EVERY_MS } from "./rotations.js";
 export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { RECEIPT_MESSAGE_MAX, DeliveryReceipt } from "@mesh/shared";
 import { hookNotAllowed } from "./rotation-confirm.js";
-import { receiptDelivered, receiptFailed, receiptHookFailed, receiptHookRan } from "./receipts.js";
+import { receiptConfirmed, receiptDelivered, receiptFailed, receiptHookFailed } from "./receipts.js";
 
 const now = new Date("2030-01-01T00:00:00Z");
 const later = new Date("2030-01-01T00:01:00Z");
@@ -32,9 +32,20 @@ describe("the agent's receipts", () => {
     const f1 = receiptHookFailed(receiptDelivered(undefined, 3, now), d.rotation, 3, e, now);
     expect(f1.hook).toMatchObject({ rotation: d.rotation, generation: 3, failed: { reason: "HookNotAllowed" } });
     expect(receiptHookFailed(f1, d.rotation, 3, e, later)).not.toEqual(f1);
-    expect(receiptHookRan(f1, "shop/db#4")).toBeUndefined();
-    expect(receiptHookRan(f1, d.rotation)!.hook).toEqual({ rotation: d.rotation, generation: 3 });
-    expect(receiptHookRan(receiptDelivered(undefined, 3, now), d.rotation)).toBeUndefined();
+    // Confirmed in another rotation: the failure in this one stands.
+    expect(receiptConfirmed(f1, "shop/db#4", 4)!.hook).toEqual(f1.hook);
+    expect(receiptConfirmed(f1, d.rotation, 3)!.hook).toEqual({ rotation: d.rotation, generation: 3 });
     expect(DeliveryReceipt.safeParse(f1).success).toBe(true);
+  });
+
+  it("a confirmation is witnessed once per rotation and generation, after the part applied it", () => {
+    const delivered = receiptDelivered(undefined, 3, now);
+    const c = receiptConfirmed(delivered, d.rotation, 3)!;
+    expect(c).toEqual({ ...delivered, confirmed: { rotation: d.rotation, generation: 3 } });
+    expect(DeliveryReceipt.safeParse(c).success).toBe(true);
+    // Written again: nothing to write.
+    expect(receiptConfirmed(c, d.rotation, 3)).toBeUndefined();
+    // The next rotation replaces it.
+    expect(receiptConfirmed(c, "shop/db#9", 4)!.confirmed).toEqual({ rotation: "shop/db#9", generation: 4 });
   });
 });

@@ -41,10 +41,17 @@ export function receiptHookFailed(r: DeliveryReceipt | undefined, rotation: stri
   return { ...(r ?? { generation: 0 }), hook: { rotation, generation, failed: { reason, message: bounded(e.message), at: now.toISOString() } } };
 }
 
-/** The part's hook ran in rotation `rotation` after it had failed there; undefined when the receipt says no failure of it. */
-export function receiptHookRan(r: DeliveryReceipt | undefined, rotation: string): DeliveryReceipt | undefined {
-  if (!r?.hook?.failed || r.hook.rotation !== rotation) return undefined;
-  return { ...r, hook: { rotation, generation: r.hook.generation } };
+/**
+ * The part applied generation `generation` of rotation `rotation` (files written, hook run, a
+ * login with it proven): the receipt's witness of the confirmation, written before the ack. A
+ * hook failure it said in this rotation is over. Undefined when the receipt says so already.
+ */
+export function receiptConfirmed(r: DeliveryReceipt | undefined, rotation: string, generation: number): DeliveryReceipt | undefined {
+  const cur = r ?? { generation: 0 };
+  // A failure of the hook in this rotation is over: the hook without `failed` says it ran.
+  const hook = cur.hook?.rotation === rotation && cur.hook.failed ? { rotation, generation: cur.hook.generation } : cur.hook;
+  if (cur.confirmed?.rotation === rotation && cur.confirmed.generation === generation && hook === cur.hook) return undefined;
+  return { ...cur, ...(hook ? { hook } : {}), confirmed: { rotation, generation } };
 }
 
 /** The part's binding was removed, now (it is no longer a target): it holds nothing. */

@@ -11,6 +11,12 @@
  *   inactive SDK consumer removed) is made again, and delivers the broadcast again.
  * Every rotator instance hears every metric (no queue group), so whichever instance advances a
  * rotation knows its confirmations without a record rewritten per ack.
+ *
+ * An agent-held part's ack counts only with a second witness: its node's receipt saying the part
+ * applied this rotation's generation (`confirmed`, which only that node's agent may write, and
+ * writes before it acks). The ack alone is the server's word that something acknowledged on that
+ * consumer; the receipt is the agent's that it did so after applying. An SDK holder's ack stands
+ * alone: its identity is the part's own. This is the one place a confirmation reads a record.
  */
 import {
   HOLDER_STREAM_PREFIX,
@@ -23,6 +29,7 @@ import {
   subjects,
 } from "@mesh/shared";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
+import type { ReceiptWitnesses } from "./receipt-witnesses.js";
 
 /** One holder's confirmation, as the server recorded it. */
 export interface HolderAck {
@@ -39,11 +46,15 @@ export interface HolderAck {
 interface Tracked {
   key: string;
   rotation: string;
+  /** The generation the rotation moves to: what an agent's receipt must say it applied. */
+  to: number;
   /** Each holder's endpoint and the sequence its ack must reach, made once per rotation. */
   endpoints: Array<{ holder: string; endpoint: HolderEndpoint; seq: number }>;
-  /** By `<stream>/<consumer>`: the holder and the sequence its ack must reach. */
-  expect: Map<string, { holder: string; seq: number }>;
+  /** By `<stream>/<consumer>`: the holder, the sequence its ack must reach, and whether its receipt must witness it (an agent-held part). */
+  expect: Map<string, { holder: string; seq: number; witnessed: boolean }>;
   acks: Map<string, HolderAck>;
+  /** Acks of agent-held parts whose receipt has not said the part applied the rotation (yet), by `<stream>/<consumer>`. */
+  unwitnessed: Map<string, HolderAck>;
 }
 
 export interface AckTracker {
@@ -63,8 +74,8 @@ export interface AckTracker {
  * counted, with how many of its holders' acks are still missing (the caller acts at once on 0,
  * and now and then otherwise: a thousand acks need not be a thousand looks at the record).
  */
-export function startAckTracker(opts: { store: Store; log: Logger; consumers: HolderConsumers; onProgress: (key: string, remaining: number) => void }): AckTracker {
-  const { store, log } = opts;
+export function startAckTracker(opts: { store: Store; log: Logger; consumers: HolderConsumers; witnesses: ReceiptWitnesses; onProgress: (key: string, remaining: number) => void }): AckTracker {
+  const { store, log, witnesses } = opts;
   const byRotation = new Map<string, Tracked>();
   // `<stream>/<consumer>` → the rotations that wait for an ack there (one per grant, a consumer is one grant's).
   const byConsumer = new Map<string, Tracked>();
@@ -75,9 +86,26 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
   const count = (t: Tracked, id: string, ack: HolderAck) => {
     const want = t.expect.get(id);
     if (!want || ack.seq < want.seq || t.acks.has(want.holder)) return false;
+    if (want.witnessed) {
+      const c = witnesses.get(id);
+      if (c?.rotation !== t.rotation || c.generation !== t.to) {
+        // Acked, and no receipt says the part applied it (yet): counted once one does.
+        t.unwitnessed.set(id, ack);
+        return false;
+      }
+      t.unwitnessed.delete(id);
+    }
     t.acks.set(want.holder, ack);
     return true;
   };
+
+  // A receipt that witnesses an ack already seen.
+  witnesses.listen((id, c) => {
+    const t = byConsumer.get(id);
+    const ack = t?.unwitnessed.get(id);
+    if (!t || !ack || c.rotation !== t.rotation) return;
+    if (count(t, id, ack)) opts.onProgress(t.key, t.expect.size - t.acks.size);
+  });
 
   const sub = store.nc.subscribe(subjects.holderAckMetricsAll, {
     callback: (err, m) => {
@@ -113,11 +141,11 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
     const cur = byRotation.get(key);
     if (cur?.rotation === r.id) return;
     if (cur) forgetTracked(cur);
-    const t: Tracked = { key, rotation: r.id, endpoints: endpointsOf(r), expect: new Map(), acks: new Map() };
+    const t: Tracked = { key, rotation: r.id, to: r.to, endpoints: endpointsOf(r), expect: new Map(), acks: new Map(), unwitnessed: new Map() };
     let early = 0;
     for (const { holder, endpoint, seq } of t.endpoints) {
       const id = `${endpoint.stream}/${endpoint.consumer}`;
-      t.expect.set(id, { holder, seq });
+      t.expect.set(id, { holder, seq, witnessed: !endpoint.sdk });
       byConsumer.set(id, t);
       const seen = lastAck.get(id);
       if (seen && count(t, id, seen)) early++;

@@ -24,6 +24,7 @@ import {
   type Logger,
   type Store,
 } from "@mesh/shared";
+import type { ReceiptWitnesses } from "./receipt-witnesses.js";
 
 export interface HolderConsumers {
   /** Makes the stream and consumer of `endpoint` if this instance has not made them yet (or `force`: it may have vanished). */
@@ -61,7 +62,7 @@ export const REPLICA_LOOKS_BEHIND = 3;
 export const REPLICA_MIN_AGE_MS = 30_000;
 export const REPLICA_STEPDOWNS_PER_LOOK = 8;
 
-export function holderConsumers(opts: { store: Store; log: Logger; replicas: number }): HolderConsumers {
+export function holderConsumers(opts: { store: Store; log: Logger; replicas: number; witnesses: ReceiptWitnesses }): HolderConsumers {
   const { store, log } = opts;
   const streams = new Map<string, Promise<void>>();
   const consumers = new Map<string, Promise<void>>();
@@ -169,11 +170,13 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
       const grant = grantId(k.module, k.requirement);
       const holder = holderKey(k.node, k.part);
       const r = ev.operation === "PUT" && ev.length ? DeliveryReceipt.safeParse(safeJson(() => ev.json())) : undefined;
+      const e = holderEndpoint(grant, holder);
+      // What the part applied, as its agent says: the ack tracker's second witness.
+      if (e) opts.witnesses.note(e, r?.success && !r.data.withdrawnAt ? r.data.confirmed : undefined);
       if (!r?.success || r.data.withdrawnAt || r.data.generation === 0) {
         if (!r?.success || r.data.withdrawnAt) void remove(grant, holder);
         continue;
       }
-      const e = holderEndpoint(grant, holder);
       if (e) ensure(e).catch((err: unknown) => log.warn({ grant, holder, err }, "could not make the agent's consumer; it is made again before the next rotation"));
     }
   })().catch((e: unknown) => log.warn({ err: e, bucket: Buckets.receipts }, "the watch of delivery receipts ended; agents' consumers are made before each rotation"));

@@ -57,6 +57,7 @@ import { broadcaster } from "./broadcast.js";
 import { committer } from "./commit.js";
 import { holderConsumers, onRegistration } from "./holder-consumers.js";
 import { startAckTracker } from "./ack-tracker.js";
+import { ReceiptWitnesses } from "./receipt-witnesses.js";
 import { carrier } from "./carry-over.js";
 
 /** A running rotator. */
@@ -81,7 +82,8 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   const timers = new Map<string, NodeJS.Timeout>();
   // Holders' streams and consumers, made by the control plane (a holder may make none).
   // Holder streams and their consumers at the store's replicas (R3 on a cluster, on file; one server: in memory; holder-streams.ts).
-  const consumers = holderConsumers({ store, log, replicas: opts.replicas ?? storeReplicas(store.nc.info) });
+  const witnesses = new ReceiptWitnesses();
+  const consumers = holderConsumers({ store, log, replicas: opts.replicas ?? storeReplicas(store.nc.info), witnesses });
   const registry = await watchHolderRegistry({ store, log, onChange: (k, reg) => onRegistration(consumers, log, k, reg) });
   // The last ack in: the commit, now. Before that, a look now and then (the count in the record; holders the operator evicted).
   const looks = new Map<string, NodeJS.Timeout>();
@@ -89,6 +91,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
     store,
     log,
     consumers,
+    witnesses,
     onProgress: (key, remaining) => {
       if (remaining === 0) {
         clearTimeout(looks.get(key));

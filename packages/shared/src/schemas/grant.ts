@@ -45,6 +45,14 @@ export const DeliveryReceipt = z.object({
       failed: z.object({ reason: z.enum(["HookNotAllowed", "HookFailed"]), message: z.string().max(RECEIPT_MESSAGE_MAX), at: z.string() }).optional(),
     })
     .optional(),
+  /**
+   * The part applied generation `generation` of rotation `rotation`: its files written, its hook
+   * run, a login with it proven from the node. Written after that and before the agent
+   * acknowledges the rotation's message: the rotator counts an agent-held part as confirmed only
+   * when both say so (the ack on the holder's own consumer, and this, which only that node's
+   * agent may write), so a forged ack alone commits nothing.
+   */
+  confirmed: z.object({ rotation: z.string().max(200), generation: z.number().int().positive() }).optional(),
 });
 export type DeliveryReceipt = z.infer<typeof DeliveryReceipt>;
 
