@@ -17,6 +17,7 @@ import { connect } from "@nats-io/transport-node";
 import { connectWithIdentity } from "@mesh/client";
 import { isTcpPortFree } from "@mesh/cli";
 import { runMeshctl } from "./harness/bootstrapped-mesh.js";
+import { entriesOpenToOthers } from "./harness/file-modes.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { waitFor } from "./harness/wait.js";
 
@@ -111,6 +112,9 @@ describe("meshctl up with the examples", () => {
     }
     expect(existsSync(join(cwd, ".mesh/bindings/node-b/shop/worker"))).toBe(false);
     expect(statSync(join(cwd, ".mesh/master.key")).mode & 0o777).toBe(0o600);
+    // Nothing the mesh keeps here is open to another local user: not the keys, the NATS store,
+    // the logs, nor the bindings the agents wrote (symlinks aside: their mode means nothing).
+    expect(entriesOpenToOthers(join(cwd, ".mesh"))).toEqual([]);
 
     // Nothing of Node's own in what a user reads (a leak warning came from up's waits once).
     expect(out).not.toMatch(/\(node:\d+\) \w*Warning/);

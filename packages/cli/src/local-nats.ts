@@ -3,10 +3,11 @@
  * `nats-server` with JetStream (only for a loopback URL; a remote server is not ours to start).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants, mkdirSync, openSync, closeSync, readFileSync } from "node:fs";
+import { accessSync, constants, closeSync, readFileSync } from "node:fs";
 import { connect as tcpConnect, createServer } from "node:net";
 import { delimiter, join } from "node:path";
 import { CliError } from "./cli-error.js";
+import { makePrivateDir, openPrivateLog } from "./private-tree.js";
 
 /** Where `nats-server` is looked for besides `PATH` (Debian installs it in /usr/sbin). */
 export const NATS_SERVER_CANDIDATES = ["/usr/sbin/nats-server", "/usr/local/sbin/nats-server", "/usr/local/bin/nats-server", "/usr/bin/nats-server"];
@@ -111,7 +112,13 @@ function waitForTcp(host: string, port: number, proc: ChildProcess, logFile: str
 /**
  * Starts `nats-server -a HOST -p PORT -js -sd STORE` in its own process group (so a Ctrl-C
  * in the terminal reaches meshctl, which stops the services before the server), with its
- * output in `logFile`. Resolves once it accepts connections.
+ * output in `logFile` (0600). Resolves once it accepts connections.
+ *
+ * The server runs under umask 077, so what it writes (the JetStream store, the resolver's JWTs,
+ * its pid file) is closed to other local users: nats-server makes its directories 0750 and its
+ * files 0640, which the umask narrows to 0700 and 0600. A shell sets the umask and `exec`s the
+ * server, so the pid is the server's; meshctl's own umask is left alone (its other children,
+ * the agents and the hooks they run, keep the user's).
  */
 export async function startLocalNats(opts: {
   bin: string;
@@ -122,10 +129,10 @@ export async function startLocalNats(opts: {
   /** A config file (listen address, store, authentication) instead of the plain flags. */
   configFile?: string;
 }): Promise<StartedNats> {
-  mkdirSync(opts.storeDir, { recursive: true, mode: 0o700 });
-  const fd = openSync(opts.logFile, "a");
+  makePrivateDir(opts.storeDir);
+  const fd = openPrivateLog(opts.logFile);
   const args = opts.configFile ? ["-c", opts.configFile] : ["-a", opts.host, "-p", String(opts.port), "-js", "-sd", opts.storeDir];
-  const proc = spawn(opts.bin, args, {
+  const proc = spawn("/bin/sh", ["-c", 'umask 077 && exec "$0" "$@"', opts.bin, ...args], {
     stdio: ["ignore", fd, fd],
     detached: true,
   });

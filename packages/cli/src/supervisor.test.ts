@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -43,6 +43,8 @@ describe("Supervisor", () => {
     expect(events.map((e) => e.type)).toEqual(["exited", "exited", "gave-up"]);
     expect(events[0]).toMatchObject({ name: "crasher", code: 3, signal: null, logFile: log, restartInMs: 20 });
     expect(readFileSync(log, "utf8").match(/boom c1/g)).toHaveLength(3);
+    // A service's log is its own user's alone.
+    expect((statSync(log).mode & 0o777).toString(8)).toBe("600");
     expect(sup.running()).toEqual([]);
     await sup.stop();
   });

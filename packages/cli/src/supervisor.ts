@@ -9,7 +9,8 @@
  * itself, and a mesh without it would only look alive.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import { closeSync } from "node:fs";
+import { openPrivateLog } from "./private-tree.js";
 
 /** One service to run. */
 export interface ServiceSpec {
@@ -19,7 +20,7 @@ export interface ServiceSpec {
   script: string;
   /** Environment added to meshctl's own. */
   env: Record<string, string>;
-  /** Where its standard output and error go (appended). */
+  /** Where its standard output and error go (appended; the file is made, or set, 0600). */
   logFile: string;
 }
 
@@ -89,7 +90,7 @@ export class Supervisor {
   }
 
   private launch(child: Child): Promise<number> {
-    const fd = openSync(child.spec.logFile, "a");
+    const fd = openPrivateLog(child.spec.logFile);
     // Own process group: a Ctrl-C in the terminal reaches meshctl alone, which then stops the
     // services once each, in order, before the NATS server.
     const proc = spawn(process.execPath, [child.spec.script], {

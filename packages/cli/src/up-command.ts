@@ -4,7 +4,7 @@
  * child processes (their logs under `.mesh/logs/`), applies the given files once the resolver
  * answers, and shows a live status until Ctrl-C; then it stops everything it started.
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { adminEnv, bootstrapFiles, busProvider, controlPlaneFiles, identityBinding, partOfService, recordsBinding, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
 import { prepareOperatorServer } from "@mesh/providers";
 import { join, relative, isAbsolute } from "node:path";
@@ -35,6 +35,7 @@ import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, t
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
 import { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
+import { makePrivateDir, tightenTree } from "./private-tree.js";
 import { Supervisor, type ChildEvent, type ServiceSpec } from "./supervisor.js";
 import { formatHookList, type AllowedHooks } from "@mesh/agent";
 
@@ -150,6 +151,26 @@ async function listenAddress(url: string, named: boolean, stateDir: string, out:
   return { host, port };
 }
 
+/**
+ * Makes the state directory, its logs and the bindings root, closed to other local users
+ * (directories 0700, files 0600), and tightens what an earlier meshctl left there more open,
+ * saying so. A bindings root outside the state directory is the user's: made 0700 when
+ * missing, left as it is when not (the agents make what they write in it 0700/0600).
+ */
+export function closeStateDir(paths: UpPaths, out: Output, show: (p: string) => string = (p) => p): void {
+  makePrivateDir(paths.state);
+  const { tightened, foreign } = tightenTree(paths.state);
+  makePrivateDir(paths.logs);
+  makePrivateDir(paths.bindings);
+  if (tightened.length) {
+    out.out(`closed ${tightened.length} ${tightened.length === 1 ? "entry" : "entries"} under ${show(paths.state)}/ to other local users (directories 0700, files 0600); an earlier meshctl had left them readable`);
+  }
+  if (foreign.length) {
+    const some = foreign.slice(0, 3).map(show).join(", ");
+    out.err(`${foreign.length} ${foreign.length === 1 ? "entry" : "entries"} under ${show(paths.state)}/ belong to another user, so meshctl cannot close them to others: ${some}${foreign.length > 3 ? ", …" : ""}; remove them or change their owner`);
+  }
+}
+
 /** A path as shown to the user: relative to `cwd` when inside it. */
 export function displayPath(cwd: string, p: string): string {
   const r = relative(cwd, p);
@@ -218,8 +239,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   if (missing.length) {
     throw new CliError(`the services are not built (missing ${missing.map(show).join(", ")}); build them with: npm run build`);
   }
-  mkdirSync(paths.logs, { recursive: true });
-  mkdirSync(paths.bindings, { recursive: true });
+  closeStateDir(paths, out, show);
 
   // Internal end: a stop signal (exit 0) or a failure while running (exit 1).
   let finish!: (code: number) => void;
