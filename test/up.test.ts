@@ -44,7 +44,6 @@ describe("meshctl up with the examples", () => {
   let up: ChildProcess;
   let out = "";
   let url = "";
-  let monitorPort = 0;
 
   beforeAll(async () => {
     await dropShop();
@@ -61,11 +60,12 @@ describe("meshctl up with the examples", () => {
   });
 
   it("starts a NATS server of its own whose operator is the mesh, on 4222 or, taken, on a port it names; no client without credentials gets in", async () => {
-    const started = await waitFor("up to start its nats-server", () => /listening on (nats:\/\/127\.0\.0\.1:\d+).*monitoring on http:\/\/127\.0\.0\.1:(\d+)/.exec(out) ?? undefined, 30_000).catch((e) => {
+    const started = await waitFor("up to start its nats-server", () => /listening on (nats:\/\/127\.0\.0\.1:\d+).*no monitoring port/.exec(out) ?? undefined, 30_000).catch((e) => {
       throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
     });
     url = started[1]!;
-    monitorPort = Number(started[2]);
+    // No monitoring port unless asked for (--nats-monitor): its /connz would show anyone every identity's connections.
+    expect(readFileSync(join(cwd, ".mesh/nats-operator/server.conf"), "utf8")).not.toMatch(/^\s*(http|http_port|monitor_port)\b/m);
     if (!(await isTcpPortFree("127.0.0.1", 4222))) {
       expect(url).not.toBe("nats://127.0.0.1:4222");
       expect(out).toContain(`port 4222 is taken on 127.0.0.1`);
@@ -145,7 +145,7 @@ describe("meshctl up with the examples", () => {
     up.kill("SIGTERM");
     expect(await exited).toBe(0);
     expect(out).toMatch(/stopped nats-server/);
-    await waitFor("its nats-server to be gone", async () => (await fetch(`http://127.0.0.1:${monitorPort}/varz`).then(() => false, () => true)) || undefined, 10_000);
+    await waitFor("its nats-server to be gone", async () => (await isTcpPortFree("127.0.0.1", Number(new URL(url).port))) || undefined, 10_000);
   });
 });
 
@@ -163,7 +163,7 @@ describe("meshctl up on a named NATS server without authentication", () => {
   });
 
   it("runs, and it and every service say loudly that anyone on that server can take every credential", async () => {
-    const up = spawn(process.execPath, [meshctl, "up", "--nodes", "node-a", "-f", join(repo, "examples/nothing.yaml")], {
+    const up = spawn(process.execPath, [meshctl, "up", "--nodes", "node-a", "--nats-monitor", "127.0.0.1:0", "-f", join(repo, "examples/nothing.yaml")], {
       cwd,
       env: { ...freshEnv, NATS_URL: nats.url },
       stdio: ["ignore", "pipe", "pipe"],
@@ -176,6 +176,8 @@ describe("meshctl up on a named NATS server without authentication", () => {
         throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
       });
       expect(out).toContain(`using the NATS server at ${nats.url}`);
+      // A server up does not start is configured by its own operator: its monitoring too.
+      expect(out).toContain(`--nats-monitor is left unused: meshctl up did not start the server at ${nats.url}`);
       expect(out).toMatch(new RegExp(`WARNING: the NATS server at ${nats.url.replace(/\./g, "\\.")} has no authentication: anyone who can reach it can take every credential`));
       expect(existsSync(join(cwd, ".mesh/nats-operator/admin.creds"))).toBe(false); // nothing of an operator's on a server it does not run
       for (const f of ["resolver", "provisioner", "verifier", "rotator", "agent-node-a"]) {

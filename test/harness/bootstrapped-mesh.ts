@@ -46,7 +46,7 @@ export const SECOND_INSTANCE_ENV = "MESH_TEST_INSTANCE";
 export interface BootstrappedMesh {
   cwd: string;
   url: string;
-  /** The server's monitoring endpoint, as bootstrap printed it. */
+  /** The server's monitoring endpoint (`--nats-monitor`), as bootstrap printed it. */
   monitorUrl: string;
   proc: ChildProcess;
   /** Everything meshctl printed so far. */
@@ -84,7 +84,9 @@ export async function startBootstrappedMesh(
   const cwd = opts.restart?.cwd ?? opts.on?.cwd ?? mkdtempSync(join(tmpdir(), "mesh-boot-"));
   const url = opts.restart?.url ?? opts.on?.url ?? `nats://127.0.0.1:${await freePort()}`;
   let out = "";
-  const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : [])], {
+  // The server bootstrap starts opens its monitoring port only when asked: the tests read /connz and /varz there.
+  const monitor = opts.on ? [] : ["--nats-monitor", "127.0.0.1:0"];
+  const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : []), ...monitor], {
     cwd,
     env: { ...process.env, NATS_URL: url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_USER: "", MESH_NATS_CREDENTIALS: "", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],

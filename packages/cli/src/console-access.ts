@@ -8,25 +8,18 @@ import { timingSafeEqual } from "node:crypto";
 import { isIP } from "node:net";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
+import { hostForUrl, parseHostPort, type ListenAddress } from "./host-port.js";
+
+export { hostForUrl, type ListenAddress } from "./host-port.js";
 
 /** Where the console listens unless told: loopback only. */
 export const DEFAULT_CONSOLE_LISTEN = "127.0.0.1:8470";
 
-/** An address to listen on. */
-export interface ListenAddress {
-  /** As given, without brackets (`127.0.0.1`, `::1`, `localhost`, `0.0.0.0`). */
-  host: string;
-  port: number;
-}
-
 /** Parses `HOST:PORT` (`[::1]:8470` for IPv6); a bad one is a usage error (exit 2). */
 export function parseListen(spec: string): ListenAddress {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(spec.trim());
-  const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) {
-    throw new CliError(`--listen ${JSON.stringify(spec)}: give HOST:PORT, e.g. ${DEFAULT_CONSOLE_LISTEN} ([::1]:8470 for IPv6; port 0 picks a free one)`, ExitCodes.Usage);
-  }
-  return { host: (m[1] ?? m[2])!, port };
+  const addr = parseHostPort(spec);
+  if (!addr) throw new CliError(`--listen ${JSON.stringify(spec)}: give HOST:PORT, e.g. ${DEFAULT_CONSOLE_LISTEN} ([::1]:8470 for IPv6; port 0 picks a free one)`, ExitCodes.Usage);
+  return addr;
 }
 
 /** True for `localhost`, 127.0.0.0/8 and ::1. */
@@ -47,11 +40,6 @@ export function checkListen(addr: ListenAddress, tls: boolean): void {
       "give --tls-cert FILE and --tls-key FILE, or listen on 127.0.0.1 and reach it through an SSH tunnel (ssh -L 8470:127.0.0.1:8470 HOST)",
     ExitCodes.Usage,
   );
-}
-
-/** Formats a host for a URL or a Host header (`[::1]`). */
-export function hostForUrl(host: string): string {
-  return isIP(host) === 6 ? `[${host}]` : host;
 }
 
 /**

@@ -26,7 +26,7 @@ import { processOutput } from "./output.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
-import { runUp } from "./up-command.js";
+import { parseNatsMonitor, runUp } from "./up-command.js";
 import { bootstrapFiles, controlPlaneYaml, natsConfigText } from "./bootstrap.js";
 import { runVerify } from "./verify-command.js";
 import { printable } from "./style.js";
@@ -308,6 +308,7 @@ interface LocalMeshOptions {
   bindings: string;
   allowHook: string[];
   hookUser?: string;
+  natsMonitor?: string;
 }
 
 /** `--allow-hook` of up and bootstrap, checked before anything starts (exit 2 when wrong). */
@@ -322,11 +323,15 @@ function hooksOption(specs: readonly string[]): AllowedHooks | undefined {
 
 const ALLOW_HOOK_HELP = "a hook every agent allows, for parts' onRotate: NAME=COMMAND, COMMAND run without a shell (split on whitespace) as --hook-user; repeatable";
 const HOOK_USER_HELP = "the unprivileged user the agents run hooks as (default nobody; the agents' own user when meshctl is not root)";
+const NATS_MONITOR_HELP =
+  "open the monitoring port of the NATS server this command starts, at 127.0.0.1:PORT (port 0 picks a free one); default: none. " +
+  "It answers anyone who can reach it, without authentication, with every identity's connections and subscriptions (/connz)";
 
 /** `up` and `bootstrap`: run until a signal; a first signal stops everything in order, a second kills at once. */
 function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }): Promise<never> {
   return run(async (_connect, url) => {
     const hooks = hooksOption(o.allowHook);
+    const natsMonitor = o.natsMonitor === undefined ? undefined : parseNatsMonitor(o.natsMonitor);
     const stop = new AbortController();
     let signals = 0;
     const onSignal = () => {
@@ -350,6 +355,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
         ...(bootstrap ? { bootstrap } : {}),
         ...(hooks ? { hooks } : {}),
         ...(o.hookUser ? { hookUser: o.hookUser } : {}),
+        ...(natsMonitor ? { natsMonitor } : {}),
       },
       out,
       stop.signal,
@@ -365,6 +371,7 @@ program
   .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
   .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
   .option("--hook-user <user>", HOOK_USER_HELP)
+  .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
   .action((o: LocalMeshOptions) => runLocalMesh(o));
 
 program
@@ -379,6 +386,7 @@ program
   .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
   .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
   .option("--hook-user <user>", HOOK_USER_HELP)
+  .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
   .action((o: LocalMeshOptions & { servicesNode?: string }) =>
     runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}),
   );

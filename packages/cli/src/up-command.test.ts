@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { chooseNodes, displayPath, serviceSpecs } from "./up-command.js";
+import { chooseNodes, displayPath, monitorExposureLine, parseNatsMonitor, serviceSpecs } from "./up-command.js";
+import { isCliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
 import { loopbackAddress } from "./local-nats.js";
 import { upPaths } from "./paths.js";
 import { allowedHooksOf, parseAllowedHooks } from "@mesh/agent";
@@ -76,5 +78,36 @@ describe("loopbackAddress and displayPath", () => {
   it("shows paths inside the working directory relative to it", () => {
     expect(displayPath("/w", "/w/.mesh/logs")).toBe(".mesh/logs");
     expect(displayPath("/w", "/srv/b")).toBe("/srv/b");
+  });
+});
+
+describe("parseNatsMonitor (--nats-monitor)", () => {
+  it.each([
+    ["127.0.0.1:8222", { host: "127.0.0.1", port: 8222 }],
+    ["localhost:0", { host: "127.0.0.1", port: 0 }],
+    ["[::1]:8222", { host: "::1", port: 8222 }],
+  ])("takes %s, a loopback address the server up starts can serve monitoring on", (spec, addr) => {
+    expect(parseNatsMonitor(spec)).toEqual(addr);
+  });
+
+  it.each([
+    ["8222", /is not HOST:PORT with a port from 0 to 65535; give e\.g\. 127\.0\.0\.1:8222/],
+    ["127.0.0.1:65536", /is not HOST:PORT with a port from 0 to 65535/],
+    ["127.0.0.1:", /is not HOST:PORT/],
+    ["0.0.0.0:8222", /serves monitoring on its own client address, which is loopback; give 127\.0\.0\.1:8222/],
+    ["10.0.0.5:8222", /give 127\.0\.0\.1:8222/],
+  ])("refuses %s as wrong usage, saying what to give", (spec, message) => {
+    let err: unknown;
+    try {
+      parseNatsMonitor(spec);
+    } catch (e) {
+      err = e;
+    }
+    expect(isCliError(err) && err.exitCode).toBe(ExitCodes.Usage);
+    expect((err as Error).message).toMatch(message);
+  });
+
+  it("warns that the port shows every identity's connections and subscriptions to anyone who reaches it", () => {
+    expect(monitorExposureLine("http://127.0.0.1:8222")).toMatch(/^WARNING: the NATS monitoring port http:\/\/127\.0\.0\.1:8222 shows every identity's connections and subscriptions .* to anyone who can reach it/);
   });
 });

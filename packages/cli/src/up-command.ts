@@ -26,6 +26,7 @@ import {
 } from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
 import { pause, retryPolicy } from "./retry.js";
+import { hostForUrl, parseHostPort, type ListenAddress } from "./host-port.js";
 import { CliError } from "./cli-error.js";
 import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli, ownAdminCreds } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -64,6 +65,12 @@ export interface UpOptions {
    * when one answers; otherwise up starts its own (default: named, as the URL is given).
    */
   natsUrlNamed?: boolean;
+  /**
+   * The monitoring port of the server up starts (`--nats-monitor`, parsed by
+   * {@link parseNatsMonitor}; port 0: a free one); none when absent. Ignored for a server up
+   * does not start.
+   */
+  natsMonitor?: ListenAddress;
   /** How long to wait for the resolver to answer (default 60 s). */
   resolverWaitMs?: number;
   /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
@@ -122,6 +129,33 @@ export function serviceSpecs(opts: {
       logFile: log(`agent-${node}`),
     })),
   ];
+}
+
+/** The hosts `--nats-monitor` takes: the server up starts listens on loopback, and serves monitoring on that address. */
+const MONITOR_HOSTS: Readonly<Record<string, string>> = { "127.0.0.1": "127.0.0.1", localhost: "127.0.0.1", "::1": "::1" };
+
+/**
+ * `--nats-monitor HOST:PORT`: the monitoring address of the server up starts, its host
+ * `127.0.0.1` (or `localhost`) or `::1`, port 0 for a free one. nats-server 2.9 serves
+ * monitoring on its client address, which is loopback for a server up starts, so no other
+ * host can be given. Throws a CliError (exit 2) that says what to give.
+ */
+export function parseNatsMonitor(spec: string): ListenAddress {
+  const addr = parseHostPort(spec);
+  if (!addr) throw new CliError(`--nats-monitor ${JSON.stringify(spec)} is not HOST:PORT with a port from 0 to 65535; give e.g. 127.0.0.1:8222 ([::1]:8222 for IPv6; port 0 picks a free one)`, ExitCodes.Usage);
+  const host = MONITOR_HOSTS[addr.host];
+  if (!host) {
+    throw new CliError(
+      `--nats-monitor ${spec}: the NATS server meshctl up starts serves monitoring on its own client address, which is loopback; give 127.0.0.1:${addr.port} (or [::1]:${addr.port} when the server's URL is [::1])`,
+      ExitCodes.Usage,
+    );
+  }
+  return { host, port: addr.port };
+}
+
+/** What up says, loudly, when it opens the NATS monitoring port (`--nats-monitor`). */
+export function monitorExposureLine(url: string): string {
+  return `WARNING: the NATS monitoring port ${url} shows every identity's connections and subscriptions (${url}/connz?auth=1&subs=1: each connection's user key, name, address and subjects) to anyone who can reach it, without authentication; leave out --nats-monitor to keep it closed.`;
 }
 
 /** What up says, loudly, when it runs on a server without authentication. */
@@ -304,6 +338,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
         if (!loopbackAddress(url)) throw new CliError(`${natsUnreachableMessage(url, rootMessage(e))}\n(meshctl up starts a server itself only for a loopback URL such as nats://127.0.0.1:4222.)`);
       }
     }
+    if (answered && opts.natsMonitor) out.err(`--nats-monitor is left unused: meshctl up did not start the server at ${url}, whose monitoring its own configuration sets`);
     if (!answered) {
       const bin = findNatsServer();
       if (!bin) {
@@ -314,14 +349,19 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       }
       const local = await listenAddress(url, opts.natsUrlNamed !== false || Boolean(opts.bootstrap), paths.state, out);
       const logFile = join(paths.logs, "nats-server.log");
-      const monitorPort = await freeTcpPort(local.host);
+      if (opts.natsMonitor && opts.natsMonitor.host !== local.host) {
+        throw new CliError(`--nats-monitor ${hostForUrl(opts.natsMonitor.host)}:${opts.natsMonitor.port}: the server listens on ${local.host}, and serves monitoring there only; give --nats-monitor ${hostForUrl(local.host)}:${opts.natsMonitor.port}`, ExitCodes.Usage);
+      }
+      const monitorPort = opts.natsMonitor && (opts.natsMonitor.port || (await freeTcpPort(local.host)));
+      const monitorUrl = monitorPort && `http://${hostForUrl(local.host)}:${monitorPort}`;
       const { key } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
-      await prepareOperatorServer(own, key, { ...local, monitorPort });
+      await prepareOperatorServer(own, key, { ...local, ...(monitorPort ? { monitorPort } : {}) });
       out.out(
         `starting a NATS server whose operator is the mesh (JWT identities, full account resolver; a client without credentials is refused): ${bin} -c ${show(own.configFile)}` +
           ` (listening on nats://${local.host}:${local.port}; operator keys in ${show(own.dir)}, sealed under the master key; the admin's credentials in ${show(own.adminCredsFile)};` +
-          ` monitoring on http://${local.host}:${monitorPort}, log in ${show(logFile)})`,
+          ` ${monitorUrl ? `monitoring on ${monitorUrl}` : "no monitoring port (--nats-monitor HOST:PORT opens one)"}, log in ${show(logFile)})`,
       );
+      if (monitorUrl) out.err(monitorExposureLine(monitorUrl));
       nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: own.storeDir, logFile, configFile: own.configFile });
       url = nats.url;
       writeFileSync(join(paths.state, NATS_URL_FILE), `${url}\n`, { mode: 0o600 });
