@@ -8,7 +8,8 @@
  * Who may do what:
  * - `/token`: anyone who knows a current password of a user, for that user's namespace only;
  *   a retired generation's password gets nothing from the moment it is retired, and each token
- *   lives at most {@link MAX_TOKEN_LIFETIME_S} s.
+ *   lives at most {@link MAX_TOKEN_LIFETIME_S} s. Failed logins are limited per client address
+ *   and per user (login-limiter.ts): past the limit, 429 with `Retry-After`, no password checked.
  * - `/admin/…`: the admin alone (HTTP Basic, compared in constant time); it receives salted
  *   scrypt hashes, never a password.
  * Nothing secret is logged: no password, hash, Authorization header or token, only user names,
@@ -23,6 +24,7 @@ import { MAX_TOKEN_LIFETIME_S, signToken } from "./token.js";
 import { ensureSigningKey, type SigningKey } from "./signing-key.js";
 import { UserStore } from "./user-store.js";
 import { ensureAdminPassword } from "./admin-password.js";
+import { LoginLimiter, type LoginAttempt, type LoginLimits, type LoginLock } from "./login-limiter.js";
 
 export interface TokenIssuerOptions {
   /** Holds the signing key, its certificate and the users; made when missing. */
@@ -38,6 +40,10 @@ export interface TokenIssuerOptions {
   host?: string;
   /** 0: a free port. */
   port?: number;
+  /** Failed logins allowed per client address and per user, and their window (default 10 and 5 a minute: `DEFAULT_LOGIN_LIMITS`). */
+  loginLimits?: Partial<LoginLimits>;
+  /** A monotonic clock in ms, for the login limits (default `performance.now()`); tests pass their own. */
+  now?: () => number;
   log: Logger;
 }
 
@@ -69,10 +75,11 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
   if (!(Number.isInteger(lifetimeSeconds) && lifetimeSeconds >= 1 && lifetimeSeconds <= MAX_TOKEN_LIFETIME_S)) {
     throw new Error(`the token lifetime must be a whole number of seconds from 1 to ${MAX_TOKEN_LIFETIME_S}, not ${lifetimeSeconds}`);
   }
+  const limiter = new LoginLimiter(opts.loginLimits);
   const key = await ensureSigningKey(opts.stateDir);
   const users = new UserStore(opts.stateDir);
   const admin = { username: opts.admin.username, password: "password" in opts.admin ? opts.admin.password : ensureAdminPassword(opts.admin.passwordFile) };
-  const handler = requestHandler({ ...opts, admin, lifetimeSeconds, key, users });
+  const handler = requestHandler({ ...opts, admin, lifetimeSeconds, key, users, limiter, now: opts.now ?? (() => performance.now()) });
   const server: Server = createServer((req, res) => {
     handler(req, res).catch((e: unknown) => {
       const status = e instanceof HttpError ? e.status : 500;
@@ -89,7 +96,7 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
   });
   const { address, port } = server.address() as AddressInfo;
   const url = `http://${address.includes(":") ? `[${address}]` : address}:${port}`;
-  opts.log.info({ url, realm: `${url}/token`, service: opts.service, issuer: opts.issuer, certificate: key.certificatePath, lifetimeSeconds }, "token issuer listening");
+  opts.log.info({ url, realm: `${url}/token`, service: opts.service, issuer: opts.issuer, certificate: key.certificatePath, lifetimeSeconds, loginLimits: limiter.limits }, "token issuer listening");
   return {
     url,
     certificatePath: key.certificatePath,
@@ -98,9 +105,34 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
 }
 
 const pathOf = (req: IncomingMessage) => new URL(req.url ?? "/", "http://issuer").pathname;
-const codeOf = (status: number) => (status === 401 ? "UNAUTHORIZED" : status === 403 ? "DENIED" : status === 404 ? "NOT_FOUND" : status === 409 ? "CONFLICT" : status >= 500 ? "UNKNOWN" : "INVALID_REQUEST");
+const codeOf = (status: number) =>
+  status === 401 ? "UNAUTHORIZED" : status === 403 ? "DENIED" : status === 404 ? "NOT_FOUND" : status === 409 ? "CONFLICT" : status === 429 ? "TOOMANYREQUESTS" : status >= 500 ? "UNKNOWN" : "INVALID_REQUEST";
 
-function requestHandler(ctx: Omit<TokenIssuerOptions, "admin"> & { admin: { username: string; password: string }; lifetimeSeconds: number; key: SigningKey; users: UserStore }) {
+/** `<module>.<requirement>`'s two names, or undefined for a name no user can have. */
+function userNames(user: string): { module: string; requirement: string } | undefined {
+  const m = USER_NAME.exec(user);
+  return m && isValidName(m[1]!) && isValidName(m[2]!) ? { module: m[1]!, requirement: m[2]! } : undefined;
+}
+
+/** The client's address, an IPv4 one without its IPv6-mapped prefix. */
+function clientAddress(req: IncomingMessage): string {
+  return (req.socket.remoteAddress ?? "unknown").replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/, "");
+}
+
+/** The 429 of a locked login: what happened, and when to try again (also as `Retry-After`, whole seconds). */
+function lockedOut(lock: LoginLock, attempt: LoginAttempt, windowMs: number): HttpError {
+  const seconds = Math.max(1, Math.ceil(lock.retryAfterMs / 1000));
+  const who = lock.by === "address" ? `from ${attempt.address}` : `as user ${attempt.user}`;
+  return new HttpError(
+    429,
+    `too many failed logins ${who} (${lock.failures} within ${Math.round(windowMs / 1000)} s): no password is checked ${lock.by === "address" ? "from there" : "for that user"} until the window ends; try again in ${seconds} s, with a current password of the grant`,
+    { "retry-after": String(seconds) },
+  );
+}
+
+function requestHandler(
+  ctx: Omit<TokenIssuerOptions, "admin" | "now"> & { admin: { username: string; password: string }; lifetimeSeconds: number; key: SigningKey; users: UserStore; limiter: LoginLimiter; now: () => number },
+) {
   const adminDigest = digestOf(`${ctx.admin.username}:${ctx.admin.password}`);
   const log = ctx.log;
 
@@ -118,9 +150,9 @@ function requestHandler(ctx: Omit<TokenIssuerOptions, "admin"> & { admin: { user
       throw new HttpError(401, "the admin credential is wrong or missing", { "www-authenticate": 'Basic realm="mesh oci token issuer admin"' });
     }
     const user = decodeURIComponent(m[1]!);
-    const names = USER_NAME.exec(user);
-    if (!names || !isValidName(names[1]!) || !isValidName(names[2]!)) throw new HttpError(400, `user name ${JSON.stringify(user)} is not <module>.<requirement>`);
-    const mark = `${names[1]}/${names[2]}`;
+    const names = userNames(user);
+    if (!names) throw new HttpError(400, `user name ${JSON.stringify(user)} is not <module>.<requirement>`);
+    const mark = `${names.module}/${names.requirement}`;
     const generation = m[2] === undefined ? undefined : Number(m[2]);
     if (generation !== undefined && !(Number.isSafeInteger(generation) && generation >= 1)) throw new HttpError(400, `generation ${m[2]} is not 1, 2, 3 …`);
 
@@ -133,7 +165,7 @@ function requestHandler(ctx: Omit<TokenIssuerOptions, "admin"> & { admin: { user
     if (req.method === "PUT" && generation !== undefined) {
       const body = (await readJson(req)) as { hash?: unknown };
       if (!isPasswordHash(body.hash)) throw new HttpError(400, "the body must be {\"hash\": <a scrypt hash made by the oci.registry adapter>}");
-      const result = ctx.users.setGeneration(user, mark, names[1]!, generation, body.hash);
+      const result = ctx.users.setGeneration(user, mark, names.module, generation, body.hash);
       if (result === "conflict") throw new HttpError(409, `user ${user} belongs to grant ${ctx.users.get(user)?.mark}, not ${mark}`);
       log.info({ user, generation }, "generation set");
       return send(res, 200, { user, generation });
@@ -156,12 +188,23 @@ function requestHandler(ctx: Omit<TokenIssuerOptions, "admin"> & { admin: { user
       return new HttpError(401, "authentication required: a current username and password of an oci.registry grant", { "www-authenticate": 'Basic realm="mesh oci registry"' });
     };
     if (!basic) throw refuse("no credential");
+    // Counted per user only under a name a user can have: any other fails without a check, and would only fill the table.
+    const attempt: LoginAttempt = { address: clientAddress(req), ...(userNames(basic.user) ? { user: basic.user } : {}) };
+    const lock = ctx.limiter.lockOf(attempt, ctx.now());
+    if (lock) {
+      // Like refuse(): a name is logged only when it is a user's (one typed into the wrong field may be a password).
+      log.info({ user: ctx.users.get(basic.user) ? basic.user : undefined, address: attempt.address, lockedBy: lock.by, retryAfterMs: Math.round(lock.retryAfterMs) }, "token refused: too many failed logins");
+      throw lockedOut(lock, attempt, ctx.limiter.limits.windowMs);
+    }
     const record = ctx.users.get(basic.user);
     let generation: number | undefined;
     for (const p of Object.values(record?.passwords ?? {})) {
       if (p && (await verifyPassword(basic.password, p.hash))) generation = p.generation;
     }
-    if (!record || generation === undefined) throw refuse("unknown user or wrong or retired password", record ? basic.user : undefined);
+    if (!record || generation === undefined) {
+      ctx.limiter.recordFailure(attempt, ctx.now());
+      throw refuse("unknown user or wrong or retired password", record ? basic.user : undefined);
+    }
     const access = grantedAccess(url.searchParams.getAll("scope"), record.namespace);
     const t = signToken(ctx.key, { issuer: ctx.issuer, service: ctx.service, subject: basic.user, access, lifetimeSeconds: ctx.lifetimeSeconds, now: Math.floor(Date.now() / 1000) });
     log.debug({ user: basic.user, generation, granted: access.map((a) => `${a.name}:${a.actions.join(",")}`) }, "token issued");
