@@ -165,6 +165,8 @@ class OciRegistryAdapter implements ProviderAdapter {
       const res = await fetch(tokenUrl, { headers: { authorization: basic(b.username!, b.password!) }, signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) });
       const body = (await res.json().catch(() => ({}))) as { token?: string; errors?: { message?: string }[] };
       if (res.status === 401) return { ok: false, reason: "rejected", message: `the token issuer at ${tokenUrl.origin} rejected ${b.username}` };
+      // Failed logins of this user or address hit the issuer's limit (anyone may cause that): says nothing of this credential.
+      if (res.status === 429) return { ok: false, reason: "unreachable", message: `the token issuer at ${tokenUrl.origin} is limiting logins of ${b.username} after failed ones; retry after ${res.headers.get("retry-after") ?? "a while"} s` };
       if (!res.ok || !body.token) return { ok: false, reason: "rejected", message: `the token issuer at ${tokenUrl.origin} answered HTTP ${res.status}: ${body.errors?.[0]?.message ?? "no token"}` };
       token = body.token;
     } catch (e) {
