@@ -218,19 +218,19 @@ requires:
     }
   });
 
-  it("the resolver's apply refuses a nats.user asking for > past every provider's ceiling, and stores nothing", async () => {
+  it("the resolver's apply refuses a nats.user asking past every provider's ceiling, and stores nothing", async () => {
     const api = serveJson(nc, subjects.apply, QueueGroups.resolver, quiet(), (body) => handleApply(store, body));
     try {
       const provider = (options: Record<string, string | string[]>) => ({ kind: "Provider", name: "nats-ceiling", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options });
-      const module = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe: ">" } }] };
+      const module = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe: "app.>" } }] };
       expect((await declare(nc, [provider({ signingKeysFile: "/k" })])).ok).toBe(true);
       const refused = await declare(nc, [module]).catch((e: unknown) => e);
       expect(isManifestRejectedError(refused)).toBe(true);
       if (!isManifestRejectedError(refused)) return;
-      expect(refused.problems).toEqual([{ document: 0, path: "requires[0].options", message: expect.stringMatching(/^nats\.user greedy\/bus asks to subscribe ">" .*past the ceiling of provider nats-ceiling.*Ask the operator to widen/) }]);
+      expect(refused.problems).toEqual([{ document: 0, path: "requires[0].options", message: expect.stringMatching(/^nats\.user greedy\/bus asks to subscribe "app\.>" .*past the ceiling of provider nats-ceiling.*Ask the operator to widen/) }]);
       expect(await store.kv.manifests.get("greedy")).toBeNull();
       // Widened by the operator in the same apply: accepted.
-      const r = await declare(nc, [provider({ signingKeysFile: "/k", allowSubscribe: "greedy:>" }), module]);
+      const r = await declare(nc, [provider({ signingKeysFile: "/k", allowSubscribe: "greedy:app.>" }), module]);
       expect(r.accepted.map((a) => a.name)).toEqual(["nats-ceiling", "greedy"]);
     } finally {
       await api.stop();
