@@ -8,10 +8,14 @@ import {
   ApplyReply,
   Buckets,
   ErrorReply,
+  Grant,
+  Kinds,
   Limits,
   ModuleStates,
   formatBytes,
+  keys,
   openBucket,
+  readJson,
   subjects,
   type AppliedDocument,
   type ManifestDoc,
@@ -265,9 +269,33 @@ export async function runApply(connect: () => Promise<NatsConnection>, opts: App
   // Module records written after this are the resolver's answer to this apply.
   const before = store ? await modulesRevisionNow(store) : 0;
   const outcome = await sendApply(nc, loaded.files, opts.timeoutMs, opts.policy, opts.force);
+  if (outcome.ok) for (const line of await widerIdentities(nc, loaded.files).catch(() => [])) out.err(line);
   if (!opts.wait || !store || !outcome.ok) return reportApply(outcome, Boolean(opts.json), out);
   if (!opts.json) reportApply(outcome, false, out);
   return waitForApplied(store, outcome.accepted, before, opts.wait, Boolean(opts.json), out);
+}
+
+/**
+ * What to say of the `nats.user` grants of the applied modules that were issued before every
+ * identity was confined to its own inbox: they keep their wider permissions (subscribing to
+ * `_INBOX.>`, answering any request) until reissued, and one command reissues them all.
+ * Read by key, one grant per requirement; a grant not provisioned yet says nothing.
+ */
+export async function widerIdentities(nc: NatsConnection, files: readonly ManifestFile[]): Promise<string[]> {
+  const wanted = files.flatMap((f) => f.documents).flatMap((d) => (d.kind === "Module" ? d.requires.filter((r) => r.kind === Kinds.NatsUser).map((r) => keys.grant(d.name, r.name)) : []));
+  if (wanted.length === 0) return [];
+  const kv = await openBucket(nc, Buckets.grants);
+  const wide: string[] = [];
+  for (const key of wanted) {
+    const g = (await readJson(kv, key, Grant))?.value;
+    if (g?.resource.subscribe?.split(",").includes("_INBOX.>")) wide.push(g.id);
+  }
+  if (wide.length === 0) return [];
+  return [
+    `note: ${wide.join(", ")} ${wide.length === 1 ? "was" : "were"} issued before each identity was confined to its own inbox: until reissued, ${wide.length === 1 ? "it" : "each"} may still subscribe to _INBOX.> (other identities' replies and deliveries) and answer any request it hears.`,
+    `      Reissue every nats.user identity through the ordinary rotation, no holder locked out: meshctl rotate --kind ${Kinds.NatsUser} --wait`,
+    `      (applications then connect with their binding's inboxPrefix; one that answers requests asks for allowResponses: true)`,
+  ];
 }
 
 /**

@@ -24,6 +24,7 @@ import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput } from "./output.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
+import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
 import { parseNatsMonitor, runUp } from "./up-command.js";
@@ -237,20 +238,27 @@ program
 
 program
   .command("rotate")
-  .description("move every holder of a grant to a new generation; the old one is retired only when all of them confirmed")
-  .argument("<grant>", "the grant: <module>/<requirement>")
+  .description("move every holder of a grant (or of every grant of a kind) to a new generation; the old one is retired only when all of them confirmed")
+  .argument("[grant]", "the grant: <module>/<requirement>")
+  .option("--kind <kind>", "rotate every grant of this kind instead of one (nats.user: reissues every identity with the permissions the mesh issues now)")
   .option("--wait", "show a live confirmed N/M holders line until the rotation is Committed or Stalled")
   .option("--timeout <duration>", "how long holders have to confirm before the rotation is Stalled (e.g. 90s, 10m; default the rotator's, 5m)")
   .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers or it asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s); a resent request starts no second rotation`)
   .option("--verbose", VERBOSE_HELP)
   .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…],"evicted":[…]} as JSON')
   .option("--evict <holder>", "commit the grant's running (or Stalled) rotation without this holder (<node>/<part>, or <node>/<part>/<instance> for an SDK instance), which never came back; repeatable", collect, [])
-  .action((grant: string, o: { wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; evict: string[] }) =>
+  .action((grant: string | undefined, o: { kind?: string; wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; evict: string[] }) =>
     run(async (connect, url) => {
-      checkGrantArg(grant);
+      if ((grant === undefined) === (o.kind === undefined)) throw new CliError("give either a grant (<module>/<requirement>) or --kind KIND, not both or neither", ExitCodes.Usage);
+      if (o.kind !== undefined && o.evict.length) throw new CliError("--evict names holders of one grant: give the grant, not --kind", ExitCodes.Usage);
+      if (o.kind !== undefined) checkKindArg(o.kind);
+      else checkGrantArg(grant!);
       const timeoutMs = durationOption("--timeout", o.timeout);
       const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
-      return runRotate(await openStoreForCli(await connect(), url), { grant, wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}), ...(o.evict.length ? { evict: o.evict } : {}) }, out);
+      const common = { wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}) };
+      const store = await openStoreForCli(await connect(), url);
+      if (o.kind !== undefined) return runRotateKind(store, { ...common, kind: o.kind }, out);
+      return runRotate(store, { grant: grant!, ...common, ...(o.evict.length ? { evict: o.evict } : {}) }, out);
     }),
   );
 
