@@ -27,14 +27,13 @@ import {
   identityRequirement,
   isMeshError,
   keys,
-  natsIdentity,
   openStore,
   readJson,
   subjects,
   type Store,
 } from "@mesh/shared";
 import { jwtOfCreds, userClaims } from "@mesh/providers";
-import { connectWithIdentity, declare } from "@mesh/client";
+import { connectWithIdentity, declare, natsUserConnectOptions } from "@mesh/client";
 import { meshctlBin, runMeshctl } from "../harness/bootstrapped-mesh.js";
 import { serverErrors } from "../harness/refusals.js";
 import { waitFor } from "../harness/wait.js";
@@ -101,8 +100,8 @@ describe("meshctl up with an application, an agent, a part and a service listeni
   const bindings = (node: string, ...path: string[]) => join(cwd, ".mesh/bindings", node, ...path);
 
   const listen = async (name: string, binding: string): Promise<Listener> => {
-    const url = readFileSync(join(cwd, ".mesh/nats-url"), "utf8").trim();
-    const nc = await connect({ servers: url, ...natsIdentity({ MESH_NATS_CREDENTIALS: binding }), reconnect: false });
+    // As an application connects with its binding: its creds, and its own inbox prefix.
+    const nc = await connect({ ...natsUserConnectOptions(binding), reconnect: false });
     const claims = userClaims(jwtOfCreds(readFileSync(join(binding, "creds"), "utf8"))!);
     const l: Listener = { name, nc, allowed: claims.subscribe, heard: [], errors: serverErrors(nc) };
     for (const subject of new Set([...WILDCARDS, ...PREFIXES.map((p) => `${p}.>`), ...claims.subscribe])) {

@@ -19,3 +19,4 @@ export {
   type IdentityBinding,
   type IdentityConnection,
 } from "./connect-with-identity.js";
+export { natsUserConnectOptions } from "./nats-user-binding.js";
