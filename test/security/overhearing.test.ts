@@ -2,9 +2,10 @@
  * No identity overhears another or answers in its name, end to end on `meshctl up`'s real
  * process tree (its own nats-server whose operator is the mesh, the services and two agents on
  * their granted identities). An application's `nats.user` credential, node-a's agent, an SDK
- * instance of a part and a service each listen on everything their JWT lets them subscribe to,
- * and on every inbox and wildcard an attacker would try, and acknowledge every reply subject they
- * hear, while a rotation of a secret held on both nodes runs. Node-b's part cannot apply k+1 (its
+ * instance of a part and each service listen on everything their JWT lets them subscribe to, and
+ * on every inbox and wildcard an attacker would try, answer every reply subject they hear
+ * (`+ACK`, `-NAK`, `+TERM`, `+WPI`, a forged answer to a request) and publish into every other
+ * identity's inbox, while a rotation of a secret held on both nodes runs. Node-b's part cannot apply k+1 (its
  * hook is not allowed there), so the rotation must end Stalled naming it, with k kept: no
  * listener hears anything of another identity's, and no forged ack confirms for it. A sibling
  * part declaring the module without the other part's requirements is refused and nothing is
@@ -61,6 +62,9 @@ requires:
 /** What an attacker subscribes to beside what its JWT allows. */
 const WILDCARDS = [">", "*.>", "_INBOX.>", "_INBOX.*.>", "_MESH_INBOX.>", "_GRANT_INBOX.>", "$JS.>", "mesh.>"];
 
+/** What a JetStream delivery's reply may be answered with: each settles it for its consumer. */
+const ACK_BODIES = ["+ACK", "-NAK", "+TERM", "+WPI"];
+
 /** Every identity's inbox prefix on this mesh. */
 const PREFIXES = [
   ...["resolver", "provisioner", "verifier", "rotator", agentPart("node-a"), agentPart("node-b")].map((p) => subjects.grantInboxPrefix("mesh", identityRequirement(p))),
@@ -90,7 +94,7 @@ interface Listener {
   errors: string[];
 }
 
-describe("meshctl up with an application, an agent, a part and a service listening for what is not theirs", () => {
+describe("meshctl up with an application, an agent, a part and every service listening for what is not theirs", () => {
   let cwd: string;
   let up: ChildProcess;
   let out = "";
@@ -99,21 +103,34 @@ describe("meshctl up with an application, an agent, a part and a service listeni
   const listeners: Listener[] = [];
   const bindings = (node: string, ...path: string[]) => join(cwd, ".mesh/bindings", node, ...path);
 
+  /**
+   * `name`, on the identity of the binding at `binding`, listening everywhere it may and beyond:
+   * every JetStream delivery it hears but through its own inbox (its identity's own work, which
+   * this would only sabotage) is answered (`+ACK`, `-NAK`, `+TERM`, `+WPI` in turn), every request
+   * heard through anything but its own permissions gets a forged answer, and it publishes into
+   * every other identity's inbox.
+   */
   const listen = async (name: string, binding: string): Promise<Listener> => {
     // As an application connects with its binding: its creds, and its own inbox prefix.
-    const nc = await connect({ ...natsUserConnectOptions(binding), reconnect: false });
+    const options = natsUserConnectOptions(binding);
+    const nc = await connect({ ...options, reconnect: false });
     const claims = userClaims(jwtOfCreds(readFileSync(join(binding, "creds"), "utf8"))!);
     const l: Listener = { name, nc, allowed: claims.subscribe, heard: [], errors: serverErrors(nc) };
+    const ownInbox = options.inboxPrefix ? `${options.inboxPrefix}.>` : undefined;
+    let answered = 0;
     for (const subject of new Set([...WILDCARDS, ...PREFIXES.map((p) => `${p}.>`), ...claims.subscribe])) {
       nc.subscribe(subject, {
         callback: (err, m) => {
           if (err) return;
           l.heard.push({ on: subject, subject: m.subject, ...(m.reply ? { reply: m.reply } : {}) });
-          // Answer in the holder's name, as the attack did: acknowledge whatever was delivered.
-          if (m.reply) nc.publish(m.reply, "+ACK");
+          if (!m.reply) return;
+          if (m.reply.startsWith("$JS.ACK.") && subject !== ownInbox) nc.publish(m.reply, ACK_BODIES[answered++ % ACK_BODIES.length]!);
+          else if (!claims.subscribe.includes(subject)) nc.publish(m.reply, JSON.stringify({ ok: true, forged: name }));
         },
       });
     }
+    // Into every other identity's inbox: refused, whatever it would have said.
+    for (const p of PREFIXES.filter((p) => p !== options.inboxPrefix)) nc.publish(`${p}.x`, JSON.stringify({ ok: true, forged: name }));
     await nc.flush();
     listeners.push(l);
     return l;
@@ -151,11 +168,12 @@ describe("meshctl up with an application, an agent, a part and a service listeni
     if (cwd) rmSync(cwd, { recursive: true, force: true });
   }, 60_000);
 
-  it("a rotation whose holder on node-b cannot apply k+1 ends Stalled naming it, k kept, though four identities listened everywhere they could and acknowledged all they heard", { timeout: 120_000 }, async () => {
+  it("a rotation whose holder on node-b cannot apply k+1 ends Stalled naming it, k kept, though seven identities listened everywhere they could, answered all they heard and published into every other inbox", { timeout: 120_000 }, async () => {
     const evil = await listen("evil/bus (an application's nats.user)", bindings("node-b", "evil", "x", "bus"));
     const agent = await listen("node-a's agent", bindings("node-a", "mesh", agentPart("node-a"), identityRequirement(agentPart("node-a"))));
     const part = await listen("shop/api's identity (an SDK instance)", bindings("node-a", "shop", "api", "identity"));
-    const verifier = await listen("the verifier", bindings("node-a", "mesh", "verifier", identityRequirement("verifier")));
+    const services = [];
+    for (const service of ["resolver", "provisioner", "verifier", "rotator"]) services.push(await listen(`the ${service}`, bindings("node-a", "mesh", service, identityRequirement(service))));
     const k = (await readJson(store.kv.grants, keys.grant("shop", "key"), Grant))!.value.generation;
     const workerK = readFileSync(bindings("node-b", "shop", "worker", "key", "value"), "utf8");
 
@@ -186,7 +204,11 @@ describe("meshctl up with an application, an agent, a part and a service listeni
     // The application and the part heard nothing at all; each wildcard and other inbox was refused.
     expect(evil.heard).toEqual([]);
     expect(part.heard.filter((h) => h.on !== `${subjects.partInboxPrefix("shop", "node-a", "api")}.>` && !/^mesh\.(delivery|withdrawal)\.node-a\.shop\.api\./.test(h.subject))).toEqual([]);
-    for (const l of [evil, agent, part, verifier]) expect(l.errors.join("\n"), l.name).toMatch(/Permissions Violation for Subscription to "_INBOX\.>"/);
+    for (const l of [evil, agent, part, ...services]) {
+      expect(l.errors.join("\n"), l.name).toMatch(/Permissions Violation for Subscription to "_INBOX\.>"/);
+      // Its publishes into the others' inboxes: each refused by the server.
+      for (const p of PREFIXES.filter((p) => !l.allowed.includes(`${p}.>`))) expect(l.errors.join("\n"), `${l.name} publishing into ${p}`).toContain(`Permissions Violation for Publish to "${p}.x"`);
+    }
   });
 
   it("part worker declaring shop without apikey and bus is refused as Forbidden, and both stay provisioned and delivered to api", { timeout: 60_000 }, async () => {
