@@ -1,7 +1,8 @@
 /**
  * serveJson's bound on requests in flight, at its default value on a real nats-server: 8,192
  * requests held by the handler are all answered once it lets them go; the 8,193rd is answered
- * at once with a retryable Unavailable, not left to time out.
+ * at once with a retryable Unavailable, not left to time out. And whom it answers: only a reply
+ * subject under an inbox root, never one that would make the service act for the sender.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serveJson } from "./nats.js";
@@ -40,4 +41,31 @@ describe("serveJson", () => {
     expect(await ask(-2)).toMatchObject({ ok: true, echo: { i: -2 } });
     await api.stop();
   }, 60_000);
+
+  it("answers only replies under an inbox root: a request whose reply names a KV key, an ack or an API call runs nothing and is answered nowhere", async () => {
+    let handled = 0;
+    const api = serveJson(conn(), "test.guard", "q", createLogger("test", { level: "silent" }), async () => {
+      handled++;
+      return { ok: true };
+    });
+    const landed: string[] = [];
+    const watch = conn().subscribe(">", {
+      callback: (_, m) => {
+        if (m.subject !== "test.guard" && !m.subject.startsWith("_INBOX.")) landed.push(m.subject);
+      },
+    });
+    await conn().flush();
+    // With the response permission, the service may publish once to whatever a request's reply
+    // names: a KV write, an ack for another holder, a JetStream API call in its name.
+    for (const reply of ["$KV.mesh-grants.shop.db", "$JS.ACK.MESH_HOLD_N_node-b.shop_key_worker.1.2.2.0.0", "$JS.API.STREAM.DELETE.KV_mesh-credentials", "mesh.rotation.node.node-b.shop.key.worker"]) {
+      conn().publish("test.guard", "{}", { reply });
+    }
+    // A request after them, on the same connection, is handled after them.
+    expect((await conn().request("test.guard", "{}", { timeout: 5_000 })).json()).toEqual({ ok: true });
+    expect(handled).toBe(1);
+    await conn().flush();
+    expect(landed).toEqual([]);
+    watch.unsubscribe();
+    await api.stop();
+  });
 });
