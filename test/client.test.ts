@@ -24,6 +24,7 @@ import { handleApply } from "@mesh/resolver";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
 import { credentialResponder, type CredentialResponder } from "./harness/credential-responder.js";
+import { waitFor } from "./harness/wait.js";
 
 let nats: NatsServer;
 let nc: NatsConnection;
@@ -158,7 +159,7 @@ describe("watchCredentials", () => {
   it("reports such a failure to onError and goes on when one is given", async () => {
     const errors: string[] = [];
     const watch = await watchCredentials(nc, { module: "shop", part: "worker", onError: (e, d) => errors.push(`${d.grant}@${d.generation}: ${e.code}`) });
-    await new Promise((r) => setTimeout(r, 500));
+    await waitFor("the failure reported to onError", () => errors.length > 0 || undefined, 10_000);
     expect(errors).toEqual(["shop/session-key@4: NotFound"]);
     await watch.stop();
     expect(await watch.closed).toBeUndefined();

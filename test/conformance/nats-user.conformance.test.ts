@@ -61,20 +61,32 @@ async function asHolder(bindings: BindingValues): Promise<{ nc: NatsConnection; 
   return { nc, events };
 }
 
+/**
+ * A publish every identity here is refused: the server answers each operation of a connection
+ * in order, so once its refusal is seen, any refusal of what was sent before it has been too.
+ */
+const SENTINEL = "$SYS.REQ.mesh.sentinel";
+const sentinelRefused = (events: Status[], from: number) => events.slice(from).some((s) => s.type === "error" && String(s.error).includes(SENTINEL));
+
 /** Publishes to `subject` and says whether the server refused it (a permissions violation, the connection stays open). */
 async function publishRefused(h: { nc: NatsConnection; events: Status[] }, subject: string): Promise<boolean> {
   const before = h.events.length;
   h.nc.publish(subject, "x");
-  await h.nc.flush();
-  await new Promise((r) => setTimeout(r, 50)); // the -ERR may follow the PONG
-  return h.events.slice(before).some((s) => s.type === "error" && /Permissions Violation for Publish/.test(String(s.error)));
+  h.nc.publish(SENTINEL, "x");
+  await waitFor(`the server's refusal of ${SENTINEL}`, () => sentinelRefused(h.events, before) || undefined, 10_000, 5);
+  return h.events.slice(before).some((s) => s.type === "error" && String(s.error).includes(`Permissions Violation for Publish to "${subject}"`));
 }
 
 /** Subscribes to `subject` and says whether the server refused it. */
-async function subscribeRefused(nc: NatsConnection, subject: string): Promise<boolean> {
-  const sub = nc.subscribe(subject);
-  await nc.flush();
-  const closed = await Promise.race([sub.closed, new Promise((r) => setTimeout(() => r("open"), 200))]);
+async function subscribeRefused(h: { nc: NatsConnection; events: Status[] }, subject: string): Promise<boolean> {
+  const before = h.events.length;
+  let closed: unknown = "open";
+  const sub = h.nc.subscribe(subject);
+  void sub.closed.then((v) => (closed = v));
+  h.nc.publish(SENTINEL, "x");
+  await waitFor(`the server's refusal of ${SENTINEL}`, () => sentinelRefused(h.events, before) || undefined, 10_000, 5);
+  // The subscription's refusal came first and closed it (a microtask behind its -ERR).
+  await new Promise((r) => setImmediate(r));
   sub.unsubscribe();
   return closed instanceof Error && /Permissions Violation for Subscription/.test(closed.message);
 }
@@ -165,8 +177,8 @@ describe("nats.user adapter (operator mode)", () => {
     expect(await publishRefused(h, "app.other-module.orders")).toBe(true);
     expect(await publishRefused(h, "mesh.api.apply")).toBe(true);
     expect(await publishRefused(h, "$JS.API.STREAM.DELETE.KV_mesh-credentials")).toBe(true);
-    expect(await subscribeRefused(h.nc, "app.other-module.>")).toBe(true);
-    expect(await subscribeRefused(h.nc, ">")).toBe(true);
+    expect(await subscribeRefused(h, "app.other-module.>")).toBe(true);
+    expect(await subscribeRefused(h, ">")).toBe(true);
     expect(h.nc.isClosed()).toBe(false); // a violation is reported, not fatal
     await h.nc.close();
     await adapter.delete({ grant });
@@ -209,8 +221,8 @@ describe("nats.user adapter (operator mode)", () => {
     expect(await publishRefused(h, "orders.created")).toBe(false);
     expect(await publishRefused(h, "orders.cancelled")).toBe(true);
     expect(await publishRefused(h, `app.${grant.module}.x`)).toBe(true);
-    expect(await subscribeRefused(h.nc, "orders.created")).toBe(false);
-    expect(await subscribeRefused(h.nc, "orders.created.eu")).toBe(true);
+    expect(await subscribeRefused(h, "orders.created")).toBe(false);
+    expect(await subscribeRefused(h, "orders.created.eu")).toBe(true);
     await h.nc.close();
 
     const again = await wide.create({ grant, secret, options: { publish: "orders.>" } });
@@ -257,12 +269,12 @@ describe("nats.user adapter (operator mode)", () => {
     expect(await publishRefused(h, "orders.eu.created")).toBe(false);
     expect(await publishRefused(h, `app.${m}.x`)).toBe(true); // within the ceiling, but not asked for
     expect(await publishRefused(h, "$JS.API.STREAM.LIST")).toBe(true);
-    expect(await subscribeRefused(h.nc, `events.${m}.created`)).toBe(false);
-    expect(await subscribeRefused(h.nc, `app.${m}.>`)).toBe(true);
-    expect(await subscribeRefused(h.nc, ">")).toBe(true);
+    expect(await subscribeRefused(h, `events.${m}.created`)).toBe(false);
+    expect(await subscribeRefused(h, `app.${m}.>`)).toBe(true);
+    expect(await subscribeRefused(h, ">")).toBe(true);
     // Why a subscribe permission ending in * is checked as if it ended in >: the server lets
     // this one subscribe to events.<m>.> (still within this ceiling).
-    expect(await subscribeRefused(h.nc, `events.${m}.>`)).toBe(false);
+    expect(await subscribeRefused(h, `events.${m}.>`)).toBe(false);
     await h.nc.close();
     // Under a ceiling ending in * there, the same request is refused for that reason.
     const narrow = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowSubscribe: ["app.{module}.>", "events.{module}.*"] } }));
