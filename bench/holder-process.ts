@@ -1,11 +1,14 @@
 /**
- * A process of the rotation benchmark's holders, forked by rotation.bench.ts so the process
- * under measurement holds only the services: it opens `count` NATS connections, runs one SDK
- * holder (`holdCredential`) and one plain floor responder on each, and answers its parent over
- * IPC. Each request is `{ id, op, ... }`, each reply `{ id, result }` or `{ id, error }`:
- * - `start` `{ url, module, requirement, first, count, floorSubject, pgEndpoint? }`: connects,
- *   holds, subscribes the floor responders; with `pgEndpoint` each holder logs in with the new
- *   values before it confirms (at most {@link LOGINS_AT_ONCE} logins at once in this process);
+ * A process of the rotation benchmarks' holders, forked by rotation.bench.ts and
+ * rotation-operator.bench.ts so the process under measurement holds only the services: it opens
+ * `count` NATS connections, runs one SDK holder (`holdCredential`) and one plain floor responder
+ * on each, and answers its parent over IPC (bench-child.ts):
+ * - `start` `{ url, module, part?, node?, requirement, first, count, floorSubject, identityDir?, pgEndpoint? }`:
+ *   connects (with `identityDir`, as the part whose identity binding that is, with its inbox
+ *   prefix: `connectWithIdentity`), holds, subscribes the floor responders; with `pgEndpoint`
+ *   each holder logs in with the new values before it confirms (at most {@link LOGINS_AT_ONCE}
+ *   logins at once in this process); answers, with `identityDir`, `{ refused }`: whether the
+ *   server refused a connection a publish outside the part's permissions;
  * - `generation`: the lowest generation any of its holders is on;
  * - `logins` `{ values, n }`: the bare baseline, `n` such logins at once (same limit), in ms;
  * - `profile`: starts a CPU profile of this process; called again, stops it and returns it (JSON);
@@ -14,8 +17,10 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kinds } from "@mesh/shared";
 import { createAdapter, type ProviderAdapter } from "@mesh/providers";
-import { holdCredential, type CredentialHolder } from "@mesh/client";
-import { startProfile } from "./profile.js";
+import { connectWithIdentity, holdCredential, type CredentialHolder } from "@mesh/client";
+import { toggleProfile } from "./profile.js";
+import { serveParent } from "./bench-child.js";
+import { refusesOutside } from "./refusal.js";
 
 /** A SCRAM login costs this machine about 40 ms of CPU: 100 at once pass the adapter's 3 s login timeout. */
 const LOGINS_AT_ONCE = 40;
@@ -23,20 +28,26 @@ const LOGINS_AT_ONCE = 40;
 interface Start {
   url: string;
   module: string;
+  /** The part and node the holders are instances of; default `app` on `n1`. */
+  part?: string;
+  node?: string;
   requirement: string;
   /** Holder instances are named `h<first>` … `h<first + count - 1>`. */
   first: number;
   count: number;
   floorSubject: string;
+  /** The part's identity binding (its `identity` directory), to connect as the part instead of without credentials. */
+  identityDir?: string;
   /** A Provider document's `endpoint` (`postgres://host:port`). */
   pgEndpoint?: string;
 }
 
 let conns: NatsConnection[] = [];
+/** Closes each connection: a drain for one made with an identity. */
+let closers: Array<() => Promise<void>> = [];
 let holders: CredentialHolder[] = [];
 let generations: number[] = [];
 let adapter: ProviderAdapter | undefined;
-let stopProfile: (() => Promise<string>) | undefined;
 
 let active = 0;
 const waiting: Array<() => void> = [];
@@ -52,17 +63,31 @@ async function login(values: Record<string, string>): Promise<void> {
   }
 }
 
-async function start(s: Start): Promise<void> {
+async function start(s: Start): Promise<{ refused?: boolean }> {
   if (s.pgEndpoint) adapter = createAdapter(Kinds.PostgresDatabase, { name: "pg-bench", node: "n1", endpoint: s.pgEndpoint });
-  for (let i = 0; i < s.count; i += 200) {
-    conns.push(...(await Promise.all(Array.from({ length: Math.min(200, s.count - i) }, () => connect({ servers: s.url.split(","), maxReconnectAttempts: -1 })))));
+  const open = async (): Promise<NatsConnection> => {
+    if (!s.identityDir) {
+      const nc = await connect({ servers: s.url.split(","), maxReconnectAttempts: -1 });
+      closers.push(() => nc.close());
+      return nc;
+    }
+    // Not following the identity's own rotations: each connection holds the one grant measured, as without an identity.
+    const c = await connectWithIdentity(s.identityDir, { follow: false });
+    closers.push(() => c.close());
+    return c.nc;
+  };
+  // With an identity each handshake signs the server's nonce and the server checks a JWT: 100 at
+  // once on a busy machine outlasted the server's auth timeout (2 s), so fewer at a time.
+  const batch = s.identityDir ? 25 : 200;
+  for (let i = 0; i < s.count; i += batch) {
+    conns.push(...(await Promise.all(Array.from({ length: Math.min(batch, s.count - i) }, open))));
   }
   generations = new Array(s.count).fill(0);
   for (let i = 0; i < s.count; i += 200) {
     holders.push(
       ...(await Promise.all(
         conns.slice(i, i + 200).map((c, j) =>
-          holdCredential(c, { module: s.module, part: "app", requirement: s.requirement, node: "n1", instance: `h${s.first + i + j}`, fetchTimeoutMs: 20_000 }),
+          holdCredential(c, { module: s.module, part: s.part ?? "app", requirement: s.requirement, node: s.node ?? "n1", instance: `h${s.first + i + j}`, fetchTimeoutMs: 20_000 }),
         ),
       )),
     );
@@ -76,8 +101,11 @@ async function start(s: Start): Promise<void> {
       }
     })(),
   );
-  for (const c of conns) c.subscribe(s.floorSubject, { callback: (_e, m) => void m.respond("ok") });
+  // The floor's message names the subject to answer on (rotation-rounds.ts's Floor).
+  for (const c of conns) c.subscribe(s.floorSubject, { callback: (_e, m) => c.publish(m.string(), "ok") });
   await Promise.all(conns.map((c) => c.flush()));
+  // Made with an identity: whether the server holds the connections to its permissions.
+  return s.identityDir && conns[0] ? { refused: await refusesOutside(conns[0]) } : {};
 }
 
 async function handle(op: string, body: Record<string, unknown>): Promise<unknown> {
@@ -92,32 +120,19 @@ async function handle(op: string, body: Record<string, unknown>): Promise<unknow
       await Promise.all(Array.from({ length: body.n as number }, () => login(values)));
       return performance.now() - t0;
     }
-    case "profile": {
-      if (!stopProfile) {
-        stopProfile = await startProfile();
-        return undefined;
-      }
-      const p = await stopProfile();
-      stopProfile = undefined;
-      return p;
-    }
+    case "profile":
+      return toggleProfile();
     case "stop":
       await Promise.all(holders.map((h) => h.stop()));
-      await Promise.all(conns.map((c) => c.close()));
+      await Promise.all(closers.map((close) => close()));
       await adapter?.close();
       holders = [];
       conns = [];
+      closers = [];
       return undefined;
     default:
       throw new Error(`unknown op ${op}`);
   }
 }
 
-process.on("message", (m: { id: number; op: string } & Record<string, unknown>) => {
-  void handle(m.op, m).then(
-    (result) => process.send!({ id: m.id, result }, () => m.op === "stop" && process.exit(0)),
-    (e: unknown) => process.send!({ id: m.id, error: e instanceof Error ? e.message : String(e) }),
-  );
-});
-// The parent gone (it failed or was stopped): nothing to hold for.
-process.on("disconnect", () => process.exit(1));
+serveParent(handle);

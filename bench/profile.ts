@@ -16,3 +16,19 @@ export async function startProfile(): Promise<() => Promise<string>> {
     return JSON.stringify(profile);
   };
 }
+
+let running: (() => Promise<string>) | undefined;
+
+/**
+ * A benchmark child's `profile` request: the first call starts a profile of this process, the
+ * next stops it and returns it (as from `startProfile`), and so on.
+ */
+export async function toggleProfile(): Promise<string | undefined> {
+  if (!running) {
+    running = await startProfile();
+    return undefined;
+  }
+  const stop = running;
+  running = undefined;
+  return stop();
+}
