@@ -79,6 +79,16 @@ const FLOOR = "bench_floor";
 const masterKeyHex = randomBytes(32).toString("hex");
 const masterKey = parseMasterKey(masterKeyHex);
 const nats = await startOperatorNats({ masterKey });
+const bindingsRoot = mkdtempSync(join(tmpdir(), "bench-rotation-operator-"));
+// A step that fails ends this process: its server and directories go with it (the forked processes exit when their parent is gone).
+process.on("exit", () => {
+  try {
+    process.kill(nats.server.pid);
+  } catch {
+    // stopped already
+  }
+  for (const dir of [bindingsRoot, nats.files.dir]) rmSync(dir, { recursive: true, force: true });
+});
 console.log(`on one server in operator mode (decentralized JWT authentication): ${nats.url}`);
 // The benchmark, the rotator, and the resolver and provisioner (forked with this environment) connect as the operator's admin.
 process.env.MESH_NATS_CREDENTIALS = nats.files.adminCredsFile;
@@ -89,7 +99,6 @@ const nc = await connectNats(nats.url);
 const driver = await openStore(nc);
 const services = await forkServices({ url: nats.url, masterKeyHex });
 const rotator = await startRotator({ store, masterKey, log, env: process.env, sweepMs: 1_000 });
-const bindingsRoot = mkdtempSync(join(tmpdir(), "bench-rotation-operator-"));
 /** A node's bindings root, as its agent writes it. */
 const rootOf = (node: string) => join(bindingsRoot, node);
 // The mesh's NATS as the provider of identities, as bootstrap declares it (the services' ceilings included).
@@ -244,5 +253,4 @@ await services.stop();
 await nc.close();
 await store.nc.close();
 await nats.stop();
-rmSync(bindingsRoot, { recursive: true, force: true });
 process.exit(0);
