@@ -90,6 +90,8 @@ describe("nats-jwt", () => {
     expect(text).toContain(`system_account: "${setup.signing.systemAccount}"`);
     expect(text).toMatch(/resolver: \{ type: full, dir: "\/var\/lib\/jwt", allow_delete: false/);
     expect(text).toContain('store_dir: "/var/lib/nats store"');
+    // A slow client's handshake is not cut at nats-server's default 2 s.
+    expect(text).toContain("authorization { timeout: 5 }");
     expect(text).toContain(`${setup.signing.account}: "${setup.accountJwt}"`);
   });
 });

@@ -203,6 +203,13 @@ export const CLUSTER_RESOLVER_SYNC = "5s";
 export const MAX_CONTROL_LINE = 16_384;
 
 /**
+ * How long the server waits for a client's CONNECT after its INFO, in seconds (nats-server's
+ * default is 2). A client signs the server's nonce first; on a loaded two-core machine a test's
+ * connection took longer than 2 s to answer, and the server closed it mid-handshake (EPIPE).
+ */
+export const AUTH_TIMEOUT_S = 5;
+
+/**
  * The nats-server configuration for the operator: the operator JWT, the system account, the
  * full resolver (account JWTs kept in `resolverDir`, updates pushed by the mesh, deletes
  * refused) and the two accounts preloaded, so the server accepts their users from its first
@@ -225,6 +232,7 @@ export function operatorServerConfig(setup: Pick<OperatorSetup, "operatorJwt" | 
     // A user JWT, with its permissions, comes in the client's CONNECT line: the control plane's
     // own identities, which list their JetStream API subjects, need more than the default 4 KB.
     `max_control_line: ${MAX_CONTROL_LINE}`,
+    `authorization { timeout: ${AUTH_TIMEOUT_S} }`,
     `operator: ${q(setup.operatorJwt)}`,
     `system_account: ${q(setup.systemAccount)}`,
     `resolver: { type: full, dir: ${q(at.resolverDir)}, allow_delete: false, interval: ${q(at.resolverSyncInterval ?? (at.cluster ? CLUSTER_RESOLVER_SYNC : "2m"))}, limit: 1000 }`,
