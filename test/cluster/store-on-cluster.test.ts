@@ -2,7 +2,7 @@
  * The mesh's store on a three-server cluster, without the services: buckets and streams are
  * made at R3 when the server says it is in a cluster of three, and compare-and-set writes of
  * one key from two processes at once lose nothing, although nats-server 2.9.10 lets two
- * updates based on the same revision through on a cluster (nats.ts, casUpdate).
+ * updates based on the same revision through on a cluster (kv-records.ts, casUpdate).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";

@@ -1,7 +1,7 @@
 /**
  * The limits of the mesh's KV buckets (limits.ts `BUCKET_LIMITS`): how a store that already
  * exists is brought up to them, and the room the mesh's writers leave. A bucket made before it
- * had limits gets them when the store is opened (nats.ts `openStore`, as {@link planBucketLimits}
+ * had limits gets them when the store is opened (store.ts `openStore`, as {@link planBucketLimits}
  * says): a stream update, which nats-server 2.9 allows for `max_bytes`, `max_msg_size`,
  * `max_age` and `discard`. That update can lose data — a `max_bytes` below what the stream
  * holds makes the server drop its oldest messages at once (seen here on 2.9.10: 10 records,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { isJetStreamGap, isJetStreamTimeout, jetStreamTimeoutMessage, retryJetStreamRead } from "./nats.js";
+import { isJetStreamGap, isJetStreamTimeout, jetStreamTimeoutMessage, retryJetStreamRead } from "./jetstream-retry.js";
 
 describe("isJetStreamGap", () => {
   it("knows the gap in each of the words 2.9.10 says it with, and nothing else", () => {

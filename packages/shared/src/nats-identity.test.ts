@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { isMeshError } from "./errors.js";
 import { createUser } from "@nats-io/nkeys";
-import { natsIdentity } from "./nats.js";
+import { natsIdentity } from "./connect.js";
 
 describe("natsIdentity", () => {
   it("reads a nats.user binding again on every connect, so a rotated one is used on the next reconnect", () => {

@@ -4,7 +4,10 @@
  */
 import { Buckets } from "./subjects.js";
 import { ProviderDoc } from "./schemas/manifest.js";
-import { kvStream, listJson, retryJetStreamGap, type Store } from "./nats.js";
+import { kvStream } from "./kv-names.js";
+import { listJson } from "./kv-records.js";
+import { retryJetStreamGap } from "./jetstream-retry.js";
+import type { Store } from "./store.js";
 
 /**
  * The providers catalog, read once per change of the providers bucket rather than once per

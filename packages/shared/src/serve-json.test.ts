@@ -5,7 +5,7 @@
  * subject under an inbox root, never one that would make the service act for the sender.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { serveJson } from "./nats.js";
+import { serveJson } from "./serve-json.js";
 import { createLogger } from "./logger.js";
 import { Limits } from "./limits.js";
 import { ErrorCodes } from "./errors.js";

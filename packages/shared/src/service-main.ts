@@ -9,7 +9,8 @@ import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { SOURCE_OF_RECORD } from "./subjects.js";
 import { createLogger, type Logger } from "./logger.js";
 import { loadMasterKey, type MasterKey } from "./crypto.js";
-import { connectNats, openStore, type NatsConnection, type Store } from "./nats.js";
+import { connectNats, type NatsConnection } from "./connect.js";
+import { openStore, type Store } from "./store.js";
 import { DEFAULT_STATE_DIR, StateFiles } from "./state-dir.js";
 
 /** A started service: `stop()` ends its work; `closed`, if given, rejecting means it failed for good. */

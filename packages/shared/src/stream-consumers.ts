@@ -7,9 +7,16 @@
 import { AckPolicy, JetStreamApiError, jetstream, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "./logger.js";
-import { retryJetStreamGap, type Consumption, type Store } from "./nats.js";
+import { retryJetStreamGap } from "./jetstream-retry.js";
+import type { Store } from "./store.js";
 import type { KeyedQueue } from "./keyed-queue.js";
 import { noteRevision } from "./read-floors.js";
+
+/** A running consumption; `stop()` ends it, `closed` settles when it has ended. */
+export interface Consumption {
+  stop(): Promise<void>;
+  closed: Promise<void>;
+}
 
 /** Where a new consumer starts: every stored message, the last of each subject, or only new ones. */
 export type StartAt = "all" | "last_per_subject" | "new";

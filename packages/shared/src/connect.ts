@@ -1,0 +1,113 @@
+/**
+ * Who a process is on NATS and how it connects: the identity its environment names, and a
+ * connection that reconnects forever as that identity.
+ */
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { connect, credsAuthenticator, usernamePasswordAuthenticator, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
+import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
+
+export type { NatsConnection };
+
+export const DEFAULT_NATS_URL = "nats://127.0.0.1:4222";
+
+/**
+ * The NATS identity a process connects with, from its environment:
+ *
+ * - `MESH_NATS_CREDENTIALS`: a standard decorated `.creds` file (a user JWT and its nkey
+ *   seed), or the binding directory of a `nats.user` grant as the agent writes it (its `creds`
+ *   file; `username` and `password` on a server with plain users). Read again on every connect
+ *   and reconnect, so after a rotation the process comes back with the new generation.
+ * - `MESH_NATS_USER` with `MESH_NATS_PASSWORD_FILE` (or `MESH_NATS_PASSWORD`): a fixed user and
+ *   password, for a server with plain users.
+ * - neither: no credentials (a server without authentication).
+ *
+ * The connection's inbox prefix is the binding's `inboxPrefix` (the only inbox its identity may
+ * subscribe to, inboxes.ts), or `MESH_NATS_INBOX_PREFIX` for an identity given as a `.creds` file.
+ */
+export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<ConnectionOptions> {
+  const path = env.MESH_NATS_CREDENTIALS;
+  const inbox = (prefix: string | undefined): Partial<ConnectionOptions> => (prefix ? { inboxPrefix: prefix } : {});
+  if (path) {
+    const fail = (what: string, e: unknown) =>
+      new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `MESH_NATS_CREDENTIALS=${path}: cannot read ${what} (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); it must be a .creds file, or the binding directory of a nats.user grant written by this node's agent`,
+        { cause: e },
+      );
+    let isDir: boolean;
+    try {
+      isDir = statSync(path).isDirectory();
+    } catch (e) {
+      throw fail("it", e);
+    }
+    const prefixFile = join(path, "inboxPrefix");
+    const prefix = env.MESH_NATS_INBOX_PREFIX || (isDir && existsSync(prefixFile) ? readFileSync(prefixFile, "utf8").trim() : undefined);
+    const credsFile = isDir ? join(path, "creds") : path;
+    if (!isDir || existsSync(credsFile)) {
+      const read = () => {
+        try {
+          return readFileSync(credsFile);
+        } catch (e) {
+          throw fail(credsFile, e);
+        }
+      };
+      // Fail at start, with the message above, rather than inside a reconnect.
+      if (!/-----BEGIN NATS USER JWT-----/.test(read().toString("utf8"))) throw fail(credsFile, new Error("it holds no user JWT"));
+      return { authenticator: credsAuthenticator(() => read()), ...inbox(prefix) };
+    }
+    const read = (key: string) => () => {
+      try {
+        return readFileSync(join(path, key), "utf8").trim();
+      } catch (e) {
+        throw fail(key, e);
+      }
+    };
+    read("username")();
+    return { authenticator: usernamePasswordAuthenticator(read("username"), read("password")), ...inbox(prefix) };
+  }
+  const user = env.MESH_NATS_USER;
+  if (!user) return {};
+  let pass = env.MESH_NATS_PASSWORD;
+  if (env.MESH_NATS_PASSWORD_FILE) {
+    try {
+      pass = readFileSync(env.MESH_NATS_PASSWORD_FILE, "utf8").trim();
+    } catch (e) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `MESH_NATS_PASSWORD_FILE=${env.MESH_NATS_PASSWORD_FILE}: cannot read it (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); make it readable by this process`,
+        { cause: e },
+      );
+    }
+  }
+  return { user, ...(pass !== undefined ? { pass } : {}), ...inbox(env.MESH_NATS_INBOX_PREFIX) };
+}
+
+/**
+ * Connects to NATS with unlimited reconnects, as the identity {@link natsIdentity} finds in the
+ * environment (unless `opts` says otherwise); the error says which URL failed and what to check.
+ */
+export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_NATS_URL, opts: Partial<ConnectionOptions> = {}): Promise<NatsConnection> {
+  const identity = natsIdentity();
+  try {
+    // ignoreAuthErrorAbort: a refused identity is tried again (the agent may be writing the
+    // binding that holds the new one) rather than the client giving up after two refusals.
+    // noAsyncTraces: the client otherwise builds two Errors with stack traces for every request
+    // (5 % of the verifier's CPU in a profile of a pass over 1,000 grants, bench/verify.bench.ts);
+    // the mesh's errors say what failed in their message.
+    return await connect({ servers: url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 500, ignoreAuthErrorAbort: true, noAsyncTraces: true, ...identity, ...opts });
+  } catch (e) {
+    if (/authorization violation|authentication/i.test(errorMessage(e))) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `NATS at ${url} refused this process's identity (${errorMessage(e)}): check MESH_NATS_CREDENTIALS (a .creds file, or a nats.user binding), or MESH_NATS_USER and its password, against the identities the server knows`,
+        { cause: e },
+      );
+    }
+    throw new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `cannot connect to NATS at ${url}: ${errorMessage(e)}. Start a nats-server with JetStream (nats-server -js) or set NATS_URL.`,
+      { cause: e, retryable: true },
+    );
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Riding out a JetStream that does not answer for a moment (a config reload, a leader
+ * election): which errors say so, and retries bounded in time.
+ */
+import { errorMessage } from "./errors.js";
+
+/** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
+export function isJetStreamGap(e: unknown): boolean {
+  // 2.9.10 says it both ways during a reload: "jetstream is not enabled", "JetStream not enabled for account".
+  return /no responders|jetstream (is )?not enabled/i.test(errorMessage(e));
+}
+
+/**
+ * Whether `e` (or one of its causes) is a JetStream request, KV read or watch that got no answer
+ * in time. On a cluster that is what a server lost or restarting looks like while the others
+ * elect a leader of the meta group or of a stream (5–10 s seen here on 2.9.10); on one server,
+ * an overloaded or stuck server. Safe to try again only for what changes nothing (a read, a watch).
+ */
+export function isJetStreamTimeout(e: unknown): boolean {
+  for (let cur = e, i = 0; cur && i < 8; cur = (cur as { cause?: unknown }).cause, i++) {
+    if (cur instanceof Error && (cur.name === "TimeoutError" || /^timeout$/i.test(cur.message))) return true;
+  }
+  return false;
+}
+
+/** What to tell a user whose `what` met {@link isJetStreamTimeout} (at `url`): what happened, and what to do about it. */
+export function jetStreamTimeoutMessage(what: string, url?: string): string {
+  return (
+    `${what}: JetStream${url ? ` at ${url}` : ""} did not answer in time. On a cluster this is a server lost or restarting while the others ` +
+    `elect new leaders, which passes by itself within about 10 s while most servers run. Try again in a few seconds; if it goes on, ` +
+    `check that a majority of the cluster's servers are running (each one's /healthz on its monitoring port).`
+  );
+}
+
+/**
+ * Runs `fn`, a read or a watch that changes nothing, again while JetStream does not answer:
+ * no responders ({@link isJetStreamGap}) or no answer in time ({@link isJetStreamTimeout}),
+ * until `withinMs` has passed; then throws the last error.
+ */
+export function retryJetStreamRead<T>(fn: () => Promise<T>, withinMs = JETSTREAM_GAP_RIDE_OUT_MS): Promise<T> {
+  return retryWhile(fn, (e) => isJetStreamGap(e) || isJetStreamTimeout(e), withinMs);
+}
+
+/**
+ * How long {@link retryJetStreamGap} rides out a JetStream that does not answer, by default.
+ * Longer than the gaps seen here (a config reload's ~100 ms, reloads in quick succession that
+ * kept it quiet for more than 1.5 s, and over 4.5 s of them on a loaded machine; a cluster's
+ * leader election, about 5 s), shorter than a client's 30 s deadline, so a request handler
+ * that still meets the gap answers with a retryable error while its caller is still waiting.
+ */
+export const JETSTREAM_GAP_RIDE_OUT_MS = 10_000;
+
+/**
+ * Runs `fn`, again while JetStream does not answer ({@link isJetStreamGap}): its API has no
+ * responders whenever the server reloads its config (every nats.user change, measured on
+ * 2.9.10), and while a cluster elects a leader. Waits 100 ms more before each try, at most
+ * 500 ms; gives up with the last error once `withinMs` (default {@link JETSTREAM_GAP_RIDE_OUT_MS})
+ * has passed. Any other error is thrown at once.
+ */
+export function retryJetStreamGap<T>(fn: () => Promise<T>, withinMs = JETSTREAM_GAP_RIDE_OUT_MS): Promise<T> {
+  return retryWhile(fn, isJetStreamGap, withinMs);
+}
+
+/** Runs `fn` again while it fails with what `again` accepts, 100 ms more between tries (at most 500 ms), until `withinMs` has passed. */
+async function retryWhile<T>(fn: () => Promise<T>, again: (e: unknown) => boolean, withinMs: number): Promise<T> {
+  const end = Date.now() + withinMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (e) {
+      const left = end - Date.now();
+      if (left <= 0 || !again(e)) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(100 * attempt, 500, left)));
+    }
+  }
+}

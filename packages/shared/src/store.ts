@@ -1,0 +1,155 @@
+/**
+ * The mesh's store: its KV buckets and streams, opened (and made, and brought up to their
+ * limits) by every process alike.
+ */
+import type { NatsConnection } from "@nats-io/transport-node";
+import { JetStreamApiError, jetstream, jetstreamManager, RetentionPolicy, StorageType, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
+import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
+import { BUCKET_LIMITS, type BucketLimits } from "./limits.js";
+import { createLogger } from "./logger.js";
+import { planBucketLimits } from "./bucket-limits.js";
+import { isJetStreamGap, retryJetStreamGap } from "./jetstream-retry.js";
+import { kvStream } from "./kv-names.js";
+
+export type { KV, JetStreamClient, JetStreamManager, JsMsg };
+
+/** Bucket `bucket` of the store, opened as it is (neither made nor changed): for a reader that must not alter the store. */
+export function openBucket(nc: NatsConnection, bucket: BucketName): Promise<KV> {
+  return new Kvm(jetstream(nc)).open(bucket);
+}
+
+/** The mesh's KV buckets and streams, opened (and created when missing). */
+export interface Store {
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  kv: Record<keyof typeof Buckets, KV>;
+}
+
+/** Where opening the store says what it changed of a bucket's limits, and what it kept (a pino Logger is one). */
+export interface StoreLog {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+/** How {@link openStore} makes the store. */
+export interface OpenStoreOptions {
+  /** 1 on one server, 3 on a cluster; default {@link storeReplicas}. */
+  replicas?: number;
+  /** Where it says what it changed of an existing bucket's limits, and what it kept; default a logger of its own. */
+  log?: StoreLog;
+  /** Limits other than limits.ts's `BUCKET_LIMITS`, per bucket, for the buckets this call makes or brings up to them (a store sized otherwise; a test's bucket that fills up). */
+  bucketLimits?: Partial<Record<keyof typeof Buckets, Partial<BucketLimits>>>;
+}
+
+/**
+ * Opens the store, creating buckets and streams that do not exist yet, and bringing the limits
+ * of buckets that do up to `BUCKET_LIMITS` (bucket-limits.ts says how, and that it loses
+ * nothing); safe to call from every process at once.
+ */
+export async function openStore(nc: NatsConnection, opts: OpenStoreOptions = {}): Promise<Store> {
+  const replicas = opts.replicas ?? storeReplicas(nc.info, process.env);
+  return retryJetStreamGap(() => openStoreOnce(nc, replicas, opts), 20_000);
+}
+
+/**
+ * How many copies the store's buckets and streams are made with: `MESH_REPLICAS` when set (a
+ * whole number from 1 to 5), else what the server says of itself: 3 on a cluster of three or
+ * more servers (its `connect_urls` list every member's client address), else 1. A cluster
+ * that does not advertise its members (`no_advertise`) counts as one server: set
+ * MESH_REPLICAS there. Only a bucket or stream made from now on gets it.
+ */
+export function storeReplicas(info: { cluster?: string; connect_urls?: string[] } | undefined, env: NodeJS.ProcessEnv = process.env): number {
+  const named = env.MESH_REPLICAS;
+  if (named) {
+    const n = Number(named);
+    if (!Number.isInteger(n) || n < 1 || n > 5) throw new MeshError(ErrorCodes.InvalidRequest, `MESH_REPLICAS=${named} is not a whole number from 1 to 5: set 1 for one NATS server, 3 for a cluster of three`);
+    return n;
+  }
+  return info?.cluster && (info.connect_urls?.length ?? 0) >= 3 ? 3 : 1;
+}
+
+
+async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenStoreOptions): Promise<Store> {
+  const jsm = await jetstreamManager(nc, { timeout: 10_000 }).catch((e: unknown) => {
+    throw new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `the NATS server at ${nc.getServer()} has no JetStream: start it with -js (see deploy/nats/single.conf). ${errorMessage(e)}`,
+      { cause: e },
+    );
+  });
+  const js = jetstream(nc, { timeout: 10_000 });
+  const kvm = new Kvm(js);
+  const kv = {} as Record<keyof typeof Buckets, KV>;
+  let log = opts.log;
+  for (const [name, bucket] of Object.entries(Buckets) as Array<[keyof typeof Buckets, BucketName]>) {
+    const limits = { ...BUCKET_LIMITS[name], ...opts.bucketLimits?.[name] };
+    kv[name] = await kvm.create(bucket, {
+      history: limits.history,
+      replicas,
+      storage: StorageType.File,
+      max_bytes: limits.maxBytes,
+      maxValueSize: limits.maxValueSize,
+      ...(limits.ttlMs !== undefined ? { ttl: limits.ttlMs } : {}),
+    });
+    await ensureBucketLimits(jsm, bucket, limits, (log ??= createLogger("store")));
+  }
+  // Every stream: limits retention, file storage, the store's replicas, a 2-minute de-duplication window.
+  const common = { retention: RetentionPolicy.Limits, num_replicas: replicas, storage: StorageType.File, duplicate_window: 120_000_000_000 };
+  await ensureStream(jsm, {
+    ...common,
+    name: Streams.deliveries,
+    subjects: [subjects.deliveriesAll],
+    // The latest few deliveries of each grant to each part; older ones are superseded.
+    max_msgs_per_subject: 4,
+  });
+  return { nc, js, jsm, kv };
+}
+
+/**
+ * Brings the stream of KV bucket `bucket` up to `limits` (planBucketLimits) with one stream
+ * update, logging what changed; a limit it keeps, or an update the server refuses (an identity
+ * without the right to update streams), is a warning, and the caller goes on.
+ */
+export async function ensureBucketLimits(jsm: JetStreamManager, bucket: string, limits: BucketLimits, log: StoreLog): Promise<void> {
+  const stream = kvStream(bucket);
+  const si = await jsm.streams.info(stream);
+  const c = si.config;
+  const plan = planBucketLimits(bucket, { max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, max_age: c.max_age, discard: c.discard, bytes: si.state.bytes }, limits);
+  if (plan.kept) log.warn({ bucket, bytes: si.state.bytes, limit: limits.maxBytes }, plan.kept);
+  if (Object.keys(plan.changes).length === 0) return;
+  // The server refuses a max age shorter than the de-duplication window ("duplicates window can not be larger than max age").
+  const changes: Partial<typeof c> = { ...plan.changes };
+  if (changes.max_age && c.duplicate_window > changes.max_age) changes.duplicate_window = changes.max_age;
+  try {
+    await jsm.streams.update(stream, changes);
+  } catch (e) {
+    if (isJetStreamGap(e)) throw e;
+    log.warn(
+      { bucket, err: e },
+      `could not bring the limits of the mesh's store bucket ${bucket} up to date (${errorMessage(e)}); it works as it is, and an identity that may update streams (the operator's, which meshctl up uses) does it when it opens the store`,
+    );
+    return;
+  }
+  log.info({ bucket, ...changes }, `the mesh's store bucket ${bucket}: limits brought up to date`);
+}
+
+async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamManager["streams"]["add"]>[0]): Promise<void> {
+  try {
+    await jsm.streams.info(cfg.name!);
+  } catch (e) {
+    // `status` is the HTTP-like code (404); `code` is JetStream's own (10059 stream not found).
+    if (e instanceof JetStreamApiError && (e.status === 404 || e.code === 10059)) {
+      try {
+        await jsm.streams.add(cfg);
+      } catch (e2) {
+        // Another process created it first.
+        if (!(e2 instanceof JetStreamApiError && (e2.status === 400 || e2.code === 10058))) throw e2;
+      }
+      return;
+    }
+    throw e;
+  }
+}
