@@ -193,9 +193,13 @@ describe("agent", () => {
     expect(bindingGeneration(root, "shop", "api", "db")).toBe(2);
     expect(read("shop/api.env")).toContain(`DB_PASSWORD='${pw2}'\n`);
     await waitAcked(seq);
-    const g = await grant("shop", "db");
-    expect(g?.holders["node-a/api"]?.generation).toBe(2);
-    expect(getCondition(g!.conditions, "Delivered")?.status).toBe("True");
+    // The agent writes its receipt before it acknowledges; the grant learns of it when the fold has read it.
+    expect((await readJson(store.kv.receipts, keys.receipt(NODE, "shop", "db", "api"), DeliveryReceipt))?.value).toMatchObject({ generation: 2 });
+    const g = await waitFor("the holder at generation 2 in the grant", async () => {
+      const g = await grant("shop", "db");
+      return g?.holders["node-a/api"]?.generation === 2 ? g : undefined;
+    });
+    expect(getCondition(g.conditions, "Delivered")?.status).toBe("True");
     await waitFor("generation 1's directory to be removed", () => !existsSync(join(root, "shop/.api.generations", first[0]!)));
   });
 
@@ -203,6 +207,8 @@ describe("agent", () => {
     const seq = await publishDelivery({ module: "shop", requirement: "db", part: "api", kind: "postgres.database", generation: 1 });
     await waitAcked(seq);
     expect(read("shop/api/db/password")).toBe(pw2);
+    // The receipt, written before the acknowledgement, still names generation 2, so the grant never hears of 1 again.
+    expect((await readJson(store.kv.receipts, keys.receipt(NODE, "shop", "db", "api"), DeliveryReceipt))?.value).toMatchObject({ generation: 2 });
     expect((await grant("shop", "db"))?.holders["node-a/api"]?.generation).toBe(2);
   });
 
