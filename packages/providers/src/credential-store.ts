@@ -14,12 +14,12 @@ import {
   MeshError,
   decrypt,
   encrypt,
+  casModify,
+  casWrite,
   getAtFloor,
   isCasConflict,
   keys,
-  noteRevision,
   parseMasterKey,
-  storeWrite,
   type Encrypted,
   type KV,
   type MasterKey,
@@ -137,8 +137,7 @@ export class CredentialStore {
       encrypted: await this.seal(k, { secret }),
     };
     try {
-      const data = JSON.stringify(record);
-      noteRevision(this.kv, k, await storeWrite(this.kv, k, () => this.kv.create(k, data), { bytes: Buffer.byteLength(data) }));
+      await casWrite(this.kv, k, JSON.stringify(record), undefined);
       return secret;
     } catch (e) {
       if (!isCasConflict(e)) throw e;
@@ -202,23 +201,16 @@ export class CredentialStore {
   /** Records the binding values the provider produced for a generation. */
   async setBindings(module: string, requirement: string, generation: number, bindings: BindingValues): Promise<void> {
     const k = keys.credential(module, requirement, generation);
-    for (;;) {
-      const cur = await this.read(module, requirement, generation);
-      if (!cur) throw new MeshError(ErrorCodes.Internal, `credential ${k} missing while recording its bindings`, { retryable: true });
-      if (cur.bindings && JSON.stringify(cur.bindings) === JSON.stringify(bindings)) return;
-      const record: CredentialRecord = {
-        ...cur.record,
-        appliedAt: new Date().toISOString(),
-        encrypted: await this.seal(k, { secret: cur.secret, bindings }),
-      };
-      try {
-        const data = JSON.stringify(record);
-        noteRevision(this.kv, k, await storeWrite(this.kv, k, () => this.kv.update(k, data, cur.revision), { bytes: Buffer.byteLength(data) }));
-        return;
-      } catch (e) {
-        if (!isCasConflict(e)) throw e;
-      }
-    }
+    await casModify(
+      this.kv,
+      k,
+      () => this.read(module, requirement, generation),
+      async (cur): Promise<CredentialRecord | undefined> => {
+        if (!cur) throw new MeshError(ErrorCodes.Internal, `credential ${k} missing while recording its bindings`, { retryable: true });
+        if (cur.bindings && JSON.stringify(cur.bindings) === JSON.stringify(bindings)) return undefined;
+        return { ...cur.record, appliedAt: new Date().toISOString(), encrypted: await this.seal(k, { secret: cur.secret, bindings }) };
+      },
+    );
   }
 
   /**
@@ -254,19 +246,15 @@ export class CredentialStore {
 
   /** Moves record `k` under `target` unless it is there (or gone); true when it moved it. */
   private async reencryptOne(k: string, target: MasterKey): Promise<boolean> {
-    for (;;) {
+    const read = async () => {
       const e = await getAtFloor(this.kv, k);
-      if (!e || e.operation !== "PUT" || e.length === 0) return false;
-      const record = CredentialRecord.parse(e.json());
-      if (record.encrypted.keyId === target.id) return false;
-      const values = await this.open(k, record.encrypted as Encrypted);
-      const data = JSON.stringify({ ...record, encrypted: encrypt(target, JSON.stringify(values), k) } satisfies CredentialRecord);
-      try {
-        noteRevision(this.kv, k, await storeWrite(this.kv, k, () => this.kv.update(k, data, e.revision), { bytes: Buffer.byteLength(data) }));
-        return true;
-      } catch (err) {
-        if (!isCasConflict(err)) throw err;
-      }
-    }
+      return e && e.operation === "PUT" && e.length > 0 ? { record: CredentialRecord.parse(e.json()), revision: e.revision } : undefined;
+    };
+    const out = await casModify(this.kv, k, read, async (cur): Promise<CredentialRecord | undefined> => {
+      if (!cur || cur.record.encrypted.keyId === target.id) return undefined;
+      const values = await this.open(k, cur.record.encrypted as Encrypted);
+      return { ...cur.record, encrypted: encrypt(target, JSON.stringify(values), k) };
+    });
+    return out.wrote;
   }
 }

@@ -36,6 +36,7 @@ import {
   IDENTITY_RECORDS_LIMITS,
   Kinds,
   MeshError,
+  casModify,
   createLogger,
   ensureBucketLimits,
   errorMessage,
@@ -51,7 +52,6 @@ import {
   type PartIdentityOptions,
   storeWrite,
   storeReplicas,
-  casUpdate,
 } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -200,34 +200,33 @@ class NatsUserAdapter implements ProviderAdapter {
     }
     const { kv } = await this.adminConn(what);
     const key = recordKey(module, requirement, generation);
-    for (;;) {
-      const cur = await this.readEntry(what, key);
-      const r = cur?.record;
-      if (r?.revokedAt !== undefined) {
-        throw new MeshError(
-          ErrorCodes.Conflict,
-          `${this.at()}: generation ${generation} of ${grant} was ${r.user === publicKey ? "" : `issued to another key (${r.user}) and `}revoked at ${new Date(r.revokedAt * 1000).toISOString()}; rotate ${grant} to issue a new identity`,
-        );
-      }
-      if (r && r.user !== publicKey) {
-        // A new secret for the same generation (one made again after it was lost): the old key
-        // is kept as a revoked record of its own, and revoked before the new one is handed out.
-        await this.indexRevoked(what, `${key}.replaced`, { ...r, revokedAt: nowS() });
-        await this.pushRevocations(what);
-      }
-      if (r?.user === publicKey && this.current(r, permissions)) return this.result(r, seed, req, permissions);
-      const expiresAt = nowS() + Math.ceil(this.expiryMs() / 1000);
-      const issued = await issueUser(keys, { name: `${module}_${requirement}_${generation}`, seed, permissions, expiresAt });
-      const next: IdentityRecord = { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
-      try {
-        const data = JSON.stringify(next);
-        await this.kvCall(what, () => storeWrite(kv, key, () => (cur ? casUpdate(kv, key, data, cur.revision) : kv.create(key, data)), { bytes: data.length }));
-      } catch (e) {
-        if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
-        throw e;
-      }
-      return this.result(next, seed, req, permissions);
-    }
+    // Runs again over a fresh read when another writer got there first; what it does before it decides is idempotent.
+    const out = await casModify(
+      kv,
+      key,
+      () => this.readEntry(what, key),
+      async (cur): Promise<IdentityRecord | undefined> => {
+        const r = cur?.record;
+        if (r?.revokedAt !== undefined) {
+          throw new MeshError(
+            ErrorCodes.Conflict,
+            `${this.at()}: generation ${generation} of ${grant} was ${r.user === publicKey ? "" : `issued to another key (${r.user}) and `}revoked at ${new Date(r.revokedAt * 1000).toISOString()}; rotate ${grant} to issue a new identity`,
+          );
+        }
+        if (r && r.user !== publicKey) {
+          // A new secret for the same generation (one made again after it was lost): the old key
+          // is kept as a revoked record of its own, and revoked before the new one is handed out.
+          await this.indexRevoked(what, `${key}.replaced`, { ...r, revokedAt: nowS() });
+          await this.pushRevocations(what);
+        }
+        if (r?.user === publicKey && this.current(r, permissions)) return undefined;
+        const expiresAt = nowS() + Math.ceil(this.expiryMs() / 1000);
+        const issued = await issueUser(keys, { name: `${module}_${requirement}_${generation}`, seed, permissions, expiresAt });
+        return { grant, generation, user: publicKey, jwt: issued.jwt, expiresAt };
+      },
+      { around: (write) => this.kvCall(what, write) },
+    );
+    return this.result(out.wrote ? out.value : out.current!.record, seed, req, permissions);
   }
 
   async delete(req: DeleteRequest): Promise<void> {
@@ -357,20 +356,15 @@ class NatsUserAdapter implements ProviderAdapter {
    */
   private async revokeRecord(what: string, key: string): Promise<void> {
     const { kv } = await this.adminConn(what);
-    for (;;) {
-      const cur = await this.readEntry(what, key);
-      if (!cur) return;
-      if (cur.record.revokedAt !== undefined) return this.indexRevoked(what, key, cur.record);
-      const next: IdentityRecord = { ...cur.record, revokedAt: nowS() };
-      try {
-        const data = JSON.stringify(next);
-        await this.kvCall(what, () => storeWrite(kv, key, () => kv.update(key, data, cur.revision), { bytes: data.length }));
-      } catch (e) {
-        if (isCasConflict(e) || isCasConflict((e as { cause?: unknown }).cause)) continue;
-        throw e;
-      }
-      return this.indexRevoked(what, key, next);
-    }
+    const out = await casModify(
+      kv,
+      key,
+      () => this.readEntry(what, key),
+      (cur): IdentityRecord | undefined => (cur && cur.record.revokedAt === undefined ? { ...cur.record, revokedAt: nowS() } : undefined),
+      { around: (write) => this.kvCall(what, write) },
+    );
+    const revoked = out.wrote ? out.value : out.current?.record;
+    if (revoked) await this.indexRevoked(what, key, revoked);
   }
 
   private async indexRevoked(what: string, key: string, r: IdentityRecord): Promise<void> {

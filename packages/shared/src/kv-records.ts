@@ -62,12 +62,90 @@ export async function readJson<T>(kv: KV, key: string, schema: z.ZodType<T>): Pr
   return { value: parsed.data, revision: e.revision };
 }
 
+/** How many times {@link casModify} tries again after a compare-and-set conflict, by default. */
+export const CAS_ATTEMPTS = 20;
+
+/** How {@link casModify} reads, writes and retries. */
+export interface CasModifyOptions<R> {
+  /** Tries after a conflict before the conflict is thrown; default {@link CAS_ATTEMPTS}. */
+  attempts?: number;
+  /** The record as the caller holds it (`null`: missing): the first attempt starts from it without a read. */
+  start?: R | null;
+  /**
+   * Whether `start` may be older than the store (a cache rather than a read just made): then
+   * "nothing to write" is decided only over a fresh read. A write from a stale start fails its
+   * compare-and-set and is tried again over a read in any case.
+   */
+  startMayBeStale?: boolean;
+  /** Runs each write, for a caller that turns store errors into its own (a provider's). */
+  around?: (write: () => Promise<number>) => Promise<number>;
+}
+
+/** What {@link casModify} did: wrote `value` at `revision`, or wrote nothing over `current`. */
+export type CasModified<R, W> = { wrote: true; value: W; revision: number } | { wrote: false; current: R | undefined };
+
 /**
- * Read-modify-write with compare-and-set. `fn` gets the current value (undefined when
- * missing) and returns the next one, or undefined to write nothing. Conflicts are retried
- * with a fresh read; `fn` must therefore be pure. Returns what is stored in the end. With
- * `read` (the record as the caller just read it, `null` when it was missing) the first attempt
- * starts from it rather than reading the key again.
+ * The one read-modify-write of a KV record. `read` gets the record with its revision
+ * (undefined when missing); `next` gets that and returns the value to store, or undefined to
+ * write nothing. The value is written by compare-and-set over the revision read (created when
+ * the record was missing, through {@link casWrite}); when another writer got there first, the
+ * record is read again and `next` runs again, after a short random wait, at most `attempts`
+ * times. `next` may therefore run more than once: it must be pure, or its effects idempotent.
+ *
+ * Every record of the mesh that is read, changed and written goes through here, and so
+ * through {@link casUpdate}, which is what keeps it a compare-and-set on a cluster.
+ */
+export async function casModify<R extends { revision: number }, W>(
+  kv: KV,
+  key: string,
+  read: () => Promise<R | undefined>,
+  next: (current: R | undefined) => W | undefined | Promise<W | undefined>,
+  opts: CasModifyOptions<R> = {},
+): Promise<CasModified<R, W>> {
+  const attempts = opts.attempts ?? CAS_ATTEMPTS;
+  let fresh = opts.start === undefined || !opts.startMayBeStale;
+  let cur = opts.start === undefined ? await read() : (opts.start ?? undefined);
+  for (let attempt = 0; ; attempt++) {
+    const value = await next(cur);
+    if (value !== undefined) {
+      const data = JSON.stringify(value);
+      try {
+        const write = () => casWrite(kv, key, data, cur?.revision);
+        return { wrote: true, value, revision: await (opts.around ? opts.around(write) : write()) };
+      } catch (e) {
+        if (!isCasConflict(e) || attempt >= attempts) throw e;
+        // Several writers at one record: spread them out (a conflict over a stale start is no contest).
+        if (fresh) await new Promise((r) => setTimeout(r, Math.random() * 5 * (attempt + 1)));
+      }
+    } else if (fresh) {
+      return { wrote: false, current: cur };
+    }
+    cur = await read();
+    fresh = true;
+  }
+}
+
+/**
+ * Writes `data` at `key` by compare-and-set over `revision` ({@link casUpdate}), or as a new
+ * key when `revision` is undefined; rides out a JetStream gap, says so plainly when the bucket
+ * is full (bucket-limits.ts), and notes the revision so that a later read in this process is
+ * at least this new (read-floors.ts). Returns the new revision. A retried write whose first
+ * try landed fails compare-and-set: the caller reads again.
+ */
+export async function casWrite(kv: KV, key: string, data: string, revision: number | undefined): Promise<number> {
+  const written = await storeWrite(kv, key, () => retryJetStreamGap(() => (revision === undefined ? kv.create(key, data) : casUpdate(kv, key, data, revision))), {
+    bytes: Buffer.byteLength(data),
+  });
+  noteRevision(kv, key, written);
+  return written;
+}
+
+/**
+ * Read-modify-write of a JSON record validated by `schema`, through {@link casModify}. `fn`
+ * gets the current value (undefined when missing) and returns the next one, or undefined to
+ * write nothing; it must be pure. Returns what is stored in the end. With `read` (the record
+ * as the caller just read it, `null` when it was missing) the first attempt starts from it
+ * rather than reading the key again.
  */
 export async function mutateJson<T>(
   kv: KV,
@@ -76,24 +154,11 @@ export async function mutateJson<T>(
   fn: (current: T | undefined) => T | undefined,
   opts: { attempts?: number; read?: Record_<T> | null } = {},
 ): Promise<T | undefined> {
-  const attempts = opts.attempts ?? 20;
-  for (let i = 0; ; i++) {
-    // The caller's own read of the key, when it just made one, saves the first round trip; a conflict reads again.
-    const cur = i === 0 && opts.read !== undefined ? (opts.read ?? undefined) : await readJson(kv, key, schema);
-    const next = fn(cur?.value);
-    if (next === undefined) return cur?.value;
-    const data = JSON.stringify(next);
-    try {
-      // A retried write whose first try landed fails compare-and-set, and is read again below.
-      const revision = await storeWrite(kv, key, () => retryJetStreamGap(() => (cur ? casUpdate(kv, key, data, cur.revision) : kv.create(key, data))), { bytes: Buffer.byteLength(data) });
-      // Read-your-writes: a later read of the key in this process is at least this new (read-floors.ts).
-      noteRevision(kv, key, revision);
-      return next;
-    } catch (e) {
-      if (!isCasConflict(e) || i >= attempts) throw e;
-      await new Promise((r) => setTimeout(r, Math.random() * 5 * (i + 1)));
-    }
-  }
+  const out = await casModify(kv, key, () => readJson(kv, key, schema), (cur: Record_<T> | undefined) => fn(cur?.value), {
+    ...(opts.attempts !== undefined ? { attempts: opts.attempts } : {}),
+    ...(opts.read !== undefined ? { start: opts.read } : {}),
+  });
+  return out.wrote ? out.value : out.current?.value;
 }
 
 /**

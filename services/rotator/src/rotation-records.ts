@@ -7,7 +7,7 @@
  * the source of record: every read asks KV for the current revision, and every write is a
  * compare-and-set on a revision. Values handed out are shared: never mutate them.
  */
-import { ErrorCodes, MeshError, Rotation, casUpdate, isCasConflict, retryJetStreamGap, storeWrite, type Store } from "@mesh/shared";
+import { ErrorCodes, MeshError, Rotation, casModify, casWrite, retryJetStreamGap, type Store } from "@mesh/shared";
 
 /** A rotation record at a revision. */
 export interface RotationRecord {
@@ -78,37 +78,31 @@ export class RotationRecords {
   }
 
   private async updateNow(key: string, fn: (r: Rotation | undefined) => Rotation | undefined): Promise<{ record: RotationRecord | undefined; wrote: boolean }> {
-    let at = this.decoded.get(key);
-    let fresh = at === undefined;
-    if (fresh) at = await this.read(key);
-    for (let attempt = 0; ; attempt++) {
-      const next = fn(at?.value);
-      if (next === undefined || next === at?.value) {
-        if (fresh) return { record: at, wrote: false };
-      } else {
-        try {
-          return { record: await this.write(key, at?.revision, next), wrote: true };
-        } catch (e) {
-          if (!isCasConflict(e) || attempt >= ATTEMPTS) throw e;
-          // Several instances at one record: spread them out.
-          if (fresh) await new Promise((r) => setTimeout(r, Math.random() * 5 * (attempt + 1)));
-        }
-      }
-      at = await this.read(key);
-      fresh = true;
-    }
+    const last = this.decoded.get(key);
+    const out = await casModify(
+      this.store.kv.rotations,
+      key,
+      () => this.read(key),
+      (at: RotationRecord | undefined) => {
+        const next = fn(at?.value);
+        return next === at?.value ? undefined : next;
+      },
+      { attempts: ATTEMPTS, ...(last ? { start: last, startMayBeStale: true } : {}) },
+    );
+    return out.wrote ? { record: this.wrote(key, out.value, out.revision), wrote: true } : { record: out.current, wrote: false };
   }
 
   /** Writes `next` over `revision` (creates it when undefined); fails with a CAS conflict when the record moved on. */
   async write(key: string, revision: number | undefined, next: Rotation): Promise<RotationRecord> {
-    const data = JSON.stringify(next);
-    // A retried write whose first try landed fails compare-and-set: the caller reads again.
-    const kv = this.store.kv.rotations;
-    const rev = await storeWrite(kv, key, () => retryJetStreamGap(() => (revision === undefined ? kv.create(key, data) : casUpdate(kv, key, data, revision))), { bytes: Buffer.byteLength(data) });
+    return this.wrote(key, next, await casWrite(this.store.kv.rotations, key, JSON.stringify(next), revision));
+  }
+
+  /** Keeps `value`, which this instance wrote at `revision`. */
+  private wrote(key: string, value: Rotation, revision: number): RotationRecord {
     this.written.delete(key);
-    this.written.set(key, rev);
+    this.written.set(key, revision);
     if (this.written.size > KEEP) this.written.delete(this.written.keys().next().value!);
-    return this.keep(key, { value: next, revision: rev });
+    return this.keep(key, { value, revision });
   }
 
   private keep(key: string, r: RotationRecord): RotationRecord {
