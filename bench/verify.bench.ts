@@ -51,7 +51,7 @@ import {
   type Condition,
   type ProviderDoc,
 } from "@mesh/shared";
-import { AdapterPool, CredentialStore, postgresNames, providerConfig } from "@mesh/providers";
+import { AdapterPool, CredentialStore, postgresNames } from "@mesh/providers";
 import { DEFAULT_VERIFY_INTERVAL_MS, FRESH_SHARE, startVerifier } from "@mesh/verifier";
 import { startNatsServer } from "../test/harness/nats-server.js";
 import { startPostgres } from "../test/harness/postgres.js";

@@ -30,20 +30,21 @@ import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import pg from "pg";
 import {
-  Grant,
-  Kinds,
-  type Condition,
-  Rotation,
-  RotationStates,
   createLogger,
   getCondition,
+  Grant,
   keys,
+  Kinds,
+  parseAllowedHooks,
   readJson,
+  Rotation,
+  RotationStates,
+  type Condition,
   type ModuleDoc,
   type ProviderDoc,
 } from "@mesh/shared";
 import { createAdapter, CredentialStore } from "@mesh/providers";
-import { startAgent, parseAllowedHooks, type Agent } from "@mesh/agent";
+import { startAgent, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { explainModule } from "@mesh/cli";
 import { startPostgres, type Postgres } from "./harness/postgres.js";

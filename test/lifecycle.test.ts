@@ -56,7 +56,7 @@ async function del(body: object): Promise<DeleteReply> {
 /** Every value the store holds of a grant, at any revision (a purge leaves none). */
 async function storedRevisions(module: string, requirement: string): Promise<number> {
   let n = 0;
-  for await (const k of await mesh.store.kv.credentials.keys(keys.credentialsOf(module, requirement))) void k, n++;
+  for await (const _ of await mesh.store.kv.credentials.keys(keys.credentialsOf(module, requirement))) n++;
   for (let g = 1; g <= 5; g++) {
     for await (const e of await mesh.store.kv.credentials.history({ key: keys.credential(module, requirement, g) })) if (e.operation === "PUT") n++;
   }
@@ -492,7 +492,7 @@ describe("the resolver and an agent SIGKILLed in the middle of a deletion", () =
     const qRoot = mkdtempSync(join(tmpdir(), "mesh-node-q-"));
     let agent = spawnService("agent", { MESH_NODE: "node-q", MESH_BINDINGS_ROOT: qRoot });
     await mesh.resolver.stop();
-    let resolver = spawnService("resolver", {});
+    const resolver = spawnService("resolver", {});
     try {
       const parts: ModuleDoc["parts"] = [{ name: "api", node: "node-q", installed: true }];
       await waitFor("the resolver process to answer", async () => ((await mesh.apply([module("crash", [{ name: "db", kind: "postgres.database", deletionPolicy: "Delete" }, { name: "key", kind: "secret" }], parts)]).catch(() => undefined))?.ok ? true : undefined), 20_000, 200);
@@ -519,7 +519,7 @@ describe("the resolver and an agent SIGKILLed in the middle of a deletion", () =
       expect(await storedRevisions("crash", "key")).toBe(0);
       expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
     } catch (e) {
-      throw new Error(`${String(e)}\n${output.join("").slice(-4000)}`);
+      throw new Error(`${String(e)}\n${output.join("").slice(-4000)}`, { cause: e });
     } finally {
       await kill(agent);
       await kill(resolver);

@@ -14,22 +14,23 @@ import { SpanKind } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import {
-  ErrorCodes,
-  Kinds,
-  registerTracing,
-  Rotation,
-  RotationStates,
   createLogger,
   getCondition,
   keys,
+  Kinds,
+  parseAllowedHooks,
   readHolderAcks,
   readJson,
+  registerTracing,
+  Rotation,
+  RotationStates,
   subjects,
+  type AllowedHooks,
   type ModuleDoc,
   type RotationState,
 } from "@mesh/shared";
 import { createAdapter, CredentialStore } from "@mesh/providers";
-import { startAgent, bindingGeneration, bindingPath, parseAllowedHooks, type Agent, type AllowedHooks } from "@mesh/agent";
+import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";

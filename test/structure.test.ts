@@ -1,8 +1,13 @@
 /**
- * Rules of the code's shape that a compiler does not check. Every read-modify-write of a KV
- * record goes through casModify (packages/shared/src/kv-records.ts), whose write is casUpdate:
- * a plain `kv.update(key, data, revision)` is not a compare-and-set on a cluster of
- * nats-server 2.9.10, and updates written that way were lost there.
+ * Rules of the code's shape that neither the compiler nor `npm run lint` checks:
+ *
+ * - Every read-modify-write of a KV record goes through casModify
+ *   (packages/shared/src/kv-records.ts), whose write is casUpdate: a plain
+ *   `kv.update(key, data, revision)` is not a compare-and-set on a cluster of nats-server
+ *   2.9.10, and updates written that way were lost there.
+ * - Each workspace's package.json lists exactly the packages its source imports: nothing
+ *   missing (it would work only while another workspace hoists it) and nothing unused (the SDK
+ *   would install what it never loads).
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
@@ -39,7 +44,61 @@ function kvUpdateCalls(text: string): string[] {
   return found.map((m) => m.trim());
 }
 
+/** The packages `text` imports or re-exports by bare name (`pino`, `@nats-io/kv`), Node's own left out. */
+function importedPackages(text: string): string[] {
+  const names = new Set<string>();
+  const statements = /^\s*(?:import|export)\s[^;]*?\sfrom\s*"([^"]+)"|^\s*import\s*"([^"]+)"|\bimport\(\s*"([^"]+)"\s*\)/gm;
+  for (const m of text.matchAll(statements)) {
+    const spec = (m[1] ?? m[2] ?? m[3])!;
+    if (spec.startsWith("node:") || spec.startsWith(".")) continue;
+    const parts = spec.split("/");
+    names.add(spec.startsWith("@") ? `${parts[0]}/${parts[1]}` : parts[0]!);
+  }
+  return [...names];
+}
+
+/** The workspaces and, for each, the packages its source (tests and fixtures left out) imports and the ones its package.json lists. */
+function workspaceDependencies(): Array<{ workspace: string; imported: string[]; listed: string[] }> {
+  const rootPkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { workspaces: string[] };
+  return rootPkg.workspaces.map((workspace) => {
+    const pkg = JSON.parse(readFileSync(join(root, workspace, "package.json"), "utf8")) as { name: string; dependencies?: Record<string, string> };
+    const imported = new Set<string>();
+    const walk = (dir: string) => {
+      for (const e of readdirSync(dir, { withFileTypes: true })) {
+        const p = join(dir, e.name);
+        if (e.isDirectory()) walk(p);
+        else if (/\.ts$/.test(e.name) && !/\.test\.ts$|^test-fixtures\.ts$/.test(e.name)) for (const n of importedPackages(readFileSync(p, "utf8"))) imported.add(n);
+      }
+    };
+    walk(join(root, workspace, "src"));
+    imported.delete(pkg.name);
+    // A package a listed dependency asks for as its peer is listed too (the tracing SDK's @opentelemetry/api).
+    const listed = Object.keys(pkg.dependencies ?? {});
+    for (const dep of listed) {
+      const peers = (JSON.parse(readFileSync(join(root, "node_modules", dep, "package.json"), "utf8")) as { peerDependencies?: Record<string, string> }).peerDependencies;
+      for (const peer of Object.keys(peers ?? {})) if (listed.includes(peer)) imported.add(peer);
+    }
+    return { workspace, imported: [...imported].sort(), listed: listed.sort() };
+  });
+}
+
 describe("the code's shape", () => {
+  it("reads the packages a file imports, Node's own and relative paths left out", () => {
+    const text = 'import { z } from "zod";\nimport type { KV } from "@nats-io/kv";\nimport { join } from "node:path";\nimport { x } from "./x.js";\nconst y = await import("pino");\nexport { w } from "yaml/dist/index.js";\nconst msg = `loaded from "somewhere else"`;';
+    expect(importedPackages(text).sort()).toEqual(["@nats-io/kv", "pino", "yaml", "zod"]);
+  });
+
+  it("lists in each workspace's package.json exactly the packages its source imports", () => {
+    const wrong = workspaceDependencies()
+      .map(({ workspace, imported, listed }) => ({
+        workspace,
+        unlisted: imported.filter((n) => !listed.includes(n)),
+        unused: listed.filter((n) => !imported.includes(n)),
+      }))
+      .filter((w) => w.unlisted.length > 0 || w.unused.length > 0);
+    expect(wrong, "add what is imported to the workspace's dependencies, and remove what no source file imports").toEqual([]);
+  });
+
   it("recognises a KV update in the forms it is written in", () => {
     expect(kvUpdateCalls("await kv.update(key, data, cur.revision);")).toHaveLength(1);
     expect(kvUpdateCalls("this.kv.update(k, data, e.revision)")).toHaveLength(1);

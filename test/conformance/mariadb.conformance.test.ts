@@ -7,7 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import mysql from "mysql2/promise";
-import { ErrorCodes, Kinds, isMeshError } from "@mesh/shared";
+import { ErrorCodes, isMeshError } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter, ProviderConfig } from "@mesh/providers";
 import { createMariadbAdapter, nativePasswordHash } from "../../packages/providers/src/mariadb.js";
 import { freePort } from "../harness/ports.js";

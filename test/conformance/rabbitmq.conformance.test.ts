@@ -23,7 +23,7 @@ const ADMIN = `mesh_test_admin_${randomBytes(4).toString("hex")}`;
 const ADMIN_PASSWORD = `adm-${randomBytes(12).toString("hex")}`;
 
 /** The management API as the suite's root user (or `as`), for setting up and checking. */
-async function api(method: string, path: string, body?: unknown, as = ROOT): Promise<{ status: number; json: any }> {
+async function api(method: string, path: string, body?: unknown, as = ROOT): Promise<{ status: number; json: any }> /* eslint-disable-line @typescript-eslint/no-explicit-any -- the management API answers many shapes */ {
   const res = await fetch(`${MANAGEMENT_URL}/api${path}`, {
     method,
     headers: { authorization: `Basic ${Buffer.from(`${as.user}:${as.password}`).toString("base64")}`, "content-type": "application/json" },

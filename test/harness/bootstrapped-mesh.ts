@@ -153,7 +153,7 @@ export async function startBootstrappedMesh(
     await Promise.race([waitFor("the services to run on their own identities", () => /with the identities the mesh granted them/.test(out), opts.readyTimeoutMs ?? 120_000), exited]);
   } catch (e) {
     await mesh.stop();
-    throw new Error(`${(e as Error).message}\n--- meshctl bootstrap printed:\n${out}`);
+    throw new Error(`${(e as Error).message}\n--- meshctl bootstrap printed:\n${out}`, { cause: e });
   }
   return mesh;
 }

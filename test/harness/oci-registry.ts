@@ -99,7 +99,7 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?
     await startServer();
   } catch (e) {
     await stop();
-    throw new Error(`the test's registry did not start: ${(e as Error).message}\n${output}`);
+    throw new Error(`the test's registry did not start: ${(e as Error).message}\n${output}`, { cause: e });
   }
   return { registryUrl: `http://127.0.0.1:${port}`, issuerUrl: issuer.url, admin, issuer, dir, output: () => output, stopServer, startServer, stop };
 }

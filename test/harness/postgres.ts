@@ -103,7 +103,7 @@ export async function startPostgres(
   } catch (e) {
     rmSync(baseDir, { recursive: true, force: true });
     const err = e as { stderr?: string; message: string };
-    throw new Error(`initdb failed: ${err.stderr || err.message}`);
+    throw new Error(`initdb failed: ${err.stderr || err.message}`, { cause: e });
   } finally {
     rmSync(pwfile, { force: true });
   }
@@ -152,7 +152,7 @@ export async function startPostgres(
         if ((e as { code?: string }).code?.startsWith("28")) return;
         if (Date.now() > deadline) {
           p.kill("SIGKILL");
-          throw new Error(`postgres did not accept connections on ${host}:${port} within 30 s (${(e as Error).message}): ${log}`);
+          throw new Error(`postgres did not accept connections on ${host}:${port} within 30 s (${(e as Error).message}): ${log}`, { cause: e });
         }
         await new Promise((r) => setTimeout(r, 100));
       }

@@ -12,7 +12,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import {
   Grant,
-  HolderRegistration,
   Kinds,
   Rotation,
   RotationStates,
@@ -76,15 +75,6 @@ async function waitUntil(what: string, f: () => Promise<boolean> | boolean, time
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-/** An SDK holder's registration whose key the test owns, to open what is sealed to it (it confirms by hand). */
-async function registerSpy(module: string, instance: string) {
-  const key = createSealingKey();
-  const now = new Date().toISOString();
-  const reg: HolderRegistration = { holder: `n1/app/${instance}`, grant: `${module}/key`, node: "n1", part: "app", instance, registeredAt: now, seenAt: now, xkey: key.getPublicKey() };
-  await store.kv.holders.put(keys.holder(module, "key", "n1", "app", instance), JSON.stringify(reg));
-  return key;
 }
 
 async function applySecretModule(module: string) {

@@ -2,7 +2,6 @@ import { describe, expect, it } from "vitest";
 import { Limits, type ManifestDoc, type NatsConnection } from "@mesh/shared";
 import { applyBatches, sendApply } from "./apply-command.js";
 import { CliError } from "./cli-error.js";
-import { ExitCodes } from "./exit-codes.js";
 import type { ManifestFile } from "./manifest-files.js";
 
 /** A connection whose request says it was reached: the limits are checked before anything is sent. */

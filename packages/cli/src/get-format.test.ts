@@ -1,6 +1,7 @@
+import { stripVTControlCharacters } from "node:util";
 import { describe, expect, it } from "vitest";
 import type { ModuleDoc, ReachabilityRecord } from "@mesh/shared";
-import { CliError } from "./cli-error.js";
+import type { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { checkGetName, parseGetResource } from "./get-command.js";
 import { formatGrantRows, formatModuleRows, formatProviderRows, formatTable } from "./get-format.js";
@@ -33,7 +34,7 @@ function records(over: Partial<MeshRecords> = {}): MeshRecords {
 describe("formatTable", () => {
   it("aligns every column on its widest cell, colour codes not counted, the last one ragged", () => {
     const t = formatTable(["NAME", "STATE", "REASON"], [["shop", "\x1b[32mReady\x1b[39m", "all fine"], ["a-longer-name", "Pending", "x"]]);
-    expect(t.replace(/\x1b\[[0-9;]*m/g, "").split("\n")).toEqual(["NAME           STATE    REASON", "shop           Ready    all fine", "a-longer-name  Pending  x"]);
+    expect(stripVTControlCharacters(t).split("\n")).toEqual(["NAME           STATE    REASON", "shop           Ready    all fine", "a-longer-name  Pending  x"]);
   });
 
   it("cuts lines to a width with an ellipsis", () => {

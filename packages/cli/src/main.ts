@@ -4,9 +4,18 @@
  * functions; each of them takes its inputs and an output and returns the exit code.
  */
 import { Command, Option } from "commander";
-import { errorMessage, isJetStreamTimeout, jetStreamTimeoutMessage, loadMasterKey, parseTimerDuration, type NatsConnection, type Store } from "@mesh/shared";
+import {
+  errorMessage,
+  isJetStreamTimeout,
+  jetStreamTimeoutMessage,
+  loadMasterKey,
+  parseAllowedHooks,
+  parseTimerDuration,
+  type AllowedHooks,
+  type NatsConnection,
+  type Store,
+} from "@mesh/shared";
 import { operatorFiles } from "@mesh/providers";
-import { parseAllowedHooks, type AllowedHooks } from "@mesh/agent";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { hostname, userInfo } from "node:os";

@@ -18,7 +18,6 @@ import {
   keys,
   parseGrantId,
   readJson,
-  retryJetStreamGap,
   subjects,
   type Store,
 } from "@mesh/shared";

@@ -42,6 +42,7 @@ export function pad(text: string, width: number): string {
  */
 export function printable(text: string): string {
   // C0 controls but \t and \n, DEL, and C1 controls (U+0080-U+009F, which some terminals obey too).
+  // eslint-disable-next-line no-control-regex -- control characters are what it looks for
   return text.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
 }
 
@@ -55,13 +56,19 @@ export function wrapText(text: string, width: number, indent = ""): string[] {
   let line = "";
   for (let word of printable(text).split(/\s+/).filter(Boolean)) {
     while (word.length > room) {
-      if (line) (lines.push(line), (line = ""));
+      if (line) {
+        lines.push(line);
+        line = "";
+      }
       lines.push(word.slice(0, room));
       word = word.slice(room);
     }
     if (!line) line = word;
     else if (line.length + 1 + word.length <= room) line += " " + word;
-    else (lines.push(line), (line = word));
+    else {
+      lines.push(line);
+      line = word;
+    }
   }
   if (line) lines.push(line);
   return lines.map((l) => indent + l);

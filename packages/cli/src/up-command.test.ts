@@ -4,7 +4,7 @@ import { isCliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { loopbackAddress } from "./local-nats.js";
 import { upPaths } from "./paths.js";
-import { allowedHooksOf, parseAllowedHooks } from "@mesh/agent";
+import { allowedHooksOf, parseAllowedHooks } from "@mesh/shared";
 import type { ManifestFile } from "./manifest-files.js";
 
 const files: ManifestFile[] = [

@@ -23,6 +23,8 @@ import {
   unauthenticatedWarning,
   type NatsConnection,
   storeReplicas,
+  formatHookList,
+  type AllowedHooks,
 } from "@mesh/shared";
 import { reportApply, sendApply } from "./apply-command.js";
 import { pause, retryPolicy } from "./retry.js";
@@ -38,7 +40,6 @@ import type { Output } from "./output.js";
 import { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
 import { makePrivateDir, tightenTree } from "./private-tree.js";
 import { Supervisor, type ChildEvent, type ServiceSpec } from "./supervisor.js";
-import { formatHookList, type AllowedHooks } from "@mesh/agent";
 
 /** The node an agent runs for when neither `--nodes` nor the applied parts name one. */
 export const DEFAULT_NODE = "node-a";

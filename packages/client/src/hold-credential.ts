@@ -17,7 +17,7 @@
 import { randomBytes } from "node:crypto";
 import { JetStreamApiError, jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { context, type Span } from "@opentelemetry/api";
+import type { Span } from "@opentelemetry/api";
 import {
   Buckets,
   ErrorCodes,
@@ -29,7 +29,7 @@ import {
   RotationBroadcast,
   HOLDER_HEARTBEAT_MS,
   SubjectTemplates,
-  contextFrom,
+  type contextFrom,
   propagating,
   createSealingKey,
   decryptForPart,
@@ -244,7 +244,7 @@ class Holder implements CredentialHolder {
   private async take(generation: number, rotation: string | undefined, receivedAt: Date, m?: JsMsg, inBroadcast?: CredentialValues): Promise<boolean> {
     if (this.done || generation <= this.generation) return true;
     // A CONSUMER span, the child of the rotator's broadcast (its context in the message's headers).
-    const { module, requirement, node, part } = this.opts;
+    const { node, part } = this.opts;
     // Without a propagator nothing traces the rotation: no span, and the message's headers are not decoded (a thousand holders pay for each).
     const span: Span | undefined = rotation && propagating()
       ? startConsumerSpan(

@@ -137,7 +137,6 @@ async function listedDeliveries(nc: NatsConnection, opts: WatchCredentialsOption
   let wake: (() => void) | undefined;
   let ended: { error?: Error } | undefined;
   let resolveClosed!: (e: void | Error) => void;
-  let timer: NodeJS.Timeout | undefined;
   const closed = new Promise<void | Error>((r) => (resolveClosed = r));
   const push = (xs: Array<{ body: unknown; newerFollows: boolean }>) => {
     items.push(...xs);
@@ -172,7 +171,7 @@ async function listedDeliveries(nc: NatsConnection, opts: WatchCredentialsOption
     end();
     throw e;
   }
-  timer = setInterval(listSoon, RELIST_MS);
+  const timer = setInterval(listSoon, RELIST_MS);
   timer.unref();
   void (async () => {
     for await (const s of nc.status()) {

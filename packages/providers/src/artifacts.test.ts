@@ -10,11 +10,8 @@ import {
   ociObjectName,
   sha1Hex,
   sha256Digest,
-  type Artifact,
-  type ArtifactContent,
-  type ArtifactSink,
-  type ArtifactSource,
 } from "./artifacts.js";
+import type { Artifact, ArtifactContent, ArtifactSink, ArtifactSource } from "./adapter.js";
 
 /** A source and a sink over maps, keyed by artifactId: the copy's logic, without a server. */
 function memory(entries: Array<[Artifact, ArtifactContent]>) {

@@ -16,45 +16,7 @@
  */
 import { createHash } from "node:crypto";
 import { ErrorCodes, MeshError } from "@mesh/shared";
-import type { BindingValues, GrantRef } from "./adapter.js";
-
-/** One thing a registry grant stores. */
-export type Artifact =
-  /** An image blob (a layer or a config), by content digest `sha256:<hex>`. */
-  | { type: "blob"; repository: string; digest: string }
-  /** An image manifest under a tag; `digest` is its bytes'. */
-  | { type: "manifest"; repository: string; tag: string; digest: string }
-  /** One version of a package: its manifest (the package.json it was published with) and its tarball, whose sha1 is `shasum`. */
-  | { type: "package"; name: string; version: string; shasum: string };
-
-/** An artifact's bytes: a blob's, a manifest's, or a package version's tarball (with its manifest). */
-export interface ArtifactContent {
-  data: Uint8Array;
-  /** A manifest's media type (from the manifest itself when the source keeps none). */
-  mediaType?: string;
-  /** A package version's manifest. */
-  manifest?: Record<string, unknown>;
-}
-
-/** What a copy reads: every artifact of one grant at one provider. */
-export interface ArtifactSource {
-  /** Every artifact, in no particular order (see {@link copyOrder}). */
-  list(): Promise<Artifact[]>;
-  read(a: Artifact): Promise<ArtifactContent>;
-}
-
-/** What a copy writes to: one grant at one provider, through the generation's own bindings. */
-export interface ArtifactSink {
-  /** Whether the artifact is there with the same digest; throws `Conflict` when it is there with another. */
-  has(a: Artifact): Promise<boolean>;
-  write(a: Artifact, content: ArtifactContent): Promise<void>;
-}
-
-/** Where an adapter reads or writes one grant's artifacts: the grant (its generation) and that generation's bindings. */
-export interface ArtifactRequest {
-  grant: GrantRef;
-  bindings: BindingValues;
-}
+import type { Artifact, ArtifactContent, ArtifactSink, ArtifactSource } from "./adapter.js";
 
 /** What one run of {@link copyArtifacts} did. */
 export interface CopyOutcome {

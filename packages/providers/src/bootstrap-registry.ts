@@ -8,20 +8,8 @@
  */
 import type { ObjectInfo, ObjectStore } from "@nats-io/obj";
 import { ErrorCodes, Kinds, MeshError } from "@mesh/shared";
-import {
-  artifactId,
-  manifestMediaType,
-  npmObjectNames,
-  npmVersionOfObject,
-  ociArtifactOfObject,
-  ociObjectName,
-  sha1Hex,
-  sha256Digest,
-  type Artifact,
-  type ArtifactContent,
-  type ArtifactSink,
-  type ArtifactSource,
-} from "./artifacts.js";
+import type { Artifact, ArtifactSink, ArtifactSource } from "./adapter.js";
+import { artifactId, manifestMediaType, npmObjectNames, npmVersionOfObject, ociArtifactOfObject, ociObjectName, sha1Hex, sha256Digest } from "./artifacts.js";
 
 /** The registry kinds the bootstrap registry serves. */
 export type RegistryKind = typeof Kinds.OciRegistry | typeof Kinds.NpmRegistry;

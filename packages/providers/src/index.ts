@@ -19,6 +19,11 @@ export type {
   ProviderConfig,
   RetireRequest,
   SecretMaterial,
+  Artifact,
+  ArtifactContent,
+  ArtifactRequest,
+  ArtifactSink,
+  ArtifactSource,
 } from "./adapter.js";
 export { recordedResource } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
@@ -60,22 +65,6 @@ export {
 export { ensureOperator, operatorConfig, operatorFiles, prepareOperatorServer, readOperator, type OperatorFiles, type OperatorPublic } from "./nats-operator-files.js";
 export { RECORDS_BUCKET as NATS_IDENTITY_RECORDS_BUCKET } from "./nats-user.js";
 export { natsAuth } from "./nats-auth.js";
-export {
-  ceilingBreaches,
-  ceilingFor,
-  ceilingRefusal,
-  checkSubjectPattern,
-  checkWithinCeiling,
-  identityPermissions,
-  inboxRefusal,
-  natsCeiling,
-  natsPermissions,
-  responsesAllowed,
-  subscribeReach,
-  type CeilingBreach,
-  type NatsPermissions,
-} from "./nats-permissions.js";
-export { matches, overlap, uncovered, within } from "./subject-containment.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";
@@ -96,11 +85,6 @@ export {
   copyOrder,
   sha1Hex,
   sha256Digest,
-  type Artifact,
-  type ArtifactContent,
-  type ArtifactRequest,
-  type ArtifactSink,
-  type ArtifactSource,
   type CopyOutcome,
 } from "./artifacts.js";
 export { getImage, objectStoreArtifacts, putImage, putPackage } from "./bootstrap-registry.js";

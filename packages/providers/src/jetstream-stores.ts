@@ -34,10 +34,12 @@ import { JetStreamApiError, StorageType, jetstreamManager, type JetStreamClient,
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { objectStoreArtifacts } from "./bootstrap-registry.js";
-import type { ArtifactRequest, ArtifactSink, ArtifactSource } from "./artifacts.js";
 import { ErrorCodes, Kinds, MeshError, RECORDS_GRANT, SOURCE_OF_RECORD, errorMessage, grantId, retryJetStreamGap } from "@mesh/shared";
 import type {
   AdapterFactory,
+  ArtifactRequest,
+  ArtifactSink,
+  ArtifactSource,
   CreateRequest,
   CreateResult,
   DeleteRequest,

@@ -50,6 +50,11 @@ import {
   subjects,
   type Kind,
   type PartIdentityOptions,
+  checkWithinCeiling,
+  identityPermissions,
+  natsCeiling,
+  natsPermissions,
+  type NatsPermissions,
   storeWrite,
   storeReplicas,
 } from "@mesh/shared";
@@ -69,7 +74,6 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { bindingServers, parseNatsEndpoints } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
-import { checkWithinCeiling, identityPermissions, natsCeiling, natsPermissions, type NatsPermissions } from "./nats-permissions.js";
 import { accountClaims, credsOf, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
 
 /** How long a login (connect and flush) may take, and each request to the server. */
@@ -263,7 +267,7 @@ class NatsUserAdapter implements ProviderAdapter {
     const lacking = ["host", "port", "creds"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
-    let user = "";
+    let user: string;
     try {
       user = userClaims(jwtOfCreds(b.creds!) ?? "").name;
     } catch {

@@ -36,6 +36,8 @@ import { isAbsolute, join } from "node:path";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type {
   AdapterFactory,
+  ArtifactRequest,
+  ArtifactSink,
   CreateRequest,
   CreateResult,
   DeleteRequest,
@@ -53,7 +55,6 @@ import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { npmRegistrySink } from "./registry-artifacts.js";
-import type { ArtifactRequest, ArtifactSink } from "./artifacts.js";
 
 /** How long one request to the registry may take. */
 export const REGISTRY_TIMEOUT_MS = 5_000;

@@ -22,6 +22,8 @@
 import { ErrorCodes, Kinds, MeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
+  ArtifactRequest,
+  ArtifactSink,
   CreateRequest,
   CreateResult,
   DeleteRequest,
@@ -40,7 +42,6 @@ import { fetchFailureCause } from "./fetch-failure.js";
 import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
 import { hashPassword, ociNames, type OciNames } from "./oci-token-scope.js";
 import { ociRegistrySink } from "./registry-artifacts.js";
-import type { ArtifactRequest, ArtifactSink } from "./artifacts.js";
 
 /** How long each request of a login may take. */
 const LOGIN_TIMEOUT_MS = 3_000;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ErrorCodes, NAME_PATTERN, isMeshError } from "@mesh/shared";
+import { ErrorCodes, isMeshError } from "@mesh/shared";
 import { MAX_BASE_LENGTH, PG_IDENTIFIER, baseName, checkIdentifier, loginRoleName, postgresNames, quoteIdentifier } from "./postgres-identifiers.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { meshName } from "../../../test/harness/arbitraries.js";

@@ -6,8 +6,8 @@
  * packument requests for `npm.registry` (HTTP Basic). What a handover copies into (artifacts.ts).
  */
 import { ErrorCodes, MeshError } from "@mesh/shared";
-import type { BindingValues } from "./adapter.js";
-import { artifactId, type Artifact, type ArtifactContent, type ArtifactSink } from "./artifacts.js";
+import type { Artifact, ArtifactContent, ArtifactSink, BindingValues } from "./adapter.js";
+import { artifactId } from "./artifacts.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
 

@@ -5,14 +5,13 @@
  * applies what these functions return; nothing here talks to NATS.
  */
 import { Kinds, REGISTRY_KINDS, type Kind } from "./kinds.js";
-import { NAME_RULE, isValidName } from "./names.js";
+import { CONTROL_PLANE_MODULE, NAME_RULE, isValidName } from "./names.js";
+import type { NatsPermissions } from "./nats-permissions.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
 import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } from "./subjects.js";
 import { CeilingOptions, DEFAULT_NATS_CEILING, RESPONSES_CEILING_OPTION, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 
-/** The control plane's module name. */
-export const CONTROL_PLANE_MODULE = "mesh";
 /** The bootstrap provider: the mesh's own NATS, serving identities and JetStream stores. */
 export const BOOTSTRAP_PROVIDER = "mesh-nats";
 /** The services of the control plane, one part each (agents have a part per node). */
@@ -109,18 +108,6 @@ function nodeOwned(node: string): Array<{ bucket: BucketName; filter: string }> 
 /** The requirement holding the NATS identity of control-plane part `part`. */
 export function identityRequirement(part: string): string {
   return `nats-${part}`;
-}
-
-/** NATS permissions of one identity, as `nats.user` requirement options. */
-export interface NatsPermissions {
-  publish: string[];
-  subscribe: string[];
-  /** Denied even where `publish` allows (the server's deny wins over an allow). */
-  denyPublish?: string[];
-  /** Denied even where `subscribe` allows: for a wildcard that reaches them, the server drops their messages. */
-  denySubscribe?: string[];
-  /** May answer the requests it receives (the response permission): only an identity that serves requests. */
-  allowResponses?: boolean;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createSealingKey, sealTo } from "./crypto.js";
 import { fetchCredential } from "./credential-fetch.js";
 import { errorFromReply } from "./request-json.js";

@@ -21,7 +21,7 @@ export function parseTimerDuration(text: string, what: string): number {
   try {
     ms = parseDuration(text);
   } catch (e) {
-    throw new Error(`${what}: ${(e as Error).message}`);
+    throw new Error(`${what}: ${(e as Error).message}`, { cause: e });
   }
   if (ms > MAX_TIMER_MS) throw new Error(`${what}: ${JSON.stringify(text)} is too long; a timer may be at most ${MAX_TIMER_MS}ms (about 24 days)`);
   return ms;

@@ -71,3 +71,13 @@ export function parseBindingGenerationDir(dir: string): { requirement: string; g
   const m = /^\.?(.+)-g(\d+)-[A-Za-z0-9]{6}$/.exec(dir);
   return m && isValidName(m[1]!) ? { requirement: m[1]!, generation: Number(m[2]) } : undefined;
 }
+
+/** The control plane's module name. */
+export const CONTROL_PLANE_MODULE = "mesh";
+
+/** The binding directory a part's identity is written to, beside its requirements' bindings. */
+export const IDENTITY_BINDING = "identity";
+/** True for a requirement name only the mesh may use: `identity` and `identity-…`. */
+export function isReservedRequirementName(name: string): boolean {
+  return name === IDENTITY_BINDING || name.startsWith(`${IDENTITY_BINDING}-`);
+}

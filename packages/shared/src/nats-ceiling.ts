@@ -2,7 +2,7 @@
  * The words of the operator's ceiling on `nats.user` permissions, as a provider's document
  * writes them (`options.allowPublish`, `options.allowSubscribe`): what an entry may say and
  * what applies when the document says nothing. Checking a requirement against a ceiling is
- * the nats.user adapter's (@mesh/providers, nats-permissions.ts); control-plane.ts writes the
+ * nats-permissions.ts's; control-plane.ts writes the
  * bootstrap provider's ceiling with these.
  */
 import { moduleSubjectPattern } from "./subjects.js";
@@ -50,6 +50,6 @@ const OWN_NAMESPACE = moduleSubjectPattern("module").replace("module", MODULE_PL
 /**
  * The ceiling of a provider whose document sets none: each module its own namespace. A grant's
  * own inbox is no part of a ceiling: the mesh adds it to every identity, and no ceiling or
- * requirement can reach another's (nats-permissions.ts in @mesh/providers).
+ * requirement can reach another's (nats-permissions.ts).
  */
 export const DEFAULT_NATS_CEILING: NatsCeiling = { publish: [OWN_NAMESPACE], subscribe: [OWN_NAMESPACE] };

@@ -3,7 +3,8 @@ import fc from "fast-check";
 import { isValidName, NAME_MAX_LENGTH } from "./names.js";
 import { ModuleDoc } from "./schemas/manifest.js";
 import { deriveModuleState } from "./module-state.js";
-import { IDENTITY_BINDING, bindingNameOf, isReservedRequirementName, partIdentityRequirement, partIdentityRequirements, requirementOfBinding } from "./part-identity.js";
+import { bindingNameOf, partIdentityRequirement, partIdentityRequirements, requirementOfBinding } from "./part-identity.js";
+import { IDENTITY_BINDING, isReservedRequirementName } from "./names.js";
 
 import { meshName as name } from "../../../test/harness/arbitraries.js";
 

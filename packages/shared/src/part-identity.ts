@@ -8,21 +8,14 @@
  */
 import { createHash } from "node:crypto";
 import { Kinds } from "./kinds.js";
-import { NAME_MAX_LENGTH } from "./names.js";
+import { CONTROL_PLANE_MODULE, IDENTITY_BINDING, NAME_MAX_LENGTH } from "./names.js";
 import { Buckets, keys, subjects, type BucketName } from "./subjects.js";
-import { CONTROL_PLANE_MODULE, type NatsPermissions } from "./control-plane.js";
+import type { NatsPermissions } from "./nats-permissions.js";
 import { holderStreamUse, partHolderStream } from "./holder-streams.js";
 import { confineToInbox } from "./inboxes.js";
 import type { ModuleDoc, RequirementDoc } from "./schemas/manifest.js";
 
-/** The binding directory a part's identity is written to, beside its requirements' bindings. */
-export const IDENTITY_BINDING = "identity";
 const PREFIX = `${IDENTITY_BINDING}-`;
-
-/** True for a requirement name only the mesh may use: `identity` and `identity-…`. */
-export function isReservedRequirementName(name: string): boolean {
-  return name === IDENTITY_BINDING || name.startsWith(PREFIX);
-}
 
 /**
  * The requirement of part `part`'s identity: `identity-<part>`, or, for a part name too long for

@@ -4,7 +4,7 @@
  * at once with a retryable Unavailable, not left to time out. And whom it answers: only a reply
  * subject under an inbox root, never one that would make the service act for the sender.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { serveJson } from "./serve-json.js";
 import { createLogger } from "./logger.js";
 import { Limits } from "./limits.js";

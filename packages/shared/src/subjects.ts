@@ -5,7 +5,6 @@
  * pattern can later give a holder exactly its own deliveries (`mesh.delivery.<node>.>`).
  */
 import { isValidName } from "./names.js";
-import { parseHolderId } from "./schemas/rotation.js";
 import { InboxRoots } from "./inboxes.js";
 
 export const Buckets = {

@@ -2,7 +2,7 @@
  * Options of {@link startAgent}.
  */
 import type { Logger, Store } from "@mesh/shared";
-import type { AllowedHooks } from "./allowed-hooks.js";
+import type { AllowedHooks } from "@mesh/shared";
 
 export interface AgentOptions {
   /** The opened store (KV buckets and streams). The agent does not close its connection. */

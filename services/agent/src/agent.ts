@@ -45,7 +45,7 @@ import { consumeRotations } from "./rotations.js";
 import { planDelivery } from "./delivery-plan.js";
 import { receiptConfirmed, receiptDelivered, receiptFailed, receiptHookFailed, receiptWithdrawn } from "./receipts.js";
 import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
-import { HookOptionError } from "./allowed-hooks.js";
+import { HookOptionError } from "@mesh/shared";
 import { startProber } from "./prober.js";
 
 /** A running agent. */

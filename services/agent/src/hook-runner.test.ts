@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger, isMeshError } from "@mesh/shared";
 import { LogCapture } from "../../../test/harness/log-capture.js";
 import { waitFor } from "../../../test/harness/wait.js";
-import { HOOK_PATH, HookOptionError } from "./allowed-hooks.js";
+import { HOOK_PATH, HookOptionError } from "@mesh/shared";
 import { decideHookRunAs, hookEnvironment, lookUpUser, resolveHookPrograms, runHook } from "./hook-runner.js";
 
 const delivery = { grant: "shop/db", generation: 3, module: "shop", part: "api", requirement: "db" };

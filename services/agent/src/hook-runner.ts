@@ -8,7 +8,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { ErrorCodes, MeshError, errorMessage, type Delivery, type Logger } from "@mesh/shared";
-import { HOOK_PATH, HookOptionError, type AllowedHooks } from "./allowed-hooks.js";
+import { HOOK_PATH, HookOptionError, type AllowedHooks } from "@mesh/shared";
 
 /** How long a hook may run before it is killed (with every process it started). */
 export const HOOK_TIMEOUT_MS = 60_000;

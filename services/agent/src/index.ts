@@ -28,15 +28,4 @@ export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PR
 export { consumeRotations, partOfConsumer, LOOK_EVERY_MS } from "./rotations.js";
 export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";
 export { applyRotation, isRotationDue, isHookError, hookNotAllowed, type AgentHooks } from "./rotation-confirm.js";
-export {
-  parseAllowHook,
-  parseAllowedHooks,
-  allowedHooksOf,
-  splitHookList,
-  formatHookList,
-  HookOptionError,
-  HOOK_PATH,
-  HOOK_LIST_SEPARATOR,
-  type AllowedHooks,
-} from "./allowed-hooks.js";
 export { runHook, hookEnvironment, resolveHookPrograms, decideHookRunAs, lookUpUser, HOOK_TIMEOUT_MS, DEFAULT_HOOK_USER, type HookRunAs } from "./hook-runner.js";

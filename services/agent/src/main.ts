@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { startAgent } from "./agent.js";
-import { allowedHooksOf, type AllowedHooks } from "./allowed-hooks.js";
+import { allowedHooksOf, type AllowedHooks } from "@mesh/shared";
 import { resolveHookPrograms } from "./hook-runner.js";
 
 const USAGE =

@@ -19,7 +19,7 @@ import {
   type Store,
 } from "@mesh/shared";
 import { createAdapter } from "@mesh/providers";
-import type { AllowedHooks } from "./allowed-hooks.js";
+import type { AllowedHooks } from "@mesh/shared";
 import { hookEnvironment, runHook, type HookRunAs } from "./hook-runner.js";
 
 /**

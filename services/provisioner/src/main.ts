@@ -14,7 +14,7 @@ import { runService, serviceMasterKey } from "@mesh/shared";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { storeKeyRing } from "@mesh/providers";
 import { startProvisioner } from "./provisioner.js";
-import { TakeBackSteps, type TakeBackStep } from "./provision.js";
+import { TakeBackSteps, type TakeBackStep } from "./provision-deps.js";
 
 const pause = process.env.MESH_PROVISIONER_TEST_PAUSE_AFTER as TakeBackStep | undefined;
 if (pause && !TakeBackSteps.includes(pause)) {

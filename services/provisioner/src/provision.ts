@@ -27,25 +27,12 @@ import {
   type Logger,
   type Store,
 } from "@mesh/shared";
-import { recordedResource, withAdminSecret, type AdapterPool, type CredentialStore, type ProviderAdapter } from "@mesh/providers";
+import { recordedResource, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { takeBack } from "./take-back.js";
+import type { ProvisionDeps } from "./provision-deps.js";
 
 /** Who repairs a provider's admin secret, in the secret grant's repair history. */
 const PROVISIONER_INSTANCE = `provisioner@${hostname()}/${process.pid}`;
-
-export interface ProvisionDeps {
-  store: Store;
-  credentials: CredentialStore;
-  adapters: AdapterPool;
-  log: Logger;
-  /** TEST HOOK (`MESH_PROVISIONER_TEST_PAUSE_AFTER`): freeze after this step of a take-back, so a test can SIGKILL the process there. */
-  testPauseAfter?: TakeBackStep;
-  onTestPause?: (step: TakeBackStep) => void;
-}
-
-/** The steps of taking a grant back after which a test may freeze the provisioner. */
-export const TakeBackSteps = ["Revoked", "Purged"] as const;
-export type TakeBackStep = (typeof TakeBackSteps)[number];
 
 /**
  * The generation a grant should be provisioned at, or undefined when there is nothing for the

@@ -22,7 +22,8 @@ import {
 } from "@mesh/shared";
 import { AdapterPool, CredentialStore, keysOf, type CredentialKeys } from "@mesh/providers";
 import { handleCredentialFetch, handleCredentialList } from "./fetch.js";
-import { reconcileGrant, type TakeBackStep } from "./provision.js";
+import { reconcileGrant } from "./provision.js";
+import type { TakeBackStep } from "./provision-deps.js";
 import { foldReceipts } from "./receipts.js";
 
 export interface Provisioner {

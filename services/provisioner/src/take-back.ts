@@ -25,9 +25,8 @@ import {
   withDeliveredCondition,
   type Condition,
   type Delivery,
-  type Logger,
 } from "@mesh/shared";
-import type { ProvisionDeps, TakeBackStep } from "./provision.js";
+import type { ProvisionDeps, TakeBackStep } from "./provision-deps.js";
 
 /** TEST HOOK: freezes for good after `step` when the deps say so (the test then SIGKILLs the process). */
 async function testPause(deps: ProvisionDeps, step: TakeBackStep): Promise<void> {
@@ -43,7 +42,7 @@ async function testPause(deps: ProvisionDeps, step: TakeBackStep): Promise<void>
  * not answer keeps the step due, and the grant says why).
  */
 export async function takeBack(deps: ProvisionDeps, key: string, grant: Grant): Promise<boolean> {
-  const { store, log } = deps;
+  const { log } = deps;
   let g = grant;
   if (revocationDue(g)) g = (await revoke(deps, key, g)) ?? g;
   await withdraw(deps, g);

@@ -8,8 +8,7 @@
  * when one's ceiling is misconfigured (provisioning says so), or when the requirement's
  * options are invalid for another reason (provisioning names the option).
  */
-import { Kinds, isMeshError, type ManifestDoc, type Problem, type ProviderDoc } from "@mesh/shared";
-import { ceilingBreaches, ceilingRefusal, inboxRefusal, natsCeiling, natsPermissions } from "@mesh/providers";
+import { Kinds, ceilingBreaches, ceilingRefusal, inboxRefusal, isMeshError, natsCeiling, natsPermissions, type ManifestDoc, type Problem, type ProviderDoc } from "@mesh/shared";
 import { candidatesFor } from "./resolve.js";
 
 /** The problems of `documents` (an apply's, indexed as sent) with the ceilings of `stored` and of the Providers among them. */

@@ -23,7 +23,7 @@ import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
 import type { RotatorContext } from "./rotator-context.js";
 
 export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r: Rotation) => Promise<Rotation["broadcasts"]> {
-  const { store, log, opts, credentials } = ctx;
+  const { store, log, credentials } = ctx;
   /**
    * Publishes the broadcast of `r`: one message into each holder stream that has holders of the
    * grant (all the SDK instances of a part share one; an agent gets one per part it holds for),

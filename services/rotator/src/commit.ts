@@ -5,7 +5,7 @@
  */
 import {
   ErrorCodes,
-  Grant,
+  type Grant,
   MASTER_KEY_GRANT,
   RotationStates,
   CREDENTIAL_HISTORY,

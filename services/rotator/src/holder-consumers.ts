@@ -11,7 +11,7 @@ import { JetStreamApiError } from "@nats-io/jetstream";
 import {
   Buckets,
   DeliveryReceipt,
-  HolderRegistration,
+  type HolderRegistration,
   grantId,
   holderConsumerConfig,
   holderEndpoint,

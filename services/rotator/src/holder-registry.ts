@@ -52,7 +52,11 @@ export async function watchHolderRegistry(opts: { store: Store; log: Logger; onC
         } else regs?.delete(e.key);
       }
       seen = Math.max(seen, e.revision);
-      for (const w of waiters) if (seen >= w.revision) (waiters.delete(w), w.resolve());
+      for (const w of waiters) {
+        if (seen < w.revision) continue;
+        waiters.delete(w);
+        w.resolve();
+      }
     }
   })()
     .catch((e: unknown) => log.warn({ err: e }, "the watch of holder registrations ended; rotations read them from the bucket"))

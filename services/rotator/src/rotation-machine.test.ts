@@ -156,7 +156,13 @@ describe("TRANSITIONS: the rotation's state machine", () => {
     const seen = new Set<RotationState>([RotationStates.Staged]);
     for (let grew = true; grew; ) {
       grew = false;
-      for (const s of [...seen]) for (const t of TRANSITIONS[s]) if (!seen.has(t)) (seen.add(t), (grew = true));
+      for (const s of [...seen]) {
+        for (const t of TRANSITIONS[s]) {
+          if (seen.has(t)) continue;
+          seen.add(t);
+          grew = true;
+        }
+      }
     }
     expect([...seen].sort()).toEqual([...states].sort());
     expect(TRANSITIONS[RotationStates.Committed]).toEqual([]);

@@ -9,7 +9,7 @@
  * and the holders' acks in JetStream, so several instances share the work and a fresh instance
  * finishes what a crashed one left.
  */
-import { trace, type Span } from "@opentelemetry/api";
+import type { Span } from "@opentelemetry/api";
 import {
   Durables,
   Buckets,
@@ -19,7 +19,7 @@ import {
   QueueGroups,
   RotateRequest,
   EvictRequest,
-  Rotation,
+  type Rotation,
   RotationStates,
   consumeKeys,
   isCasConflict,
@@ -37,7 +37,7 @@ import {
   type RotateReply,
   type RotationState,
 } from "@mesh/shared";
-import { type RotatorOptions, type RotatorTestHooks } from "./rotator-options.js";
+import type { RotatorOptions, RotatorTestHooks } from "./rotator-options.js";
 import {
   confirmedCount,
   enter,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { CheckResult, Grant, ProbeResult } from "@mesh/shared";
+import type { CheckResult, ProbeResult } from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
 import { advice, foldVerified, probeWorthStoring, verificationBasis } from "./fold.js";
 

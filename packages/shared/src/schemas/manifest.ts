@@ -7,10 +7,9 @@
 import { z } from "zod";
 import { RotatePolicy } from "./rotation.js";
 import { parseAllDocuments } from "yaml";
-import { NAME_RULE, NAME_PATTERN } from "../names.js";
+import { IDENTITY_BINDING, NAME_RULE, NAME_PATTERN, isReservedRequirementName } from "../names.js";
 import { parseGrantId } from "../subjects.js";
 import { KIND_LIST, Kinds } from "../kinds.js";
-import { IDENTITY_BINDING, isReservedRequirementName } from "../part-identity.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
 import { Limits, formatBytes } from "../limits.js";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { ErrorCodes, isMeshError } from "@mesh/shared";
-import { CONTROL_PLANE_MODULE, DEFAULT_NATS_CEILING, Kinds, bootstrapProvider, controlPlaneManifest } from "@mesh/shared";
+import { ErrorCodes, isMeshError } from "./index.js";
+import { CONTROL_PLANE_MODULE, DEFAULT_NATS_CEILING, Kinds, bootstrapProvider, controlPlaneManifest } from "./index.js";
 import {
   ceilingBreaches,
   ceilingFor,

@@ -9,7 +9,7 @@
  * first word, and `;` is free to separate hooks in one variable. A hook that needs a shell is a
  * script, named by its path. Pure: the program is looked up by {@link resolveHookPrograms}.
  */
-import { NAME_RULE, isValidName } from "@mesh/shared";
+import { NAME_RULE, isValidName } from "./names.js";
 
 /** Hook name → argv (the program first: an absolute path, or a bare name looked up in {@link HOOK_PATH}). */
 export type AllowedHooks = ReadonlyMap<string, readonly string[]>;

@@ -1,27 +1,15 @@
 /**
  * What a `nats.user` identity may do, as pure functions: the subject patterns it may publish
  * and subscribe to, from its requirement's options, validated against a strict pattern before
- * they go into a user JWT (nats-user.ts); and the ceiling the operator sets on the provider,
+ * they go into a user JWT (the nats.user provider); and the ceiling the operator sets on the provider,
  * which every requirement it serves must stay within.
  */
-import {
-  CeilingOptions,
-  DEFAULT_NATS_CEILING,
-  EVERY_MODULE,
-  ErrorCodes,
-  INBOX_ROOT_PATTERNS,
-  MODULE_PLACEHOLDER,
-  RESPONSES_CEILING_OPTION,
-  confineToInbox,
-  subjects,
-  MeshError,
-  moduleSubjectPattern,
-  parseCeilingEntry,
-  isValidName,
-  type NatsCeiling,
-  type ProviderOptions,
-  type RequirementOptions,
-} from "@mesh/shared";
+import { ErrorCodes, MeshError } from "./errors.js";
+import { INBOX_ROOT_PATTERNS, confineToInbox } from "./inboxes.js";
+import { isValidName } from "./names.js";
+import { CeilingOptions, DEFAULT_NATS_CEILING, EVERY_MODULE, MODULE_PLACEHOLDER, RESPONSES_CEILING_OPTION, parseCeilingEntry, type NatsCeiling } from "./nats-ceiling.js";
+import type { ProviderOptions, RequirementOptions } from "./schemas/manifest.js";
+import { moduleSubjectPattern, subjects } from "./subjects.js";
 import { overlap, uncovered } from "./subject-containment.js";
 
 /** Longest subject pattern, and most patterns in one list, that a requirement may ask for. */

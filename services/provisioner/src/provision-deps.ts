@@ -1,0 +1,18 @@
+/** What provisioning and taking back a grant work with, and the steps a test may freeze a take-back after. */
+import type { Logger, Store } from "@mesh/shared";
+import type { AdapterPool, CredentialStore } from "@mesh/providers";
+
+/** The store, the credential store, the adapters and the log that reconciling a grant uses. */
+export interface ProvisionDeps {
+  store: Store;
+  credentials: CredentialStore;
+  adapters: AdapterPool;
+  log: Logger;
+  /** TEST HOOK (`MESH_PROVISIONER_TEST_PAUSE_AFTER`): freeze after this step of a take-back, so a test can SIGKILL the process there. */
+  testPauseAfter?: TakeBackStep;
+  onTestPause?: (step: TakeBackStep) => void;
+}
+
+/** The steps of taking a grant back after which a test may freeze the provisioner. */
+export const TakeBackSteps = ["Revoked", "Purged"] as const;
+export type TakeBackStep = (typeof TakeBackSteps)[number];
