@@ -57,7 +57,9 @@ serveParent(async (op, body) => {
       for (const r of responders) r.unsubscribe();
       const nc = running!.nc;
       // The floor's message names the subject to answer on (rotation-rounds.ts's Floor).
-      responders = Array.from({ length: body.count as number }, () => nc.subscribe(body.subject as string, { callback: (_e, m) => nc.publish(m.string(), "ok") }));
+      responders = Array.from({ length: body.count as number }, () =>
+        nc.subscribe(body.subject as string, { callback: (_e, m) => nc.publish(m.string(), "ok") }),
+      );
       await nc.flush();
       return undefined;
     }

@@ -36,7 +36,12 @@ const nc = await connectNats(nats.url);
 const store = await openStore(nc);
 const masterKeyHex = randomBytes(32).toString("hex");
 const dir = mkdtempSync(join(tmpdir(), "bench-apply-"));
-const services = await forkServices({ url: nats.url, masterKeyHex, services: ["resolver", "provisioner", "agent"], agent: { node: "node-a", bindingsRoot: join(dir, "bindings") } });
+const services = await forkServices({
+  url: nats.url,
+  masterKeyHex,
+  services: ["resolver", "provisioner", "agent"],
+  agent: { node: "node-a", bindingsRoot: join(dir, "bindings") },
+});
 
 // When each grant was first seen Delivered, by this process's clock.
 const deliveredAt = new Map<string, number>();
@@ -75,7 +80,11 @@ try {
   for (let i = 0; i < SAMPLES + 1; i++) {
     const name = `single-${i}`;
     const t = performance.now();
-    const reply = await nc.request(subjects.apply, JSON.stringify({ documents: [{ kind: "Module", name, parts: [{ name: "api", node: "node-a" }], requires: [{ name: "key", kind: "secret" }] }] }), { timeout: 10_000 });
+    const reply = await nc.request(
+      subjects.apply,
+      JSON.stringify({ documents: [{ kind: "Module", name, parts: [{ name: "api", node: "node-a" }], requires: [{ name: "key", kind: "secret" }] }] }),
+      { timeout: 10_000 },
+    );
     if (!(reply.json() as { ok?: boolean }).ok) throw new Error(`apply of ${name} failed: ${reply.string()}`);
     while (!deliveredAt.has(`${name}.key`)) await sleep(1);
     // The first is the warm-up (code paths, the agent's first delivery).
@@ -88,9 +97,19 @@ try {
   const names = Array.from({ length: MODULES }, (_, i) => `m-${String(i).padStart(5, "0")}`);
   mkdirSync(files, { recursive: true });
   // At most 256 documents go in one file (Limits.documents): 250 a file.
-  for (let f = 0; f * 250 < MODULES; f++) writeFileSync(join(files, `${String(f).padStart(3, "0")}.yaml`), names.slice(f * 250, (f + 1) * 250).map(moduleYaml).join("---\n"));
+  for (let f = 0; f * 250 < MODULES; f++)
+    writeFileSync(
+      join(files, `${String(f).padStart(3, "0")}.yaml`),
+      names
+        .slice(f * 250, (f + 1) * 250)
+        .map(moduleYaml)
+        .join("---\n"),
+    );
   const t0 = performance.now();
-  const cli = spawn(process.execPath, [join(root, "packages/cli/bin/meshctl.js"), "apply", "-f", files], { env: { ...process.env, NATS_URL: nats.url }, stdio: ["ignore", "pipe", "pipe"] });
+  const cli = spawn(process.execPath, [join(root, "packages/cli/bin/meshctl.js"), "apply", "-f", files], {
+    env: { ...process.env, NATS_URL: nats.url },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   cli.stdout.on("data", (d: Buffer) => (out += d.toString()));
   cli.stderr.on("data", (d: Buffer) => (out += d.toString()));
@@ -102,9 +121,14 @@ try {
   const allMs = Math.max(...delivered.map((n) => deliveredAt.get(`${n}.key`)!)) - t0;
   const rss = services.rss();
 
-  console.log(`\ndeclaring ${MODULES} modules (each one secret for api@node-a) with one meshctl apply of ${Math.ceil(MODULES / 250)} files; resolver, provisioner and agent in one process; the machine is shared:`);
+  console.log(
+    `\ndeclaring ${MODULES} modules (each one secret for api@node-a) with one meshctl apply of ${Math.ceil(MODULES / 250)} files; resolver, provisioner and agent in one process; the machine is shared:`,
+  );
   line("meshctl apply", `exit ${code} after ${s(applyMs)}${code === 0 ? "" : `:\n${out.split("\n").slice(0, 12).join("\n")}`}`);
-  line(`all ${MODULES} delivered (from the apply's start)`, `${delivered.length}/${MODULES} in ${s(allMs)} (${((delivered.length / allMs) * 1000).toFixed(0)} modules/s)`);
+  line(
+    `all ${MODULES} delivered (from the apply's start)`,
+    `${delivered.length}/${MODULES} in ${s(allMs)} (${((delivered.length / allMs) * 1000).toFixed(0)} modules/s)`,
+  );
   line("services process RSS after", `${(rss / 2 ** 20).toFixed(0)} MiB`);
   console.log(`\none module, declare → delivered (${SAMPLES} after a warm-up), beside one KV put seen by a watcher (${SAMPLES}):`);
   line("floor: KV put → watcher", `p50 ${ms(pct(floor, 50))}, p99 ${ms(pct(floor, 99))}`);

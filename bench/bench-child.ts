@@ -17,7 +17,10 @@ export class BenchChild {
   readonly child: ChildProcess;
 
   /** Forks `script` (a URL, `new URL("./holder-process.ts", import.meta.url)`); `what` names it in errors. */
-  constructor(script: URL, private readonly what: string) {
+  constructor(
+    script: URL,
+    private readonly what: string,
+  ) {
     // Forked with this process's flags (tsx's loader, --expose-gc), so it runs from sources too.
     this.child = fork(fileURLToPath(script), [], { stdio: "inherit" });
     this.child.on("message", (m: { id: number; result?: unknown; error?: string }) => {

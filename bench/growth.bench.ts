@@ -37,7 +37,10 @@ const moduleYaml = (name: string) => `kind: Module\nname: ${name}\nparts:\n  - {
 
 /** Runs meshctl with `args` against `url`; resolves with its exit code and output. */
 function meshctl(url: string, args: string[]): Promise<{ code: number | null; out: string }> {
-  const cli = spawn(process.execPath, [join(root, "packages/cli/bin/meshctl.js"), ...args], { env: { ...process.env, NATS_URL: url }, stdio: ["ignore", "pipe", "pipe"] });
+  const cli = spawn(process.execPath, [join(root, "packages/cli/bin/meshctl.js"), ...args], {
+    env: { ...process.env, NATS_URL: url },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   cli.stdout.on("data", (d: Buffer) => (out += d.toString()));
   cli.stderr.on("data", (d: Buffer) => (out += d.toString()));
@@ -84,7 +87,14 @@ async function measure(n: number): Promise<Row> {
     const names = Array.from({ length: n }, (_, i) => `m-${String(i).padStart(5, "0")}`);
     const files = join(dir, "manifests");
     mkdirSync(files);
-    for (let f = 0; f * 250 < n; f++) writeFileSync(join(files, `${String(f).padStart(3, "0")}.yaml`), names.slice(f * 250, (f + 1) * 250).map(moduleYaml).join("---\n"));
+    for (let f = 0; f * 250 < n; f++)
+      writeFileSync(
+        join(files, `${String(f).padStart(3, "0")}.yaml`),
+        names
+          .slice(f * 250, (f + 1) * 250)
+          .map(moduleYaml)
+          .join("---\n"),
+      );
 
     const t0 = performance.now();
     const applied = await meshctl(nats.url, ["apply", "-f", files, "--timeout", "600s"]);
@@ -123,7 +133,11 @@ for (const n of SIZES) {
   const r = await measure(n);
   rows.push(r);
   // Each row as it comes, so that a run cut short still says what it measured.
-  console.log(`  [${n} grants measured in ${s(Date.now() - t)}: apply ${s(r.applyMs)}, verify ${s(r.verifyMs)}, rotate ${s(r.rotateMs)}; RSS MiB ${Object.entries(r.rss).map(([k, v]) => `${k} ${mib(v)}`).join(", ")}, nats-server ${mib(r.nats)}]`);
+  console.log(
+    `  [${n} grants measured in ${s(Date.now() - t)}: apply ${s(r.applyMs)}, verify ${s(r.verifyMs)}, rotate ${s(r.rotateMs)}; RSS MiB ${Object.entries(r.rss)
+      .map(([k, v]) => `${k} ${mib(v)}`)
+      .join(", ")}, nats-server ${mib(r.nats)}]`,
+  );
 }
 const floors: number[] = [];
 for (let i = 0; i < 3; i++) {
@@ -133,8 +147,12 @@ for (let i = 0; i < 3; i++) {
 }
 const base = rows[0]!;
 const grew = (v: number, b: number) => `${s(v).padStart(8)} (×${(v / b).toFixed(1)})`;
-console.log(`\ngrowth, one nats-server, ${SIZES.join(" / ")} secret grants each with one holder (node-a's agent); the machine is shared, so read the factors loosely:`);
-console.log(`  ${"grants".padStart(7)} ${"×N".padStart(6)} | ${"apply → all delivered".padEnd(22)} | ${"verify, full pass".padEnd(22)} | ${"rotate one (p50)".padEnd(22)} | RSS MiB: resolver provisioner agent verifier rotator nats-server`);
+console.log(
+  `\ngrowth, one nats-server, ${SIZES.join(" / ")} secret grants each with one holder (node-a's agent); the machine is shared, so read the factors loosely:`,
+);
+console.log(
+  `  ${"grants".padStart(7)} ${"×N".padStart(6)} | ${"apply → all delivered".padEnd(22)} | ${"verify, full pass".padEnd(22)} | ${"rotate one (p50)".padEnd(22)} | RSS MiB: resolver provisioner agent verifier rotator nats-server`,
+);
 console.log(`  (meshctl's own start, \`meshctl --version\`: p50 ${s(floors.sort((a, b) => a - b)[1]!)}, in both meshctl columns)`);
 for (const r of rows) {
   const rss = ["resolver", "provisioner", "agent", "verifier", "rotator"].map((k) => mib(r.rss[k] ?? 0).padStart(k.length)).join(" ");

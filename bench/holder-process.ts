@@ -86,20 +86,30 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
   for (let i = 0; i < s.count; i += 200) {
     holders.push(
       ...(await Promise.all(
-        conns.slice(i, i + 200).map((c, j) =>
-          holdCredential(c, { module: s.module, part: s.part ?? "app", requirement: s.requirement, node: s.node ?? "n1", instance: `h${s.first + i + j}`, fetchTimeoutMs: 20_000 }),
-        ),
+        conns
+          .slice(i, i + 200)
+          .map((c, j) =>
+            holdCredential(c, {
+              module: s.module,
+              part: s.part ?? "app",
+              requirement: s.requirement,
+              node: s.node ?? "n1",
+              instance: `h${s.first + i + j}`,
+              fetchTimeoutMs: 20_000,
+            }),
+          ),
       )),
     );
   }
-  holders.forEach((h, i) =>
-    void (async () => {
-      for await (const u of h) {
-        if (u.rotation && adapter) await login(u.values);
-        generations[i] = u.generation;
-        if (u.rotation) await u.confirm();
-      }
-    })(),
+  holders.forEach(
+    (h, i) =>
+      void (async () => {
+        for await (const u of h) {
+          if (u.rotation && adapter) await login(u.values);
+          generations[i] = u.generation;
+          if (u.rotation) await u.confirm();
+        }
+      })(),
   );
   // The floor's message names the subject to answer on (rotation-rounds.ts's Floor).
   for (const c of conns) c.subscribe(s.floorSubject, { callback: (_e, m) => c.publish(m.string(), "ok") });

@@ -62,7 +62,9 @@ async function jwtPath(): Promise<{ floor: { total: number; each: number[] }; ad
   try {
     const run = randomBytes(3).toString("hex");
     const permissions = { publish: ["app.x.>"], subscribe: ["app.x.>", "_INBOX.>"] };
-    const floor = await pool(N, (i) => issueUser(keys, { name: `floor_${i}`, seed: newUserSeed(), permissions, expiresAt: Math.floor(Date.now() / 1000) + 3600 }));
+    const floor = await pool(N, (i) =>
+      issueUser(keys, { name: `floor_${i}`, seed: newUserSeed(), permissions, expiresAt: Math.floor(Date.now() / 1000) + 3600 }),
+    );
     await adapter.create({ grant: { module: `w${run}`, requirement: "bus", generation: 1 }, secret: adapter.generate() }); // its bucket and connections exist first
     const made: Array<Record<string, string>> = [];
     const timed = await pool(N, async (i) => made.push((await adapter.create({ grant: grant(i, run), secret: adapter.generate() })).bindings));
@@ -102,7 +104,9 @@ async function accountSize(): Promise<void> {
       if (k % step === 0 || k === ROTATIONS) {
         const now = await size();
         max = Math.max(max, now.bytes);
-        console.log(`  ${String(k).padStart(9)}  ${s(performance.now() - t0).padStart(8)}  ${String(now.revocations).padStart(11)}  ${String(now.bytes).padStart(9)}`);
+        console.log(
+          `  ${String(k).padStart(9)}  ${s(performance.now() - t0).padStart(8)}  ${String(now.revocations).padStart(11)}  ${String(now.bytes).padStart(9)}`,
+        );
       }
     }
     const unpruned = first.bytes + ROTATIONS * 69; // each revocation adds about 69 bytes (a key and a time, base64url)

@@ -13,7 +13,12 @@ export async function refusesOutside(nc: NatsConnection): Promise<boolean> {
   const seen = new Promise<boolean>((resolve) => {
     void (async () => {
       for await (const s of nc.status()) {
-        if (s.type === "error" && /permissions violation/i.test(String((s as { error?: unknown }).error)) && String((s as { error?: unknown }).error).includes(OUTSIDE)) return resolve(true);
+        if (
+          s.type === "error" &&
+          /permissions violation/i.test(String((s as { error?: unknown }).error)) &&
+          String((s as { error?: unknown }).error).includes(OUTSIDE)
+        )
+          return resolve(true);
       }
     })();
     setTimeout(() => resolve(false), 2_000).unref();

@@ -65,7 +65,21 @@ import { startRotator } from "@mesh/rotator";
 import { startOperatorNats } from "../test/harness/nats-operator.js";
 import { BenchChild } from "./bench-child.js";
 import { forkServices } from "./services-fork.js";
-import { CommitWatch, Floor, HOLDERS_PER_PROCESS, applyDocs, benchSizes, measureRounds, measureSdkHolders, printRounds, rotateOnce, roundsHeader, waitProvisioned, waitUntil, type FloorTarget } from "./rotation-rounds.js";
+import {
+  CommitWatch,
+  Floor,
+  HOLDERS_PER_PROCESS,
+  applyDocs,
+  benchSizes,
+  measureRounds,
+  measureSdkHolders,
+  printRounds,
+  rotateOnce,
+  roundsHeader,
+  waitProvisioned,
+  waitUntil,
+  type FloorTarget,
+} from "./rotation-rounds.js";
 
 const sizes = benchSizes("1000");
 const modes = new Set((process.env.BENCH_MODES ?? "sdk,agents").split(",").filter(Boolean));
@@ -125,7 +139,14 @@ if (modes.has("sdk")) {
   for (const n of sizes) {
     const module = `sdk${n}`;
     const identityDir = await deliverPartIdentity(module, "app");
-    await applyDocs(nc, [{ kind: "Module", name: module, parts: [{ name: "app", node: SDK_NODE, installed: true }], requires: [{ name: "key", kind: Kinds.Secret }] } satisfies Partial<ModuleDoc>]);
+    await applyDocs(nc, [
+      {
+        kind: "Module",
+        name: module,
+        parts: [{ name: "app", node: SDK_NODE, installed: true }],
+        requires: [{ name: "key", kind: Kinds.Secret }],
+      } satisfies Partial<ModuleDoc>,
+    ]);
     await waitProvisioned(driver, module, "key");
     const inbox = subjects.partInboxPrefix(module, SDK_NODE, "app");
     const started = await measureSdkHolders({
@@ -140,7 +161,9 @@ if (modes.has("sdk")) {
     });
     if (!started) continue;
     const refused = started.map((s) => (s as { refused?: boolean }).refused);
-    console.log(`        holders' identity: part app of ${module} on ${SDK_NODE} (inbox ${inbox}); a publish outside its permissions refused by the server: ${yesNo(refused)}`);
+    console.log(
+      `        holders' identity: part app of ${module} on ${SDK_NODE} (inbox ${inbox}); a publish outside its permissions refused by the server: ${yesNo(refused)}`,
+    );
   }
 }
 
@@ -168,7 +191,9 @@ if (modes.has("agents")) {
     console.log(
       `\nagent-held parts: N parts over ${NODES.length} nodes, each holding a secret grant through its node's agent (one process per node, on the agent's own identity), ${Limits.parts} parts a module at most so ceil(N/${Limits.parts}) grants rotated at once; floor and rotations interleaved`,
     );
-    console.log(`        agents' identities: mesh/nats-agent-<node> (inboxes ${agents.started[0]?.inboxPrefix} …); a publish outside their permissions refused by the server: ${yesNo(agents.started.map((s) => s.refused))}; module ${CONTROL_PLANE_MODULE}: ${agents.controlPlane}`);
+    console.log(
+      `        agents' identities: mesh/nats-agent-<node> (inboxes ${agents.started[0]?.inboxPrefix} …); a publish outside their permissions refused by the server: ${yesNo(agents.started.map((s) => s.refused))}; module ${CONTROL_PLANE_MODULE}: ${agents.controlPlane}`,
+    );
     console.log(roundsHeader("parts"));
     for (const n of sizes) await measureAgentHeld(n, agents);
   } finally {
@@ -188,7 +213,11 @@ async function startAgentsOnTheirIdentities(): Promise<{ procs: BenchChild[]; st
   try {
     await Promise.all(procs.map((p, i) => p.call("start", { url: nats.url, node: NODES[i], bindingsRoot: rootOf(NODES[i]!) })));
     await waitUntil("the agents' identities", () => NODES.every((node) => existsSync(join(identityOf(node), "creds"))), 180_000, 200);
-    const started = await Promise.all(procs.map((p, i) => p.call<AgentStarted>("start", { url: nats.url, node: NODES[i], bindingsRoot: rootOf(NODES[i]!), credentials: identityOf(NODES[i]!) })));
+    const started = await Promise.all(
+      procs.map((p, i) =>
+        p.call<AgentStarted>("start", { url: nats.url, node: NODES[i], bindingsRoot: rootOf(NODES[i]!), credentials: identityOf(NODES[i]!) }),
+      ),
+    );
     const s = (await readJson(driver.kv.modules, CONTROL_PLANE_MODULE, ModuleStatus))?.value;
     return { procs, started, controlPlane: s ? `${s.state}: ${s.message}` : "not processed" };
   } catch (e) {
@@ -206,7 +235,15 @@ async function measureAgentHeld(n: number, agents: { procs: BenchChild[]; starte
   for (let i = 0; i < n; i++) partsOf[i % moduleCount]!.push({ name: `p${i}`, node: NODES[i % NODES.length]! });
   await applyDocs(
     nc,
-    modules.map((name, j) => ({ kind: "Module", name, parts: partsOf[j]!.map((p) => ({ ...p, installed: true })), requires: [{ name: "key", kind: Kinds.Secret }] }) satisfies Partial<ModuleDoc>),
+    modules.map(
+      (name, j) =>
+        ({
+          kind: "Module",
+          name,
+          parts: partsOf[j]!.map((p) => ({ ...p, installed: true })),
+          requires: [{ name: "key", kind: Kinds.Secret }],
+        }) satisfies Partial<ModuleDoc>,
+    ),
   );
   for (const m of modules) await waitProvisioned(driver, m, "key");
   // Held: every part's consumer made (once its agent's receipt said it holds the grant) and pulled from by its agent.
@@ -238,10 +275,19 @@ async function measureAgentHeld(n: number, agents: { procs: BenchChild[]; starte
   const commits = await Promise.all(modules.map((m) => CommitWatch.open(driver.kv.rotations, m, "key")));
   const floor = new Floor(nc, targets);
   try {
-    const rounds = await measureRounds({ label: `agents-${n}`, runs: RUNS, floor: () => floor.once(), rotate: () => rotateOnce(nc, commits), procs: agents.procs, pids: { services: [services.pid], server: serverPids } });
+    const rounds = await measureRounds({
+      label: `agents-${n}`,
+      runs: RUNS,
+      floor: () => floor.once(),
+      rotate: () => rotateOnce(nc, commits),
+      procs: agents.procs,
+      pids: { services: [services.pid], server: serverPids },
+    });
     await printRounds(n, rounds, { jsm: driver.jsm, serverPids, processes: agents.procs.length });
     const perGrant = partsOf.map((ps) => ps.length);
-    console.log(`        ${moduleCount} grant(s) rotated at once, of ${Math.min(...perGrant)}–${Math.max(...perGrant)} parts each; ${Math.min(...perNode)}–${Math.max(...perNode)} parts a node`);
+    console.log(
+      `        ${moduleCount} grant(s) rotated at once, of ${Math.min(...perGrant)}–${Math.max(...perGrant)} parts each; ${Math.min(...perNode)}–${Math.max(...perNode)} parts a node`,
+    );
   } finally {
     floor.stop();
     for (const c of commits) c.stop();

@@ -8,7 +8,19 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Grant, HOLDER_STREAM_PREFIX, Rotation, RotationStates, keys, readJson, subjects, type JetStreamManager, type KV, type NatsConnection, type Store } from "@mesh/shared";
+import {
+  Grant,
+  HOLDER_STREAM_PREFIX,
+  Rotation,
+  RotationStates,
+  keys,
+  readJson,
+  subjects,
+  type JetStreamManager,
+  type KV,
+  type NatsConnection,
+  type Store,
+} from "@mesh/shared";
 import { BenchChild, cpuOf, rssOf } from "./bench-child.js";
 import { startProfile } from "./profile.js";
 
@@ -40,7 +52,10 @@ export async function applyDocs(nc: NatsConnection, docs: unknown[]): Promise<vo
 
 /** Waits until grant module/req has its first generation. */
 export function waitProvisioned(store: Store, module: string, req: string): Promise<void> {
-  return waitUntil(`grant ${module}/${req} provisioned`, async () => ((await readJson(store.kv.grants, keys.grant(module, req), Grant))?.value.generation ?? 0) >= 1);
+  return waitUntil(
+    `grant ${module}/${req} provisioned`,
+    async () => ((await readJson(store.kv.grants, keys.grant(module, req), Grant))?.value.generation ?? 0) >= 1,
+  );
 }
 
 /** Files this process may open (soft limit), from /proc; undefined where that is not readable. */
@@ -90,7 +105,10 @@ export interface Holders {
 
 /** Starts `n` holders, each on its own connection, with a floor responder on every connection. */
 export async function startHolders(n: number, start: HoldersStart): Promise<Holders> {
-  const procs = Array.from({ length: Math.ceil(n / HOLDERS_PER_PROCESS) }, () => new BenchChild(new URL("./holder-process.ts", import.meta.url), "a holder process"));
+  const procs = Array.from(
+    { length: Math.ceil(n / HOLDERS_PER_PROCESS) },
+    () => new BenchChild(new URL("./holder-process.ts", import.meta.url), "a holder process"),
+  );
   const share = Math.ceil(n / procs.length);
   const started: unknown[] = [];
   try {
@@ -133,7 +151,10 @@ export class Floor {
   private readonly subs: Array<{ unsubscribe(): void }>;
   private readonly total: number;
 
-  constructor(private readonly nc: NatsConnection, private readonly targets: readonly FloorTarget[]) {
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly targets: readonly FloorTarget[],
+  ) {
     this.total = targets.reduce((t, x) => t + x.responders, 0);
     this.subs = [...new Set(targets.map((t) => t.replyTo))].map((r) =>
       nc.subscribe(`${r}.*`, {
@@ -158,7 +179,9 @@ export class Floor {
     const t0 = performance.now();
     for (const t of this.targets) this.nc.publish(t.subject, `${t.replyTo}.${this.round}`);
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`floor: ${this.got}/${this.total} replies within 30 s`)), 30_000)));
+    const late = new Promise<never>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`floor: ${this.got}/${this.total} replies within 30 s`)), 30_000)),
+    );
     try {
       await Promise.race([all, late]);
     } finally {
@@ -359,16 +382,26 @@ export async function measureRounds(o: {
   global.gc?.();
   const pids: CpuPids = { ...o.pids, holders: o.procs.map((p) => p.pid) };
   const zero = (): CpuSpent => ({ rotator: 0, holders: 0, services: 0, server: 0 });
-  const r: Omit<Rounds, "rotatorRss" | "holdersRss"> = { runs: o.runs, times: [], floors: [], first: { rotation: 0, floor: 0 }, floorCpu: zero(), rotationCpu: zero() };
-  const peaks = await peaksDuring(() => o.procs.reduce((t, p) => t + p.rss(), 0), async () => {
-    r.first = { floor: await o.floor(), rotation: await o.rotate() };
-    const stopProfiles = await startProfiles(o.label, o.procs);
-    for (let i = 0; i < o.runs; i++) {
-      r.floors.push(await cpuDuring(pids, r.floorCpu, o.floor));
-      r.times.push(await cpuDuring(pids, r.rotationCpu, o.rotate));
-    }
-    await stopProfiles();
-  });
+  const r: Omit<Rounds, "rotatorRss" | "holdersRss"> = {
+    runs: o.runs,
+    times: [],
+    floors: [],
+    first: { rotation: 0, floor: 0 },
+    floorCpu: zero(),
+    rotationCpu: zero(),
+  };
+  const peaks = await peaksDuring(
+    () => o.procs.reduce((t, p) => t + p.rss(), 0),
+    async () => {
+      r.first = { floor: await o.floor(), rotation: await o.rotate() };
+      const stopProfiles = await startProfiles(o.label, o.procs);
+      for (let i = 0; i < o.runs; i++) {
+        r.floors.push(await cpuDuring(pids, r.floorCpu, o.floor));
+        r.times.push(await cpuDuring(pids, r.rotationCpu, o.rotate));
+      }
+      await stopProfiles();
+    },
+  );
   return { ...r, rotatorRss: peaks.rotator, holdersRss: peaks.holders };
 }
 
@@ -402,7 +435,9 @@ export async function printRounds(n: number, r: Rounds, o: { jsm: JetStreamManag
   const per = (c: CpuSpent) =>
     `${ms((c.rotator + c.holders + c.services + c.server) / runs)} (rotator's process ${ms(c.rotator / runs)}, holders ${ms(c.holders / runs)}, other services ${ms(c.services / runs)}, nats-server ${ms(c.server / runs)})`;
   console.log(`        CPU per round (10 ms ticks): floor ${per(r.floorCpu)}; rotation ${per(r.rotationCpu)}`);
-  console.log(`        the server holds ${account.consumers} consumers (${holderStreams.consumers} of them in ${holderStreams.streams} holder streams) in ${account.streams} streams, at ${serverRss === undefined ? "?" : mib(serverRss)} RSS`);
+  console.log(
+    `        the server holds ${account.consumers} consumers (${holderStreams.consumers} of them in ${holderStreams.streams} holder streams) in ${account.streams} streams, at ${serverRss === undefined ? "?" : mib(serverRss)} RSS`,
+  );
   console.log(`        first round, not counted above (warm-up): rotation ${ms(r.first.rotation)}, floor ${ms(r.first.floor)}`);
 }
 
@@ -433,7 +468,14 @@ export async function measureSdkHolders(o: {
   const floor = new Floor(nc, [{ subject: start.floorSubject, responders: n, replyTo: o.replyTo }]);
   try {
     await waitUntil("holders on generation 1", async () => (await h.generation()) >= 1, 120_000, 20);
-    const rounds = await measureRounds({ label: o.label, runs: o.runs, floor: () => floor.once(), rotate: () => rotateOnce(nc, [commits]), procs: h.procs, pids: o.pids });
+    const rounds = await measureRounds({
+      label: o.label,
+      runs: o.runs,
+      floor: () => floor.once(),
+      rotate: () => rotateOnce(nc, [commits]),
+      procs: h.procs,
+      pids: o.pids,
+    });
     await printRounds(n, rounds, { jsm: o.store.jsm, serverPids: o.pids.server, processes: h.procs.length });
     return h.started;
   } finally {

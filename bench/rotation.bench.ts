@@ -40,7 +40,20 @@ import { startNatsServer } from "../test/harness/nats-server.js";
 import { startPlainCluster } from "../test/harness/nats-cluster.js";
 import { startPostgres } from "../test/harness/postgres.js";
 import { forkServices } from "./services-fork.js";
-import { CommitWatch, HOLDERS_PER_PROCESS, applyDocs, benchSizes, measureSdkHolders, ms, pct, rotateOnce, roundsHeader, startHolders, waitProvisioned, waitUntil } from "./rotation-rounds.js";
+import {
+  CommitWatch,
+  HOLDERS_PER_PROCESS,
+  applyDocs,
+  benchSizes,
+  measureSdkHolders,
+  ms,
+  pct,
+  rotateOnce,
+  roundsHeader,
+  startHolders,
+  waitProvisioned,
+  waitUntil,
+} from "./rotation-rounds.js";
 
 const sizes = benchSizes("10,100,1000,5000");
 const withPg = process.env.BENCH_PG !== "0";
@@ -80,7 +93,14 @@ console.log(
 console.log(roundsHeader("holders"));
 for (const n of sizes) {
   const module = `fan${n}`;
-  await applyDocs(nc, [{ kind: "Module", name: module, parts: [{ name: "app", node: "n1", installed: true }], requires: [{ name: "key", kind: Kinds.Secret }] } satisfies Partial<ModuleDoc>]);
+  await applyDocs(nc, [
+    {
+      kind: "Module",
+      name: module,
+      parts: [{ name: "app", node: "n1", installed: true }],
+      requires: [{ name: "key", kind: Kinds.Secret }],
+    } satisfies Partial<ModuleDoc>,
+  ]);
   await waitProvisioned(driver, module, "key");
   await measureSdkHolders({
     n,
@@ -97,7 +117,14 @@ for (const n of sizes) {
 if (pgServer) {
   const n = 100;
   await applyDocs(nc, [
-    { kind: "Provider", name: "pg-bench", serves: [Kinds.PostgresDatabase], node: "n1", endpoint: pgServer.endpoint, admin: { username: pgServer.adminUser, passwordEnv: ADMIN_ENV } },
+    {
+      kind: "Provider",
+      name: "pg-bench",
+      serves: [Kinds.PostgresDatabase],
+      node: "n1",
+      endpoint: pgServer.endpoint,
+      admin: { username: pgServer.adminUser, passwordEnv: ADMIN_ENV },
+    },
     { kind: "Module", name: "pgfan", parts: [{ name: "app", node: "n1" }], requires: [{ name: "db", kind: Kinds.PostgresDatabase }] },
   ]);
   await waitProvisioned(driver, "pgfan", "db");
@@ -114,7 +141,9 @@ if (pgServer) {
     const values = (await new CredentialStore(driver.kv.credentials, masterKey).read("pgfan", "db", cur))!.bindings!;
     const bare: number[] = [];
     for (let r = 0; r < 3; r++) bare.push(await h.procs[0]!.call<number>("logins", { values, n }));
-    console.log(`\npostgres.database, ${n} SDK holders (one holder process) each logging in with the new credential before confirming (at most 40 logins at once)`);
+    console.log(
+      `\npostgres.database, ${n} SDK holders (one holder process) each logging in with the new credential before confirming (at most 40 logins at once)`,
+    );
     console.log(
       `rotate→Committed p50 ${ms(pct(times, 50))}, p99 ${ms(pct(times, 99))} (3 runs) | baseline, the same ${n} logins bare (same limit): p50 ${ms(pct(bare, 50))}, p99 ${ms(pct(bare, 99))} | ratio p50 ${(pct(times, 50) / pct(bare, 50)).toFixed(1)}×`,
     );

@@ -38,7 +38,14 @@ export async function forkServices(opts: {
   await reply("loaded");
   const ready = reply("ready");
   const startedAt = performance.now();
-  child.send({ op: "start", url: opts.url, masterKey: opts.masterKeyHex, env: opts.env ?? {}, ...(opts.services ? { services: opts.services } : {}), ...(opts.agent ? { agent: opts.agent } : {}) });
+  child.send({
+    op: "start",
+    url: opts.url,
+    masterKey: opts.masterKeyHex,
+    env: opts.env ?? {},
+    ...(opts.services ? { services: opts.services } : {}),
+    ...(opts.agent ? { agent: opts.agent } : {}),
+  });
   await ready;
   return {
     pid: child.pid!,

@@ -27,7 +27,14 @@ let services: Started[] = [];
 let close: (() => Promise<void>) | undefined;
 let stopProfile: (() => Promise<string>) | undefined;
 
-type Start = { op: "start"; url: string; masterKey: string; env: Record<string, string>; services?: BenchService[]; agent?: { node: string; bindingsRoot: string } };
+type Start = {
+  op: "start";
+  url: string;
+  masterKey: string;
+  env: Record<string, string>;
+  services?: BenchService[];
+  agent?: { node: string; bindingsRoot: string };
+};
 process.on("message", (m: Start | { op: "stop" }) => {
   void (async () => {
     if (m.op === "start") {

@@ -144,7 +144,12 @@ try {
     await credentials.setBindings(m, "db", 1, r.bindings);
     bindings.set(m, r.bindings);
     let conditions: Condition[] = [];
-    conditions = setCondition(conditions, { type: "Resolved", status: "True", reason: "ProviderSelected", message: `provider ${providerDoc.name} (node node-a)` });
+    conditions = setCondition(conditions, {
+      type: "Resolved",
+      status: "True",
+      reason: "ProviderSelected",
+      message: `provider ${providerDoc.name} (node node-a)`,
+    });
     conditions = setCondition(conditions, { type: "Provisioned", status: "True", reason: "Provisioned", message: `generation 1 on ${providerDoc.name}` });
     conditions = setCondition(conditions, { type: "Delivered", status: "True", reason: "Delivered", message: "generation 1 delivered to api@node-a" });
     const g: Grant = {
@@ -173,7 +178,9 @@ try {
     await c.end();
   };
   await eachLimited([...bindings.values()], CONCURRENCY, login);
-  console.log(`setup: ${GRANTS} provisioned postgres.database grants (each logged into once) in ${s(Date.now() - t0)} (PostgreSQL ${db.port} with its data under ${process.env.TMPDIR ?? "the default temporary directory"}, NATS ${nats.port})`);
+  console.log(
+    `setup: ${GRANTS} provisioned postgres.database grants (each logged into once) in ${s(Date.now() - t0)} (PostgreSQL ${db.port} with its data under ${process.env.TMPDIR ?? "the default temporary directory"}, NATS ${nats.port})`,
+  );
 
   // ---- baseline: the bare logins of one pass, same concurrency (before and after the pass: the machine is shared) ----
   const logins = [...bindings.values()];
@@ -225,7 +232,6 @@ try {
     return { gaps, over, open, never: GRANTS - leave.size - per.size, kept: over === 0 && open === 0 && per.size === GRANTS - leave.size };
   };
 
-
   // ---- throughput: the verifier's first pass over every grant ----
   const sink = new Writable({ write: (_c, _e, cb) => cb() });
   const logOf = (name: string) => createLogger(name, { destination: sink, level: "info" });
@@ -241,9 +247,9 @@ try {
   const passRate = (passChecks / passMs) * 1000;
   const rss1 = process.memoryUsage().rss;
   const passEnd = Date.now();
-  const verified = (await Promise.all(modules.map(async (m) => getCondition((await readJson(store.kv.grants, keys.grant(m, "db"), Grant))?.value.conditions ?? [], "Verified")))).filter(
-    (c) => c?.status === "True",
-  ).length;
+  const verified = (
+    await Promise.all(modules.map(async (m) => getCondition((await readJson(store.kv.grants, keys.grant(m, "db"), Grant))?.value.conditions ?? [], "Verified")))
+  ).filter((c) => c?.status === "True").length;
 
   // ---- the interval after the saturated pass (its grants come due packed), then the steady state: each grant's gaps between checks, and drift ----
   await sleep(Math.max(0, passEnd + TRANSITION_MS - Date.now()));
@@ -286,7 +292,14 @@ try {
 
   // ---- two verifiers: the second joins; they split the grants ----
   const nc2 = await connectNats(nats.url);
-  const second = await startVerifier({ store: await openStore(nc2), masterKey, log: logOf("verifier-2"), env, concurrency: CONCURRENCY, instance: "verifier-2" });
+  const second = await startVerifier({
+    store: await openStore(nc2),
+    masterKey,
+    log: logOf("verifier-2"),
+    env,
+    concurrency: CONCURRENCY,
+    instance: "verifier-2",
+  });
   // The second's first checks are of grants it gained, as each comes due: one interval to settle.
   await sleep(INTERVAL_MS);
   const t2 = Date.now();
@@ -313,28 +326,56 @@ try {
   const baselineRate = (baselineBefore + baselineAfter) / 2;
 
   const gapLine = (gaps: number[]) => `p50 ${s(pct(gaps, 50))}, p99 ${s(pct(gaps, 99))}, max ${s(Math.max(...gaps))}`;
-  console.log(`\nverification of ${GRANTS} grants, one verifier (concurrency ${CONCURRENCY}), one PostgreSQL; the machine is shared with other work, so both baselines are printed:`);
-  line("baseline: bare logins, same concurrency", `${baselineRate.toFixed(1)} logins/s (before the pass ${baselineBefore.toFixed(1)}, after ${baselineAfter.toFixed(1)})`);
+  console.log(
+    `\nverification of ${GRANTS} grants, one verifier (concurrency ${CONCURRENCY}), one PostgreSQL; the machine is shared with other work, so both baselines are printed:`,
+  );
+  line(
+    "baseline: bare logins, same concurrency",
+    `${baselineRate.toFixed(1)} logins/s (before the pass ${baselineBefore.toFixed(1)}, after ${baselineAfter.toFixed(1)})`,
+  );
   line("verifier: first full pass (saturated)", `${passRate.toFixed(1)} checks/s (${passChecks} checks in ${s(passMs)}), ${verified}/${GRANTS} Verified`);
-  line("ratio verifier / baseline", `${(passRate / baselineRate).toFixed(2)}  (1.00 = a check costs only its login; each check here is a login with the current generation)`);
+  line(
+    "ratio verifier / baseline",
+    `${(passRate / baselineRate).toFixed(2)}  (1.00 = a check costs only its login; each check here is a login with the current generation)`,
+  );
   line("probes standing in for a check", "0 (no agent here; the verifier logs in itself for every check)");
   // What no verifier can beat: the bare logins this machine's PostgreSQL takes in one interval.
   const ceiling = Math.floor((baselineRate * INTERVAL_MS) / 1000);
-  line("grants one interval of bare logins covers", `${ceiling} (the most any verifier keeps at ${s(INTERVAL_MS)} here; ${GRANTS} need ${((GRANTS / ceiling) * 100).toFixed(0)} % of it)`);
-  line(`steady state at the ${s(INTERVAL_MS)} interval (${s(steadyMs)})`, `${steadyRate.toFixed(1)} checks/s (${(GRANTS / (INTERVAL_MS / 1000)).toFixed(0)}/s keeps the interval)`);
+  line(
+    "grants one interval of bare logins covers",
+    `${ceiling} (the most any verifier keeps at ${s(INTERVAL_MS)} here; ${GRANTS} need ${((GRANTS / ceiling) * 100).toFixed(0)} % of it)`,
+  );
+  line(
+    `steady state at the ${s(INTERVAL_MS)} interval (${s(steadyMs)})`,
+    `${steadyRate.toFixed(1)} checks/s (${(GRANTS / (INTERVAL_MS / 1000)).toFixed(0)}/s keeps the interval)`,
+  );
   const keptLine = (k: ReturnType<typeof intervalKept>) =>
     `${gapLine(k.gaps)}; ${k.kept ? "KEPT" : "NOT kept"} (${k.over} gaps past ${s(INTERVAL_MS)}, ${k.open} grants unchecked for longer at the end, ${k.never} never checked)`;
   line(`  the interval right after the pass`, keptLine(transition));
   line(`  each grant's gap between checks`, `${keptLine(steady)}, ${driftedKeys.size} drifted grants left out`);
-  line(`  lead (how early a check is asked for)`, `${st1.leadMs} ms at the end of the steady state; ${st1.late - st0.late} checks the verifier itself counted late meanwhile`);
+  line(
+    `  lead (how early a check is asked for)`,
+    `${st1.leadMs} ms at the end of the steady state; ${st1.late - st0.late} checks the verifier itself counted late meanwhile`,
+  );
   line("meshctl verify meanwhile (5 grants)", `p50 ${ms(pct(forced, 50))}, max ${ms(Math.max(...forced))}`);
-  line(`writes meanwhile`, `${grantWrites} grant writes (the drifted grants' conditions), ${recordWrites} verification-record writes (${(recordWrites / (steadyMs / 1000)).toFixed(1)}/s)`);
+  line(
+    `writes meanwhile`,
+    `${grantWrites} grant writes (the drifted grants' conditions), ${recordWrites} verification-record writes (${(recordWrites / (steadyMs / 1000)).toFixed(1)}/s)`,
+  );
   line("bench process RSS (verifier and harness clients)", `${(rss0 / 2 ** 20).toFixed(0)} MiB before the pass, ${(rss1 / 2 ** 20).toFixed(0)} MiB after`);
-  console.log(`\ndrift detection (${DRIFTED} passwords changed with ALTER ROLE over one interval, repair: auto), beside its bound of one interval plus a second (${s(INTERVAL_MS + 1_000)}):`);
-  line("detected (first failed check after the change)", `${detect.length}/${DRIFTED}: p50 ${ms(pct(detect, 50))}, p99 ${ms(pct(detect, 99))}, max ${ms(Math.max(...detect))}; ${detect.filter((d) => d > INTERVAL_MS + 1_000).length} past the bound`);
+  console.log(
+    `\ndrift detection (${DRIFTED} passwords changed with ALTER ROLE over one interval, repair: auto), beside its bound of one interval plus a second (${s(INTERVAL_MS + 1_000)}):`,
+  );
+  line(
+    "detected (first failed check after the change)",
+    `${detect.length}/${DRIFTED}: p50 ${ms(pct(detect, 50))}, p99 ${ms(pct(detect, 99))}, max ${ms(Math.max(...detect))}; ${detect.filter((d) => d > INTERVAL_MS + 1_000).length} past the bound`,
+  );
   console.log(`\ntwo verifiers splitting the ${GRANTS} grants (${s(TWO_MS)} watched, after one interval to settle):`);
   line("checks by each", [...byInstance].map(([k, v]) => `${k} ${v}`).join(", "));
-  line("grants checked twice within 80 % of an interval", `${twice} of the ${GRANTS - driftedKeys.size} not drifted (grants checked by both: ${sharedKeys}); ${two.per.size}/${GRANTS} grants checked`);
+  line(
+    "grants checked twice within 80 % of an interval",
+    `${twice} of the ${GRANTS - driftedKeys.size} not drifted (grants checked by both: ${sharedKeys}); ${two.per.size}/${GRANTS} grants checked`,
+  );
   line("verifier-1 totals", `${stats.checks} checks, ${stats.skipped} skipped as fresh, ${stats.repairs} repairs, ${stats.transitions} condition writes`);
 } finally {
   const tt = Date.now();

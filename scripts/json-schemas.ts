@@ -188,7 +188,8 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
     name: "VerifyReply",
     schema: VerifyReply,
     io: "output",
-    description: "The verifier's reply to a VerifyRequest: the grant's Verified condition after the check, its verification record, and the repair made, if any.",
+    description:
+      "The verifier's reply to a VerifyRequest: the grant's Verified condition after the check, its verification record, and the repair made, if any.",
   },
   {
     name: "Verification",

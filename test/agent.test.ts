@@ -229,7 +229,11 @@ describe("agent", () => {
     await waitFor("a failed attempt in the log", () => logs.lines.some((l) => l.includes("delivery failed; it is retried") && l.includes("shop/session-key")));
     expect(existsSync(join(root, "shop/api/session-key"))).toBe(false);
     responder.start();
-    await waitFor("the session key file", () => existsSync(join(root, "shop/api/session-key/value")) && read("shop/api/session-key/value") === sessionKey, 30_000);
+    await waitFor(
+      "the session key file",
+      () => existsSync(join(root, "shop/api/session-key/value")) && read("shop/api/session-key/value") === sessionKey,
+      30_000,
+    );
     const env = read("shop/api.env");
     expect(env).toContain(`SESSION_KEY_VALUE='${sessionKey}'\n`);
     expect(env).toContain(`DB_PASSWORD='${pw2}'\n`);

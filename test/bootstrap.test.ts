@@ -54,7 +54,9 @@ describe("meshctl bootstrap", () => {
   it("meshctl status mesh shows the control plane's own grants like any module's", async () => {
     const r = await mesh.meshctl(["status", "mesh", "--json"]);
     expect(r.code, r.stderr).toBe(0);
-    const report = JSON.parse(r.stdout) as { modules: Array<{ module: string; state: string; grants: Array<{ requirement: string; kind: string; provider: string }> }> };
+    const report = JSON.parse(r.stdout) as {
+      modules: Array<{ module: string; state: string; grants: Array<{ requirement: string; kind: string; provider: string }> }>;
+    };
     const m = report.modules.find((x) => x.module === "mesh")!;
     expect(m.state).toBe("Ready");
     const grants = Object.fromEntries(m.grants.map((g) => [g.requirement, `${g.kind}@${g.provider}`]));
@@ -69,7 +71,12 @@ describe("meshctl bootstrap", () => {
     expect(text.stdout).toMatch(/mesh\s+Ready/);
     // Without an identity, meshctl says so, and how to get one, rather than "start a nats-server".
     // (From another directory: in the mesh's own, meshctl finds the operator's credentials in .mesh/.)
-    const anonymous = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "mesh"], { ...process.env, NATS_URL: mesh.url, MESH_NATS_CREDENTIALS: "", MESH_NATS_USER: "" });
+    const anonymous = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "mesh"], {
+      ...process.env,
+      NATS_URL: mesh.url,
+      MESH_NATS_CREDENTIALS: "",
+      MESH_NATS_USER: "",
+    });
     expect(anonymous.code).toBe(1);
     expect(anonymous.stderr).toMatch(/refused this process's identity/);
     expect(anonymous.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
@@ -212,7 +219,19 @@ describe("meshctl bootstrap", () => {
   it("reads its state from the source of record grant mesh/records names, and a bucket of it gone shows on that grant, held by the four services, until it is back", async () => {
     const status = async () => {
       const r = await mesh.meshctl(["status", "mesh", "--json"]);
-      const m = (JSON.parse(r.stdout) as { modules: Array<{ grants: Array<{ requirement: string; provider: string; resource: Record<string, string>; targets: Array<{ part: string }>; conditions: Array<{ type: string; status: string; reason: string; message: string }> }> }> }).modules[0]!;
+      const m = (
+        JSON.parse(r.stdout) as {
+          modules: Array<{
+            grants: Array<{
+              requirement: string;
+              provider: string;
+              resource: Record<string, string>;
+              targets: Array<{ part: string }>;
+              conditions: Array<{ type: string; status: string; reason: string; message: string }>;
+            }>;
+          }>;
+        }
+      ).modules[0]!;
       return Object.fromEntries(m.grants.map((g) => [g.requirement, g]));
     };
     const records = (await status()).records!;
@@ -221,7 +240,13 @@ describe("meshctl bootstrap", () => {
     expect(records.targets.map((t) => t.part).sort()).toEqual([...CONTROL_PLANE_SERVICES].sort());
     // Each service was started on that binding and checked its store against it.
     for (const s of CONTROL_PLANE_SERVICES) {
-      await waitFor(`${s} to check its store against its records binding`, () => readFileSync(join(mesh.cwd, `.mesh/logs/${s}.log`), "utf8").includes("source of record: the buckets and streams grant mesh/records names") || undefined, 20_000);
+      await waitFor(
+        `${s} to check its store against its records binding`,
+        () =>
+          readFileSync(join(mesh.cwd, `.mesh/logs/${s}.log`), "utf8").includes("source of record: the buckets and streams grant mesh/records names") ||
+          undefined,
+        20_000,
+      );
     }
     const nc = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)) });
     try {

@@ -86,7 +86,10 @@ describe("meshctl apply -f DIR --wait", () => {
     // What tells a record written by this apply from an older one: the bucket's revision, read before sending.
     const before = await modulesRevisionNow(mesh.store);
     expect(before).toBeGreaterThan(0);
-    const file = write(join(dir, "needs-pg.yaml"), "kind: Module\nname: needs-pg\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: db, kind: postgres.database }]\n");
+    const file = write(
+      join(dir, "needs-pg.yaml"),
+      "kind: Module\nname: needs-pg\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: db, kind: postgres.database }]\n",
+    );
     const out = bufferOutput();
     const started = Date.now();
     expect(await applyWaiting([file], out, 30_000)).toBe(ExitCodes.Failure);
@@ -102,7 +105,9 @@ describe("meshctl apply -f DIR --wait", () => {
     const file = write(join(dir, "far.yaml"), "kind: Module\nname: far\nparts: [{ name: api, node: node-z }]\nrequires: [{ name: key, kind: secret }]\n");
     const out = bufferOutput();
     expect(await applyWaiting([file], out, 5_000)).toBe(ExitCodes.WaitTimedOut);
-    expect(out.stderr.replace(/\s+/g, " ")).toMatch(/meshctl: far is not settled \(Ready or NothingRequired\) after 5\.0 s \(--timeout\): last seen Pending: waiting for key/);
+    expect(out.stderr.replace(/\s+/g, " ")).toMatch(
+      /meshctl: far is not settled \(Ready or NothingRequired\) after 5\.0 s \(--timeout\): last seen Pending: waiting for key/,
+    );
   });
 
   it("refuses a directory with no manifest, saying so, and sends nothing", async () => {
@@ -130,7 +135,9 @@ describe("meshctl get", () => {
     const json = bufferOutput();
     expect(await runGet(mesh.store, { resource: "modules", name: "shop", json: true }, json)).toBe(ExitCodes.Ok);
     const body = JSON.parse(json.stdout) as { modules: unknown[] };
-    expect(body.modules).toEqual([{ name: "shop", state: "Ready", ready: { satisfied: 1, total: 1 }, message: "all requirements are satisfied", since: expect.any(String) }]);
+    expect(body.modules).toEqual([
+      { name: "shop", state: "Ready", ready: { satisfied: 1, total: 1 }, message: "all requirements are satisfied", since: expect.any(String) },
+    ]);
 
     const never = bufferOutput();
     expect(await runGet(mesh.store, { resource: "modules", name: "nosuch" }, never)).toBe(ExitCodes.NotProcessed);
@@ -140,7 +147,9 @@ describe("meshctl get", () => {
   it("get grants: each requirement with provider, generation, holders and state; exit 5 for no such grant", async () => {
     const out = bufferOutput();
     expect(await runGet(mesh.store, { resource: "grants", name: "shop" }, out)).toBe(ExitCodes.Ok);
-    expect(out.stdout).toMatch(/^NAME +KIND +PROVIDER +GEN +HOLDERS +STATE +REASON +UPDATED\nshop\/key +secret +builtin-secret +1 +1\/1 +Satisfied +- +\d+ s ago\n$/);
+    expect(out.stdout).toMatch(
+      /^NAME +KIND +PROVIDER +GEN +HOLDERS +STATE +REASON +UPDATED\nshop\/key +secret +builtin-secret +1 +1\/1 +Satisfied +- +\d+ s ago\n$/,
+    );
     const json = bufferOutput();
     expect(await runGet(mesh.store, { resource: "grants", json: true }, json)).toBe(ExitCodes.Ok);
     const rows = (JSON.parse(json.stdout) as { grants: Array<Record<string, unknown>> }).grants;
@@ -175,7 +184,9 @@ describe("meshctl wait", () => {
     const out = bufferOutput({ isTTY: true });
     const waiting = runWait(mesh.store, { module: "later", for: "Ready", timeoutMs: 20_000 }, out);
     await new Promise((r) => setTimeout(r, 500));
-    expect((await mesh.apply([{ kind: "Module", name: "later", parts: [{ name: "api", node: "node-a" }], requires: [{ name: "key", kind: "secret" }] }])).ok).toBe(true);
+    expect(
+      (await mesh.apply([{ kind: "Module", name: "later", parts: [{ name: "api", node: "node-a" }], requires: [{ name: "key", kind: "secret" }] }])).ok,
+    ).toBe(true);
     expect(await waiting).toBe(ExitCodes.Ok);
     expect(out.stdout).toContain("\r\x1b[2Klater: no manifest of it is stored");
     // eslint-disable-next-line no-control-regex -- the terminal escape is what it checks
@@ -187,7 +198,9 @@ describe("meshctl wait", () => {
     const started = Date.now();
     expect(await runWait(mesh.store, { module: "needs-pg", for: "Ready", timeoutMs: 1_000 }, out)).toBe(ExitCodes.WaitTimedOut);
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
-    expect(out.stderr.replace(/\s+/g, " ")).toContain("meshctl: needs-pg is not Ready after 1.0 s (--timeout): last seen Unsatisfiable: db: NoProvider; meshctl explain needs-pg says why");
+    expect(out.stderr.replace(/\s+/g, " ")).toContain(
+      "meshctl: needs-pg is not Ready after 1.0 s (--timeout): last seen Unsatisfiable: db: NoProvider; meshctl explain needs-pg says why",
+    );
   });
 
   it("exits 3 only after the timeout for a module that still has no state", async () => {
@@ -195,7 +208,14 @@ describe("meshctl wait", () => {
     const started = Date.now();
     expect(await runWait(mesh.store, { module: "ghost", for: "Ready", timeoutMs: 1_000, json: true }, out)).toBe(ExitCodes.NotProcessed);
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
-    expect(JSON.parse(out.stdout)).toMatchObject({ module: "ghost", for: "Ready", timedOut: true, outcome: "waiting", state: null, error: { code: "NotProcessed", module: "ghost" } });
+    expect(JSON.parse(out.stdout)).toMatchObject({
+      module: "ghost",
+      for: "Ready",
+      timedOut: true,
+      outcome: "waiting",
+      state: null,
+      error: { code: "NotProcessed", module: "ghost" },
+    });
     expect(out.stderr).toBe("");
   });
 });
@@ -208,24 +228,24 @@ describe("the built meshctl", () => {
   });
 
   it("get, wait and apply --wait are wired with their exit codes", async () => {
-    const get = (await meshctl(["get", "grants", "shop", "--json"]));
+    const get = await meshctl(["get", "grants", "shop", "--json"]);
     expect(get.status).toBe(0);
     expect(JSON.parse(get.stdout)).toMatchObject({ grants: [{ id: "shop/key", state: "Satisfied" }] });
     expect((await meshctl(["get", "module", "nosuch"])).status).toBe(3);
-    const bad = (await meshctl(["get", "things"]));
+    const bad = await meshctl(["get", "things"]);
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain('cannot get "things": give one of modules, grants, providers');
 
-    const wait = (await meshctl(["wait", "shop", "--for", "ready", "--timeout", "5s"]));
+    const wait = await meshctl(["wait", "shop", "--for", "ready", "--timeout", "5s"]);
     expect(wait.stdout).toContain("shop is Ready");
     expect(wait.status).toBe(0);
-    const wrong = (await meshctl(["wait", "shop", "--for", "Done"]));
+    const wrong = await meshctl(["wait", "shop", "--for", "Done"]);
     expect(wrong.status).toBe(2);
     expect(wrong.stderr).toContain(`give one of ${Object.values(ModuleStates).join(", ")}`);
-    const late = (await meshctl(["wait", "far", "--for", "Ready", "--timeout", "1s"]));
+    const late = await meshctl(["wait", "far", "--for", "Ready", "--timeout", "1s"]);
     expect(late.status).toBe(9);
 
-    const applied = (await meshctl(["apply", "-f", join(dir, "manifests"), "--wait", "--timeout", "10s"]));
+    const applied = await meshctl(["apply", "-f", join(dir, "manifests"), "--wait", "--timeout", "10s"]);
     expect(applied.stderr).toBe("");
     expect(applied.status).toBe(0);
     expect(applied.stdout).toContain("shop Ready: all requirements are satisfied");

@@ -11,28 +11,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  connectNats,
-  createLogger,
-  keys,
-  openStore,
-  type Grant,
-  type ModuleStatus,
-  type NatsConnection,
-  type ProviderDoc,
-  type Store,
-} from "@mesh/shared";
+import { connectNats, createLogger, keys, openStore, type Grant, type ModuleStatus, type NatsConnection, type ProviderDoc, type Store } from "@mesh/shared";
 import { startResolver } from "@mesh/resolver";
-import {
-  CliError,
-  ExitCodes,
-  bufferOutput,
-  connectForCli,
-  runApply,
-  runExplain,
-  runStatus,
-  waitForResolver,
-} from "../packages/cli/src/index.js";
+import { CliError, ExitCodes, bufferOutput, connectForCli, runApply, runExplain, runStatus, waitForResolver } from "../packages/cli/src/index.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { freePort } from "./harness/ports.js";
 import { LogCapture } from "./harness/log-capture.js";
@@ -222,7 +203,12 @@ describe("meshctl status and explain on records written by hand", () => {
   beforeAll(async () => {
     await store.kv.manifests.put(
       "shop",
-      JSON.stringify({ kind: "Module", name: "shop", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "db", kind: "postgres.database", parts: ["api"] }] }),
+      JSON.stringify({
+        kind: "Module",
+        name: "shop",
+        parts: [{ name: "api", node: "node-a", installed: true }],
+        requires: [{ name: "db", kind: "postgres.database", parts: ["api"] }],
+      }),
     );
     await store.kv.modules.put("shop", JSON.stringify(shopStatus));
     await store.kv.grants.put(keys.grant("shop", "db"), JSON.stringify(dbGrant));
@@ -242,9 +228,7 @@ describe("meshctl status and explain on records written by hand", () => {
     const g = grants[0]!;
     for (const k of ["id", "requirement", "kind", "parts", "provider", "generation", "conditions"]) expect(g).toHaveProperty(k);
     expect(g).toMatchObject({ id: "shop/db", requirement: "db", kind: "postgres.database", parts: ["api"], provider: null, generation: 0 });
-    expect(g.conditions).toEqual([
-      { type: "Resolved", status: "False", reason: "NoProvider", message: dbGrant.conditions[0]!.message, observedAt: iso(20) },
-    ]);
+    expect(g.conditions).toEqual([{ type: "Resolved", status: "False", reason: "NoProvider", message: dbGrant.conditions[0]!.message, observedAt: iso(20) }]);
     expect(report.unprocessed).toEqual(["blog"]);
   });
 
@@ -288,7 +272,14 @@ describe("meshctl status and explain on records written by hand", () => {
   });
 
   it("explain names a registered provider that is not installed", async () => {
-    const pg: ProviderDoc = { kind: "Provider", name: "pg-main", serves: ["postgres.database"], node: "node-a", endpoint: "postgres://127.0.0.1:5432", installed: false };
+    const pg: ProviderDoc = {
+      kind: "Provider",
+      name: "pg-main",
+      serves: ["postgres.database"],
+      node: "node-a",
+      endpoint: "postgres://127.0.0.1:5432",
+      installed: false,
+    };
     await store.kv.providers.put("pg-main", JSON.stringify(pg));
     await store.kv.grants.put(
       keys.grant("shop", "db"),

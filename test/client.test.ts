@@ -100,7 +100,12 @@ describe("watchCredentials", () => {
     const it = watch[Symbol.asyncIterator]();
     // Generation 1 was superseded before the watch began: the first value is the current one.
     const first = await next(it);
-    expect(first).toEqual({ grant: "shop/session-key", requirement: "session-key", generation: 2, values: { type: "secret", provider: "builtin-secret", value: v2 } });
+    expect(first).toEqual({
+      grant: "shop/session-key",
+      requirement: "session-key",
+      generation: 2,
+      values: { type: "secret", provider: "builtin-secret", value: v2 },
+    });
     expect(first.values.value).not.toBe(v1);
 
     const v3 = await rotate("session-key", 3);
@@ -211,7 +216,9 @@ requires:
     try {
       const r1 = await declare(nc, manifest, { source: "blog.yaml" });
       expect(r1).toEqual({ ok: true, accepted: [{ kind: "Module", name: "blog", action: "created" }] });
-      const r2 = await declare(nc, [{ kind: "Module", name: "blog", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "db", kind: "postgres.database", parts: ["web"] }] }]);
+      const r2 = await declare(nc, [
+        { kind: "Module", name: "blog", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "db", kind: "postgres.database", parts: ["web"] }] },
+      ]);
       expect(r2.accepted).toEqual([{ kind: "Module", name: "blog", action: "unchanged" }]);
       expect(await store.kv.manifests.get("blog")).toBeTruthy();
     } finally {
@@ -222,13 +229,33 @@ requires:
   it("the resolver's apply refuses a nats.user asking past every provider's ceiling, and stores nothing", async () => {
     const api = serveJson(nc, subjects.apply, QueueGroups.resolver, quiet(), (body) => handleApply(store, body));
     try {
-      const provider = (options: Record<string, string | string[]>) => ({ kind: "Provider", name: "nats-ceiling", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options });
-      const module = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe: "app.>" } }] };
+      const provider = (options: Record<string, string | string[]>) => ({
+        kind: "Provider",
+        name: "nats-ceiling",
+        serves: ["nats.user"],
+        node: "node-a",
+        endpoint: "nats://127.0.0.1:4222",
+        options,
+      });
+      const module = {
+        kind: "Module",
+        name: "greedy",
+        parts: [{ name: "web", node: "node-a" }],
+        requires: [{ name: "bus", kind: "nats.user", options: { subscribe: "app.>" } }],
+      };
       expect((await declare(nc, [provider({ signingKeysFile: "/k" })])).ok).toBe(true);
       const refused = await declare(nc, [module]).catch((e: unknown) => e);
       expect(isManifestRejectedError(refused)).toBe(true);
       if (!isManifestRejectedError(refused)) return;
-      expect(refused.problems).toEqual([{ document: 0, path: "requires[0].options", message: expect.stringMatching(/^nats\.user greedy\/bus asks to subscribe "app\.>" .*past the ceiling of provider nats-ceiling.*Ask the operator to widen/) }]);
+      expect(refused.problems).toEqual([
+        {
+          document: 0,
+          path: "requires[0].options",
+          message: expect.stringMatching(
+            /^nats\.user greedy\/bus asks to subscribe "app\.>" .*past the ceiling of provider nats-ceiling.*Ask the operator to widen/,
+          ),
+        },
+      ]);
       expect(await store.kv.manifests.get("greedy")).toBeNull();
       // Widened by the operator in the same apply: accepted.
       const r = await declare(nc, [provider({ signingKeysFile: "/k", allowSubscribe: "greedy:app.>" }), module]);

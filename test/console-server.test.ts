@@ -23,7 +23,15 @@ let store: Store;
 const dir = mkdtempSync(join(tmpdir(), "mesh-console-server-"));
 
 const now = new Date().toISOString();
-const shop = (state: ModuleStatus["state"], message: string): ModuleStatus => ({ module: "shop", state, message, requirements: 1, manifestRevision: 1, processedAt: now, since: now });
+const shop = (state: ModuleStatus["state"], message: string): ModuleStatus => ({
+  module: "shop",
+  state,
+  message,
+  requirements: 1,
+  manifestRevision: 1,
+  processedAt: now,
+  since: now,
+});
 const db: Grant = grantFixture({
   generation: 1,
   targets: [{ part: "api", node: "node-a" }],
@@ -130,7 +138,27 @@ describe("meshctl console's addresses", () => {
   it("serves HTTPS with the certificate given, and prints an https URL first", async () => {
     const cert = join(dir, "cert.pem");
     const key = join(dir, "key.pem");
-    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], { stdio: "ignore" });
+    execFileSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        key,
+        "-out",
+        cert,
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+      ],
+      { stdio: "ignore" },
+    );
     const out = bufferOutput();
     const stop = new AbortController();
     const running = runConsole(store, { listen: "127.0.0.1:0", tlsCert: cert, tlsKey: key }, out, stop.signal);
@@ -173,7 +201,9 @@ describe("meshctl console's addresses", () => {
     try {
       const e = await startConsole(store, { listen: `127.0.0.1:${port}` }).catch((x: unknown) => x);
       expect(e).toBeInstanceOf(CliError);
-      expect((e as CliError).message).toBe(`cannot listen on 127.0.0.1:${port}: port ${port} is taken on 127.0.0.1: give another with --listen 127.0.0.1:PORT (port 0 picks a free one)`);
+      expect((e as CliError).message).toBe(
+        `cannot listen on 127.0.0.1:${port}: port ${port} is taken on 127.0.0.1: give another with --listen 127.0.0.1:PORT (port 0 picks a free one)`,
+      );
     } finally {
       blocker.close();
     }

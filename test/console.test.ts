@@ -126,17 +126,23 @@ beforeAll(async () => {
   await waitFor("up to run every service on its own identity", () => /with the identities the mesh granted them/.test(upOut), 90_000).catch((e) => {
     throw new Error(`${(e as Error).message}\n--- up printed:\n${upOut}`);
   });
-  await waitFor("shop Ready and static-site NothingRequired", async () => {
-    const s = await states();
-    return s.shop === "Ready" && s["static-site"] === "NothingRequired" && s.mesh === "Ready";
-  }, 60_000);
+  await waitFor(
+    "shop Ready and static-site NothingRequired",
+    async () => {
+      const s = await states();
+      return s.shop === "Ready" && s["static-site"] === "NothingRequired" && s.mesh === "Ready";
+    },
+    60_000,
+  );
 
   consoleProc = spawn(process.execPath, [meshctlBin, "console", "--listen", "127.0.0.1:0"], { cwd, env: freshEnv, stdio: ["ignore", "pipe", "pipe"] });
   consoleProc.stdout!.on("data", (d: Buffer) => (consoleOut += d.toString()));
   consoleProc.stderr!.on("data", (d: Buffer) => (consoleOut += d.toString()));
-  const first = await waitFor("the console to print its URL", () => /^(http:\/\/127\.0\.0\.1:\d+\/\?token=[\w-]+)\n/.exec(consoleOut)?.[1], 30_000).catch((e) => {
-    throw new Error(`${(e as Error).message}\n--- console printed:\n${consoleOut}`);
-  });
+  const first = await waitFor("the console to print its URL", () => /^(http:\/\/127\.0\.0\.1:\d+\/\?token=[\w-]+)\n/.exec(consoleOut)?.[1], 30_000).catch(
+    (e) => {
+      throw new Error(`${(e as Error).message}\n--- console printed:\n${consoleOut}`);
+    },
+  );
   consoleUrl = new URL(first);
   browser = await startBrowser();
 }, 180_000);
@@ -221,11 +227,17 @@ describe("meshctl console in a headless browser", () => {
     // Install shop's worker on node-b, so session-key has two holders.
     writeFileSync(join(cwd, "shop.yaml"), readFileSync(example("shop.yaml"), "utf8").replace("installed: false", "installed: true"));
     expect((await meshctl(["apply", "-f", join(cwd, "shop.yaml")])).code).toBe(0);
-    await waitFor("session-key delivered to both holders", async () => {
-      const r = await meshctl(["status", "shop", "--json"]);
-      const g = (JSON.parse(r.stdout) as { modules: Array<{ grants: Array<{ id: string; holders: Record<string, { generation: number }> }> }> }).modules[0]?.grants.find((x) => x.id === "shop/session-key");
-      return g?.holders["node-a/api"]?.generation === 1 && g.holders["node-b/worker"]?.generation === 1;
-    }, 30_000);
+    await waitFor(
+      "session-key delivered to both holders",
+      async () => {
+        const r = await meshctl(["status", "shop", "--json"]);
+        const g = (
+          JSON.parse(r.stdout) as { modules: Array<{ grants: Array<{ id: string; holders: Record<string, { generation: number }> }> }> }
+        ).modules[0]?.grants.find((x) => x.id === "shop/session-key");
+        return g?.holders["node-a/api"]?.generation === 1 && g.holders["node-b/worker"]?.generation === 1;
+      },
+      30_000,
+    );
 
     const natsUrl = readFileSync(join(cwd, ".mesh/nats-url"), "utf8").trim();
     const pid = agentPid("node-b", natsUrl);

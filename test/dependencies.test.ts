@@ -44,10 +44,23 @@ describe("providers that need grants", () => {
     const objects = { kind: "Provider", name: "loop-objects", serves: ["object.store"], node: "node-a", endpoint: mesh.nats.url, needs: ["loop-b/db"] };
     const kv = { kind: "Provider", name: "loop-kv", serves: ["kv.bucket"], node: "node-a", endpoint: mesh.nats.url, needs: ["loop-a/files"] };
     const a = { kind: "Module", name: "loop-a", parts: [{ name: "p", node: "node-a" }], requires: [{ name: "files", kind: "object.store" }] };
-    const b = { kind: "Module", name: "loop-b", parts: [{ name: "p", node: "node-a" }], requires: [{ name: "db", kind: "kv.bucket", options: { history: 2 } }] };
+    const b = {
+      kind: "Module",
+      name: "loop-b",
+      parts: [{ name: "p", node: "node-a" }],
+      requires: [{ name: "db", kind: "kv.bucket", options: { history: 2 } }],
+    };
     // infra-kv (from the test above) serves kv.bucket too, and needs nothing any more: retire it
     // from this test by marking it not installed.
-    const infraKv = { kind: "Provider", name: "infra-kv", serves: ["kv.bucket"], node: "node-a", endpoint: mesh.nats.url, needs: ["infra/key"], installed: false };
+    const infraKv = {
+      kind: "Provider",
+      name: "infra-kv",
+      serves: ["kv.bucket"],
+      node: "node-a",
+      endpoint: mesh.nats.url,
+      needs: ["infra/key"],
+      installed: false,
+    };
     expect((await mesh.apply([objects, kv, a, b, infraKv])).ok).toBe(true);
     const cycle = await waitFor("the cycle reported", async () => {
       const c = await resolved("loop-a", "files");

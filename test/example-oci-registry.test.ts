@@ -48,7 +48,13 @@ describe("the OCI registry example provider", () => {
   it("once installed, delivers a credential that pushes and pulls in the module's namespace", async () => {
     const passwordFile = join(registry.dir, "admin-password");
     writeFileSync(passwordFile, `${registry.admin.password}\n`, { mode: 0o600 });
-    const provider = { ...example, endpoint: registry.registryUrl, options: { issuerUrl: registry.issuerUrl }, admin: { ...example.admin!, passwordFile }, installed: true };
+    const provider = {
+      ...example,
+      endpoint: registry.registryUrl,
+      options: { issuerUrl: registry.issuerUrl },
+      admin: { ...example.admin!, passwordFile },
+      installed: true,
+    };
     expect((await mesh.apply([provider, moduleOf("ex-oci")])).ok).toBe(true);
     await mesh.waitForState("ex-oci", "Ready", 30_000);
     const dir = join(mesh.bindingsRoot, "node-a/ex-oci/app/images");

@@ -114,7 +114,13 @@ async function startWorld(opts: { repair: "auto" | "report"; verifyMs: number; o
   const env = { ...process.env, MESH_BINDINGS_ROOT: root };
   const mesh = await startTestMesh({ nodes: [], env, bindingsRoot: root, verifier: { intervalMs: opts.verifyMs } });
   const log = (service: string) => createLogger(service, { destination: mesh.logs, level: "debug" });
-  const agent = await startAgent({ store: mesh.store, node: "node-a", bindingsRoot: join(root, "node-a"), hooks: parseAllowedHooks(opts.hooks ?? []), log: log("agent") });
+  const agent = await startAgent({
+    store: mesh.store,
+    node: "node-a",
+    bindingsRoot: join(root, "node-a"),
+    hooks: parseAllowedHooks(opts.hooks ?? []),
+    log: log("agent"),
+  });
   const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: log("rotator"), env, sweepMs: 500 });
   const w: World = { mesh, rotator, agent, root, dirs: [root] };
   world = w;
@@ -196,10 +202,14 @@ async function rotateWhileDown(w: World & { db: Postgres }): Promise<string> {
 
 /** Waits for `<module>/<requirement>`'s condition of `type` to have `reason`, and returns it. */
 function waitForReason(mesh: TestMesh, module: string, requirement: string, type: Condition["type"], reason: Condition["reason"]): Promise<Condition> {
-  return waitFor(`${module}/${requirement} ${type} ${reason}`, async () => {
-    const c = getCondition((await mesh.grant(module, requirement))?.conditions ?? [], type);
-    return c?.reason === reason ? c : undefined;
-  }, 30_000);
+  return waitFor(
+    `${module}/${requirement} ${type} ${reason}`,
+    async () => {
+      const c = getCondition((await mesh.grant(module, requirement))?.conditions ?? [], type);
+      return c?.reason === reason ? c : undefined;
+    },
+    30_000,
+  );
 }
 
 async function rotationOf(mesh: TestMesh): Promise<Rotation | undefined> {
@@ -211,9 +221,15 @@ describe("a server whose data directory outlives the admin password it was initi
     const w = await startWorld({ repair: "auto", verifyMs: 1_000 });
     const { mesh, db } = w;
     const generation2 = await rotateWhileDown(w); // its data directory still holds generation 1
-    const repaired = await waitFor("the repair of pg/admin-password", async () => (await mesh.grant("pg", "admin-password"))?.repairs?.find((r) => r.outcome === "repaired"), 30_000);
+    const repaired = await waitFor(
+      "the repair of pg/admin-password",
+      async () => (await mesh.grant("pg", "admin-password"))?.repairs?.find((r) => r.outcome === "repaired"),
+      30_000,
+    );
     expect(repaired).toMatchObject({ reason: "CredentialDiverged", generation: 2, action: "reapply" });
-    expect(repaired.message).toContain(`the server at ${db.endpoint} accepts generation 1 of pg/admin-password; the mesh holds 2; its data directory was initialised earlier`);
+    expect(repaired.message).toContain(
+      `the server at ${db.endpoint} accepts generation 1 of pg/admin-password; the mesh holds 2; its data directory was initialised earlier`,
+    );
     expect(repaired.message).toContain("logged in at provider pg-apps with generation 1 and set generation 2 at its server");
     // The diagnosis was the condition first, naming both generations and what the mesh does.
     const diverged = (await secretGrantHistory(mesh)).map((g) => getCondition(g.conditions, "Verified")).find((c) => c?.reason === "CredentialDiverged");
@@ -261,7 +277,11 @@ describe("a server whose data directory outlives the admin password it was initi
     // The diagnosis was the condition first; the verifier checked again once the repair was recorded.
     const diverged = (await secretGrantHistory(mesh)).map((g) => getCondition(g.conditions, "Verified")).find((c) => c?.reason === "CredentialDiverged");
     expect(diverged?.message).toContain("accepts generation 1 of pg/admin-password; the mesh holds 2; its data directory was initialised earlier");
-    await waitFor("pg/admin-password verified again", async () => getCondition((await mesh.grant("pg", "admin-password"))?.conditions ?? [], "Verified")?.status === "True" || undefined, 15_000);
+    await waitFor(
+      "pg/admin-password verified again",
+      async () => getCondition((await mesh.grant("pg", "admin-password"))?.conditions ?? [], "Verified")?.status === "True" || undefined,
+      15_000,
+    );
     await mesh.waitForState("pg", "Ready", 15_000);
     expect(await adminLogin(db, generation2)).toBe("accepted");
     expect(await loginGrant(mesh, "shop")).toEqual({ ok: true });
@@ -274,7 +294,11 @@ describe("a server whose data directory outlives the admin password it was initi
     const generation2 = await rotateWhileDown(w);
     const r = await w.rotator.rotate({ grant: "shop/db" });
     expect(r).toMatchObject({ from: 1, to: 2 });
-    await waitFor("shop/db rotated", async () => (await readJson(mesh.store.kv.rotations, keys.grant("shop", "db"), Rotation))?.value.state === RotationStates.Committed || undefined, 30_000);
+    await waitFor(
+      "shop/db rotated",
+      async () => (await readJson(mesh.store.kv.rotations, keys.grant("shop", "db"), Rotation))?.value.state === RotationStates.Committed || undefined,
+      30_000,
+    );
     const repair = (await mesh.grant("pg", "admin-password"))?.repairs?.at(-1);
     expect(repair).toMatchObject({ reason: "CredentialDiverged", generation: 2, outcome: "repaired" });
     expect(repair?.by).toMatch(/^rotator@/);
@@ -297,7 +321,11 @@ describe("a server whose data directory outlives the admin password it was initi
     await c.end();
 
     expect((await mesh.apply([appModule("shop-new")])).ok).toBe(true);
-    await waitFor("shop-new/db provisioned", async () => getCondition((await mesh.grant("shop-new", "db"))?.conditions ?? [], "Provisioned")?.status === "True" || undefined, 30_000);
+    await waitFor(
+      "shop-new/db provisioned",
+      async () => getCondition((await mesh.grant("shop-new", "db"))?.conditions ?? [], "Provisioned")?.status === "True" || undefined,
+      30_000,
+    );
     await new Promise((resolve) => setTimeout(resolve, 1_500)); // a verifier check of the secret
     // A rotation under way is not a divergence: nothing repaired, nothing reported.
     expect((await mesh.grant("pg", "admin-password"))?.repairs ?? []).toEqual([]);
@@ -305,8 +333,17 @@ describe("a server whose data directory outlives the admin password it was initi
     expect((await rotationOf(mesh))?.state).not.toBe(RotationStates.Committed);
 
     // The holder comes back: it takes generation 2, confirms, and the rotation commits.
-    w.agent = await startAgent({ store: mesh.store, node: "node-a", bindingsRoot: join(w.root, "node-a"), log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
-    await waitFor("the rotation committed", async () => (await rotationOf(mesh))?.id === r.id && (await rotationOf(mesh))?.state === RotationStates.Committed || undefined, 30_000);
+    w.agent = await startAgent({
+      store: mesh.store,
+      node: "node-a",
+      bindingsRoot: join(w.root, "node-a"),
+      log: createLogger("agent", { destination: mesh.logs, level: "debug" }),
+    });
+    await waitFor(
+      "the rotation committed",
+      async () => ((await rotationOf(mesh))?.id === r.id && (await rotationOf(mesh))?.state === RotationStates.Committed) || undefined,
+      30_000,
+    );
     await mesh.waitForState("shop-new", "Ready", 30_000);
     expect(readFileSync(secretFile(w.root), "utf8")).toBe(generation2);
   }, 120_000);
@@ -333,7 +370,9 @@ describe("a server whose data directory outlives the admin password it was initi
     expect(failed.message).toContain('rejected the admin user "postgres"');
     expect(failed.message).toContain("accepts none of the generations of pg/admin-password the mesh holds");
 
-    await expect(w.rotator.rotate({ grant: SECRET })).rejects.toThrow(/cannot rotate pg\/admin-password, the admin password of provider pg-apps: .*accepts none.*nothing was told to its holders/);
+    await expect(w.rotator.rotate({ grant: SECRET })).rejects.toThrow(
+      /cannot rotate pg\/admin-password, the admin password of provider pg-apps: .*accepts none.*nothing was told to its holders/,
+    );
     expect(await rotationOf(mesh)).toBeUndefined();
     expect((await mesh.grant("pg", "admin-password"))?.repairs ?? []).toEqual([]);
     expect(await adminLogin(db, "set-by-hand")).toBe("accepted");
@@ -348,7 +387,9 @@ describe("a server whose data directory outlives the admin password it was initi
 
     const verified = await waitForReason(mesh, "pg", "admin-password", "Verified", "CredentialDiverged");
     expect(verified.message).toContain(`provider pg-apps: the server at ${db.endpoint} accepts generation 1 of pg/admin-password; the mesh holds 2`);
-    expect(verified.message).toContain("repair is set to report on pg/admin-password, so nothing was changed at the server: run `meshctl verify pg/admin-password --repair`");
+    expect(verified.message).toContain(
+      "repair is set to report on pg/admin-password, so nothing was changed at the server: run `meshctl verify pg/admin-password --repair`",
+    );
 
     expect((await mesh.apply([appModule("shop-new")])).ok).toBe(true);
     const waiting = await waitForReason(mesh, "shop-new", "db", "Provisioned", "AwaitingDependency");
@@ -360,7 +401,12 @@ describe("a server whose data directory outlives the admin password it was initi
     const status = (await mesh.moduleStatus("shop-new"))!;
     const explained = explainModule({ status, grants: [(await mesh.grant("shop-new", "db"))!], providers: [pgProvider(db, w.root)], nodes: [] });
     expect(explained.requirements[0]!.why).toContain("waiting for the admin password of provider pg-apps");
-    const pgExplained = explainModule({ status: (await mesh.moduleStatus("pg"))!, grants: [(await mesh.grant("pg", "admin-password"))!], providers: [], nodes: [] });
+    const pgExplained = explainModule({
+      status: (await mesh.moduleStatus("pg"))!,
+      grants: [(await mesh.grant("pg", "admin-password"))!],
+      providers: [],
+      nodes: [],
+    });
     expect(pgExplained.requirements[0]!.next).toContain("meshctl verify pg/admin-password --repair");
 
     // Nothing was changed at the server, and nothing was repaired.
@@ -390,7 +436,13 @@ describe("a server whose data directory outlives the admin password it was initi
 
     // A holder of shop/db keeps querying through it all.
     const b = await new CredentialStore(mesh.store.kv.credentials, mesh.masterKey).read("shop", "db", 1);
-    const client = new pg.Client({ host: db.host, port: db.port, user: b!.bindings!.username, password: b!.bindings!.password, database: b!.bindings!.database });
+    const client = new pg.Client({
+      host: db.host,
+      port: db.port,
+      user: b!.bindings!.username,
+      password: b!.bindings!.password,
+      database: b!.bindings!.database,
+    });
     const errors: string[] = [];
     client.on("error", (e) => errors.push(e.message));
     await client.connect();
@@ -399,7 +451,10 @@ describe("a server whose data directory outlives the admin password it was initi
     const states = new Set<string>();
     const loop = (async () => {
       while (!stop) {
-        await client.query("select 1").then(() => queries++, (e: Error) => errors.push(e.message));
+        await client.query("select 1").then(
+          () => queries++,
+          (e: Error) => errors.push(e.message),
+        );
         const s = await mesh.moduleStatus("shop");
         if (s) states.add(s.state);
         await new Promise((r) => setTimeout(r, 50));

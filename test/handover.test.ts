@@ -33,7 +33,13 @@ describe("handing a grant over to a preferred provider", () => {
     env.BOOT_REDIS_PASSWORD = boot.adminPassword;
     env.LATER_REDIS_PASSWORD = later.adminPassword;
     mesh = await startTestMesh({ nodes: ["node-a", "node-b"], env });
-    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, env, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+    rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      env,
+      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+      sweepMs: 500,
+    });
     // Logins as a holder would make them: no admin credential.
     login = createAdapter(Kinds.RedisUser, { name: "check", node: "node-a", endpoint: boot.endpoint });
   }, 60_000);
@@ -162,7 +168,9 @@ describe("handing a grant over to a preferred provider", () => {
     }
     const g = (await mesh.grant("app", "cache"))!;
     expect(g).toMatchObject({ provider: "later-redis", generation: 2, resource: { provider: "later-redis" } });
-    expect(g.conditions.find((c) => c.type === "Provisioned")?.message).toMatch(/handed over from boot-redis: generation 1 retired there, the resource kept with its data/);
+    expect(g.conditions.find((c) => c.type === "Provisioned")?.message).toMatch(
+      /handed over from boot-redis: generation 1 retired there, the resource kept with its data/,
+    );
     await mesh.waitForState("app", "Ready");
   }, 90_000);
 });

@@ -46,8 +46,19 @@ async function logsIn(c: string): Promise<boolean> {
 
 beforeAll(async () => {
   nats = await startOperatorNats();
-  mesh = await startTestMesh({ nodes: ["node-a"], nats: nats.server, auth: { authenticator: credsAuthenticator(new TextEncoder().encode(nats.adminCreds)) }, masterKey: nats.masterKey });
-  rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500, scheduleCheckMs: 200 });
+  mesh = await startTestMesh({
+    nodes: ["node-a"],
+    nats: nats.server,
+    auth: { authenticator: credsAuthenticator(new TextEncoder().encode(nats.adminCreds)) },
+    masterKey: nats.masterKey,
+  });
+  rotator = await startRotator({
+    store: mesh.store,
+    masterKey: mesh.masterKey,
+    log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+    sweepMs: 500,
+    scheduleCheckMs: 200,
+  });
   const provider = {
     ...nats.providerDoc("nats-op", [Kinds.NatsUser]),
     options: { signingKeysFile: nats.files.signingKeysFile, userExpiry: `${EXPIRY_S}s` },
@@ -105,7 +116,9 @@ describe("an identity whose JWT expires", () => {
       return c?.reason === "ProvisionFailed" ? c : undefined;
     });
     expect(condition.status).toBe("False");
-    expect(condition.message).toMatch(/^provider nats-op: nats\.user greedy\/bus asks to publish ">" \(it reaches "x"\), past the ceiling of provider nats-op, which lets module greedy publish app\.greedy\.>\. Ask the operator to widen/);
+    expect(condition.message).toMatch(
+      /^provider nats-op: nats\.user greedy\/bus asks to publish ">" \(it reaches "x"\), past the ceiling of provider nats-op, which lets module greedy publish app\.greedy\.>\. Ask the operator to widen/,
+    );
     const g = await mesh.grant("greedy", "bus");
     expect(g?.generation).toBe(0);
     expect(g?.resource).toEqual({});

@@ -119,7 +119,10 @@ describe("meshctl rotate while JetStream does not answer", () => {
           await jsm.streams.info(Streams.deliveries);
         } catch (e) {
           if (/stream not found/i.test(String(e))) {
-            throw new Error(`the server lost the store's streams during the storm (${String(e)}), as when one reload turns JetStream off and the next on again (test/nats-config-reload.test.ts)`, { cause: e });
+            throw new Error(
+              `the server lost the store's streams during the storm (${String(e)}), as when one reload turns JetStream off and the next on again (test/nats-config-reload.test.ts)`,
+              { cause: e },
+            );
           }
           // No answer at all (a timeout) is the same gap, seen on a busier machine.
           if (!/jetstream (is )?not enabled|timeout/i.test(String(e))) throw e;
@@ -149,8 +152,15 @@ describe("meshctl rotate while JetStream does not answer", () => {
     // shown is that meshctl rides a gap out, whatever its length within the deadline.
     let code: number;
     try {
-      code = await runRotate(mesh.store, { grant: "gap/key", wait: true, json: true, timeoutMs: 30_000, policy: retryPolicy({ withinMs: 60_000, verbose: true }, out) }, out).catch((e: Error) => {
-        throw new Error(`${e.message}\nthe JetStream probe: ${probe.failures} failures, the last ${((probe.lastFailure - sentAt) / 1000).toFixed(1)} s after the request was sent\nmeshctl said:\n${out.stderr}`, { cause: e });
+      code = await runRotate(
+        mesh.store,
+        { grant: "gap/key", wait: true, json: true, timeoutMs: 30_000, policy: retryPolicy({ withinMs: 60_000, verbose: true }, out) },
+        out,
+      ).catch((e: Error) => {
+        throw new Error(
+          `${e.message}\nthe JetStream probe: ${probe.failures} failures, the last ${((probe.lastFailure - sentAt) / 1000).toFixed(1)} s after the request was sent\nmeshctl said:\n${out.stderr}`,
+          { cause: e },
+        );
       });
     } finally {
       // The reloads and the probe end with the test either way: neither outlives the connection.
@@ -177,7 +187,9 @@ describe("meshctl rotate while JetStream does not answer", () => {
 describe("a rotate request sent again", () => {
   it("with the same request id is answered with the rotation it started, not a second one or an 'already running'", async () => {
     const request = (requestId: string) =>
-      mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "gap/token", requestId, timeoutMs: 30_000 }), { timeout: 10_000 }).then((m) => RotateReply.parse(m.json()));
+      mesh.nc
+        .request(subjects.rotate, JSON.stringify({ grant: "gap/token", requestId, timeoutMs: 30_000 }), { timeout: 10_000 })
+        .then((m) => RotateReply.parse(m.json()));
     const id = randomBytes(12).toString("base64url");
     const first = await request(id);
     const again = await request(id);
@@ -188,7 +200,11 @@ describe("a rotate request sent again", () => {
     // Another request (another id) is told that a rotation runs.
     const other = await request(randomBytes(12).toString("base64url"));
     expect(other).toMatchObject({ ok: false, error: { code: ErrorCodes.Conflict } });
-    await waitFor("gap/token#2 committed", async () => (await mesh.store.kv.rotations.get(keys.grant("gap", "token")))?.json<Rotation>().state === RotationStates.Committed, 30_000);
+    await waitFor(
+      "gap/token#2 committed",
+      async () => (await mesh.store.kv.rotations.get(keys.grant("gap", "token")))?.json<Rotation>().state === RotationStates.Committed,
+      30_000,
+    );
     // Sent once more after the commit, the same id still names that rotation: no #3.
     const late = await request(id);
     expect(late.ok && late.rotation.id).toBe("gap/token#2");
@@ -203,7 +219,11 @@ describe("a rotate request sent again", () => {
       await waitFor("meshctl to have met no rotator", () => /no rotator answers/.test(out.stderr), 20_000, 20);
       rotator = await startRotatorHere();
     })();
-    const code = await runRotate(mesh.store, { grant: "gap/salt", wait: true, json: true, timeoutMs: 30_000, policy: retryPolicy({ verbose: true }, out) }, out);
+    const code = await runRotate(
+      mesh.store,
+      { grant: "gap/salt", wait: true, json: true, timeoutMs: 30_000, policy: retryPolicy({ verbose: true }, out) },
+      out,
+    );
     await starting;
     expect(code, out.stderr).toBe(ExitCodes.Ok);
     expect(out.stderr).toMatch(/meshctl: rotate: attempt 1 failed: no rotator answers/);
@@ -215,7 +235,11 @@ describe("a rotate request sent again", () => {
     await rotator?.stop();
     rotator = undefined;
     const out = bufferOutput();
-    const e = await runRotate(mesh.store, { grant: "gap/salt", json: true, policy: retryPolicy({ withinMs: 1_500, option: "--request-timeout" }, out) }, out).then(
+    const e = await runRotate(
+      mesh.store,
+      { grant: "gap/salt", json: true, policy: retryPolicy({ withinMs: 1_500, option: "--request-timeout" }, out) },
+      out,
+    ).then(
       () => undefined,
       (err: unknown) => err as { exitCode?: number; message?: string },
     );

@@ -66,7 +66,12 @@ async function storedRevisions(module: string, requirement: string): Promise<num
 /** Runs the built meshctl against the test's mesh. */
 const meshctlIn = (args: string[]) => runMeshctl(tmpdir(), args, { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url, MESH_NATS_CREDENTIALS: "" });
 
-const module = (name: string, requires: ModuleDoc["requires"], parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }]): ModuleDoc => ({ kind: "Module", name, parts, requires });
+const module = (name: string, requires: ModuleDoc["requires"], parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }]): ModuleDoc => ({
+  kind: "Module",
+  name,
+  parts,
+  requires,
+});
 
 beforeAll(async () => {
   db = await startPostgres();
@@ -81,17 +86,26 @@ afterAll(async () => {
 
 describe("removing a requirement", () => {
   it("revokes the credential at the provider within seconds, removes the binding, and leaves no value of it in the store; the data is retained", async () => {
-    await mesh.apply([module("rm", [{ name: "db", kind: "postgres.database" }, { name: "key", kind: "secret" }])]);
+    await mesh.apply([
+      module("rm", [
+        { name: "db", kind: "postgres.database" },
+        { name: "key", kind: "secret" },
+      ]),
+    ]);
     await mesh.waitForState("rm", "Ready");
     const b = dbBinding("rm", "api");
     expect(await login(b)).toBeUndefined();
     expect(await storedRevisions("rm", "db")).toBeGreaterThan(0);
 
     await mesh.apply([module("rm", [{ name: "key", kind: "secret" }])]);
-    const g = await waitFor("the grant to be taken back and retained", async () => {
-      const g = await mesh.grant("rm", "db");
-      return g?.retained ? g : undefined;
-    }, 15_000);
+    const g = await waitFor(
+      "the grant to be taken back and retained",
+      async () => {
+        const g = await mesh.grant("rm", "db");
+        return g?.retained ? g : undefined;
+      },
+      15_000,
+    );
     expect(await login(b)).toMatch(/not permitted to log in|password authentication failed/);
     expect(existsSync(join(partDir("rm", "api"), "db"))).toBe(false);
     expect(readFileSync(join(mesh.bindingsRoot, "node-a", "rm", "api.env"), "utf8")).not.toContain("DB_PASSWORD");
@@ -243,7 +257,11 @@ describe("uninstalling a part", () => {
     const own = dbBinding("two", "a", "own");
 
     await mesh.apply([module("two", requires, parts(false))]);
-    await waitFor("a's bindings to be removed", () => (!existsSync(join(partDir("two", "a"), "shared")) && !existsSync(join(partDir("two", "a"), "own")) ? true : undefined), 15_000);
+    await waitFor(
+      "a's bindings to be removed",
+      () => (!existsSync(join(partDir("two", "a"), "shared")) && !existsSync(join(partDir("two", "a"), "own")) ? true : undefined),
+      15_000,
+    );
     await waitFor("two/own to be revoked", async () => (isRevoked((await mesh.grant("two", "own"))!) ? true : undefined), 15_000);
     expect(await login(own)).toMatch(/not permitted to log in|password authentication failed/);
     expect(await storedRevisions("two", "own")).toBe(0);
@@ -271,7 +289,12 @@ describe("meshctl delete (built)", () => {
   const meshctl = meshctlIn;
 
   it("delete module exits 0 once revoked at the provider, saying what is retained; status shows it; delete -f and retained follow", async () => {
-    await mesh.apply([module("cli", [{ name: "db", kind: "postgres.database" }, { name: "key", kind: "secret" }])]);
+    await mesh.apply([
+      module("cli", [
+        { name: "db", kind: "postgres.database" },
+        { name: "key", kind: "secret" },
+      ]),
+    ]);
     await mesh.waitForState("cli", "Ready");
     const b = dbBinding("cli", "api");
     const r = await meshctl(["delete", "module", "cli"]);
@@ -280,10 +303,14 @@ describe("meshctl delete (built)", () => {
     expect(r.stdout).toContain("cli/db: revoked, its data retained (meshctl delete retained cli/db drops it)");
     // Revoked by the time it exits.
     expect(await login(b)).toMatch(/not permitted to log in|password authentication failed/);
-    const status = await waitFor("status to show Deleted", async () => {
-      const s = await meshctl(["status", "cli"]);
-      return /cli\s+Deleted/.test(s.stdout) ? s : undefined;
-    }, 15_000);
+    const status = await waitFor(
+      "status to show Deleted",
+      async () => {
+        const s = await meshctl(["status", "cli"]);
+        return /cli\s+Deleted/.test(s.stdout) ? s : undefined;
+      },
+      15_000,
+    );
     expect(status.stdout).toContain("Retained");
     expect(status.stdout).toContain("meshctl delete retained cli/db");
 
@@ -322,12 +349,27 @@ describe("meshctl delete (built)", () => {
 
 describe("a holder that never comes back", () => {
   it("meshctl rotate --evict commits a Stalled rotation without it, and names it in the record (meshctl trace) and in its output", async () => {
-    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: adminEnv(db), sweepMs: 300 });
+    const rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+      env: adminEnv(db),
+      sweepMs: 300,
+    });
     try {
       // Part away runs on node-z: its agent takes generation 1, then stops for good.
       const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
       const z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
-      await mesh.apply([module("evict", [{ name: "key", kind: "secret" }], [{ name: "api", node: "node-a", installed: true }, { name: "away", node: "node-z", installed: true }])]);
+      await mesh.apply([
+        module(
+          "evict",
+          [{ name: "key", kind: "secret" }],
+          [
+            { name: "api", node: "node-a", installed: true },
+            { name: "away", node: "node-z", installed: true },
+          ],
+        ),
+      ]);
       await mesh.waitForState("evict", "Ready", 20_000);
       await z.stop();
       const before = read(join(partDir("evict", "api"), "key"), "value");
@@ -356,11 +398,20 @@ describe("a holder that never comes back", () => {
 
 describe("meshctl revoke", () => {
   it("with one holder's agent stopped: after the grace the old credential fails (new logins and open sessions), the running holder is on k+1, the stopped one is named and takes k+1 when back", async () => {
-    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 200 });
+    const rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs }),
+      env: adminEnv(db),
+      sweepMs: 200,
+    });
     const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
     let z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
     try {
-      const parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }, { name: "away", node: "node-z", installed: true }];
+      const parts: ModuleDoc["parts"] = [
+        { name: "api", node: "node-a", installed: true },
+        { name: "away", node: "node-z", installed: true },
+      ];
       await mesh.apply([module("leak", [{ name: "db", kind: "postgres.database" }], parts)]);
       await mesh.waitForState("leak", "Ready", 20_000);
       const old = dbBinding("leak", "api");
@@ -396,11 +447,17 @@ describe("meshctl revoke", () => {
       expect(failed).toBe(0);
       // Recorded: who, when, why, and who was locked out.
       const g = (await mesh.grant("leak", "db"))!;
-      expect(g.revocations).toEqual([expect.objectContaining({ rotation: "leak/db#2", generation: 1, reason: "leaked in a paste", lockedOut: ["node-z/away"] })]);
+      expect(g.revocations).toEqual([
+        expect.objectContaining({ rotation: "leak/db#2", generation: 1, reason: "leaked in a paste", lockedOut: ["node-z/away"] }),
+      ]);
       expect(g.revocations![0]!.by).toMatch(/@/);
       // The stopped holder takes k+1 when its agent returns.
       z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
-      await waitFor("node-z to hold generation 2", async () => ((await mesh.grant("leak", "db"))?.holders["node-z/away"]?.generation === 2 ? true : undefined), 20_000);
+      await waitFor(
+        "node-z to hold generation 2",
+        async () => ((await mesh.grant("leak", "db"))?.holders["node-z/away"]?.generation === 2 ? true : undefined),
+        20_000,
+      );
       expect(await login(dbBinding("leak", "api"))).toBeUndefined();
     } finally {
       await z.stop();
@@ -411,11 +468,20 @@ describe("meshctl revoke", () => {
 
 describe("meshctl revoke during a rotation", () => {
   it("supersedes it: k and the staged k+1 both stop working at the grace, k+2 goes out, and the running holder is on it", async () => {
-    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 200 });
+    const rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs }),
+      env: adminEnv(db),
+      sweepMs: 200,
+    });
     const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
     const z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
     try {
-      const parts: ModuleDoc["parts"] = [{ name: "api", node: "node-a", installed: true }, { name: "away", node: "node-z", installed: true }];
+      const parts: ModuleDoc["parts"] = [
+        { name: "api", node: "node-a", installed: true },
+        { name: "away", node: "node-z", installed: true },
+      ];
       await mesh.apply([module("sup", [{ name: "db", kind: "postgres.database" }], parts)]);
       await mesh.waitForState("sup", "Ready", 20_000);
       const k = dbBinding("sup", "api");
@@ -430,7 +496,11 @@ describe("meshctl revoke during a rotation", () => {
       expect(JSON.parse(r.stdout)).toMatchObject({ rotation: "sup/db#3", state: "Committed", from: 1, to: 3, lockedOut: ["node-z/away"] });
       expect(await login(k)).toMatch(/not permitted to log in|password authentication failed/);
       expect(await login(k1)).toMatch(/not permitted to log in|password authentication failed/);
-      await waitFor("node-a on generation 3", async () => ((await mesh.grant("sup", "db"))?.holders["node-a/api"]?.generation === 3 ? true : undefined), 15_000);
+      await waitFor(
+        "node-a on generation 3",
+        async () => ((await mesh.grant("sup", "db"))?.holders["node-a/api"]?.generation === 3 ? true : undefined),
+        15_000,
+      );
       expect(await login(dbBinding("sup", "api"))).toBeUndefined();
       const g = (await mesh.grant("sup", "db"))!;
       expect(g.generation).toBe(3);
@@ -443,7 +513,14 @@ describe("meshctl revoke during a rotation", () => {
 
 describe("history that ends", () => {
   it("the store keeps the last generations of a credential, purging older ones at each commit (but never the current one)", async () => {
-    const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs }), env: adminEnv(db), sweepMs: 300, credentialHistory: 2 });
+    const rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs }),
+      env: adminEnv(db),
+      sweepMs: 300,
+      credentialHistory: 2,
+    });
     try {
       await mesh.apply([module("hist", [{ name: "key", kind: "secret" }])]);
       await mesh.waitForState("hist", "Ready");
@@ -452,11 +529,15 @@ describe("history that ends", () => {
         expect(r.code, r.stderr).toBe(0);
         await waitFor(`generation ${to} committed`, async () => ((await mesh.grant("hist", "key"))?.generation === to ? true : undefined), 15_000);
       }
-      const kept = await waitFor("the store to hold generations 3 and 4 only", async () => {
-        const gens: number[] = [];
-        for await (const k of await mesh.store.kv.credentials.keys(keys.credentialsOf("hist", "key"))) gens.push(Number(/\.g(\d+)$/.exec(k)![1]));
-        return gens.sort().join(",") === "3,4" ? gens : undefined;
-      }, 10_000);
+      const kept = await waitFor(
+        "the store to hold generations 3 and 4 only",
+        async () => {
+          const gens: number[] = [];
+          for await (const k of await mesh.store.kv.credentials.keys(keys.credentialsOf("hist", "key"))) gens.push(Number(/\.g(\d+)$/.exec(k)![1]));
+          return gens.sort().join(",") === "3,4" ? gens : undefined;
+        },
+        10_000,
+      );
       expect(kept).toHaveLength(2);
       // Purged, not deleted over history: no revision of generation 1 or 2 is readable.
       for (const g of [1, 2]) {
@@ -495,7 +576,28 @@ describe("the resolver and an agent SIGKILLed in the middle of a deletion", () =
     const resolver = spawnService("resolver", {});
     try {
       const parts: ModuleDoc["parts"] = [{ name: "api", node: "node-q", installed: true }];
-      await waitFor("the resolver process to answer", async () => ((await mesh.apply([module("crash", [{ name: "db", kind: "postgres.database", deletionPolicy: "Delete" }, { name: "key", kind: "secret" }], parts)]).catch(() => undefined))?.ok ? true : undefined), 20_000, 200);
+      await waitFor(
+        "the resolver process to answer",
+        async () =>
+          (
+            await mesh
+              .apply([
+                module(
+                  "crash",
+                  [
+                    { name: "db", kind: "postgres.database", deletionPolicy: "Delete" },
+                    { name: "key", kind: "secret" },
+                  ],
+                  parts,
+                ),
+              ])
+              .catch(() => undefined)
+          )?.ok
+            ? true
+            : undefined,
+        20_000,
+        200,
+      );
       await mesh.waitForState("crash", "Ready", 40_000);
       const dir = join(qRoot, "crash", "api");
       const b = { user: read(join(dir, "db"), "username"), password: read(join(dir, "db"), "password"), database: read(join(dir, "db"), "database") };
@@ -505,10 +607,14 @@ describe("the resolver and an agent SIGKILLed in the middle of a deletion", () =
       await kill(resolver);
       // The resolver comes back (in the test process), the agent after a while: meanwhile status names the node.
       mesh.resolver = await startResolver({ store: mesh.store, log: createLogger("resolver", { destination: mesh.logs, level: "debug" }), env: adminEnv(db) });
-      const waiting = await waitFor("the deletion to wait for node-q", async () => {
-        const s = await mesh.moduleStatus("crash");
-        return s?.state === "Deleting" && s.message.includes("node node-q") ? s : undefined;
-      }, 20_000);
+      const waiting = await waitFor(
+        "the deletion to wait for node-q",
+        async () => {
+          const s = await mesh.moduleStatus("crash");
+          return s?.state === "Deleting" && s.message.includes("node node-q") ? s : undefined;
+        },
+        20_000,
+      );
       expect(waiting.message).toContain("removing part api's binding from node node-q");
       expect(await login(b)).toMatch(/does not exist|password authentication failed|not permitted/);
       agent = spawnService("agent", { MESH_NODE: "node-q", MESH_BINDINGS_ROOT: qRoot });
@@ -535,7 +641,13 @@ describe("a provisioner SIGKILLed in the middle of taking a grant back", () => {
       const name = `kill-${step.toLowerCase()}`;
       await mesh.provisioner.stop();
       const child = spawn(process.execPath, [main], {
-        env: { ...adminEnv(db), NATS_URL: mesh.nats.url, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"), MESH_PROVISIONER_TEST_PAUSE_AFTER: step, MESH_LOG_LEVEL: "warn" },
+        env: {
+          ...adminEnv(db),
+          NATS_URL: mesh.nats.url,
+          MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"),
+          MESH_PROVISIONER_TEST_PAUSE_AFTER: step,
+          MESH_LOG_LEVEL: "warn",
+        },
         stdio: ["ignore", "pipe", "pipe"],
       });
       let out = "";
@@ -554,7 +666,12 @@ describe("a provisioner SIGKILLed in the middle of taking a grant back", () => {
         if (child.exitCode === null) child.kill("SIGKILL");
       }
       // A fresh one picks the grant up where it was (its durable consumer redelivers it).
-      mesh.provisioner = await startProvisioner({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("provisioner", { destination: mesh.logs, level: "debug" }), env: adminEnv(db) });
+      mesh.provisioner = await startProvisioner({
+        store: mesh.store,
+        masterKey: mesh.masterKey,
+        log: createLogger("provisioner", { destination: mesh.logs, level: "debug" }),
+        env: adminEnv(db),
+      });
       await waitFor(`module ${name} to have no state`, async () => ((await mesh.moduleStatus(name)) ? undefined : true), 30_000);
       expect(await mesh.grant(name, "db")).toBeUndefined();
       expect(await storedRevisions(name, "db")).toBe(0);

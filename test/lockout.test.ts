@@ -10,7 +10,19 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
-import { CONTROL_PLANE_SERVICES, ModuleStatus, Rotation, agentPart, connectNats, identityRequirement, natsIdentity, openStore, readJson, subjects, type Store } from "@mesh/shared";
+import {
+  CONTROL_PLANE_SERVICES,
+  ModuleStatus,
+  Rotation,
+  agentPart,
+  connectNats,
+  identityRequirement,
+  natsIdentity,
+  openStore,
+  readJson,
+  subjects,
+  type Store,
+} from "@mesh/shared";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
@@ -78,18 +90,24 @@ describe("rotating the control plane's own broker identities", () => {
         // As any client of a request/reply service does: a request that met the moment a
         // service reconnected (no responders), or that was answered with an error the service
         // marks retryable, is sent again (apply is idempotent); any other answer fails the test.
-        const reply = await waitFor(`apply of work-${i} answered`, async () => {
-          const m = await nc.request(subjects.apply, JSON.stringify({ documents: [doc], source: "lockout test" }), { timeout: 15_000 }).catch((e: unknown) => {
-            if (!/no responders/i.test(String(e))) throw e;
-            return undefined;
-          });
-          const body = m?.json() as { ok: boolean; error?: { retryable?: boolean } } | undefined;
-          if (body && !body.ok && body.error?.retryable) {
-            retried.push(JSON.stringify(body.error));
-            return undefined;
-          }
-          return body;
-        }, 30_000);
+        const reply = await waitFor(
+          `apply of work-${i} answered`,
+          async () => {
+            const m = await nc
+              .request(subjects.apply, JSON.stringify({ documents: [doc], source: "lockout test" }), { timeout: 15_000 })
+              .catch((e: unknown) => {
+                if (!/no responders/i.test(String(e))) throw e;
+                return undefined;
+              });
+            const body = m?.json() as { ok: boolean; error?: { retryable?: boolean } } | undefined;
+            if (body && !body.ok && body.error?.retryable) {
+              retried.push(JSON.stringify(body.error));
+              return undefined;
+            }
+            return body;
+          },
+          30_000,
+        );
         expect(reply, `apply of work-${i}: ${JSON.stringify(reply)}`).toMatchObject({ ok: true });
         applied++;
         await new Promise((r) => setTimeout(r, 150));
@@ -103,7 +121,13 @@ describe("rotating the control plane's own broker identities", () => {
     await traffic;
     for (const [i, r] of results.entries()) {
       expect(r.code, `${CONTROL_PLANE_SERVICES[i]}: ${r.stderr}`).toBe(0);
-      const rotation = JSON.parse(r.stdout) as { state: string; from: number; to: number; committedAt: string; holders: Array<{ holder: string; confirmedAt: string | null }> };
+      const rotation = JSON.parse(r.stdout) as {
+        state: string;
+        from: number;
+        to: number;
+        committedAt: string;
+        holders: Array<{ holder: string; confirmedAt: string | null }>;
+      };
       expect(rotation).toMatchObject({ state: "Committed", from: 1, to: 2 });
       expect(rotation.holders.map((h) => h.holder)).toEqual([`node-a/${CONTROL_PLANE_SERVICES[i]}`]);
       // The old identity went at the commit, which came after its holder confirmed.
@@ -126,7 +150,11 @@ describe("rotating the control plane's own broker identities", () => {
     // Connected as the key in its binding; a service caught reconnecting (seen once in CI, on a
     // loaded machine, with the verifier) is looked at again: it must not lose it for good.
     for (const s of CONTROL_PLANE_SERVICES) {
-      await waitFor(`${s} connected as the key in its binding`, async () => ((await mesh.connections()).find((x) => x.name === serviceOf(s))?.user === binding(s, "nkey") ? true : undefined), 10_000);
+      await waitFor(
+        `${s} connected as the key in its binding`,
+        async () => ((await mesh.connections()).find((x) => x.name === serviceOf(s))?.user === binding(s, "nkey") ? true : undefined),
+        10_000,
+      );
     }
 
     // The old identities are revoked, the new ones (in the bindings) work.

@@ -12,7 +12,6 @@ import { adminEnv, harnessProvider, shopModule } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 
-
 const shop: ModuleDoc = shopModule();
 
 const read = (root: string, ...p: string[]) => readFileSync(join(root, ...p), "utf8");
@@ -102,9 +101,7 @@ describe("declare → resolve → provision → deliver", () => {
     expect(roles.rows).toEqual([]);
     expect(dbs.rows).toEqual([]);
     // Installing the part provisions it, with no other command.
-    await mesh.apply([
-      { kind: "Module", name: "batch", parts: [{ name: "runner", node: "node-a" }], requires: [{ name: "jobs", kind: "postgres.database" }] },
-    ]);
+    await mesh.apply([{ kind: "Module", name: "batch", parts: [{ name: "runner", node: "node-a" }], requires: [{ name: "jobs", kind: "postgres.database" }] }]);
     // The module was Ready already (nothing installed needed anything): wait for the grant itself.
     const provisioned = await waitFor("batch/jobs to be provisioned and delivered", async () => {
       const g = await mesh.grant("batch", "jobs");
@@ -167,7 +164,12 @@ describe("a requirement waiting for its provider", () => {
     await db?.stop();
   });
 
-  const app: ModuleDoc = { kind: "Module", name: "app", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "db", kind: "postgres.database" }] };
+  const app: ModuleDoc = {
+    kind: "Module",
+    name: "app",
+    parts: [{ name: "api", node: "node-a", installed: true }],
+    requires: [{ name: "db", kind: "postgres.database" }],
+  };
   const reasonOf = async (m: string, r: string) => getCondition((await mesh.grant(m, r))?.conditions ?? [], "Resolved")?.reason;
 
   it("shows NoProvider, and becomes Ready when a provider is registered, with no other command", async () => {

@@ -45,7 +45,13 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
       if (!id) continue;
       ids.set(id, (ids.get(id) ?? 0) + 1);
       const m = /^(.+)\.(.+)\.g(\d+)$/.exec(k)!;
-      if (!(await reader.read(m[1]!, m[2]!, Number(m[3])).then((r) => r !== undefined, () => false))) unreadable.push(k);
+      if (
+        !(await reader.read(m[1]!, m[2]!, Number(m[3])).then(
+          (r) => r !== undefined,
+          () => false,
+        ))
+      )
+        unreadable.push(k);
     }
     return { ids, unreadable };
   };
@@ -59,21 +65,29 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
     const dek1 = await ring.sealing();
 
     const manifest = join(m.cwd, "app.yaml");
-    writeFileSync(manifest, "kind: Module\nname: app\nparts: [{ name: api, node: node-a, installed: true }]\nrequires: [{ name: token, kind: secret, parts: [api] }]\n");
+    writeFileSync(
+      manifest,
+      "kind: Module\nname: app\nparts: [{ name: api, node: node-a, installed: true }]\nrequires: [{ name: token, kind: secret, parts: [api] }]\n",
+    );
     const applied = await m.meshctl(["apply", "-f", manifest, "--wait", "--timeout", "60s"]);
     expect(applied.code, applied.stderr + applied.stdout).toBe(0);
     const tokenFile = join(m.cwd, ".mesh/bindings/node-a/app/api/token/value");
-    const token = await waitFor("the agent to write app/token", () => {
-      try {
-        return readFileSync(tokenFile, "utf8");
-      } catch {
-        return undefined;
-      }
-    }, 30_000);
+    const token = await waitFor(
+      "the agent to write app/token",
+      () => {
+        try {
+          return readFileSync(tokenFile, "utf8");
+        } catch {
+          return undefined;
+        }
+      },
+      30_000,
+    );
     expect(await keyIdOf(store, keys.credential("app", "token", 1))).toBe(dek1.id);
 
     const filler = new CredentialStore(store.kv.credentials, ring);
-    for (let i = 0; i < FILLER; i++) await filler.ensure({ module: "load", requirement: `r${i}`, id: `load/r${i}` }, 1, "builtin-secret", () => ({ value: `v${i}` }));
+    for (let i = 0; i < FILLER; i++)
+      await filler.ensure({ module: "load", requirement: `r${i}`, id: `load/r${i}` }, 1, "builtin-secret", () => ({ value: `v${i}` }));
 
     // The holder: the agent's own identity, fetching as the agent does.
     const asAgent = (cwd: string) => natsIdentity({ MESH_NATS_CREDENTIALS: join(cwd, ".mesh/bindings/node-a/mesh/agent-node-a/nats-agent-node-a") });
@@ -104,7 +118,9 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
     // The pass goes in key order of the stream: the first filler record moves long before the last.
     await waitFor(
       "the re-encryption pass to be under way",
-      async () => (await keyIdOf(store, keys.credential("load", "r0", 1))) === dek2.id && (await keyIdOf(store, keys.credential("load", `r${FILLER - 1}`, 1))) === dek1.id,
+      async () =>
+        (await keyIdOf(store, keys.credential("load", "r0", 1))) === dek2.id &&
+        (await keyIdOf(store, keys.credential("load", `r${FILLER - 1}`, 1))) === dek1.id,
       60_000,
       5,
     );
@@ -146,7 +162,8 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
     try {
       const got = await waitFor(
         "the provisioner to answer after the cold start",
-        () => fetchCredential(holder2, { grant: "app/token", generation: 1, node: "node-a", part: "api" }, holderKey, { timeoutMs: 3_000 }).catch(() => undefined),
+        () =>
+          fetchCredential(holder2, { grant: "app/token", generation: 1, node: "node-a", part: "api" }, holderKey, { timeoutMs: 3_000 }).catch(() => undefined),
         60_000,
         250,
       );
@@ -156,6 +173,9 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
     }
     const app = (await readJson(again.kv.modules, "app", ModuleStatus))?.value;
     expect(app?.state).toBe("Ready");
-    for (const s of ["provisioner", "verifier", "rotator"]) expect(readFileSync(join(mesh.cwd, `.mesh/logs/${s}.log`), "utf8"), s).not.toMatch(/does not decrypt|was encrypted under master key|is encrypted under key/);
+    for (const s of ["provisioner", "verifier", "rotator"])
+      expect(readFileSync(join(mesh.cwd, `.mesh/logs/${s}.log`), "utf8"), s).not.toMatch(
+        /does not decrypt|was encrypted under master key|is encrypted under key/,
+      );
   }, 400_000);
 });

@@ -77,7 +77,8 @@ describe("the master key: a data key of grant mesh/master-key, rotated with the 
   });
 
   const apply = async (documents: unknown[]) => ApplyReply.parse((await nc.request(subjects.apply, JSON.stringify({ documents }), { timeout: 10_000 })).json());
-  const grantGeneration = async (module: string, requirement: string) => ((await store.kv.grants.get(keys.grant(module, requirement)))?.json() as { generation?: number } | undefined)?.generation;
+  const grantGeneration = async (module: string, requirement: string) =>
+    ((await store.kv.grants.get(keys.grant(module, requirement)))?.json() as { generation?: number } | undefined)?.generation;
 
   it("writes the store under the data key, its own records under the KEK, and re-encrypts it at a rotation while a holder fetches throughout", async () => {
     const reply = await apply([
@@ -97,11 +98,23 @@ describe("the master key: a data key of grant mesh/master-key, rotated with the 
     expect(dek1.id).not.toBe(kek.id);
 
     // The app's grants, provisioned after the master key: under its data key.
-    expect((await apply([{ kind: "Module", name: "app", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "token", kind: "secret", parts: ["api"] }] }])).ok).toBe(true);
+    expect(
+      (
+        await apply([
+          {
+            kind: "Module",
+            name: "app",
+            parts: [{ name: "api", node: "node-a", installed: true }],
+            requires: [{ name: "token", kind: "secret", parts: ["api"] }],
+          },
+        ])
+      ).ok,
+    ).toBe(true);
     await waitFor("app/token delivered", async () => ((await grantGeneration("app", "token")) === 1 ? true : undefined), 20_000);
     // Filler, so the pass takes a while: written as the services write, through the store's own code.
     const filler = new CredentialStore(store.kv.credentials, ring);
-    for (let i = 0; i < 300; i++) await filler.ensure({ module: "load", requirement: `r${i}`, id: `load/r${i}` }, 1, "builtin-secret", () => ({ value: `v${i}` }));
+    for (let i = 0; i < 300; i++)
+      await filler.ensure({ module: "load", requirement: `r${i}`, id: `load/r${i}` }, 1, "builtin-secret", () => ({ value: `v${i}` }));
     await waitFor("app/token's bindings recorded", async () => ((await filler.read("app", "token", 1))?.bindings ? true : undefined), 10_000);
     const before = await keyIdsOfStore(store);
     expect(before.get(keys.credential("mesh", "master-key", 1))).toBe(kek.id);
@@ -124,7 +137,11 @@ describe("the master key: a data key of grant mesh/master-key, rotated with the 
         }
         // And every filler record, read by a reader of its own (as the verifier reads).
         try {
-          const r = await new CredentialStore(store.kv.credentials, new MasterKeyRing(kek, store.kv.credentials, store.kv.grants)).read("load", `r${fetches % 300}`, 1);
+          const r = await new CredentialStore(store.kv.credentials, new MasterKeyRing(kek, store.kv.credentials, store.kv.grants)).read(
+            "load",
+            `r${fetches % 300}`,
+            1,
+          );
           if (r?.secret.value !== `v${fetches % 300}`) failures.push(`load/r${fetches % 300} read ${String(r?.secret.value)}`);
         } catch (e) {
           failures.push(String(e));
@@ -132,7 +149,9 @@ describe("the master key: a data key of grant mesh/master-key, rotated with the 
       }
     })();
 
-    const rot = (await nc.request(subjects.rotate, JSON.stringify({ grant: "mesh/master-key", timeoutMs: 30_000 }), { timeout: 15_000 })).json<{ ok: boolean }>();
+    const rot = (await nc.request(subjects.rotate, JSON.stringify({ grant: "mesh/master-key", timeoutMs: 30_000 }), { timeout: 15_000 })).json<{
+      ok: boolean;
+    }>();
     expect(rot.ok, JSON.stringify(rot)).toBe(true);
     await waitFor(
       "the master key's rotation to commit",
@@ -157,14 +176,24 @@ describe("the master key: a data key of grant mesh/master-key, rotated with the 
     expect((await filler.read("load", "r7", 1))?.secret.value).toBe("v7");
     expect(logs.text).toMatch(/the credentials store is under the master key's generation 2 \(\d+ records re-encrypted\)/);
     // A data key that still encrypts records is never erased; one nothing is under any more is.
-    const erase = await filler.purgeGeneration("mesh", "master-key", 2).then(() => undefined, (e: unknown) => e as Error);
+    const erase = await filler.purgeGeneration("mesh", "master-key", 2).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
     expect(erase?.message).toMatch(/mesh\.master-key\.g2 is the data key of \d+ credential records, so it is kept: rotate the master key/);
     expect(await store.kv.credentials.get(keys.credential("mesh", "master-key", 2))).toBeTruthy();
     await filler.purgeGeneration("mesh", "master-key", 1);
     expect((await store.kv.credentials.get(keys.credential("mesh", "master-key", 1)))?.operation).not.toBe("PUT");
-    expect((await new CredentialStore(store.kv.credentials, new MasterKeyRing(kek, store.kv.credentials, store.kv.grants)).read("load", "r9", 1))?.secret.value).toBe("v9");
+    expect(
+      (await new CredentialStore(store.kv.credentials, new MasterKeyRing(kek, store.kv.credentials, store.kv.grants)).read("load", "r9", 1))?.secret.value,
+    ).toBe("v9");
     // A process with another master key file is told which file to give it, not handed garbage.
-    const stranger = new CredentialStore(store.kv.credentials, new MasterKeyRing(parseMasterKey(randomBytes(32).toString("hex")), store.kv.credentials, store.kv.grants));
-    await expect(stranger.read("load", "r9", 1)).rejects.toThrow(/wrapped under key-encryption key .*, but this process has .*; give every provisioner, verifier and rotator the same MESH_MASTER_KEY_FILE/);
+    const stranger = new CredentialStore(
+      store.kv.credentials,
+      new MasterKeyRing(parseMasterKey(randomBytes(32).toString("hex")), store.kv.credentials, store.kv.grants),
+    );
+    await expect(stranger.read("load", "r9", 1)).rejects.toThrow(
+      /wrapped under key-encryption key .*, but this process has .*; give every provisioner, verifier and rotator the same MESH_MASTER_KEY_FILE/,
+    );
   }, 120_000);
 });

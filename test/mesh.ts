@@ -83,7 +83,13 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
   });
   const agents = await Promise.all(
     (opts.nodes ?? ["node-a"]).map((node) =>
-      startAgent({ store, node, bindingsRoot: join(bindingsRoot, node), log: logger("agent"), ...(opts.probeIntervalMs ? { probeIntervalMs: opts.probeIntervalMs } : {}) }),
+      startAgent({
+        store,
+        node,
+        bindingsRoot: join(bindingsRoot, node),
+        log: logger("agent"),
+        ...(opts.probeIntervalMs ? { probeIntervalMs: opts.probeIntervalMs } : {}),
+      }),
     ),
   );
   const verifier = opts.verifier
@@ -110,10 +116,14 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
       return (await readJson(store.kv.grants, keys.grant(module, requirement), Grant))?.value;
     },
     waitForState(module, state, timeoutMs = 20_000) {
-      return waitFor(`module ${module} to be ${state}`, async () => {
-        const s = await mesh.moduleStatus(module);
-        return s?.state === state ? s : undefined;
-      }, timeoutMs);
+      return waitFor(
+        `module ${module} to be ${state}`,
+        async () => {
+          const s = await mesh.moduleStatus(module);
+          return s?.state === state ? s : undefined;
+        },
+        timeoutMs,
+      );
     },
     async stop() {
       await verifier?.stop();

@@ -96,6 +96,14 @@ describe("nats-server 2.9.10: JetStream turned off by one reload and on by the n
     // The store on disk is whole: a restart recovers the stream.
     await nats.stop({ keepStore: true });
     await nats.restart();
-    await waitFor("the stream after a restart", () => jsm.streams.info("KEPT").then((si) => si.config.name === "KEPT", () => undefined), 10_000);
+    await waitFor(
+      "the stream after a restart",
+      () =>
+        jsm.streams.info("KEPT").then(
+          (si) => si.config.name === "KEPT",
+          () => undefined,
+        ),
+      10_000,
+    );
   });
 });

@@ -12,7 +12,19 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { createLogger, getCondition, keys, Kinds, parseAllowedHooks, ProviderDoc, readJson, Rotation, RotationStates, subjects, type ModuleDoc } from "@mesh/shared";
+import {
+  createLogger,
+  getCondition,
+  keys,
+  Kinds,
+  parseAllowedHooks,
+  ProviderDoc,
+  readJson,
+  Rotation,
+  RotationStates,
+  subjects,
+  type ModuleDoc,
+} from "@mesh/shared";
 import { bindingGeneration, bindingPath, startAgent, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -71,10 +83,26 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
     // The hook runs as nobody: it must be able to read the script and look for the markers.
     chmodSync(markers, 0o755);
     const script = join(markers, "await-switch.sh");
-    writeFileSync(script, `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`, { mode: 0o755 });
+    writeFileSync(
+      script,
+      `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`,
+      { mode: 0o755 },
+    );
     root = join(mesh.bindingsRoot, "node-a");
-    agent = await startAgent({ store: mesh.store, node: "node-a", bindingsRoot: root, hooks: parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]), log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
-    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: process.env, sweepMs: 500 });
+    agent = await startAgent({
+      store: mesh.store,
+      node: "node-a",
+      bindingsRoot: root,
+      hooks: parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]),
+      log: createLogger("agent", { destination: mesh.logs, level: "debug" }),
+    });
+    rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+      env: process.env,
+      sweepMs: 500,
+    });
     const provider = { ...example, endpoint: registry.endpoint, options: { usersDir: registry.usersDir }, installed: true };
     expect((await mesh.apply([provider, moduleDoc("shop", AWAIT_SWITCH)])).ok).toBe(true);
     await mesh.waitForState("shop", "Ready", 30_000);
@@ -91,7 +119,11 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
   const read = (key: string) => readFileSync(join(bindingDir(), key), "utf8");
 
   it("is verified by the verifier, with npm whoami's request", async () => {
-    await waitFor("shop/pkgs Verified", async () => getCondition((await mesh.grant("shop", "pkgs"))?.conditions ?? [], "Verified")?.status === "True" || undefined, 20_000);
+    await waitFor(
+      "shop/pkgs Verified",
+      async () => getCondition((await mesh.grant("shop", "pkgs"))?.conditions ?? [], "Verified")?.status === "True" || undefined,
+      20_000,
+    );
   });
 
   it("delivers a binding whose npmrc publishes and installs a package of @shop", async () => {
@@ -127,7 +159,10 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
           generation = onDisk;
           writeFileSync(join(markers, `shop-app-g${onDisk}`), "");
         }
-        const status = await fetch(`${registry.endpoint}/${encodeURIComponent("@shop/lib")}`, { headers: { authorization: `Basic ${auth}` }, signal: AbortSignal.timeout(5_000) }).then(
+        const status = await fetch(`${registry.endpoint}/${encodeURIComponent("@shop/lib")}`, {
+          headers: { authorization: `Basic ${auth}` },
+          signal: AbortSignal.timeout(5_000),
+        }).then(
           async (r) => (await r.body?.cancel(), r.status),
           (e: Error) => e.message,
         );
@@ -137,9 +172,15 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
       }
     })();
     try {
-      const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "shop/pkgs" }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean; rotation?: Rotation }>());
+      const reply = await mesh.nc
+        .request(subjects.rotate, JSON.stringify({ grant: "shop/pkgs" }), { timeout: 15_000 })
+        .then((m) => m.json<{ ok: boolean; rotation?: Rotation }>());
       expect(reply).toMatchObject({ ok: true, rotation: { from: 1, to: 2 } });
-      await waitFor("rotation committed", async () => (await readJson(mesh.store.kv.rotations, keys.grant("shop", "pkgs"), Rotation))?.value.state === RotationStates.Committed || undefined, 30_000);
+      await waitFor(
+        "rotation committed",
+        async () => (await readJson(mesh.store.kv.rotations, keys.grant("shop", "pkgs"), Rotation))?.value.state === RotationStates.Committed || undefined,
+        30_000,
+      );
       const at = reads;
       await waitFor("reads after the commit", () => reads > at + 10 || undefined);
     } finally {

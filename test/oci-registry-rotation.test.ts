@@ -23,7 +23,13 @@ let rotator: Rotator;
 
 beforeAll(async () => {
   [mesh, registry] = await Promise.all([startTestMesh(), startOwnOciRegistry({ lifetimeSeconds: LIFETIME_S })]);
-  rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: process.env, sweepMs: 500 });
+  rotator = await startRotator({
+    store: mesh.store,
+    masterKey: mesh.masterKey,
+    log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+    env: process.env,
+    sweepMs: 500,
+  });
 }, 60_000);
 afterAll(async () => {
   await rotator?.stop();
@@ -45,7 +51,12 @@ describe("rotation of an oci.registry grant through the mesh", () => {
       options: { issuerUrl: registry.issuerUrl },
       installed: true,
     };
-    const module = { kind: "Module", name: "rot", parts: [{ name: "app", node: "node-a" }], requires: [{ name: "images", kind: "oci.registry", parts: ["app"] }] };
+    const module = {
+      kind: "Module",
+      name: "rot",
+      parts: [{ name: "app", node: "node-a" }],
+      requires: [{ name: "images", kind: "oci.registry", parts: ["app"] }],
+    };
     expect((await mesh.apply([provider, module])).ok).toBe(true);
     await mesh.waitForState("rot", "Ready", 30_000);
     await waitFor("the holder on generation 1", async () => (await mesh.grant("rot", "images"))?.holders["node-a/app"]?.generation === 1);
@@ -62,7 +73,11 @@ describe("rotation of an oci.registry grant through the mesh", () => {
 
     const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "rot/images" }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean }>());
     expect(reply.ok).toBe(true);
-    await waitFor("the rotation committed", async () => (await readJson(mesh.store.kv.rotations, keys.grant("rot", "images"), Rotation))?.value.state === RotationStates.Committed, 30_000);
+    await waitFor(
+      "the rotation committed",
+      async () => (await readJson(mesh.store.kv.rotations, keys.grant("rot", "images"), Rotation))?.value.state === RotationStates.Committed,
+      30_000,
+    );
     const atCommit = puller.pulls;
     // Past the token lifetime, so tokens the holder got with generation 1 are gone too.
     await new Promise((r) => setTimeout(r, (LIFETIME_S + 1) * 1000));

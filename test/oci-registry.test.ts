@@ -23,7 +23,13 @@ const issuerLog = new LogCapture();
 
 beforeAll(async () => {
   registry = await startOwnOciRegistry({ lifetimeSeconds: LIFETIME_S, log: createLogger("oci-token-issuer", { level: "debug", destination: issuerLog }) });
-  adapter = createOciRegistryAdapter({ name: "oci-test", node: "node-a", endpoint: registry.registryUrl, admin: registry.admin, options: { issuerUrl: registry.issuerUrl } });
+  adapter = createOciRegistryAdapter({
+    name: "oci-test",
+    node: "node-a",
+    endpoint: registry.registryUrl,
+    admin: registry.admin,
+    options: { issuerUrl: registry.issuerUrl },
+  });
 }, 60_000);
 afterAll(async () => {
   await registry?.stop();
@@ -83,7 +89,11 @@ describe("oci.registry with the delivered credential", () => {
     expect(await refusal(me.pushImage({ repository: "library/app", tag: "x" }, layerOf()))).toBe(401);
     // What the token says: exactly the repositories and actions granted, nothing of another namespace.
     const c = await challenge(`/v2/${ref.repository}/manifests/v1`);
-    const { token } = await me.token(c.realm, c.service, `repository:${ref.repository}:pull,push repository:${mine.bindings.namespace}/app:pull,push,delete,* registry:catalog:*`);
+    const { token } = await me.token(
+      c.realm,
+      c.service,
+      `repository:${ref.repository}:pull,push repository:${mine.bindings.namespace}/app:pull,push,delete,* registry:catalog:*`,
+    );
     const claims = JSON.parse(Buffer.from(token.split(".")[1]!, "base64url").toString()) as { access: unknown; exp: number; iat: number };
     expect(claims.access).toEqual([{ type: "repository", name: `${mine.bindings.namespace}/app`, actions: ["pull", "push"] }]);
     const catalog = await me.request("GET", "/v2/_catalog");
@@ -105,7 +115,11 @@ describe("oci.registry with the delivered credential", () => {
     expect(await refusal(new OciHolder(g1.bindings).pullImage(ref))).toBe(401);
     expect(await adapter.login({ bindings: g1.bindings })).toMatchObject({ ok: false, reason: "rejected" });
     // The token got before the retire still works for a moment (the registry checks only its signature and times)...
-    const manifestWith = (token: string) => new OciHolder(g1.bindings).request("GET", `/v2/${ref.repository}/manifests/v1`, { token, headers: { accept: "application/vnd.oci.image.manifest.v1+json" } });
+    const manifestWith = (token: string) =>
+      new OciHolder(g1.bindings).request("GET", `/v2/${ref.repository}/manifests/v1`, {
+        token,
+        headers: { accept: "application/vnd.oci.image.manifest.v1+json" },
+      });
     const first = await manifestWith(old.token);
     await first.body?.cancel();
     expect(first.status).toBe(200);
@@ -155,7 +169,13 @@ describe("oci.registry with the delivered credential", () => {
   }, 60_000);
 
   it("the issuer's admin API refuses a wrong admin password, and a body that is not a scrypt hash", async () => {
-    const wrong = createOciRegistryAdapter({ name: "oci-test", node: "node-a", endpoint: registry.registryUrl, admin: { username: "mesh-admin", password: "not-the-password" }, options: { issuerUrl: registry.issuerUrl } });
+    const wrong = createOciRegistryAdapter({
+      name: "oci-test",
+      node: "node-a",
+      endpoint: registry.registryUrl,
+      admin: { username: "mesh-admin", password: "not-the-password" },
+      options: { issuerUrl: registry.issuerUrl },
+    });
     const e = await expectMeshError(wrong.create({ grant: freshGrant(), secret: wrong.generate() }), ErrorCodes.ProviderMisconfigured);
     expect(e.message).toMatch(/admin.passwordFile/);
     expect(e.message).not.toContain("not-the-password");

@@ -18,7 +18,10 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 async function runIssuer(): Promise<{ url: string; stop(): Promise<number | null>; output(): string }> {
   const port = await freePort();
   let output = "";
-  const child = spawn(process.execPath, [main], { env: { ...process.env, MESH_OCI_ISSUER_LISTEN: `127.0.0.1:${port}`, MESH_OCI_ISSUER_STATE_DIR: dir }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [main], {
+    env: { ...process.env, MESH_OCI_ISSUER_LISTEN: `127.0.0.1:${port}`, MESH_OCI_ISSUER_STATE_DIR: dir },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   child.stdout.on("data", (d: Buffer) => (output += d.toString()));
   child.stderr.on("data", (d: Buffer) => (output += d.toString()));
   await waitForPort(port, 15_000);

@@ -44,7 +44,13 @@ describe("a provider reachable from one node's agent but not from another's", ()
     pgPath = await ns.bridge(db.port);
     bindingsB = mkdtempSync(join(tmpdir(), "mesh-node-b-"));
     // node-b's agent, from sources (tsx), inside the namespace: NATS at the same address, bridged.
-    agentB = await startAgentInNetns(ns, { node: "node-b", bindings: bindingsB, natsUrl: mesh.nats.url, probeInterval: `${INTERVAL}ms`, nodes: mesh.store.kv.nodes });
+    agentB = await startAgentInNetns(ns, {
+      node: "node-b",
+      bindings: bindingsB,
+      natsUrl: mesh.nats.url,
+      probeInterval: `${INTERVAL}ms`,
+      nodes: mesh.store.kv.nodes,
+    });
   }, 90_000);
   afterAll(async () => {
     agentB?.process.kill("SIGTERM");
@@ -76,24 +82,42 @@ describe("a provider reachable from one node's agent but not from another's", ()
     await mesh.apply([harnessProvider(db), shop]);
     await mesh.waitForState("shop", "Ready", 30_000);
     // Both agents' probes count once the message names both nodes.
-    await waitVerified(mesh, "shop", "db", (c) => c.status === "True" && c.message.includes("node-a (api) and node-b (worker)"), "verified from both nodes", WITHIN);
+    await waitVerified(
+      mesh,
+      "shop",
+      "db",
+      (c) => c.status === "True" && c.message.includes("node-a (api) and node-b (worker)"),
+      "verified from both nodes",
+      WITHIN,
+    );
 
     // Close node-b's path to PostgreSQL (not to NATS).
     await pgPath!.close();
     pgPath = undefined;
     // (A probe in flight as the path closes sees "Connection terminated"; the next ones, the
     // closed port.)
-    const failing = await waitVerified(mesh, "shop", "db", (c) => c.reason === "ProviderUnreachable" && c.message.includes("ECONNREFUSED"), "unreachable from node-b", WITHIN);
+    const failing = await waitVerified(
+      mesh,
+      "shop",
+      "db",
+      (c) => c.reason === "ProviderUnreachable" && c.message.includes("ECONNREFUSED"),
+      "unreachable from node-b",
+      WITHIN,
+    );
     expect(failing.status).toBe("False");
     expect(failing.message).toContain("logs in from the verifier but not from node node-b (part worker)");
     expect(failing.message).not.toContain("node node-a (part api)");
     // node-a's holder is fine all along.
     await useAsHolder(delivered(mesh, "node-a", "shop", "api", "db"));
     // The resolver has node-b's agent's reachability report too.
-    await waitFor("Resolved to say ProviderUnreachable from node-b", async () => {
-      const r = await resolved("shop", "db");
-      return r?.reason === "ProviderUnreachable" ? r : undefined;
-    }, WITHIN);
+    await waitFor(
+      "Resolved to say ProviderUnreachable from node-b",
+      async () => {
+        const r = await resolved("shop", "db");
+        return r?.reason === "ProviderUnreachable" ? r : undefined;
+      },
+      WITHIN,
+    );
     expect((await resolved("shop", "db"))!.message).toContain("cannot be reached from node node-b");
     expect((await reachabilityFromB())?.reachable).toBe(false);
 

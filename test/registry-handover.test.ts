@@ -109,7 +109,12 @@ describe("the control plane's images and packages handed over from bootstrap to 
     const js = jetstream(admin);
     const digest = await putImage(await new Objm(js).open(images.bucket!), { repository: "agent", tag: "1.0", manifest, blobs: [config, layer] });
     expect(digest).toBe(sha256Digest(manifest));
-    await putPackage(await new Objm(js).open(packages.bucket!), { name: "lib", version: "1.0.0", manifest: { name: "@mesh/lib", version: "1.0.0", main: "index.js" }, tarball });
+    await putPackage(await new Objm(js).open(packages.bucket!), {
+      name: "lib",
+      version: "1.0.0",
+      manifest: { name: "@mesh/lib", version: "1.0.0", main: "index.js" },
+      tarball,
+    });
   });
 
   it("hands both over to the registries with the holder reading throughout; the copy, killed in the middle, resumes; the binding keys change to the registries'", async () => {
@@ -174,8 +179,27 @@ describe("the control plane's images and packages handed over from bootstrap to 
       const passwordFile = join(work, "issuer-admin-password");
       writeFileSync(passwordFile, registry.admin.password, { mode: 0o600 });
       const providers = [
-        { kind: "Provider", name: "registry-oci", serves: ["oci.registry"], node: "node-a", endpoint: registry.registryUrl, admin: { username: registry.admin.username, passwordFile }, options: { issuerUrl: registry.issuerUrl }, preference: 10, installed: true },
-        { kind: "Provider", name: "registry-npm", serves: ["npm.registry"], node: "node-a", endpoint: verdaccio.endpoint, options: { usersDir: verdaccio.usersDir }, preference: 10, installed: true },
+        {
+          kind: "Provider",
+          name: "registry-oci",
+          serves: ["oci.registry"],
+          node: "node-a",
+          endpoint: registry.registryUrl,
+          admin: { username: registry.admin.username, passwordFile },
+          options: { issuerUrl: registry.issuerUrl },
+          preference: 10,
+          installed: true,
+        },
+        {
+          kind: "Provider",
+          name: "registry-npm",
+          serves: ["npm.registry"],
+          node: "node-a",
+          endpoint: verdaccio.endpoint,
+          options: { usersDir: verdaccio.usersDir },
+          preference: 10,
+          installed: true,
+        },
       ];
       const applyProvider = async (p: (typeof providers)[number]) => {
         const file = join(work, `${p.name}.yaml`);
@@ -213,7 +237,11 @@ describe("the control plane's images and packages handed over from bootstrap to 
       // Every holder confirmed before the commit.
       for (const r of [images, packages]) expect(Object.values(r.holders).every((h) => h.c !== undefined)).toBe(true);
 
-      await waitFor("the holder reading from both registries", () => (seen.has("image@registry") && seen.has("package@registry")) || failures.length > 0, 30_000);
+      await waitFor(
+        "the holder reading from both registries",
+        () => (seen.has("image@registry") && seen.has("package@registry")) || failures.length > 0,
+        30_000,
+      );
       const at = reads;
       await waitFor("more reads from the registries", () => reads >= at + 3 || failures.length > 0, 20_000);
     } finally {
@@ -243,7 +271,9 @@ describe("the control plane's images and packages handed over from bootstrap to 
     const grants = await status();
     expect(grants.images).toMatchObject({ provider: "registry-oci", generation: 2 });
     // What the grant says of the handover: copied, not left behind.
-    expect(grants.images!.conditions.find((c) => c.type === "Provisioned")?.message).toMatch(/handed over from mesh-nats: generation 1 retired there, what it stored there copied here first \(3 artifacts\)/);
+    expect(grants.images!.conditions.find((c) => c.type === "Provisioned")?.message).toMatch(
+      /handed over from mesh-nats: generation 1 retired there, what it stored there copied here first \(3 artifacts\)/,
+    );
     expect(grants.packages).toMatchObject({ provider: "registry-npm", generation: 2 });
   }, 300_000);
 
@@ -272,9 +302,14 @@ describe("the control plane's images and packages handed over from bootstrap to 
     } finally {
       await registry.startServer();
     }
-    await waitFor("mesh/images verified again", async () => {
-      const g = (await status()).images;
-      return g && !g.conditions.some((x) => x.status === "False") && reachable(g)?.status === "True" ? g : undefined;
-    }, 90_000, 1_000);
+    await waitFor(
+      "mesh/images verified again",
+      async () => {
+        const g = (await status()).images;
+        return g && !g.conditions.some((x) => x.status === "False") && reachable(g)?.status === "True" ? g : undefined;
+      },
+      90_000,
+      1_000,
+    );
   }, 200_000);
 });

@@ -32,7 +32,12 @@ const shop: ModuleDoc = {
 
 beforeAll(async () => {
   mesh = await startTestMesh({ nodes: ["node-a"] });
-  rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+  rotator = await startRotator({
+    store: mesh.store,
+    masterKey: mesh.masterKey,
+    log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+    sweepMs: 500,
+  });
   expect((await mesh.apply([shop])).ok).toBe(true);
   await mesh.waitForState("shop", "Ready");
   await waitFor("node-a/api holding generation 1", async () => (await mesh.grant("shop", "key"))?.holders["node-a/api"]?.generation === 1);
@@ -77,7 +82,9 @@ describe("meshctl rotate --wait --json and meshctl trace", () => {
     const text = bufferOutput();
     expect(await runTrace(mesh.store, { rotation: "shop/key#2" }, text)).toBe(ExitCodes.Ok);
     expect(text.stdout).toContain("rotation shop/key#2  generation 1 → 2  Committed");
-    expect(text.stdout).toMatch(/node-a\/api\n {4}confirmed +\+\d+\.\d{3} s {2}\S+Z {2}server's clock\n {4}acknowledged seq \d+ on consumer shop_key_api of stream MESH_HOLD_N_node-a/);
+    expect(text.stdout).toMatch(
+      /node-a\/api\n {4}confirmed +\+\d+\.\d{3} s {2}\S+Z {2}server's clock\n {4}acknowledged seq \d+ on consumer shop_key_api of stream MESH_HOLD_N_node-a/,
+    );
     expect(h.confirmed!.clock).toBe("server");
   });
 
@@ -106,7 +113,9 @@ describe("meshctl rotate --wait --json and meshctl trace", () => {
     expect(await runRotate(mesh.store, { grant: "shop/key", wait: true }, out)).toBe(ExitCodes.Ok);
     expect(out.stdout).toContain("rotation shop/key#4 started: grant shop/key, generation 3 → 4; 1 holder must confirm");
     expect(out.stdout).toContain("\r\x1b[2Kconfirmed 1/1 holder\n");
-    expect(out.stdout.replace(/\s+/g, " ")).toMatch(/Committed: rotation shop\/key#4, 1\/1 holders confirmed in [\d.]+ m?s; grant shop\/key is on generation 4/);
+    expect(out.stdout.replace(/\s+/g, " ")).toMatch(
+      /Committed: rotation shop\/key#4, 1\/1 holders confirmed in [\d.]+ m?s; grant shop\/key is on generation 4/,
+    );
   });
 
   it("says a rotation or grant it does not know, with its own exit codes", async () => {
@@ -128,7 +137,15 @@ describe("meshctl rotate --wait --json and meshctl trace", () => {
   it("with --wait, exits 8 on a stall naming the missing holder; a second rotation is refused naming the running one; status shows it", async () => {
     // An SDK instance registered for api that never confirms (its process went away without deregistering).
     const seen = new Date().toISOString();
-    const ghost: HolderRegistration = { holder: "node-a/api/ghost", grant: "shop/key", node: "node-a", part: "api", instance: "ghost", registeredAt: seen, seenAt: seen };
+    const ghost: HolderRegistration = {
+      holder: "node-a/api/ghost",
+      grant: "shop/key",
+      node: "node-a",
+      part: "api",
+      instance: "ghost",
+      registeredAt: seen,
+      seenAt: seen,
+    };
     await mesh.store.kv.holders.put(keys.holder("shop", "key", "node-a", "api", "ghost"), JSON.stringify(ghost));
     const out = bufferOutput();
     expect(await runRotate(mesh.store, { grant: "shop/key", wait: true, timeoutMs: 1_500 }, out)).toBe(ExitCodes.RotationStalled);
@@ -145,7 +162,9 @@ describe("meshctl rotate --wait --json and meshctl trace", () => {
 
     const status = bufferOutput();
     expect(await runStatus(mesh.store, { module: "shop", json: true }, status)).toBe(ExitCodes.Ok);
-    const grant = (JSON.parse(status.stdout) as { modules: Array<{ grants: Array<Record<string, unknown>> }> }).modules[0]!.grants.find((g) => g.id === "shop/key")!;
+    const grant = (JSON.parse(status.stdout) as { modules: Array<{ grants: Array<Record<string, unknown>> }> }).modules[0]!.grants.find(
+      (g) => g.id === "shop/key",
+    )!;
     expect(grant.rotation).toMatchObject({ id: "shop/key#5", state: "Stalled", confirmed: 1, total: 2, missing: ["node-a/api/ghost"] });
     expect(grant.generation).toBe(4);
     const human = bufferOutput();

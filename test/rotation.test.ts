@@ -62,7 +62,13 @@ function moduleDoc(name: string, onRotate?: string): ModuleDoc {
 
 /** The agent of `node`, writing under the mesh's bindings root and logging into its lines, as the test mesh starts one; with `hooks` allowed. */
 function startNodeAgent(mesh: TestMesh, node: string, hooks?: AllowedHooks): Promise<Agent> {
-  return startAgent({ store: mesh.store, node, bindingsRoot: join(mesh.bindingsRoot, node), ...(hooks ? { hooks } : {}), log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
+  return startAgent({
+    store: mesh.store,
+    node,
+    bindingsRoot: join(mesh.bindingsRoot, node),
+    ...(hooks ? { hooks } : {}),
+    log: createLogger("agent", { destination: mesh.logs, level: "debug" }),
+  });
 }
 
 /**
@@ -163,7 +169,9 @@ async function rotation(mesh: TestMesh, module: string): Promise<Rotation | unde
 }
 
 function requestRotate(mesh: TestMesh, grant: string, timeoutMs?: number) {
-  return mesh.nc.request(subjects.rotate, JSON.stringify({ grant, ...(timeoutMs ? { timeoutMs } : {}) }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean; rotation?: Rotation; error?: { code: string; message: string } }>());
+  return mesh.nc
+    .request(subjects.rotate, JSON.stringify({ grant, ...(timeoutMs ? { timeoutMs } : {}) }), { timeout: 15_000 })
+    .then((m) => m.json<{ ok: boolean; rotation?: Rotation; error?: { code: string; message: string } }>());
 }
 
 describe("rotation of a postgres.database grant held on two nodes", () => {
@@ -182,11 +190,21 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     // The hook runs as nobody: it must be able to read the script and look for the markers.
     chmodSync(markers, 0o755);
     const script = join(markers, "await-switch.sh");
-    writeFileSync(script, `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`, { mode: 0o755 });
+    writeFileSync(
+      script,
+      `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`,
+      { mode: 0o755 },
+    );
     hooks = parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]);
     roots = { "node-a": join(mesh.bindingsRoot, "node-a"), "node-b": join(mesh.bindingsRoot, "node-b") };
     for (const node of NODES) agents[node] = await startNodeAgent(mesh, node, hooks);
-    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: adminEnv(db), sweepMs: 500 });
+    rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+      env: adminEnv(db),
+      sweepMs: 500,
+    });
   });
   afterAll(async () => {
     await rotator?.stop();
@@ -218,7 +236,11 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     // While holders switch, the old generation still logs in.
     expect(await loginWith(mesh, "shop", 1)).toEqual({ ok: true });
 
-    const done = await waitFor("rotation committed", async () => ((await rotation(mesh, "shop"))?.state === RotationStates.Committed ? rotation(mesh, "shop") : undefined), 30_000);
+    const done = await waitFor(
+      "rotation committed",
+      async () => ((await rotation(mesh, "shop"))?.state === RotationStates.Committed ? rotation(mesh, "shop") : undefined),
+      30_000,
+    );
     const before = parts.map((p) => p.queries);
     await new Promise((r) => setTimeout(r, 300)); // queries go on after the commit, on k+1
     await Promise.all(parts.map((p) => p.stop()));
@@ -263,8 +285,16 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
 
     const reply = await requestRotate(mesh, "shop2/db", 1_500);
     expect(reply.ok).toBe(true);
-    const stalled = await waitFor("rotation stalled", async () => ((await rotation(mesh, "shop2"))?.state === RotationStates.Stalled ? rotation(mesh, "shop2") : undefined), 20_000);
-    expect(Object.entries(stalled!.holders).filter(([, p]) => p.c === undefined).map(([h]) => h)).toEqual(["node-b/worker"]);
+    const stalled = await waitFor(
+      "rotation stalled",
+      async () => ((await rotation(mesh, "shop2"))?.state === RotationStates.Stalled ? rotation(mesh, "shop2") : undefined),
+      20_000,
+    );
+    expect(
+      Object.entries(stalled!.holders)
+        .filter(([, p]) => p.c === undefined)
+        .map(([h]) => h),
+    ).toEqual(["node-b/worker"]);
     const cond = getCondition((await mesh.grant("shop2", "db"))!.conditions, "Rotating");
     expect(cond).toMatchObject({ status: "True", reason: "HolderTimedOut" });
     expect(cond?.message).toContain("node-b/worker");
@@ -320,17 +350,28 @@ describe("a rotator process killed in each state", () => {
   /** A rotator process starts a rotation of shop/db and is SIGKILLed right after it persisted `state`; the record as it left it. */
   const rotateAndKillIn = async (state: RotationState): Promise<Rotation> => {
     const child = spawn(process.execPath, [main], {
-      env: { ...adminEnv(db), NATS_URL: mesh.nats.url, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"), MESH_ROTATOR_TEST_PAUSE_AFTER: state, MESH_LOG_LEVEL: "warn" },
+      env: {
+        ...adminEnv(db),
+        NATS_URL: mesh.nats.url,
+        MESH_MASTER_KEY: mesh.masterKey.key.toString("hex"),
+        MESH_ROTATOR_TEST_PAUSE_AFTER: state,
+        MESH_LOG_LEVEL: "warn",
+      },
       stdio: ["ignore", "pipe", "pipe"],
     });
     children.push(child);
     let out = "";
     child.stdout!.on("data", (b: Buffer) => (out += b.toString()));
     child.stderr!.on("data", (b: Buffer) => (out += b.toString()));
-    await waitFor("the rotator process to answer", async () => {
-      const r = await requestRotate(mesh, "shop/db").catch(() => undefined);
-      return r?.ok ? r : undefined;
-    }, 20_000, 200);
+    await waitFor(
+      "the rotator process to answer",
+      async () => {
+        const r = await requestRotate(mesh, "shop/db").catch(() => undefined);
+        return r?.ok ? r : undefined;
+      },
+      20_000,
+      200,
+    );
     await waitFor(`the rotator paused after ${state}`, () => out.includes(`TEST-HOOK paused-after ${state}`), 20_000);
     const left = (await rotation(mesh, "shop"))!;
     expect(left.state).toBe(state);
@@ -341,12 +382,22 @@ describe("a rotator process killed in each state", () => {
 
   /** A fresh rotator in this process takes the rotation over and commits it; the committed record. */
   const finishWithFreshRotator = async (): Promise<Rotation> => {
-    const fresh = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: adminEnv(db), sweepMs: 500 });
+    const fresh = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+      env: adminEnv(db),
+      sweepMs: 500,
+    });
     try {
-      return await waitFor("the fresh rotator to commit", async () => {
-        const r = await rotation(mesh, "shop");
-        return r?.state === RotationStates.Committed ? r : undefined;
-      }, 30_000);
+      return await waitFor(
+        "the fresh rotator to commit",
+        async () => {
+          const r = await rotation(mesh, "shop");
+          return r?.state === RotationStates.Committed ? r : undefined;
+        },
+        30_000,
+      );
     } finally {
       await fresh.stop();
     }
@@ -384,6 +435,10 @@ describe("a rotator process killed in each state", () => {
     const done = await finishWithFreshRotator();
     expect((await mesh.grant("shop", "db"))?.generation).toBe(from + 1);
     await expectEachHolderConfirmedOnce(mesh, done, HOLDERS);
-    expect(Object.entries(done.holders).filter(([, p]) => p.f !== true).map(([h]) => h)).toEqual([]);
+    expect(
+      Object.entries(done.holders)
+        .filter(([, p]) => p.f !== true)
+        .map(([h]) => h),
+    ).toEqual([]);
   });
 });

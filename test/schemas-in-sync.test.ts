@@ -72,10 +72,7 @@ describe("NAME_PATTERN_PORTABLE", () => {
 
   it("accepts exactly what NAME_PATTERN accepts", () => {
     // Mostly characters a name may hold, so long valid names and near misses are common.
-    const char = fc.oneof(
-      { arbitrary: fc.constantFrom("a", "z", "0", "9", "-"), weight: 9 },
-      { arbitrary: fc.constantFrom("_", "A", ".", " "), weight: 1 },
-    );
+    const char = fc.oneof({ arbitrary: fc.constantFrom("a", "z", "0", "9", "-"), weight: 9 }, { arbitrary: fc.constantFrom("_", "A", ".", " "), weight: 1 });
     const noisy = fc.array(char, { maxLength: 44, size: "max" }).map((cs) => cs.join(""));
     // Well-formed names of 16 to 61 characters, so the length limit is crossed often.
     const wellFormed = fc

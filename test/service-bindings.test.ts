@@ -38,7 +38,13 @@ describe("a part's directory as SERVICE_BINDING_ROOT", () => {
   beforeAll(async () => {
     db = await startPostgres();
     mesh = await startTestMesh({ nodes: ["node-a"], env: adminEnv(db) });
-    rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), env: adminEnv(db), sweepMs: 500 });
+    rotator = await startRotator({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+      env: adminEnv(db),
+      sweepMs: 500,
+    });
   });
   afterAll(async () => {
     await rotator?.stop();
@@ -51,7 +57,10 @@ describe("a part's directory as SERVICE_BINDING_ROOT", () => {
     await mesh.waitForState("bshop", "Ready");
     const root = join(mesh.bindingsRoot, "node-a");
     const dir = partBindingsDir(root, "bshop", "api");
-    await waitFor("both bindings on disk", () => bindingGeneration(root, "bshop", "api", "db") === 1 && bindingGeneration(root, "bshop", "api", "session-key") === 1);
+    await waitFor(
+      "both bindings on disk",
+      () => bindingGeneration(root, "bshop", "api", "db") === 1 && bindingGeneration(root, "bshop", "api", "session-key") === 1,
+    );
 
     const reply = await mesh.nc
       .request(subjects.rotate, JSON.stringify({ grant: "bshop/db" }), { timeout: 15_000 })
@@ -93,7 +102,13 @@ describe("a part's directory as SERVICE_BINDING_ROOT", () => {
     writeFileSync(join(part, ".key-g4-abcDEF", "value"), "v4");
     symlinkSync(".key-g4-abcDEF", join(part, "key"));
     writeFileSync(join(part, "part.env"), "KEY_VALUE='v4'\n");
-    const agent = await startAgent({ store: mesh.store, node: "node-old", bindingsRoot: root, graceMs: 300, log: createLogger("agent", { destination: mesh.logs, level: "debug" }) });
+    const agent = await startAgent({
+      store: mesh.store,
+      node: "node-old",
+      bindingsRoot: root,
+      graceMs: 300,
+      log: createLogger("agent", { destination: mesh.logs, level: "debug" }),
+    });
     try {
       expect(bindingGeneration(root, "legacy", "api", "key")).toBe(4);
       expect(readFileSync(join(part, "key", "value"), "utf8")).toBe("v4");

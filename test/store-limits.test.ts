@@ -70,7 +70,11 @@ const LIMIT = 8 * 1024;
 const padTo = (held: number, over: number) => fillLimit(LIMIT) + over - held - storedSize(Buckets.grants, "shop.r2", JSON.stringify(grant("r2")).length);
 
 /** What `p` rejects with. */
-const rejection = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => e);
+const rejection = (p: Promise<unknown>) =>
+  p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
 
 describe("the store's buckets", () => {
   it("are made with their limits: size, value size, discard new, the holders' age", async () => {
@@ -127,7 +131,9 @@ describe("the store's buckets", () => {
       refused = await rejection(storeWrite(kv, `shop.key.n1.api.i${i}`, () => kv.put(`shop.key.n1.api.i${i}`, data), { bytes: data.length, checkRoom: false }));
     }
     expect(isMeshError(refused, ErrorCodes.StoreFull)).toBe(true);
-    expect((refused as Error).message).toMatch(/^the mesh's store bucket mesh-holders is full \(it holds .* of its max_bytes 1 KiB\), so key shop\.key\.n1\.api\.i\d+ was not stored; it holds the SDK instances' registrations/);
+    expect((refused as Error).message).toMatch(
+      /^the mesh's store bucket mesh-holders is full \(it holds .* of its max_bytes 1 KiB\), so key shop\.key\.n1\.api\.i\d+ was not stored; it holds the SDK instances' registrations/,
+    );
     const cause = (refused as Error).cause as { code?: number; message?: string };
     expect({ code: cause.code, message: cause.message }).toEqual({ code: 10077, message: "maximum bytes exceeded" });
     expect((await bytesOf(jsm, Buckets.holders)).messages).toBeGreaterThan(0);
@@ -160,14 +166,24 @@ describe("the store's buckets", () => {
     }
     expect(generation).toBeGreaterThan(2);
     expect(isMeshError(refused, ErrorCodes.StoreFull)).toBe(true);
-    expect((refused as Error).message).toMatch(/^the mesh's store bucket mesh-credentials is full \(it holds .* of its max_bytes 4 KiB\), so key shop\.db\.g\d+ was not stored; it holds the last generations of every credential/);
+    expect((refused as Error).message).toMatch(
+      /^the mesh's store bucket mesh-credentials is full \(it holds .* of its max_bytes 4 KiB\), so key shop\.db\.g\d+ was not stored; it holds the last generations of every credential/,
+    );
     for (let k = 1; k < generation; k++) expect((await credentials.read("shop", "db", k))?.secret.password).toBeTruthy();
   });
 
   it("refuse a value larger than the bucket takes, with InvalidRequest naming the bucket and its value limit", async () => {
     const { nc } = await freshNats();
     const store = await openStore(nc, { bucketLimits: { modules: { maxValueSize: 512 } }, log: logged().log });
-    const status = (message: string): ModuleStatus => ({ module: "shop", state: "Ready", message, requirements: 1, manifestRevision: 1, processedAt: "t", since: "t" });
+    const status = (message: string): ModuleStatus => ({
+      module: "shop",
+      state: "Ready",
+      message,
+      requirements: 1,
+      manifestRevision: 1,
+      processedAt: "t",
+      since: "t",
+    });
     const e = await rejection(mutateJson(store.kv.modules, "shop", ModuleStatus, () => status("x".repeat(600))));
     expect(isMeshError(e, ErrorCodes.InvalidRequest)).toBe(true);
     expect((e as Error).message).toMatch(/^key shop \(\d+ bytes\) was not stored: the mesh's store bucket mesh-modules takes values of at most 512 bytes/);
@@ -236,7 +252,9 @@ describe("a store made before its buckets had limits", () => {
     expect(grants.state).toMatchObject({ messages: held.messages, bytes: held.bytes });
     const warning = capture.lines.map((l) => JSON.parse(l) as { level: number; msg: string; bucket?: string }).find((l) => l.level === 40);
     expect(warning).toMatchObject({ bucket: Buckets.grants });
-    expect(warning!.msg).toMatch(/^the mesh's store bucket mesh-grants holds .* more than its limit of 2 KiB leaves room for, so it stays unbounded rather than lose records/);
+    expect(warning!.msg).toMatch(
+      /^the mesh's store bucket mesh-grants holds .* more than its limit of 2 KiB leaves room for, so it stays unbounded rather than lose records/,
+    );
     expect((await jsm.streams.info(kvStream(Buckets.rotations))).config.max_bytes).toBe(operators);
   });
 });

@@ -67,7 +67,8 @@ function workspaceDependencies(): Array<{ workspace: string; imported: string[];
       for (const e of readdirSync(dir, { withFileTypes: true })) {
         const p = join(dir, e.name);
         if (e.isDirectory()) walk(p);
-        else if (/\.ts$/.test(e.name) && !/\.test\.ts$|^test-fixtures\.ts$/.test(e.name)) for (const n of importedPackages(readFileSync(p, "utf8"))) imported.add(n);
+        else if (/\.ts$/.test(e.name) && !/\.test\.ts$|^test-fixtures\.ts$/.test(e.name))
+          for (const n of importedPackages(readFileSync(p, "utf8"))) imported.add(n);
       }
     };
     walk(join(root, workspace, "src"));
@@ -75,7 +76,8 @@ function workspaceDependencies(): Array<{ workspace: string; imported: string[];
     // A package a listed dependency asks for as its peer is listed too (the tracing SDK's @opentelemetry/api).
     const listed = Object.keys(pkg.dependencies ?? {});
     for (const dep of listed) {
-      const peers = (JSON.parse(readFileSync(join(root, "node_modules", dep, "package.json"), "utf8")) as { peerDependencies?: Record<string, string> }).peerDependencies;
+      const peers = (JSON.parse(readFileSync(join(root, "node_modules", dep, "package.json"), "utf8")) as { peerDependencies?: Record<string, string> })
+        .peerDependencies;
       for (const peer of Object.keys(peers ?? {})) if (listed.includes(peer)) imported.add(peer);
     }
     return { workspace, imported: [...imported].sort(), listed: listed.sort() };
@@ -84,7 +86,8 @@ function workspaceDependencies(): Array<{ workspace: string; imported: string[];
 
 describe("the code's shape", () => {
   it("reads the packages a file imports, Node's own and relative paths left out", () => {
-    const text = 'import { z } from "zod";\nimport type { KV } from "@nats-io/kv";\nimport { join } from "node:path";\nimport { x } from "./x.js";\nconst y = await import("pino");\nexport { w } from "yaml/dist/index.js";\nconst msg = `loaded from "somewhere else"`;';
+    const text =
+      'import { z } from "zod";\nimport type { KV } from "@nats-io/kv";\nimport { join } from "node:path";\nimport { x } from "./x.js";\nconst y = await import("pino");\nexport { w } from "yaml/dist/index.js";\nconst msg = `loaded from "somewhere else"`;';
     expect(importedPackages(text).sort()).toEqual(["@nats-io/kv", "pino", "yaml", "zod"]);
   });
 

@@ -72,7 +72,8 @@ async function startReceiver(): Promise<{ url: string; spans: Received[]; reques
       const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as OtlpRequest;
       for (const rs of body.resourceSpans) {
         const resource = flat(rs.resource.attributes) as Record<string, string>;
-        for (const ss of rs.scopeSpans) for (const span of ss.spans) spans.push({ resource, scope: ss.scope.name, schemaUrl: ss.schemaUrl, span, attrs: flat(span.attributes) });
+        for (const ss of rs.scopeSpans)
+          for (const span of ss.spans) spans.push({ resource, scope: ss.scope.name, schemaUrl: ss.schemaUrl, span, attrs: flat(span.attributes) });
       }
       res.writeHead(200, { "content-type": "application/json" }).end("{}");
     });
@@ -124,11 +125,23 @@ describe("a rotation as one trace across processes", () => {
     receiver = await startReceiver();
     // Resolver and provisioner in this process; no agent here: node-a's runs in its own.
     mesh = await startTestMesh({ nodes: [] });
-    const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test,service.namespace=mesh", OTEL_BSP_SCHEDULE_DELAY: "200", MESH_LOG_LEVEL: "info" };
+    const otel = {
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test,service.namespace=mesh",
+      OTEL_BSP_SCHEDULE_DELAY: "200",
+      MESH_LOG_LEVEL: "info",
+    };
     const common = { NATS_URL: mesh.nats.url };
     procs.rotator = startProcess([join(repo, "services/rotator/src/main.ts")], { ...common, ...otel, MESH_MASTER_KEY: mesh.masterKey.key.toString("hex") });
-    procs.agent = startProcess([join(repo, "services/agent/src/main.ts"), "--node", "node-a", "--bindings", join(mesh.bindingsRoot, "node-a")], { ...common, ...otel });
-    await waitFor("both services to start", () => procs.rotator!.output().includes("rotator started") && procs.agent!.output().includes("agent started"), 40_000).catch((e: Error) => {
+    procs.agent = startProcess([join(repo, "services/agent/src/main.ts"), "--node", "node-a", "--bindings", join(mesh.bindingsRoot, "node-a")], {
+      ...common,
+      ...otel,
+    });
+    await waitFor(
+      "both services to start",
+      () => procs.rotator!.output().includes("rotator started") && procs.agent!.output().includes("agent started"),
+      40_000,
+    ).catch((e: Error) => {
       throw new Error(`${e.message}\nrotator:\n${procs.rotator!.output()}\nagent:\n${procs.agent!.output()}`);
     });
     expect((await mesh.apply([traced])).ok).toBe(true);
@@ -145,13 +158,17 @@ describe("a rotation as one trace across processes", () => {
         HOLD_INSTANCE: instance,
       });
     }
-    await waitFor("both SDK holders on generation 1 and registered", async () => {
-      if (!["h1", "h2"].every((h) => procs[h]!.output().includes("generation 1\n"))) return false;
-      const keysSeen = await mesh.store.kv.holders.keys();
-      let n = 0;
-      for await (const k of keysSeen) if (k.startsWith("traced.key.")) n++;
-      return n === 2;
-    }, 40_000).catch((e: Error) => {
+    await waitFor(
+      "both SDK holders on generation 1 and registered",
+      async () => {
+        if (!["h1", "h2"].every((h) => procs[h]!.output().includes("generation 1\n"))) return false;
+        const keysSeen = await mesh.store.kv.holders.keys();
+        let n = 0;
+        for await (const k of keysSeen) if (k.startsWith("traced.key.")) n++;
+        return n === 2;
+      },
+      40_000,
+    ).catch((e: Error) => {
       throw new Error(`${e.message}\nh1:\n${procs.h1!.output()}\nh2:\n${procs.h2!.output()}`);
     });
   }, 120_000);
@@ -163,7 +180,9 @@ describe("a rotation as one trace across processes", () => {
   });
 
   it("holds spans from the rotator, the agent and both SDK holders in one trace, with messaging attributes", async () => {
-    const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "traced/key" }), { timeout: 15_000 }).then((m) => m.json<{ ok: boolean; rotation?: Rotation }>());
+    const reply = await mesh.nc
+      .request(subjects.rotate, JSON.stringify({ grant: "traced/key" }), { timeout: 15_000 })
+      .then((m) => m.json<{ ok: boolean; rotation?: Rotation }>());
     expect(reply.ok).toBe(true);
     expect(Object.keys(reply.rotation!.holders).sort()).toEqual(["node-a/api", "node-b/worker/h1", "node-b/worker/h2"]);
     await waitFor(
@@ -176,10 +195,16 @@ describe("a rotation as one trace across processes", () => {
     // Stopping flushes what each process still buffers.
     await Promise.all(Object.values(procs).map((p) => stopProcess(p)));
 
-    const rotate = await waitFor("the rotation's span", () => receiver.spans.find((s) => s.span.name === "rotate" && s.attrs["mesh.rotation"] === "traced/key#2"), 15_000).catch((e: Error) => {
+    const rotate = await waitFor(
+      "the rotation's span",
+      () => receiver.spans.find((s) => s.span.name === "rotate" && s.attrs["mesh.rotation"] === "traced/key#2"),
+      15_000,
+    ).catch((e: Error) => {
       // What did arrive, and what the rotator said, so a failure says where the span was lost.
       const got = receiver.spans.map((s) => `${s.resource["service.name"]}: ${s.span.name} ${s.attrs["mesh.rotation"] ?? ""}`);
-      throw new Error(`${e.message}\nspans received (${got.length}):\n${got.join("\n")}\nrotator (exit ${procs.rotator!.child.exitCode ?? procs.rotator!.child.signalCode}):\n${procs.rotator!.output()}`);
+      throw new Error(
+        `${e.message}\nspans received (${got.length}):\n${got.join("\n")}\nrotator (exit ${procs.rotator!.child.exitCode ?? procs.rotator!.child.signalCode}):\n${procs.rotator!.output()}`,
+      );
     });
     const traceId = rotate.span.traceId;
     const trace = receiver.spans.filter((s) => s.span.traceId === traceId);
@@ -199,7 +224,13 @@ describe("a rotation as one trace across processes", () => {
     expect(producers.every((p) => p.resource["service.name"] === "mesh-rotator")).toBe(true);
     expect(producers.map((p) => p.attrs["mesh.holder"]).sort()).toEqual(["node-a/api", "node-b/worker"]);
     for (const p of producers) {
-      expect(p.attrs).toMatchObject({ "messaging.system": "nats", "messaging.operation.type": "send", "messaging.operation.name": "publish", "mesh.rotation": "traced/key#2", "mesh.generation": 2 });
+      expect(p.attrs).toMatchObject({
+        "messaging.system": "nats",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "publish",
+        "mesh.rotation": "traced/key#2",
+        "mesh.generation": 2,
+      });
       expect(p.span.name).toBe(`publish ${p.attrs["messaging.destination.template"]}`);
     }
     const byHolder = (holder: string) => producers.find((p) => p.attrs["mesh.holder"] === holder.split("/").slice(0, 2).join("/"))!;
@@ -227,7 +258,10 @@ describe("a rotation as one trace across processes", () => {
 
     // The agent's log lines inside its span carry the trace's ids.
     const agentSpan = consumers.find((x) => x.attrs["mesh.holder"] === "node-a/api")!.span;
-    const written = procs.agent!.output().split("\n").find((l) => l.includes('"msg":"binding written"') && l.includes('"generation":2'));
+    const written = procs
+      .agent!.output()
+      .split("\n")
+      .find((l) => l.includes('"msg":"binding written"') && l.includes('"generation":2'));
     expect(JSON.parse(written!)).toMatchObject({ trace_id: traceId, span_id: agentSpan.spanId });
   }, 90_000);
 });

@@ -60,7 +60,11 @@ describe("meshctl up with the examples", () => {
   });
 
   it("starts a NATS server of its own whose operator is the mesh, on 4222 or, taken, on a port it names; no client without credentials gets in", async () => {
-    const started = await waitFor("up to start its nats-server", () => /listening on (nats:\/\/127\.0\.0\.1:\d+).*no monitoring port/.exec(out) ?? undefined, 30_000).catch((e) => {
+    const started = await waitFor(
+      "up to start its nats-server",
+      () => /listening on (nats:\/\/127\.0\.0\.1:\d+).*no monitoring port/.exec(out) ?? undefined,
+      30_000,
+    ).catch((e) => {
       throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
     });
     url = started[1]!;
@@ -178,7 +182,9 @@ describe("meshctl up on a named NATS server without authentication", () => {
       expect(out).toContain(`using the NATS server at ${nats.url}`);
       // A server up does not start is configured by its own operator: its monitoring too.
       expect(out).toContain(`--nats-monitor is left unused: meshctl up did not start the server at ${nats.url}`);
-      expect(out).toMatch(new RegExp(`WARNING: the NATS server at ${nats.url.replace(/\./g, "\\.")} has no authentication: anyone who can reach it can take every credential`));
+      expect(out).toMatch(
+        new RegExp(`WARNING: the NATS server at ${nats.url.replace(/\./g, "\\.")} has no authentication: anyone who can reach it can take every credential`),
+      );
       expect(existsSync(join(cwd, ".mesh/nats-operator/admin.creds"))).toBe(false); // nothing of an operator's on a server it does not run
       for (const f of ["resolver", "provisioner", "verifier", "rotator", "agent-node-a"]) {
         await waitFor(`${f}'s warning`, () => readFileSync(join(cwd, `.mesh/logs/${f}.log`), "utf8").includes("has no authentication") || undefined, 10_000);
@@ -188,7 +194,9 @@ describe("meshctl up on a named NATS server without authentication", () => {
       expect(text.code, text.stderr).toBe(0);
       expect(text.stderr).toMatch(/^WARNING: the NATS server at .* has no authentication/);
       const json = await runMeshctl(cwd, ["status", "--json"], { ...freshEnv, NATS_URL: nats.url });
-      expect((JSON.parse(json.stdout) as { warnings?: string[] }).warnings?.[0]).toMatch(/has no authentication: anyone who can reach it can take every credential/);
+      expect((JSON.parse(json.stdout) as { warnings?: string[] }).warnings?.[0]).toMatch(
+        /has no authentication: anyone who can reach it can take every credential/,
+      );
       // A part's identity carries the url alone: there is no identity to give on such a server.
       const identity = join(cwd, ".mesh/bindings/node-a/static-site/web/identity");
       await waitFor("the part's identity binding", () => existsSync(join(identity, "url")) || undefined, 20_000);

@@ -59,7 +59,14 @@ describe("two verifier processes", () => {
     // own): the pid signalled is the verifier's, so SIGKILL kills the verifier.
     const child = spawn(process.execPath, ["--import", "tsx", "services/verifier/src/main.ts"], {
       cwd: repo,
-      env: { ...env, TSX_TSCONFIG_PATH: sources, NATS_URL: mesh.nats.url, MESH_MASTER_KEY: masterKeyHex, MESH_VERIFY_INTERVAL: `${INTERVAL}ms`, MESH_LOG_LEVEL: process.env.SPLIT_LOG_LEVEL ?? "info" },
+      env: {
+        ...env,
+        TSX_TSCONFIG_PATH: sources,
+        NATS_URL: mesh.nats.url,
+        MESH_MASTER_KEY: masterKeyHex,
+        MESH_VERIFY_INTERVAL: `${INTERVAL}ms`,
+        MESH_LOG_LEVEL: process.env.SPLIT_LOG_LEVEL ?? "info",
+      },
       stdio: ["ignore", "pipe", "pipe"],
     });
     for (const s of [child.stdout!, child.stderr!]) s.on("data", (d: Buffer) => (out = (out + d.toString()).slice(-20_000)));
@@ -117,13 +124,11 @@ describe("two verifier processes", () => {
   it("split the grants: each checked once per interval, by one of them, never twice", async () => {
     const [a, b] = [startVerifierProcess("a"), startVerifierProcess("b")];
     // Both have checked something: both have joined.
-    await waitFor(
-      "both verifiers checking",
-      () => checks.some((c) => instanceOf(a).test(c.by)) && checks.some((c) => instanceOf(b).test(c.by)),
-      60_000,
-    ).catch((e: unknown) => {
-      throw new Error(`${String(e)}\n--- a ---\n${a.output()}\n--- b ---\n${b.output()}`);
-    });
+    await waitFor("both verifiers checking", () => checks.some((c) => instanceOf(a).test(c.by)) && checks.some((c) => instanceOf(b).test(c.by)), 60_000).catch(
+      (e: unknown) => {
+        throw new Error(`${String(e)}\n--- a ---\n${a.output()}\n--- b ---\n${b.output()}`);
+      },
+    );
     // Past the start (the first checks of each are spread over two seconds), watch four intervals.
     await new Promise((r) => setTimeout(r, INTERVAL));
     const from = Date.now();
@@ -169,7 +174,10 @@ describe("two verifier processes", () => {
       const seen = await waitFor(`${module}/db rejected`, () => checks.find((x) => x.key === c.key && x.at >= changedAt && !x.ok), INTERVAL + 10_000, 20);
       // Passed after the change: at most the one check that was logging in while ALTER ROLE ran.
       const passed = checks.filter((x) => x.key === c.key && x.at > alteredAt && x.at < seen.at && x.ok);
-      expect(passed.length, `${module}/db: checks that passed after the change, before the failure ${seen.at - changedAt} ms after it: ${JSON.stringify(passed)}`).toBeLessThanOrEqual(1);
+      expect(
+        passed.length,
+        `${module}/db: checks that passed after the change, before the failure ${seen.at - changedAt} ms after it: ${JSON.stringify(passed)}`,
+      ).toBeLessThanOrEqual(1);
     }
   }, 60_000);
 
@@ -183,7 +191,11 @@ describe("two verifier processes", () => {
     await new Promise((r) => setTimeout(r, 3 * INTERVAL));
     const perKey = byKey(checksSince(from));
     expect(perKey.size).toBe(MODULES.length);
-    for (const [key, cs] of perKey) expect(cs.every((c) => instanceOf(b!).test(c.by)), `${key} after the kill`).toBe(true);
+    for (const [key, cs] of perKey)
+      expect(
+        cs.every((c) => instanceOf(b!).test(c.by)),
+        `${key} after the kill`,
+      ).toBe(true);
     // Across the handover too, no grant was checked twice within an interval.
     for (const [key, cs] of byKey(checksSince(killedAt - INTERVAL))) {
       if (drifted.has(key)) continue;

@@ -55,11 +55,22 @@ export async function verifiedOf(mesh: TestMesh, module: string, requirement: st
 }
 
 /** Waits until the grant's `Verified` condition matches. */
-export function waitVerified(mesh: TestMesh, module: string, requirement: string, pred: (c: Condition) => boolean, what: string, timeoutMs: number): Promise<Condition> {
-  return waitFor(`${module}/${requirement} ${what}`, async () => {
-    const c = await verifiedOf(mesh, module, requirement);
-    return c && pred(c) ? c : undefined;
-  }, timeoutMs);
+export function waitVerified(
+  mesh: TestMesh,
+  module: string,
+  requirement: string,
+  pred: (c: Condition) => boolean,
+  what: string,
+  timeoutMs: number,
+): Promise<Condition> {
+  return waitFor(
+    `${module}/${requirement} ${what}`,
+    async () => {
+      const c = await verifiedOf(mesh, module, requirement);
+      return c && pred(c) ? c : undefined;
+    },
+    timeoutMs,
+  );
 }
 
 /** The verifier's record of a grant. */
@@ -94,7 +105,14 @@ export async function useAsHolder(b: Record<string, string>, table = "probe_tabl
  * grant's other login role), then the grant records it; the provisioner, watching grants,
  * announces it and the agents deliver it. Generation k's role is left as it is.
  */
-export async function moveToGeneration(mesh: TestMesh, provider: ProviderDoc, env: NodeJS.ProcessEnv, module: string, requirement: string, generation: number): Promise<void> {
+export async function moveToGeneration(
+  mesh: TestMesh,
+  provider: ProviderDoc,
+  env: NodeJS.ProcessEnv,
+  module: string,
+  requirement: string,
+  generation: number,
+): Promise<void> {
   const key = keys.grant(module, requirement);
   const g = (await readJson(mesh.store.kv.grants, key, Grant))!.value;
   const credentials = new CredentialStore(mesh.store.kv.credentials, mesh.masterKey);
@@ -109,7 +127,12 @@ export async function moveToGeneration(mesh: TestMesh, provider: ProviderDoc, en
         ...cur,
         generation,
         resource: { ...r.resource, provider: cur.provider! },
-        conditions: setCondition(cur.conditions, { type: "Provisioned", status: "True", reason: "Provisioned", message: `generation ${generation} on ${cur.provider}` }),
+        conditions: setCondition(cur.conditions, {
+          type: "Provisioned",
+          status: "True",
+          reason: "Provisioned",
+          message: `generation ${generation} on ${cur.provider}`,
+        }),
       };
       return { ...next, conditions: withDeliveredCondition(next) };
     });

@@ -65,7 +65,14 @@ describe("drift on a live provider", () => {
   });
 
   it("a second verifier instance shares the work instead of doubling it", async () => {
-    const second = await startVerifier({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("verifier", { destination: mesh.logs }), env, intervalMs: INTERVAL, instance: "verifier-2" });
+    const second = await startVerifier({
+      store: mesh.store,
+      masterKey: mesh.masterKey,
+      log: createLogger("verifier", { destination: mesh.logs }),
+      env,
+      intervalMs: INTERVAL,
+      instance: "verifier-2",
+    });
     try {
       await new Promise((r) => setTimeout(r, 2 * INTERVAL));
       const [a0, b0] = [mesh.verifier!.stats(), second.stats()];
@@ -125,7 +132,11 @@ describe("drift on a live provider", () => {
     const connect = async () => mesh.nc;
     const out = bufferOutput();
     expect(await runVerify(connect, { grant: "stock/db", json: true }, out)).toBe(0);
-    const reply = JSON.parse(out.stdout) as { grant: string; condition: { status: string; reason: string }; verification: { probes: Record<string, { ok: boolean }> } };
+    const reply = JSON.parse(out.stdout) as {
+      grant: string;
+      condition: { status: string; reason: string };
+      verification: { probes: Record<string, { ok: boolean }> };
+    };
     expect(reply.grant).toBe("stock/db");
     expect(reply.condition).toMatchObject({ status: "True", reason: "Verified" });
     // The forced check asked node-a's agent to probe too.
@@ -239,10 +250,19 @@ describe("frozen password: a data directory from before the current generation",
 
     const diverged = await ledger.until("CredentialDiverged", (c) => c.reason === "CredentialDiverged", WITHIN);
     expect(diverged.message).toContain("accepts generation 1 of ledger/db, not the current generation 2");
-    await ledger.until("Verified at generation 2", (c) => ledger.seen.indexOf(c) > ledger.seen.indexOf(diverged) && isVerified(c) && c.message.startsWith("generation 2 "), WITHIN);
+    await ledger.until(
+      "Verified at generation 2",
+      (c) => ledger.seen.indexOf(c) > ledger.seen.indexOf(diverged) && isVerified(c) && c.message.startsWith("generation 2 "),
+      WITHIN,
+    );
     ledger.stop();
     await useAsHolder(ledgerHolder);
-    expect((await mesh.grant("ledger", "db"))!.repairs!.at(-1)).toMatchObject({ action: "reapply", reason: "CredentialDiverged", generation: 2, outcome: "repaired" });
+    expect((await mesh.grant("ledger", "db"))!.repairs!.at(-1)).toMatchObject({
+      action: "reapply",
+      reason: "CredentialDiverged",
+      generation: 2,
+      outcome: "repaired",
+    });
 
     // repair: report — diagnosed the same way, and left alone, with what to do.
     const reported = await waitVerified(mesh, "archive", "db", (c) => c.reason === "CredentialDiverged", "diverged", WITHIN);

@@ -8,7 +8,20 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { Grant, ModuleStatus, Rotation, connectNats, keys, natsIdentity, openStore, readHolderAcks, readJson, retryJetStreamGap, subjects, type Store } from "@mesh/shared";
+import {
+  Grant,
+  ModuleStatus,
+  Rotation,
+  connectNats,
+  keys,
+  natsIdentity,
+  openStore,
+  readHolderAcks,
+  readJson,
+  retryJetStreamGap,
+  subjects,
+  type Store,
+} from "@mesh/shared";
 import { CredentialStore, storeKeyRing } from "@mesh/providers";
 import { startOperatorCluster, type OperatorCluster } from "../harness/nats-cluster.js";
 import { startBootstrappedMesh, type BootstrappedMesh } from "../harness/bootstrapped-mesh.js";
@@ -132,10 +145,24 @@ export function queryEvery50ms(cluster: OperatorCluster, holders: Array<{ holder
         // Not written yet.
       }
       if (creds) {
-        const user = /"name":"([^"]+)"/.exec(Buffer.from(creds.split("\n").find((l) => l.startsWith("ey"))?.split(".")[1] ?? "", "base64url").toString())?.[1] ?? "?";
+        const user =
+          /"name":"([^"]+)"/.exec(
+            Buffer.from(
+              creds
+                .split("\n")
+                .find((l) => l.startsWith("ey"))
+                ?.split(".")[1] ?? "",
+              "base64url",
+            ).toString(),
+          )?.[1] ?? "?";
         try {
           const login = (async () => {
-            const c = await connect({ servers: cluster.members.filter((m) => m.up).map((m) => m.url), reconnect: false, timeout: 2_000, authenticator: credsAuthenticator(new TextEncoder().encode(creds)) });
+            const c = await connect({
+              servers: cluster.members.filter((m) => m.up).map((m) => m.url),
+              reconnect: false,
+              timeout: 2_000,
+              authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+            });
             await c.flush();
             await c.close();
           })();
@@ -144,7 +171,8 @@ export function queryEvery50ms(cluster: OperatorCluster, holders: Array<{ holder
           q.made++;
         } catch (e) {
           const error = String(e);
-          if (/authorization violation|authentication (revoked|expired)|user authentication/i.test(error)) q.refused.push({ holder, at: new Date().toISOString(), user, error });
+          if (/authorization violation|authentication (revoked|expired)|user authentication/i.test(error))
+            q.refused.push({ holder, at: new Date().toISOString(), user, error });
           else q.unreachable++;
         }
       }
@@ -183,7 +211,9 @@ export async function grantInvariants(store: Store, cluster: OperatorCluster, mo
   // on 2.9.10 (seen once here), so each try is bounded and the read made again.
   for (let attempt = 1; ; attempt++) {
     let timer: NodeJS.Timeout | undefined;
-    const bounded = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`reading the history of ${module}/${requirement} did not end within 20 s`)), 20_000)));
+    const bounded = new Promise<never>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`reading the history of ${module}/${requirement} did not end within 20 s`)), 20_000)),
+    );
     try {
       return await Promise.race([invariantsOnce(store, cluster, module, requirement), bounded]);
     } catch (e) {
@@ -229,7 +259,8 @@ async function invariantsOnce(store: Store, cluster: OperatorCluster, module: st
     const committedMs = Date.parse(r.committedAt) - Date.parse(r.requestedAt);
     for (const [holder, p] of Object.entries(r.holders)) {
       if (p.e !== undefined) continue;
-      if (p.c === undefined || p.c > committedMs) wrong.push(`rotation ${r.id} committed at +${committedMs} ms, before holder ${holder} confirmed (${p.c ?? "never"})`);
+      if (p.c === undefined || p.c > committedMs)
+        wrong.push(`rotation ${r.id} committed at +${committedMs} ms, before holder ${holder} confirmed (${p.c ?? "never"})`);
     }
   }
   return wrong;
@@ -253,7 +284,13 @@ export async function rotationOf(store: Store, module: string, requirement: stri
  * and waits for holder `missing`, `confirmed` having acknowledged it (who confirmed is
  * JetStream's while it runs: each holder's consumer's ack floor); returns its record.
  */
-export async function rotationWaitingFor(store: Store, module: string, requirement: string, from: number, holders: { confirmed: string; missing: string }): Promise<Rotation> {
+export async function rotationWaitingFor(
+  store: Store,
+  module: string,
+  requirement: string,
+  from: number,
+  holders: { confirmed: string; missing: string },
+): Promise<Rotation> {
   return waitFor(
     `the rotation to wait for ${holders.missing}, ${holders.confirmed} confirmed`,
     async () => {

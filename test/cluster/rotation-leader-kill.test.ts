@@ -11,7 +11,23 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { CLUSTER_RESOLVER_SYNC } from "@mesh/providers";
 import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, type Rotation } from "@mesh/shared";
-import { NODES, TWICE, allReady, applyDocs, bindingDir, busModule, generationOf, grantInvariants, logsInAt, printResume, queryEvery50ms, rotationOf, rotationWaitingFor, startMeshOnCluster, type MeshOnCluster } from "./mesh-on-cluster.js";
+import {
+  NODES,
+  TWICE,
+  allReady,
+  applyDocs,
+  bindingDir,
+  busModule,
+  generationOf,
+  grantInvariants,
+  logsInAt,
+  printResume,
+  queryEvery50ms,
+  rotationOf,
+  rotationWaitingFor,
+  startMeshOnCluster,
+  type MeshOnCluster,
+} from "./mesh-on-cluster.js";
 import { waitFor } from "../harness/wait.js";
 
 describe("the mesh on a three-server cluster", () => {
@@ -97,7 +113,10 @@ describe("the mesh on a three-server cluster", () => {
         expect(rotation).toMatchObject({ state: "Committed", from, to: from + 1 });
         await allReady(t.store, ["app"], 30_000);
         const resumed = Date.now() - faultsEnded;
-        printResume(`meta leader ${meta.name} and stream leader ${leader.name}${kvLeader !== leader ? ` and ${kvLeader.name}` : ""} killed during a rotation`, resumed);
+        printResume(
+          `meta leader ${meta.name} and stream leader ${leader.name}${kvLeader !== leader ? ` and ${kvLeader.name}` : ""} killed during a rotation`,
+          resumed,
+        );
         expect(resumed).toBeLessThan(30_000);
       } finally {
         if (stopped) process.kill(agentB, "SIGCONT");
@@ -111,7 +130,8 @@ describe("the mesh on a three-server cluster", () => {
     expect(holders.refused, JSON.stringify(holders.refused)).toEqual([]);
     expect(holders.made).toBeGreaterThan(50);
     expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
-    for (const part of [...CONTROL_PLANE_SERVICES, ...NODES.map(agentPart)]) expect(await grantInvariants(t.store, t.cluster, "mesh", identityRequirement(part)), part).toEqual([]);
+    for (const part of [...CONTROL_PLANE_SERVICES, ...NODES.map(agentPart)])
+      expect(await grantInvariants(t.store, t.cluster, "mesh", identityRequirement(part)), part).toEqual([]);
     // And every replica current again: a holder consumer's replica that came back stuck behind (2.9.10) has its leader
     // stepped down by the rotator after three looks 10 s apart (holder-consumers.ts), and is caught up by the new one.
     await t.cluster.waitHealthy(90_000);
@@ -134,10 +154,15 @@ describe("the mesh on a three-server cluster", () => {
     step(`${down.name} stopped`);
     try {
       // Not the point of this test: the meshctl of this moment meets the election of new leaders (a JetStream API timeout), which the faults project covers.
-      await waitFor("the two servers left to have a leader for every stream", async () => {
-        for (const name of streams) await t.store.jsm.streams.info(name);
-        return true;
-      }, 30_000, 250);
+      await waitFor(
+        "the two servers left to have a leader for every stream",
+        async () => {
+          for (const name of streams) await t.store.jsm.streams.info(name);
+          return true;
+        },
+        30_000,
+        250,
+      );
       step("every stream has a leader on the two servers left");
       // The rotation commits on the two servers left, and revokes generation `from` there.
       // Killed past its own bounds: 30 s to connect, 30 s to be answered, the rotation's 90 s and 15 s more.
@@ -153,7 +178,9 @@ describe("the mesh on a three-server cluster", () => {
     const back = Date.now();
     await waitFor(`${down.name}, back, to refuse the revoked generation ${from}`, async () => !(await logsInAt(down.url, old)), 30_000, 200);
     const enforcedMs = Date.now() - back;
-    console.log(`[cluster] a revocation made while ${down.name} was down was enforced there ${(enforcedMs / 1000).toFixed(1)} s after it was back (resolver sync interval ${CLUSTER_RESOLVER_SYNC})`);
+    console.log(
+      `[cluster] a revocation made while ${down.name} was down was enforced there ${(enforcedMs / 1000).toFixed(1)} s after it was back (resolver sync interval ${CLUSTER_RESOLVER_SYNC})`,
+    );
     expect(enforcedMs).toBeLessThan(15_000);
     step("the revocation is enforced there");
     // The new generation logs in there.

@@ -26,7 +26,7 @@ const Ids = z.object({ ids: z.array(z.string()) });
 async function updatesOverTakenRevisions(jsm: JetStreamManager, stream: string, subject: string): Promise<number[]> {
   const bad: number[] = [];
   let prev = 0;
-  for (let seq = 0; ; ) {
+  for (let seq = 0; ;) {
     const m = await jsm.direct.getMessage(stream, { seq: seq + 1, next_by_subj: subject }).catch(() => null);
     if (!m) break;
     const expected = m.header?.get("Nats-Expected-Last-Subject-Sequence");
@@ -64,7 +64,9 @@ describe("the store on a three-server cluster", () => {
     // (seen here: up to twelve siblings), each overwriting the one before.
     const key = "race.key";
     const writes = stores.flatMap((store, w) =>
-      Array.from({ length: 10 }, (_, i) => `w${w}-${i}`).map((id) => mutateJson(store.kv.grants, key, Ids, (cur) => (cur?.ids.includes(id) ? undefined : { ids: [...(cur?.ids ?? []), id] }), { attempts: 200 })),
+      Array.from({ length: 10 }, (_, i) => `w${w}-${i}`).map((id) =>
+        mutateJson(store.kv.grants, key, Ids, (cur) => (cur?.ids.includes(id) ? undefined : { ids: [...(cur?.ids ?? []), id] }), { attempts: 200 }),
+      ),
     );
     await Promise.all(writes);
     const all = await waitFor(
@@ -87,7 +89,9 @@ describe("the store on a three-server cluster", () => {
     const [a, b] = stores.map((st) => new CredentialStore(st.kv.credentials, cluster.masterKey));
     const grant = { module: "race", requirement: "db", id: "race/db" };
     await a!.ensure(grant, 1, "pg", () => ({ value: "secret-1" }));
-    const writes = [a!, b!].flatMap((cs, w) => Array.from({ length: 20 }, (_, i) => cs.setBindings("race", "db", 1, { password: "secret-1", note: `w${w}-${i}` })));
+    const writes = [a!, b!].flatMap((cs, w) =>
+      Array.from({ length: 20 }, (_, i) => cs.setBindings("race", "db", 1, { password: "secret-1", note: `w${w}-${i}` })),
+    );
     await Promise.all(writes);
     const stored = await a!.read("race", "db", 1);
     expect(stored?.secret.value).toBe("secret-1");
@@ -113,10 +117,17 @@ describe("the store on a three-server cluster", () => {
     try {
       const grants = Array.from({ length: 5 }, () => freshGrant());
       const secrets = grants.map(() => adapters[0]!.generate());
-      const issue = (i: number, k: number) => adapters[k % 2]!.create({ grant: grants[i]!, secret: secrets[i]!, options: { publish: [`app.${grants[i]!.module}.p${k % 3}`] } });
+      const issue = (i: number, k: number) =>
+        adapters[k % 2]!.create({ grant: grants[i]!, secret: secrets[i]!, options: { publish: [`app.${grants[i]!.module}.p${k % 3}`] } });
       await Promise.all(grants.map((_, i) => issue(i, 0)));
       const outcomes = await Promise.all(
-        grants.map((grant, i) => Promise.allSettled([...Array.from({ length: 6 }, (_, k) => issue(i, k + 1)), adapters[1]!.retire({ grant }), ...Array.from({ length: 6 }, (_, k) => issue(i, k + 7))])),
+        grants.map((grant, i) =>
+          Promise.allSettled([
+            ...Array.from({ length: 6 }, (_, k) => issue(i, k + 1)),
+            adapters[1]!.retire({ grant }),
+            ...Array.from({ length: 6 }, (_, k) => issue(i, k + 7)),
+          ]),
+        ),
       );
       for (const settled of outcomes) {
         expect(settled[6]!.status, "the retirement").toBe("fulfilled");

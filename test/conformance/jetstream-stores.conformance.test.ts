@@ -13,7 +13,12 @@ import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { ErrorCodes, Kinds, SOURCE_OF_RECORD, isMeshError, openStore } from "@mesh/shared";
 import type { BindingValues, ProviderAdapter, ProviderConfig } from "@mesh/providers";
-import { createBootstrapNpmRegistryAdapter, createBootstrapOciRegistryAdapter, createKvBucketAdapter, createObjectStoreAdapter } from "../../packages/providers/src/jetstream-stores.js";
+import {
+  createBootstrapNpmRegistryAdapter,
+  createBootstrapOciRegistryAdapter,
+  createKvBucketAdapter,
+  createObjectStoreAdapter,
+} from "../../packages/providers/src/jetstream-stores.js";
 import { NATS_SERVER_BIN, startNatsServer, type NatsServer } from "../harness/nats-server.js";
 import { freePort, waitForPort } from "../harness/ports.js";
 import { waitFor } from "../harness/wait.js";
@@ -375,7 +380,9 @@ describe("the bootstrap registries and the source of record", () => {
         expect((await streamConfig(`OBJ_${bucket}`))?.description).toBe(`mesh grant ${grant.module}/res`);
         expect(await adapter.login({ bindings })).toEqual({ ok: true });
         // Images and packages are kept until deleted: no ttl option.
-        expect((await expectMeshError(adapter.create({ grant, secret: {}, options: { ttl: "1d" } }), ErrorCodes.InvalidRequest)).message).toMatch(/option ttl .* is unknown/);
+        expect((await expectMeshError(adapter.create({ grant, secret: {}, options: { ttl: "1d" } }), ErrorCodes.InvalidRequest)).message).toMatch(
+          /option ttl .* is unknown/,
+        );
         await adapter.delete({ grant });
       } finally {
         await adapter.close();
@@ -389,7 +396,9 @@ describe("the bootstrap registries and the source of record", () => {
     const adapter = createKvBucketAdapter(providerOf(own.url));
     const grant = { module: "mesh", requirement: "records", generation: 1 };
     try {
-      expect((await expectMeshError(adapter.create({ grant, secret: {} }), ErrorCodes.ProviderRejected)).message).toMatch(/the source of record lacks bucket mesh-manifests, .*meshctl bootstrap/);
+      expect((await expectMeshError(adapter.create({ grant, secret: {} }), ErrorCodes.ProviderRejected)).message).toMatch(
+        /the source of record lacks bucket mesh-manifests, .*meshctl bootstrap/,
+      );
       expect(await (await jetstreamManager(nc)).streams.names().next()).toEqual([]);
       await openStore(nc);
       const { resource, bindings } = await adapter.create({ grant, secret: {} });

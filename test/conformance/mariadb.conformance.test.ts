@@ -79,7 +79,8 @@ async function asHolder<R = mysql.RowDataPacket>(bindings: BindingValues, sql: s
 
 const usersNamed = (prefix: string) => q("SELECT User AS user, Host AS host FROM mysql.global_priv WHERE User LIKE ?", [`${prefix}%`]);
 const databasesNamed = (prefix: string) => q("SELECT SCHEMA_NAME AS name FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE ?", [`${prefix}%`]);
-const marksOf = (g: GrantRef) => q("SELECT type, name FROM mesh_meta.objects WHERE grant_ref = ? ORDER BY type, name", [`${g.module}/${g.requirement}`]).catch(() => []);
+const marksOf = (g: GrantRef) =>
+  q("SELECT type, name FROM mesh_meta.objects WHERE grant_ref = ? ORDER BY type, name", [`${g.module}/${g.requirement}`]).catch(() => []);
 
 describe("mariadb.database adapter", () => {
   let adapter: ProviderAdapter;

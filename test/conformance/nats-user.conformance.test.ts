@@ -12,7 +12,17 @@ import { connect, credsAuthenticator, type NatsConnection, type Status } from "@
 import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { ErrorCodes, IDENTITY_RECORDS_LIMITS, isMeshError, parseMasterKey, type RequirementOptions } from "@mesh/shared";
-import { NATS_IDENTITY_RECORDS_BUCKET, accountClaims, createOperatorSetup, newUserSeed, openSigningKeys, sealSigningKeys, type BindingValues, type ProviderAdapter, type ProviderConfig } from "@mesh/providers";
+import {
+  NATS_IDENTITY_RECORDS_BUCKET,
+  accountClaims,
+  createOperatorSetup,
+  newUserSeed,
+  openSigningKeys,
+  sealSigningKeys,
+  type BindingValues,
+  type ProviderAdapter,
+  type ProviderConfig,
+} from "@mesh/providers";
 import { createNatsUserAdapter } from "../../packages/providers/src/nats-user.js";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { freePort } from "../harness/ports.js";
@@ -144,12 +154,25 @@ describe("nats.user adapter (operator mode)", () => {
     const user = `${grant.module}_${grant.requirement}_1`;
     const inboxPrefix = `_GRANT_INBOX.${grant.module}.${grant.requirement}`;
     expect(resource).toEqual({ user, publish: `app.${grant.module}.>`, subscribe: `app.${grant.module}.>,${inboxPrefix}.>` });
-    expect(bindings).toMatchObject({ type: "nats", provider: "nats-test", host: "127.0.0.1", port: String(nats.server.port), uri: `nats://127.0.0.1:${nats.server.port}`, username: user, inboxPrefix });
+    expect(bindings).toMatchObject({
+      type: "nats",
+      provider: "nats-test",
+      host: "127.0.0.1",
+      port: String(nats.server.port),
+      uri: `nats://127.0.0.1:${nats.server.port}`,
+      username: user,
+      inboxPrefix,
+    });
     expect(bindings.creds).toMatch(/^-----BEGIN NATS USER JWT-----\n.+\n------END NATS USER JWT------\n[\s\S]+-----BEGIN USER NKEY SEED-----\nSU/);
     expect(bindings.creds).toContain(secret.seed);
     for (const v of Object.values(resource)) expect(v).not.toContain(secret.seed);
     const jwt = bindings.creds!.split("\n")[1]!;
-    const claims = JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString()) as { sub: string; iss: string; exp: number; nats: { issuer_account: string; resp?: unknown; sub: { deny?: string[] }; pub: { deny?: string[] } } };
+    const claims = JSON.parse(Buffer.from(jwt.split(".")[1]!, "base64url").toString()) as {
+      sub: string;
+      iss: string;
+      exp: number;
+      nats: { issuer_account: string; resp?: unknown; sub: { deny?: string[] }; pub: { deny?: string[] } };
+    };
     // No other identity's inbox, no publishing into one, no answering requests.
     expect(claims.nats.sub.deny).toEqual(["_INBOX.>", "_MESH_INBOX.>"]);
     expect(claims.nats.pub.deny).toEqual(["_INBOX.>", "_MESH_INBOX.>", "_GRANT_INBOX.>"]);
@@ -191,11 +214,16 @@ describe("nats.user adapter (operator mode)", () => {
     const asked = (await answering.create({ grant, secret: answering.generate() })).bindings;
     const requester = await asHolder(asked);
     const responderGrant = { ...grant, requirement: "responder" };
-    const responder = await asHolder((await answering.create({ grant: responderGrant, secret: answering.generate(), options: { publish: [], allowResponses: true } })).bindings);
+    const responder = await asHolder(
+      (await answering.create({ grant: responderGrant, secret: answering.generate(), options: { publish: [], allowResponses: true } })).bindings,
+    );
     const silentGrant = { ...grant, requirement: "silent" };
     const silent = await asHolder((await answering.create({ grant: silentGrant, secret: answering.generate(), options: { publish: [] } })).bindings);
     const svc = `app.${grant.module}.svc`;
-    for (const [h, answer] of [[responder, "pong"], [silent, "silent"]] as const) {
+    for (const [h, answer] of [
+      [responder, "pong"],
+      [silent, "silent"],
+    ] as const) {
       h.nc.subscribe(svc, { queue: answer, callback: (_, m) => void m.respond(`${answer} ${m.string()}`) });
       await h.nc.flush();
     }
@@ -204,7 +232,10 @@ describe("nats.user adapter (operator mode)", () => {
     // The silent one heard the request too; its answer was refused by the server.
     expect(await publishRefused(silent, `${asked.inboxPrefix}.x`)).toBe(true);
     // Asking for it where the provider's ceiling does not allow it: refused before anything is issued.
-    const e = await expectMeshError(adapter.create({ grant: { ...grant, requirement: "asks" }, secret: adapter.generate(), options: { allowResponses: true } }), ErrorCodes.InvalidRequest);
+    const e = await expectMeshError(
+      adapter.create({ grant: { ...grant, requirement: "asks" }, secret: adapter.generate(), options: { allowResponses: true } }),
+      ErrorCodes.InvalidRequest,
+    );
     expect(e.message).toMatch(/answer the requests it receives \(allowResponses\).*options\.allowResponses/);
     for (const h of [requester, responder, silent]) await h.nc.close();
     for (const g of [grant, responderGrant, silentGrant]) await answering.delete({ grant: g });
@@ -212,7 +243,11 @@ describe("nats.user adapter (operator mode)", () => {
 
   it("applies explicit options.publish and options.subscribe within a widened ceiling, and a changed option on the next create (a new JWT for the same key)", async () => {
     const grant = freshGrant();
-    const wide = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: ["app.{module}.>", "orders.>"], allowSubscribe: ["app.{module}.>", "orders.>"] } }));
+    const wide = createNatsUserAdapter(
+      providerOf({
+        options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: ["app.{module}.>", "orders.>"], allowSubscribe: ["app.{module}.>", "orders.>"] },
+      }),
+    );
     onTestFinished(() => wide.close());
     const secret = wide.generate();
     const { resource, bindings } = await wide.create({ grant, secret, options: { publish: ["orders.created"], subscribe: ["orders.*"] } });
@@ -238,10 +273,21 @@ describe("nats.user adapter (operator mode)", () => {
   it("refuses a requirement past the provider's ceiling (by default the module's own namespace) before anything is issued or recorded", async () => {
     const records = await recordCount();
     const grant = freshGrant();
-    const past: RequirementOptions[] = [{ publish: ">" }, { publish: ["$JS.API.>"] }, { subscribe: "$SYS.>" }, { publish: ["mesh.>"] }, { subscribe: ["app.other-module.>"] }, { publish: `app.${grant.module}.*.>`, subscribe: "app.>" }];
+    const past: RequirementOptions[] = [
+      { publish: ">" },
+      { publish: ["$JS.API.>"] },
+      { subscribe: "$SYS.>" },
+      { publish: ["mesh.>"] },
+      { subscribe: ["app.other-module.>"] },
+      { publish: `app.${grant.module}.*.>`, subscribe: "app.>" },
+    ];
     for (const options of past) {
       const e = await expectMeshError(adapter.create({ grant, secret: adapter.generate(), options }), ErrorCodes.InvalidRequest);
-      expect(e.message).toMatch(new RegExp(`^nats\\.user ${grant.module}/res asks to (publish|subscribe) ".*, past the ceiling of provider nats-test, which lets module ${grant.module} `));
+      expect(e.message).toMatch(
+        new RegExp(
+          `^nats\\.user ${grant.module}/res asks to (publish|subscribe) ".*, past the ceiling of provider nats-test, which lets module ${grant.module} `,
+        ),
+      );
       expect(e.message).toMatch(/Ask the operator to widen the provider's options\.allow(Publish|Subscribe)/);
     }
     // Whatever the ceiling: no subscription that reaches another identity's inbox.
@@ -254,14 +300,20 @@ describe("nats.user adapter (operator mode)", () => {
     // A misconfigured ceiling is the provider's fault, and nothing is issued either.
     const bad = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: ["orders..x"] } }));
     onTestFinished(() => bad.close());
-    expect((await expectMeshError(bad.create({ grant, secret: bad.generate() }), ErrorCodes.ProviderMisconfigured)).message).toMatch(/options\.allowPublish entry "orders\.\.x"/);
+    expect((await expectMeshError(bad.create({ grant, secret: bad.generate() }), ErrorCodes.ProviderMisconfigured)).message).toMatch(
+      /options\.allowPublish entry "orders\.\.x"/,
+    );
     expect(await recordCount()).toBe(records);
   });
 
   it("issues what a widened ceiling allows, and the server enforces the requirement's permissions, not the ceiling's", async () => {
     const grant = freshGrant();
     const m = grant.module;
-    const wide = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: [`${m}:>`], allowSubscribe: ["app.{module}.>", "events.{module}.>"] } }));
+    const wide = createNatsUserAdapter(
+      providerOf({
+        options: { signingKeysFile: nats.files.signingKeysFile, allowPublish: [`${m}:>`], allowSubscribe: ["app.{module}.>", "events.{module}.>"] },
+      }),
+    );
     onTestFinished(() => wide.close());
     const { resource, bindings } = await wide.create({ grant, secret: wide.generate(), options: { publish: "orders.>", subscribe: [`events.${m}.*`] } });
     expect(resource).toMatchObject({ publish: "orders.>", subscribe: `events.${m}.*,_GRANT_INBOX.${m}.${grant.requirement}.>` });
@@ -277,9 +329,14 @@ describe("nats.user adapter (operator mode)", () => {
     expect(await subscribeRefused(h, `events.${m}.>`)).toBe(false);
     await h.nc.close();
     // Under a ceiling ending in * there, the same request is refused for that reason.
-    const narrow = createNatsUserAdapter(providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowSubscribe: ["app.{module}.>", "events.{module}.*"] } }));
+    const narrow = createNatsUserAdapter(
+      providerOf({ options: { signingKeysFile: nats.files.signingKeysFile, allowSubscribe: ["app.{module}.>", "events.{module}.*"] } }),
+    );
     onTestFinished(() => narrow.close());
-    const e = await expectMeshError(narrow.create({ grant: { ...grant, requirement: "narrow" }, secret: narrow.generate(), options: { subscribe: `events.${m}.*` } }), ErrorCodes.InvalidRequest);
+    const e = await expectMeshError(
+      narrow.create({ grant: { ...grant, requirement: "narrow" }, secret: narrow.generate(), options: { subscribe: `events.${m}.*` } }),
+      ErrorCodes.InvalidRequest,
+    );
     expect(e.message).toMatch(/nats-server lets a subscription end in > where a permission ends in \*/);
     // The entry scoped to this module widens nothing for another one, on the same provider.
     await expectMeshError(wide.create({ grant: freshGrant(), secret: wide.generate(), options: { publish: "orders.>" } }), ErrorCodes.InvalidRequest);
@@ -291,7 +348,11 @@ describe("nats.user adapter (operator mode)", () => {
     const nc = await nats.connect();
     try {
       const c = (await (await jetstreamManager(nc)).streams.info(`KV_${NATS_IDENTITY_RECORDS_BUCKET}`)).config;
-      expect({ max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, discard: c.discard }).toEqual({ max_bytes: IDENTITY_RECORDS_LIMITS.maxBytes, max_msg_size: IDENTITY_RECORDS_LIMITS.maxValueSize, discard: "new" });
+      expect({ max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, discard: c.discard }).toEqual({
+        max_bytes: IDENTITY_RECORDS_LIMITS.maxBytes,
+        max_msg_size: IDENTITY_RECORDS_LIMITS.maxValueSize,
+        discard: "new",
+      });
     } finally {
       await nc.close();
     }
@@ -322,7 +383,9 @@ describe("nats.user adapter (operator mode)", () => {
     const adapters = Array.from({ length: 4 }, () => createNatsUserAdapter(providerOf()));
     try {
       const grants = Array.from({ length: 20 }, () => freshGrant());
-      const made = await Promise.all(grants.map((grant, i) => adapters[i % 4]!.create({ grant, secret: adapter.generate(), options: { publish: [`app.${grant.module}.n${i}`] } })));
+      const made = await Promise.all(
+        grants.map((grant, i) => adapters[i % 4]!.create({ grant, secret: adapter.generate(), options: { publish: [`app.${grant.module}.n${i}`] } })),
+      );
       for (const { bindings } of made) expect(await adapter.login({ bindings })).toEqual({ ok: true });
       for (const grant of grants) expect((await adapter.observe({ grant })).exists).toBe(true);
       await Promise.all(grants.map((grant, i) => adapters[i % 4]!.delete({ grant })));

@@ -119,7 +119,14 @@ describe("npm.registry adapter, through the npm client", () => {
     const grant = freshGrant();
     const { bindings } = await create(grant);
     expect(Object.keys(bindings).sort()).toEqual(["auth", "host", "npmrc", "password", "port", "provider", "registry", "scope", "type", "username"]);
-    expect(bindings).toMatchObject({ type: "npm", provider: "npm-test", scope: `@${grant.module}`, registry: `${registry.endpoint}/`, host: "127.0.0.1", port: String(registry.port) });
+    expect(bindings).toMatchObject({
+      type: "npm",
+      provider: "npm-test",
+      scope: `@${grant.module}`,
+      registry: `${registry.endpoint}/`,
+      host: "127.0.0.1",
+      port: String(registry.port),
+    });
     expect(bindings.npmrc).toBe(`@${grant.module}:registry=${registry.endpoint}/\n//127.0.0.1:${registry.port}/:_auth=${bindings.auth}\n`);
     const h = holderDir(bindings);
     const who = await npm(h, h.dir, ["whoami", "--registry", bindings.registry!]);
@@ -246,7 +253,10 @@ describe("npm.registry adapter, through the npm client", () => {
 
   it("issues no token: npm login's request is refused for the mesh's users and for new ones, so nothing outlives a retire", async () => {
     const { bindings } = await create(freshGrant());
-    for (const [name, password] of [[bindings.username!, bindings.password!], ["intruder_a", "whatever-password"]] as const) {
+    for (const [name, password] of [
+      [bindings.username!, bindings.password!],
+      ["intruder_a", "whatever-password"],
+    ] as const) {
       const res = await fetch(new URL(`/-/user/org.couchdb.user:${name}`, registry.endpoint), {
         method: "PUT",
         headers: { "content-type": "application/json" },

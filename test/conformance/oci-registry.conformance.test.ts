@@ -33,7 +33,8 @@ describeProviderConformance("oci.registry", () => createOciRegistryAdapter(provi
   stateful: true,
   wrongCredential: (b) => ({ ...b, password: `${b.password}x` }),
   unreachable: {
-    makeAdapter: () => createOciRegistryAdapter(providerOf({ endpoint: `http://127.0.0.1:${deadPort}`, options: { issuerUrl: `http://127.0.0.1:${deadPort}` } })),
+    makeAdapter: () =>
+      createOciRegistryAdapter(providerOf({ endpoint: `http://127.0.0.1:${deadPort}`, options: { issuerUrl: `http://127.0.0.1:${deadPort}` } })),
     bindings: (b) => ({ ...b, url: `http://127.0.0.1:${deadPort}`, port: String(deadPort) }),
   },
 });

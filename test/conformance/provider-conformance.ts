@@ -94,11 +94,7 @@ export async function expectMeshError(p: Promise<unknown>, code: ErrorCode) {
 }
 
 /** Registers the conformance tests of an adapter, made by `makeAdapter` once per suite. */
-export function describeProviderConformance(
-  name: string,
-  makeAdapter: () => ProviderAdapter | Promise<ProviderAdapter>,
-  opts: ConformanceOptions,
-): void {
+export function describeProviderConformance(name: string, makeAdapter: () => ProviderAdapter | Promise<ProviderAdapter>, opts: ConformanceOptions): void {
   describe(`${name} conformance`, () => {
     let adapter: ProviderAdapter;
     beforeAll(async () => {

@@ -23,7 +23,12 @@ const ADMIN = `mesh_test_admin_${randomBytes(4).toString("hex")}`;
 const ADMIN_PASSWORD = `adm-${randomBytes(12).toString("hex")}`;
 
 /** The management API as the suite's root user (or `as`), for setting up and checking. */
-async function api(method: string, path: string, body?: unknown, as = ROOT): Promise<{ status: number; json: any }> /* eslint-disable-line @typescript-eslint/no-explicit-any -- the management API answers many shapes */ {
+async function api(
+  method: string,
+  path: string,
+  body?: unknown,
+  as = ROOT,
+): Promise<{ status: number; json: any }> /* eslint-disable-line @typescript-eslint/no-explicit-any -- the management API answers many shapes */ {
   const res = await fetch(`${MANAGEMENT_URL}/api${path}`, {
     method,
     headers: { authorization: `Basic ${Buffer.from(`${as.user}:${as.password}`).toString("base64")}`, "content-type": "application/json" },
@@ -41,7 +46,9 @@ let deadPorts: { amqp: number; management: number };
 
 beforeAll(async () => {
   const overview = await api("GET", "/overview").catch((e: unknown) => {
-    throw new Error(`RabbitMQ's management API at ${MANAGEMENT_URL} does not answer (${String(e)}); test/global-setup.ts starts one with the plugin on unless RABBITMQ_TEST_MANAGEMENT_URL names another`);
+    throw new Error(
+      `RabbitMQ's management API at ${MANAGEMENT_URL} does not answer (${String(e)}); test/global-setup.ts starts one with the plugin on unless RABBITMQ_TEST_MANAGEMENT_URL names another`,
+    );
   });
   expect(overview.status, "the suite's root user must be an administrator").toBe(200);
   expect((await api("PUT", `/users/${ADMIN}`, { password: ADMIN_PASSWORD, tags: ["administrator"] })).status).toBe(201);
@@ -69,8 +76,7 @@ describeProviderConformance("rabbitmq.vhost", () => makeAdapter(), {
   stateful: true,
   wrongCredential: (b) => ({ ...b, password: `${b.password}x` }),
   unreachable: {
-    makeAdapter: () =>
-      makeAdapter({ endpoint: `amqp://127.0.0.1:${deadPorts.amqp}`, options: { managementUrl: `http://127.0.0.1:${deadPorts.management}` } }),
+    makeAdapter: () => makeAdapter({ endpoint: `amqp://127.0.0.1:${deadPorts.amqp}`, options: { managementUrl: `http://127.0.0.1:${deadPorts.management}` } }),
     bindings: (b) => ({ ...b, port: String(deadPorts.amqp) }),
   },
 });

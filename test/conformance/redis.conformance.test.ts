@@ -269,7 +269,11 @@ describe("redis.user adapter", () => {
       const grant = freshGrant();
       const { bindings } = await create(grant);
       const started = Date.now();
-      expect(await adapter.login({ bindings: { ...bindings, port } })).toMatchObject({ ok: false, reason: "unreachable", message: expect.stringMatching(/timed out/) });
+      expect(await adapter.login({ bindings: { ...bindings, port } })).toMatchObject({
+        ok: false,
+        reason: "unreachable",
+        message: expect.stringMatching(/timed out/),
+      });
       expect(Date.now() - started).toBeLessThan(10_000);
       await adapter.delete({ grant });
     } finally {

@@ -16,7 +16,12 @@ const repo = fileURLToPath(new URL("../..", import.meta.url));
 export const meshctlBin = join(repo, "packages/cli/bin/meshctl.js");
 
 /** Runs meshctl with `args` in `cwd` with exactly `env`; resolves with its exit code and output. */
-export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv, killAfterMs = MESHCTL_KILL_AFTER_MS): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runMeshctl(
+  cwd: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  killAfterMs = MESHCTL_KILL_AFTER_MS,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const p = spawn(process.execPath, [meshctlBin, ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
@@ -27,7 +32,7 @@ export function runMeshctl(cwd: string, args: string[], env: NodeJS.ProcessEnv, 
     // holding it until the test's own timeout, which names no step.
     const started = Date.now();
     let killed = false;
-    const kill = setTimeout(() => (killed = true, p.kill("SIGKILL")), killAfterMs);
+    const kill = setTimeout(() => ((killed = true), p.kill("SIGKILL")), killAfterMs);
     // "close", not "exit": the output is read to its end first.
     p.once("close", (code) => {
       clearTimeout(kill);
@@ -147,10 +152,15 @@ export async function startBootstrappedMesh(
     },
   };
   try {
-    mesh.monitorUrl = opts.on ? opts.on.monitorUrls[0]! : await waitFor("bootstrap to start its nats-server", () => /monitoring on (http:\/\/[0-9.:]+)/.exec(out)?.[1], 30_000);
+    mesh.monitorUrl = opts.on
+      ? opts.on.monitorUrls[0]!
+      : await waitFor("bootstrap to start its nats-server", () => /monitoring on (http:\/\/[0-9.:]+)/.exec(out)?.[1], 30_000);
     // A bootstrap that gave up says why at once, rather than after the whole wait.
     const exited = new Promise<never>((_, reject) => proc.once("exit", (code) => reject(new Error(`meshctl bootstrap exited with code ${code}`))));
-    await Promise.race([waitFor("the services to run on their own identities", () => /with the identities the mesh granted them/.test(out), opts.readyTimeoutMs ?? 120_000), exited]);
+    await Promise.race([
+      waitFor("the services to run on their own identities", () => /with the identities the mesh granted them/.test(out), opts.readyTimeoutMs ?? 120_000),
+      exited,
+    ]);
   } catch (e) {
     await mesh.stop();
     throw new Error(`${(e as Error).message}\n--- meshctl bootstrap printed:\n${out}`, { cause: e });

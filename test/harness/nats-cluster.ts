@@ -110,7 +110,11 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
     const cluster = `cluster {\n  name: mesh\n  listen: "127.0.0.1:${p.cluster}"\n  routes: [\n${routes}\n  ]\n}`;
     // Each member logs to its own file beside its store (kept with MESH_TEST_KEEP_DIRS=1); MESH_TEST_NATS_DEBUG=1 adds the Raft groups' debug lines.
     const logging = `\nlog_file: "${join(dir, "server.log")}"\n${process.env.MESH_TEST_NATS_DEBUG === "1" ? "debug: true\n" : ""}`;
-    writeFileSync(configFile, operatorConfig(files, operator, { host: "127.0.0.1", port: p.client, storeDir, resolverDir, serverName: name, cluster }) + logging, { mode: 0o600 });
+    writeFileSync(
+      configFile,
+      operatorConfig(files, operator, { host: "127.0.0.1", port: p.client, storeDir, resolverDir, serverName: name, cluster }) + logging,
+      { mode: 0o600 },
+    );
     // startNatsServer waits for the client port only: a member starts alone, then finds the others.
     const server = await startNatsServer({ port: p.client, configFile, storeDir });
     const m: ClusterMember = {
@@ -144,15 +148,20 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
 
   // A member that is not healthy says why; the last reason is in the timeout's message.
   const healthy = (what: string, query: string, timeoutMs: number) =>
-    waitFor(what, async () => {
-      for (const m of members.filter((x) => x.up)) {
-        const r = await fetch(`${m.monitorUrl}/healthz${query}`, { signal: AbortSignal.timeout(2_000) });
-        if (!r.ok) throw new Error(`${m.name}: ${await r.text()}`);
-        const j = await getJson<{ meta_cluster?: { leader?: string } }>(`${m.monitorUrl}/jsz`);
-        if (!j.meta_cluster?.leader) throw new Error(`${m.name}: no meta leader`);
-      }
-      return true;
-    }, timeoutMs, 200).then(() => undefined);
+    waitFor(
+      what,
+      async () => {
+        for (const m of members.filter((x) => x.up)) {
+          const r = await fetch(`${m.monitorUrl}/healthz${query}`, { signal: AbortSignal.timeout(2_000) });
+          if (!r.ok) throw new Error(`${m.name}: ${await r.text()}`);
+          const j = await getJson<{ meta_cluster?: { leader?: string } }>(`${m.monitorUrl}/jsz`);
+          if (!j.meta_cluster?.leader) throw new Error(`${m.name}: no meta leader`);
+        }
+        return true;
+      },
+      timeoutMs,
+      200,
+    ).then(() => undefined);
 
   const c: OperatorCluster = {
     cwd,
@@ -165,20 +174,30 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
     adminCreds,
     member: byName,
     async metaLeader() {
-      return waitFor("the JetStream meta group to have a leader", async () => {
-        for (const m of members.filter((x) => x.up)) {
-          const j = await getJson<{ meta_cluster?: { leader?: string } }>(`${m.monitorUrl}/jsz`).catch(() => undefined);
-          if (j?.meta_cluster?.leader) return byName(j.meta_cluster.leader);
-        }
-        return undefined;
-      }, 30_000, 200);
+      return waitFor(
+        "the JetStream meta group to have a leader",
+        async () => {
+          for (const m of members.filter((x) => x.up)) {
+            const j = await getJson<{ meta_cluster?: { leader?: string } }>(`${m.monitorUrl}/jsz`).catch(() => undefined);
+            if (j?.meta_cluster?.leader) return byName(j.meta_cluster.leader);
+          }
+          return undefined;
+        },
+        30_000,
+        200,
+      );
     },
     async streamLeader(nc, stream) {
       const jsm = await jetstreamManager(nc, { timeout: 3_000 });
-      return waitFor(`stream ${stream} to have a leader`, async () => {
-        const leader = (await jsm.streams.info(stream)).cluster?.leader;
-        return leader ? byName(leader) : undefined;
-      }, 30_000, 200);
+      return waitFor(
+        `stream ${stream} to have a leader`,
+        async () => {
+          const leader = (await jsm.streams.info(stream)).cluster?.leader;
+          return leader ? byName(leader) : undefined;
+        },
+        30_000,
+        200,
+      );
     },
     waitHealthy: (timeoutMs = 60_000) => healthy("every running member healthy, every replica current", "", timeoutMs),
     waitMeta: (timeoutMs = 60_000) => healthy("every running member current with a meta leader", "?js-server-only=true", timeoutMs),
@@ -222,19 +241,29 @@ export async function startPlainCluster(opts: { size?: number } = {}): Promise<{
     const storeDir = join(dir, `n${i + 1}`);
     mkdirSync(storeDir, { recursive: true });
     const configFile = join(dir, `n${i + 1}.conf`);
-    writeFileSync(configFile, `server_name: mesh-n${i + 1}\njetstream { store_dir: "${storeDir}" }\ncluster { name: mesh, listen: "127.0.0.1:${p.cluster}", routes: [${routes}] }\n`);
+    writeFileSync(
+      configFile,
+      `server_name: mesh-n${i + 1}\njetstream { store_dir: "${storeDir}" }\ncluster { name: mesh, listen: "127.0.0.1:${p.cluster}", routes: [${routes}] }\n`,
+    );
     members.push(await startNatsServer({ port: p.client, configFile, storeDir }));
   }
   // A meta leader that lists every other member as a current peer: with a leader alone, an R3
   // stream made at once may be refused ("no suitable peers for placement"). Only the leader lists its peers.
-  await waitFor("the plain cluster's meta leader, with every member a current peer", async () => {
-    for (const m of members) {
-      const j = await getJson<{ meta_cluster?: { leader?: string; replicas?: Array<{ current?: boolean }> } }>(`http://127.0.0.1:${m.monitorPort}/jsz`).catch(() => undefined);
-      const peers = j?.meta_cluster?.replicas;
-      if (j?.meta_cluster?.leader && peers && peers.length === size - 1 && peers.every((r) => r.current)) return true;
-    }
-    return undefined;
-  }, 60_000, 200);
+  await waitFor(
+    "the plain cluster's meta leader, with every member a current peer",
+    async () => {
+      for (const m of members) {
+        const j = await getJson<{ meta_cluster?: { leader?: string; replicas?: Array<{ current?: boolean }> } }>(`http://127.0.0.1:${m.monitorPort}/jsz`).catch(
+          () => undefined,
+        );
+        const peers = j?.meta_cluster?.replicas;
+        if (j?.meta_cluster?.leader && peers && peers.length === size - 1 && peers.every((r) => r.current)) return true;
+      }
+      return undefined;
+    },
+    60_000,
+    200,
+  );
   return {
     url: members.map((m) => m.url).join(","),
     members,

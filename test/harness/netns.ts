@@ -72,10 +72,15 @@ export async function createNetns(): Promise<Netns> {
   const children = new Set<ChildProcess>();
   const relays = new Set<Server>();
   // The holder is "sleep" only once unshare has exec'd it; until then its netns is the machine's.
-  await waitFor("the network namespace", async () => {
-    const [mine, its] = await Promise.all([run("readlink", ["/proc/self/ns/net"]), run("readlink", [path])]);
-    return mine.stdout.trim() !== its.stdout.trim();
-  }, 5_000, 20);
+  await waitFor(
+    "the network namespace",
+    async () => {
+      const [mine, its] = await Promise.all([run("readlink", ["/proc/self/ns/net"]), run("readlink", [path])]);
+      return mine.stdout.trim() !== its.stdout.trim();
+    },
+    5_000,
+    20,
+  );
   await run("nsenter", [`--net=${path}`, "--", "ip", "link", "set", "lo", "up"]);
 
   const ns: Netns = {
@@ -160,8 +165,20 @@ export async function startAgentInNetns(
   let out = "";
   const child = ns.spawn(
     join(repo, "node_modules/.bin/tsx"),
-    ["--tsconfig", join(repo, "test/harness/tsconfig.sources.json"), join(repo, "services/agent/src/main.ts"), "--node", opts.node, "--bindings", opts.bindings],
-    { cwd: repo, env: { ...process.env, NATS_URL: opts.natsUrl, MESH_PROBE_INTERVAL: opts.probeInterval, MESH_LOG_LEVEL: "info" }, stdio: ["ignore", "pipe", "pipe"] },
+    [
+      "--tsconfig",
+      join(repo, "test/harness/tsconfig.sources.json"),
+      join(repo, "services/agent/src/main.ts"),
+      "--node",
+      opts.node,
+      "--bindings",
+      opts.bindings,
+    ],
+    {
+      cwd: repo,
+      env: { ...process.env, NATS_URL: opts.natsUrl, MESH_PROBE_INTERVAL: opts.probeInterval, MESH_LOG_LEVEL: "info" },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
   );
   for (const s of [child.stdout!, child.stderr!]) s.on("data", (d: Buffer) => (out = (out + d.toString()).slice(-40_000)));
   await waitFor(`${opts.node}'s agent to register`, async () => (await opts.nodes.get(opts.node)) ?? undefined, 60_000).catch((e: Error) => {

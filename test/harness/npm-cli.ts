@@ -10,7 +10,16 @@ const run = promisify(execFile);
 /** Runs `npm args` in `cwd` with `npmrc` as its user config; resolves with its exit code and output (never rejects). */
 export async function npm(npmrc: string, cwd: string, args: string[]): Promise<{ code: number; out: string }> {
   const home = mkdtempSync(join(tmpdir(), "mesh-npm-home-"));
-  const env = { PATH: process.env.PATH, HOME: home, NPM_CONFIG_USERCONFIG: npmrc, NPM_CONFIG_GLOBALCONFIG: join(home, "none"), NPM_CONFIG_CACHE: join(home, "cache"), NPM_CONFIG_UPDATE_NOTIFIER: "false", NPM_CONFIG_AUDIT: "false", NPM_CONFIG_FUND: "false" };
+  const env = {
+    PATH: process.env.PATH,
+    HOME: home,
+    NPM_CONFIG_USERCONFIG: npmrc,
+    NPM_CONFIG_GLOBALCONFIG: join(home, "none"),
+    NPM_CONFIG_CACHE: join(home, "cache"),
+    NPM_CONFIG_UPDATE_NOTIFIER: "false",
+    NPM_CONFIG_AUDIT: "false",
+    NPM_CONFIG_FUND: "false",
+  };
   try {
     const { stdout, stderr } = await run("npm", args, { cwd, env, timeout: 60_000 });
     return { code: 0, out: stdout + stderr };

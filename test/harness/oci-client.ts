@@ -36,7 +36,9 @@ export class OciHolder {
     const url = new URL(realm);
     url.searchParams.set("service", service);
     if (scope) url.searchParams.set("scope", scope);
-    const res = await fetch(url, { headers: { authorization: `Basic ${Buffer.from(`${this.bindings.username}:${this.bindings.password}`).toString("base64")}` } });
+    const res = await fetch(url, {
+      headers: { authorization: `Basic ${Buffer.from(`${this.bindings.username}:${this.bindings.password}`).toString("base64")}` },
+    });
     const body = (await res.json().catch(() => ({}))) as { token?: string; expires_in?: number };
     if (!res.ok || !body.token) throw new RegistryRefusal(res.status, `token for ${scope ?? "login"}: HTTP ${res.status}`);
     return { token: body.token, expiresIn: body.expires_in ?? 60 };
@@ -46,7 +48,12 @@ export class OciHolder {
   async request(method: string, path: string, init: { body?: Buffer; headers?: Record<string, string>; token?: string } = {}): Promise<Response> {
     const url = path.startsWith("http") ? path : `${this.bindings.url}${path}`;
     const send = (token?: string) =>
-      fetch(url, { method, headers: { ...init.headers, ...(token ? { authorization: `Bearer ${token}` } : {}) }, ...(init.body ? { body: init.body } : {}), redirect: "manual" });
+      fetch(url, {
+        method,
+        headers: { ...init.headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        ...(init.body ? { body: init.body } : {}),
+        redirect: "manual",
+      });
     if (init.token) return send(init.token);
     const cachedKey = `${method} ${path}`;
     let res = await send(this.cached(cachedKey));

@@ -73,7 +73,9 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?
     c.stdout!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
     c.stderr!.on("data", (d: Buffer) => (output = (output + d.toString()).slice(-8_000)));
     await new Promise<void>((resolve, reject) => {
-      c.once("error", (e) => reject(new Error(`cannot run ${OCI_REGISTRY_BIN} (${e.message}); install it with apt-get install -y docker-registry, or set OCI_REGISTRY_BIN`)));
+      c.once("error", (e) =>
+        reject(new Error(`cannot run ${OCI_REGISTRY_BIN} (${e.message}); install it with apt-get install -y docker-registry, or set OCI_REGISTRY_BIN`)),
+      );
       c.once("spawn", resolve);
     });
     await waitForPort(port, 20_000);

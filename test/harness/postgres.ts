@@ -113,8 +113,7 @@ export async function startPostgres(
   let proc: ChildProcess | undefined;
   let log = "";
 
-  const connect = () =>
-    new pg.Client({ host, port, user: adminUser, password: adminPassword, database: "postgres", connectionTimeoutMillis: 3_000 });
+  const connect = () => new pg.Client({ host, port, user: adminUser, password: adminPassword, database: "postgres", connectionTimeoutMillis: 3_000 });
 
   const query: Postgres["query"] = async (sql, params) => {
     const c = connect();

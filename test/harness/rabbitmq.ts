@@ -112,7 +112,8 @@ export async function startOwnRabbitmq(): Promise<OwnRabbitmq> {
     );
     if (ok) break;
     if (child.exitCode !== null || Date.now() > deadline) {
-      const why = child.exitCode !== null ? `exited with code ${child.exitCode}` : `did not answer on ${managementUrl} within ${RABBITMQ_START_TIMEOUT_MS / 1000} s`;
+      const why =
+        child.exitCode !== null ? `exited with code ${child.exitCode}` : `did not answer on ${managementUrl} within ${RABBITMQ_START_TIMEOUT_MS / 1000} s`;
       await stop();
       throw new Error(`the test run's own RabbitMQ (${RABBITMQ_SERVER_BIN}) ${why}; its last output:\n${output.trim().slice(-2_000)}`);
     }

@@ -39,7 +39,22 @@ export async function startOwnRedis(): Promise<OwnRedis> {
 
   const start = async () => {
     if (child) return;
-    const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--aclfile", aclFile, "--logfile", join(dir, "redis.log")];
+    const args = [
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+      "--dir",
+      dir,
+      "--aclfile",
+      aclFile,
+      "--logfile",
+      join(dir, "redis.log"),
+    ];
     const proc = spawn(REDIS_SERVER_BIN, args, { stdio: "ignore" });
     child = proc;
     proc.once("exit", () => {

@@ -56,7 +56,9 @@ export async function ensureVerdaccio(): Promise<string> {
       timeout: VERDACCIO_INSTALL_TIMEOUT_MS,
       env: { ...process.env, npm_config_workspaces: "false" },
     }).catch((e: Error & { stderr?: string }) => {
-      throw new Error(`installing Verdaccio 6.8.0 for the npm.registry tests into ${staging} failed (npm ci of test/harness/verdaccio: it needs the npm registry, or set MESH_TEST_VERDACCIO_DIR to an install): ${e.stderr || e.message}`);
+      throw new Error(
+        `installing Verdaccio 6.8.0 for the npm.registry tests into ${staging} failed (npm ci of test/harness/verdaccio: it needs the npm registry, or set MESH_TEST_VERDACCIO_DIR to an install): ${e.stderr || e.message}`,
+      );
     });
     try {
       renameSync(staging, dir);
@@ -96,7 +98,10 @@ export async function startOwnVerdaccio(): Promise<OwnVerdaccio> {
   const configFile = join(dir, "config.yaml");
   writeFileSync(configFile, verdaccioConfig({ storageDir, usersDir, port }));
   let out = "";
-  const proc: ChildProcess = spawn(process.execPath, [bin, "--config", configFile], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_ENV: "production" } });
+  const proc: ChildProcess = spawn(process.execPath, [bin, "--config", configFile], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, NODE_ENV: "production" },
+  });
   const keep = (d: Buffer) => (out = (out + d.toString()).slice(-20_000));
   proc.stdout!.on("data", keep);
   proc.stderr!.on("data", keep);

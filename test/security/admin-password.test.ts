@@ -72,8 +72,18 @@ describe("a Provider's admin password source", () => {
     expect(reply.ok).toBe(false);
     if (reply.ok) return;
     expect(reply.problems).toEqual([
-      { document: 0, path: "admin.passwordFile", message: expect.stringMatching(/^".*\/x\/\.\.\/\.mesh\/master\.key" \(.*\/\.mesh\/master\.key\) is the mesh's master key: a provider's admin password may not be read from a file of the mesh's own/) },
-      { document: 1, path: "admin.passwordEnv", message: expect.stringMatching(/^MESH_MASTER_KEY starts with MESH_.*ends in _PASSWORD and does not start with MESH_/) },
+      {
+        document: 0,
+        path: "admin.passwordFile",
+        message: expect.stringMatching(
+          /^".*\/x\/\.\.\/\.mesh\/master\.key" \(.*\/\.mesh\/master\.key\) is the mesh's master key: a provider's admin password may not be read from a file of the mesh's own/,
+        ),
+      },
+      {
+        document: 1,
+        path: "admin.passwordEnv",
+        message: expect.stringMatching(/^MESH_MASTER_KEY starts with MESH_.*ends in _PASSWORD and does not start with MESH_/),
+      },
     ]);
     // All or nothing: not even the valid one.
     expect(await keysOf(mesh.store.kv.providers)).toEqual([]);
@@ -81,7 +91,10 @@ describe("a Provider's admin password source", () => {
 
   it("is refused by meshctl apply with the document, the field and the rule", async () => {
     const file = join(dir, "evil.yaml");
-    writeFileSync(file, `kind: Provider\nname: evil\nserves: [redis.user]\nnode: node-a\nendpoint: redis://127.0.0.1:${port}\nadmin: { username: default, passwordFile: ${masterKeyFile} }\n`);
+    writeFileSync(
+      file,
+      `kind: Provider\nname: evil\nserves: [redis.user]\nnode: node-a\nendpoint: redis://127.0.0.1:${port}\nadmin: { username: default, passwordFile: ${masterKeyFile} }\n`,
+    );
     const out = bufferOutput();
     const code = await runApply(async () => mesh.nc, { files: [file] }, out);
     expect(code).not.toBe(0);
@@ -124,30 +137,69 @@ describe("a Provider's admin password source", () => {
     expect((err as Error).message).toMatch(/^provider evil: admin\.passwordEnv MESH_MASTER_KEY starts with MESH_/);
     expect((err as Error).message).not.toContain(KEY);
     // A source of its own is read as before.
-    expect(providerConfig(redisProvider("fine", { username: "default", passwordEnv: "REDIS_ADMIN_PASSWORD" }), { REDIS_ADMIN_PASSWORD: "pw" }).admin).toEqual({ username: "default", password: "pw" });
+    expect(providerConfig(redisProvider("fine", { username: "default", passwordEnv: "REDIS_ADMIN_PASSWORD" }), { REDIS_ADMIN_PASSWORD: "pw" }).admin).toEqual({
+      username: "default",
+      password: "pw",
+    });
   });
 });
 
 describe("a nats.user requirement past the operator's ceiling", () => {
   it("is refused at apply by the real resolver: asking for > when the provider allows the module's own namespace, and nothing is stored", async () => {
-    const provider: ProviderDoc = { kind: "Provider", name: "nats-main", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options: { signingKeysFile: "/etc/mesh/signing-keys.json" }, installed: true };
-    const greedy = { kind: "Module", name: "greedy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { publish: ">", subscribe: "$SYS.>" } }] };
+    const provider: ProviderDoc = {
+      kind: "Provider",
+      name: "nats-main",
+      serves: ["nats.user"],
+      node: "node-a",
+      endpoint: "nats://127.0.0.1:4222",
+      options: { signingKeysFile: "/etc/mesh/signing-keys.json" },
+      installed: true,
+    };
+    const greedy = {
+      kind: "Module",
+      name: "greedy",
+      parts: [{ name: "web", node: "node-a" }],
+      requires: [{ name: "bus", kind: "nats.user", options: { publish: ">", subscribe: "$SYS.>" } }],
+    };
     const reply = await mesh.apply([provider, greedy]);
     expect(reply.ok).toBe(false);
     if (reply.ok) return;
-    expect(reply.problems[0]).toMatchObject({ document: 1, path: "requires[0].options", message: expect.stringMatching(/asks to publish ">".*subscribe "\$SYS\.>".*past the ceiling of provider nats-main/) });
+    expect(reply.problems[0]).toMatchObject({
+      document: 1,
+      path: "requires[0].options",
+      message: expect.stringMatching(/asks to publish ">".*subscribe "\$SYS\.>".*past the ceiling of provider nats-main/),
+    });
     expect(await mesh.store.kv.manifests.get("greedy")).toBeNull();
     expect(await keysOf(mesh.store.kv.providers)).not.toContain("nats-main");
   });
 
   it("is refused at apply, whatever the ceiling, when it would subscribe into another identity's inbox, and nothing is stored", async () => {
-    const provider: ProviderDoc = { kind: "Provider", name: "nats-wide", serves: ["nats.user"], node: "node-a", endpoint: "nats://127.0.0.1:4222", options: { signingKeysFile: "/etc/mesh/signing-keys.json", allowSubscribe: ">" }, installed: true };
+    const provider: ProviderDoc = {
+      kind: "Provider",
+      name: "nats-wide",
+      serves: ["nats.user"],
+      node: "node-a",
+      endpoint: "nats://127.0.0.1:4222",
+      options: { signingKeysFile: "/etc/mesh/signing-keys.json", allowSubscribe: ">" },
+      installed: true,
+    };
     for (const subscribe of [">", "_INBOX.>", "_GRANT_INBOX.shop.bus.>", "*.*.*"]) {
-      const nosy = { kind: "Module", name: "nosy", parts: [{ name: "web", node: "node-a" }], requires: [{ name: "bus", kind: "nats.user", options: { subscribe } }] };
+      const nosy = {
+        kind: "Module",
+        name: "nosy",
+        parts: [{ name: "web", node: "node-a" }],
+        requires: [{ name: "bus", kind: "nats.user", options: { subscribe } }],
+      };
       const reply = await mesh.apply([provider, nosy]);
       expect(reply.ok, subscribe).toBe(false);
       if (reply.ok) return;
-      expect(reply.problems[0], subscribe).toMatchObject({ document: 1, path: "requires[0].options.subscribe", message: expect.stringMatching(/^nats\.user nosy\/bus: subscribe ".*" is refused: it reaches ".*", under _\w+\.>, where other identities get their replies/) });
+      expect(reply.problems[0], subscribe).toMatchObject({
+        document: 1,
+        path: "requires[0].options.subscribe",
+        message: expect.stringMatching(
+          /^nats\.user nosy\/bus: subscribe ".*" is refused: it reaches ".*", under _\w+\.>, where other identities get their replies/,
+        ),
+      });
       expect(await mesh.store.kv.manifests.get("nosy")).toBeNull();
     }
   });

@@ -25,7 +25,11 @@ describe("as node node-a's agent", () => {
   let mesh: BootstrappedMesh;
   const connectAs = (part: string) =>
     // As the services and agents connect: the binding's creds, and its inbox prefix.
-    connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part)) }), reconnect: false });
+    connect({
+      servers: mesh.url,
+      ...natsIdentity({ MESH_NATS_CREDENTIALS: join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part)) }),
+      reconnect: false,
+    });
   const connectAdmin = () => connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
   beforeAll(async () => {
     mesh = await startBootstrappedMesh();
@@ -37,11 +41,17 @@ describe("as node node-a's agent", () => {
   it("may write only its own node's records: no grant, no other node's receipt, node record or probe; its own receipts are what the grants show", async () => {
     const admin = await connectAdmin();
     const kvm = new Kvm(admin);
-    const [grants, receipts, nodes, reachability] = await Promise.all(["mesh-grants", "mesh-receipts", "mesh-nodes", "mesh-reachability"].map((b) => kvm.open(b)));
+    const [grants, receipts, nodes, reachability] = await Promise.all(
+      ["mesh-grants", "mesh-receipts", "mesh-nodes", "mesh-reachability"].map((b) => kvm.open(b)),
+    );
     const before = await grants!.get("mesh.records");
     const nc = await connectAs(AGENT);
     const errors = serverErrors(nc);
-    const forged = JSON.stringify({ ...before!.json<object>(), provider: "evil", holders: { "node-b/resolver": { generation: 99, deliveredAt: new Date().toISOString() } } });
+    const forged = JSON.stringify({
+      ...before!.json<object>(),
+      provider: "evil",
+      holders: { "node-b/resolver": { generation: 99, deliveredAt: new Date().toISOString() } },
+    });
     const attempts = [
       ["$KV.mesh-grants.mesh.records", forged],
       ["$KV.mesh-receipts.node-b.mesh.records.resolver", JSON.stringify({ generation: 99, deliveredAt: new Date().toISOString() })],
@@ -51,9 +61,16 @@ describe("as node node-a's agent", () => {
     try {
       for (const [subject, body] of attempts) nc.publish(subject, body);
       await nc.flush();
-      await waitFor("the server to refuse every write", () => (attempts.every(([a]) => errors.some((e) => e.includes(a))) ? true : undefined), 5_000).catch(() => {
-        throw new Error(`not all refused: ${attempts.filter(([a]) => !errors.some((e) => e.includes(a))).map(([a]) => a).join(", ")}; errors: ${errors.join("; ")}`);
-      });
+      await waitFor("the server to refuse every write", () => (attempts.every(([a]) => errors.some((e) => e.includes(a))) ? true : undefined), 5_000).catch(
+        () => {
+          throw new Error(
+            `not all refused: ${attempts
+              .filter(([a]) => !errors.some((e) => e.includes(a)))
+              .map(([a]) => a)
+              .join(", ")}; errors: ${errors.join("; ")}`,
+          );
+        },
+      );
       // Nothing changed: the grant is at the same revision, and node-b has no records.
       expect((await grants!.get("mesh.records"))!.revision).toBe(before!.revision);
       expect(await receipts!.get("node-b.mesh.records.resolver")).toBeNull();

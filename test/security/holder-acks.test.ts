@@ -38,7 +38,6 @@ import { startNatsServer, type NatsServer } from "../harness/nats-server.js";
 import { LogCapture } from "../harness/log-capture.js";
 import { expectAcksInConsumers } from "../harness/holder-acks.js";
 
-
 let nats: NatsServer;
 let nc: NatsConnection;
 let store: Store;
@@ -78,7 +77,12 @@ async function waitUntil(what: string, f: () => Promise<boolean> | boolean, time
 }
 
 async function applySecretModule(module: string) {
-  const doc = { kind: "Module", name: module, parts: [{ name: "app", node: "n1", installed: true }], requires: [{ name: "key", kind: Kinds.Secret }] } satisfies Partial<ModuleDoc>;
+  const doc = {
+    kind: "Module",
+    name: module,
+    parts: [{ name: "app", node: "n1", installed: true }],
+    requires: [{ name: "key", kind: Kinds.Secret }],
+  } satisfies Partial<ModuleDoc>;
   const applied = await nc.request(subjects.apply, JSON.stringify({ documents: [doc] }), { timeout: 10_000 });
   expect((applied.json() as { ok: boolean }).ok).toBe(true);
   await waitUntil("generation 1", async () => ((await readJson(store.kv.grants, keys.grant(module, "key"), Grant))?.value.generation ?? 0) >= 1);
@@ -128,7 +132,12 @@ describe("rotations held by SDK instances", () => {
     const running = await rotationOf("acks");
     expect(running.state).not.toBe(RotationStates.Committed);
     const live = await readHolderAcks(store.jsm, running);
-    expect(live.filter((h) => h.acked).map((h) => h.holder).sort()).toEqual(["n1/app/q1", "n1/app/q2"]);
+    expect(
+      live
+        .filter((h) => h.acked)
+        .map((h) => h.holder)
+        .sort(),
+    ).toEqual(["n1/app/q1", "n1/app/q2"]);
     expect(live.find((h) => h.holder === "n1/app/late")!.ackFloor).toBeLessThan(running.broadcasts[0]!.seq);
     lateMayConfirm = true;
     await waitUntil("the commit", () => committed("acks"));
@@ -147,7 +156,11 @@ describe("rotations held by SDK instances", () => {
     await rotator.rotate({ grant: "noapply/key", timeoutMs: 1_500 });
     await waitUntil("the stall", async () => (await rotationOf("noapply")).state === RotationStates.Stalled);
     const r = await rotationOf("noapply");
-    expect(Object.entries(r.holders).filter(([, p]) => p.c === undefined).map(([h]) => h)).toEqual(["n1/app/broken"]);
+    expect(
+      Object.entries(r.holders)
+        .filter(([, p]) => p.c === undefined)
+        .map(([h]) => h),
+    ).toEqual(["n1/app/broken"]);
     const e = holderEndpoint("noapply/key", "n1/app/broken")!;
     const info = await store.jsm.consumers.info(e.stream, e.consumer);
     expect(info.ack_floor.stream_seq).toBeLessThan(r.broadcasts.find((b) => b.stream === e.stream)!.seq);
@@ -161,7 +174,17 @@ describe("rotations held by SDK instances", () => {
     const victim = await hold("forged", "victim");
     const got = follow(victim, () => true);
     await waitUntil("generation 1", () => got.some((u) => u.generation === 1));
-    const forged = { rotation: "forged/key#999999", grant: "forged/key", module: "forged", requirement: "key", kind: Kinds.Secret, provider: "builtin-secret", from: 1, to: 999_999, publishedAt: new Date().toISOString() };
+    const forged = {
+      rotation: "forged/key#999999",
+      grant: "forged/key",
+      module: "forged",
+      requirement: "key",
+      kind: Kinds.Secret,
+      provider: "builtin-secret",
+      from: 1,
+      to: 999_999,
+      publishedAt: new Date().toISOString(),
+    };
     await store.js.publish(S.partRotation("forged", "n1", "app", "key"), JSON.stringify(forged));
     await new Promise((r) => setTimeout(r, 2_500));
     expect(got.map((u) => u.generation)).toEqual([1]);
@@ -227,6 +250,9 @@ describe("rotations held by SDK instances", () => {
     expect(logs.lines.some((l) => l.includes("consumers had vanished; made again"))).toBe(true);
     await expectAcksInConsumers({ store }, await rotationOf("vanish"));
     await h.stop();
-    await waitUntil("its consumer removed with its registration", async () => (await store.jsm.consumers.info(e.stream, e.consumer).catch(() => undefined)) === undefined);
+    await waitUntil(
+      "its consumer removed with its registration",
+      async () => (await store.jsm.consumers.info(e.stream, e.consumer).catch(() => undefined)) === undefined,
+    );
   }, 60_000);
 });

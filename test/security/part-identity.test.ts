@@ -30,7 +30,16 @@ import {
   ModuleDoc as ModuleDocSchema,
   type ModuleDoc,
 } from "@mesh/shared";
-import { connectWithIdentity, declare, holdCredential, readIdentityBinding, watchCredentials, type CredentialUpdate, type HeldCredential, type IdentityConnection } from "@mesh/client";
+import {
+  connectWithIdentity,
+  declare,
+  holdCredential,
+  readIdentityBinding,
+  watchCredentials,
+  type CredentialUpdate,
+  type HeldCredential,
+  type IdentityConnection,
+} from "@mesh/client";
 import { bindingPath, partBindingsDir } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
@@ -77,10 +86,14 @@ async function rotate(grant: string): Promise<Rotation> {
 
 async function committed(grant: string, id: string): Promise<Rotation> {
   const [module, requirement] = grant.split("/") as [string, string];
-  return waitFor(`rotation ${id} of ${grant} to commit`, async () => {
-    const r = (await readJson(mesh.store.kv.rotations, keys.grant(module, requirement), Rotation))?.value;
-    return r?.id === id && r.state === "Committed" ? r : undefined;
-  }, 30_000);
+  return waitFor(
+    `rotation ${id} of ${grant} to commit`,
+    async () => {
+      const r = (await readJson(mesh.store.kv.rotations, keys.grant(module, requirement), Rotation))?.value;
+      return r?.id === id && r.state === "Committed" ? r : undefined;
+    },
+    30_000,
+  );
 }
 
 /** Every client connection the server has seen (open and closed), with who authenticated it. */
@@ -113,8 +126,18 @@ async function refused(nc: NatsConnection, fn: () => Promise<unknown>): Promise<
 
 beforeAll(async () => {
   nats = await startOperatorNats();
-  mesh = await startTestMesh({ nodes: ["node-a"], nats: nats.server, auth: { authenticator: credsAuthenticator(new TextEncoder().encode(nats.adminCreds)) }, masterKey: nats.masterKey });
-  rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+  mesh = await startTestMesh({
+    nodes: ["node-a"],
+    nats: nats.server,
+    auth: { authenticator: credsAuthenticator(new TextEncoder().encode(nats.adminCreds)) },
+    masterKey: nats.masterKey,
+  });
+  rotator = await startRotator({
+    store: mesh.store,
+    masterKey: mesh.masterKey,
+    log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+    sweepMs: 500,
+  });
   await dropDatabases();
   expect((await mesh.apply([nats.providerDoc(BOOTSTRAP_PROVIDER, [Kinds.MeshIdentity]), postgresProvider("pg-main", "node-a"), shop, other])).ok).toBe(true);
   await mesh.waitForState("idshop", "Ready");
@@ -133,8 +156,10 @@ afterAll(async () => {
 async function dropDatabases(): Promise<void> {
   const c = new pg.Client({ host: "127.0.0.1", port: 5432, user: "postgres", database: "postgres" });
   await c.connect();
-  for (const r of (await c.query<{ datname: string }>("select datname from pg_database where datname like 'idshop\\_%'")).rows) await c.query(`drop database if exists "${r.datname}" with (force)`);
-  for (const r of (await c.query<{ rolname: string }>("select rolname from pg_roles where rolname like 'idshop\\_%' order by length(rolname) desc")).rows) await c.query(`drop role if exists "${r.rolname}"`);
+  for (const r of (await c.query<{ datname: string }>("select datname from pg_database where datname like 'idshop\\_%'")).rows)
+    await c.query(`drop database if exists "${r.datname}" with (force)`);
+  for (const r of (await c.query<{ rolname: string }>("select rolname from pg_roles where rolname like 'idshop\\_%' order by length(rolname) desc")).rows)
+    await c.query(`drop role if exists "${r.rolname}"`);
   await c.end();
 }
 
@@ -226,7 +251,9 @@ describe("as part app of module idshop", () => {
     const { nc } = await asPart();
     const key = createSealingKey();
     // On the other module's subject: the server does not let it publish there.
-    const onTheirs = await refused(nc, () => fetchCredential(nc, { grant: "other/token", part: "web", node: "node-a", generation: 1 }, key, { timeoutMs: 2_000 }));
+    const onTheirs = await refused(nc, () =>
+      fetchCredential(nc, { grant: "other/token", part: "web", node: "node-a", generation: 1 }, key, { timeoutMs: 2_000 }),
+    );
     expect(onTheirs).toMatch(/permissions violation|timeout|TIMEOUT/i);
     // On its own subject, with a body naming the other module: the provisioner refuses it.
     const body = JSON.stringify({ grant: "other/token", part: "web", node: "node-a", generation: 1, recipient: key.getPublicKey() });
@@ -254,7 +281,13 @@ describe("as part app of module idshop", () => {
     const { nc } = await asPart();
     for (const subject of [">", "_INBOX.>", `${subjects.partInboxPrefix("other", "node-a", "web")}.>`, subjects.partRotationsAll("other", "node-a", "web")]) {
       const sub = nc.subscribe(subject);
-      const closed = await Promise.race([sub.closed.then((e) => String(e ?? "closed"), (e: unknown) => String(e)), new Promise((r) => setTimeout(() => r("open"), 2_000))]);
+      const closed = await Promise.race([
+        sub.closed.then(
+          (e) => String(e ?? "closed"),
+          (e: unknown) => String(e),
+        ),
+        new Promise((r) => setTimeout(() => r("open"), 2_000)),
+      ]);
       expect(String(closed), subject).toMatch(/permissions violation/i);
     }
   });
@@ -305,7 +338,9 @@ describe("as part app of module idshop", () => {
     expect(theirs).toMatch(/permissions violation|timeout/i);
     // On its own subject, a Provider or another module in the body: refused, nothing stored.
     const provider = nats.providerDoc("evil", [Kinds.Secret]);
-    const reply = await nc.request(subjects.applyPart("idshop", "node-a", "app"), JSON.stringify({ documents: [shop, provider, { ...other, requires: [] }] }), { timeout: 5_000 });
+    const reply = await nc.request(subjects.applyPart("idshop", "node-a", "app"), JSON.stringify({ documents: [shop, provider, { ...other, requires: [] }] }), {
+      timeout: 5_000,
+    });
     const r = reply.json<{ ok: boolean; error?: { code: string; message: string } }>();
     expect(r.ok).toBe(false);
     expect(r.error?.code).toBe("Forbidden");
@@ -314,13 +349,22 @@ describe("as part app of module idshop", () => {
     expect(await mesh.store.kv.providers.get("evil")).toBeNull();
     expect((await mesh.grant("other", "token"))?.generation).toBeGreaterThanOrEqual(1);
     // Another part's subject of its own module: the server does not let it publish there.
-    const sibling = await refused(nc, () => nc.request(subjects.applyPart("idshop", "node-b", "app"), JSON.stringify({ documents: [shop] }), { timeout: 2_000 }));
+    const sibling = await refused(nc, () =>
+      nc.request(subjects.applyPart("idshop", "node-b", "app"), JSON.stringify({ documents: [shop] }), { timeout: 2_000 }),
+    );
     expect(sibling).toMatch(/permissions violation|timeout/i);
     // Its own module, but past what the operator allows it: another kind, other parts, wider allowKinds.
     const past = await nc.request(
       subjects.applyPart("idshop", "node-a", "app"),
       JSON.stringify({
-        documents: [{ ...shop, parts: [...shop.parts, { name: "miner", node: "node-b" }], allowKinds: [Kinds.Secret, Kinds.NatsUser], requires: [...shop.requires, { name: "bus", kind: Kinds.NatsUser }] }],
+        documents: [
+          {
+            ...shop,
+            parts: [...shop.parts, { name: "miner", node: "node-b" }],
+            allowKinds: [Kinds.Secret, Kinds.NatsUser],
+            requires: [...shop.requires, { name: "bus", kind: Kinds.NatsUser }],
+          },
+        ],
       }),
       { timeout: 5_000 },
     );
@@ -351,7 +395,8 @@ describe("the identity's own rotation", () => {
     // identity's connection is closed by the server with "User Authentication Revoked").
     const events: string[] = [];
     void (async () => {
-      for await (const s of conn.nc.status()) if (s.type === "reconnect" || s.type === "error") events.push(s.type === "error" ? String((s as { error?: unknown }).error) : s.type);
+      for await (const s of conn.nc.status())
+        if (s.type === "reconnect" || s.type === "error") events.push(s.type === "error" ? String((s as { error?: unknown }).error) : s.type);
     })();
     const oldKey = file(identityDir(), "nkey");
     const oldCid = conn.nc.info!.client_id;
@@ -361,15 +406,24 @@ describe("the identity's own rotation", () => {
     expect(Object.keys(done.holders).some((h) => h.startsWith("node-a/app/"))).toBe(true);
     expect(file(identityDir(), "creds")).not.toBe(oldCreds);
     // The old key no longer logs in.
-    await waitFor("the old identity to be refused", async () => {
-      try {
-        const nc = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(oldCreds)), reconnect: false, timeout: 2_000 });
-        await nc.close();
-        return undefined;
-      } catch (e) {
-        return /authorization violation|revoked/i.test(String(e)) ? true : undefined;
-      }
-    }, 20_000);
+    await waitFor(
+      "the old identity to be refused",
+      async () => {
+        try {
+          const nc = await connect({
+            servers: nats.url,
+            authenticator: credsAuthenticator(new TextEncoder().encode(oldCreds)),
+            reconnect: false,
+            timeout: 2_000,
+          });
+          await nc.close();
+          return undefined;
+        } catch (e) {
+          return /authorization violation|revoked/i.test(String(e)) ? true : undefined;
+        }
+      },
+      20_000,
+    );
     // The holder goes on, on the new key: the next rotation of its database credential reaches it, and works.
     const r2 = await rotate("idshop/db");
     const next = (await it.next()).value as HeldCredential;

@@ -27,7 +27,12 @@ const NODE = "node-a";
 
 /** A module with one part on node-a whose onRotate names `hook`, and one secret. */
 function moduleDoc(name: string, hook: string): ModuleDoc {
-  return { kind: "Module", name, parts: [{ name: "api", node: NODE, installed: true, onRotate: hook }], requires: [{ name: "key", kind: Kinds.Secret, parts: ["api"] }] };
+  return {
+    kind: "Module",
+    name,
+    parts: [{ name: "api", node: NODE, installed: true, onRotate: hook }],
+    requires: [{ name: "key", kind: Kinds.Secret, parts: ["api"] }],
+  };
 }
 
 let mesh: TestMesh;
@@ -88,7 +93,12 @@ function envOf(file: string): Record<string, string> {
 beforeAll(async () => {
   if (!existsSync(agentMain)) throw new Error(`${agentMain} is not built; run npx tsc -b first`);
   mesh = await startTestMesh({ nodes: [] });
-  rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: createLogger("rotator", { destination: mesh.logs, level: "debug" }), sweepMs: 500 });
+  rotator = await startRotator({
+    store: mesh.store,
+    masterKey: mesh.masterKey,
+    log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+    sweepMs: 500,
+  });
   dir = mkdtempSync(join(tmpdir(), "mesh-hooks-"));
   // nobody reads the script, and writes what it saw where anyone may write.
   chmodSync(dir, 0o755);
@@ -134,9 +144,11 @@ describe("onRotate names a hook the node's agent allows", () => {
       SERVICE_BINDING_ROOT: join(bindings, "hooked/api"),
     });
     // Nothing but its own variables (and what sh itself sets).
-    expect(Object.keys(env).filter((k) => !["PWD", "SHLVL", "_", "OLDPWD"].includes(k)).sort()).toEqual(
-      ["HOME", "MESH_BINDING_PATH", "MESH_GENERATION", "MESH_GRANT", "MESH_MODULE", "MESH_PART", "MESH_REQUIREMENT", "PATH", "SERVICE_BINDING_ROOT"],
-    );
+    expect(
+      Object.keys(env)
+        .filter((k) => !["PWD", "SHLVL", "_", "OLDPWD"].includes(k))
+        .sort(),
+    ).toEqual(["HOME", "MESH_BINDING_PATH", "MESH_GENERATION", "MESH_GRANT", "MESH_MODULE", "MESH_PART", "MESH_REQUIREMENT", "PATH", "SERVICE_BINDING_ROOT"]);
   });
 
   it("runs nothing for a hook the node does not allow: the rotation waits, saying which hook, which node and how to allow it; allowed, it commits by itself", async () => {
@@ -150,7 +162,9 @@ describe("onRotate names a hook the node's agent allows", () => {
       20_000,
     );
     expect(waits.status).toBe("True");
-    expect(waits.message).toContain(`rotation unhooked/key#2 waits for ${NODE}/api: the part's onRotate names hook "reload", which the agent of node ${NODE} does not allow (it allows record), so nothing ran`);
+    expect(waits.message).toContain(
+      `rotation unhooked/key#2 waits for ${NODE}/api: the part's onRotate names hook "reload", which the agent of node ${NODE} does not allow (it allows record), so nothing ran`,
+    );
     expect(waits.message).toContain("start that agent with --allow-hook reload=COMMAND");
     // Nothing ran, and nothing was confirmed: generation 1 is still the grant's.
     expect(readdirSync(out).filter((f) => f.startsWith("unhooked"))).toEqual([]);

@@ -24,7 +24,8 @@
     });
     events.addEventListener("problem", (e) => show("problem", JSON.parse(e.data).message));
     // EventSource reconnects by itself; say so meanwhile.
-    events.onerror = () => show("reconnecting", events.readyState === EventSource.CLOSED ? "not live: the console stopped; start it again and open its new URL" : "reconnecting…");
+    events.onerror = () =>
+      show("reconnecting", events.readyState === EventSource.CLOSED ? "not live: the console stopped; start it again and open its new URL" : "reconnecting…");
   };
   show("connecting", "connecting…");
   open();

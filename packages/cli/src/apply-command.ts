@@ -24,14 +24,7 @@ import {
 } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
-import {
-  formatFileProblems,
-  loadManifestFiles,
-  locateDocument,
-  type FileProblem,
-  type FileReader,
-  type ManifestFile,
-} from "./manifest-files.js";
+import { formatFileProblems, loadManifestFiles, locateDocument, type FileProblem, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { manifestRevisionOf, modulesRevisionNow, waitLine, type ModuleTarget } from "./module-wait.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
@@ -131,7 +124,13 @@ export function applyBatches(files: readonly ManifestFile[], force = false): App
  * yet, no reply in time, a refusal marked retryable) is sent again until its deadline: storing
  * the same documents twice changes nothing.
  */
-export async function sendApply(nc: NatsConnection, files: readonly ManifestFile[], timeoutMs = APPLY_TIMEOUT_MS, policy?: RetryPolicy, force = false): Promise<ApplyOutcome> {
+export async function sendApply(
+  nc: NatsConnection,
+  files: readonly ManifestFile[],
+  timeoutMs = APPLY_TIMEOUT_MS,
+  policy?: RetryPolicy,
+  force = false,
+): Promise<ApplyOutcome> {
   const batches = applyBatches(files, force);
   const accepted: AppliedDocument[] = [];
   for (const batch of batches) {
@@ -248,7 +247,9 @@ export function reportApply(outcome: ApplyOutcome, json: boolean, out: Output): 
   }
   out.err(formatFileProblems(outcome.problems));
   if (outcome.stored?.length) {
-    out.err(`rejected: the documents took several requests; the earlier ones stored ${outcome.stored.length} documents (listed below), the rest were not stored.`);
+    out.err(
+      `rejected: the documents took several requests; the earlier ones stored ${outcome.stored.length} documents (listed below), the rest were not stored.`,
+    );
     out.err(formatAccepted(outcome.stored, out.color));
   } else {
     out.err("rejected: nothing was applied.");
@@ -282,7 +283,9 @@ export async function runApply(connect: () => Promise<NatsConnection>, opts: App
  * Read by key, one grant per requirement; a grant not provisioned yet says nothing.
  */
 export async function widerIdentities(nc: NatsConnection, files: readonly ManifestFile[]): Promise<string[]> {
-  const wanted = files.flatMap((f) => f.documents).flatMap((d) => (d.kind === "Module" ? d.requires.filter((r) => r.kind === Kinds.NatsUser).map((r) => keys.grant(d.name, r.name)) : []));
+  const wanted = files
+    .flatMap((f) => f.documents)
+    .flatMap((d) => (d.kind === "Module" ? d.requires.filter((r) => r.kind === Kinds.NatsUser).map((r) => keys.grant(d.name, r.name)) : []));
   if (wanted.length === 0) return [];
   const kv = await openBucket(nc, Buckets.grants);
   const wide: string[] = [];
@@ -316,7 +319,13 @@ async function waitForApplied(
       .filter((a) => a.kind === "Module")
       .map(async (a) => {
         const manifestRevision = await manifestRevisionOf(store, a.name);
-        return { module: a.name, accept: SETTLED_STATES, failOn: [ModuleStates.Unsatisfiable], freshAfter: before, ...(manifestRevision ? { manifestRevision } : {}) };
+        return {
+          module: a.name,
+          accept: SETTLED_STATES,
+          failOn: [ModuleStates.Unsatisfiable],
+          freshAfter: before,
+          ...(manifestRevision ? { manifestRevision } : {}),
+        };
       }),
   );
   const { results } = targets.length ? await followModules(store, targets, wait.untilMs, out, json) : { results: [] };

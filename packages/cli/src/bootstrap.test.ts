@@ -21,7 +21,14 @@ describe("meshctl control-plane", () => {
     expect(parsed.ok).toBe(true);
     if (!parsed.ok) return;
     const [provider, module] = parsed.documents;
-    expect(provider).toMatchObject({ kind: "Provider", name: "mesh-nats", node: "node-a", endpoint: "nats://10.0.0.5:4222", admin: { passwordFile: base.adminCredsFile }, options: { signingKeysFile: base.signingKeysFile } });
+    expect(provider).toMatchObject({
+      kind: "Provider",
+      name: "mesh-nats",
+      node: "node-a",
+      endpoint: "nats://10.0.0.5:4222",
+      admin: { passwordFile: base.adminCredsFile },
+      options: { signingKeysFile: base.signingKeysFile },
+    });
     // The services' node gets an agent too: it writes their identities.
     expect(module?.kind === "Module" && module.parts.filter((p) => p.name.startsWith("agent-")).map((p) => p.node)).toEqual(["node-a", "node-b"]);
   });

@@ -46,7 +46,13 @@ export function adminEnv(files: OperatorFiles): Record<string, string> {
 }
 
 /** The documents bootstrap applies: the mesh's NATS as a provider, and the control plane's module. */
-export function controlPlaneFiles(opts: { url: string; servicesNode: string; nodes: readonly string[]; files: OperatorFiles; replicas?: number }): ManifestFile {
+export function controlPlaneFiles(opts: {
+  url: string;
+  servicesNode: string;
+  nodes: readonly string[];
+  files: OperatorFiles;
+  replicas?: number;
+}): ManifestFile {
   return {
     source: "meshctl bootstrap",
     documents: [
@@ -77,7 +83,9 @@ export function identityBinding(bindingsRoot: string, node: string, part: string
 
 /** Where the source of record's binding (grant `mesh/records`) of control-plane part `part` lands; undefined for a part that does not hold it (an agent). */
 export function recordsBinding(bindingsRoot: string, node: string, part: string): string | undefined {
-  return (CONTROL_PLANE_SERVICES as readonly string[]).includes(part) ? join(bindingsRoot, node, CONTROL_PLANE_MODULE, part, ControlPlaneRequirements.records) : undefined;
+  return (CONTROL_PLANE_SERVICES as readonly string[]).includes(part)
+    ? join(bindingsRoot, node, CONTROL_PLANE_MODULE, part, ControlPlaneRequirements.records)
+    : undefined;
 }
 
 /** The part a service of `meshctl up` is: `resolver` → `resolver`, `agent node-b` → `agent-node-b`. */
@@ -124,7 +132,9 @@ export async function waitForIdentityBindings(dirs: readonly string[], opts: { t
     const missing = dirs.filter((d) => !existsSync(join(d, "creds")));
     if (missing.length === 0) return true;
     if (Date.now() - start > opts.timeoutMs) {
-      throw new CliError(`the agents have not written these identity bindings within ${Math.round(opts.timeoutMs / 1000)} s: ${missing.join(", ")}; see the agents' logs`);
+      throw new CliError(
+        `the agents have not written these identity bindings within ${Math.round(opts.timeoutMs / 1000)} s: ${missing.join(", ")}; see the agents' logs`,
+      );
     }
     await pause(250, opts.signal);
   }
@@ -148,7 +158,10 @@ export interface ControlPlaneDocsOptions {
  * or a path that is not absolute.
  */
 export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
-  for (const [flag, p] of [["--admin-creds", o.adminCredsFile], ["--signing-keys-file", o.signingKeysFile]] as const) {
+  for (const [flag, p] of [
+    ["--admin-creds", o.adminCredsFile],
+    ["--signing-keys-file", o.signingKeysFile],
+  ] as const) {
     if (!isAbsolute(p)) throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the services' host`, ExitCodes.Usage);
   }
   const servicesNode = o.servicesNode ?? o.nodes[0];
@@ -188,8 +201,12 @@ export async function natsConfigText(o: NatsConfigOptions): Promise<string> {
   const m = /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(o.listen);
   const port = Number(m?.[2]);
   if (!m || !(port >= 1 && port <= 65_535)) throw new CliError(`--listen ${JSON.stringify(o.listen)} is not HOST:PORT (e.g. 0.0.0.0:4222)`, ExitCodes.Usage);
-  for (const [flag, p] of [["--store-dir", o.storeDir], ["--resolver-dir", o.resolverDir]] as const) {
-    if (p !== undefined && !isAbsolute(p)) throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the server's host`, ExitCodes.Usage);
+  for (const [flag, p] of [
+    ["--store-dir", o.storeDir],
+    ["--resolver-dir", o.resolverDir],
+  ] as const) {
+    if (p !== undefined && !isAbsolute(p))
+      throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the server's host`, ExitCodes.Usage);
   }
   let cluster: string | undefined;
   if (o.clusterFile) {

@@ -18,7 +18,11 @@ export const DEFAULT_CONSOLE_LISTEN = "127.0.0.1:8470";
 /** Parses `HOST:PORT` (`[::1]:8470` for IPv6); a bad one is a usage error (exit 2). */
 export function parseListen(spec: string): ListenAddress {
   const addr = parseHostPort(spec);
-  if (!addr) throw new CliError(`--listen ${JSON.stringify(spec)}: give HOST:PORT, e.g. ${DEFAULT_CONSOLE_LISTEN} ([::1]:8470 for IPv6; port 0 picks a free one)`, ExitCodes.Usage);
+  if (!addr)
+    throw new CliError(
+      `--listen ${JSON.stringify(spec)}: give HOST:PORT, e.g. ${DEFAULT_CONSOLE_LISTEN} ([::1]:8470 for IPv6; port 0 picks a free one)`,
+      ExitCodes.Usage,
+    );
   return addr;
 }
 
@@ -94,7 +98,8 @@ export function checkRequest(req: AccessRequest, policy: AccessPolicy): Refusal 
   if (req.origin !== undefined && req.origin !== "null" && !policy.hosts.has(originHost(req.origin, policy.scheme) ?? "")) {
     return { status: 403, message: `requests from another site (Origin ${req.origin}) are refused: the console answers only its own pages` };
   }
-  if (req.origin === "null") return { status: 403, message: "requests from an opaque origin (Origin null) are refused: the console answers only its own pages" };
+  if (req.origin === "null")
+    return { status: 403, message: "requests from an opaque origin (Origin null) are refused: the console answers only its own pages" };
   if (req.method !== "GET" && req.method !== "HEAD") {
     return { status: 405, message: `the console is read-only: ${req.method} is refused; change the mesh with meshctl (apply, rotate, verify)` };
   }

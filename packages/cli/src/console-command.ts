@@ -71,7 +71,10 @@ export function checkConsoleOptions(opts: ConsoleOptions): ListenAddress {
   if (tlsGiven && !(opts.tlsCert && opts.tlsKey)) throw new CliError("give both --tls-cert and --tls-key, or neither", ExitCodes.Usage);
   checkListen(addr, tlsGiven);
   if ((addr.host === "0.0.0.0" || addr.host === "::") && !opts.hostNames?.length) {
-    throw new CliError(`--listen ${addr.host} is every address: name the host name clients use with --host NAME, so requests for other names are refused`, ExitCodes.Usage);
+    throw new CliError(
+      `--listen ${addr.host} is every address: name the host name clients use with --host NAME, so requests for other names are refused`,
+      ExitCodes.Usage,
+    );
   }
   return addr;
 }
@@ -114,7 +117,9 @@ export async function runConsole(store: Store, opts: ConsoleOptions, out: Output
   out.err(
     `meshctl console: serving the mesh at ${store.nc.getServer()} read-only; open the URL above (its token is needed for every request). Ctrl-C stops it.`,
   );
-  const aborted = new Promise<"signal">((resolve) => (signal.aborted ? resolve("signal") : signal.addEventListener("abort", () => resolve("signal"), { once: true })));
+  const aborted = new Promise<"signal">((resolve) =>
+    signal.aborted ? resolve("signal") : signal.addEventListener("abort", () => resolve("signal"), { once: true }),
+  );
   const why = await Promise.race([aborted, c.state.closed.then(() => "closed" as const)]);
   await c.stop();
   if (why === "closed") {

@@ -8,10 +8,46 @@ const link = (p: string) => `${p}?token=T`;
 
 const model: GraphModel = {
   nodes: [
-    { id: "module:shop", column: "module", label: "shop", state: "Unsatisfiable", tone: "bad", reason: "Unsatisfiable", detail: "db: <script>alert(1)</script>", lines: ["1 requirement"] },
-    { id: "requirement:shop/db", column: "requirement", label: "db", state: "cannot be satisfied yet", tone: "bad", reason: "Unsatisfiable", detail: "why", lines: ["postgres.database, for api"], href: "/grant/shop/db" },
-    { id: "grant:shop/db", column: "grant", label: "shop/db", state: "Resolved False", tone: "bad", reason: "ProviderUnreachable from node-b", lines: ["postgres.database", "generation 0"], href: "/grant/shop/db" },
-    { id: "provider:pg-main", column: "provider", label: "pg-main", state: "installed", tone: "warn", reason: "ProviderUnreachable from node-b", lines: ["serves postgres.database"] },
+    {
+      id: "module:shop",
+      column: "module",
+      label: "shop",
+      state: "Unsatisfiable",
+      tone: "bad",
+      reason: "Unsatisfiable",
+      detail: "db: <script>alert(1)</script>",
+      lines: ["1 requirement"],
+    },
+    {
+      id: "requirement:shop/db",
+      column: "requirement",
+      label: "db",
+      state: "cannot be satisfied yet",
+      tone: "bad",
+      reason: "Unsatisfiable",
+      detail: "why",
+      lines: ["postgres.database, for api"],
+      href: "/grant/shop/db",
+    },
+    {
+      id: "grant:shop/db",
+      column: "grant",
+      label: "shop/db",
+      state: "Resolved False",
+      tone: "bad",
+      reason: "ProviderUnreachable from node-b",
+      lines: ["postgres.database", "generation 0"],
+      href: "/grant/shop/db",
+    },
+    {
+      id: "provider:pg-main",
+      column: "provider",
+      label: "pg-main",
+      state: "installed",
+      tone: "warn",
+      reason: "ProviderUnreachable from node-b",
+      lines: ["serves postgres.database"],
+    },
   ],
   edges: [
     { from: "module:shop", to: "requirement:shop/db", label: "requires" },
@@ -33,7 +69,9 @@ describe("the console's HTML", () => {
   it("has names, states and reasons as text, in the graph and in the tables, with links carrying the token", () => {
     const v = renderOverview(model, link);
     // In the SVG: one <text> per line of each box.
-    expect(v.html).toMatch(/<g class="node grant tone-bad" data-node="grant:shop\/db"[^>]*>[\s\S]*?<text class="reason"[^>]*>ProviderUnreachable from node-b<\/text>/);
+    expect(v.html).toMatch(
+      /<g class="node grant tone-bad" data-node="grant:shop\/db"[^>]*>[\s\S]*?<text class="reason"[^>]*>ProviderUnreachable from node-b<\/text>/,
+    );
     expect(v.html).toContain('<tbody class="module" data-module="shop" data-state="Unsatisfiable">');
     expect(v.html).toContain('<td class="reason">ProviderUnreachable from node-b</td>');
     expect(v.html).toContain('href="/grant/shop/db?token=T"');

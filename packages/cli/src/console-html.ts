@@ -134,10 +134,16 @@ export function renderGrant(p: GrantPage, link: Linker): View {
     )
     .join("");
   const generations = p.generations
-    .map((g) => `<tr data-generation="${g.generation}"><th>${g.generation}${g.current ? " (current)" : ""}</th><td>${time(g.since)}</td><td>${esc(g.holders.join(", ") || "-")}</td></tr>`)
+    .map(
+      (g) =>
+        `<tr data-generation="${g.generation}"><th>${g.generation}${g.current ? " (current)" : ""}</th><td>${time(g.since)}</td><td>${esc(g.holders.join(", ") || "-")}</td></tr>`,
+    )
     .join("");
   const holders = p.holders
-    .map((h) => `<tr data-holder="${esc(h.holder)}"><th>${esc(h.holder)}</th><td>${h.generation}${h.current ? "" : " (behind)"}</td><td>${time(h.deliveredAt)}</td></tr>`)
+    .map(
+      (h) =>
+        `<tr data-holder="${esc(h.holder)}"><th>${esc(h.holder)}</th><td>${h.generation}${h.current ? "" : " (behind)"}</td><td>${time(h.deliveredAt)}</td></tr>`,
+    )
     .join("");
   const checks = p.checks
     .map(
@@ -146,7 +152,10 @@ export function renderGrant(p: GrantPage, link: Linker): View {
     )
     .join("");
   const repairs = p.repairs
-    .map((r) => `<li>${time(r.at)} ${badge(r.outcome, r.outcome === "repaired" ? "ok" : "bad")} ${esc(`${r.action} of generation ${r.generation} (${r.reason}) by ${r.by}${r.requested ? ", on request" : ""}: ${r.message}`)}</li>`)
+    .map(
+      (r) =>
+        `<li>${time(r.at)} ${badge(r.outcome, r.outcome === "repaired" ? "ok" : "bad")} ${esc(`${r.action} of generation ${r.generation} (${r.reason}) by ${r.by}${r.requested ? ", on request" : ""}: ${r.message}`)}</li>`,
+    )
     .join("");
   const rotations = p.rotations
     .map(
@@ -161,7 +170,9 @@ export function renderGrant(p: GrantPage, link: Linker): View {
     `<dl class="facts"><dt>kind</dt><dd>${esc(p.kind)}</dd><dt>provider</dt><dd>${esc(p.provider ?? "none")}</dd><dt>generation</dt><dd>${p.generation}</dd>` +
     `<dt>parts</dt><dd>${esc(p.parts.join(", ") || "-")}</dd><dt>delivered to</dt><dd>${esc(p.targets.map((t) => `${t.part} on ${t.node}`).join(", ") || "no installed part")}</dd>` +
     `<dt>resource</dt><dd>${esc(p.resource.map(([k, v]) => `${k} ${v}`).join(", ") || "-")}</dd></dl>` +
-    (p.running ? `<p class="running ${tone(p.running.state === "Stalled" ? "bad" : "warn")}">rotating ${p.running.from} → ${p.running.to}: ${esc(p.running.state)}, ${p.running.confirmed}/${p.running.total} confirmed: <a href="${esc(link(rotationHref(p.running.id)))}">${esc(p.running.id)}</a></p>` : "") +
+    (p.running
+      ? `<p class="running ${tone(p.running.state === "Stalled" ? "bad" : "warn")}">rotating ${p.running.from} → ${p.running.to}: ${esc(p.running.state)}, ${p.running.confirmed}/${p.running.total} confirmed: <a href="${esc(link(rotationHref(p.running.id)))}">${esc(p.running.id)}</a></p>`
+      : "") +
     `<h2>Conditions</h2>${conditions ? `<table class="conditions"><thead><tr><th>type</th><th>status</th><th>reason</th><th>message</th><th>observed</th></tr></thead><tbody>${conditions}</tbody></table>` : none("no condition yet")}` +
     `<h2>Generations</h2>${generations ? `<table class="generations"><thead><tr><th>generation</th><th>since (grant record's history)</th><th>holders on it</th></tr></thead><tbody>${generations}</tbody></table>` : none("not provisioned yet")}` +
     `<h2>Holders</h2>${holders ? `<table class="holders"><thead><tr><th>holder</th><th>generation</th><th>delivered</th></tr></thead><tbody>${holders}</tbody></table>` : none("no holder has been delivered this grant")}` +
@@ -193,7 +204,9 @@ function timelineBar(t: RotationTimeline, row: RotationTimeline["rows"][number])
 
 /** A rotation's page: the outcome, where its times come from, its states, one row per holder. */
 export function renderRotation(t: RotationTimeline, link: Linker): View {
-  const states = t.states.map((s) => `<tr data-state="${esc(s.state)}"><th>${esc(s.state)}</th><td>+${(s.offsetMs / 1000).toFixed(3)} s</td><td>${time(s.at)}</td></tr>`).join("");
+  const states = t.states
+    .map((s) => `<tr data-state="${esc(s.state)}"><th>${esc(s.state)}</th><td>+${(s.offsetMs / 1000).toFixed(3)} s</td><td>${time(s.at)}</td></tr>`)
+    .join("");
   const rows = t.rows
     .map(
       (r) =>
@@ -211,7 +224,9 @@ export function renderRotation(t: RotationTimeline, link: Linker): View {
     `<p class="outcome ${tone(t.tone)}">${esc(t.outcome)}</p>` +
     `<dl class="facts"><dt>generations</dt><dd>${t.from} → ${t.to}</dd><dt>trigger</dt><dd>${esc(t.trigger)}</dd><dt>requested</dt><dd>${time(t.requestedAt)}</dd>` +
     `<dt>deadline</dt><dd>${time(t.deadline)}</dd><dt>committed</dt><dd>${time(t.committedAt)}</dd><dt>confirmed</dt><dd>${t.confirmed}/${t.total}</dd>` +
-    (t.traceparent ? `<dt>trace</dt><dd><code>${esc(t.traceparent)}</code> (W3C traceparent of the rotator's span; every holder's span is its child)</dd>` : "") +
+    (t.traceparent
+      ? `<dt>trace</dt><dd><code>${esc(t.traceparent)}</code> (W3C traceparent of the rotator's span; every holder's span is its child)</dd>`
+      : "") +
     `</dl>` +
     `<h2>Where the times come from</h2><dl class="sources"><dt>rotation states</dt><dd>${esc(TIME_SOURCES.states)}</dd><dt>broadcast reached</dt><dd>${esc(TIME_SOURCES.received)}</dd>` +
     `<dt>applied</dt><dd>${esc(TIME_SOURCES.applied)}</dd><dt>confirmed</dt><dd>${esc(TIME_SOURCES.confirmed)}</dd></dl>` +

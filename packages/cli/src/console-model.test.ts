@@ -25,7 +25,11 @@ function snapOf(r: {
   return s;
 }
 
-const verifiedDb: Grant = { ...readyDb, provider: "pg-main", conditions: [...readyDb.conditions, cond("Verified", "True", "Verified", "generation 1 logs in")] };
+const verifiedDb: Grant = {
+  ...readyDb,
+  provider: "pg-main",
+  conditions: [...readyDb.conditions, cond("Verified", "True", "Verified", "generation 1 logs in")],
+};
 const ready = moduleStatus({ state: "Ready", message: "all requirements of installed parts are satisfied", requirements: 1 });
 
 const rotation = rotationFixture;
@@ -49,7 +53,12 @@ describe("graphModel", () => {
   });
 
   it("says NoProvider on an unsatisfiable module's grant, and explain's why and next on its requirement", () => {
-    const cache = grant({ requirement: "cache", kind: "redis.user", provider: null, conditions: [cond("Resolved", "False", "NoProvider", "no provider serves redis.user")] });
+    const cache = grant({
+      requirement: "cache",
+      kind: "redis.user",
+      provider: null,
+      conditions: [cond("Resolved", "False", "NoProvider", "no provider serves redis.user")],
+    });
     const m = graphModel(snapOf({ modules: [moduleStatus({ state: "Unsatisfiable", message: "cache: no provider" })], grants: [cache] }), NOW);
     expect(m.nodes.find((n) => n.id === "module:shop")).toMatchObject({ state: "Unsatisfiable", tone: "bad", detail: "cache: no provider" });
     expect(m.nodes.find((n) => n.id === "grant:shop/cache")).toMatchObject({ tone: "bad", reason: "NoProvider", state: "Resolved False" });
@@ -65,7 +74,14 @@ describe("graphModel", () => {
       targets: [{ part: "worker", node: "node-b" }],
       conditions: [cond("Resolved", "False", "ProviderUnreachable", "provider pg-main (node node-a) cannot be reached from node node-b")],
     });
-    const unreachable: ReachabilityRecord = { node: "node-b", provider: "pg-main", address: "127.0.0.1:5432", reachable: false, message: "connect ECONNREFUSED", since: ago(9) };
+    const unreachable: ReachabilityRecord = {
+      node: "node-b",
+      provider: "pg-main",
+      address: "127.0.0.1:5432",
+      reachable: false,
+      message: "connect ECONNREFUSED",
+      since: ago(9),
+    };
     const m = graphModel(snapOf({ modules: [moduleStatus({ state: "Unsatisfiable" })], grants: [g], providers: [pgMain], reachability: [unreachable] }), NOW);
     expect(m.nodes.find((n) => n.id === "grant:shop/db")?.reason).toBe("ProviderUnreachable from node-b");
     expect(m.nodes.find((n) => n.id === "provider:pg-main")).toMatchObject({ tone: "warn", reason: "ProviderUnreachable from node-b" });
@@ -75,7 +91,12 @@ describe("graphModel", () => {
     const records = grant({ requirement: "records", kind: "kv.bucket", generation: 0, conditions: [cond("Resolved", "True", "ProviderSelected", "x")] });
     const broker: ProviderDoc = { ...pgMain, name: "broker", needs: ["shop/db", "shop/records"] };
     const idle: ProviderDoc = { ...pgMain, name: "pg-spare", installed: false, serves: ["redis.user"] };
-    const cache = grant({ requirement: "cache", kind: "redis.user", provider: null, conditions: [cond("Resolved", "False", "ProviderNotInstalled", "not installed")] });
+    const cache = grant({
+      requirement: "cache",
+      kind: "redis.user",
+      provider: null,
+      conditions: [cond("Resolved", "False", "ProviderNotInstalled", "not installed")],
+    });
     const m = graphModel(snapOf({ modules: [ready], grants: [verifiedDb, records, cache], providers: [broker, pgMain, idle] }), NOW);
     const b = m.nodes.find((n) => n.id === "provider:broker")!;
     expect(b.lines).toContain("needs shop/db (provisioned), shop/records (not provisioned)");
@@ -86,7 +107,13 @@ describe("graphModel", () => {
   });
 
   it("lists a stored manifest the resolver has not processed, in those words; the built-in provider when used", () => {
-    const key = grant({ requirement: "key", kind: "secret", provider: "builtin-secret", generation: 1, conditions: [cond("Resolved", "True", "ProviderSelected", "x")] });
+    const key = grant({
+      requirement: "key",
+      kind: "secret",
+      provider: "builtin-secret",
+      generation: 1,
+      conditions: [cond("Resolved", "True", "ProviderSelected", "x")],
+    });
     const doc: ModuleDoc = { kind: "Module", name: "later", parts: [{ name: "web", node: "node-a", installed: true }], requires: [] };
     const m = graphModel(snapOf({ modules: [ready], grants: [key], manifests: [doc] }), NOW);
     expect(m.nodes.find((n) => n.id === "module:later")).toMatchObject({ state: "not processed", tone: "warn" });
@@ -94,8 +121,19 @@ describe("graphModel", () => {
   });
 
   it("lists the grants the manifest does not declare (a part's identity) beside the declared ones", () => {
-    const doc: ModuleDoc = { kind: "Module", name: "shop", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "db", kind: "postgres.database", parts: ["api"] }] };
-    const identity = grant({ requirement: "identity-api", kind: "mesh.identity", provider: "mesh-nats", generation: 1, conditions: [cond("Resolved", "True", "ProviderSelected", "x")] });
+    const doc: ModuleDoc = {
+      kind: "Module",
+      name: "shop",
+      parts: [{ name: "api", node: "node-a", installed: true }],
+      requires: [{ name: "db", kind: "postgres.database", parts: ["api"] }],
+    };
+    const identity = grant({
+      requirement: "identity-api",
+      kind: "mesh.identity",
+      provider: "mesh-nats",
+      generation: 1,
+      conditions: [cond("Resolved", "True", "ProviderSelected", "x")],
+    });
     const m = graphModel(snapOf({ modules: [ready], grants: [verifiedDb, identity], providers: [pgMain], manifests: [doc] }), NOW);
     expect(m.edges.filter((e) => e.label === "requires").map((e) => e.to)).toEqual(["requirement:shop/db", "requirement:shop/identity-api"]);
   });
@@ -105,7 +143,9 @@ describe("graphModel", () => {
     const g = m.nodes.find((n) => n.id === "grant:shop/db")!;
     expect(g.tone).toBe("bad");
     expect(g.lines).toContain("rotating 1→2: Stalled, 1/2 confirmed");
-    expect(m.running).toEqual([expect.objectContaining({ id: "shop/db#2", state: "Stalled", tone: "bad", href: "/rotation/shop/db/2", missing: ["node-b/worker/i-1"] })]);
+    expect(m.running).toEqual([
+      expect.objectContaining({ id: "shop/db#2", state: "Stalled", tone: "bad", href: "/rotation/shop/db/2", missing: ["node-b/worker/i-1"] }),
+    ]);
   });
 
   it("shows an endpoint without its credentials", () => {
@@ -131,14 +171,32 @@ describe("grantPage", () => {
     generation: 2,
     holders: { "node-a/api": { generation: 2, deliveredAt: ago(20) }, "node-b/worker": { generation: 1, deliveredAt: ago(400) } },
     repairs: [
-      { at: ago(300), by: "verifier@h/1", action: "reapply", reason: "CredentialDiverged", generation: 1, outcome: "repaired", message: "first", requested: false },
+      {
+        at: ago(300),
+        by: "verifier@h/1",
+        action: "reapply",
+        reason: "CredentialDiverged",
+        generation: 1,
+        outcome: "repaired",
+        message: "first",
+        requested: false,
+      },
       { at: ago(100), by: "verifier@h/1", action: "recreate", reason: "ResourceMissing", generation: 1, outcome: "failed", message: "second", requested: true },
     ],
   };
 
   it("has the generations with when each began, the holders on each, checks per node (stale marked), repairs and rotations newest first", () => {
     const committed = rotation({ state: "Committed", committedAt: ago(50), holders: { "node-a/api": { r: 1, a: 2, c: 3 } } });
-    const p = grantPage(g, { verification, history: [{ generation: 0, at: ago(900) }, { generation: 1, at: ago(800) }, { generation: 1, at: ago(700) }], rotations: [committed], now: NOW });
+    const p = grantPage(g, {
+      verification,
+      history: [
+        { generation: 0, at: ago(900) },
+        { generation: 1, at: ago(800) },
+        { generation: 1, at: ago(700) },
+      ],
+      rotations: [committed],
+      now: NOW,
+    });
     expect(p.generations).toEqual([
       { generation: 2, since: ago(50), current: true, holders: ["node-a/api"] },
       { generation: 1, since: ago(800), current: false, holders: ["node-b/worker"] },
@@ -153,7 +211,9 @@ describe("grantPage", () => {
       ["node-b/worker", false, "CredentialRejected", true],
     ]);
     expect(p.repairs.map((r) => r.message)).toEqual(["second", "first"]);
-    expect(p.rotations).toEqual([expect.objectContaining({ id: "shop/db#2", state: "Committed", tone: "ok", href: "/rotation/shop/db/2", confirmed: 1, total: 1 })]);
+    expect(p.rotations).toEqual([
+      expect.objectContaining({ id: "shop/db#2", state: "Committed", tone: "ok", href: "/rotation/shop/db/2", confirmed: 1, total: 1 }),
+    ]);
     expect(p.running).toBeUndefined();
     expect(p.lastCheck).toEqual({ lastCheckedAt: ago(1), lastCheckedFrom: "node-a" });
   });

@@ -314,7 +314,19 @@ export interface GrantPage {
   repairs: RepairEvent[];
   running?: StatusRotation;
   /** Every recorded rotation, newest first. */
-  rotations: Array<{ id: string; from: number; to: number; state: string; tone: Tone; trigger: string; requestedAt: string; committedAt?: string; confirmed: number; total: number; href: string }>;
+  rotations: Array<{
+    id: string;
+    from: number;
+    to: number;
+    state: string;
+    tone: Tone;
+    trigger: string;
+    requestedAt: string;
+    committedAt?: string;
+    confirmed: number;
+    total: number;
+    href: string;
+  }>;
 }
 
 /** What names a rotation and where it stands, on the grant page's list and on its own page. */
@@ -385,7 +397,10 @@ export function grantPage(
         generation: n,
         ...(since.has(n) ? { since: since.get(n)! } : {}),
         current: n === g.generation,
-        holders: Object.entries(g.holders).filter(([, h]) => h.generation === n).map(([k]) => k).sort(),
+        holders: Object.entries(g.holders)
+          .filter(([, h]) => h.generation === n)
+          .map(([k]) => k)
+          .sort(),
       })),
     checks,
     ...(sg.verification ? { lastCheck: { lastCheckedAt: sg.verification.lastCheckedAt, lastCheckedFrom: sg.verification.lastCheckedFrom } } : {}),
@@ -412,7 +427,8 @@ export const TIME_SOURCES = {
   states: "the rotator's clock: when it entered each state (rotation record in mesh-rotations)",
   received: "the holder's clock, in rotations recorded before confirmations were JetStream acks: when it got the new generation",
   applied: "the holder's clock, in those older rotations: when it had written the files (or switched the application) and proved the new credential logs in",
-  confirmed: "the NATS server's clock: when it recorded the holder's ack of the broadcast on the holder's own consumer (its ack metric; for one a restarted rotator found in the consumer's ack floor, when it found it)",
+  confirmed:
+    "the NATS server's clock: when it recorded the holder's ack of the broadcast on the holder's own consumer (its ack metric; for one a restarted rotator found in the consumer's ack floor, when it found it)",
 } as const;
 
 /** One holder's row of the fan-out. */
@@ -469,7 +485,10 @@ export function rotationTimeline(r: Rotation): RotationTimeline {
       tone: status === "confirmed" ? "ok" : status === "stalled" ? "bad" : "warn",
     };
   });
-  const offsets = [...t.states.map((s) => s.offsetMs), ...rows.flatMap((x) => [x.received, x.applied, x.confirmed].filter((e) => e !== null).map((e) => e.offsetMs))];
+  const offsets = [
+    ...t.states.map((s) => s.offsetMs),
+    ...rows.flatMap((x) => [x.received, x.applied, x.confirmed].filter((e) => e !== null).map((e) => e.offsetMs)),
+  ];
   const p = { confirmed: rows.filter((x) => x.confirmed).length, total: rows.length };
   const outcome =
     r.state === RotationStates.Committed

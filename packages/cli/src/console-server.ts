@@ -21,7 +21,8 @@ const assetsDir = new URL("../assets/", import.meta.url);
 /** What every answer carries: nothing cached, no script but ours, no framing, no referrer (the URL has the token). */
 const SECURITY_HEADERS = {
   "Cache-Control": "no-store",
-  "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  "Content-Security-Policy":
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
   "X-Content-Type-Options": "nosniff",
   "Referrer-Policy": "no-referrer",
   "X-Frame-Options": "DENY",
@@ -81,7 +82,14 @@ export function createConsoleServer(opts: ConsoleServerOptions): ConsoleServer {
     if (asset) return send(res, 200, ASSETS[url.pathname]!, asset, head);
     if (url.pathname === "/events") return live(req, res, url);
     const route = routeOf(url.pathname);
-    if (!route) return send(res, 404, "text/plain; charset=utf-8", `meshctl console: no page ${url.pathname}; the pages are /, /grant/MODULE/REQUIREMENT and /rotation/MODULE/REQUIREMENT/GENERATION\n`, head);
+    if (!route)
+      return send(
+        res,
+        404,
+        "text/plain; charset=utf-8",
+        `meshctl console: no page ${url.pathname}; the pages are /, /grant/MODULE/REQUIREMENT and /rotation/MODULE/REQUIREMENT/GENERATION\n`,
+        head,
+      );
     const version = state.version;
     const view = await renderRoute(state, route, link);
     send(res, 200, "text/html; charset=utf-8", renderDocument(view, { link, path: url.pathname, version }), head);
@@ -113,7 +121,10 @@ export function createConsoleServer(opts: ConsoleServerOptions): ConsoleServer {
         if (view.html !== last && !res.writableEnded) res.write(`event: view\ndata: ${data}\n\n`);
         last = view.html;
       } catch (e) {
-        if (!res.writableEnded) res.write(`event: problem\ndata: ${JSON.stringify({ message: `the console could not read the mesh's state: ${errorMessage(e)}; it tries again at the next change` })}\n\n`);
+        if (!res.writableEnded)
+          res.write(
+            `event: problem\ndata: ${JSON.stringify({ message: `the console could not read the mesh's state: ${errorMessage(e)}; it tries again at the next change` })}\n\n`,
+          );
       } finally {
         rendering = false;
         if (again) {
@@ -142,7 +153,13 @@ export function createConsoleServer(opts: ConsoleServerOptions): ConsoleServer {
 
   const listener = (req: IncomingMessage, res: ServerResponse) => {
     handle(req, res).catch((e: unknown) => {
-      if (!res.headersSent) send(res, 500, "text/plain; charset=utf-8", `meshctl console: this page failed: ${errorMessage(e)}; reload it, and if it lasts, look at meshctl status\n`);
+      if (!res.headersSent)
+        send(
+          res,
+          500,
+          "text/plain; charset=utf-8",
+          `meshctl console: this page failed: ${errorMessage(e)}; reload it, and if it lasts, look at meshctl status\n`,
+        );
       else res.end();
     });
   };

@@ -3,16 +3,7 @@
  * and key, as plain data. `mesh-credentials` is not among them, by design: the console never
  * reads that bucket, so no value of it can reach a page.
  */
-import {
-  Grant,
-  ModuleDoc,
-  ModuleStatus,
-  NodeRecord,
-  ProviderDoc,
-  ReachabilityRecord,
-  Rotation,
-  Verification,
-} from "@mesh/shared";
+import { Grant, ModuleDoc, ModuleStatus, NodeRecord, ProviderDoc, ReachabilityRecord, Rotation, Verification } from "@mesh/shared";
 
 /** The buckets the console reads (by the store's names for them), with the schema of their values. */
 export const CONSOLE_BUCKETS = {
@@ -86,7 +77,5 @@ export function applyChange<B extends ConsoleBucket>(
 
 /** The values of one bucket, in key order. */
 export function valuesOf<B extends ConsoleBucket>(snap: ConsoleSnapshot, bucket: B): Array<ConsoleValues[B]> {
-  return [...(snap[bucket] as Map<string, Held<ConsoleValues[B]>>).entries()]
-    .sort(([a], [b]) => a.localeCompare(b))
-    .map(([, h]) => h.value);
+  return [...(snap[bucket] as Map<string, Held<ConsoleValues[B]>>).entries()].sort(([a], [b]) => a.localeCompare(b)).map(([, h]) => h.value);
 }

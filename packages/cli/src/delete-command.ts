@@ -48,13 +48,20 @@ export interface GrantLeft {
 
 /** The arguments of `meshctl delete WHAT NAME…`, as a request; exit 2 for anything else. */
 export function deleteRequestOf(what: string | undefined, names: readonly string[], force: boolean): DeleteRequest {
-  if (!what || names.length === 0) throw new CliError("say what to delete: meshctl delete module NAME…, delete provider NAME…, delete retained GRANT…, or delete -f FILE…", ExitCodes.Usage);
+  if (!what || names.length === 0)
+    throw new CliError("say what to delete: meshctl delete module NAME…, delete provider NAME…, delete retained GRANT…, or delete -f FILE…", ExitCodes.Usage);
   if (what === "retained") {
-    for (const g of names) if (!parseGrantId(g)) throw new CliError(`${JSON.stringify(g)} is not a grant id: give <module>/<requirement>, as meshctl status lists them`, ExitCodes.Usage);
+    for (const g of names)
+      if (!parseGrantId(g))
+        throw new CliError(`${JSON.stringify(g)} is not a grant id: give <module>/<requirement>, as meshctl status lists them`, ExitCodes.Usage);
     return { documents: [], retained: [...names], force };
   }
   const kind = what === "module" || what === "modules" ? "Module" : what === "provider" || what === "providers" ? "Provider" : undefined;
-  if (!kind) throw new CliError(`meshctl delete does not delete ${JSON.stringify(what)}: it deletes a module, a provider, or what a grant retained (delete retained GRANT)`, ExitCodes.Usage);
+  if (!kind)
+    throw new CliError(
+      `meshctl delete does not delete ${JSON.stringify(what)}: it deletes a module, a provider, or what a grant retained (delete retained GRANT)`,
+      ExitCodes.Usage,
+    );
   return { documents: names.map((name) => ({ kind, name })), retained: [], force };
 }
 
@@ -63,7 +70,8 @@ export async function deleteRequestOfFiles(files: readonly string[], force: bool
   const loaded = await loadManifestFiles(files, reader);
   if (!loaded.ok) throw new CliError(formatFileProblems(loaded.problems), ExitCodes.Failure);
   const documents = loaded.files.flatMap((f) => f.documents.map((d) => ({ kind: d.kind, name: d.name })));
-  if (!documents.length) throw new CliError(`${files.join(", ")} declare${files.length === 1 ? "s" : ""} no module or provider: nothing to delete`, ExitCodes.Usage);
+  if (!documents.length)
+    throw new CliError(`${files.join(", ")} declare${files.length === 1 ? "s" : ""} no module or provider: nothing to delete`, ExitCodes.Usage);
   return { documents, retained: [], force };
 }
 
@@ -72,12 +80,24 @@ async function send(store: Store, req: DeleteRequest, timeout: number): Promise<
   try {
     body = (await store.nc.request(subjects.delete, JSON.stringify(req), { timeout })).json();
   } catch (e) {
-    if (isNoResponders(e)) throw new CliError(`no resolver answers at ${store.nc.getServer()}; start the mesh (meshctl up) or its resolver`, ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
-    if (isRequestTimeout(e)) throw new CliError(`the resolver did not answer within ${Math.round(timeout / 1000)} s; nothing may have been deleted (meshctl status shows it)`, ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
+    if (isNoResponders(e))
+      throw new CliError(`no resolver answers at ${store.nc.getServer()}; start the mesh (meshctl up) or its resolver`, ExitCodes.ServiceUnavailable, {
+        cause: e,
+        retryable: true,
+      });
+    if (isRequestTimeout(e))
+      throw new CliError(
+        `the resolver did not answer within ${Math.round(timeout / 1000)} s; nothing may have been deleted (meshctl status shows it)`,
+        ExitCodes.ServiceUnavailable,
+        { cause: e, retryable: true },
+      );
     throw new CliError(`the delete request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
   }
   const refused = errorFromReply(body);
-  if (refused) throw new CliError(`the resolver refused: ${refused.message}`, refused.code === "InvalidRequest" ? ExitCodes.Usage : ExitCodes.Failure, { retryable: refused.retryable });
+  if (refused)
+    throw new CliError(`the resolver refused: ${refused.message}`, refused.code === "InvalidRequest" ? ExitCodes.Usage : ExitCodes.Failure, {
+      retryable: refused.retryable,
+    });
   const parsed = DeleteReply.safeParse(body);
   if (!parsed.success) throw new CliError("the resolver sent a reply meshctl does not understand; are meshctl and the resolver of the same version?");
   return parsed.data;
@@ -91,7 +111,13 @@ async function grantsLeft(store: Store, req: DeleteRequest): Promise<GrantLeft[]
     if (seen.has(g.id)) return;
     seen.add(g.id);
     // Revoked once the resolver marked it and the provisioner took it back (or it is kept as retained).
-    left.push({ grant: g.id, revoked: Boolean(g.retained) || (isUnneeded(g) && !revocationDue(g)), retained: Boolean(g.retained), gone: false, remains: removalRemains(g) });
+    left.push({
+      grant: g.id,
+      revoked: Boolean(g.retained) || (isUnneeded(g) && !revocationDue(g)),
+      retained: Boolean(g.retained),
+      gone: false,
+      remains: removalRemains(g),
+    });
   };
   for (const d of req.documents.filter((x) => x.kind === "Module")) {
     for (const g of await listJson(store.kv.grants, Grant, keys.grantsOf(d.name))) add(g.value);
@@ -114,7 +140,8 @@ export async function runDelete(store: Store, opts: DeleteOptions, out: Output):
     if (!opts.json) out.err("refused: nothing was deleted.");
     return ExitCodes.Failure;
   }
-  if (!opts.json) for (const d of reply.deleted) out.out(`${d.kind === "Retained" ? "dropping what was retained of" : `deleted ${d.kind.toLowerCase()}`} ${d.name}`);
+  if (!opts.json)
+    for (const d of reply.deleted) out.out(`${d.kind === "Retained" ? "dropping what was retained of" : `deleted ${d.kind.toLowerCase()}`} ${d.name}`);
   const until = Date.now() + (opts.waitMs ?? 60_000);
   let left = await grantsLeft(store, opts.request);
   // Grants that are gone by the end were taken back and removed: said too, not left out.
@@ -139,11 +166,15 @@ export async function runDelete(store: Store, opts: DeleteOptions, out: Output):
     for (const g of left) {
       if (!g.revoked) continue;
       const rest = g.remains.length ? `; still to do: ${g.remains.join("; ")}` : "";
-      out.out(`${g.grant}: ${g.gone ? "revoked at its provider and removed" : g.retained ? `revoked, its data retained (meshctl delete retained ${g.grant} drops it)` : "revoked at its provider"}${rest}`);
+      out.out(
+        `${g.grant}: ${g.gone ? "revoked at its provider and removed" : g.retained ? `revoked, its data retained (meshctl delete retained ${g.grant} drops it)` : "revoked at its provider"}${rest}`,
+      );
     }
   }
   if (notRevoked.length) {
-    out.err(`not revoked in time: ${notRevoked.map((g) => `${g.grant} (${g.remains.join("; ")})`).join(", ")}; the mesh goes on with it (meshctl status shows it)`);
+    out.err(
+      `not revoked in time: ${notRevoked.map((g) => `${g.grant} (${g.remains.join("; ")})`).join(", ")}; the mesh goes on with it (meshctl status shows it)`,
+    );
     return ExitCodes.WaitTimedOut;
   }
   return ExitCodes.Ok;

@@ -44,21 +44,38 @@ describe("explainModule, one requirement at a time", () => {
     },
     {
       name: "AwaitingDependency says what it waits for, and that it moves on by itself",
-      grant: grant({ requirement: "db", provider: null, conditions: [cond("Resolved", "False", "AwaitingDependency", "waiting: pg-in-mesh needs store/key, not provisioned yet; it moves on by itself once they are")] }),
+      grant: grant({
+        requirement: "db",
+        provider: null,
+        conditions: [
+          cond("Resolved", "False", "AwaitingDependency", "waiting: pg-in-mesh needs store/key, not provisioned yet; it moves on by itself once they are"),
+        ],
+      }),
       state: "InProgress",
       why: /pg-in-mesh needs store\/key/,
       next: /nothing to do if those grants are on their way/,
     },
     {
       name: "DependencyCycle is unsatisfiable and says how to break it",
-      grant: grant({ requirement: "db", provider: null, conditions: [cond("Resolved", "False", "DependencyCycle", "shop/db can never be provisioned: it waits for itself through shop/db → store/files → shop/db")] }),
+      grant: grant({
+        requirement: "db",
+        provider: null,
+        conditions: [
+          cond("Resolved", "False", "DependencyCycle", "shop/db can never be provisioned: it waits for itself through shop/db → store/files → shop/db"),
+        ],
+      }),
       state: "Unsatisfiable",
       why: /shop\/db → store\/files → shop\/db/,
       next: /break the cycle/,
     },
     {
       name: "NoProvider of a kind with an example file points at it",
-      grant: grant({ requirement: "db", kind: "redis.user", provider: null, conditions: [cond("Resolved", "False", "NoProvider", "no provider serves redis.user")] }),
+      grant: grant({
+        requirement: "db",
+        kind: "redis.user",
+        provider: null,
+        conditions: [cond("Resolved", "False", "NoProvider", "no provider serves redis.user")],
+      }),
       over: { providers: [] },
       state: "Unsatisfiable",
       why: /^no provider serves redis\.user$/,
@@ -140,7 +157,12 @@ describe("explainModule, one requirement at a time", () => {
         requirement: "db",
         conditions: [
           resolvedDb,
-          cond("Provisioned", "False", "AwaitingDependency", "waiting for the admin password of provider pg-main, a mesh secret: provider pg-main: the server at postgres://127.0.0.1:5433 accepts generation 1 of pg/admin-password; the mesh holds 2; …"),
+          cond(
+            "Provisioned",
+            "False",
+            "AwaitingDependency",
+            "waiting for the admin password of provider pg-main, a mesh secret: provider pg-main: the server at postgres://127.0.0.1:5433 accepts generation 1 of pg/admin-password; the mesh holds 2; …",
+          ),
         ],
       }),
       state: "InProgress",
@@ -156,7 +178,15 @@ describe("explainModule, one requirement at a time", () => {
         kind: "secret",
         provider: "builtin-secret",
         repair: "report",
-        conditions: [...readyDb.conditions, cond("Verified", "False", "CredentialDiverged", "provider pg-main: the server at postgres://127.0.0.1:5433 accepts generation 1 of shop/session-key; the mesh holds 2; …")],
+        conditions: [
+          ...readyDb.conditions,
+          cond(
+            "Verified",
+            "False",
+            "CredentialDiverged",
+            "provider pg-main: the server at postgres://127.0.0.1:5433 accepts generation 1 of shop/session-key; the mesh holds 2; …",
+          ),
+        ],
       }),
       state: "Failing",
       why: /verification failed \(CredentialDiverged\): provider pg-main: the server at/,
@@ -204,7 +234,14 @@ describe("explainModule, the module as a whole", () => {
   });
 
   it("notes a stored manifest newer than the one processed", () => {
-    const e = explainModule({ status: moduleStatus({ manifestRevision: 2 }), manifest: { doc: shopDoc, revision: 5 }, grants: [readyDb], providers: [pgMain], nodes: [nodeA], now: NOW });
+    const e = explainModule({
+      status: moduleStatus({ manifestRevision: 2 }),
+      manifest: { doc: shopDoc, revision: 5 },
+      grants: [readyDb],
+      providers: [pgMain],
+      nodes: [nodeA],
+      now: NOW,
+    });
     expect(e.notes.join(" ")).toContain("revision 5) is newer than the one last processed (revision 2)");
     expect(e.requirements.map((r) => r.requirement)).toEqual(["db", "session-key"]);
   });
@@ -213,7 +250,16 @@ describe("explainModule, the module as a whole", () => {
     const e = explainModule({
       status: moduleStatus(),
       manifest: { doc: shopDoc, revision: 3 },
-      grants: [readyDb, grant({ requirement: "session-key", kind: "secret", parts: ["api", "worker"], provider: "builtin-secret", conditions: [cond("Resolved", "True", "ProviderSelected", "x")] })],
+      grants: [
+        readyDb,
+        grant({
+          requirement: "session-key",
+          kind: "secret",
+          parts: ["api", "worker"],
+          provider: "builtin-secret",
+          conditions: [cond("Resolved", "True", "ProviderSelected", "x")],
+        }),
+      ],
       providers: [pgMain],
       nodes: [nodeA],
       now: NOW,

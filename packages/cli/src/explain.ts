@@ -119,8 +119,7 @@ function explainGrant(
       `if this lasts, the resolver is not running or failing: check ${LOGS}/resolver.log (under meshctl up)`,
     );
   }
-  const partsOf = (names: readonly string[]) =>
-    names.map((p) => `${p} (node ${partNodes.get(p)?.node ?? "?"})`).join(", ");
+  const partsOf = (names: readonly string[]) => names.map((p) => `${p} (node ${partNodes.get(p)?.node ?? "?"})`).join(", ");
   const resolved = getCondition(g.conditions, "Resolved");
   if (!resolved) {
     return result(RequirementStates.InProgress, "it has not been resolved to a provider yet", `if this lasts, check ${LOGS}/resolver.log`);
@@ -233,7 +232,14 @@ function explainGrant(
   if (skippedNote) details.push(skippedNote);
 
   if (delivered?.status === "False" && delivered.reason === "DeliveryFailed") {
-    return { ...result(RequirementStates.Failing, `delivery failed: ${delivered.message}`, `the agent retries by itself; look at the agent's log (${LOGS}/agent-<node>.log under meshctl up)`), details };
+    return {
+      ...result(
+        RequirementStates.Failing,
+        `delivery failed: ${delivered.message}`,
+        `the agent retries by itself; look at the agent's log (${LOGS}/agent-<node>.log under meshctl up)`,
+      ),
+      details,
+    };
   }
   if (missing.length) {
     const waits = missing.map((t) => {

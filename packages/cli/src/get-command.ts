@@ -68,7 +68,10 @@ export async function runGet(store: Store, opts: GetOptions, out: Output): Promi
   if (opts.resource === "providers") {
     const rows = providerRows(records).filter((r) => opts.name === undefined || r.name === opts.name);
     if (opts.name !== undefined && rows.length === 0) {
-      throw new CliError(`provider ${opts.name} does not exist: no Provider document of that name is stored; meshctl get providers lists them`, ExitCodes.NotFound);
+      throw new CliError(
+        `provider ${opts.name} does not exist: no Provider document of that name is stored; meshctl get providers lists them`,
+        ExitCodes.NotFound,
+      );
     }
     print("providers", rows, () => formatProviderRows(rows, table), "no provider");
     return ExitCodes.Ok;
@@ -88,10 +91,20 @@ export async function runGet(store: Store, opts: GetOptions, out: Output): Promi
     print("modules", rows, () => formatModuleRows(rows, table), "no module has been processed yet; apply one with: npx meshctl apply -f FILE");
     return ExitCodes.Ok;
   }
-  const rows = grantRows(records, explanations).filter((r) => opts.name === undefined || (opts.name.includes("/") ? r.id === opts.name : r.module === opts.name));
+  const rows = grantRows(records, explanations).filter(
+    (r) => opts.name === undefined || (opts.name.includes("/") ? r.id === opts.name : r.module === opts.name),
+  );
   if (opts.name?.includes("/") && rows.length === 0) {
-    throw new CliError(`grant ${opts.name} does not exist: module ${module} declares no requirement ${opts.name.split("/")[1]}; meshctl get grants ${module} lists its grants`, ExitCodes.NotFound);
+    throw new CliError(
+      `grant ${opts.name} does not exist: module ${module} declares no requirement ${opts.name.split("/")[1]}; meshctl get grants ${module} lists its grants`,
+      ExitCodes.NotFound,
+    );
   }
-  print("grants", rows, () => formatGrantRows(rows, table), opts.name ? `module ${opts.name} declares no requirement` : "no grant: no processed module declares a requirement");
+  print(
+    "grants",
+    rows,
+    () => formatGrantRows(rows, table),
+    opts.name ? `module ${opts.name} declares no requirement` : "no grant: no processed module declares a requirement",
+  );
   return ExitCodes.Ok;
 }

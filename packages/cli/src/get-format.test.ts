@@ -33,8 +33,18 @@ function records(over: Partial<MeshRecords> = {}): MeshRecords {
 
 describe("formatTable", () => {
   it("aligns every column on its widest cell, colour codes not counted, the last one ragged", () => {
-    const t = formatTable(["NAME", "STATE", "REASON"], [["shop", "\x1b[32mReady\x1b[39m", "all fine"], ["a-longer-name", "Pending", "x"]]);
-    expect(stripVTControlCharacters(t).split("\n")).toEqual(["NAME           STATE    REASON", "shop           Ready    all fine", "a-longer-name  Pending  x"]);
+    const t = formatTable(
+      ["NAME", "STATE", "REASON"],
+      [
+        ["shop", "\x1b[32mReady\x1b[39m", "all fine"],
+        ["a-longer-name", "Pending", "x"],
+      ],
+    );
+    expect(stripVTControlCharacters(t).split("\n")).toEqual([
+      "NAME           STATE    REASON",
+      "shop           Ready    all fine",
+      "a-longer-name  Pending  x",
+    ]);
   });
 
   it("cuts lines to a width with an ellipsis", () => {
@@ -81,7 +91,12 @@ describe("get grants", () => {
         { name: "key", kind: "secret" },
       ],
     };
-    const identity = grant({ requirement: "nats-api", kind: "mesh.identity", provider: "mesh-nats", conditions: [cond("Resolved", "True", "ProviderSelected", "mesh-nats", 9)] });
+    const identity = grant({
+      requirement: "nats-api",
+      kind: "mesh.identity",
+      provider: "mesh-nats",
+      conditions: [cond("Resolved", "True", "ProviderSelected", "mesh-nats", 9)],
+    });
     const r = records({ grants: [readyDb, pendingKey, identity], manifests: new Map([["shop", { doc, revision: 3 }]]) });
     expect(grantRows(r).map((g) => g.id)).toEqual(["shop/db", "shop/key", "shop/nats-api"]);
     expect(moduleRows(r).find((m) => m.name === "shop")!.ready).toEqual({ satisfied: 1, total: 3 });
@@ -95,7 +110,14 @@ describe("get grants", () => {
 
 describe("get providers", () => {
   it("lists registered providers and the built-in one, with the grants they serve and where they are reached from", () => {
-    const down: ReachabilityRecord = { node: "node-b", provider: "pg-main", address: "127.0.0.1:5432", reachable: false, message: "connection refused", since: ago(9) };
+    const down: ReachabilityRecord = {
+      node: "node-b",
+      provider: "pg-main",
+      address: "127.0.0.1:5432",
+      reachable: false,
+      message: "connection refused",
+      since: ago(9),
+    };
     const up: ReachabilityRecord = { ...down, node: "node-a", reachable: true, message: "" };
     const rows = providerRows(records({ reachability: [down, up] }));
     expect(rows.map((r) => [r.name, r.grants, r.builtin, r.reachableFrom, r.unreachableFrom.map((u) => u.node)])).toEqual([

@@ -21,7 +21,10 @@ export interface TableOptions {
 export function formatTable(header: readonly string[], rows: ReadonlyArray<readonly string[]>, width?: number): string {
   const widths = header.map((h, i) => Math.max(visibleLength(h), ...rows.map((r) => visibleLength(r[i] ?? ""))));
   const line = (cells: readonly string[]) => {
-    const text = cells.map((c, i) => (i === cells.length - 1 ? c : pad(c, widths[i]!))).join("  ").trimEnd();
+    const text = cells
+      .map((c, i) => (i === cells.length - 1 ? c : pad(c, widths[i]!)))
+      .join("  ")
+      .trimEnd();
     return width === undefined ? text : truncate(text, width);
   };
   return [line(header), ...rows.map(line)].join("\n");

@@ -115,7 +115,14 @@ export function explainAll(r: MeshRecords, now = new Date()): Map<string, Explan
       const manifest = r.manifests.get(status.module);
       return [
         status.module,
-        explainModuleAndIdentities({ status, ...(manifest ? { manifest } : {}), grants: byModule.get(status.module) ?? [], providers: r.providers, nodes: r.nodes, now }),
+        explainModuleAndIdentities({
+          status,
+          ...(manifest ? { manifest } : {}),
+          grants: byModule.get(status.module) ?? [],
+          providers: r.providers,
+          nodes: r.nodes,
+          now,
+        }),
       ];
     }),
   );
@@ -151,7 +158,11 @@ export function grantRows(r: MeshRecords, explanations = explainAll(r)): GrantRo
       const g = grants.get(q.grant);
       const targets = g?.targets ?? [];
       const current = targets.filter((t) => g!.holders[holderKey(t.node, t.part)]?.generation === g!.generation && g!.generation > 0).length;
-      const updated = g?.conditions.map((c) => c.observedAt).sort().at(-1) ?? null;
+      const updated =
+        g?.conditions
+          .map((c) => c.observedAt)
+          .sort()
+          .at(-1) ?? null;
       rows.push({
         id: q.grant,
         module: e.module,

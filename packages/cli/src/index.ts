@@ -75,11 +75,29 @@ export { formatExplanation } from "./explain-format.js";
 export { runExplain, loadExplanation, type ExplainOptions } from "./explain-command.js";
 export { runUp, chooseNodes, serviceSpecs, waitForResolver, displayPath, DEFAULT_NODE, type UpOptions } from "./up-command.js";
 export { Supervisor, type ServiceSpec, type ChildEvent, type SupervisorOptions } from "./supervisor.js";
-export { startLiveStatus, liveLine, type LiveLine, moduleChangeLines, grantChangeLines, formatSnapshot, clock, type LiveStatus, type MeshSnapshot } from "./live-status.js";
+export {
+  startLiveStatus,
+  liveLine,
+  type LiveLine,
+  moduleChangeLines,
+  grantChangeLines,
+  formatSnapshot,
+  clock,
+  type LiveStatus,
+  type MeshSnapshot,
+} from "./live-status.js";
 export { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 export { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
 export { runVerify, formatVerify, VERIFY_TIMEOUT_MS, type VerifyOptions } from "./verify-command.js";
-export { runRotate, followRotation, rotatorNotRunningMessage, alreadyRotatingError, ROTATE_REQUEST_TIMEOUT_MS, WAIT_GRACE_MS, type RotateOptions } from "./rotate-command.js";
+export {
+  runRotate,
+  followRotation,
+  rotatorNotRunningMessage,
+  alreadyRotatingError,
+  ROTATE_REQUEST_TIMEOUT_MS,
+  WAIT_GRACE_MS,
+  type RotateOptions,
+} from "./rotate-command.js";
 export { runTrace, type TraceOptions } from "./trace-command.js";
 export { retrying, retryPolicy, isRetryable, remainingMs, DEFAULT_DEADLINE_MS, type RetryPolicy } from "./retry.js";
 export { findRotation, latestRotation, type FoundRotation } from "./rotation-records.js";

@@ -180,10 +180,13 @@ export type KvWatch = Awaited<ReturnType<KV["watch"]>>;
 export async function watchUntil(open: () => Promise<KvWatch>, untilMs: number): Promise<{ watch: KvWatch; timedOut(): boolean; stop(): void }> {
   const watch = await retryJetStreamRead(open, Math.max(1, untilMs - Date.now()));
   let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    watch.stop();
-  }, Math.max(0, untilMs - Date.now()));
+  const timer = setTimeout(
+    () => {
+      timedOut = true;
+      watch.stop();
+    },
+    Math.max(0, untilMs - Date.now()),
+  );
   return {
     watch,
     timedOut: () => timedOut,

@@ -16,7 +16,10 @@ export const NATS_SERVER_CANDIDATES = ["/usr/sbin/nats-server", "/usr/local/sbin
 export function findNatsServer(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const candidates = [
     ...(env.NATS_SERVER_BIN ? [env.NATS_SERVER_BIN] : []),
-    ...(env.PATH ?? "").split(delimiter).filter(Boolean).map((d) => join(d, "nats-server")),
+    ...(env.PATH ?? "")
+      .split(delimiter)
+      .filter(Boolean)
+      .map((d) => join(d, "nats-server")),
     ...NATS_SERVER_CANDIDATES,
   ];
   for (const c of candidates) {

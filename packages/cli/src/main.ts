@@ -119,7 +119,12 @@ const VERBOSE_HELP = "show every attempt that is tried again, and why";
 const program = new Command("meshctl")
   .version(version, "-V, --version", "print meshctl's version")
   .description("Operate the provisioning mesh: apply manifests, see what is satisfied and why, run it all locally.")
-  .addOption(new Option("-s, --server <url>", "NATS server URL(s), comma-separated; default: the one meshctl up recorded in .mesh/nats-url, else nats://127.0.0.1:4222").env("NATS_URL"))
+  .addOption(
+    new Option(
+      "-s, --server <url>",
+      "NATS server URL(s), comma-separated; default: the one meshctl up recorded in .mesh/nats-url, else nats://127.0.0.1:4222",
+    ).env("NATS_URL"),
+  )
   .showHelpAfterError()
   // Wrong usage exits 2 (commander's own default is 1, which meshctl keeps for failures).
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
@@ -164,14 +169,19 @@ program
   .option("--json", 'print {"ok","deleted":[…],"grants":[{"grant","revoked","retained","gone","remains"}]} as JSON')
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((what: string | undefined, names: string[], o: { filename: string[]; force?: boolean; waitTimeout?: string; json?: boolean; timeout?: string; verbose?: boolean }) =>
-    run(async (connect, url) => {
-      const force = Boolean(o.force);
-      if (o.filename.length && (what || names.length)) throw new CliError("give either -f FILE… or WHAT NAME…, not both", ExitCodes.Usage);
-      const request = o.filename.length ? await deleteRequestOfFiles(o.filename, force) : deleteRequestOf(what, names, force);
-      const waitMs = durationOption("--wait-timeout", o.waitTimeout);
-      return runDelete(await openStoreForCli(await connect(), url), { request, json: o.json, policy: policyOf(o), ...(waitMs ? { waitMs } : {}) }, out);
-    }),
+  .action(
+    (
+      what: string | undefined,
+      names: string[],
+      o: { filename: string[]; force?: boolean; waitTimeout?: string; json?: boolean; timeout?: string; verbose?: boolean },
+    ) =>
+      run(async (connect, url) => {
+        const force = Boolean(o.force);
+        if (o.filename.length && (what || names.length)) throw new CliError("give either -f FILE… or WHAT NAME…, not both", ExitCodes.Usage);
+        const request = o.filename.length ? await deleteRequestOfFiles(o.filename, force) : deleteRequestOf(what, names, force);
+        const waitMs = durationOption("--wait-timeout", o.waitTimeout);
+        return runDelete(await openStoreForCli(await connect(), url), { request, json: o.json, policy: policyOf(o), ...(waitMs ? { waitMs } : {}) }, out);
+      }),
   );
 
 program
@@ -222,7 +232,10 @@ program
   .description("wait until a module is in a state, derived from its stored manifest; one not applied yet is waited for too")
   .argument("<module>", "the module")
   .requiredOption("--for <state>", `the state: one of ${MODULE_STATE_LIST.join(", ")}`)
-  .option("--timeout <duration>", `how long to wait (default ${WAIT_TIMEOUT_MS / 1000}s); then exit 9 naming the state seen last, or 3 when the module still has none`)
+  .option(
+    "--timeout <duration>",
+    `how long to wait (default ${WAIT_TIMEOUT_MS / 1000}s); then exit 9 naming the state seen last, or 3 when the module still has none`,
+  )
   .option("--json", 'print {"module","for","outcome","state","message","since","processedRevision","manifestRevision","why","timedOut"} as JSON')
   .action((module: string, o: { for: string; timeout?: string; json?: boolean }) =>
     run(async (connect, url) => {
@@ -252,23 +265,36 @@ program
   .option("--kind <kind>", "rotate every grant of this kind instead of one (nats.user: reissues every identity with the permissions the mesh issues now)")
   .option("--wait", "show a live confirmed N/M holders line until the rotation is Committed or Stalled")
   .option("--timeout <duration>", "how long holders have to confirm before the rotation is Stalled (e.g. 90s, 10m; default the rotator's, 5m)")
-  .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers or it asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s); a resent request starts no second rotation`)
+  .option(
+    "--request-timeout <duration>",
+    `how long to keep sending the request while no rotator answers or it asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s); a resent request starts no second rotation`,
+  )
   .option("--verbose", VERBOSE_HELP)
   .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…],"evicted":[…]} as JSON')
-  .option("--evict <holder>", "commit the grant's running (or Stalled) rotation without this holder (<node>/<part>, or <node>/<part>/<instance> for an SDK instance), which never came back; repeatable", collect, [])
-  .action((grant: string | undefined, o: { kind?: string; wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; evict: string[] }) =>
-    run(async (connect, url) => {
-      if ((grant === undefined) === (o.kind === undefined)) throw new CliError("give either a grant (<module>/<requirement>) or --kind KIND, not both or neither", ExitCodes.Usage);
-      if (o.kind !== undefined && o.evict.length) throw new CliError("--evict names holders of one grant: give the grant, not --kind", ExitCodes.Usage);
-      if (o.kind !== undefined) checkKindArg(o.kind);
-      else checkGrantArg(grant!);
-      const timeoutMs = durationOption("--timeout", o.timeout);
-      const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
-      const common = { wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}) };
-      const store = await openStoreForCli(await connect(), url);
-      if (o.kind !== undefined) return runRotateKind(store, { ...common, kind: o.kind }, out);
-      return runRotate(store, { grant: grant!, ...common, ...(o.evict.length ? { evict: o.evict } : {}) }, out);
-    }),
+  .option(
+    "--evict <holder>",
+    "commit the grant's running (or Stalled) rotation without this holder (<node>/<part>, or <node>/<part>/<instance> for an SDK instance), which never came back; repeatable",
+    collect,
+    [],
+  )
+  .action(
+    (
+      grant: string | undefined,
+      o: { kind?: string; wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; evict: string[] },
+    ) =>
+      run(async (connect, url) => {
+        if ((grant === undefined) === (o.kind === undefined))
+          throw new CliError("give either a grant (<module>/<requirement>) or --kind KIND, not both or neither", ExitCodes.Usage);
+        if (o.kind !== undefined && o.evict.length) throw new CliError("--evict names holders of one grant: give the grant, not --kind", ExitCodes.Usage);
+        if (o.kind !== undefined) checkKindArg(o.kind);
+        else checkGrantArg(grant!);
+        const timeoutMs = durationOption("--timeout", o.timeout);
+        const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
+        const common = { wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}) };
+        const store = await openStoreForCli(await connect(), url);
+        if (o.kind !== undefined) return runRotateKind(store, { ...common, kind: o.kind }, out);
+        return runRotate(store, { grant: grant!, ...common, ...(o.evict.length ? { evict: o.evict } : {}) }, out);
+      }),
   );
 
 program
@@ -286,7 +312,11 @@ program
       const graceMs = o.grace === "0s" || o.grace === "0" ? 0 : (durationOption("--grace", o.grace) ?? 1_000);
       const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
       const by = `${userInfo().username}@${hostname()}`;
-      return runRotate(await openStoreForCli(await connect(), url), { grant, json: o.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } }, out);
+      return runRotate(
+        await openStoreForCli(await connect(), url),
+        { grant, json: o.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } },
+        out,
+      );
     }),
   );
 
@@ -298,19 +328,35 @@ program
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
   .action((rotation: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
-    readCommand("trace", o, (store) => runTrace(store, { rotation, json: o.json }, out), () => checkRotationArg(rotation)),
+    readCommand(
+      "trace",
+      o,
+      (store) => runTrace(store, { rotation, json: o.json }, out),
+      () => checkRotationArg(rotation),
+    ),
   );
 
 program
   .command("console")
-  .description("a read-only web console of the mesh, live: the graph of modules, requirements, grants and providers, each grant's page, each rotation's fan-out")
-  .option("--listen <host:port>", "where to listen; an address beyond loopback only with --tls-cert and --tls-key (port 0 picks a free one)", DEFAULT_CONSOLE_LISTEN)
+  .description(
+    "a read-only web console of the mesh, live: the graph of modules, requirements, grants and providers, each grant's page, each rotation's fan-out",
+  )
+  .option(
+    "--listen <host:port>",
+    "where to listen; an address beyond loopback only with --tls-cert and --tls-key (port 0 picks a free one)",
+    DEFAULT_CONSOLE_LISTEN,
+  )
   .option("--tls-cert <file>", "PEM certificate, to serve HTTPS (required beyond loopback)")
   .option("--tls-key <file>", "PEM private key of --tls-cert")
   .option("--host <name>", "a host name clients reach a console beyond loopback by (the Host header it accepts); repeatable", collect, [])
   .action((o: { listen: string; tlsCert?: string; tlsKey?: string; host: string[] }) =>
     run(async (connect, url) => {
-      const opts: ConsoleOptions = { listen: o.listen, hostNames: o.host, ...(o.tlsCert ? { tlsCert: o.tlsCert } : {}), ...(o.tlsKey ? { tlsKey: o.tlsKey } : {}) };
+      const opts: ConsoleOptions = {
+        listen: o.listen,
+        hostNames: o.host,
+        ...(o.tlsCert ? { tlsCert: o.tlsCert } : {}),
+        ...(o.tlsKey ? { tlsKey: o.tlsKey } : {}),
+      };
       checkConsoleOptions(opts);
       const stop = new AbortController();
       for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.once(s, () => stop.abort());
@@ -338,7 +384,8 @@ function hooksOption(specs: readonly string[]): AllowedHooks | undefined {
   }
 }
 
-const ALLOW_HOOK_HELP = "a hook every agent allows, for parts' onRotate: NAME=COMMAND, COMMAND run without a shell (split on whitespace) as --hook-user; repeatable";
+const ALLOW_HOOK_HELP =
+  "a hook every agent allows, for parts' onRotate: NAME=COMMAND, COMMAND run without a shell (split on whitespace) as --hook-user; repeatable";
 const HOOK_USER_HELP = "the unprivileged user the agents run hooks as (default nobody; the agents' own user when meshctl is not root)";
 const NATS_MONITOR_HELP =
   "open the monitoring port of the NATS server this command starts, at 127.0.0.1:PORT (port 0 picks a free one); default: none. " +
@@ -360,7 +407,10 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
       }
     };
     for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
-    const nodes = o.nodes?.split(",").map((n) => n.trim()).filter(Boolean);
+    const nodes = o.nodes
+      ?.split(",")
+      .map((n) => n.trim())
+      .filter(Boolean);
     const natsUrlNamed = isNamedServer(program.opts<{ server?: string }>().server);
     return runUp(
       {
@@ -404,21 +454,32 @@ program
   .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
   .option("--hook-user <user>", HOOK_USER_HELP)
   .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
-  .action((o: LocalMeshOptions & { servicesNode?: string }) =>
-    runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}),
-  );
+  .action((o: LocalMeshOptions & { servicesNode?: string }) => runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}));
 
 program
   .command("control-plane")
-  .description("print the control plane's documents (the bootstrap provider and module mesh) as YAML, for a mesh set up by hand; apply them with meshctl apply -f -")
+  .description(
+    "print the control plane's documents (the bootstrap provider and module mesh) as YAML, for a mesh set up by hand; apply them with meshctl apply -f -",
+  )
   .requiredOption("--nodes <list>", "comma-separated nodes to run an agent on")
   .option("--services-node <node>", "the node the services run on (default: the first node)")
   .requiredOption("--admin-creds <path>", "the operator admin's .creds file, as the provisioner reads it (meshctl nats-config writes it)")
   .requiredOption("--signing-keys-file <path>", "the sealed signing keys, as the provisioner and the rotator read them (meshctl nats-config writes it)")
   .action((o: { nodes: string; servicesNode?: string; adminCreds: string; signingKeysFile: string }) =>
     run(async (_connect, url) => {
-      const nodes = o.nodes.split(",").map((n) => n.trim()).filter(Boolean);
-      out.out(controlPlaneYaml({ url, nodes, ...(o.servicesNode ? { servicesNode: o.servicesNode } : {}), adminCredsFile: o.adminCreds, signingKeysFile: o.signingKeysFile }).trimEnd());
+      const nodes = o.nodes
+        .split(",")
+        .map((n) => n.trim())
+        .filter(Boolean);
+      out.out(
+        controlPlaneYaml({
+          url,
+          nodes,
+          ...(o.servicesNode ? { servicesNode: o.servicesNode } : {}),
+          adminCredsFile: o.adminCreds,
+          signingKeysFile: o.signingKeysFile,
+        }).trimEnd(),
+      );
       return ExitCodes.Ok;
     }),
   );

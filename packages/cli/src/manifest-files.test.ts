@@ -39,7 +39,8 @@ describe("loadManifestFiles", () => {
   });
 
   it("lists every problem of every file as FILE: document N: path: message", async () => {
-    const bad = "kind: Module\nname: shop\nparts: [{ name: api, node: node-a }]\nrequires:\n  - { name: db, parts: [api] }\n---\nkind: Provider\nname: Bad_Name\n";
+    const bad =
+      "kind: Module\nname: shop\nparts: [{ name: api, node: node-a }]\nrequires:\n  - { name: db, parts: [api] }\n---\nkind: Provider\nname: Bad_Name\n";
     const r = await loadManifestFiles(["ok.yaml", "bad.yaml", "gone.yaml"], reader({ "ok.yaml": provider, "bad.yaml": bad }));
     expect(r.ok).toBe(false);
     if (r.ok) return;
@@ -98,7 +99,9 @@ describe("-f DIR", () => {
       const empty = await loadManifestFiles([join(dir, "sub", "..", "nested.yaml")], processReader);
       expect(empty).toEqual({
         ok: false,
-        problems: [{ source: join(dir, "sub", "..", "nested.yaml"), message: "is a directory with no .yaml or .yml file directly in it (subdirectories are not read)" }],
+        problems: [
+          { source: join(dir, "sub", "..", "nested.yaml"), message: "is a directory with no .yaml or .yml file directly in it (subdirectories are not read)" },
+        ],
       });
     } finally {
       rmSync(dir, { recursive: true, force: true });

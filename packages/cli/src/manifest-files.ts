@@ -90,7 +90,8 @@ export async function loadManifestFiles(names: readonly string[], reader: FileRe
       text = name === "-" ? await reader.readStdin() : await reader.readFile(name);
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      const why = code === "ENOENT" ? "no such file" : code === "EISDIR" ? "is a directory, give a file" : code === "EACCES" ? "permission denied" : errorMessage(e);
+      const why =
+        code === "ENOENT" ? "no such file" : code === "EISDIR" ? "is a directory, give a file" : code === "EACCES" ? "permission denied" : errorMessage(e);
       problems.push({ source, message: `cannot read: ${why}` });
       continue;
     }

@@ -61,7 +61,10 @@ export function judge(t: ModuleTarget, seen: ModuleSeen): { verdict: Verdict; wh
   }
   const state = `${s.state}${s.message ? `: ${printable(s.message)}` : ""}`;
   if (wanted !== undefined && s.manifestRevision < wanted) {
-    return { verdict: "waiting", why: `the resolver has not processed manifest revision ${wanted} yet (last state, of revision ${s.manifestRevision}: ${state})` };
+    return {
+      verdict: "waiting",
+      why: `the resolver has not processed manifest revision ${wanted} yet (last state, of revision ${s.manifestRevision}: ${state})`,
+    };
   }
   if (t.accept.includes(s.state)) return { verdict: "met", why: state };
   const fresh = t.freshAfter === undefined || (seen.recordRevision ?? 0) > t.freshAfter;
@@ -102,7 +105,9 @@ export function waitResult(t: ModuleTarget, seen: ModuleSeen): ModuleWaitResult 
 
 /** `shop Pending: waiting for db`, the line a module's progress shows. */
 export function waitLine(r: ModuleWaitResult): string {
-  return r.state === null || r.processedRevision === null || (r.manifestRevision !== null && r.processedRevision < r.manifestRevision) ? `${r.module}: ${r.why}` : `${r.module} ${r.why}`;
+  return r.state === null || r.processedRevision === null || (r.manifestRevision !== null && r.processedRevision < r.manifestRevision)
+    ? `${r.module}: ${r.why}`
+    : `${r.module} ${r.why}`;
 }
 
 /** The revision of the manifest of `module` stored now; undefined when none is. */
@@ -145,7 +150,10 @@ export async function waitForModules(
     const manifestRevision = t.manifestRevision ?? (await manifestRevisionOf(store, module));
     seen.set(module, { ...next, ...(manifestRevision !== undefined ? { manifestRevision } : {}) });
     const all = results();
-    onChange(all.find((r) => r.module === module)!, all);
+    onChange(
+      all.find((r) => r.module === module)!,
+      all,
+    );
   };
   // One key is watched alone; several through all of them (nats-server 2.9 watches one filter).
   const following = await watchUntil(() => store.kv.modules.watch({ key: targets.length === 1 ? targets[0]!.module : ">" }), untilMs);

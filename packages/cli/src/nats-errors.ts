@@ -11,9 +11,7 @@ function causes(e: unknown): unknown[] {
 
 /** True when a request failed because nothing subscribes to its subject. */
 export function isNoResponders(e: unknown): boolean {
-  return causes(e).some(
-    (c) => c instanceof Error && (c.name === "NoResponders" || c.name === "NoRespondersError" || /no responders/i.test(c.message)),
-  );
+  return causes(e).some((c) => c instanceof Error && (c.name === "NoResponders" || c.name === "NoRespondersError" || /no responders/i.test(c.message)));
 }
 
 /** True when a request got no reply in time. */

@@ -16,7 +16,8 @@ const modeOf = (p: string) => lstatSync(p).mode & 0o777;
 /** A state directory as an older meshctl left it: 0755 directories, 0644 files. */
 function looseTree(root: string): void {
   for (const d of ["logs", "nats-operator/store/jetstream", "bindings/node-a/shop/.api.generations/db-g1-abc"]) mkdirSync(join(root, d), { recursive: true });
-  for (const f of ["logs/resolver.log", "nats-url", "nats-operator/store/jetstream/meta.inf", "bindings/node-a/shop/.api.generations/db-g1-abc/password"]) writeFileSync(join(root, f), "x");
+  for (const f of ["logs/resolver.log", "nats-url", "nats-operator/store/jetstream/meta.inf", "bindings/node-a/shop/.api.generations/db-g1-abc/password"])
+    writeFileSync(join(root, f), "x");
   mkdirSync(join(root, "bindings/node-a/shop/api"), { recursive: true });
   symlinkSync("../.api.generations/db-g1-abc", join(root, "bindings/node-a/shop/api/db"));
   const walk = (p: string) => {

@@ -44,7 +44,9 @@ describe("retrying", () => {
     await retrying("rotate", retryPolicy({ withinMs: 5_000 }, out), async () => {
       if (++n < 3) throw new CliError("no rotator answers at nats://x", ExitCodes.ServiceUnavailable, { retryable: true });
     });
-    expect(out.stderr.trim().split("\n")).toEqual(["meshctl: rotate: no rotator answers at nats://x; trying again for up to 5 s (--timeout; --verbose shows each attempt)"]);
+    expect(out.stderr.trim().split("\n")).toEqual([
+      "meshctl: rotate: no rotator answers at nats://x; trying again for up to 5 s (--timeout; --verbose shows each attempt)",
+    ]);
   });
 
   it("names no option where the command has none (up)", async () => {

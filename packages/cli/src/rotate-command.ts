@@ -117,7 +117,10 @@ async function requestRotation(store: Store, opts: RotateOptions, requestId: str
       if (isRotationRunning(cur)) throw alreadyRotatingError(cur);
     }
     const retry = refused.retryable ? " Trying again later may succeed." : "";
-    throw new CliError(`the rotator refused: ${refused.message}.${retry}`, codes[refused.code] ?? ExitCodes.Failure, { cause: refused, retryable: refused.retryable });
+    throw new CliError(`the rotator refused: ${refused.message}.${retry}`, codes[refused.code] ?? ExitCodes.Failure, {
+      cause: refused,
+      retryable: refused.retryable,
+    });
   }
   const parsed = RotateReply.safeParse(body);
   if (!parsed.success || !parsed.data.ok) {
@@ -131,7 +134,12 @@ async function requestRotation(store: Store, opts: RotateOptions, requestId: str
  * `onChange` sees every version of the record. Returns the last version seen and whether it
  * ended by time.
  */
-export async function followRotation(store: Store, r: Rotation, untilMs: number, onChange: (r: Rotation) => void): Promise<{ rotation: Rotation; timedOut: boolean }> {
+export async function followRotation(
+  store: Store,
+  r: Rotation,
+  untilMs: number,
+  onChange: (r: Rotation) => void,
+): Promise<{ rotation: Rotation; timedOut: boolean }> {
   const key = keys.grant(r.module, r.requirement);
   const following = await watchUntil(() => store.kv.rotations.watch({ key }), untilMs);
   let last = r;
@@ -172,7 +180,10 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   const policy = opts.policy ?? retryPolicy({ option: "--request-timeout" }, out);
   // Checked here too so these answers do not depend on a rotator running; the rotator checks again.
   if (!(await retrying("read the grant", policy, () => readJson(store.kv.grants, key, Grant), { read: true }))) {
-    throw new CliError(`grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`, ExitCodes.NotFound);
+    throw new CliError(
+      `grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`,
+      ExitCodes.NotFound,
+    );
   }
   const running = (await retrying("read the rotation record", policy, () => readJson(store.kv.rotations, key, Rotation), { read: true }))?.value;
   if (opts.evict?.length) return evict(store, opts, running, policy, out);
@@ -203,7 +214,9 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   else {
     out.out(formatOutcome(rotation, { color: out.color, width: out.columns }).join("\n"));
     if (opts.revoke && rotation.state === RotationStates.Committed) {
-      out.out(`generation ${rotation.from} is revoked at ${rotation.provider}${lockedOut.length ? `; locked out until they take generation ${rotation.to}: ${lockedOut.join(", ")}` : "; every holder is on generation " + rotation.to}`);
+      out.out(
+        `generation ${rotation.from} is revoked at ${rotation.provider}${lockedOut.length ? `; locked out until they take generation ${rotation.to}: ${lockedOut.join(", ")}` : "; every holder is on generation " + rotation.to}`,
+      );
     }
   }
   if (rotation.state === RotationStates.Committed) return ExitCodes.Ok;
@@ -224,7 +237,10 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
  */
 async function evict(store: Store, opts: RotateOptions, running: Rotation | undefined, policy: RetryPolicy, out: Output): Promise<number> {
   if (!isRotationRunning(running)) {
-    throw new CliError(`no rotation of ${opts.grant} is running: --evict commits a running or Stalled rotation without the holders named (meshctl status shows one)`, ExitCodes.NotFound);
+    throw new CliError(
+      `no rotation of ${opts.grant} is running: --evict commits a running or Stalled rotation without the holders named (meshctl status shows one)`,
+      ExitCodes.NotFound,
+    );
   }
   const request = { grant: opts.grant, holders: opts.evict! };
   const r = await retrying("evict", policy, async () => {
@@ -233,7 +249,12 @@ async function evict(store: Store, opts: RotateOptions, running: Rotation | unde
       body = (await store.nc.request(subjects.evict, JSON.stringify(request), { timeout: Math.min(ROTATE_REQUEST_TIMEOUT_MS, remainingMs(policy)) })).json();
     } catch (e) {
       if (isNoResponders(e)) throw new CliError(rotatorNotRunningMessage(serverUrl(store)), ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
-      if (isRequestTimeout(e)) throw new CliError("the rotator did not answer in time; the holders may have been evicted anyway (meshctl status shows it)", ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
+      if (isRequestTimeout(e))
+        throw new CliError(
+          "the rotator did not answer in time; the holders may have been evicted anyway (meshctl status shows it)",
+          ExitCodes.ServiceUnavailable,
+          { cause: e, retryable: true },
+        );
       throw new CliError(`the evict request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
     }
     const refused = errorFromReply(body);
@@ -242,12 +263,13 @@ async function evict(store: Store, opts: RotateOptions, running: Rotation | unde
       throw new CliError(`the rotator refused: ${refused.message}`, code, { cause: refused, retryable: refused.retryable });
     }
     const parsed = RotateReply.safeParse(body);
-    if (!parsed.success || !parsed.data.ok) throw new CliError("the rotator sent a reply meshctl does not understand; are meshctl and the rotator of the same version?");
+    if (!parsed.success || !parsed.data.ok)
+      throw new CliError("the rotator sent a reply meshctl does not understand; are meshctl and the rotator of the same version?");
     return parsed.data.rotation;
   });
   // A Stalled rotation commits at the rotator's next look at it, now that nobody is missing.
   let done = r;
-  for (const until = Date.now() + 30_000; done.state !== RotationStates.Committed && Date.now() < until; ) {
+  for (const until = Date.now() + 30_000; done.state !== RotationStates.Committed && Date.now() < until;) {
     await new Promise((res) => setTimeout(res, 200));
     done = (await findRotation(store, r.id))?.rotation ?? done;
   }

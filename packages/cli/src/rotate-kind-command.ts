@@ -24,7 +24,8 @@ interface KindRotation {
 
 /** Refuses (exit 2) a kind the mesh does not know, before anything connects. */
 export function checkKindArg(kind: string): Kind {
-  if (!(KIND_LIST as readonly string[]).includes(kind)) throw new CliError(`${JSON.stringify(kind)} is not a kind: give one of ${KIND_LIST.join(", ")}`, ExitCodes.Usage);
+  if (!(KIND_LIST as readonly string[]).includes(kind))
+    throw new CliError(`${JSON.stringify(kind)} is not a kind: give one of ${KIND_LIST.join(", ")}`, ExitCodes.Usage);
   return kind as Kind;
 }
 
@@ -64,6 +65,9 @@ export async function runRotateKind(store: Store, opts: Omit<RotateOptions, "gra
   results.sort((a, b) => a.grant.localeCompare(b.grant));
   if (opts.json) out.out(JSON.stringify({ kind, rotations: results }, null, 2));
   const failed = results.filter((r) => r.exitCode !== ExitCodes.Ok);
-  if (!opts.json && failed.length) out.err(`meshctl: ${failed.length} of ${results.length} grants of kind ${kind} did not ${opts.wait ? "commit" : "start a rotation"}: ${failed.map((r) => r.grant).join(", ")}; each line above says why`);
+  if (!opts.json && failed.length)
+    out.err(
+      `meshctl: ${failed.length} of ${results.length} grants of kind ${kind} did not ${opts.wait ? "commit" : "start a rotation"}: ${failed.map((r) => r.grant).join(", ")}; each line above says why`,
+    );
   return failed[0]?.exitCode ?? ExitCodes.Ok;
 }

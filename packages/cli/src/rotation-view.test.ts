@@ -82,7 +82,11 @@ describe("traceRotation and formatTrace (meshctl trace)", () => {
       confirmed: { offsetMs: 151, at: plus(151), clock: "rotator" },
     });
     expect(t.holders[1]).toMatchObject({ received: null, applied: null, confirmed: null });
-    expect(t.states.map((s) => [s.state, s.offsetMs])).toEqual([["Staged", 0], ["Broadcast", 5], ["AwaitingHolders", 9]]);
+    expect(t.states.map((s) => [s.state, s.offsetMs])).toEqual([
+      ["Staged", 0],
+      ["Broadcast", 5],
+      ["AwaitingHolders", 9],
+    ]);
     expect(t.missing).toEqual(["node-b/worker"]);
   });
 
@@ -99,18 +103,33 @@ describe("traceRotation and formatTrace (meshctl trace)", () => {
   });
 
   it("prints a JetStream ack as the server's time, with its stream, consumer and sequence, and one found in an ack floor as found", () => {
-    const r = rotation({ holders: { "node-a/api": { c: 151, s: "MESH_HOLD_N_node-a", k: "shop_db_api", q: 9 }, "node-b/worker/i-1": { c: 300, s: "MESH_HOLD_P_shop_node-b_worker", k: "db_i-1", q: 4, f: true } } });
+    const r = rotation({
+      holders: {
+        "node-a/api": { c: 151, s: "MESH_HOLD_N_node-a", k: "shop_db_api", q: 9 },
+        "node-b/worker/i-1": { c: 300, s: "MESH_HOLD_P_shop_node-b_worker", k: "db_i-1", q: 4, f: true },
+      },
+    });
     const t = traceRotation(r);
-    expect(t.holders[0]).toMatchObject({ holder: "node-a/api", stream: "MESH_HOLD_N_node-a", consumer: "shop_db_api", ackedSeq: 9, confirmed: { clock: "server" } });
+    expect(t.holders[0]).toMatchObject({
+      holder: "node-a/api",
+      stream: "MESH_HOLD_N_node-a",
+      consumer: "shop_db_api",
+      ackedSeq: 9,
+      confirmed: { clock: "server" },
+    });
     expect(t.holders[1]).toMatchObject({ holder: "node-b/worker/i-1", foundInAckFloor: true, confirmed: { clock: "rotator" } });
     const text = formatTrace(t);
-    expect(text).toMatch(/node-a\/api\n {4}confirmed +\+0\.151 s {2}\S+ {2}server's clock\n {4}acknowledged seq 9 on consumer shop_db_api of stream MESH_HOLD_N_node-a/);
+    expect(text).toMatch(
+      /node-a\/api\n {4}confirmed +\+0\.151 s {2}\S+ {2}server's clock\n {4}acknowledged seq 9 on consumer shop_db_api of stream MESH_HOLD_N_node-a/,
+    );
     expect(text).toContain("confirmed (found)");
     for (const line of text.split("\n")) expect(line.length).toBeLessThanOrEqual(80);
   });
 
   it("lists refused confirmations", () => {
-    const text = formatTrace(traceRotation(rotation({ refused: [{ holder: "node-x/intruder", at: plus(50), reason: "node-x/intruder does not hold grant shop/db" }] })));
+    const text = formatTrace(
+      traceRotation(rotation({ refused: [{ holder: "node-x/intruder", at: plus(50), reason: "node-x/intruder does not hold grant shop/db" }] })),
+    );
     expect(text).toContain("refused confirmations");
     expect(text.replace(/\s+/g, " ")).toContain("node-x/intruder: node-x/intruder does not hold grant shop/db");
   });

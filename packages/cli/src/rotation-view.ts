@@ -67,8 +67,14 @@ export function atOffset(r: Rotation, ms: number | undefined): string | undefine
 /** How many holders confirmed, of how many, and which are missing (sorted). */
 export function rotationProgress(r: Rotation): RotationProgress {
   const entries = Object.entries(r.holders);
-  const missing = entries.filter(([, p]) => p.c === undefined && p.e === undefined).map(([h]) => h).sort();
-  const evicted = entries.filter(([, p]) => p.c === undefined && p.e !== undefined).map(([h]) => h).sort();
+  const missing = entries
+    .filter(([, p]) => p.c === undefined && p.e === undefined)
+    .map(([h]) => h)
+    .sort();
+  const evicted = entries
+    .filter(([, p]) => p.c === undefined && p.e !== undefined)
+    .map(([h]) => h)
+    .sort();
   return { confirmed: entries.length - missing.length - evicted.length, total: entries.length, missing, evicted };
 }
 
@@ -256,7 +262,8 @@ export function formatTrace(t: RotationTrace, opts: { color?: boolean; width?: n
     lines.push("", `${s.bold(h.holder)}${h.confirmed ? "" : `  ${s.bad("not confirmed")}`}`);
     if (h.received || h.applied) lines.push(row("broadcast received", h.received), row("applied", h.applied));
     lines.push(row(h.foundInAckFloor ? "confirmed (found)" : "confirmed", h.confirmed));
-    if (h.stream) lines.push(...wrapText(`acknowledged seq ${h.ackedSeq ?? "?"} on consumer ${h.consumer} of stream ${h.stream}`, width, "    ").map((l) => s.dim(l)));
+    if (h.stream)
+      lines.push(...wrapText(`acknowledged seq ${h.ackedSeq ?? "?"} on consumer ${h.consumer} of stream ${h.stream}`, width, "    ").map((l) => s.dim(l)));
   }
   if (t.holders.length === 0) lines.push("", "no holder had to confirm (none held the grant when the rotation started)");
   if (t.missing.length) lines.push("", ...wrapText(`not confirmed: ${listHolders(t.missing)}`, width));

@@ -102,7 +102,11 @@ export function formatRotationLine(r: NonNullable<StatusGrant["rotation"]>, o: {
   const shown = r.missing.slice(0, 10).join(", ") + (r.missing.length > 10 ? ` and ${r.missing.length - 10} more` : "");
   return [
     `${head}  ${s.bad("Stalled")} ${s.dim(r.id)}`,
-    ...wrapText(`missing: ${shown}; generation ${r.from} keeps working, and the rotation commits by itself when they confirm (meshctl trace ${r.id})`, o.width, "      "),
+    ...wrapText(
+      `missing: ${shown}; generation ${r.from} keeps working, and the rotation commits by itself when they confirm (meshctl trace ${r.id})`,
+      o.width,
+      "      ",
+    ),
   ];
 }
 

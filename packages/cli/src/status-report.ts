@@ -277,7 +277,14 @@ export async function loadStatus(store: Store, module?: string, now = new Date()
       listJson(store.kv.verifications, Verification, keys.grantsOf(module)),
       listJson(store.kv.rotations, Rotation, keys.grantsOf(module)),
     ]);
-    return buildStatusReport([status.value], grants.map((g) => g.value), [], byGrant(verifications), now, rotationsByGrant(rotations));
+    return buildStatusReport(
+      [status.value],
+      grants.map((g) => g.value),
+      [],
+      byGrant(verifications),
+      now,
+      rotationsByGrant(rotations),
+    );
   }
   const [modules, grants, manifests, verifications, rotations] = await Promise.all([
     listJson(store.kv.modules, ModuleStatus),

@@ -15,7 +15,10 @@ function script(name: string, body: string): string {
 
 const crash = script("crash.js", `console.error("boom " + process.env.WHO); process.exit(3);`);
 // "up" only once the handler is installed: the test sends SIGTERM as soon as it reads it.
-const polite = script("polite.js", `process.on("SIGTERM", () => { console.error("bye"); process.exit(0); }); console.error("up " + process.env.WHO); setInterval(() => {}, 1000);`);
+const polite = script(
+  "polite.js",
+  `process.on("SIGTERM", () => { console.error("bye"); process.exit(0); }); console.error("up " + process.env.WHO); setInterval(() => {}, 1000);`,
+);
 const stubborn = script("stubborn.js", `process.on("SIGTERM", () => console.error("not stopping")); setInterval(() => {}, 1000); console.error("ready");`);
 
 function alive(pid: number): boolean {

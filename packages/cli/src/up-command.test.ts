@@ -39,7 +39,11 @@ describe("serviceSpecs", () => {
     expect(specs.map((s) => s.name)).toEqual(["resolver", "provisioner", "verifier", "rotator", "agent node-a", "agent node-b"]);
     expect(specs[0]!.script).toBe("/opt/mesh/services/resolver/dist/main.js");
     // Every service knows where the mesh's own files are; an agent's bindings root is its node's.
-    expect(specs[0]!.env).toMatchObject({ MESH_STATE_DIR: "/work/demo/.mesh", MESH_BINDINGS_ROOT: "/work/demo/.mesh/bindings", MESH_MASTER_KEY_FILE: "/work/demo/.mesh/master.key" });
+    expect(specs[0]!.env).toMatchObject({
+      MESH_STATE_DIR: "/work/demo/.mesh",
+      MESH_BINDINGS_ROOT: "/work/demo/.mesh/bindings",
+      MESH_MASTER_KEY_FILE: "/work/demo/.mesh/master.key",
+    });
     expect(specs.at(-1)).toMatchObject({
       script: "/opt/mesh/services/agent/dist/main.js",
       logFile: "/work/demo/.mesh/logs/agent-node-b.log",
@@ -55,7 +59,14 @@ describe("serviceSpecs", () => {
 
   it("gives every agent, and only the agents, the hooks and the hook user", () => {
     const hooks = parseAllowedHooks(["reload=/usr/bin/systemctl reload nginx", "flush=/usr/local/bin/flush"]);
-    const specs = serviceSpecs({ root: "/opt/mesh/", paths: upPaths({ cwd: "/w" }), natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"], hooks, hookUser: "mesh-hooks" });
+    const specs = serviceSpecs({
+      root: "/opt/mesh/",
+      paths: upPaths({ cwd: "/w" }),
+      natsUrl: "nats://127.0.0.1:4222",
+      nodes: ["node-a", "node-b"],
+      hooks,
+      hookUser: "mesh-hooks",
+    });
     for (const s of specs) {
       if (s.name.startsWith("agent ")) {
         expect(s.env).toMatchObject({ MESH_ALLOW_HOOKS: "reload=/usr/bin/systemctl reload nginx;flush=/usr/local/bin/flush", MESH_HOOK_USER: "mesh-hooks" });
@@ -108,6 +119,8 @@ describe("parseNatsMonitor (--nats-monitor)", () => {
   });
 
   it("warns that the port shows every identity's connections and subscriptions to anyone who reaches it", () => {
-    expect(monitorExposureLine("http://127.0.0.1:8222")).toMatch(/^WARNING: the NATS monitoring port http:\/\/127\.0\.0\.1:8222 shows every identity's connections and subscriptions .* to anyone who can reach it/);
+    expect(monitorExposureLine("http://127.0.0.1:8222")).toMatch(
+      /^WARNING: the NATS monitoring port http:\/\/127\.0\.0\.1:8222 shows every identity's connections and subscriptions .* to anyone who can reach it/,
+    );
   });
 });

@@ -5,7 +5,17 @@
  * answers, and shows a live status until Ctrl-C; then it stops everything it started.
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { adminEnv, bootstrapFiles, busProvider, controlPlaneFiles, identityBinding, partOfService, recordsBinding, waitForControlPlane, waitForIdentityBindings } from "./bootstrap.js";
+import {
+  adminEnv,
+  bootstrapFiles,
+  busProvider,
+  controlPlaneFiles,
+  identityBinding,
+  partOfService,
+  recordsBinding,
+  waitForControlPlane,
+  waitForIdentityBindings,
+} from "./bootstrap.js";
 import { prepareOperatorServer } from "@mesh/providers";
 import { join, relative, isAbsolute } from "node:path";
 import {
@@ -115,7 +125,13 @@ export function serviceSpecs(opts: {
   hooks?: AllowedHooks;
   hookUser?: string;
 }): ServiceSpec[] {
-  const common = { NATS_URL: opts.natsUrl, MESH_MASTER_KEY_FILE: opts.paths.masterKey, MESH_STATE_DIR: opts.paths.state, MESH_BINDINGS_ROOT: opts.paths.bindings, ...opts.env };
+  const common = {
+    NATS_URL: opts.natsUrl,
+    MESH_MASTER_KEY_FILE: opts.paths.masterKey,
+    MESH_STATE_DIR: opts.paths.state,
+    MESH_BINDINGS_ROOT: opts.paths.bindings,
+    ...opts.env,
+  };
   const hooks = { ...(opts.hooks?.size ? { MESH_ALLOW_HOOKS: formatHookList(opts.hooks) } : {}), ...(opts.hookUser ? { MESH_HOOK_USER: opts.hookUser } : {}) };
   const log = (name: string) => join(opts.paths.logs, `${name}.log`);
   return [
@@ -143,7 +159,11 @@ const MONITOR_HOSTS: Readonly<Record<string, string>> = { "127.0.0.1": "127.0.0.
  */
 export function parseNatsMonitor(spec: string): ListenAddress {
   const addr = parseHostPort(spec);
-  if (!addr) throw new CliError(`--nats-monitor ${JSON.stringify(spec)} is not HOST:PORT with a port from 0 to 65535; give e.g. 127.0.0.1:8222 ([::1]:8222 for IPv6; port 0 picks a free one)`, ExitCodes.Usage);
+  if (!addr)
+    throw new CliError(
+      `--nats-monitor ${JSON.stringify(spec)} is not HOST:PORT with a port from 0 to 65535; give e.g. 127.0.0.1:8222 ([::1]:8222 for IPv6; port 0 picks a free one)`,
+      ExitCodes.Usage,
+    );
   const host = MONITOR_HOSTS[addr.host];
   if (!host) {
     throw new CliError(
@@ -182,7 +202,9 @@ async function listenAddress(url: string, named: boolean, stateDir: string, out:
     if (port !== undefined && (await isTcpPortFree(host, port))) return { host, port };
   }
   const port = await freeTcpPort(host);
-  out.out(`port 4222 is taken on ${host} (another server listens there, not this mesh's); the mesh's NATS listens on nats://${host}:${port} instead (recorded in ${join(stateDir, NATS_URL_FILE)}, where every meshctl command run from this directory finds it)`);
+  out.out(
+    `port 4222 is taken on ${host} (another server listens there, not this mesh's); the mesh's NATS listens on nats://${host}:${port} instead (recorded in ${join(stateDir, NATS_URL_FILE)}, where every meshctl command run from this directory finds it)`,
+  );
   return { host, port };
 }
 
@@ -198,11 +220,15 @@ export function closeStateDir(paths: UpPaths, out: Output, show: (p: string) => 
   makePrivateDir(paths.logs);
   makePrivateDir(paths.bindings);
   if (tightened.length) {
-    out.out(`closed ${tightened.length} ${tightened.length === 1 ? "entry" : "entries"} under ${show(paths.state)}/ to other local users (directories 0700, files 0600); an earlier meshctl had left them readable`);
+    out.out(
+      `closed ${tightened.length} ${tightened.length === 1 ? "entry" : "entries"} under ${show(paths.state)}/ to other local users (directories 0700, files 0600); an earlier meshctl had left them readable`,
+    );
   }
   if (foreign.length) {
     const some = foreign.slice(0, 3).map(show).join(", ");
-    out.err(`${foreign.length} ${foreign.length === 1 ? "entry" : "entries"} under ${show(paths.state)}/ belong to another user, so meshctl cannot close them to others: ${some}${foreign.length > 3 ? ", …" : ""}; remove them or change their owner`);
+    out.err(
+      `${foreign.length} ${foreign.length === 1 ? "entry" : "entries"} under ${show(paths.state)}/ belong to another user, so meshctl cannot close them to others: ${some}${foreign.length > 3 ? ", …" : ""}; remove them or change their owner`,
+    );
   }
 }
 
@@ -248,7 +274,12 @@ export async function waitForResolver(
  */
 export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Promise<number> {
   const cwd = opts.cwd ?? process.cwd();
-  const paths = upPaths({ cwd, state: opts.stateDir, bindings: opts.bindings, masterKeyFile: opts.masterKeyFile ?? (process.env.MESH_MASTER_KEY_FILE || undefined) });
+  const paths = upPaths({
+    cwd,
+    state: opts.stateDir,
+    bindings: opts.bindings,
+    masterKeyFile: opts.masterKeyFile ?? (process.env.MESH_MASTER_KEY_FILE || undefined),
+  });
   const show = (p: string) => displayPath(cwd, p);
 
   let files: ManifestFile[] = [];
@@ -334,12 +365,18 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       } catch (e) {
         if (e instanceof CliError) throw e;
         if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
-          throw new CliError(`${e.message}.\nThe server at ${url} is not this directory's mesh: set MESH_NATS_CREDENTIALS to an identity it knows, or run meshctl up without NATS_URL or --server to start a server of its own.`);
+          throw new CliError(
+            `${e.message}.\nThe server at ${url} is not this directory's mesh: set MESH_NATS_CREDENTIALS to an identity it knows, or run meshctl up without NATS_URL or --server to start a server of its own.`,
+          );
         }
-        if (!loopbackAddress(url)) throw new CliError(`${natsUnreachableMessage(url, rootMessage(e))}\n(meshctl up starts a server itself only for a loopback URL such as nats://127.0.0.1:4222.)`);
+        if (!loopbackAddress(url))
+          throw new CliError(
+            `${natsUnreachableMessage(url, rootMessage(e))}\n(meshctl up starts a server itself only for a loopback URL such as nats://127.0.0.1:4222.)`,
+          );
       }
     }
-    if (answered && opts.natsMonitor) out.err(`--nats-monitor is left unused: meshctl up did not start the server at ${url}, whose monitoring its own configuration sets`);
+    if (answered && opts.natsMonitor)
+      out.err(`--nats-monitor is left unused: meshctl up did not start the server at ${url}, whose monitoring its own configuration sets`);
     if (!answered) {
       const bin = findNatsServer();
       if (!bin) {
@@ -351,7 +388,10 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       const local = await listenAddress(url, opts.natsUrlNamed !== false || Boolean(opts.bootstrap), paths.state, out);
       const logFile = join(paths.logs, "nats-server.log");
       if (opts.natsMonitor && opts.natsMonitor.host !== local.host) {
-        throw new CliError(`--nats-monitor ${hostForUrl(opts.natsMonitor.host)}:${opts.natsMonitor.port}: the server listens on ${local.host}, and serves monitoring there only; give --nats-monitor ${hostForUrl(local.host)}:${opts.natsMonitor.port}`, ExitCodes.Usage);
+        throw new CliError(
+          `--nats-monitor ${hostForUrl(opts.natsMonitor.host)}:${opts.natsMonitor.port}: the server listens on ${local.host}, and serves monitoring there only; give --nats-monitor ${hostForUrl(local.host)}:${opts.natsMonitor.port}`,
+          ExitCodes.Usage,
+        );
       }
       const monitorPort = opts.natsMonitor && (opts.natsMonitor.port || (await freeTcpPort(local.host)));
       const monitorUrl = monitorPort && `http://${hostForUrl(local.host)}:${monitorPort}`;
@@ -399,14 +439,22 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     });
     if (!up) {
       if (quit.signal.aborted) return await finished;
-      throw new CliError(`the resolver did not answer within ${Math.round((opts.resolverWaitMs ?? 60_000) / 1000)} s; see its log: ${show(join(paths.logs, "resolver.log"))}`);
+      throw new CliError(
+        `the resolver did not answer within ${Math.round((opts.resolverWaitMs ?? 60_000) / 1000)} s; see its log: ${show(join(paths.logs, "resolver.log"))}`,
+      );
     }
 
     const applied: string[] = [];
     if (auth) {
       const cpNode = servicesNode ?? nodes[0]!;
       // The operator declares the control plane as it is now (a node fewer is theirs to decide): forced.
-      const outcome = await sendApply(nc, [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth, replicas: storeReplicas(nc.info) })], undefined, retryPolicy({ option: null }, out), true);
+      const outcome = await sendApply(
+        nc,
+        [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth, replicas: storeReplicas(nc.info) })],
+        undefined,
+        retryPolicy({ option: null }, out),
+        true,
+      );
       const code = reportApply(outcome, false, out);
       if (code !== ExitCodes.Ok) return code;
       out.out(`declared the control plane: module ${CONTROL_PLANE_MODULE} and provider ${BOOTSTRAP_PROVIDER}; waiting until the mesh has satisfied it…`);
@@ -419,15 +467,27 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       });
       // A Ready left from an earlier run (the store is kept) may come before this run's agents
       // have written the bindings: a service started on a missing binding would only fail.
-      const written = await waitForIdentityBindings(moves.map((m) => m.binding), { timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000, signal: quit.signal });
+      const written = await waitForIdentityBindings(
+        moves.map((m) => m.binding),
+        { timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000, signal: quit.signal },
+      );
       if (!written) return await finished;
       for (const { spec, binding, records } of moves) {
         // Emptied, not left out: children inherit meshctl's environment, which may hold the administrator's.
         // The services check that their store is the source of record grant mesh/records names.
-        const env = { ...spec.env, MESH_NATS_USER: "", MESH_NATS_PASSWORD_FILE: "", MESH_NATS_PASSWORD: "", MESH_NATS_CREDENTIALS: binding, MESH_RECORDS_BINDING: records ?? "" };
+        const env = {
+          ...spec.env,
+          MESH_NATS_USER: "",
+          MESH_NATS_PASSWORD_FILE: "",
+          MESH_NATS_PASSWORD: "",
+          MESH_NATS_CREDENTIALS: binding,
+          MESH_RECORDS_BINDING: records ?? "",
+        };
         await supervisor.replace({ ...spec, env }, opts.graceMs ?? 5_000);
       }
-      out.out(`restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`);
+      out.out(
+        `restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`,
+      );
       if (opts.bootstrap) out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} npx meshctl status`);
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
     }
@@ -435,12 +495,21 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       // The bus as the provider of the parts' identities: on a server without authentication
       // they carry the url alone (on the mesh's own server, bootstrap's provider issues them).
       if (!nc.info?.auth_required) {
-        const outcome = await sendApply(nc, [{ source: "meshctl up", documents: [busProvider({ url, node: nodes[0]! })] }], undefined, retryPolicy({ option: null }, out));
+        const outcome = await sendApply(
+          nc,
+          [{ source: "meshctl up", documents: [busProvider({ url, node: nodes[0]! })] }],
+          undefined,
+          retryPolicy({ option: null }, out),
+        );
         const code = reportApply(outcome, false, out);
         if (code !== ExitCodes.Ok) return code;
-        out.out(`declared provider ${BOOTSTRAP_PROVIDER}: every installed part gets its identity on this bus (binding ${IDENTITY_BINDING}), the url alone: the server has no authentication`);
+        out.out(
+          `declared provider ${BOOTSTRAP_PROVIDER}: every installed part gets its identity on this bus (binding ${IDENTITY_BINDING}), the url alone: the server has no authentication`,
+        );
       } else {
-        out.err(`the server at ${url} is not this directory's mesh (its identity comes from MESH_NATS_CREDENTIALS), so parts get no identity binding: apply a provider of ${Kinds.MeshIdentity} with that server's signing keys (examples/providers/nats.yaml)`);
+        out.err(
+          `the server at ${url} is not this directory's mesh (its identity comes from MESH_NATS_CREDENTIALS), so parts get no identity binding: apply a provider of ${Kinds.MeshIdentity} with that server's signing keys (examples/providers/nats.yaml)`,
+        );
       }
     }
     if (files.length) {

@@ -3,17 +3,7 @@
  * holders' agents probe too) and prints the outcome. With `--repair`, a grant found drifted is
  * repaired once even when its requirement says `repair: report`.
  */
-import {
-  VerifyReply,
-  describeLastCheck,
-  errorFromReply,
-  isMeshError,
-  lastCheck,
-  parseGrantId,
-  requestJson,
-  subjects,
-  type NatsConnection,
-} from "@mesh/shared";
+import { VerifyReply, describeLastCheck, errorFromReply, isMeshError, lastCheck, parseGrantId, requestJson, subjects, type NatsConnection } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { remainingMs, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -52,7 +42,9 @@ export function formatVerify(reply: Extract<VerifyReply, { ok: true }>, opts: { 
   lines.push(`  ${describeLastCheck(c.status === "True", last, opts.now.getTime())}`);
   for (const [holder, p] of Object.entries(v.probes).sort(([a], [b]) => a.localeCompare(b))) {
     const [node, part] = holder.split("/");
-    lines.push(`  node ${node} (part ${part}): ${p.ok ? s.ok("logs in") : s.bad(p.reason ?? "fails")}, generation ${p.generation}, ${ageOf(p.observedAt, opts.now)}`);
+    lines.push(
+      `  node ${node} (part ${part}): ${p.ok ? s.ok("logs in") : s.bad(p.reason ?? "fails")}, generation ${p.generation}, ${ageOf(p.observedAt, opts.now)}`,
+    );
   }
   if (reply.repair) {
     const r = reply.repair;
@@ -75,9 +67,15 @@ export async function runVerify(connect: () => Promise<NatsConnection>, opts: Ve
   const raw = await retrying("verify", policy, async () => {
     let body: unknown;
     try {
-      body = await requestJson(nc, subjects.verify, { grant: opts.grant, ...(opts.repair ? { repair: true } : {}) }, { service: "verifier", timeoutMs: Math.min(timeoutMs, remainingMs(policy)) });
+      body = await requestJson(
+        nc,
+        subjects.verify,
+        { grant: opts.grant, ...(opts.repair ? { repair: true } : {}) },
+        { service: "verifier", timeoutMs: Math.min(timeoutMs, remainingMs(policy)) },
+      );
     } catch (e) {
-      if (isMeshError(e)) throw new CliError(`${e.message}${e.code === "Unavailable" ? " (meshctl up runs one)" : ""}`, ExitCodes.Failure, { cause: e, retryable: e.retryable });
+      if (isMeshError(e))
+        throw new CliError(`${e.message}${e.code === "Unavailable" ? " (meshctl up runs one)" : ""}`, ExitCodes.Failure, { cause: e, retryable: e.retryable });
       throw e;
     }
     const refused = errorFromReply(body);

@@ -67,7 +67,10 @@ export async function reportTimeout(
   const lines = left.flatMap((r) => {
     const e = errors.find((x) => x.module === r.module);
     if (e) return [`${r.module} has no state after ${after} (--timeout): ${e.message}`, ...formatNotProcessed(e, out.columns).slice(1)];
-    return wrapText(`${r.module} is not ${what} after ${after} (--timeout): last seen ${waitLine(r).slice(r.module.length + 1)}; meshctl explain ${r.module} says why`, out.columns);
+    return wrapText(
+      `${r.module} is not ${what} after ${after} (--timeout): last seen ${waitLine(r).slice(r.module.length + 1)}; meshctl explain ${r.module} says why`,
+      out.columns,
+    );
   });
   // With --json the JSON says it all, on standard output.
   if (!json) out.err(lines.map((l, i) => (i === 0 ? `meshctl: ${l}` : l)).join("\n"));

@@ -59,7 +59,11 @@ export function readIdentityBinding(dir: string): IdentityBinding {
   };
   const values = Object.fromEntries([...REQUIRED, "creds"].map((k) => [k, read(k)]));
   const missing = REQUIRED.filter((k) => !values[k]);
-  if (missing.length) throw new MeshError(ErrorCodes.NotFound, `the identity binding at ${dir} lacks ${missing.join(", ")}; is it the directory named ${IDENTITY_BINDING} of a part?`);
+  if (missing.length)
+    throw new MeshError(
+      ErrorCodes.NotFound,
+      `the identity binding at ${dir} lacks ${missing.join(", ")}; is it the directory named ${IDENTITY_BINDING} of a part?`,
+    );
   return values as unknown as IdentityBinding;
 }
 
@@ -190,5 +194,7 @@ async function reconnected(nc: NatsConnection): Promise<void> {
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() =>
+    clearTimeout(timer),
+  );
 }

@@ -108,7 +108,13 @@ export interface CredentialHolder extends AsyncIterable<HeldCredential> {
  */
 export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOptions): Promise<CredentialHolder> {
   const instance = opts.instance ?? `i${randomBytes(5).toString("hex")}`;
-  for (const [what, name] of [["module", opts.module], ["part", opts.part], ["requirement", opts.requirement], ["node", opts.node], ["instance", instance]] as const) {
+  for (const [what, name] of [
+    ["module", opts.module],
+    ["part", opts.part],
+    ["requirement", opts.requirement],
+    ["node", opts.node],
+    ["instance", instance],
+  ] as const) {
     if (!isValidName(name)) throw new MeshError(ErrorCodes.InvalidName, `${what} ${JSON.stringify(name)} ${NAME_RULE}`);
   }
   const js = jetstream(nc);
@@ -202,7 +208,7 @@ class Holder implements CredentialHolder {
    * it delivers the last rotation again).
    */
   private async consume(): Promise<void> {
-    for (let attempt = 0; !this.done; ) {
+    for (let attempt = 0; !this.done;) {
       try {
         const consumer = await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
         attempt = 0;
@@ -246,20 +252,24 @@ class Holder implements CredentialHolder {
     // A CONSUMER span, the child of the rotator's broadcast (its context in the message's headers).
     const { node, part } = this.opts;
     // Without a propagator nothing traces the rotation: no span, and the message's headers are not decoded (a thousand holders pay for each).
-    const span: Span | undefined = rotation && propagating()
-      ? startConsumerSpan(
-          "client",
-          this.endpoint.subject,
-          SubjectTemplates.partRotation,
-          holderSpanAttributes({ rotation, grant: this.grant, node, part, holder: this.holder, generation }),
-          m?.headers as Parameters<typeof contextFrom>[0],
-        )
-      : undefined;
+    const span: Span | undefined =
+      rotation && propagating()
+        ? startConsumerSpan(
+            "client",
+            this.endpoint.subject,
+            SubjectTemplates.partRotation,
+            holderSpanAttributes({ rotation, grant: this.grant, node, part, holder: this.holder, generation }),
+            m?.headers as Parameters<typeof contextFrom>[0],
+          )
+        : undefined;
     let values: CredentialValues | undefined = inBroadcast;
     span?.setAttribute("mesh.values", values ? "in-broadcast" : "fetched");
     for (let attempt = 0; !this.done && values === undefined; attempt++) {
       try {
-        const fetched = await fetchCredential(this.nc, { grant: this.grant, part, node, generation }, this.key, { timeoutMs: this.opts.fetchTimeoutMs ?? 5_000, partKey: this.partKey === undefined });
+        const fetched = await fetchCredential(this.nc, { grant: this.grant, part, node, generation }, this.key, {
+          timeoutMs: this.opts.fetchTimeoutMs ?? 5_000,
+          partKey: this.partKey === undefined,
+        });
         values = fetched.values;
         if (fetched.partKey) this.partKey = parseMasterKey(fetched.partKey);
       } catch (e) {
@@ -293,7 +303,11 @@ class Holder implements CredentialHolder {
         } catch (e) {
           span?.setStatus({ code: 2, message: errorMessage(e) });
           confirmed = undefined;
-          throw new MeshError(ErrorCodes.Unavailable, `could not acknowledge rotation ${rotation} (${errorMessage(e)}); the server delivers it again and it is yielded again to confirm`, { retryable: true });
+          throw new MeshError(
+            ErrorCodes.Unavailable,
+            `could not acknowledge rotation ${rotation} (${errorMessage(e)}); the server delivers it again and it is yielded again to confirm`,
+            { retryable: true },
+          );
         } finally {
           span?.end();
         }

@@ -4,12 +4,7 @@
  * credentials as an async iterator.
  */
 export { declare, ManifestRejectedError, isManifestRejectedError, type DeclareOptions, type Declared } from "./declare.js";
-export {
-  watchCredentials,
-  type CredentialWatch,
-  type CredentialUpdate,
-  type WatchCredentialsOptions,
-} from "./watch-credentials.js";
+export { watchCredentials, type CredentialWatch, type CredentialUpdate, type WatchCredentialsOptions } from "./watch-credentials.js";
 export { MeshError, isMeshError, ErrorCodes, type ErrorCode, type Problem, type CredentialValues } from "@mesh/shared";
 export { holdCredential, type CredentialHolder, type HeldCredential, type HoldCredentialOptions } from "./hold-credential.js";
 export {

@@ -86,7 +86,11 @@ const RETRY_MAX_MS = 10_000;
  * Throws `InvalidName` at once for a bad module, part or requirement name.
  */
 export async function watchCredentials(nc: NatsConnection, opts: WatchCredentialsOptions): Promise<CredentialWatch> {
-  for (const [what, name] of [["module", opts.module], ["part", opts.part], ["requirement", opts.requirement]] as const) {
+  for (const [what, name] of [
+    ["module", opts.module],
+    ["part", opts.part],
+    ["requirement", opts.requirement],
+  ] as const) {
     if (name !== undefined && !isValidName(name)) throw new MeshError(ErrorCodes.InvalidName, `${what} ${JSON.stringify(name)} ${NAME_RULE}`);
   }
   const node = opts.node ?? identityNode(nc, opts.module, opts.part);
@@ -157,11 +161,19 @@ async function listedDeliveries(nc: NatsConnection, opts: WatchCredentialsOption
     },
   });
   const list = async () => {
-    const body = await requestJson(nc, subjects.credentialList(opts.module, opts.node, opts.part), {}, { service: "provisioner", timeoutMs: opts.fetchTimeoutMs ?? 5_000 });
+    const body = await requestJson(
+      nc,
+      subjects.credentialList(opts.module, opts.node, opts.part),
+      {},
+      { service: "provisioner", timeoutMs: opts.fetchTimeoutMs ?? 5_000 },
+    );
     const refused = errorFromReply(body, `the provisioner refused the list of ${opts.module}/${opts.part}'s credentials on ${opts.node}: `);
     if (refused) throw refused;
     const reply = CredentialListReply.safeParse(body);
-    if (!reply.success || !reply.data.ok) throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialList(opts.module, opts.node, opts.part)} does not match its schema`, { retryable: true });
+    if (!reply.success || !reply.data.ok)
+      throw new MeshError(ErrorCodes.Internal, `the reply on ${subjects.credentialList(opts.module, opts.node, opts.part)} does not match its schema`, {
+        retryable: true,
+      });
     push(reply.data.deliveries.map((d) => ({ body: d, newerFollows: false })));
   };
   const listSoon = () => void list().catch(() => undefined);

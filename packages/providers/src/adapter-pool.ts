@@ -35,7 +35,13 @@ export function providerConfig(
   /** The admin password to use instead of reading the source: a generation of the mesh secret that source is a binding file of. */
   adminPassword?: string,
 ): ProviderConfig {
-  const cfg: ProviderConfig = { name: doc.name, node: doc.node, endpoint: doc.endpoint, ...(doc.options ? { options: doc.options } : {}), ...(masterKey ? { masterKey } : {}) };
+  const cfg: ProviderConfig = {
+    name: doc.name,
+    node: doc.node,
+    endpoint: doc.endpoint,
+    ...(doc.options ? { options: doc.options } : {}),
+    ...(masterKey ? { masterKey } : {}),
+  };
   if (!doc.admin) return cfg;
   const refused = checkAdminPassword(doc, policy);
   if (refused) throw new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${doc.name}: ${refused.path} ${refused.message}; nothing was read or sent`);
@@ -83,7 +89,9 @@ export class AdapterPool {
    * apart from the pooled one, which stays as it is).
    */
   get(kind: Kind, doc: ProviderDoc | undefined, opts: { adminPassword?: string } = {}): ProviderAdapter {
-    const cfg: ProviderConfig = doc ? providerConfig(doc, this.env, this.masterKey, this.policy, opts.adminPassword) : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
+    const cfg: ProviderConfig = doc
+      ? providerConfig(doc, this.env, this.masterKey, this.policy, opts.adminPassword)
+      : { name: BUILTIN_SECRET_PROVIDER, node: "builtin", endpoint: "builtin://secret" };
     const key = `${cfg.name}/${kind}${opts.adminPassword === undefined ? "" : "#override"}`;
     // A hash, so the admin password is not kept as a map key in the clear.
     const fingerprint = createHash("sha256").update(JSON.stringify(cfg)).digest("hex");

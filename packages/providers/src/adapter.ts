@@ -100,9 +100,7 @@ export interface LoginRequest {
 }
 
 /** Outcome of a login attempt, classified so the verifier can tell the cases apart. */
-export type LoginResult =
-  | { ok: true }
-  | { ok: false; reason: "rejected" | "unreachable" | "missing"; message: string };
+export type LoginResult = { ok: true } | { ok: false; reason: "rejected" | "unreachable" | "missing"; message: string };
 
 /** Log in to the server as the provider's admin user with `password` (not the configured one). */
 export interface AdminLoginRequest {

@@ -94,7 +94,14 @@ export async function probeAdminSecret(deps: AdminSecretDeps, doc: ProviderDoc, 
       if (result.ok) break;
       if (result.reason === "unreachable") break; // the others would not get through either
     }
-    const finding = classifyAdminSecret({ provider: doc.name, endpoint: doc.endpoint, secret: ref.grant, current: grant.generation, ...(staged ? { staged } : {}), trials });
+    const finding = classifyAdminSecret({
+      provider: doc.name,
+      endpoint: doc.endpoint,
+      secret: ref.grant,
+      current: grant.generation,
+      ...(staged ? { staged } : {}),
+      trials,
+    });
     return { ref, finding, policy: grant.repair ?? "auto", rotating: isRotationRunning(rotation), passwords };
   } finally {
     await adapter.close();
@@ -111,11 +118,18 @@ export async function setAdminSecret(doc: ProviderDoc, probe: AdminSecretProbe, 
   const from = f.state === "diverged" ? f.accepted : f.state === "current" || f.state === "staged" ? f.generation : undefined;
   const current = from === undefined ? undefined : probe.passwords.get(from);
   if (current === undefined) {
-    throw new MeshError(ErrorCodes.ProviderRejected, `cannot set generation ${to} of ${probe.ref.grant} at provider ${doc.name}: ${"message" in f ? f.message : "the server accepts no generation the mesh holds"}`);
+    throw new MeshError(
+      ErrorCodes.ProviderRejected,
+      `cannot set generation ${to} of ${probe.ref.grant} at provider ${doc.name}: ${"message" in f ? f.message : "the server accepts no generation the mesh holds"}`,
+    );
   }
   if (from === to) return;
   const adapter = adminVerbsAdapter(doc, kind);
-  if (!adapter) throw new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${doc.name}: no adapter of its kinds (${doc.serves.join(", ")}) can set its admin password`);
+  if (!adapter)
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${doc.name}: no adapter of its kinds (${doc.serves.join(", ")}) can set its admin password`,
+    );
   try {
     await adapter.setAdminPassword!({ current, next });
   } finally {
@@ -159,7 +173,8 @@ export async function repairAdminSecret(
   opts: { requested?: boolean; kind?: Kind; record?: boolean } = {},
 ): Promise<RepairEvent> {
   const f = probe.finding;
-  if (f.state !== "diverged") throw new MeshError(ErrorCodes.Internal, `repairAdminSecret called for ${probe.ref.grant} at ${doc.name}, which has not diverged (${f.state})`);
+  if (f.state !== "diverged")
+    throw new MeshError(ErrorCodes.Internal, `repairAdminSecret called for ${probe.ref.grant} at ${doc.name}, which has not diverged (${f.state})`);
   const next = probe.passwords.get(f.current);
   const at = new Date().toISOString();
   const did = `logged in with generation ${f.accepted} and set generation ${f.current} at the server`;
@@ -169,7 +184,12 @@ export async function repairAdminSecret(
     if (next === undefined) throw new MeshError(ErrorCodes.NotFound, `generation ${f.current} of ${probe.ref.grant} is not in the credential history`);
     await setAdminSecret(doc, probe, f.current, next, opts.kind);
   } catch (e) {
-    if (opts.record !== false) await recordRepair(deps.store, probe.ref, { ...base, outcome: "failed", message: `CredentialDiverged: ${f.message} — could not log in with generation ${f.accepted} and set generation ${f.current} at the server: ${errorMessage(e)}` });
+    if (opts.record !== false)
+      await recordRepair(deps.store, probe.ref, {
+        ...base,
+        outcome: "failed",
+        message: `CredentialDiverged: ${f.message} — could not log in with generation ${f.accepted} and set generation ${f.current} at the server: ${errorMessage(e)}`,
+      });
     throw e;
   }
   const event: RepairEvent = { ...base, outcome: "repaired", message: `CredentialDiverged: ${f.message} — ${did}` };
@@ -192,7 +212,13 @@ const repairing = new WeakMap<AdapterPool, Map<string, Promise<string>>>();
  *   `AdminSecretDiverged`, whose message names both generations and what to run;
  * - none: throws the first error, with what was found added; unreachable: `ProviderUnreachable`.
  */
-export async function withAdminSecret<T>(deps: AdminSecretDeps, kind: Kind, doc: ProviderDoc, by: string, fn: (adapter: ProviderAdapter) => Promise<T>): Promise<T> {
+export async function withAdminSecret<T>(
+  deps: AdminSecretDeps,
+  kind: Kind,
+  doc: ProviderDoc,
+  by: string,
+  fn: (adapter: ProviderAdapter) => Promise<T>,
+): Promise<T> {
   try {
     return await fn(deps.adapters.get(kind, doc));
   } catch (e) {
@@ -223,7 +249,9 @@ async function passwordThatWorks(deps: AdminSecretDeps, kind: Kind, doc: Provide
       case "diverged": {
         const advice = adminSecretAdvice(f, ref.grant, probe.policy);
         if (probe.policy === "report" || probe.rotating) {
-          const why = probe.rotating ? `a rotation of ${ref.grant} is in progress, so the mesh does not repair it now; it looks again when the rotation ends` : advice;
+          const why = probe.rotating
+            ? `a rotation of ${ref.grant} is in progress, so the mesh does not repair it now; it looks again when the rotation ends`
+            : advice;
           throw new MeshError(ErrorCodes.AdminSecretDiverged, `${f.message}; ${why}`, { retryable: true });
         }
         await repairAdminSecret(deps, doc, probe, by, { kind });

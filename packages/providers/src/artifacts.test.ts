@@ -31,8 +31,14 @@ function memory(entries: Array<[Artifact, ArtifactContent]>) {
 
 const bytes = (s: string) => Buffer.from(s);
 const blob = (s: string): [Artifact, ArtifactContent] => [{ type: "blob", repository: "agent", digest: sha256Digest(bytes(s)) }, { data: bytes(s) }];
-const manifest = (s: string, tag = "1.0"): [Artifact, ArtifactContent] => [{ type: "manifest", repository: "agent", tag, digest: sha256Digest(bytes(s)) }, { data: bytes(s) }];
-const pkg = (s: string): [Artifact, ArtifactContent] => [{ type: "package", name: "lib", version: "1.0.0", shasum: sha1Hex(bytes(s)) }, { data: bytes(s), manifest: { name: "@mesh/lib" } }];
+const manifest = (s: string, tag = "1.0"): [Artifact, ArtifactContent] => [
+  { type: "manifest", repository: "agent", tag, digest: sha256Digest(bytes(s)) },
+  { data: bytes(s) },
+];
+const pkg = (s: string): [Artifact, ArtifactContent] => [
+  { type: "package", name: "lib", version: "1.0.0", shasum: sha1Hex(bytes(s)) },
+  { data: bytes(s), manifest: { name: "@mesh/lib" } },
+];
 
 describe("copying a registry grant's artifacts", () => {
   it("takes blobs before the manifests naming them, whatever order the source lists", () => {

@@ -53,7 +53,11 @@ export function artifactId(a: Artifact): string {
  * called after each one written (a test hook may freeze the process there). Each read is
  * checked against the digest the source listed, so a corrupt source is refused, not copied.
  */
-export async function copyArtifacts(source: ArtifactSource, sink: ArtifactSink, hooks: { onCopied?: (a: Artifact, done: CopyOutcome) => Promise<void> | void } = {}): Promise<CopyOutcome> {
+export async function copyArtifacts(
+  source: ArtifactSource,
+  sink: ArtifactSink,
+  hooks: { onCopied?: (a: Artifact, done: CopyOutcome) => Promise<void> | void } = {},
+): Promise<CopyOutcome> {
   const all = copyOrder(await source.list());
   const out: CopyOutcome = { total: all.length, copied: 0, present: 0, bytes: 0 };
   for (const a of all) {
@@ -81,7 +85,10 @@ export function checkDigest(a: Artifact, content: ArtifactContent): void {
   const got = a.type === "package" ? sha1Hex(content.data) : sha256Digest(content.data);
   const want = a.type === "package" ? a.shasum : a.digest;
   if (got !== want) {
-    throw new MeshError(ErrorCodes.Conflict, `${artifactId(a)} read ${a.type === "package" ? "sha1 " : ""}${got}, not the ${want} its source lists: the source is corrupt or changed during the copy; nothing of it was written, fix it at the source and the copy resumes`);
+    throw new MeshError(
+      ErrorCodes.Conflict,
+      `${artifactId(a)} read ${a.type === "package" ? "sha1 " : ""}${got}, not the ${want} its source lists: the source is corrupt or changed during the copy; nothing of it was written, fix it at the source and the copy resumes`,
+    );
   }
 }
 

@@ -16,7 +16,10 @@ export type RegistryKind = typeof Kinds.OciRegistry | typeof Kinds.NpmRegistry;
 
 /** The artifacts of one grant's object store, to read and to write. */
 export function objectStoreArtifacts(os: ObjectStore, kind: RegistryKind, where: string): ArtifactSource & ArtifactSink {
-  const missing = (a: Artifact) => new MeshError(ErrorCodes.Conflict, `${artifactId(a)} is listed in ${where} but has no content there (deleted during the copy?); the copy is tried again`, { retryable: true });
+  const missing = (a: Artifact) =>
+    new MeshError(ErrorCodes.Conflict, `${artifactId(a)} is listed in ${where} but has no content there (deleted during the copy?); the copy is tried again`, {
+      retryable: true,
+    });
   return {
     async list() {
       const infos = (await os.list()).filter((i) => !i.deleted);
@@ -52,7 +55,10 @@ export function objectStoreArtifacts(os: ObjectStore, kind: RegistryKind, where:
       const info = await os.info(ociObjectName(a));
       if (!info || info.deleted) return false;
       if (a.type === "manifest" && digestOfInfo(info) !== a.digest) {
-        throw new MeshError(ErrorCodes.Conflict, `${where} holds ${artifactId(a)} with digest ${digestOfInfo(info)}, not ${a.digest}: a tag is not overwritten by a copy; remove it there first`);
+        throw new MeshError(
+          ErrorCodes.Conflict,
+          `${where} holds ${artifactId(a)} with digest ${digestOfInfo(info)}, not ${a.digest}: a tag is not overwritten by a copy; remove it there first`,
+        );
       }
       return true;
     },
@@ -82,15 +88,25 @@ export async function putImage(os: ObjectStore, image: { repository: string; tag
 }
 
 /** Puts a package version into an `npm` object store: its manifest (with `dist.shasum` set) and its tarball. Returns the shasum. */
-export async function putPackage(os: ObjectStore, pkg: { name: string; version: string; manifest: Record<string, unknown>; tarball: Uint8Array }): Promise<string> {
+export async function putPackage(
+  os: ObjectStore,
+  pkg: { name: string; version: string; manifest: Record<string, unknown>; tarball: Uint8Array },
+): Promise<string> {
   const shasum = sha1Hex(pkg.tarball);
   const manifest = { ...pkg.manifest, dist: { ...(pkg.manifest.dist as object | undefined), shasum } };
-  await objectStoreArtifacts(os, Kinds.NpmRegistry, "the object store").write({ type: "package", name: pkg.name, version: pkg.version, shasum }, { data: pkg.tarball, manifest });
+  await objectStoreArtifacts(os, Kinds.NpmRegistry, "the object store").write(
+    { type: "package", name: pkg.name, version: pkg.version, shasum },
+    { data: pkg.tarball, manifest },
+  );
   return shasum;
 }
 
 /** What a holder reads from an `oci` object store: the manifest under a tag and its blobs, or undefined when the tag is not there. */
-export async function getImage(os: ObjectStore, repository: string, tag: string): Promise<{ manifest: Uint8Array; blob(digest: string): Promise<Uint8Array | null> } | undefined> {
+export async function getImage(
+  os: ObjectStore,
+  repository: string,
+  tag: string,
+): Promise<{ manifest: Uint8Array; blob(digest: string): Promise<Uint8Array | null> } | undefined> {
   const manifest = await os.getBlob(ociObjectName({ type: "manifest", repository, tag, digest: "" }));
   if (!manifest) return undefined;
   return { manifest, blob: (digest) => os.getBlob(ociObjectName({ type: "blob", repository, digest })) };
@@ -99,7 +115,11 @@ export async function getImage(os: ObjectStore, repository: string, tag: string)
 /** A package version's manifest in an `npm` object store. */
 async function readManifest(os: ObjectStore, name: string, version: string, where: string): Promise<Record<string, unknown> & { dist?: { shasum?: unknown } }> {
   const data = await os.getBlob(npmObjectNames(name, version).manifest);
-  if (!data) throw new MeshError(ErrorCodes.Conflict, `package ${name}@${version} in ${where} has a tarball but no manifest (${npmObjectNames(name, version).manifest}); put it with its manifest (putPackage)`);
+  if (!data)
+    throw new MeshError(
+      ErrorCodes.Conflict,
+      `package ${name}@${version} in ${where} has a tarball but no manifest (${npmObjectNames(name, version).manifest}); put it with its manifest (putPackage)`,
+    );
   try {
     return JSON.parse(Buffer.from(data).toString("utf8")) as Record<string, unknown>;
   } catch (e) {

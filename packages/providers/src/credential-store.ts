@@ -109,7 +109,11 @@ export class CredentialStore {
   }
 
   /** Reads and decrypts a generation; undefined when it was never written. */
-  async read(module: string, requirement: string, generation: number): Promise<(StoredCredential & { record: CredentialRecord; revision: number }) | undefined> {
+  async read(
+    module: string,
+    requirement: string,
+    generation: number,
+  ): Promise<(StoredCredential & { record: CredentialRecord; revision: number }) | undefined> {
     const k = keys.credential(module, requirement, generation);
     // Never older than this process's own writes of it: on a cluster a follower may answer a get before it applied them (read-floors.ts).
     const e = await getAtFloor(this.kv, k);
@@ -124,7 +128,12 @@ export class CredentialStore {
    * forward with the same secret), otherwise `generate()`'s, written before it is returned.
    * Two provisioners racing both end up with the one that was written first.
    */
-  async ensure(grant: { module: string; requirement: string; id: string }, generation: number, provider: string, generate: () => SecretMaterial): Promise<SecretMaterial> {
+  async ensure(
+    grant: { module: string; requirement: string; id: string },
+    generation: number,
+    provider: string,
+    generate: () => SecretMaterial,
+  ): Promise<SecretMaterial> {
     const existing = await this.read(grant.module, grant.requirement, generation);
     if (existing) return existing.secret;
     const secret = generate();
@@ -226,7 +235,7 @@ export class CredentialStore {
     const target = await this.keys.sealing();
     let moved = 0;
     let passes = 0;
-    for (; passes < (opts.maxPasses ?? 5); ) {
+    for (; passes < (opts.maxPasses ?? 5);) {
       passes++;
       let movedNow = 0;
       const all: string[] = [];

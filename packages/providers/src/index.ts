@@ -30,21 +30,23 @@ export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
 export { createSecretAdapter, SECRET_BYTES } from "./secret.js";
 export { createPostgresAdapter, LOGIN_TIMEOUT_MS } from "./postgres.js";
 export { PASSWORD_BYTES, generatePassword } from "./password.js";
-export {
-  PG_IDENTIFIER,
-  baseName,
-  checkIdentifier,
-  loginRoleName,
-  postgresNames,
-  quoteIdentifier,
-  type PostgresNames,
-} from "./postgres-identifiers.js";
+export { PG_IDENTIFIER, baseName, checkIdentifier, loginRoleName, postgresNames, quoteIdentifier, type PostgresNames } from "./postgres-identifiers.js";
 export { createMariadbAdapter } from "./mariadb.js";
 export { createRedisAdapter } from "./redis.js";
 export { createNatsUserAdapter } from "./nats-user.js";
 export { createRabbitmqAdapter } from "./rabbitmq.js";
 export { createOciRegistryAdapter } from "./oci-registry.js";
-export { GRANTED_ACTIONS, grantedAccess, hashPassword, inNamespace, isPasswordHash, ociNames, verifyPassword, type OciNames, type ResourceActions } from "./oci-token-scope.js";
+export {
+  GRANTED_ACTIONS,
+  grantedAccess,
+  hashPassword,
+  inNamespace,
+  isPasswordHash,
+  ociNames,
+  verifyPassword,
+  type OciNames,
+  type ResourceActions,
+} from "./oci-token-scope.js";
 export { createNpmRegistryAdapter, npmNames, npmPasswordHash, npmrcOf, type NpmUserRecord } from "./npm-registry.js";
 export {
   CLUSTER_RESOLVER_SYNC,
@@ -62,7 +64,15 @@ export {
   type OperatorSetup,
   type SigningKeys,
 } from "./nats-jwt.js";
-export { ensureOperator, operatorConfig, operatorFiles, prepareOperatorServer, readOperator, type OperatorFiles, type OperatorPublic } from "./nats-operator-files.js";
+export {
+  ensureOperator,
+  operatorConfig,
+  operatorFiles,
+  prepareOperatorServer,
+  readOperator,
+  type OperatorFiles,
+  type OperatorPublic,
+} from "./nats-operator-files.js";
 export { RECORDS_BUCKET as NATS_IDENTITY_RECORDS_BUCKET } from "./nats-user.js";
 export { natsAuth } from "./nats-auth.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
@@ -71,20 +81,6 @@ export { checkGrantRef } from "./grant-ref.js";
 export { CredentialStore, CredentialRecord, isMasterKeyRecord, keysOf, singleKey, type CredentialKeys, type StoredCredential } from "./credential-store.js";
 export { MasterKeyRing, RING_REFRESH_MS, storeKeyRing } from "./master-key-ring.js";
 export { AdapterPool, providerConfig } from "./adapter-pool.js";
-export {
-  probeAdminSecret,
-  repairAdminSecret,
-  setAdminSecret,
-  withAdminSecret,
-  type AdminSecretDeps,
-  type AdminSecretProbe,
-} from "./admin-secret-engine.js";
-export {
-  artifactId,
-  copyArtifacts,
-  copyOrder,
-  sha1Hex,
-  sha256Digest,
-  type CopyOutcome,
-} from "./artifacts.js";
+export { probeAdminSecret, repairAdminSecret, setAdminSecret, withAdminSecret, type AdminSecretDeps, type AdminSecretProbe } from "./admin-secret-engine.js";
+export { artifactId, copyArtifacts, copyOrder, sha1Hex, sha256Digest, type CopyOutcome } from "./artifacts.js";
 export { getImage, objectStoreArtifacts, putImage, putPackage } from "./bootstrap-registry.js";

@@ -36,10 +36,7 @@ const MAX_BUCKET_LENGTH = 120;
 /** Throws MeshError `InvalidName` unless `name` matches {@link NATS_BUCKET_NAME}; returns `name`. */
 export function checkBucketName(name: string): string {
   if (typeof name !== "string" || !NATS_BUCKET_NAME.test(name)) {
-    throw new MeshError(
-      ErrorCodes.InvalidName,
-      `NATS bucket name ${JSON.stringify(name)} is refused: it must be 1-200 characters of letters, digits, _ and -`,
-    );
+    throw new MeshError(ErrorCodes.InvalidName, `NATS bucket name ${JSON.stringify(name)} is refused: it must be 1-200 characters of letters, digits, _ and -`);
   }
   return name;
 }
@@ -89,10 +86,7 @@ export function storeLimits(kind: StoreKind, options: RequirementOptions = {}, g
     new MeshError(ErrorCodes.InvalidRequest, `option ${option} of ${kind} ${grant} ${rule}; got ${JSON.stringify(options[option])}`);
   for (const option of Object.keys(options)) {
     if (!STORE_OPTIONS[kind].includes(option)) {
-      throw new MeshError(
-        ErrorCodes.InvalidRequest,
-        `option ${option} of ${kind} ${grant} is unknown; ${kind} takes ${STORE_OPTIONS[kind].join(", ")}`,
-      );
+      throw new MeshError(ErrorCodes.InvalidRequest, `option ${option} of ${kind} ${grant} is unknown; ${kind} takes ${STORE_OPTIONS[kind].join(", ")}`);
     }
   }
   const integer = (option: string, min: number, max: number, rule: string): number | undefined => {

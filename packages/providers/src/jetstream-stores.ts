@@ -236,13 +236,23 @@ class JetStreamStoreAdapter implements ProviderAdapter {
     const b = req.bindings;
     // The source of record's binding names its buckets, not one bucket.
     if (this.kind === Kinds.KvBucket && b.buckets !== undefined) {
-      if (b.buckets !== recordNames().buckets || b.streams !== recordNames().streams) return { ok: false, reason: "rejected", message: `the binding names ${b.buckets} and ${b.streams ?? "no streams"}, not the source of record of this version` };
+      if (b.buckets !== recordNames().buckets || b.streams !== recordNames().streams)
+        return {
+          ok: false,
+          reason: "rejected",
+          message: `the binding names ${b.buckets} and ${b.streams ?? "no streams"}, not the source of record of this version`,
+        };
       try {
         const missing = await missingOfRecord((await this.adminConnection()).jsm);
-        return missing.length ? { ok: false, reason: "missing", message: `the source of record lacks ${missing.join(", ")} at ${this.provider.endpoint}` } : { ok: true };
+        return missing.length
+          ? { ok: false, reason: "missing", message: `the source of record lacks ${missing.join(", ")} at ${this.provider.endpoint}` }
+          : { ok: true };
       } catch (e) {
         // Without an identity of its own (an agent's adapter) the check ends at "the server answers", as for any bucket.
-        if (isAuthError(e)) return this.provider.admin ? { ok: false, reason: "rejected", message: `NATS at ${this.provider.endpoint} rejected the admin user: ${errorMessage(e)}` } : { ok: true };
+        if (isAuthError(e))
+          return this.provider.admin
+            ? { ok: false, reason: "rejected", message: `NATS at ${this.provider.endpoint} rejected the admin user: ${errorMessage(e)}` }
+            : { ok: true };
         if (e instanceof PermissionViolationError) return { ok: false, reason: "rejected", message: `NATS at ${this.provider.endpoint}: ${errorMessage(e)}` };
         return { ok: false, reason: "unreachable", message: `cannot check the source of record at ${this.provider.endpoint}: ${errorMessage(e)}` };
       }
@@ -426,7 +436,6 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   }
 }
 
-
 /** The source of record as grant `mesh/records` binds it: its buckets and streams, comma-separated. */
 function recordNames(): { buckets: string; streams: string } {
   return { buckets: SOURCE_OF_RECORD.buckets.join(","), streams: SOURCE_OF_RECORD.streams.join(",") };
@@ -439,7 +448,6 @@ async function missingOfRecord(jsm: JetStreamManager): Promise<string[]> {
   for (const s of SOURCE_OF_RECORD.streams) if (!(await streamInfo(jsm, s))) missing.push(`stream ${s}`);
   return missing;
 }
-
 
 /** Connects to `server` without reconnects, with JetStream checked; `admin` is the identity, if any. */
 async function openJetStream(server: string | string[], timeoutMs: number, admin?: ProviderConfig["admin"]): Promise<JetStreamConnection> {
@@ -486,5 +494,8 @@ const NETWORK_ERRORS = [ConnectionError, ClosedConnectionError, DrainingConnecti
 
 /** True when `e` says the server could not be reached or went away. */
 function isUnreachable(e: unknown): boolean {
-  return NETWORK_ERRORS.some((c) => e instanceof c) || (e instanceof Error && /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND/.test(String((e.cause as { code?: string })?.code)));
+  return (
+    NETWORK_ERRORS.some((c) => e instanceof c) ||
+    (e instanceof Error && /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND/.test(String((e.cause as { code?: string })?.code)))
+  );
 }

@@ -39,14 +39,7 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
-import {
-  ACCOUNT_HOST,
-  META_DATABASE,
-  loginUserName,
-  mariadbNames,
-  quoteAccount as qa,
-  quoteIdentifier as qi,
-} from "./mariadb-identifiers.js";
+import { ACCOUNT_HOST, META_DATABASE, loginUserName, mariadbNames, quoteAccount as qa, quoteIdentifier as qi } from "./mariadb-identifiers.js";
 
 /** How long a {@link ProviderAdapter.login} may take, connect and `select 1` each. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -403,8 +396,7 @@ const madeBy = (mark: string, u: UserState) => u.mark === mark && u.hosts.includ
 /** Why the grant's database and user are not the mesh's to use; empty when they are (or are missing). */
 function conflictsOf(mark: string, database: string, db: { exists: boolean; mark: string | undefined }, user: string, u: UserState): string[] {
   const conflicts: string[] = [];
-  const notOurs = (m: string | undefined) =>
-    m === undefined ? "was not made by the mesh" : `was made by the mesh for grant ${m}, not ${mark}`;
+  const notOurs = (m: string | undefined) => (m === undefined ? "was not made by the mesh" : `was made by the mesh for grant ${m}, not ${mark}`);
   if (db.exists && db.mark !== mark) conflicts.push(`database ${database} already exists and ${notOurs(db.mark)}`);
   if (u.hosts.length > 0 && u.mark !== mark) conflicts.push(`user ${user} already exists and ${notOurs(u.mark)}`);
   // Another host of the name would take the logins from that host (MariaDB picks the most specific).

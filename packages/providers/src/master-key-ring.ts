@@ -24,7 +24,19 @@
  *   idempotent, and a rotator that dies mid-way runs it again from the start at its next commit
  *   step. Generation k leaves the store only at a later commit (the history kept is at least 2).
  */
-import { CONTROL_PLANE_MODULE, ControlPlaneRequirements, ErrorCodes, MeshError, decrypt, keys, parseMasterKey, type Encrypted, type KV, type MasterKey, type Store } from "@mesh/shared";
+import {
+  CONTROL_PLANE_MODULE,
+  ControlPlaneRequirements,
+  ErrorCodes,
+  MeshError,
+  decrypt,
+  keys,
+  parseMasterKey,
+  type Encrypted,
+  type KV,
+  type MasterKey,
+  type Store,
+} from "@mesh/shared";
 import { CredentialRecord, type CredentialKeys } from "./credential-store.js";
 
 /** The key ring of a service: `kek` (its master key file) and the data keys in `store`. */

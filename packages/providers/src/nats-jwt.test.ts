@@ -84,7 +84,12 @@ describe("nats-jwt", () => {
       { host: "127.0.0.1", port: 4222, storeDir: "/var/lib/nats store", resolverDir: "/var/lib/jwt" },
     );
     for (const storeDir of ['/var/lib/x"y', "/var/lib/x\\y", "/var/lib/x\ny"]) {
-      expect(() => operatorServerConfig({ ...setup, systemAccount: setup.signing.systemAccount, account: setup.signing.account }, { host: "h", port: 1, storeDir, resolverDir: "/r" })).toThrow(/cannot be written into a NATS config/);
+      expect(() =>
+        operatorServerConfig(
+          { ...setup, systemAccount: setup.signing.systemAccount, account: setup.signing.account },
+          { host: "h", port: 1, storeDir, resolverDir: "/r" },
+        ),
+      ).toThrow(/cannot be written into a NATS config/);
     }
     expect(text).toContain(`operator: "${setup.operatorJwt}"`);
     expect(text).toContain(`system_account: "${setup.signing.systemAccount}"`);

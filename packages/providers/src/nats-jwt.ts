@@ -216,9 +216,13 @@ export const AUTH_TIMEOUT_S = 5;
  * start. Every string is written double-quoted, and only printable text without `"` or `\`
  * is accepted (the config format's escapes are not JSON's): anything else is refused.
  */
-export function operatorServerConfig(setup: Pick<OperatorSetup, "operatorJwt" | "systemAccountJwt" | "accountJwt"> & { systemAccount: string; account: string }, at: ServerListen): string {
+export function operatorServerConfig(
+  setup: Pick<OperatorSetup, "operatorJwt" | "systemAccountJwt" | "accountJwt"> & { systemAccount: string; account: string },
+  at: ServerListen,
+): string {
   const q = (v: string) => {
-    if (!/^[\x20\x21\x23-\x5b\x5d-\x7e]+$/.test(v)) throw new MeshError(ErrorCodes.InvalidRequest, `${JSON.stringify(v)} cannot be written into a NATS config: use printable characters without " or \\`);
+    if (!/^[\x20\x21\x23-\x5b\x5d-\x7e]+$/.test(v))
+      throw new MeshError(ErrorCodes.InvalidRequest, `${JSON.stringify(v)} cannot be written into a NATS config: use printable characters without " or \\`);
     return `"${v}"`;
   };
   return [

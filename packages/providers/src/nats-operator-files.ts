@@ -109,7 +109,11 @@ export function operatorConfig(files: OperatorFiles, pub: OperatorPublic, listen
 }
 
 /** Writes `server.conf` for a server the mesh starts itself, with its stores under `files.dir`. */
-export async function prepareOperatorServer(files: OperatorFiles, mk: MasterKey, listen: { host: string; port: number; monitorPort?: number }): Promise<OperatorPublic> {
+export async function prepareOperatorServer(
+  files: OperatorFiles,
+  mk: MasterKey,
+  listen: { host: string; port: number; monitorPort?: number },
+): Promise<OperatorPublic> {
   const pub = await ensureOperator(files, mk);
   mkdirSync(files.storeDir, { recursive: true, mode: 0o700 });
   mkdirSync(files.resolverDir, { recursive: true, mode: 0o700 });

@@ -74,7 +74,19 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { bindingServers, parseNatsEndpoints } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
-import { accountClaims, credsOf, issueUser, jwtOfCreds, newUserSeed, openSigningKeys, publicKeyOf, userClaims, userKey, withRevocations, type SigningKeys } from "./nats-jwt.js";
+import {
+  accountClaims,
+  credsOf,
+  issueUser,
+  jwtOfCreds,
+  newUserSeed,
+  openSigningKeys,
+  publicKeyOf,
+  userClaims,
+  userKey,
+  withRevocations,
+  type SigningKeys,
+} from "./nats-jwt.js";
 
 /** How long a login (connect and flush) may take, and each request to the server. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -189,7 +201,10 @@ class NatsUserAdapter implements ProviderAdapter {
     const what = `create ${grant}`;
     const seed = req.secret.seed;
     if (typeof seed !== "string" || !seed) {
-      throw new MeshError(ErrorCodes.InvalidRequest, `secret material of ${grant} has no nkey seed (it was made for a users-file NATS); rotate ${grant} to issue it a JWT identity`);
+      throw new MeshError(
+        ErrorCodes.InvalidRequest,
+        `secret material of ${grant} has no nkey seed (it was made for a users-file NATS); rotate ${grant} to issue it a JWT identity`,
+      );
     }
     if (this.open) return this.result(undefined, seed, req);
     const publicKey = userKey(seed).getPublicKey();
@@ -329,14 +344,27 @@ class NatsUserAdapter implements ProviderAdapter {
     const expires = r ? { expiresAt: new Date(r.expiresAt * 1000).toISOString() } : {};
     if (this.kind === Kinds.NatsUser) {
       // Its connections take their replies there (the client's inboxPrefix): the only inbox it may subscribe to.
-      return { resource, ...expires, bindings: { ...where, ...identity, ...(r ? { inboxPrefix: subjects.grantInboxPrefix(req.grant.module, req.grant.requirement) } : {}) } };
+      return {
+        resource,
+        ...expires,
+        bindings: { ...where, ...identity, ...(r ? { inboxPrefix: subjects.grantInboxPrefix(req.grant.module, req.grant.requirement) } : {}) },
+      };
     }
     const { module, requirement } = req.grant;
     const { part, node } = partIdentityOptions(req.options);
     return {
       resource,
       ...expires,
-      bindings: { ...where, url, ...identity, inboxPrefix: subjects.partInboxPrefix(module, node, part), grant: grantId(module, requirement), module, part, node },
+      bindings: {
+        ...where,
+        url,
+        ...identity,
+        inboxPrefix: subjects.partInboxPrefix(module, node, part),
+        grant: grantId(module, requirement),
+        module,
+        part,
+        node,
+      },
     };
   }
 
@@ -349,7 +377,11 @@ class NatsUserAdapter implements ProviderAdapter {
       return { ok: true };
     } catch (e) {
       return isRejection(e)
-        ? { ok: false, reason: "rejected", message: `NATS at ${server.join(",")} asks for credentials, but the identity binding carries none (${errorMessage(e)}); the provider needs options.signingKeysFile` }
+        ? {
+            ok: false,
+            reason: "rejected",
+            message: `NATS at ${server.join(",")} asks for credentials, but the identity binding carries none (${errorMessage(e)}); the provider needs options.signingKeysFile`,
+          }
         : { ok: false, reason: "unreachable", message: `cannot reach NATS at ${server.join(",")}: ${errorMessage(e)}` };
     }
   }
@@ -413,7 +445,9 @@ class NatsUserAdapter implements ProviderAdapter {
       const wanted = { ...account.revocations };
       for (const { entry } of expired) delete wanted[entry.user];
       for (const { entry } of live) wanted[entry.user] = Math.max(wanted[entry.user] ?? 0, entry.revokedAt);
-      const done = live.every(({ entry }) => (account.revocations[entry.user] ?? 0) >= entry.revokedAt) && expired.every(({ entry }) => !(entry.user in account.revocations));
+      const done =
+        live.every(({ entry }) => (account.revocations[entry.user] ?? 0) >= entry.revokedAt) &&
+        expired.every(({ entry }) => !(entry.user in account.revocations));
       if (done) {
         for (const r of expired) {
           await this.kvCall(what, async () => {
@@ -428,13 +462,20 @@ class NatsUserAdapter implements ProviderAdapter {
       await this.systemRequest(what, `$SYS.REQ.ACCOUNT.${keys.account}.CLAIMS.UPDATE`, jwt, (reply) => {
         const r = JSON.parse(reply) as { data?: { code?: number; message?: string }; error?: { code?: number; description?: string } };
         if (r.error || r.data?.code !== 200) {
-          throw new MeshError(ErrorCodes.ProviderRejected, `${this.at()} refused the account's claims update, so could not ${what}: ${r.error?.description ?? r.data?.message ?? reply}`);
+          throw new MeshError(
+            ErrorCodes.ProviderRejected,
+            `${this.at()} refused the account's claims update, so could not ${what}: ${r.error?.description ?? r.data?.message ?? reply}`,
+          );
         }
       });
     }
-    throw new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()}: the account's revocations did not settle after ${MAX_PUSH_ROUNDS} updates, so could not ${what}; is another writer changing the account?`, {
-      retryable: true,
-    });
+    throw new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `${this.at()}: the account's revocations did not settle after ${MAX_PUSH_ROUNDS} updates, so could not ${what}; is another writer changing the account?`,
+      {
+        retryable: true,
+      },
+    );
   }
 
   /** The account's JWT as the server has it, with its signing keys and revocations. */
@@ -469,10 +510,14 @@ class NatsUserAdapter implements ProviderAdapter {
         if (isMeshError(e)) throw e;
         if (this.system === pending && nc.isClosed()) this.system = undefined;
         if (attempt === 0 && nc.isClosed()) continue;
-        throw new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()} did not answer ${subject.split(".").slice(-2).join(" ").toLowerCase()} (${errorMessage(e)}), so could not ${what}`, {
-          retryable: true,
-          cause: e,
-        });
+        throw new MeshError(
+          ErrorCodes.ProviderUnreachable,
+          `${this.at()} did not answer ${subject.split(".").slice(-2).join(" ").toLowerCase()} (${errorMessage(e)}), so could not ${what}`,
+          {
+            retryable: true,
+            cause: e,
+          },
+        );
       }
     }
   }
@@ -481,14 +526,29 @@ class NatsUserAdapter implements ProviderAdapter {
   private async adminConn(what: string): Promise<{ nc: NatsConnection; kv: KV; jsm: JetStreamManager }> {
     const admin = this.provider.admin?.password;
     if (!admin) {
-      throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: give admin.passwordFile, the .creds of a user of the account with JetStream, so the adapter can keep its records`);
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${this.at()}: give admin.passwordFile, the .creds of a user of the account with JetStream, so the adapter can keep its records`,
+      );
     }
     const pending = (this.admin ??= (async () => {
-      const nc = await connect({ servers: this.servers, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh nats.user adapter", ...natsAuth(this.provider.admin) });
+      const nc = await connect({
+        servers: this.servers,
+        reconnect: false,
+        timeout: LOGIN_TIMEOUT_MS,
+        name: "mesh nats.user adapter",
+        ...natsAuth(this.provider.admin),
+      });
       try {
         const l = IDENTITY_RECORDS_LIMITS;
         const kv = await retryJetStreamGap(() =>
-          new Kvm(nc).create(RECORDS_BUCKET, { replicas: storeReplicas(nc.info), history: l.history, max_bytes: l.maxBytes, maxValueSize: l.maxValueSize, description: "mesh nats.user: identities issued and revoked" }),
+          new Kvm(nc).create(RECORDS_BUCKET, {
+            replicas: storeReplicas(nc.info),
+            history: l.history,
+            max_bytes: l.maxBytes,
+            maxValueSize: l.maxValueSize,
+            description: "mesh nats.user: identities issued and revoked",
+          }),
         );
         const jsm = await jetstreamManager(nc, { timeout: LOGIN_TIMEOUT_MS });
         // A bucket made before it had limits gets them; what that keeps is said in the log of the service using the adapter.
@@ -537,10 +597,14 @@ class NatsUserAdapter implements ProviderAdapter {
       return await retryJetStreamGap(fn);
     } catch (e) {
       if (isMeshError(e) || isCasConflict(e)) throw e;
-      throw new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()}: the records bucket ${RECORDS_BUCKET} did not answer (${errorMessage(e)}), so could not ${what}`, {
-        retryable: true,
-        cause: e,
-      });
+      throw new MeshError(
+        ErrorCodes.ProviderUnreachable,
+        `${this.at()}: the records bucket ${RECORDS_BUCKET} did not answer (${errorMessage(e)}), so could not ${what}`,
+        {
+          retryable: true,
+          cause: e,
+        },
+      );
     }
   }
 
@@ -555,7 +619,8 @@ class NatsUserAdapter implements ProviderAdapter {
       );
     }
     const mk = this.provider.masterKey;
-    if (!mk) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: this service has no master key, so cannot open options.signingKeysFile ${file}`);
+    if (!mk)
+      throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: this service has no master key, so cannot open options.signingKeysFile ${file}`);
     try {
       this.keys = openSigningKeys(mk, readFileSync(file, "utf8"));
     } catch (e) {
@@ -577,7 +642,11 @@ class NatsUserAdapter implements ProviderAdapter {
     } catch {
       ms = NaN;
     }
-    if (!(ms >= 1_000)) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()}: options.userExpiry ${JSON.stringify(v)} is not a duration of at least 1s (e.g. 90d)`);
+    if (!(ms >= 1_000))
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${this.at()}: options.userExpiry ${JSON.stringify(v)} is not a duration of at least 1s (e.g. 90d)`,
+      );
     return ms;
   }
 
@@ -590,14 +659,22 @@ class NatsUserAdapter implements ProviderAdapter {
 
   private connectError(what: string, who: string, e: unknown): MeshError {
     if (isRejection(e)) {
-      return new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()} rejected ${who} (${errorMessage(e)}), so could not ${what}; check the provider's admin.passwordFile and options.signingKeysFile`, {
-        cause: e,
-      });
+      return new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${this.at()} rejected ${who} (${errorMessage(e)}), so could not ${what}; check the provider's admin.passwordFile and options.signingKeysFile`,
+        {
+          cause: e,
+        },
+      );
     }
-    return new MeshError(ErrorCodes.ProviderUnreachable, `${this.at()} is unreachable (${errorMessage(e)}), so could not ${what}; check that nats-server runs and listens on that address`, {
-      retryable: true,
-      cause: e,
-    });
+    return new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `${this.at()} is unreachable (${errorMessage(e)}), so could not ${what}; check that nats-server runs and listens on that address`,
+      {
+        retryable: true,
+        cause: e,
+      },
+    );
   }
 
   private at(): string {
@@ -618,13 +695,15 @@ function describe(r: IdentityRecord, p?: NatsPermissions): Record<string, string
   return { user: userClaims(r.jwt).name, publish: perms.publish.join(","), subscribe: perms.subscribe.join(",") };
 }
 
-
 /** The part and node of a `mesh.identity` requirement (the resolver sets them); `InvalidRequest` when they are not names. */
 function partIdentityOptions(options: CreateRequest["options"]): PartIdentityOptions {
   const part = options?.part;
   const node = options?.node;
   if (typeof part !== "string" || typeof node !== "string" || !isValidName(part) || !isValidName(node)) {
-    throw new MeshError(ErrorCodes.InvalidRequest, `a ${Kinds.MeshIdentity} requirement names its part and node in its options (the resolver sets them), not ${JSON.stringify(options ?? {})}`);
+    throw new MeshError(
+      ErrorCodes.InvalidRequest,
+      `a ${Kinds.MeshIdentity} requirement names its part and node in its options (the resolver sets them), not ${JSON.stringify(options ?? {})}`,
+    );
   }
   return { part, node };
 }
@@ -642,5 +721,5 @@ async function connectWith(server: string | string[], creds: string, name: strin
 }
 
 /** True when a connect failed because the server refused the identity (unknown, revoked or expired). */
-const isRejection = (e: unknown) => e instanceof AuthorizationError || /authorization violation|authentication (revoked|expired)|user authentication/i.test(errorMessage(e));
-
+const isRejection = (e: unknown) =>
+  e instanceof AuthorizationError || /authorization violation|authentication (revoked|expired)|user authentication/i.test(errorMessage(e));

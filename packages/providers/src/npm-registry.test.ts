@@ -37,7 +37,9 @@ describe("npmPasswordHash", () => {
 
 describe("npmrcOf", () => {
   it("routes the scope to the registry and sends Basic auth to that registry only", () => {
-    expect(npmrcOf("@shop", "https://npm.example:8443/prefix/", "dXNlcjpwYXNz")).toBe("@shop:registry=https://npm.example:8443/prefix/\n//npm.example:8443/prefix/:_auth=dXNlcjpwYXNz\n");
+    expect(npmrcOf("@shop", "https://npm.example:8443/prefix/", "dXNlcjpwYXNz")).toBe(
+      "@shop:registry=https://npm.example:8443/prefix/\n//npm.example:8443/prefix/:_auth=dXNlcjpwYXNz\n",
+    );
   });
 });
 

@@ -93,7 +93,8 @@ export function npmNames(module: string, requirement: string): { scope: string; 
 /** The user of `generation` under `base`: `<base>_a` for odd generations, `<base>_b` for even ones. */
 export function npmUserName(base: string, generation: number): string {
   const user = `${base}_${generation % 2 === 1 ? "a" : "b"}`;
-  if (!NPM_USER_NAME.test(user)) throw new MeshError(ErrorCodes.InvalidName, `npm user name ${JSON.stringify(user)} is refused: it must match ${NPM_USER_NAME}`);
+  if (!NPM_USER_NAME.test(user))
+    throw new MeshError(ErrorCodes.InvalidName, `npm user name ${JSON.stringify(user)} is refused: it must match ${NPM_USER_NAME}`);
   return user;
 }
 
@@ -220,10 +221,14 @@ class NpmRegistryAdapter implements ProviderAdapter {
     } catch (e) {
       return { ok: false, reason: "unreachable", message: `cannot reach the npm registry at ${b.registry}: ${fetchFailureCause(e, REGISTRY_TIMEOUT_MS)}` };
     }
-    const body = await res.json().catch(() => undefined) as { username?: unknown } | undefined;
+    const body = (await res.json().catch(() => undefined)) as { username?: unknown } | undefined;
     if (res.ok && body?.username === b.username) return { ok: true };
     if (res.status >= 500) return { ok: false, reason: "unreachable", message: `the npm registry at ${b.registry} answered HTTP ${res.status}` };
-    return { ok: false, reason: "rejected", message: `the npm registry at ${b.registry} did not log ${b.username} in (HTTP ${res.status}, whoami ${JSON.stringify(body?.username ?? null)})` };
+    return {
+      ok: false,
+      reason: "rejected",
+      message: `the npm registry at ${b.registry} did not log ${b.username} in (HTTP ${res.status}, whoami ${JSON.stringify(body?.username ?? null)})`,
+    };
   }
 
   /** Where a handover publishes the grant's packages: the scope, through the generation's own credential, as a holder publishes. */
@@ -274,7 +279,13 @@ class NpmRegistryAdapter implements ProviderAdapter {
       return await op();
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT" && !(await stat(this.usersDir).then(() => true, () => false))) {
+      if (
+        code === "ENOENT" &&
+        !(await stat(this.usersDir).then(
+          () => true,
+          () => false,
+        ))
+      ) {
         throw new MeshError(
           ErrorCodes.ProviderMisconfigured,
           `provider ${this.provider.name}: its users directory ${this.usersDir} (options.usersDir) does not exist, so could not ${what}; create it on the registry's host, owned by the provisioner's user and readable by Verdaccio's, and name the same directory in Verdaccio's config under auth.mesh-scopes.usersDir`,
@@ -339,4 +350,3 @@ function parseUsersDir(provider: ProviderConfig): string {
   if (!isAbsolute(dir)) throw bad(`options.usersDir ${JSON.stringify(dir)} is not an absolute path`);
   return dir;
 }
-

@@ -142,7 +142,11 @@ class OciRegistryAdapter implements ProviderAdapter {
     const lacking = ["url", "username", "password"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const v2 = `${b.url!.replace(/\/+$/, "")}/v2/`;
-    const unreachable = (what: string, e: unknown): LoginResult => ({ ok: false, reason: "unreachable", message: `cannot log in to the registry at ${b.url}: ${what} failed (${fetchFailureCause(e, LOGIN_TIMEOUT_MS)})` });
+    const unreachable = (what: string, e: unknown): LoginResult => ({
+      ok: false,
+      reason: "unreachable",
+      message: `cannot log in to the registry at ${b.url}: ${what} failed (${fetchFailureCause(e, LOGIN_TIMEOUT_MS)})`,
+    });
     let challenge: Response;
     try {
       challenge = await fetch(v2, { signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) });
@@ -151,12 +155,20 @@ class OciRegistryAdapter implements ProviderAdapter {
       return unreachable(`GET ${v2}`, e);
     }
     if (challenge.status !== 401) {
-      return { ok: false, reason: "rejected", message: `the registry at ${b.url} answered GET /v2/ without a credential with HTTP ${challenge.status}, not 401: it does not ask for the mesh's tokens; configure its auth.token (see examples/providers/oci-registry.yaml)` };
+      return {
+        ok: false,
+        reason: "rejected",
+        message: `the registry at ${b.url} answered GET /v2/ without a credential with HTTP ${challenge.status}, not 401: it does not ask for the mesh's tokens; configure its auth.token (see examples/providers/oci-registry.yaml)`,
+      };
     }
     const bearer = parseBearerChallenge(challenge.headers.get("www-authenticate") ?? "");
     if (!bearer) return { ok: false, reason: "rejected", message: `the registry at ${b.url} did not send a Bearer challenge with realm and service` };
     if (new URL(bearer.realm).origin !== new URL(this.issuerUrl).origin) {
-      return { ok: false, reason: "rejected", message: `the registry at ${b.url} sends clients to the token realm ${bearer.realm}, not to this provider's issuer ${this.issuerUrl}; the password was not sent there` };
+      return {
+        ok: false,
+        reason: "rejected",
+        message: `the registry at ${b.url} sends clients to the token realm ${bearer.realm}, not to this provider's issuer ${this.issuerUrl}; the password was not sent there`,
+      };
     }
     const tokenUrl = new URL(bearer.realm);
     tokenUrl.searchParams.set("service", bearer.service);
@@ -167,8 +179,18 @@ class OciRegistryAdapter implements ProviderAdapter {
       const body = (await res.json().catch(() => ({}))) as { token?: string; errors?: { message?: string }[] };
       if (res.status === 401) return { ok: false, reason: "rejected", message: `the token issuer at ${tokenUrl.origin} rejected ${b.username}` };
       // Failed logins of this user or address hit the issuer's limit (anyone may cause that): says nothing of this credential.
-      if (res.status === 429) return { ok: false, reason: "unreachable", message: `the token issuer at ${tokenUrl.origin} is limiting logins of ${b.username} after failed ones; retry after ${res.headers.get("retry-after") ?? "a while"} s` };
-      if (!res.ok || !body.token) return { ok: false, reason: "rejected", message: `the token issuer at ${tokenUrl.origin} answered HTTP ${res.status}: ${body.errors?.[0]?.message ?? "no token"}` };
+      if (res.status === 429)
+        return {
+          ok: false,
+          reason: "unreachable",
+          message: `the token issuer at ${tokenUrl.origin} is limiting logins of ${b.username} after failed ones; retry after ${res.headers.get("retry-after") ?? "a while"} s`,
+        };
+      if (!res.ok || !body.token)
+        return {
+          ok: false,
+          reason: "rejected",
+          message: `the token issuer at ${tokenUrl.origin} answered HTTP ${res.status}: ${body.errors?.[0]?.message ?? "no token"}`,
+        };
       token = body.token;
     } catch (e) {
       return unreachable(`the token request to ${tokenUrl.origin}`, e);
@@ -177,7 +199,11 @@ class OciRegistryAdapter implements ProviderAdapter {
       const res = await fetch(v2, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) });
       await res.body?.cancel();
       if (res.ok) return { ok: true };
-      return { ok: false, reason: "rejected", message: `the registry at ${b.url} refused the token the issuer gave ${b.username} (HTTP ${res.status}); check that its auth.token issuer, service and rootcertbundle are the issuer's` };
+      return {
+        ok: false,
+        reason: "rejected",
+        message: `the registry at ${b.url} refused the token the issuer gave ${b.username} (HTTP ${res.status}); check that its auth.token issuer, service and rootcertbundle are the issuer's`,
+      };
     } catch (e) {
       return unreachable(`GET ${v2} with the token`, e);
     }
@@ -259,13 +285,14 @@ function conflictOf(names: OciNames, mark: string): string {
   return `the token issuer's user ${names.user} belongs to ${mark}, not ${names.mark}`;
 }
 
-
-
 /** The provider's `options.issuerUrl`, validated, without a trailing slash. */
 function parseIssuerUrl(provider: ProviderConfig): string {
   const options = provider.options ?? {};
   const bad = (why: string) =>
-    new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider.name}: ${why}; set options.issuerUrl to where mesh-oci-token-issuer listens, such as http://127.0.0.1:5001`);
+    new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: ${why}; set options.issuerUrl to where mesh-oci-token-issuer listens, such as http://127.0.0.1:5001`,
+    );
   const unknown = Object.keys(options).filter((k) => !KNOWN_OPTIONS.includes(k));
   if (unknown.length > 0) throw bad(`unknown option ${unknown.map((k) => JSON.stringify(k)).join(", ")} (oci.registry knows only ${KNOWN_OPTIONS.join(", ")})`);
   const raw = options.issuerUrl;

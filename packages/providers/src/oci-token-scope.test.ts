@@ -3,7 +3,11 @@ import { grantedAccess, hashPassword, inNamespace, isPasswordHash, ociNames, ver
 
 describe("grantedAccess", () => {
   it.each([
-    ["one repository of the namespace, pull and push", ["repository:shop/api:pull,push"], [{ type: "repository", name: "shop/api", actions: ["pull", "push"] }]],
+    [
+      "one repository of the namespace, pull and push",
+      ["repository:shop/api:pull,push"],
+      [{ type: "repository", name: "shop/api", actions: ["pull", "push"] }],
+    ],
     ["a deeper path", ["repository:shop/tools/cli:pull"], [{ type: "repository", name: "shop/tools/cli", actions: ["pull"] }]],
     ["delete and * are narrowed away", ["repository:shop/api:delete,*,pull"], [{ type: "repository", name: "shop/api", actions: ["pull"] }]],
     ["only delete: nothing", ["repository:shop/api:delete"], []],
@@ -13,7 +17,11 @@ describe("grantedAccess", () => {
     ["the catalog", ["registry:catalog:*"], []],
     ["a malformed name", ["repository:shop/../bank/api:pull", "repository:shop/API:pull", "repository:shop//a:pull"], []],
     ["a host-qualified name", ["repository:evil:5000/shop/api:pull"], []],
-    ["several scopes in one parameter, merged", ["repository:shop/a:pull repository:bank/b:pull", "repository:shop/a:push"], [{ type: "repository", name: "shop/a", actions: ["pull", "push"] }]],
+    [
+      "several scopes in one parameter, merged",
+      ["repository:shop/a:pull repository:bank/b:pull", "repository:shop/a:push"],
+      [{ type: "repository", name: "shop/a", actions: ["pull", "push"] }],
+    ],
     ["no scope (a login)", [], []],
   ])("%s", (_what, scopes, expected) => {
     expect(grantedAccess(scopes, "shop")).toEqual(expected);

@@ -10,7 +10,6 @@ const INJECTION = 'x"; DROP ROLE postgres; --';
 
 const refusedName = (fn: () => unknown) => refused(ErrorCodes.InvalidName, fn);
 
-
 describe("baseName", () => {
   it.each([
     ["shop", "db", "shop_db"],

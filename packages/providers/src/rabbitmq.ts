@@ -287,7 +287,12 @@ class RabbitmqAdapter implements ProviderAdapter {
     if (!vhost) await this.put(what, vhostPath(names.vhost), { description: mark }, readVhost);
     // The user first, then its permissions: without them it can authenticate but open nothing.
     const hash = rabbitmqPasswordHash(password);
-    await this.put(what, userPath(user), { password_hash: hash, hashing_algorithm: HASHING_ALGORITHM, tags: [mark, servingTag(req.grant.generation)] }, readUser);
+    await this.put(
+      what,
+      userPath(user),
+      { password_hash: hash, hashing_algorithm: HASHING_ALGORITHM, tags: [mark, servingTag(req.grant.generation)] },
+      readUser,
+    );
     await this.send(what, "PUT", permissionPath(names.vhost, user), { configure: ".*", write: ".*", read: ".*" });
     const { protocol, host, port } = this.endpoint;
     const hostInUri = host.includes(":") ? `[${host}]` : host;
@@ -331,7 +336,8 @@ class RabbitmqAdapter implements ProviderAdapter {
     // The user serves a later generation now (k+2 uses k's user again): this retire is stale.
     if ((servedGeneration(info) ?? 0) > req.grant.generation) return;
     await this.send(what, "PUT", userPath(user), { password_hash: "", tags: tagsOf(info) });
-    const close = () => this.send(what, "DELETE", `/connections/username/${encodeURIComponent(user)}`, undefined, { "X-Reason": "credential generation retired by the mesh" });
+    const close = () =>
+      this.send(what, "DELETE", `/connections/username/${encodeURIComponent(user)}`, undefined, { "X-Reason": "credential generation retired by the mesh" });
     await close();
     await new Promise((r) => setTimeout(r, RETIRE_SWEEP_DELAY_MS));
     await close();
@@ -457,7 +463,11 @@ class RabbitmqAdapter implements ProviderAdapter {
       try {
         return text === "" ? undefined : (JSON.parse(text) as T);
       } catch (e) {
-        throw new MeshError(ErrorCodes.ProviderRejected, `${this.at()} answered ${what} with something that is not JSON; check that options.managementUrl points at the management plugin`, { cause: e });
+        throw new MeshError(
+          ErrorCodes.ProviderRejected,
+          `${this.at()} answered ${what} with something that is not JSON; check that options.managementUrl points at the management plugin`,
+          { cause: e },
+        );
       }
     }
     if (res.status === 404 && method !== "PUT") return undefined;
@@ -477,8 +487,8 @@ class RabbitmqAdapter implements ProviderAdapter {
         login && this.guestDefault
           ? `${this.at()} rejected guest with RabbitMQ's default password (${why}), so could not ${what}; guest's password was changed, or the provisioner does not reach the broker over loopback (RabbitMQ lets guest in from localhost only): name an administrator in admin.username and its password in admin.passwordEnv or admin.passwordFile`
           : login
-          ? `${this.at()} rejected the admin user ${JSON.stringify(this.adminUser)} (${why}), so could not ${what}; check admin.username and the password given by the provider's admin.passwordEnv or admin.passwordFile (RabbitMQ lets guest in from localhost only)`
-          : `${this.at()}: the admin user ${JSON.stringify(this.adminUser)} may not ${what} (${why}); give it the administrator tag, or name another user in admin.username`,
+            ? `${this.at()} rejected the admin user ${JSON.stringify(this.adminUser)} (${why}), so could not ${what}; check admin.username and the password given by the provider's admin.passwordEnv or admin.passwordFile (RabbitMQ lets guest in from localhost only)`
+            : `${this.at()}: the admin user ${JSON.stringify(this.adminUser)} may not ${what} (${why}); give it the administrator tag, or name another user in admin.username`,
       );
     }
     if (res.status === 502 || res.status === 503 || res.status === 504) throw this.unreachable(what, why);
@@ -537,7 +547,6 @@ function acceptsConnections(host: string, port: number): Promise<boolean> {
   });
 }
 
-
 function endpointOf(provider: ProviderConfig): Endpoint {
   const e = parseEndpoint(provider, {
     schemes: ["amqp", "amqps"],
@@ -557,7 +566,8 @@ function parseManagementUrl(provider: ProviderConfig): string {
       ErrorCodes.ProviderMisconfigured,
       `provider ${provider.name}: ${why}; set options.managementUrl to the URL of the RabbitMQ management plugin, such as http://127.0.0.1:15672`,
     );
-  if (unknown.length > 0) throw bad(`unknown option ${unknown.map((k) => JSON.stringify(k)).join(", ")} (rabbitmq.vhost knows only ${KNOWN_OPTIONS.join(", ")})`);
+  if (unknown.length > 0)
+    throw bad(`unknown option ${unknown.map((k) => JSON.stringify(k)).join(", ")} (rabbitmq.vhost knows only ${KNOWN_OPTIONS.join(", ")})`);
   const raw = options.managementUrl;
   if (!raw) throw bad("options.managementUrl is not set");
   if (typeof raw !== "string") throw bad("options.managementUrl is a list; give one URL");
@@ -568,7 +578,8 @@ function parseManagementUrl(provider: ProviderConfig): string {
     throw bad(`options.managementUrl ${JSON.stringify(raw)} is not a URL`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw bad(`options.managementUrl ${JSON.stringify(raw)} is not an http:// or https:// URL`);
-  if (url.username || url.password) throw bad("options.managementUrl holds a user; the admin goes in admin.username and admin.passwordEnv or admin.passwordFile");
+  if (url.username || url.password)
+    throw bad("options.managementUrl holds a user; the admin goes in admin.username and admin.passwordEnv or admin.passwordFile");
   if (url.search || url.hash) throw bad(`options.managementUrl ${JSON.stringify(raw)} has a query or fragment`);
   return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
 }

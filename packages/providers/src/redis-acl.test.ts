@@ -71,7 +71,11 @@ describe("aclRules", () => {
 describe("passwordHash", () => {
   it("hashes as Redis does: SHA-256 of the UTF-8 bytes, hex", () => {
     expect(passwordHash("secret1")).toBe(createHash("sha256").update("secret1").digest("hex"));
-    expect(passwordHash("é")).toBe(createHash("sha256").update(Buffer.from([0xc3, 0xa9])).digest("hex"));
+    expect(passwordHash("é")).toBe(
+      createHash("sha256")
+        .update(Buffer.from([0xc3, 0xa9]))
+        .digest("hex"),
+    );
   });
 
   it.each([
@@ -85,13 +89,28 @@ describe("passwordHash", () => {
 });
 
 /** An `ACL GETUSER` reply as Redis 7.0 gives it, with `selectors`. */
-const getUser = (selectors: unknown[]) => ["flags", ["on", "sanitize-payload"], "passwords", [H1], "commands", "+@all", "keys", "~shop:*", "channels", "&shop:*", "selectors", selectors];
+const getUser = (selectors: unknown[]) => [
+  "flags",
+  ["on", "sanitize-payload"],
+  "passwords",
+  [H1],
+  "commands",
+  "+@all",
+  "keys",
+  "~shop:*",
+  "channels",
+  "&shop:*",
+  "selectors",
+  selectors,
+];
 const selectorOf = (keys: string) => ["commands", "-@all", "keys", keys, "channels", ""];
 
 describe("parseAclUser", () => {
   it("reads back the record the selector carries", () => {
     const record = { grant: "shop/cache", a: { generation: 7, hash: H1 }, b: { generation: 6, hash: H2 } };
-    const keys = recordSelector(record).replace(/^\(/, "").replace(/ resetchannels -@all\)$/, "");
+    const keys = recordSelector(record)
+      .replace(/^\(/, "")
+      .replace(/ resetchannels -@all\)$/, "");
     expect(parseAclUser(getUser([selectorOf(keys)]))).toEqual({ flags: ["on", "sanitize-payload"], passwords: [H1], record });
   });
 

@@ -262,7 +262,10 @@ async function change(
     const tx =
       next === "delete"
         ? c.multi().del(names.versionKey).call("ACL", "DELUSER", names.user)
-        : c.multi().incr(names.versionKey).call("ACL", "SETUSER", names.user, ...aclRules(names, next));
+        : c
+            .multi()
+            .incr(names.versionKey)
+            .call("ACL", "SETUSER", names.user, ...aclRules(names, next));
     const results = await tx.exec();
     if (results === null) continue;
     const failed = results.find(([err]) => err);
@@ -328,7 +331,10 @@ function replyCode(e: unknown): string | undefined {
 /** True when `e` says the server could not be reached or did not answer: a socket error or ioredis giving up on one. */
 function isUnreachable(e: unknown): boolean {
   if (!(e instanceof Error) || e.name === "ReplyError") return false;
-  return typeof (e as NodeJS.ErrnoException).code === "string" || /Connection is closed|Command timed out|ETIMEDOUT|Stream isn't writeable|Protocol error/.test(e.message);
+  return (
+    typeof (e as NodeJS.ErrnoException).code === "string" ||
+    /Connection is closed|Command timed out|ETIMEDOUT|Stream isn't writeable|Protocol error/.test(e.message)
+  );
 }
 
 /** `e` without the command arguments ioredis attaches to a reply error: AUTH's include a password. */

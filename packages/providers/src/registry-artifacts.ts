@@ -14,7 +14,6 @@ import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.j
 /** How long one request to a registry may take (a blob's upload included). */
 const REQUEST_TIMEOUT_MS = 30_000;
 
-
 /** Throws `ProviderRejected` unless the bindings have `keys`. */
 function need(bindings: BindingValues, what: string, keys: string[]): void {
   const lacking = keys.filter((k) => !bindings[k]);
@@ -26,13 +25,19 @@ async function send(what: string, url: string | URL, init: RequestInit): Promise
   try {
     return await fetch(url, { ...init, redirect: "manual", signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
   } catch (e) {
-    throw new MeshError(ErrorCodes.ProviderUnreachable, `${what}: the registry at ${new URL(url).origin} did not answer (${fetchFailureCause(e, REQUEST_TIMEOUT_MS)}); the copy resumes where it stopped once it does`, { retryable: true, cause: e });
+    throw new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `${what}: the registry at ${new URL(url).origin} did not answer (${fetchFailureCause(e, REQUEST_TIMEOUT_MS)}); the copy resumes where it stopped once it does`,
+      { retryable: true, cause: e },
+    );
   }
 }
 
 async function refused(what: string, res: Response): Promise<MeshError> {
   const text = (await res.text().catch(() => "")).slice(0, 300);
-  return new MeshError(ErrorCodes.ProviderRejected, `${what}: HTTP ${res.status}${text ? ` ${text}` : ""}`, { retryable: res.status >= 500 || res.status === 429 });
+  return new MeshError(ErrorCodes.ProviderRejected, `${what}: HTTP ${res.status}${text ? ` ${text}` : ""}`, {
+    retryable: res.status >= 500 || res.status === 429,
+  });
 }
 
 /**
@@ -47,7 +52,12 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string): 
   /** A request to `path` under the registry, answering its Bearer challenge with a token for the challenge's scope. */
   const request = async (what: string, method: string, path: string, init: { body?: Uint8Array; headers?: Record<string, string> } = {}): Promise<Response> => {
     const url = path.startsWith("http") ? path : `${base}${path}`;
-    const go = (token?: string) => send(what, url, { method, headers: { ...init.headers, ...(token ? { authorization: `Bearer ${token}` } : {}) }, ...(init.body ? { body: init.body } : {}) });
+    const go = (token?: string) =>
+      send(what, url, {
+        method,
+        headers: { ...init.headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        ...(init.body ? { body: init.body } : {}),
+      });
     // Tokens are per repository (a pull-only one meets a 401 on a push, and is replaced).
     const scopeKey = /\/v2\/(.+?)\/(?:blobs|manifests)\//.exec(url)?.[1] ?? url;
     let res = await go(tokens.get(scopeKey));
@@ -56,17 +66,27 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string): 
     const header = res.headers.get("www-authenticate") ?? "";
     const challenge = parseBearerChallenge(header);
     if (!challenge) {
-      throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the registry at ${base} answered 401 without a Bearer challenge with realm and service (${JSON.stringify(header.slice(0, 200))}); the password was not sent`);
+      throw new MeshError(
+        ErrorCodes.ProviderRejected,
+        `${what}: the registry at ${base} answered 401 without a Bearer challenge with realm and service (${JSON.stringify(header.slice(0, 200))}); the password was not sent`,
+      );
     }
     if (new URL(challenge.realm).origin !== issuerOrigin) {
-      throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the registry at ${base} sends clients to the token realm ${challenge.realm}, not to the provider's issuer ${issuerOrigin}; the password was not sent there`);
+      throw new MeshError(
+        ErrorCodes.ProviderRejected,
+        `${what}: the registry at ${base} sends clients to the token realm ${challenge.realm}, not to the provider's issuer ${issuerOrigin}; the password was not sent there`,
+      );
     }
     const tokenUrl = new URL(challenge.realm);
     tokenUrl.searchParams.set("service", challenge.service);
     if (challenge.scope) tokenUrl.searchParams.set("scope", challenge.scope);
     const t = await send(what, tokenUrl, { headers: { authorization: basic(bindings.username!, bindings.password!) } });
     const body = (await t.json().catch(() => ({}))) as { token?: string };
-    if (!t.ok || !body.token) throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the token issuer refused ${bindings.username} a token for ${challenge.scope ?? "the registry"} (HTTP ${t.status})`);
+    if (!t.ok || !body.token)
+      throw new MeshError(
+        ErrorCodes.ProviderRejected,
+        `${what}: the token issuer refused ${bindings.username} a token for ${challenge.scope ?? "the registry"} (HTTP ${t.status})`,
+      );
     tokens.set(scopeKey, body.token);
     res = await go(body.token);
     return res;
@@ -85,7 +105,10 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string): 
       if (!res.ok) throw await refused(what, res);
       const digest = res.headers.get("docker-content-digest");
       if (a.type === "manifest" && digest && digest !== a.digest) {
-        throw new MeshError(ErrorCodes.Conflict, `${repo(a)}:${a.tag} at ${base} is manifest ${digest}, not the ${a.digest} being carried over: a tag is not overwritten by a copy; delete or retag it there, and the copy resumes`);
+        throw new MeshError(
+          ErrorCodes.Conflict,
+          `${repo(a)}:${a.tag} at ${base} is manifest ${digest}, not the ${a.digest} being carried over: a tag is not overwritten by a copy; delete or retag it there, and the copy resumes`,
+        );
       }
       return true;
     },
@@ -93,7 +116,10 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string): 
       if (a.type === "package") throw new MeshError(ErrorCodes.InvalidRequest, `an OCI registry holds no ${artifactId(a)}`);
       const what = `copying ${artifactId(a)} to ${base}`;
       if (a.type === "manifest") {
-        const res = await request(what, "PUT", `/v2/${repo(a)}/manifests/${a.tag}`, { body: content.data, headers: { "content-type": content.mediaType ?? "application/vnd.oci.image.manifest.v1+json" } });
+        const res = await request(what, "PUT", `/v2/${repo(a)}/manifests/${a.tag}`, {
+          body: content.data,
+          headers: { "content-type": content.mediaType ?? "application/vnd.oci.image.manifest.v1+json" },
+        });
         if (res.status !== 201) throw await refused(what, res);
         await res.body?.cancel();
         return;
@@ -141,7 +167,10 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
       const v = p.versions?.[a.version];
       if (!v) return false;
       if (v.dist?.shasum && v.dist.shasum !== a.shasum) {
-        throw new MeshError(ErrorCodes.Conflict, `${full(a.name)}@${a.version} at ${registry} is another tarball (sha1 ${v.dist.shasum}) than the one being carried over (${a.shasum}): a published version is never replaced; unpublish it there, or publish the source's under a new version`);
+        throw new MeshError(
+          ErrorCodes.Conflict,
+          `${full(a.name)}@${a.version} at ${registry} is another tarball (sha1 ${v.dist.shasum}) than the one being carried over (${a.shasum}): a published version is never replaced; unpublish it there, or publish the source's under a new version`,
+        );
       }
       return true;
     },
@@ -155,16 +184,26 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
         name,
         version: a.version,
         _id: `${name}@${a.version}`,
-        dist: { ...((content.manifest?.dist as object | undefined) ?? {}), shasum: a.shasum, tarball: new URL(`${encodeURIComponent(name).replace(/^%40/, "@")}/-/${file}`, registry).toString() },
+        dist: {
+          ...((content.manifest?.dist as object | undefined) ?? {}),
+          shasum: a.shasum,
+          tarball: new URL(`${encodeURIComponent(name).replace(/^%40/, "@")}/-/${file}`, registry).toString(),
+        },
       };
       const body = {
         _id: name,
         name,
         "dist-tags": { latest: a.version },
         versions: { [a.version]: version },
-        _attachments: { [file]: { content_type: "application/octet-stream", data: Buffer.from(content.data).toString("base64"), length: content.data.byteLength } },
+        _attachments: {
+          [file]: { content_type: "application/octet-stream", data: Buffer.from(content.data).toString("base64"), length: content.data.byteLength },
+        },
       };
-      const res = await send(what, packumentUrl(a.name), { method: "PUT", headers: { authorization: auth, "content-type": "application/json" }, body: JSON.stringify(body) });
+      const res = await send(what, packumentUrl(a.name), {
+        method: "PUT",
+        headers: { authorization: auth, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
       if (!res.ok) throw await refused(what, res);
       await res.body?.cancel();
     },

@@ -41,9 +41,7 @@ export const createSecretAdapter: AdapterFactory = (provider: ProviderConfig): P
 
   async login(req): Promise<LoginResult> {
     const value = req.bindings.value;
-    return typeof value === "string" && value !== ""
-      ? { ok: true }
-      : { ok: false, reason: "rejected", message: "the secret binding has no value" };
+    return typeof value === "string" && value !== "" ? { ok: true } : { ok: false, reason: "rejected", message: "the secret binding has no value" };
   },
 
   async close(): Promise<void> {},

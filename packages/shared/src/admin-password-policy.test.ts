@@ -67,7 +67,10 @@ afterAll(() => rmSync(base, { recursive: true, force: true }));
 describe("passwordEnv", () => {
   it.each(["PG_ADMIN_PASSWORD", "REDIS_ADMIN_PASSWORD", "BOOT_REDIS_PASSWORD"])("takes %s", (n) => expect(envName(n)).toBeUndefined());
   it.each<[string, RegExp]>([
-    ["MESH_MASTER_KEY", /^MESH_MASTER_KEY starts with MESH_, which names the mesh's own settings and secrets: a provider's admin password is read only from a variable whose name ends in _PASSWORD and does not start with MESH_; name a variable of its own/],
+    [
+      "MESH_MASTER_KEY",
+      /^MESH_MASTER_KEY starts with MESH_, which names the mesh's own settings and secrets: a provider's admin password is read only from a variable whose name ends in _PASSWORD and does not start with MESH_; name a variable of its own/,
+    ],
     ["MESH_NATS_PASSWORD", /starts with MESH_/],
     ["mesh_x_PASSWORD", /starts with MESH_/],
     ["HOME", /^HOME does not end in _PASSWORD/],
@@ -78,8 +81,12 @@ describe("passwordEnv", () => {
   it("is narrowed by MESH_ADMIN_PASSWORD_ENVS, never widened", () => {
     const narrow = adminPasswordPolicy({ MESH_ADMIN_PASSWORD_ENVS: "PG_ADMIN_PASSWORD, REDIS_ADMIN_PASSWORD" }, base);
     expect(envName("PG_ADMIN_PASSWORD", narrow)).toBeUndefined();
-    expect(envName("BOOT_REDIS_PASSWORD", narrow)?.message).toMatch(/^BOOT_REDIS_PASSWORD is not a variable the services allow \(MESH_ADMIN_PASSWORD_ENVS: PG_ADMIN_PASSWORD, REDIS_ADMIN_PASSWORD\)/);
-    expect(() => adminPasswordPolicy({ MESH_ADMIN_PASSWORD_ENVS: "PG_ADMIN_PASSWORD,MESH_MASTER_KEY" }, base)).toThrow(/MESH_ADMIN_PASSWORD_ENVS: MESH_MASTER_KEY starts with MESH_.*it may only narrow that rule/);
+    expect(envName("BOOT_REDIS_PASSWORD", narrow)?.message).toMatch(
+      /^BOOT_REDIS_PASSWORD is not a variable the services allow \(MESH_ADMIN_PASSWORD_ENVS: PG_ADMIN_PASSWORD, REDIS_ADMIN_PASSWORD\)/,
+    );
+    expect(() => adminPasswordPolicy({ MESH_ADMIN_PASSWORD_ENVS: "PG_ADMIN_PASSWORD,MESH_MASTER_KEY" }, base)).toThrow(
+      /MESH_ADMIN_PASSWORD_ENVS: MESH_MASTER_KEY starts with MESH_.*it may only narrow that rule/,
+    );
   });
 });
 
@@ -90,7 +97,11 @@ describe("passwordFile", () => {
   });
 
   it.each<[string, () => string, RegExp]>([
-    ["the master key", () => join(state, "master.key"), /is the mesh's master key: a provider's admin password may not be read from a file of the mesh's own, which the provisioner would send to the provider's endpoint; put the admin password in a file of its own/],
+    [
+      "the master key",
+      () => join(state, "master.key"),
+      /is the mesh's master key: a provider's admin password may not be read from a file of the mesh's own, which the provisioner would send to the provider's endpoint; put the admin password in a file of its own/,
+    ],
     ["the master key through ..", () => `${base}/etc/../work/.mesh/master.key`, /\(.*\/work\/\.mesh\/master\.key\) is the mesh's master key/],
     ["the master key through .. past a directory that does not exist", () => `${base}/nope/../work/.mesh/master.key`, /is the mesh's master key/],
     ["the master key through a symlink to it", () => join(base, "links", "key"), /is the mesh's master key/],
@@ -98,14 +109,38 @@ describe("passwordFile", () => {
     ["the master key through a symlink to the state directory", () => join(base, "links", "mesh", "master.key"), /is the mesh's master key/],
     ["the master key relative to the working directory", () => "../work/.mesh/master.key", /is the mesh's master key/],
     ["MESH_MASTER_KEY_FILE, wherever it is", () => join(base, "outside-key"), /is the mesh's master key/],
-    ["the signing keys", () => join(state, "nats-operator", "signing-keys.json"), /is in the mesh's operator directory .*\(its signing keys, identity keys and JWTs\)/],
-    ["the identity keys, through a symlink", () => join(base, "links", "up", "links", "mesh", "nats-operator", "identity-keys.json"), /is in the mesh's operator directory/],
+    [
+      "the signing keys",
+      () => join(state, "nats-operator", "signing-keys.json"),
+      /is in the mesh's operator directory .*\(its signing keys, identity keys and JWTs\)/,
+    ],
+    [
+      "the identity keys, through a symlink",
+      () => join(base, "links", "up", "links", "mesh", "nats-operator", "identity-keys.json"),
+      /is in the mesh's operator directory/,
+    ],
     ["a file of the operator directory that does not exist yet", () => join(state, "nats-operator", "later.json"), /is in the mesh's operator directory/],
-    ["the operator admin's .creds, for a provider that serves Redis", () => join(state, "nats-operator", "admin.creds"), /is the operator admin's \.creds, which only a provider serving NATS kinds alone \(nats\.user, kv\.bucket, object\.store, mesh\.identity\) may use.*this one also serves redis\.user/],
+    [
+      "the operator admin's .creds, for a provider that serves Redis",
+      () => join(state, "nats-operator", "admin.creds"),
+      /is the operator admin's \.creds, which only a provider serving NATS kinds alone \(nats\.user, kv\.bucket, object\.store, mesh\.identity\) may use.*this one also serves redis\.user/,
+    ],
     ["a log of the mesh", () => join(state, "logs", "provisioner.log"), /is in the mesh's own directory .*\/work\/\.mesh: /],
-    ["another grant's binding", () => join(state, "bindings", "node-a", "shop", "api", "db", "password"), /is a file of the binding of grant shop\/db, which this provider does not need: list shop\/db in its needs/],
-    ["a part's env file, which holds all its requirements", () => join(state, "bindings", "node-a", "pg", "server.env"), /is in the bindings root .* but is not a binding file/],
-    ["the default bindings root of an agent", () => "/var/lib/mesh/bindings/shop/api/db/password", /is a file of the binding of grant shop\/db, which this provider does not need/],
+    [
+      "another grant's binding",
+      () => join(state, "bindings", "node-a", "shop", "api", "db", "password"),
+      /is a file of the binding of grant shop\/db, which this provider does not need: list shop\/db in its needs/,
+    ],
+    [
+      "a part's env file, which holds all its requirements",
+      () => join(state, "bindings", "node-a", "pg", "server.env"),
+      /is in the bindings root .* but is not a binding file/,
+    ],
+    [
+      "the default bindings root of an agent",
+      () => "/var/lib/mesh/bindings/shop/api/db/password",
+      /is a file of the binding of grant shop\/db, which this provider does not need/,
+    ],
   ])("refuses %s", (_, path, message) => {
     expect(file(path())).toEqual({ path: "admin.passwordFile", message: expect.stringMatching(message) });
   });
@@ -164,7 +199,9 @@ describe("passwordFile", () => {
     const natsCheck = (p: AdminPasswordPolicy) => checkAdminPassword(provider({ username: "a", passwordFile: creds }, NATS_ONLY), p);
     expect(natsCheck(narrow)?.message).toMatch(/is not under a path the services allow/);
     expect(natsCheck(adminPasswordPolicy({ MESH_ADMIN_PASSWORD_FILES: `/run/secrets:${creds}` }, join(base, "work")))).toBeUndefined();
-    expect(() => adminPasswordPolicy({ MESH_ADMIN_PASSWORD_FILES: "etc/secrets" }, base)).toThrow(/MESH_ADMIN_PASSWORD_FILES: "etc\/secrets" is not an absolute path/);
+    expect(() => adminPasswordPolicy({ MESH_ADMIN_PASSWORD_FILES: "etc/secrets" }, base)).toThrow(
+      /MESH_ADMIN_PASSWORD_FILES: "etc\/secrets" is not an absolute path/,
+    );
   });
 
   it("no path the kernel opens as the master key or a file in the operator or state directory passes (property)", () => {
@@ -173,14 +210,59 @@ describe("passwordFile", () => {
       const s = statSync(p);
       return `${s.dev}:${s.ino}`;
     };
-    const walk = (dir: string): string[] => readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : []));
+    const walk = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : []));
     const forbidden = new Set([...walk(state), join(base, "outside-key")].map(identity));
     // Paths built from pieces of this tree, symlinks, `.` and `..`, as text (no path.join,
     // which would take `..` off lexically), absolute or relative to the services' directory:
     // a way to the state directory (or anywhere), detours, then one of its files (or anything).
-    const piece = fc.constantFrom("work", ".mesh", "master.key", "nats-operator", "signing-keys.json", "identity-keys.json", "admin.creds", "logs", "provisioner.log", "links", "mesh", "key", "up", "etc", "..", ".", "", "nope");
-    const toState = fc.constantFrom(".mesh", "../links/mesh", "work/.mesh", "links/mesh", "links/up/work/.mesh", "etc/../work/.mesh", "links/mesh/../.mesh", "nope/../work/.mesh", "links/up/links/mesh", "work/./.mesh/", "links/mesh/nats-operator/..", "..");
-    const inState = fc.constantFrom("master.key", "nats-url", "logs/provisioner.log", "nats-operator/signing-keys.json", "nats-operator/identity-keys.json", "nats-operator/admin.creds", "bindings/node-a/shop/api/db/password", "bindings/node-a/pg/server.env", "bindings/node-a/pg/.server.generations/admin-password-g1-AbC123/value", "../.mesh/master.key", "logs/../master.key");
+    const piece = fc.constantFrom(
+      "work",
+      ".mesh",
+      "master.key",
+      "nats-operator",
+      "signing-keys.json",
+      "identity-keys.json",
+      "admin.creds",
+      "logs",
+      "provisioner.log",
+      "links",
+      "mesh",
+      "key",
+      "up",
+      "etc",
+      "..",
+      ".",
+      "",
+      "nope",
+    );
+    const toState = fc.constantFrom(
+      ".mesh",
+      "../links/mesh",
+      "work/.mesh",
+      "links/mesh",
+      "links/up/work/.mesh",
+      "etc/../work/.mesh",
+      "links/mesh/../.mesh",
+      "nope/../work/.mesh",
+      "links/up/links/mesh",
+      "work/./.mesh/",
+      "links/mesh/nats-operator/..",
+      "..",
+    );
+    const inState = fc.constantFrom(
+      "master.key",
+      "nats-url",
+      "logs/provisioner.log",
+      "nats-operator/signing-keys.json",
+      "nats-operator/identity-keys.json",
+      "nats-operator/admin.creds",
+      "bindings/node-a/shop/api/db/password",
+      "bindings/node-a/pg/server.env",
+      "bindings/node-a/pg/.server.generations/admin-password-g1-AbC123/value",
+      "../.mesh/master.key",
+      "logs/../master.key",
+    );
     const pieces = fc.oneof(
       fc.array(piece, { minLength: 1, maxLength: 9 }),
       fc.tuple(toState, fc.array(fc.constantFrom(".", "logs/..", "nats-operator/..", ""), { maxLength: 3 }), inState).map(([a, b, c]) => [a, ...b, c]),

@@ -56,7 +56,11 @@ export interface AdminPasswordPolicy {
  */
 export function adminPasswordPolicy(env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): AdminPasswordPolicy {
   const stateDir = resolve(cwd, env.MESH_STATE_DIR || DEFAULT_STATE_DIR);
-  const list = (value: string | undefined, separator: string) => (value ?? "").split(separator).map((s) => s.trim()).filter(Boolean);
+  const list = (value: string | undefined, separator: string) =>
+    (value ?? "")
+      .split(separator)
+      .map((s) => s.trim())
+      .filter(Boolean);
   const policy: AdminPasswordPolicy = {
     cwd,
     masterKeyFiles: [join(stateDir, StateFiles.masterKey), ...(env.MESH_MASTER_KEY_FILE ? [resolve(cwd, env.MESH_MASTER_KEY_FILE)] : [])],
@@ -67,13 +71,18 @@ export function adminPasswordPolicy(env: NodeJS.ProcessEnv = process.env, cwd: s
   const files = list(env.MESH_ADMIN_PASSWORD_FILES, ":");
   if (files.length) {
     const relativeOne = files.find((f) => !isAbsolute(f));
-    if (relativeOne) throw new MeshError(ErrorCodes.ProviderMisconfigured, `MESH_ADMIN_PASSWORD_FILES: ${JSON.stringify(relativeOne)} is not an absolute path; list absolute directories or files, separated by ':'`);
+    if (relativeOne)
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `MESH_ADMIN_PASSWORD_FILES: ${JSON.stringify(relativeOne)} is not an absolute path; list absolute directories or files, separated by ':'`,
+      );
     policy.fileDirs = files;
   }
   const envs = list(env.MESH_ADMIN_PASSWORD_ENVS, ",");
   if (envs.length) {
     const refused = envs.find((n) => envNameRefusal(n) !== undefined);
-    if (refused) throw new MeshError(ErrorCodes.ProviderMisconfigured, `MESH_ADMIN_PASSWORD_ENVS: ${refused} ${envNameRefusal(refused)}; it may only narrow that rule`);
+    if (refused)
+      throw new MeshError(ErrorCodes.ProviderMisconfigured, `MESH_ADMIN_PASSWORD_ENVS: ${refused} ${envNameRefusal(refused)}; it may only narrow that rule`);
     policy.envNames = envs;
   }
   return policy;
@@ -179,7 +188,8 @@ function ownFileRefusal(doc: ProviderDoc, shown: string, real: string, policy: A
   const root = policy.bindingsRoots.map(resolvePath).find((r) => isWithin(real, r));
   if (root !== undefined) {
     const grant = bindingGrantOf(real, root);
-    if (grant && (doc.needs ?? []).some((id) => parseGrantId(id)?.module === grant.module && parseGrantId(id)?.requirement === grant.requirement)) return undefined;
+    if (grant && (doc.needs ?? []).some((id) => parseGrantId(id)?.module === grant.module && parseGrantId(id)?.requirement === grant.requirement))
+      return undefined;
     return grant
       ? `${shown} is a file of the binding of grant ${grant.module}/${grant.requirement}, which this provider does not need: list ${grant.module}/${grant.requirement} in its needs if its admin password is that mesh secret (README "Provider dependencies"), or ${FILE_FIX}`
       : `${shown} is in the bindings root ${root} but is not a binding file (<module>/<part>/<requirement>/<key>) of a grant this provider needs: ${OWN_FILE_RULE}; name a binding file of a grant in its needs, or ${FILE_FIX}`;
@@ -217,7 +227,10 @@ export function checkAdminPassword(
     const why = envNameRefusal(env);
     if (why) return { path: "admin.passwordEnv", message: `${env} ${why}: ${PASSWORD_ENV_RULE}; name a variable of its own, such as PG_ADMIN_PASSWORD` };
     if (policy.envNames && !policy.envNames.includes(env)) {
-      return { path: "admin.passwordEnv", message: `${env} is not a variable the services allow (MESH_ADMIN_PASSWORD_ENVS: ${policy.envNames.join(", ")}): name one of those, or have the services' operator add it` };
+      return {
+        path: "admin.passwordEnv",
+        message: `${env} is not a variable the services allow (MESH_ADMIN_PASSWORD_ENVS: ${policy.envNames.join(", ")}): name one of those, or have the services' operator add it`,
+      };
     }
   }
   const file = doc.admin?.passwordFile;

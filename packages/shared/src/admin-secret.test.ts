@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { adminSecretAdvice, adminSecretGenerations, classifyAdminSecret, type AdminLogin, type AdminSecretTrials } from "./admin-secret.js";
 
 const ok: AdminLogin = { ok: true };
-const rejected: AdminLogin = { ok: false, reason: "rejected", message: "password authentication failed for user \"postgres\"" };
+const rejected: AdminLogin = { ok: false, reason: "rejected", message: 'password authentication failed for user "postgres"' };
 const down: AdminLogin = { ok: false, reason: "unreachable", message: "connect ECONNREFUSED 127.0.0.1:5433" };
 const trials = (current: number, results: Array<[number, AdminLogin]>, staged?: number): AdminSecretTrials => ({
   provider: "pg-apps",
@@ -34,11 +34,28 @@ describe("classifyAdminSecret", () => {
   });
 
   it("the staged generation accepted while a rotation runs: staged, not diverged", () => {
-    expect(classifyAdminSecret(trials(2, [[2, rejected], [3, ok]], 3))).toEqual({ state: "staged", generation: 3 });
+    expect(
+      classifyAdminSecret(
+        trials(
+          2,
+          [
+            [2, rejected],
+            [3, ok],
+          ],
+          3,
+        ),
+      ),
+    ).toEqual({ state: "staged", generation: 3 });
   });
 
   it("an older generation accepted: diverged, naming both, in the issue's words", () => {
-    const f = classifyAdminSecret(trials(2, [[2, rejected], [3, rejected], [1, ok]]));
+    const f = classifyAdminSecret(
+      trials(2, [
+        [2, rejected],
+        [3, rejected],
+        [1, ok],
+      ]),
+    );
     expect(f).toEqual({
       state: "diverged",
       accepted: 1,
@@ -49,20 +66,35 @@ describe("classifyAdminSecret", () => {
   });
 
   it("a newer generation accepted with no rotation running: diverged, saying a rotation set it and never committed", () => {
-    const f = classifyAdminSecret(trials(2, [[2, rejected], [3, ok]]));
+    const f = classifyAdminSecret(
+      trials(2, [
+        [2, rejected],
+        [3, ok],
+      ]),
+    );
     expect(f).toMatchObject({ state: "diverged", accepted: 3, current: 2 });
     expect("message" in f && f.message).toContain("a rotation set generation 3 there and never committed it");
   });
 
   it("none accepted: rejected, listing what was tried and what to do", () => {
-    const f = classifyAdminSecret(trials(2, [[2, rejected], [1, rejected]]));
+    const f = classifyAdminSecret(
+      trials(2, [
+        [2, rejected],
+        [1, rejected],
+      ]),
+    );
     expect(f.state).toBe("rejected");
-    expect("message" in f && f.message).toMatch(/accepts none of the generations of pg\/admin-password the mesh holds \(2, 1\).*set the admin user's password at the server to generation 2/);
+    expect("message" in f && f.message).toMatch(
+      /accepts none of the generations of pg\/admin-password the mesh holds \(2, 1\).*set the admin user's password at the server to generation 2/,
+    );
   });
 
   it("no answer: unreachable, with the cause", () => {
     const f = classifyAdminSecret(trials(2, [[2, down]]));
-    expect(f).toEqual({ state: "unreachable", message: "provider pg-apps: the server at postgres://127.0.0.1:5433 cannot be reached: connect ECONNREFUSED 127.0.0.1:5433" });
+    expect(f).toEqual({
+      state: "unreachable",
+      message: "provider pg-apps: the server at postgres://127.0.0.1:5433 cannot be reached: connect ECONNREFUSED 127.0.0.1:5433",
+    });
   });
 });
 

@@ -19,7 +19,11 @@ describe("parseAllowHook", () => {
     ["an empty name", "=/bin/true", /the hook name "" must be/],
     ["no command", "reload=", /no command after reload=/],
     ["only whitespace", "reload=   ", /no command after reload=/],
-    ["shell chaining", "reload=/bin/systemctl reload x && echo ok", /"&" in .*runs without a shell \(split on whitespace\).*put what needs a shell in a script/],
+    [
+      "shell chaining",
+      "reload=/bin/systemctl reload x && echo ok",
+      /"&" in .*runs without a shell \(split on whitespace\).*put what needs a shell in a script/,
+    ],
     ["a variable", "reload=/bin/echo $HOME", /"\$" in/],
     ["quotes", "reload=/bin/sh -c 'kill -HUP 1'", /"'" in/],
     ["a ;, which separates hooks in MESH_ALLOW_HOOKS", "reload=/bin/true;/bin/false", /";" in/],

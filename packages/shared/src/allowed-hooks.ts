@@ -54,7 +54,9 @@ export function parseAllowHook(spec: string): { name: string; argv: string[] } {
   }
   const program = argv[0]!;
   if (program.includes("/") && !program.startsWith("/")) {
-    throw new HookOptionError(`--allow-hook ${name}: the program ${JSON.stringify(program)} is a relative path; give an absolute path, or a bare name found in ${HOOK_PATH}`);
+    throw new HookOptionError(
+      `--allow-hook ${name}: the program ${JSON.stringify(program)} is a relative path; give an absolute path, or a bare name found in ${HOOK_PATH}`,
+    );
   }
   return { name, argv };
 }
@@ -72,7 +74,10 @@ export function parseAllowedHooks(specs: readonly string[]): Map<string, string[
 
 /** The `NAME=COMMAND` entries of a `MESH_ALLOW_HOOKS` value (empty entries are skipped). */
 export function splitHookList(value: string | undefined): string[] {
-  return (value ?? "").split(HOOK_LIST_SEPARATOR).map((s) => s.trim()).filter(Boolean);
+  return (value ?? "")
+    .split(HOOK_LIST_SEPARATOR)
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 /** `hooks` as a `MESH_ALLOW_HOOKS` value, which {@link splitHookList} and {@link parseAllowedHooks} read back. */

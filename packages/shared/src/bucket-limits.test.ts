@@ -16,10 +16,20 @@ describe("planBucketLimits", () => {
     ["one that has them changes nothing", { max_bytes: 10_000, max_msg_size: 1_000 }, {}, {}],
     ["a lower limit is raised", { max_bytes: 5_000, max_msg_size: 500 }, {}, { max_bytes: 10_000, max_msg_size: 1_000 }],
     ["a higher one (an operator's) is kept", { max_bytes: 50_000, max_msg_size: 5_000 }, {}, {}],
-    ["discard old becomes new, so a full bucket refuses rather than drops its oldest", { max_bytes: 10_000, max_msg_size: 1_000, discard: DiscardPolicy.Old }, {}, { discard: DiscardPolicy.New }],
+    [
+      "discard old becomes new, so a full bucket refuses rather than drops its oldest",
+      { max_bytes: 10_000, max_msg_size: 1_000, discard: DiscardPolicy.Old },
+      {},
+      { discard: DiscardPolicy.New },
+    ],
     ["an age limit is set where there is none", {}, { ttlMs: 3_600_000 }, { max_bytes: 10_000, max_msg_size: 1_000, max_age: 3_600_000_000_000 }],
     ["an age limit there is stays", { max_bytes: 10_000, max_msg_size: 1_000, max_age: 60_000_000_000 }, { ttlMs: 3_600_000 }, {}],
-    ["it holds exactly as much as leaves room for one more value under the share the mesh fills", { bytes: 7_000 }, {}, { max_bytes: 10_000, max_msg_size: 1_000 }],
+    [
+      "it holds exactly as much as leaves room for one more value under the share the mesh fills",
+      { bytes: 7_000 },
+      {},
+      { max_bytes: 10_000, max_msg_size: 1_000 },
+    ],
   ])("%s", (_, now, over, changes) => {
     const plan = planBucketLimits("mesh-x", { ...none, ...now }, { ...want, ...over });
     expect(plan.changes).toEqual(changes);
@@ -38,7 +48,6 @@ describe("planBucketLimits", () => {
     expect(fillLimit(10_000)).toBe(8_000);
     expect(fillLimit(-1)).toBe(Infinity);
   });
-
 });
 
 describe("BUCKET_LIMITS hold STORE_SCALE", () => {
@@ -52,14 +61,21 @@ describe("BUCKET_LIMITS hold STORE_SCALE", () => {
     requirement: "events",
     kind: "nats.user",
     parts: ["api", "worker"],
-    targets: [{ part: "api", node: "node-a" }, { part: "worker", node: "node-b" }],
+    targets: [
+      { part: "api", node: "node-a" },
+      { part: "worker", node: "node-b" },
+    ],
     provider: "nats-main",
     generation: 12,
     resource: { user: "shop-orders_events_12", publish: "app.shop-orders.>", subscribe: "app.shop-orders.>,_INBOX.>", expires: now, provider: "nats-main" },
     holders: { "node-a/api": { generation: 12, deliveredAt: now }, "node-b/worker": { generation: 12, deliveredAt: now } },
     conditions: [
       condition("Resolved", "ProviderSelected", "provider nats-main (node node-a)"),
-      condition("Provisioned", "Provisioned", "generation 12 on nats-main: user shop-orders_events_12, publish app.shop-orders.>, subscribe app.shop-orders.>,_INBOX.>"),
+      condition(
+        "Provisioned",
+        "Provisioned",
+        "generation 12 on nats-main: user shop-orders_events_12, publish app.shop-orders.>, subscribe app.shop-orders.>,_INBOX.>",
+      ),
       condition("Delivered", "Delivered", "generation 12 delivered to every target (2)"),
       condition("Verified", "Verified", "generation 12 verified: the verifier and 2 agents logged in"),
     ],
@@ -67,7 +83,16 @@ describe("BUCKET_LIMITS hold STORE_SCALE", () => {
   });
   const mk = parseMasterKey("00".repeat(32));
   const creds = `-----BEGIN NATS USER JWT-----\n${"e".repeat(900)}\n------END NATS USER JWT------\n\n${"*".repeat(400)}\n-----BEGIN USER NKEY SEED-----\nSU${"A".repeat(56)}\n------END USER NKEY SEED------\n`;
-  const bindings = { type: "nats", provider: "nats-main", host: "127.0.0.1", port: "4222", uri: "nats://127.0.0.1:4222", username: "shop-orders_events_12", nkey: `U${"A".repeat(55)}`, creds };
+  const bindings = {
+    type: "nats",
+    provider: "nats-main",
+    host: "127.0.0.1",
+    port: "4222",
+    uri: "nats://127.0.0.1:4222",
+    username: "shop-orders_events_12",
+    nkey: `U${"A".repeat(55)}`,
+    creds,
+  };
   const credential = (withBindings: boolean) => ({
     grant: grant.id,
     generation: 12,
@@ -76,29 +101,60 @@ describe("BUCKET_LIMITS hold STORE_SCALE", () => {
     ...(withBindings ? { appliedAt: now } : {}),
     encrypted: encrypt(mk, JSON.stringify({ secret: { seed: `SU${"A".repeat(56)}` }, ...(withBindings ? { bindings } : {}) }), "shop-orders.events.g12"),
   });
-  const holders = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`node-a/api/i${String(i).padStart(10, "0")}`, { r: 123456, a: 234567, c: 345678 }]));
+  const holders = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`node-a/api/i${String(i).padStart(10, "0")}`, { r: 123456, a: 234567, c: 345678 }]));
   const rotation = (n: number) =>
-    Rotation.parse({ id: "shop-orders/events#13", grant: grant.id, module: "shop-orders", requirement: "events", kind: "nats.user", provider: "nats-main", from: 12, to: 13, state: "Committed", requestedAt: now, deadline: now, holders: holders(n), committedAt: now });
+    Rotation.parse({
+      id: "shop-orders/events#13",
+      grant: grant.id,
+      module: "shop-orders",
+      requirement: "events",
+      kind: "nats.user",
+      provider: "nats-main",
+      from: 12,
+      to: 13,
+      state: "Committed",
+      requestedAt: now,
+      deadline: now,
+      holders: holders(n),
+      committedAt: now,
+    });
 
   it("grants: every grant at every revision, twice over", () => {
-    expect(STORE_SCALE.grants * BUCKET_LIMITS.grants.history * stored(Buckets.grants, "shop-orders.events", grant) * 2).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.grants.maxBytes));
+    expect(STORE_SCALE.grants * BUCKET_LIMITS.grants.history * stored(Buckets.grants, "shop-orders.events", grant) * 2).toBeLessThanOrEqual(
+      fillLimit(BUCKET_LIMITS.grants.maxBytes),
+    );
   });
 
   it("credentials: every generation of every grant, each written twice (write-ahead, then with its bindings), twice over", () => {
-    const perGeneration = stored(Buckets.credentials, "shop-orders.events.g12", credential(false)) + stored(Buckets.credentials, "shop-orders.events.g12", credential(true));
+    const perGeneration =
+      stored(Buckets.credentials, "shop-orders.events.g12", credential(false)) + stored(Buckets.credentials, "shop-orders.events.g12", credential(true));
     expect(JSON.stringify(credential(true)).length).toBeLessThanOrEqual(BUCKET_LIMITS.credentials.maxValueSize);
     expect(STORE_SCALE.grants * STORE_SCALE.generations * perGeneration * 2).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.credentials.maxBytes));
   });
 
   it("rotations: one with twice the benchmark's 5,000 holders fits in a value; every grant's at every revision fits the bucket", () => {
     expect(JSON.stringify(rotation(2 * 5_000)).length).toBeLessThanOrEqual(BUCKET_LIMITS.rotations.maxValueSize);
-    expect(STORE_SCALE.grants * BUCKET_LIMITS.rotations.history * stored(Buckets.rotations, "shop-orders.events", rotation(2)) * 2).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.rotations.maxBytes));
+    expect(STORE_SCALE.grants * BUCKET_LIMITS.rotations.history * stored(Buckets.rotations, "shop-orders.events", rotation(2)) * 2).toBeLessThanOrEqual(
+      fillLimit(BUCKET_LIMITS.rotations.maxBytes),
+    );
   });
 
   it("holders: every live instance at every revision, twice over", () => {
-    const reg = { holder: "node-a/api/i0123456789", grant: grant.id, node: "node-a", part: "api", instance: "i0123456789", registeredAt: now, seenAt: now, xkey: `X${"A".repeat(55)}` };
+    const reg = {
+      holder: "node-a/api/i0123456789",
+      grant: grant.id,
+      node: "node-a",
+      part: "api",
+      instance: "i0123456789",
+      registeredAt: now,
+      seenAt: now,
+      xkey: `X${"A".repeat(55)}`,
+    };
     expect(JSON.stringify(reg).length).toBeLessThanOrEqual(BUCKET_LIMITS.holders.maxValueSize);
-    expect(STORE_SCALE.holders * BUCKET_LIMITS.holders.history * stored(Buckets.holders, "shop-orders.events.node-a.api.i0123456789", reg) * 2).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.holders.maxBytes));
+    expect(
+      STORE_SCALE.holders * BUCKET_LIMITS.holders.history * stored(Buckets.holders, "shop-orders.events.node-a.api.i0123456789", reg) * 2,
+    ).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.holders.maxBytes));
   });
 
   it("receipts: one with a hook's failure at the longest message fits in a value; two per grant at every revision fit the bucket", () => {
@@ -111,8 +167,14 @@ describe("BUCKET_LIMITS hold STORE_SCALE", () => {
     });
     expect(JSON.stringify(r).length).toBeLessThanOrEqual(BUCKET_LIMITS.receipts.maxValueSize);
     // A typical one: a delivery, and now and then a hook's failure of a few hundred bytes.
-    const typical = { generation: 12, deliveredAt: now, hook: { rotation: "shop-orders/events#13", generation: 13, failed: { reason: "HookFailed", message: "x".repeat(300), at: now } } };
-    expect(STORE_SCALE.grants * 2 * BUCKET_LIMITS.receipts.history * stored(Buckets.receipts, "node-a.shop-orders.events.api", typical) * 2).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.receipts.maxBytes));
+    const typical = {
+      generation: 12,
+      deliveredAt: now,
+      hook: { rotation: "shop-orders/events#13", generation: 13, failed: { reason: "HookFailed", message: "x".repeat(300), at: now } },
+    };
+    expect(
+      STORE_SCALE.grants * 2 * BUCKET_LIMITS.receipts.history * stored(Buckets.receipts, "node-a.shop-orders.events.api", typical) * 2,
+    ).toBeLessThanOrEqual(fillLimit(BUCKET_LIMITS.receipts.maxBytes));
   });
 
   it("every value limit is within NATS's default max_payload (1 MiB)", () => {

@@ -159,7 +159,9 @@ export async function storeWrite<T>(kv: KV, key: string, write: () => Promise<T>
 
 /** The `StoreFull` refusal of a write of `key` to `bucket`. */
 function full(bucket: string, key: string, g: Gauge | undefined, cause?: unknown): MeshError {
-  const size = g ? ` (it holds ${formatBytes(g.bytes)}; the mesh fills it to ${formatBytes(fillLimit(g.maxBytes))}, ${Math.round(STORE_FILL_SHARE * 100)}% of its max_bytes ${formatBytes(g.maxBytes)})` : "";
+  const size = g
+    ? ` (it holds ${formatBytes(g.bytes)}; the mesh fills it to ${formatBytes(fillLimit(g.maxBytes))}, ${Math.round(STORE_FILL_SHARE * 100)}% of its max_bytes ${formatBytes(g.maxBytes)})`
+    : "";
   const name = (Object.keys(Buckets) as Array<keyof typeof Buckets>).find((k) => Buckets[k] === bucket);
   const holds = name ? `; it holds ${BUCKET_LIMITS[name].holds}` : "";
   return new MeshError(

@@ -79,18 +79,12 @@ export function isTrue(conditions: readonly Condition[], type: ConditionType): b
  * (status, reason, message), the list is returned unchanged, the same array, so callers can
  * skip the write.
  */
-export function setCondition(
-  conditions: readonly Condition[],
-  next: Omit<Condition, "observedAt">,
-  now: Date = new Date(),
-): Condition[] {
+export function setCondition(conditions: readonly Condition[], next: Omit<Condition, "observedAt">, now: Date = new Date()): Condition[] {
   const cur = getCondition(conditions, next.type);
   if (cur && cur.status === next.status && cur.reason === next.reason && cur.message === next.message) {
     return conditions as Condition[];
   }
   const c: Condition = { ...next, observedAt: now.toISOString() };
   const order = Object.values(ConditionTypes);
-  return [...conditions.filter((x) => x.type !== next.type), c].sort(
-    (a, b) => order.indexOf(a.type) - order.indexOf(b.type),
-  );
+  return [...conditions.filter((x) => x.type !== next.type), c].sort((a, b) => order.indexOf(a.type) - order.indexOf(b.type));
 }

@@ -95,7 +95,15 @@ export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_
     // noAsyncTraces: the client otherwise builds two Errors with stack traces for every request
     // (5 % of the verifier's CPU in a profile of a pass over 1,000 grants, bench/verify.bench.ts);
     // the mesh's errors say what failed in their message.
-    return await connect({ servers: url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 500, ignoreAuthErrorAbort: true, noAsyncTraces: true, ...identity, ...opts });
+    return await connect({
+      servers: url.split(","),
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      ignoreAuthErrorAbort: true,
+      noAsyncTraces: true,
+      ...identity,
+      ...opts,
+    });
   } catch (e) {
     if (/authorization violation|authentication/i.test(errorMessage(e))) {
       throw new MeshError(

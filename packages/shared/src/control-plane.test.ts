@@ -33,7 +33,9 @@ describe("the control plane's own module", () => {
     expect(agent.subscribe).toContain("mesh.probe.request.node-b");
     expect(agent.publish).toContain("mesh.probe.report.node-b.>");
     // Confirms (acks) and pulls only on its own node's holder stream.
-    expect(agent.publish).toEqual(expect.arrayContaining(["$JS.ACK.MESH_HOLD_N_node-b.>", "$JS.API.CONSUMER.MSG.NEXT.MESH_HOLD_N_node-b.*", "$JS.API.CONSUMER.LIST.MESH_HOLD_N_node-b"]));
+    expect(agent.publish).toEqual(
+      expect.arrayContaining(["$JS.ACK.MESH_HOLD_N_node-b.>", "$JS.API.CONSUMER.MSG.NEXT.MESH_HOLD_N_node-b.*", "$JS.API.CONSUMER.LIST.MESH_HOLD_N_node-b"]),
+    );
     expect(agent.publish.filter((s) => s.startsWith("$JS.ACK.") || s.includes("MSG.NEXT."))).toEqual([
       "$JS.API.CONSUMER.MSG.NEXT.MESH_DELIVERIES.agent-node-b",
       "$JS.ACK.MESH_DELIVERIES.agent-node-b.>",
@@ -47,8 +49,14 @@ describe("the control plane's own module", () => {
     for (const who of [...CONTROL_PLANE_SERVICES, { agent: "node-b" }] as const) {
       const p = servicePermissions(who);
       // The nats.user adapter adds the identity's own inbox prefix (and denies every other one).
-      expect(p.subscribe.some((x) => x.startsWith("_") || x.startsWith("*") || x.startsWith(">")), JSON.stringify(who)).toBe(false);
-      expect(p.publish.some((x) => x.startsWith("_")), JSON.stringify(who)).toBe(false);
+      expect(
+        p.subscribe.some((x) => x.startsWith("_") || x.startsWith("*") || x.startsWith(">")),
+        JSON.stringify(who),
+      ).toBe(false);
+      expect(
+        p.publish.some((x) => x.startsWith("_")),
+        JSON.stringify(who),
+      ).toBe(false);
       expect(p.allowResponses).toBe(true);
     }
   });
@@ -86,7 +94,9 @@ describe("the control plane's own module", () => {
       "mesh.api.credential.list.shop.node-a.web",
     ]);
     // No JetStream API but the reads by key and its own holder stream's consumers (nothing that makes, changes or deletes one); nothing that publishes a broadcast or applies.
-    expect(p.publish.filter((s) => s.startsWith("$JS.API.")).every((s) => s.startsWith("$JS.API.DIRECT.GET.") || s.includes(".MESH_HOLD_P_shop_node-a_web"))).toBe(true);
+    expect(
+      p.publish.filter((s) => s.startsWith("$JS.API.")).every((s) => s.startsWith("$JS.API.DIRECT.GET.") || s.includes(".MESH_HOLD_P_shop_node-a_web")),
+    ).toBe(true);
     expect(p.publish.some((s) => s.startsWith("mesh.rotation.") || s === "mesh.api.apply")).toBe(false);
     expect(() => partIdentityPermissions("shop", "node-a", "Web!")).toThrow(/invalid name/);
   });
@@ -99,7 +109,10 @@ describe("the control plane's own module", () => {
     const doc = bootstrapProvider({
       url: "nats://127.0.0.1:4333",
       node: "node-a",
-      auth: { signingKeysFile: "/var/lib/mesh/nats-operator/signing-keys.json", admin: { username: "mesh-admin", passwordFile: "/var/lib/mesh/nats-operator/admin.creds" } },
+      auth: {
+        signingKeysFile: "/var/lib/mesh/nats-operator/signing-keys.json",
+        admin: { username: "mesh-admin", passwordFile: "/var/lib/mesh/nats-operator/admin.creds" },
+      },
     });
     expect(ProviderDoc.safeParse(doc).success).toBe(true);
     expect(doc.serves).toEqual(["nats.user", "kv.bucket", "object.store", "mesh.identity", "oci.registry", "npm.registry"]);

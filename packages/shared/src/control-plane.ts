@@ -160,13 +160,7 @@ function othersDurables(buckets: readonly BucketName[], own: ReadonlyArray<{ str
  * services' code lists (`listJson`, `keys`, `watch`).
  */
 function jetStreamOf(durables: ReadonlyArray<{ stream: string; name: string }>, lists: readonly BucketName[]): string[] {
-  return [
-    "$JS.API.INFO",
-    "$JS.API.STREAM.INFO.*",
-    "$JS.API.DIRECT.GET.>",
-    ...durables.flatMap((d) => durableOf(d.stream, d.name)),
-    ...lists.flatMap(listing),
-  ];
+  return ["$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.DIRECT.GET.>", ...durables.flatMap((d) => durableOf(d.stream, d.name)), ...lists.flatMap(listing)];
 }
 
 /** A service's durables, as the streams and names its identity is allowed. */
@@ -192,7 +186,10 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
       // The providers: rotating a secret that is a provider's admin password sets it at that provider's server.
       // The receipts: an agent's says which part holds which grant, so its consumer is made.
       // The credentials: a rotation of the master key re-encrypts every record before it commits, and each commit lists a grant's generations to purge the old ones.
-      return { durables: kvDurables(Durables.rotator, Durables.rotatorHandovers), lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers, Buckets.receipts, Buckets.credentials] };
+      return {
+        durables: kvDurables(Durables.rotator, Durables.rotatorHandovers),
+        lists: [Buckets.grants, Buckets.rotations, Buckets.holders, Buckets.manifests, Buckets.providers, Buckets.receipts, Buckets.credentials],
+      };
   }
 }
 
@@ -205,7 +202,8 @@ function jetStreamPermissions(service: ControlPlaneService | { agent: string }):
   if (service === "rotator") {
     allow.push(...HOLDER_STREAMS_ADMIN);
     // Deleting a holder's consumer, or stepping its leader down, names only stream and consumer: every durable of the mesh's own is carved out.
-    for (const verb of ["DELETE", "LEADER.STEPDOWN"]) deny.push(...Object.values(Durables).map((d) => `$JS.API.CONSUMER.${verb}.KV_${d.bucket}.${d.name}`), `$JS.API.CONSUMER.${verb}.${Streams.deliveries}.*`);
+    for (const verb of ["DELETE", "LEADER.STEPDOWN"])
+      deny.push(...Object.values(Durables).map((d) => `$JS.API.CONSUMER.${verb}.KV_${d.bucket}.${d.name}`), `$JS.API.CONSUMER.${verb}.${Streams.deliveries}.*`);
   }
   return { allow, deny };
 }
@@ -252,9 +250,15 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     }
     switch (service) {
       case "resolver":
-        return { publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subscribe: [subjects.apply, subjects.applyPartsAll, subjects.delete] };
+        return {
+          publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers),
+          subscribe: [subjects.apply, subjects.applyPartsAll, subjects.delete],
+        };
       case "provisioner":
-        return { publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll, subjects.withdrawalsAll], subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll] };
+        return {
+          publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll, subjects.withdrawalsAll],
+          subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll],
+        };
       case "verifier":
         return {
           // Its own heartbeats only: no other service's membership.
@@ -293,7 +297,9 @@ function checkLayout(layout: ControlPlaneLayout): void {
   for (const node of [layout.servicesNode, ...layout.nodes]) {
     const requirement = identityRequirement(agentPart(node));
     if (!isValidName(node) || !isValidName(requirement)) {
-      throw new Error(`node name ${JSON.stringify(node)} cannot host the control plane: it ${NAME_RULE}, and ${JSON.stringify(requirement)} must too (at most 29 characters)`);
+      throw new Error(
+        `node name ${JSON.stringify(node)} cannot host the control plane: it ${NAME_RULE}, and ${JSON.stringify(requirement)} must too (at most 29 characters)`,
+      );
     }
   }
 }

@@ -29,7 +29,12 @@ describe("fetchCredential", () => {
   it("refuses values sealed to someone else, without quoting them", async () => {
     const sender = createSealingKey();
     const other = createSealingKey();
-    answerOnce((req) => ({ ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed: sealTo(sender, other.getPublicKey(), { password: "pw-xyz" }) }));
+    answerOnce((req) => ({
+      ok: true,
+      generation: req.generation,
+      sender: sender.getPublicKey(),
+      sealed: sealTo(sender, other.getPublicKey(), { password: "pw-xyz" }),
+    }));
     const err = await fetchCredential(conn(), target, createSealingKey()).catch((e: unknown) => e);
     expect(isMeshError(err, "Decrypt")).toBe(true);
     expect((err as Error).message).not.toContain("pw-xyz");

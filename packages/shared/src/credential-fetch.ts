@@ -47,7 +47,10 @@ export interface FetchedCredential {
 export function credentialFetchSubject(target: Pick<CredentialFetchTarget, "grant" | "node" | "part">): string {
   const id = parseGrantId(target.grant);
   if (!id || !isValidName(target.node) || !isValidName(target.part)) {
-    throw new MeshError(ErrorCodes.InvalidName, `cannot fetch ${JSON.stringify(target.grant)} for ${JSON.stringify(target.part)} on ${JSON.stringify(target.node)}: the grant must be <module>/<requirement> and every name ${NAME_RULE}`);
+    throw new MeshError(
+      ErrorCodes.InvalidName,
+      `cannot fetch ${JSON.stringify(target.grant)} for ${JSON.stringify(target.part)} on ${JSON.stringify(target.node)}: the grant must be <module>/<requirement> and every name ${NAME_RULE}`,
+    );
   }
   return subjects.credentialFetch(id.module, id.requirement, target.node, target.part);
 }
@@ -74,7 +77,10 @@ export async function fetchCredential(
     timeoutMs: opts.timeoutMs ?? 5_000,
     ...(opts.headers ? { headers: opts.headers } : {}),
   });
-  const refused = errorFromReply(body, `the provisioner refused credential ${target.grant} generation ${target.generation} for ${target.part}@${target.node}: `);
+  const refused = errorFromReply(
+    body,
+    `the provisioner refused credential ${target.grant} generation ${target.generation} for ${target.part}@${target.node}: `,
+  );
   if (refused) throw refused;
   const reply = CredentialFetchReply.safeParse(body);
   if (!reply.success || !reply.data.ok) {

@@ -38,10 +38,7 @@ export function parseMasterKey(text: string): MasterKey {
   const t = text.trim();
   const buf = /^[0-9a-fA-F]{64}$/.test(t) ? Buffer.from(t, "hex") : Buffer.from(t, "base64");
   if (buf.length !== 32) {
-    throw new MeshError(
-      ErrorCodes.MasterKey,
-      "the master key must be 32 bytes, written as 64 hex characters or base64 (make one with: openssl rand -hex 32)",
-    );
+    throw new MeshError(ErrorCodes.MasterKey, "the master key must be 32 bytes, written as 64 hex characters or base64 (make one with: openssl rand -hex 32)");
   }
   return makeKey(buf);
 }

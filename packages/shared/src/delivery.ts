@@ -28,15 +28,18 @@ export function undelivered(grant: Grant): Grant["targets"] {
 /** The grant's conditions with `Delivered` computed from its targets and holders. */
 export function withDeliveredCondition(grant: Grant, now = new Date()): Condition[] {
   if (grant.generation === 0 || grant.targets.length === 0) {
-    return grant.conditions.some((c) => c.type === "Delivered")
-      ? grant.conditions.filter((c) => c.type !== "Delivered")
-      : grant.conditions;
+    return grant.conditions.some((c) => c.type === "Delivered") ? grant.conditions.filter((c) => c.type !== "Delivered") : grant.conditions;
   }
   const missing = undelivered(grant);
   if (missing.length === 0) {
     return setCondition(
       grant.conditions,
-      { type: "Delivered", status: "True", reason: "Delivered", message: `generation ${grant.generation} delivered to ${grant.targets.map((t) => `${t.part}@${t.node}`).join(", ")}` },
+      {
+        type: "Delivered",
+        status: "True",
+        reason: "Delivered",
+        message: `generation ${grant.generation} delivered to ${grant.targets.map((t) => `${t.part}@${t.node}`).join(", ")}`,
+      },
       now,
     );
   }

@@ -41,7 +41,11 @@ export function broadcastTargets(r: Rotation, only?: readonly string[]): Array<{
 }
 
 /** The consumer state of every holder of `r`, or of `only` of them (`concurrency` lookups at a time). */
-export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, opts: { only?: readonly string[]; concurrency?: number } = {}): Promise<HolderConsumerState[]> {
+export async function readHolderAcks(
+  jsm: JetStreamManager,
+  r: Rotation,
+  opts: { only?: readonly string[]; concurrency?: number } = {},
+): Promise<HolderConsumerState[]> {
   const targets = broadcastTargets(r, [...(opts.only ?? Object.keys(r.holders))].sort());
   const concurrency = opts.concurrency ?? 32;
   const out: HolderConsumerState[] = new Array(targets.length);
@@ -59,7 +63,16 @@ export async function readHolderAcks(jsm: JetStreamManager, r: Rotation, opts: {
         const mismatch = consumerMismatch(info, e);
         const ackFloor = info.ack_floor?.stream_seq ?? 0;
         const lastActive = (info.ack_floor as unknown as { last_active?: string } | undefined)?.last_active;
-        out[n] = { holder, stream: e.stream, consumer: e.consumer, seq, ackFloor, ...(lastActive ? { lastActive } : {}), ...(mismatch ? { mismatch } : {}), acked: !mismatch && seq > 0 && ackFloor >= seq };
+        out[n] = {
+          holder,
+          stream: e.stream,
+          consumer: e.consumer,
+          seq,
+          ackFloor,
+          ...(lastActive ? { lastActive } : {}),
+          ...(mismatch ? { mismatch } : {}),
+          acked: !mismatch && seq > 0 && ackFloor >= seq,
+        };
       } catch (err) {
         const vanished = err instanceof JetStreamApiError && /not found/i.test(err.message);
         out[n] = { holder, stream: e.stream, consumer: e.consumer, seq, acked: false, ...(vanished ? { vanished: true as const } : {}) };

@@ -20,7 +20,16 @@
  * A rotation of a grant is therefore one message per holder stream (one for all the instances
  * of a part, one per agent-held part), not one per holder. Pure: names and configurations.
  */
-import { AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, type ConsumerConfig, type ConsumerInfo, type StreamConfig } from "@nats-io/jetstream";
+import {
+  AckPolicy,
+  DeliverPolicy,
+  DiscardPolicy,
+  RetentionPolicy,
+  StorageType,
+  type ConsumerConfig,
+  type ConsumerInfo,
+  type StreamConfig,
+} from "@nats-io/jetstream";
 import { parseHolderId } from "./schemas/rotation.js";
 import { isValidName } from "./names.js";
 import { parseGrantId, subjects } from "./subjects.js";
@@ -48,7 +57,6 @@ export function agentHolderStream(node: string): string {
 export function partHolderStream(module: string, node: string, part: string): string {
   return `${HOLDER_STREAM_PREFIX}P_${checkedName(module)}_${checkedName(node)}_${checkedName(part)}`;
 }
-
 
 /**
  * Where holder `holder` (`<node>/<part>` or `<node>/<part>/<instance>`) of grant `grant`

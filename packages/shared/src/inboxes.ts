@@ -49,7 +49,10 @@ export function confineToInbox<P extends Confinable>(p: P, inboxPrefix: string):
   return {
     ...p,
     subscribe: add(p.subscribe, [`${inboxPrefix}.>`]),
-    denySubscribe: add(p.denySubscribe, INBOX_ROOT_PATTERNS.filter((r) => !r.startsWith(`${own}.`))),
+    denySubscribe: add(
+      p.denySubscribe,
+      INBOX_ROOT_PATTERNS.filter((r) => !r.startsWith(`${own}.`)),
+    ),
     denyPublish: add(p.denyPublish, INBOX_ROOT_PATTERNS),
   };
 }

@@ -3,8 +3,10 @@ import { isJetStreamGap, isJetStreamTimeout, jetStreamTimeoutMessage, retryJetSt
 
 describe("isJetStreamGap", () => {
   it("knows the gap in each of the words 2.9.10 says it with, and nothing else", () => {
-    for (const m of ["503 no responders available", "jetstream is not enabled", "JetStream not enabled for account"]) expect(isJetStreamGap(new Error(m)), m).toBe(true);
-    for (const m of ["stream not found", "wrong last sequence: 3", "Permissions Violation for Publish to \"$JS.API.INFO\""]) expect(isJetStreamGap(new Error(m)), m).toBe(false);
+    for (const m of ["503 no responders available", "jetstream is not enabled", "JetStream not enabled for account"])
+      expect(isJetStreamGap(new Error(m)), m).toBe(true);
+    for (const m of ["stream not found", "wrong last sequence: 3", 'Permissions Violation for Publish to "$JS.API.INFO"'])
+      expect(isJetStreamGap(new Error(m)), m).toBe(false);
   });
 });
 
@@ -13,7 +15,8 @@ describe("isJetStreamTimeout", () => {
   it("knows the client's timeout, also as the cause of another error, and nothing else", () => {
     expect(isJetStreamTimeout(timeout())).toBe(true);
     expect(isJetStreamTimeout(new Error("opening the watch failed", { cause: timeout() }))).toBe(true);
-    for (const m of ["stream not found", "the rotator did not answer within 10 s", "503 no responders available"]) expect(isJetStreamTimeout(new Error(m)), m).toBe(false);
+    for (const m of ["stream not found", "the rotator did not answer within 10 s", "503 no responders available"])
+      expect(isJetStreamTimeout(new Error(m)), m).toBe(false);
   });
   it("is told to the user as what happened and what to do", () => {
     const m = jetStreamTimeoutMessage("meshctl rotate", "nats://a:4222,nats://b:4222");

@@ -43,21 +43,23 @@ export class KeyedQueue {
       this.active++;
       const waiters = s.now;
       s.now = [];
-      this.worker(key).then(
-        () => waiters.forEach((w) => w.resolve()),
-        (e: unknown) => waiters.forEach((w) => w.reject(e)),
-      ).finally(() => {
-        this.active--;
-        s.running = false;
-        if (s.again.length) {
-          s.now = s.again;
-          s.again = [];
-          this.ready.push(key);
-        } else {
-          this.state.delete(key);
-        }
-        this.pump();
-      });
+      this.worker(key)
+        .then(
+          () => waiters.forEach((w) => w.resolve()),
+          (e: unknown) => waiters.forEach((w) => w.reject(e)),
+        )
+        .finally(() => {
+          this.active--;
+          s.running = false;
+          if (s.again.length) {
+            s.now = s.again;
+            s.again = [];
+            this.ready.push(key);
+          } else {
+            this.state.delete(key);
+          }
+          this.pump();
+        });
     }
   }
 }

@@ -45,7 +45,11 @@ export async function getAtFloor(kv: KV, key: string) {
       return e;
     }
     if (Date.now() > end) {
-      throw new MeshError(ErrorCodes.Unavailable, `the store's replicas of ${stream} answered ${key} at revision ${revision}, older than revision ${floor} already written; tried again later`, { retryable: true });
+      throw new MeshError(
+        ErrorCodes.Unavailable,
+        `the store's replicas of ${stream} answered ${key} at revision ${revision}, older than revision ${floor} already written; tried again later`,
+        { retryable: true },
+      );
     }
     await new Promise((r) => setTimeout(r, Math.min(10 * attempt, 200)));
   }
@@ -133,9 +137,14 @@ export async function casModify<R extends { revision: number }, W>(
  * try landed fails compare-and-set: the caller reads again.
  */
 export async function casWrite(kv: KV, key: string, data: string, revision: number | undefined): Promise<number> {
-  const written = await storeWrite(kv, key, () => retryJetStreamGap(() => (revision === undefined ? kv.create(key, data) : casUpdate(kv, key, data, revision))), {
-    bytes: Buffer.byteLength(data),
-  });
+  const written = await storeWrite(
+    kv,
+    key,
+    () => retryJetStreamGap(() => (revision === undefined ? kv.create(key, data) : casUpdate(kv, key, data, revision))),
+    {
+      bytes: Buffer.byteLength(data),
+    },
+  );
   noteRevision(kv, key, written);
   return written;
 }
@@ -154,10 +163,16 @@ export async function mutateJson<T>(
   fn: (current: T | undefined) => T | undefined,
   opts: { attempts?: number; read?: Record_<T> | null } = {},
 ): Promise<T | undefined> {
-  const out = await casModify(kv, key, () => readJson(kv, key, schema), (cur: Record_<T> | undefined) => fn(cur?.value), {
-    ...(opts.attempts !== undefined ? { attempts: opts.attempts } : {}),
-    ...(opts.read !== undefined ? { start: opts.read } : {}),
-  });
+  const out = await casModify(
+    kv,
+    key,
+    () => readJson(kv, key, schema),
+    (cur: Record_<T> | undefined) => fn(cur?.value),
+    {
+      ...(opts.attempts !== undefined ? { attempts: opts.attempts } : {}),
+      ...(opts.read !== undefined ? { start: opts.read } : {}),
+    },
+  );
   return out.wrote ? out.value : out.current?.value;
 }
 
@@ -190,7 +205,11 @@ export async function casUpdate(kv: KV, key: string, data: string | Uint8Array, 
 
 /** What {@link casUpdate} throws when another update from the same revision got there first: a compare-and-set conflict (isCasConflict). */
 function casRaced(key: string, revision: number): JetStreamApiError {
-  return new JetStreamApiError({ code: 400, err_code: 10071, description: `wrong last sequence: another update of ${key} from revision ${revision} was stored first` });
+  return new JetStreamApiError({
+    code: 400,
+    err_code: 10071,
+    description: `wrong last sequence: another update of ${key} from revision ${revision} was stored first`,
+  });
 }
 
 /** Every value of a bucket matching `filter`, validated. */

@@ -121,7 +121,12 @@ export const BUCKET_LIMITS: Record<keyof typeof Buckets, BucketLimits> = {
   grants: { history: 16, maxBytes: GiB, maxValueSize: MiB, holds: "every requirement's grant, 16 revisions each, and the history of removed ones" },
   // Every generation is kept: 10,000 grants × 24 generations × (a write-ahead record of 0.4 KiB
   // and the record with its bindings, 2.7 KiB for a nats.user's .creds, as measured) = 750 MB.
-  credentials: { history: 16, maxBytes: 2 * GiB, maxValueSize: 64 * KiB, holds: "the last generations of every credential (CREDENTIAL_HISTORY, 5 by default; older ones are purged at each commit)" },
+  credentials: {
+    history: 16,
+    maxBytes: 2 * GiB,
+    maxValueSize: 64 * KiB,
+    holds: "the last generations of every credential (CREDENTIAL_HISTORY, 5 by default; older ones are purged at each commit)",
+  },
   // 2,000 modules × 5 × about 0.3 KiB = 3 MB; a message may list every requirement.
   modules: { history: 5, maxBytes: 32 * MiB, maxValueSize: 64 * KiB, holds: "each module's state, 5 revisions each" },
   // 1,000 nodes × 5 × at most 4.3 KiB (a bindings root may be a 4 KiB path) = 21 MB.

@@ -64,10 +64,7 @@ export function traceFields(ctx: Context = context.active()): Record<string, str
  * Creates a logger for a service. `destination` defaults to stderr; tests pass a stream to
  * read what was logged.
  */
-export function createLogger(
-  service: string,
-  opts: { level?: string; destination?: NodeJS.WritableStream; base?: Record<string, unknown> } = {},
-): Logger {
+export function createLogger(service: string, opts: { level?: string; destination?: NodeJS.WritableStream; base?: Record<string, unknown> } = {}): Logger {
   const options: LoggerOptions = {
     level: opts.level ?? process.env.MESH_LOG_LEVEL ?? "info",
     base: { service, pid: process.pid, ...opts.base },

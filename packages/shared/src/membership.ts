@@ -66,7 +66,10 @@ export function ownerOf(key: string, members: readonly string[]): string | undef
 
 /** The members whose last heartbeat (by the local clock, in `lastSeen`) is younger than `staleMs` at `now`, sorted. Pure. */
 export function liveMembers(lastSeen: ReadonlyMap<string, number>, now: number, staleMs = STALE_MS): string[] {
-  return [...lastSeen].filter(([, t]) => now - t < staleMs).map(([m]) => m).sort();
+  return [...lastSeen]
+    .filter(([, t]) => now - t < staleMs)
+    .map(([m]) => m)
+    .sort();
 }
 
 /** A joined membership; see the file's doc comment. */
@@ -116,7 +119,10 @@ export async function joinMembership(opts: {
     if (next.join("\n") !== current.join("\n")) {
       const before = current;
       current = next;
-      log.info({ service, members: next.length, joined: next.filter((m) => !before.includes(m)), left: before.filter((m) => !next.includes(m)) }, `${service} instances: ${next.length}`);
+      log.info(
+        { service, members: next.length, joined: next.filter((m) => !before.includes(m)), left: before.filter((m) => !next.includes(m)) },
+        `${service} instances: ${next.length}`,
+      );
       opts.onChange?.(next);
     }
   };
@@ -144,7 +150,10 @@ export async function joinMembership(opts: {
     await Promise.race([
       selfSeen,
       new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`this instance's heartbeat did not come back through the watch of ${service}.> within ${JOIN_TIMEOUT_MS} ms`)), JOIN_TIMEOUT_MS);
+        timer = setTimeout(
+          () => reject(new Error(`this instance's heartbeat did not come back through the watch of ${service}.> within ${JOIN_TIMEOUT_MS} ms`)),
+          JOIN_TIMEOUT_MS,
+        );
       }),
     ]).finally(() => clearTimeout(timer));
   } catch (e) {
@@ -152,7 +161,9 @@ export async function joinMembership(opts: {
     throw e;
   }
   const timer = setInterval(() => {
-    put().catch((e: unknown) => log.warn({ err: errorMessage(e) }, `could not renew this ${service} instance's heartbeat; the others take its work after ${staleMs} ms without one`));
+    put().catch((e: unknown) =>
+      log.warn({ err: errorMessage(e) }, `could not renew this ${service} instance's heartbeat; the others take its work after ${staleMs} ms without one`),
+    );
     recompute();
   }, heartbeatMs);
   timer.unref();

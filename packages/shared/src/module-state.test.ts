@@ -35,9 +35,19 @@ describe("deriveModuleState", () => {
     { name: "all delivered", n: 1, grants: [grant("a", ready)], state: "Ready" },
     { name: "no provider", n: 2, grants: [grant("a", ready), grant("b", [c("Resolved", "False", "NoProvider")])], state: "Unsatisfiable" },
     { name: "provider not installed", n: 1, grants: [grant("a", [c("Resolved", "False", "ProviderNotInstalled")])], state: "Unsatisfiable" },
-    { name: "provisioning failed", n: 1, grants: [grant("a", [c("Resolved", "True", "ProviderSelected"), c("Provisioned", "False", "ProvisionFailed")])], state: "Degraded" },
+    {
+      name: "provisioning failed",
+      n: 1,
+      grants: [grant("a", [c("Resolved", "True", "ProviderSelected"), c("Provisioned", "False", "ProvisionFailed")])],
+      state: "Degraded",
+    },
     { name: "verification failed", n: 1, grants: [grant("a", [...ready, c("Verified", "False", "CredentialRejected")])], state: "Degraded" },
-    { name: "dormant grant does not block", n: 2, grants: [grant("a", ready), grant("b", [c("Resolved", "True", "ProviderSelected"), c("Provisioned", "False", "NoInstalledPart")], 0)], state: "Ready" },
+    {
+      name: "dormant grant does not block",
+      n: 2,
+      grants: [grant("a", ready), grant("b", [c("Resolved", "True", "ProviderSelected"), c("Provisioned", "False", "NoInstalledPart")], 0)],
+      state: "Ready",
+    },
     { name: "awaiting delivery", n: 1, grants: [grant("a", [ready[0]!, ready[1]!, c("Delivered", "False", "AwaitingDelivery")])], state: "Pending" },
   ])("$name → $state", ({ n, grants, state }) => {
     expect(deriveModuleState(n, grants).state).toBe(state);

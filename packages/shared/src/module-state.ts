@@ -55,15 +55,11 @@ function derive(requirements: number, grants: readonly Grant[]): DerivedState {
       message: unsat.map((g) => `${g.requirement}: ${getCondition(g.conditions, "Resolved")!.reason}`).join("; "),
     };
   }
-  const failing = grants.filter((g) =>
-    g.conditions.some((c) => c.status === "False" && DEGRADED.has(c.reason)),
-  );
+  const failing = grants.filter((g) => g.conditions.some((c) => c.status === "False" && DEGRADED.has(c.reason)));
   if (failing.length) {
     return {
       state: ModuleStates.Degraded,
-      message: failing
-        .map((g) => `${g.requirement}: ${g.conditions.find((c) => c.status === "False" && DEGRADED.has(c.reason))!.reason}`)
-        .join("; "),
+      message: failing.map((g) => `${g.requirement}: ${g.conditions.find((c) => c.status === "False" && DEGRADED.has(c.reason))!.reason}`).join("; "),
     };
   }
   const active = grants.filter((g) => g.targets.length > 0);
@@ -79,8 +75,6 @@ function derive(requirements: number, grants: readonly Grant[]): DerivedState {
   const dormant = grants.length - active.length;
   return {
     state: ModuleStates.Ready,
-    message: dormant
-      ? `all requirements of installed parts are satisfied (${dormant} wait for a part to be installed)`
-      : "all requirements are satisfied",
+    message: dormant ? `all requirements of installed parts are satisfied (${dormant} wait for a part to be installed)` : "all requirements are satisfied",
   };
 }

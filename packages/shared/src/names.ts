@@ -9,8 +9,7 @@
 export const NAME_PATTERN = /^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,39}$/;
 
 /** What a user is told when a name is refused. */
-export const NAME_RULE =
-  "must be 1-40 characters of lower-case letters, digits and inner hyphens, starting with a letter";
+export const NAME_RULE = "must be 1-40 characters of lower-case letters, digits and inner hyphens, starting with a letter";
 
 /** True when `name` may be used as a module, part, requirement, provider or node name. */
 export function isValidName(name: string): boolean {

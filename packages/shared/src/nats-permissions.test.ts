@@ -69,7 +69,9 @@ describe("natsPermissions", () => {
   it("takes a deny list that only narrows: checked like the others, no ceiling bounds it", () => {
     const p = natsPermissions("shop", { publish: "app.shop.>", denyPublish: ["app.shop.admin.>", "app.shop.admin.>"] });
     expect(p).toEqual({ publish: ["app.shop.>"], subscribe: ["app.shop.>"], denyPublish: ["app.shop.admin.>"] });
-    expect(() => checkWithinCeiling({ module: "shop", requirement: "bus" }, natsPermissions("shop", { denyPublish: ">" }), "nats-main", natsCeiling("nats-main", {}))).not.toThrow();
+    expect(() =>
+      checkWithinCeiling({ module: "shop", requirement: "bus" }, natsPermissions("shop", { denyPublish: ">" }), "nats-main", natsCeiling("nats-main", {})),
+    ).not.toThrow();
     expect(() => natsPermissions("shop", { denyPublish: "a..b" })).toThrow(/subject in requirement option denyPublish/);
   });
 
@@ -89,7 +91,9 @@ describe("natsPermissions", () => {
     (pattern) => {
       const e = thrown(() => natsPermissions("shop", { subscribe: ["app.shop.>", pattern] }));
       expect(isMeshError(e, ErrorCodes.InvalidRequest)).toBe(true);
-      expect((e as Error).message).toMatch(/^requirement option subscribe: subscribe ".*" is refused: it reaches "_(INBOX|MESH_INBOX|GRANT_INBOX)\.[^"]*", under _\w+\.>, where other identities get their replies/);
+      expect((e as Error).message).toMatch(
+        /^requirement option subscribe: subscribe ".*" is refused: it reaches "_(INBOX|MESH_INBOX|GRANT_INBOX)\.[^"]*", under _\w+\.>, where other identities get their replies/,
+      );
       expect((e as Error).message).toContain("inboxPrefix");
     },
   );
@@ -191,9 +195,19 @@ describe("checkWithinCeiling", () => {
     ["another module's namespace", { subscribe: ["app.other.>"] }, {}, /subscribe "app\.other\.>"/],
     ["> under a ceiling of *", { publish: "orders.>" }, { allowPublish: ["orders.*"] }, /publish "orders\.>" \(it reaches "orders\.x\.x"\)/],
     ["what another module's scoped entry allows", { publish: "orders.>" }, { allowPublish: ["billing:orders.>"] }, /lets module shop publish nothing/],
-    ["a subscription ending in *, under a ceiling ending in * there (the server lets it subscribe with >)", { subscribe: "events.shop.*" }, { allowSubscribe: ["events.{module}.*"] }, /subscribe "events\.shop\.\*" \(it reaches "events\.shop\.x\.x": nats-server lets a subscription end in > where a permission ends in \*; name the last token instead\)/],
+    [
+      "a subscription ending in *, under a ceiling ending in * there (the server lets it subscribe with >)",
+      { subscribe: "events.shop.*" },
+      { allowSubscribe: ["events.{module}.*"] },
+      /subscribe "events\.shop\.\*" \(it reaches "events\.shop\.x\.x": nats-server lets a subscription end in > where a permission ends in \*; name the last token instead\)/,
+    ],
     ["the default, under a ceiling narrower than it", {}, { allowPublish: ["app.{module}.events"] }, /publish "app\.shop\.>"/],
-    ["answering requests, where the ceiling lets no module", { allowResponses: true }, {}, /asks to answer the requests it receives \(allowResponses\).*lets module shop answer no requests/],
+    [
+      "answering requests, where the ceiling lets no module",
+      { allowResponses: true },
+      {},
+      /asks to answer the requests it receives \(allowResponses\).*lets module shop answer no requests/,
+    ],
   ])("refuses %s as InvalidRequest, naming the subject, the ceiling and what to do", (_, options, providerOptions, message) => {
     const permissions = natsPermissions("shop", options);
     const ceiling = natsCeiling("nats-main", providerOptions);
@@ -213,7 +227,9 @@ describe("checkWithinCeiling", () => {
       { list: "publish", pattern: "a.b", example: "a.b" },
       { list: "subscribe", pattern: "$SYS.>", example: "$SYS.x" },
     ]);
-    const text = (thrown(() => checkWithinCeiling(grant, natsPermissions("shop", { publish: [">"], subscribe: ["$SYS.>"] }), "p", DEFAULT_NATS_CEILING)) as Error).message;
+    const text = (
+      thrown(() => checkWithinCeiling(grant, natsPermissions("shop", { publish: [">"], subscribe: ["$SYS.>"] }), "p", DEFAULT_NATS_CEILING)) as Error
+    ).message;
     expect(text).toContain("lets module shop publish app.shop.>; subscribe app.shop.>");
     expect(text).toContain("options.allowPublish and options.allowSubscribe");
   });
@@ -232,7 +248,11 @@ describe("subscribeReach", () => {
 });
 
 describe("the bootstrap provider's ceiling", () => {
-  const doc = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } } });
+  const doc = bootstrapProvider({
+    url: "nats://127.0.0.1:4222",
+    node: "node-a",
+    auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } },
+  });
   const ceiling = natsCeiling(doc.name, doc.options);
 
   it("admits every identity of the control plane", () => {
@@ -240,7 +260,9 @@ describe("the bootstrap provider's ceiling", () => {
     const identities = manifest.requires.filter((r) => r.kind === Kinds.NatsUser);
     expect(identities.length).toBeGreaterThan(5);
     for (const r of identities) {
-      expect(() => checkWithinCeiling({ module: CONTROL_PLANE_MODULE, requirement: r.name }, natsPermissions(CONTROL_PLANE_MODULE, r.options), doc.name, ceiling)).not.toThrow();
+      expect(() =>
+        checkWithinCeiling({ module: CONTROL_PLANE_MODULE, requirement: r.name }, natsPermissions(CONTROL_PLANE_MODULE, r.options), doc.name, ceiling),
+      ).not.toThrow();
     }
   });
 

@@ -7,7 +7,15 @@
 import { ErrorCodes, MeshError } from "./errors.js";
 import { INBOX_ROOT_PATTERNS, confineToInbox } from "./inboxes.js";
 import { isValidName } from "./names.js";
-import { CeilingOptions, DEFAULT_NATS_CEILING, EVERY_MODULE, MODULE_PLACEHOLDER, RESPONSES_CEILING_OPTION, parseCeilingEntry, type NatsCeiling } from "./nats-ceiling.js";
+import {
+  CeilingOptions,
+  DEFAULT_NATS_CEILING,
+  EVERY_MODULE,
+  MODULE_PLACEHOLDER,
+  RESPONSES_CEILING_OPTION,
+  parseCeilingEntry,
+  type NatsCeiling,
+} from "./nats-ceiling.js";
 import type { ProviderOptions, RequirementOptions } from "./schemas/manifest.js";
 import { moduleSubjectPattern, subjects } from "./subjects.js";
 import { overlap, uncovered } from "./subject-containment.js";
@@ -97,7 +105,12 @@ export function natsPermissions(module: string, options: RequirementOptions = {}
     return patterns;
   };
   const deny = list(DENY_OPTION);
-  return { publish: list("publish"), subscribe: list("subscribe"), ...(deny.length ? { denyPublish: deny } : {}), ...(responses ? { allowResponses: true as const } : {}) };
+  return {
+    publish: list("publish"),
+    subscribe: list("subscribe"),
+    ...(deny.length ? { denyPublish: deny } : {}),
+    ...(responses ? { allowResponses: true as const } : {}),
+  };
 }
 
 /**
@@ -160,7 +173,10 @@ const withModule = (pattern: string, module: string) => pattern.split(MODULE_PLA
  */
 export function natsCeiling(provider: string, options: ProviderOptions = {}): NatsCeiling {
   const bad = (option: string, entry: unknown, why: string) =>
-    new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${provider}: options.${option} entry ${JSON.stringify(entry)} ${why}; fix the provider's document`);
+    new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider}: options.${option} entry ${JSON.stringify(entry)} ${why}; fix the provider's document`,
+    );
   const list = (key: keyof typeof CeilingOptions): readonly string[] => {
     const option = CeilingOptions[key];
     const v = options[option];
@@ -168,7 +184,8 @@ export function natsCeiling(provider: string, options: ProviderOptions = {}): Na
     const entries = typeof v === "string" ? [v] : v;
     for (const entry of entries) {
       const { module, pattern } = parseCeilingEntry(entry);
-      if (module !== undefined && !isValidName(module)) throw bad(option, entry, "is scoped to something that is not a module name (write <module>:<pattern>, e.g. billing:orders.>)");
+      if (module !== undefined && !isValidName(module))
+        throw bad(option, entry, "is scoped to something that is not a module name (write <module>:<pattern>, e.g. billing:orders.>)");
       try {
         checkSubjectPattern(withModule(pattern, "m"), "pattern");
       } catch {
@@ -179,7 +196,8 @@ export function natsCeiling(provider: string, options: ProviderOptions = {}): Na
   };
   const r = options[RESPONSES_CEILING_OPTION];
   const responses = r === undefined ? [] : typeof r === "string" ? [r] : r;
-  for (const entry of responses) if (entry !== EVERY_MODULE && !isValidName(entry)) throw bad(RESPONSES_CEILING_OPTION, entry, `is not a module name (or ${EVERY_MODULE} for every module)`);
+  for (const entry of responses)
+    if (entry !== EVERY_MODULE && !isValidName(entry)) throw bad(RESPONSES_CEILING_OPTION, entry, `is not a module name (or ${EVERY_MODULE} for every module)`);
   return { publish: list("publish"), subscribe: list("subscribe"), ...(responses.length ? { responses } : {}) };
 }
 
@@ -212,7 +230,8 @@ export function ceilingBreaches(permissions: NatsPermissions, ceiling: NatsCeili
       return [{ list, pattern, example, ...(reach !== pattern && uncovered(pattern, allowed[list]) === undefined ? { widened: true as const } : {}) }];
     }),
   );
-  const responses: CeilingBreach[] = permissions.allowResponses && !responsesAllowed(ceiling, module) ? [{ list: RESPONSES_OPTION, pattern: "true", example: "true" }] : [];
+  const responses: CeilingBreach[] =
+    permissions.allowResponses && !responsesAllowed(ceiling, module) ? [{ list: RESPONSES_OPTION, pattern: "true", example: "true" }] : [];
   return [...patterns, ...responses];
 }
 
@@ -229,17 +248,28 @@ export function checkWithinCeiling(grant: { module: string; requirement: string 
 }
 
 /** The message of {@link checkWithinCeiling}, also what `apply` says about a requirement no provider would allow. */
-export function ceilingRefusal(grant: { module: string; requirement: string }, provider: string, ceiling: NatsCeiling, breaches: readonly CeilingBreach[]): string {
+export function ceilingRefusal(
+  grant: { module: string; requirement: string },
+  provider: string,
+  ceiling: NatsCeiling,
+  breaches: readonly CeilingBreach[],
+): string {
   const allowed = ceilingFor(ceiling, grant.module);
   const lists = [...new Set(breaches.map((b) => b.list))];
   const asked = breaches
     .map((b) => {
-      const why = b.widened ? `it reaches ${JSON.stringify(b.example)}: nats-server lets a subscription end in > where a permission ends in *; name the last token instead` : b.example === b.pattern ? "" : `it reaches ${JSON.stringify(b.example)}`;
+      const why = b.widened
+        ? `it reaches ${JSON.stringify(b.example)}: nats-server lets a subscription end in > where a permission ends in *; name the last token instead`
+        : b.example === b.pattern
+          ? ""
+          : `it reaches ${JSON.stringify(b.example)}`;
       if (b.list === RESPONSES_OPTION) return "answer the requests it receives (allowResponses)";
       return `${b.list} ${JSON.stringify(b.pattern)}${why ? ` (${why})` : ""}`;
     })
     .join(", ");
-  const ceilings = lists.map((l) => (l === RESPONSES_OPTION ? "answer no requests" : `${l} ${allowed[l].length ? allowed[l].join(", ") : "nothing"}`)).join("; ");
+  const ceilings = lists
+    .map((l) => (l === RESPONSES_OPTION ? "answer no requests" : `${l} ${allowed[l].length ? allowed[l].join(", ") : "nothing"}`))
+    .join("; ");
   const options = lists.map((l) => `options.${l === RESPONSES_OPTION ? RESPONSES_CEILING_OPTION : CeilingOptions[l]}`).join(" and ");
   return (
     `nats.user ${grant.module}/${grant.requirement} asks to ${asked}, past the ceiling of provider ${provider}, which lets module ${grant.module} ${ceilings}. ` +

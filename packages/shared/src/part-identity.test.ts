@@ -41,7 +41,14 @@ describe("a part's identity requirement", () => {
   });
 
   it("is one per part of a module, naming the part and its node, and none for the control plane's own module", () => {
-    const m = ModuleDoc.parse({ kind: "Module", name: "shop", parts: [{ name: "api", node: "n1" }, { name: "web", node: "n2", installed: false }] });
+    const m = ModuleDoc.parse({
+      kind: "Module",
+      name: "shop",
+      parts: [
+        { name: "api", node: "n1" },
+        { name: "web", node: "n2", installed: false },
+      ],
+    });
     expect(partIdentityRequirements(m)).toEqual([
       { name: "identity-api", kind: "mesh.identity", parts: ["api"], options: { part: "api", node: "n1" } },
       { name: "identity-web", kind: "mesh.identity", parts: ["web"], options: { part: "web", node: "n2" } },

@@ -66,19 +66,21 @@ const readsOf = (bucket: BucketName, module: string) => `$JS.API.DIRECT.GET.KV_$
  * naming a bad name.
  */
 export function partIdentityPermissions(module: string, node: string, part: string): NatsPermissions {
-  return confineToInbox({
-    publish: [
-      readsOf(Buckets.grants, module),
-      `$KV.${Buckets.holders}.${keys.holdersOfPartAll(module, node, part)}`,
-      subjects.credentialFetchesOfPart(module, node, part),
-      ...holderStreamUse(partHolderStream(module, node, part)),
-      subjects.applyPart(module, node, part),
-      subjects.credentialList(module, node, part),
-    ],
-    subscribe: [subjects.deliveriesForPartOnNode(node, module, part), subjects.withdrawalsForPartOnNode(node, module, part)],
-  }, subjects.partInboxPrefix(module, node, part));
+  return confineToInbox(
+    {
+      publish: [
+        readsOf(Buckets.grants, module),
+        `$KV.${Buckets.holders}.${keys.holdersOfPartAll(module, node, part)}`,
+        subjects.credentialFetchesOfPart(module, node, part),
+        ...holderStreamUse(partHolderStream(module, node, part)),
+        subjects.applyPart(module, node, part),
+        subjects.credentialList(module, node, part),
+      ],
+      subscribe: [subjects.deliveriesForPartOnNode(node, module, part), subjects.withdrawalsForPartOnNode(node, module, part)],
+    },
+    subjects.partInboxPrefix(module, node, part),
+  );
 }
-
 
 /** The directory of requirement `requirement`'s binding in part `part`'s directory: {@link IDENTITY_BINDING} for the part's identity. */
 export function bindingNameOf(part: string, requirement: string): string {

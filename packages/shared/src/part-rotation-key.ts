@@ -27,12 +27,24 @@ function aadOf(b: { rotation: string; grant: string; to: number }, node: string,
 }
 
 /** k+1's `values` encrypted under part key `key` (base64) for broadcast `b` to `part` on `node`. */
-export function encryptForPart(key: string, b: { rotation: string; grant: string; to: number }, node: string, part: string, values: CredentialValues): Encrypted {
+export function encryptForPart(
+  key: string,
+  b: { rotation: string; grant: string; to: number },
+  node: string,
+  part: string,
+  values: CredentialValues,
+): Encrypted {
   return encrypt(parseMasterKey(key), JSON.stringify(values), aadOf(b, node, part));
 }
 
 /** The values {@link encryptForPart} made, or undefined when they do not open with `key` for this broadcast and part (then fetch). */
-export function decryptForPart(key: MasterKey, b: { rotation: string; grant: string; to: number }, node: string, part: string, e: Encrypted): CredentialValues | undefined {
+export function decryptForPart(
+  key: MasterKey,
+  b: { rotation: string; grant: string; to: number },
+  node: string,
+  part: string,
+  e: Encrypted,
+): CredentialValues | undefined {
   try {
     const v = JSON.parse(decrypt(key, e, aadOf(b, node, part))) as unknown;
     if (!v || typeof v !== "object" || Object.values(v).some((x) => typeof x !== "string")) return undefined;

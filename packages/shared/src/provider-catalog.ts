@@ -30,4 +30,3 @@ export class ProviderCatalog {
     return this.providers;
   }
 }
-

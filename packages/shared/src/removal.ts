@@ -47,7 +47,9 @@ export function dropsResource(g: Grant): boolean {
 /** Holders (`<node>/<part>`) that hold something of the grant but are no longer its targets: their bindings are to be removed. */
 export function pendingWithdrawals(g: Grant): string[] {
   const targets = new Set(g.targets.map((t) => holderKey(t.node, t.part)));
-  return Object.keys(g.holders).filter((h) => !targets.has(h)).sort();
+  return Object.keys(g.holders)
+    .filter((h) => !targets.has(h))
+    .sort();
 }
 
 /** True when a removed grant has been taken back entirely: nothing left to revoke, no binding left on a node. */
@@ -86,6 +88,8 @@ export function deletedModuleState(grants: readonly Grant[]): DerivedState | und
     return { state: ModuleStates.Deleting, message: `taking back ${what.join(", ")}` };
   }
   if (grants.length === 0) return undefined;
-  const kept = grants.map((g) => `${g.requirement}: the data of ${g.kind} on ${g.provider ?? "its provider"}, since ${g.retained!.since} (${dropRetainedHint(g)} drops it)`);
+  const kept = grants.map(
+    (g) => `${g.requirement}: the data of ${g.kind} on ${g.provider ?? "its provider"}, since ${g.retained!.since} (${dropRetainedHint(g)} drops it)`,
+  );
   return { state: ModuleStates.Deleted, message: `deleted; retained ${kept.join("; ")}` };
 }

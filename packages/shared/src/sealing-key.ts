@@ -124,7 +124,10 @@ export class SealingKeyPair implements KeyPair {
       },
       format: "jwk",
     });
-    const s = diffieHellman({ privateKey: this.privateKey, publicKey: createPublicKey({ key: { kty: "OKP", crv: "X25519", x: b64url(peerRaw) }, format: "jwk" }) });
+    const s = diffieHellman({
+      privateKey: this.privateKey,
+      publicKey: createPublicKey({ key: { kty: "OKP", crv: "X25519", x: b64url(peerRaw) }, format: "jwk" }),
+    });
     const k = new Uint8Array(32);
     hsalsa20(k, new Uint8Array(16), s, SIGMA);
     s.fill(0);

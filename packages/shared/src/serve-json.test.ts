@@ -24,7 +24,10 @@ describe("serveJson", () => {
       return { ok: true, echo: body };
     });
     await conn().flush();
-    const ask = (i: number) => conn().request("test.bounded", JSON.stringify({ i }), { timeout: 30_000 }).then((m) => m.json<{ ok: boolean; error?: { code: string; retryable: boolean } }>());
+    const ask = (i: number) =>
+      conn()
+        .request("test.bounded", JSON.stringify({ i }), { timeout: 30_000 })
+        .then((m) => m.json<{ ok: boolean; error?: { code: string; retryable: boolean } }>());
     const held = Array.from({ length: Limits.requestsInFlight }, (_, i) => ask(i));
     await conn().flush();
     // Wait until every one of them reached the handler.
@@ -57,7 +60,12 @@ describe("serveJson", () => {
     await conn().flush();
     // With the response permission, the service may publish once to whatever a request's reply
     // names: a KV write, an ack for another holder, a JetStream API call in its name.
-    for (const reply of ["$KV.mesh-grants.shop.db", "$JS.ACK.MESH_HOLD_N_node-b.shop_key_worker.1.2.2.0.0", "$JS.API.STREAM.DELETE.KV_mesh-credentials", "mesh.rotation.node.node-b.shop.key.worker"]) {
+    for (const reply of [
+      "$KV.mesh-grants.shop.db",
+      "$JS.ACK.MESH_HOLD_N_node-b.shop_key_worker.1.2.2.0.0",
+      "$JS.API.STREAM.DELETE.KV_mesh-credentials",
+      "mesh.rotation.node.node-b.shop.key.worker",
+    ]) {
       conn().publish("test.guard", "{}", { reply });
     }
     // A request after them, on the same connection, is handled after them.

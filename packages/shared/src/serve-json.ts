@@ -4,7 +4,6 @@ import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { Limits } from "./limits.js";
 import type { Logger } from "./logger.js";
 
-
 /**
  * Answers requests on `subject` in a queue group with JSON; a handler that throws gets a
  * structured error reply (`{ok:false, error:{code,message,retryable}}`), never a timeout.

@@ -33,7 +33,11 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
     // plain publish: logged, so a service that lacks a permission says so.
     void (async () => {
       for await (const s of nc.status()) {
-        if (s.type === "error") log.warn({ err: (s as { error?: unknown }).error }, "the NATS server refused something this service sent: its identity may lack a permission it needs");
+        if (s.type === "error")
+          log.warn(
+            { err: (s as { error?: unknown }).error },
+            "the NATS server refused something this service sent: its identity may lack a permission it needs",
+          );
       }
     })().catch(() => undefined);
     const store = await openStore(nc, { log });
@@ -88,7 +92,12 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
  */
 export function serviceMasterKey(log: Logger, env: NodeJS.ProcessEnv = process.env): MasterKey {
   const { key, source, created } = loadMasterKey(env, join(env.MESH_STATE_DIR || DEFAULT_STATE_DIR, StateFiles.masterKey));
-  log.info({ keyId: key.id, from: source }, created ? "created a new master key file (keep it: it wraps the data keys the credentials are encrypted under)" : "master key file loaded (the key-encryption key)");
+  log.info(
+    { keyId: key.id, from: source },
+    created
+      ? "created a new master key file (keep it: it wraps the data keys the credentials are encrypted under)"
+      : "master key file loaded (the key-encryption key)",
+  );
   return key;
 }
 
@@ -164,7 +173,9 @@ export function followIdentity(nc: NatsConnection, log: Logger, env: NodeJS.Proc
     // Never the content: a creds file holds the identity's seed.
     log.info({ binding: file }, "the binding of this service's NATS identity changed; reconnecting with it");
     current = next;
-    nc.reconnect().catch((e: unknown) => log.warn({ err: e }, "could not reconnect with the new identity; the server will drop the old one at commit and the client reconnects then"));
+    nc.reconnect().catch((e: unknown) =>
+      log.warn({ err: e }, "could not reconnect with the new identity; the server will drop the old one at commit and the client reconnects then"),
+    );
   }, IDENTITY_CHECK_MS);
   timer.unref();
   return { stop: () => clearInterval(timer) };

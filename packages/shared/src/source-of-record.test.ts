@@ -11,7 +11,9 @@ describe("the source of record as grant mesh/records names it", () => {
   it("accepts a binding that names this version's store, and says what differs otherwise", () => {
     const bound = { buckets: Object.values(Buckets).join(","), streams: Object.values(Streams).join(",") };
     expect(sourceOfRecordProblem(bound)).toBeUndefined();
-    expect(sourceOfRecordProblem({ ...bound, buckets: "mesh-grants" })).toMatch(/names buckets mesh-grants and streams MESH_DELIVERIES, but this service keeps its state in buckets mesh-manifests,.*meshctl bootstrap/);
+    expect(sourceOfRecordProblem({ ...bound, buckets: "mesh-grants" })).toMatch(
+      /names buckets mesh-grants and streams MESH_DELIVERIES, but this service keeps its state in buckets mesh-manifests,.*meshctl bootstrap/,
+    );
     expect(sourceOfRecordProblem({})).toMatch(/names buckets \(none\)/);
   });
 });

@@ -3,7 +3,16 @@
  * limits) by every process alike.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
-import { JetStreamApiError, jetstream, jetstreamManager, RetentionPolicy, StorageType, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
+import {
+  JetStreamApiError,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+} from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
@@ -65,12 +74,15 @@ export function storeReplicas(info: { cluster?: string; connect_urls?: string[] 
   const named = env.MESH_REPLICAS;
   if (named) {
     const n = Number(named);
-    if (!Number.isInteger(n) || n < 1 || n > 5) throw new MeshError(ErrorCodes.InvalidRequest, `MESH_REPLICAS=${named} is not a whole number from 1 to 5: set 1 for one NATS server, 3 for a cluster of three`);
+    if (!Number.isInteger(n) || n < 1 || n > 5)
+      throw new MeshError(
+        ErrorCodes.InvalidRequest,
+        `MESH_REPLICAS=${named} is not a whole number from 1 to 5: set 1 for one NATS server, 3 for a cluster of three`,
+      );
     return n;
   }
   return info?.cluster && (info.connect_urls?.length ?? 0) >= 3 ? 3 : 1;
 }
-
 
 async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenStoreOptions): Promise<Store> {
   const jsm = await jetstreamManager(nc, { timeout: 10_000 }).catch((e: unknown) => {
@@ -117,7 +129,11 @@ export async function ensureBucketLimits(jsm: JetStreamManager, bucket: string, 
   const stream = kvStream(bucket);
   const si = await jsm.streams.info(stream);
   const c = si.config;
-  const plan = planBucketLimits(bucket, { max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, max_age: c.max_age, discard: c.discard, bytes: si.state.bytes }, limits);
+  const plan = planBucketLimits(
+    bucket,
+    { max_bytes: c.max_bytes, max_msg_size: c.max_msg_size, max_age: c.max_age, discard: c.discard, bytes: si.state.bytes },
+    limits,
+  );
   if (plan.kept) log.warn({ bucket, bytes: si.state.bytes, limit: limits.maxBytes }, plan.kept);
   if (Object.keys(plan.changes).length === 0) return;
   // The server refuses a max age shorter than the de-duplication window ("duplicates window can not be larger than max age").

@@ -79,24 +79,31 @@ export async function consumeMessages(opts: {
   const { store, stream, durable, filter, handle, log } = opts;
   const ackWaitMs = opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS;
   const keyOf = opts.keyOf ?? ((m: JsMsg) => m.subject);
-  if (opts.create !== false) try {
-    // Made at start-up, which may meet a JetStream gap (a reload, an election): ridden out.
-    await retryJetStreamGap(() => store.jsm.consumers.add(stream, {
-      durable_name: durable,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: opts.startAt ?? "last_per_subject",
-      filter_subject: filter,
-      ack_wait: ackWaitMs * 1_000_000,
-      max_ack_pending: opts.maxAckPending ?? 256,
-      ...(opts.headersOnly ? { headers_only: true } : {}),
-    }));
-  } catch (e) {
-    // An existing durable keeps its configuration and its position; that is the point.
-    if (!(e instanceof JetStreamApiError)) throw e;
-  }
+  if (opts.create !== false)
+    try {
+      // Made at start-up, which may meet a JetStream gap (a reload, an election): ridden out.
+      await retryJetStreamGap(() =>
+        store.jsm.consumers.add(stream, {
+          durable_name: durable,
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: opts.startAt ?? "last_per_subject",
+          filter_subject: filter,
+          ack_wait: ackWaitMs * 1_000_000,
+          max_ack_pending: opts.maxAckPending ?? 256,
+          ...(opts.headersOnly ? { headers_only: true } : {}),
+        }),
+      );
+    } catch (e) {
+      // An existing durable keeps its configuration and its position; that is the point.
+      if (!(e instanceof JetStreamApiError)) throw e;
+    }
   const consumer = await retryJetStreamGap(() => store.js.consumers.get(stream, durable));
   // A durable made by someone else ends the consumption when it is deleted, to be looked for again; one of its own is made again at the next start.
-  const messages = await consumer.consume({ max_messages: 64, expires: CONSUME_EXPIRES_MS, ...(opts.create === false ? { abort_on_missing_resource: true } : {}) });
+  const messages = await consumer.consume({
+    max_messages: 64,
+    expires: CONSUME_EXPIRES_MS,
+    ...(opts.create === false ? { abort_on_missing_resource: true } : {}),
+  });
   const tails = new Map<string, Promise<void>>();
 
   const settle = async (m: JsMsg): Promise<void> => {

@@ -44,7 +44,10 @@ export function overlap(a: string, b: string): string | undefined {
  * patterns together (`a.>` by `a.*` and `a.*.>`) is within.
  */
 export function uncovered(pattern: string, ceiling: readonly string[]): string | undefined {
-  const w = witness(pattern.split("."), ceiling.map((c) => c.split(".")));
+  const w = witness(
+    pattern.split("."),
+    ceiling.map((c) => c.split(".")),
+  );
   return w?.join(".");
 }
 
@@ -69,7 +72,10 @@ function witness(p: readonly string[], cs: readonly (readonly string[])[]): stri
   const [head, ...rest] = p as [string, ...string[]];
   const next = (keep: (token: string) => boolean) => cs.filter((c) => c.length > 0 && keep(c[0]!)).map((c) => c.slice(1));
   if (head !== "*" && head !== ">") {
-    const w = witness(rest, next((t) => t === head || t === "*"));
+    const w = witness(
+      rest,
+      next((t) => t === head || t === "*"),
+    );
     return w && [head, ...w];
   }
   const token = fresh(cs);

@@ -140,13 +140,11 @@ export const subjects = {
   /** Wildcard of every withdrawal (the provisioner publishes them). */
   withdrawalsAll: "mesh.withdrawal.>",
   /** Deliveries of one requirement to one part of a module, on whatever node it runs (an SDK holder narrowed to one grant). */
-  deliveriesForPartRequirement: (module: string, part: string, requirement: string) =>
-    `mesh.delivery.*.${checked(module, part, requirement)}`,
+  deliveriesForPartRequirement: (module: string, part: string, requirement: string) => `mesh.delivery.*.${checked(module, part, requirement)}`,
   /** Request: check a grant now ({@link VerifyRequest}). Served by the verifier. */
   verify: "mesh.api.verify",
   /** Event: an agent's probe of one grant for one part on its node ({@link ProbeReport}). */
-  probeReport: (node: string, module: string, part: string, requirement: string) =>
-    `mesh.probe.report.${checked(node, module, part, requirement)}`,
+  probeReport: (node: string, module: string, part: string, requirement: string) => `mesh.probe.report.${checked(node, module, part, requirement)}`,
   /** Every probe report (the verifier's subscription). */
   probeReportsAll: "mesh.probe.report.>",
   /** Request: the agent of `node` probes now ({@link ProbeRequest}). */
@@ -186,8 +184,7 @@ export const subjects = {
    */
   grantInboxPrefix: (module: string, requirement: string) => `${InboxRoots.grant}.${checked(module, requirement)}`,
   /** The delivery subject of one grant to one part on one node. */
-  delivery: (node: string, module: string, part: string, requirement: string) =>
-    `mesh.delivery.${checked(node, module, part, requirement)}`,
+  delivery: (node: string, module: string, part: string, requirement: string) => `mesh.delivery.${checked(node, module, part, requirement)}`,
 } as const;
 
 /**
@@ -200,7 +197,6 @@ export const SubjectTemplates = {
   partRotation: "mesh.rotation.part.{module}.{node}.{part}.{requirement}",
   delivery: "mesh.delivery.{node}.{module}.{part}.{requirement}",
 } as const;
-
 
 /**
  * The subject space of one module's own traffic, `app.<module>.>`: what a `nats.user` of the
@@ -224,8 +220,7 @@ export function parseGrantId(id: string): { module: string; requirement: string 
 
 export const keys = {
   grant: (module: string, requirement: string) => checked(module, requirement),
-  credential: (module: string, requirement: string, generation: number) =>
-    `${checked(module, requirement)}.g${generation}`,
+  credential: (module: string, requirement: string, generation: number) => `${checked(module, requirement)}.g${generation}`,
   /** Prefix filter of all generations of one grant's credential. */
   credentialsOf: (module: string, requirement: string) => `${checked(module, requirement)}.>`,
   /** Reachability of `provider` from `node`. */

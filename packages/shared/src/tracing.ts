@@ -178,7 +178,13 @@ export function startConsumerSpan(
   return tracer(component).startSpan(name, options, parent);
 }
 
-function consumerSpanArgs(subject: string, template: string, attributes: Attributes, h: MsgHdrs | undefined, opts: { consumerGroup?: string; fallback?: Context }) {
+function consumerSpanArgs(
+  subject: string,
+  template: string,
+  attributes: Attributes,
+  h: MsgHdrs | undefined,
+  opts: { consumerGroup?: string; fallback?: Context },
+) {
   let parent = contextFrom(h);
   if (!trace.getSpanContext(parent) && opts.fallback) parent = opts.fallback;
   const attrs = { ...messagingAttributes("process", subject, template, opts), ...attributes };

@@ -5,7 +5,13 @@ import type { ProbeResult } from "./schemas/verification.js";
 const now = Date.parse("2026-01-01T00:01:00.000Z");
 const at = (secondsAgo: number) => new Date(now - secondsAgo * 1000).toISOString();
 const probe = (secondsAgo: number, generation = 2): ProbeResult => ({ ok: true, message: "m", generation, observedAt: at(secondsAgo), intervalMs: 1_000 });
-const g = { generation: 2, targets: [{ part: "api", node: "node-a" }, { part: "worker", node: "node-b" }] };
+const g = {
+  generation: 2,
+  targets: [
+    { part: "api", node: "node-a" },
+    { part: "worker", node: "node-b" },
+  ],
+};
 
 describe("verification views", () => {
   it("a probe counts while not stale, of the current generation and a current target", () => {

@@ -20,7 +20,11 @@ describe("startTracing", () => {
     });
     await new Promise<void>((r) => server!.listen(0, "127.0.0.1", r));
     const { port } = server.address() as AddressInfo;
-    const tracing = await startTracing("mesh-rotator", { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}/`, OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test" }, "0.1.0");
+    const tracing = await startTracing(
+      "mesh-rotator",
+      { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}/`, OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=test" },
+      "0.1.0",
+    );
     const span = trace.getTracer("mesh.rotator").startSpan("rotate", { attributes: { "mesh.grant": "shop/db" } });
     span.end();
     await tracing.stop(); // flushes the batch
@@ -37,7 +41,9 @@ describe("startTracing", () => {
     expect(
       resourceAttributes("mesh-agent", "0.1.0", { OTEL_RESOURCE_ATTRIBUTES: "service.name=x,host.name=node%2Da, service.namespace = shop ,bad,=v,k=%E0%A4%A" }),
     ).toEqual({ "service.name": "x", "service.version": "0.1.0", "host.name": "node-a", "service.namespace": "shop" });
-    expect(resourceAttributes("mesh-agent", undefined, { OTEL_RESOURCE_ATTRIBUTES: "service.name=x", OTEL_SERVICE_NAME: "y" })).toEqual({ "service.name": "y" });
+    expect(resourceAttributes("mesh-agent", undefined, { OTEL_RESOURCE_ATTRIBUTES: "service.name=x", OTEL_SERVICE_NAME: "y" })).toEqual({
+      "service.name": "y",
+    });
   });
 
   it.each<[NodeJS.ProcessEnv, string | undefined]>([
@@ -68,7 +74,10 @@ describe("startTracing", () => {
       "0.1.0",
       async () => ({
         stop: async () => {
-          trace.getTracer("mesh.rotator").startSpan("rotate", { attributes: { "mesh.rotation": "shop/db#2" } }).end();
+          trace
+            .getTracer("mesh.rotator")
+            .startSpan("rotate", { attributes: { "mesh.rotation": "shop/db#2" } })
+            .end();
           throw new Error("a consumer would not stop");
         },
       }),

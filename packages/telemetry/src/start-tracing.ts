@@ -27,7 +27,12 @@ export interface Tracing {
 /** Where spans go: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as given, else `<OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces`; undefined when off. */
 export function tracesEndpoint(env: NodeJS.ProcessEnv): string | undefined {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true") return undefined;
-  if (env.OTEL_TRACES_EXPORTER?.split(",").map((s) => s.trim()).includes("none")) return undefined;
+  if (
+    env.OTEL_TRACES_EXPORTER?.split(",")
+      .map((s) => s.trim())
+      .includes("none")
+  )
+    return undefined;
   if (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
   return env.OTEL_EXPORTER_OTLP_ENDPOINT ? `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/$/, "")}/v1/traces` : undefined;
 }
@@ -58,7 +63,13 @@ export async function startTracing(service: string, env: NodeJS.ProcessEnv = pro
   if (!url) return { exporting: false, stop: async () => {} };
   // Loaded only when spans are exported: the SDK and the exporter are a fifth of a second of
   // CPU at every service's start, which `meshctl up` pays for six services twice.
-  const [{ AsyncLocalStorageContextManager }, { W3CTraceContextPropagator }, { resourceFromAttributes }, { BasicTracerProvider, BatchSpanProcessor }, { OTLPTraceExporter }] = await Promise.all([
+  const [
+    { AsyncLocalStorageContextManager },
+    { W3CTraceContextPropagator },
+    { resourceFromAttributes },
+    { BasicTracerProvider, BatchSpanProcessor },
+    { OTLPTraceExporter },
+  ] = await Promise.all([
     import("@opentelemetry/context-async-hooks"),
     import("@opentelemetry/core"),
     import("@opentelemetry/resources"),

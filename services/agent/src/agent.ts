@@ -39,7 +39,16 @@ import {
   type NodeRecord,
 } from "@mesh/shared";
 import type { AgentOptions } from "./agent-options.js";
-import { DEFAULT_GRACE_MS, bindingGeneration, bindingPath, migrateBindings, pruneBinding, removeBinding, writeBinding, type PartBinding } from "./bindings-writer.js";
+import {
+  DEFAULT_GRACE_MS,
+  bindingGeneration,
+  bindingPath,
+  migrateBindings,
+  pruneBinding,
+  removeBinding,
+  writeBinding,
+  type PartBinding,
+} from "./bindings-writer.js";
 import { applyRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
 import { consumeRotations } from "./rotations.js";
 import { planDelivery } from "./delivery-plan.js";
@@ -129,7 +138,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       return "term";
     }
     const names = [d.node, d.module, d.part, d.requirement];
-    if (!names.every(isValidName) || d.node !== node || d.grant !== grantId(d.module, d.requirement) || m.subject !== subjects.delivery(d.node, d.module, d.part, d.requirement)) {
+    if (
+      !names.every(isValidName) ||
+      d.node !== node ||
+      d.grant !== grantId(d.module, d.requirement) ||
+      m.subject !== subjects.delivery(d.node, d.module, d.part, d.requirement)
+    ) {
       log.error({ subject: m.subject, grant: d.grant, part: d.part }, "a Delivery does not match its subject; dropped");
       return "term";
     }
@@ -141,16 +155,33 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
    * delivery of k+1 to the part the consumer is for, and acknowledged (the confirmation) only
    * once the files are written, the hook ran and k+1 logs in.
    */
-  const rotate = (part: string) => async (m: JsMsg): Promise<Disposition> => {
-    const b = RotationBroadcast.safeParse(safeJson(() => m.json()));
-    if (!b.success || b.data.grant !== grantId(b.data.module, b.data.requirement) || m.subject !== subjects.agentRotation(node, b.data.module, b.data.requirement, part)) {
-      log.error({ subject: m.subject, seq: m.seq }, "a message on this node's rotation stream is not a rotation of its consumer's grant; dropped");
-      return "term";
-    }
-    const r = b.data;
-    const d: Delivery = { grant: r.grant, module: r.module, requirement: r.requirement, part, node, kind: r.kind, provider: r.provider, generation: r.to, publishedAt: r.publishedAt, rotation: r.rotation };
-    return apply(d, m, SubjectTemplates.agentRotation);
-  };
+  const rotate =
+    (part: string) =>
+    async (m: JsMsg): Promise<Disposition> => {
+      const b = RotationBroadcast.safeParse(safeJson(() => m.json()));
+      if (
+        !b.success ||
+        b.data.grant !== grantId(b.data.module, b.data.requirement) ||
+        m.subject !== subjects.agentRotation(node, b.data.module, b.data.requirement, part)
+      ) {
+        log.error({ subject: m.subject, seq: m.seq }, "a message on this node's rotation stream is not a rotation of its consumer's grant; dropped");
+        return "term";
+      }
+      const r = b.data;
+      const d: Delivery = {
+        grant: r.grant,
+        module: r.module,
+        requirement: r.requirement,
+        part,
+        node,
+        kind: r.kind,
+        provider: r.provider,
+        generation: r.to,
+        publishedAt: r.publishedAt,
+        rotation: r.rotation,
+      };
+      return apply(d, m, SubjectTemplates.agentRotation);
+    };
 
   /** Applies Delivery `d` (from a delivery or a rotation message `m`): what to ack, retry or drop. */
   const apply = async (d: Delivery, m: JsMsg, template: string): Promise<Disposition> => {
@@ -158,100 +189,132 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     const receiptKey = keys.receipt(node, d.module, d.requirement, d.part);
     const receipt = (fn: (r: DeliveryReceipt | undefined) => DeliveryReceipt | undefined) => mutateJson(store.kv.receipts, receiptKey, DeliveryReceipt, fn);
     const dlog = log.child({ grant: d.grant, part: d.part, generation: d.generation, ...(d.rotation ? { rotation: d.rotation } : {}) });
-    const attributes = holderSpanAttributes({ ...(d.rotation ? { rotation: d.rotation } : {}), grant: d.grant, node, part: d.part, holder: `${node}/${d.part}`, generation: d.generation });
-    return withConsumerSpan("agent", m.subject, template, attributes, m.headers, async (span) => {
-      /** Generation `d.generation` is in the part's binding and no receipt says so yet. */
-      let written = false;
-      try {
-        const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
-        const binding = bindingNameOf(d.part, d.requirement);
-        if (d.withdraw) {
-          // The part no longer needs the grant: its binding goes (unless it is a target again by now).
-          if (grant && isTarget(grant.value, node, d.part)) {
-            dlog.info("withdrawal ignored: the part is a target of the grant again");
+    const attributes = holderSpanAttributes({
+      ...(d.rotation ? { rotation: d.rotation } : {}),
+      grant: d.grant,
+      node,
+      part: d.part,
+      holder: `${node}/${d.part}`,
+      generation: d.generation,
+    });
+    return withConsumerSpan(
+      "agent",
+      m.subject,
+      template,
+      attributes,
+      m.headers,
+      async (span) => {
+        /** Generation `d.generation` is in the part's binding and no receipt says so yet. */
+        let written = false;
+        try {
+          const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
+          const binding = bindingNameOf(d.part, d.requirement);
+          if (d.withdraw) {
+            // The part no longer needs the grant: its binding goes (unless it is a target again by now).
+            if (grant && isTarget(grant.value, node, d.part)) {
+              dlog.info("withdrawal ignored: the part is a target of the grant again");
+              return "ack";
+            }
+            const { removed } = removeBinding(bindingsRoot, d.module, d.part, binding);
+            await receipt(() => receiptWithdrawn(new Date()));
+            dlog.info(
+              { removed, path: bindingPath(bindingsRoot, d.module, d.part, binding) },
+              removed ? "binding removed: the part no longer needs the grant" : "nothing to remove: the part held no binding of the grant",
+            );
             return "ack";
           }
-          const { removed } = removeBinding(bindingsRoot, d.module, d.part, binding);
-          await receipt(() => receiptWithdrawn(new Date()));
-          dlog.info({ removed, path: bindingPath(bindingsRoot, d.module, d.part, binding) }, removed ? "binding removed: the part no longer needs the grant" : "nothing to remove: the part held no binding of the grant");
-          return "ack";
-        }
-        const local = bindingGeneration(bindingsRoot, d.module, d.part, binding);
-        const plan = planDelivery(d, grant?.value, local);
-        span.setAttribute("mesh.plan", plan.action);
-        if (plan.action === "ignore") {
-          dlog.info({ reason: plan.reason }, "delivery ignored");
-          return "ack";
-        }
-        const rotationDue = isRotationDue(d, grant?.value);
-        if (plan.action === "skip" && !rotationDue) {
-          dlog.debug({ reason: plan.reason }, "delivery skipped");
-          return "ack";
-        }
-        let values: CredentialValues | undefined;
-        if (plan.action === "apply") {
-          const fetched = await fetchCredential(
-            store.nc,
-            { grant: d.grant, part: d.part, node, generation: d.generation },
-            key,
-            { timeoutMs: opts.fetchTimeoutMs ?? 5_000, headers: traceHeaders() },
-          );
-          const written = writeBinding(
-            { root: bindingsRoot, module: d.module, part: d.part, requirement: binding, generation: fetched.generation, values: fetched.values },
-            { graceMs },
-          );
-          if (written.retained) schedulePrune({ module: d.module, part: d.part, binding });
-          if (written.envCollisions.length) {
-            dlog.warn({ names: written.envCollisions, envFile: written.envFile }, "some env names are produced twice; the first is kept");
+          const local = bindingGeneration(bindingsRoot, d.module, d.part, binding);
+          const plan = planDelivery(d, grant?.value, local);
+          span.setAttribute("mesh.plan", plan.action);
+          if (plan.action === "ignore") {
+            dlog.info({ reason: plan.reason }, "delivery ignored");
+            return "ack";
           }
-          dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");
-          values = fetched.values;
-        }
-        // In a rotation, what was written is recorded with the confirmation (one write), or with the failure.
-        written = plan.action !== "skip";
-        if (written && !rotationDue) {
-          await receipt((r) => receiptDelivered(r, d.generation, new Date()));
-          written = false;
-          dlog.info("delivery recorded");
-        }
-        if (rotationDue) {
-          // Written before a crash: fetch the values again to prove them.
-          values ??= (await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, { timeoutMs: opts.fetchTimeoutMs ?? 5_000 })).values;
-          await applyRotation({ store, node, delivery: d, values, bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding), receivedAt, hooks, log: dlog });
-          // The receipt's witness of the confirmation, before the ack (a hook failure it said in this rotation is over).
-          await receipt((r) => receiptConfirmed(written ? receiptDelivered(r, d.generation, new Date()) : r, d.rotation!, d.generation));
-          written = false;
-          dlog.info("delivery and confirmation recorded");
-        }
-        prober.probeSoon(d.module, d.part, d.requirement);
-        // The control plane makes this holder's consumer once the receipt says it holds the grant.
-        if (!d.rotation) rotations.lookSoon();
-        return "ack";
-      } catch (e) {
-        const retryable = !isMeshError(e) || e.retryable;
-        span.setStatus({ code: 2, message: errorMessage(e) });
-        // The binding holds what was written, though the rotation is not confirmed: the receipt says so.
-        const held = (r: DeliveryReceipt | undefined) => (written ? receiptDelivered(r, d.generation, new Date()) : r);
-        if (isHookError(e)) {
-          // The operator must act on this node: shown on the grant (meshctl status) through the node's receipt, and tried again, so the rotation confirms by itself once fixed.
-          dlog.warn({ err: e, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
-          await receipt((r) => receiptHookFailed(held(r), d.rotation!, d.generation, e, new Date())).catch((e2: unknown) =>
-            dlog.warn({ err: e2 }, "could not record the hook's failure in the node's receipt"),
+          const rotationDue = isRotationDue(d, grant?.value);
+          if (plan.action === "skip" && !rotationDue) {
+            dlog.debug({ reason: plan.reason }, "delivery skipped");
+            return "ack";
+          }
+          let values: CredentialValues | undefined;
+          if (plan.action === "apply") {
+            const fetched = await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, {
+              timeoutMs: opts.fetchTimeoutMs ?? 5_000,
+              headers: traceHeaders(),
+            });
+            const written = writeBinding(
+              { root: bindingsRoot, module: d.module, part: d.part, requirement: binding, generation: fetched.generation, values: fetched.values },
+              { graceMs },
+            );
+            if (written.retained) schedulePrune({ module: d.module, part: d.part, binding });
+            if (written.envCollisions.length) {
+              dlog.warn({ names: written.envCollisions, envFile: written.envFile }, "some env names are produced twice; the first is kept");
+            }
+            dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");
+            values = fetched.values;
+          }
+          // In a rotation, what was written is recorded with the confirmation (one write), or with the failure.
+          written = plan.action !== "skip";
+          if (written && !rotationDue) {
+            await receipt((r) => receiptDelivered(r, d.generation, new Date()));
+            written = false;
+            dlog.info("delivery recorded");
+          }
+          if (rotationDue) {
+            // Written before a crash: fetch the values again to prove them.
+            values ??= (
+              await fetchCredential(store.nc, { grant: d.grant, part: d.part, node, generation: d.generation }, key, {
+                timeoutMs: opts.fetchTimeoutMs ?? 5_000,
+              })
+            ).values;
+            await applyRotation({
+              store,
+              node,
+              delivery: d,
+              values,
+              bindingPath: bindingPath(bindingsRoot, d.module, d.part, binding),
+              receivedAt,
+              hooks,
+              log: dlog,
+            });
+            // The receipt's witness of the confirmation, before the ack (a hook failure it said in this rotation is over).
+            await receipt((r) => receiptConfirmed(written ? receiptDelivered(r, d.generation, new Date()) : r, d.rotation!, d.generation));
+            written = false;
+            dlog.info("delivery and confirmation recorded");
+          }
+          prober.probeSoon(d.module, d.part, d.requirement);
+          // The control plane makes this holder's consumer once the receipt says it holds the grant.
+          if (!d.rotation) rotations.lookSoon();
+          return "ack";
+        } catch (e) {
+          const retryable = !isMeshError(e) || e.retryable;
+          span.setStatus({ code: 2, message: errorMessage(e) });
+          // The binding holds what was written, though the rotation is not confirmed: the receipt says so.
+          const held = (r: DeliveryReceipt | undefined) => (written ? receiptDelivered(r, d.generation, new Date()) : r);
+          if (isHookError(e)) {
+            // The operator must act on this node: shown on the grant (meshctl status) through the node's receipt, and tried again, so the rotation confirms by itself once fixed.
+            dlog.warn({ err: e, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
+            await receipt((r) => receiptHookFailed(held(r), d.rotation!, d.generation, e, new Date())).catch((e2: unknown) =>
+              dlog.warn({ err: e2 }, "could not record the hook's failure in the node's receipt"),
+            );
+            return "retry";
+          }
+          if (written) await receipt(held).catch((e2: unknown) => dlog.warn({ err: e2 }, "could not record the delivery in the node's receipt"));
+          if (retryable) {
+            dlog.warn({ err: e, attempt: m.info.deliveryCount }, "delivery failed; it is retried");
+            return "retry";
+          }
+          dlog.error(
+            { err: e, code: (e as MeshError).code },
+            "delivery failed and cannot succeed as things are; recorded in the node's receipt, so the grant shows it",
           );
-          return "retry";
+          await receipt((r) => receiptFailed(r, d.generation, errorMessage(e), new Date())).catch((e2: unknown) =>
+            dlog.warn({ err: e2 }, "could not record the failure in the node's receipt"),
+          );
+          return "term";
         }
-        if (written) await receipt(held).catch((e2: unknown) => dlog.warn({ err: e2 }, "could not record the delivery in the node's receipt"));
-        if (retryable) {
-          dlog.warn({ err: e, attempt: m.info.deliveryCount }, "delivery failed; it is retried");
-          return "retry";
-        }
-        dlog.error({ err: e, code: (e as MeshError).code }, "delivery failed and cannot succeed as things are; recorded in the node's receipt, so the grant shows it");
-        await receipt((r) => receiptFailed(r, d.generation, errorMessage(e), new Date())).catch((e2: unknown) =>
-          dlog.warn({ err: e2 }, "could not record the failure in the node's receipt"),
-        );
-        return "term";
-      }
-    }, { consumerGroup: agentDurable(node) });
+      },
+      { consumerGroup: agentDurable(node) },
+    );
   };
 
   // Before consuming: a delivery asks it to probe the new binding.
@@ -308,7 +371,10 @@ function startHooks(opts: AgentOptions, log: Logger): AgentHooks {
     const resolved = resolveHookPrograms(allowed);
     const { runAs, warning } = decideHookRunAs(opts.hookUser ?? DEFAULT_HOOK_USER, process.getuid?.() ?? -1);
     if (warning) log.warn(warning);
-    log.info({ hooks: Object.fromEntries([...resolved].map(([n, argv]) => [n, argv.join(" ")])), runAs: runAs?.user ?? "the agent's user" }, `hooks allowed on this node: ${[...resolved.keys()].join(", ")}`);
+    log.info(
+      { hooks: Object.fromEntries([...resolved].map(([n, argv]) => [n, argv.join(" ")])), runAs: runAs?.user ?? "the agent's user" },
+      `hooks allowed on this node: ${[...resolved.keys()].join(", ")}`,
+    );
     return { allowed: resolved, runAs };
   } catch (e) {
     if (e instanceof HookOptionError) throw new MeshError(ErrorCodes.InvalidRequest, e.message, { cause: e });

@@ -1,11 +1,34 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync, mkdirSync } from "node:fs";
+import {
+  existsSync,
+  lstatSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+  mkdirSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Worker } from "node:worker_threads";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { isMeshError } from "@mesh/shared";
-import { bindingGeneration, envName, migrateBindings, partBindingsDir, partEnvFile, pruneBinding, quoteEnvValue, renderPartEnv, writeBinding } from "./bindings-writer.js";
+import {
+  bindingGeneration,
+  envName,
+  migrateBindings,
+  partBindingsDir,
+  partEnvFile,
+  pruneBinding,
+  quoteEnvValue,
+  renderPartEnv,
+  writeBinding,
+} from "./bindings-writer.js";
 
 let root: string;
 beforeEach(() => {
@@ -176,7 +199,14 @@ describe("writeBinding", () => {
 
   it("regenerates <part>.env from every requirement of the part", () => {
     writeBinding(db(1, "pw"));
-    writeBinding({ root, module: "shop", part: "api", requirement: "session-key", generation: 1, values: { type: "secret", provider: "builtin-secret", value: "k3y" } });
+    writeBinding({
+      root,
+      module: "shop",
+      part: "api",
+      requirement: "session-key",
+      generation: 1,
+      values: { type: "secret", provider: "builtin-secret", value: "k3y" },
+    });
     const env = readFileSync(join(root, "shop", "api.env"), "utf8");
     const lines = env.split("\n").filter((l) => l && !l.startsWith("#"));
     expect(lines).toEqual([
@@ -269,7 +299,10 @@ describe("migrateBindings", () => {
     legacyTree();
     const t0 = new Date();
     const r = migrateBindings(root, { now: t0, graceMs: 1_000 });
-    expect(r.migrated).toEqual([{ module: "shop", part: "api", binding: "db" }, { module: "shop", part: "api", binding: "identity" }]);
+    expect(r.migrated).toEqual([
+      { module: "shop", part: "api", binding: "db" },
+      { module: "shop", part: "api", binding: "identity" },
+    ]);
     expect(bindingGeneration(root, "shop", "api", "db")).toBe(3);
     expect(bindingGeneration(root, "shop", "api", "identity")).toBe(1);
     expect(readFileSync(join(partDir(), "db", "password"), "utf8")).toBe("three");
@@ -318,7 +351,7 @@ describe("env rendering", () => {
   it.each([
     ["plain", "'plain'"],
     ["", "''"],
-    ["a$b`c\\d\"e", "'a$b`c\\d\"e'"],
+    ['a$b`c\\d"e', "'a$b`c\\d\"e'"],
     ["it's", `"it's"`],
     [`it's $x "y" \`z\` \\`, `"it's \\$x \\"y\\" \\\`z\\\` \\\\"`],
   ])("quotes %j as %s", (value, quoted) => {

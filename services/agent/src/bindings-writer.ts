@@ -65,7 +65,6 @@ import {
 
 export { BINDING_KEY_PATTERN };
 
-
 /** How long a replaced generation's directory stays for readers still in it. */
 export const DEFAULT_GRACE_MS = 2_000;
 
@@ -200,7 +199,8 @@ function validateWrite(w: BindingWrite): void {
     if (!BINDING_KEY_PATTERN.test(key)) refuse("binding key", key, "must be letters, digits, '_' and '-', starting with a lower-case letter");
     if (typeof value !== "string") throw new MeshError(ErrorCodes.InvalidRequest, `binding key ${key} of ${w.requirement} has no string value`);
     // The value itself is never quoted in a message.
-    if (value.includes("\0")) throw new MeshError(ErrorCodes.InvalidRequest, `binding key ${key} of ${w.requirement} holds a NUL byte, which no file reader or env file can carry`);
+    if (value.includes("\0"))
+      throw new MeshError(ErrorCodes.InvalidRequest, `binding key ${key} of ${w.requirement} holds a NUL byte, which no file reader or env file can carry`);
   }
 }
 
@@ -341,13 +341,7 @@ function removeStale(root: string, module: string, part: string, binding: string
  * 0 removes all but the current one). Returns true when some were left because their grace
  * has not passed. Safe to call at any time, also for a binding that does not exist.
  */
-export function pruneBinding(
-  root: string,
-  module: string,
-  part: string,
-  requirement: string,
-  opts: { graceMs?: number; now?: Date } = {},
-): boolean {
+export function pruneBinding(root: string, module: string, part: string, requirement: string, opts: { graceMs?: number; now?: Date } = {}): boolean {
   bindingPath(root, module, part, requirement);
   if (!lstatOrUndefined(join(root, module, part))?.isDirectory()) return false;
   return removeStale(root, module, part, requirement, cutoff(opts.now ?? new Date(), opts.graceMs ?? DEFAULT_GRACE_MS));
@@ -423,7 +417,10 @@ export function migrateBindings(root: string, opts: { graceMs?: number; now?: Da
         if (!target?.legacy) continue;
         const values = readValues(join(partDir, binding));
         if (!values) continue;
-        const moved = writeBinding({ root, module, part, requirement: binding, generation: target.generation, values: Object.fromEntries(values) }, { ...opts, onlyOver: target.name });
+        const moved = writeBinding(
+          { root, module, part, requirement: binding, generation: target.generation, values: Object.fromEntries(values) },
+          { ...opts, onlyOver: target.name },
+        );
         if (moved.changed) migrated.push({ module, part, binding });
       }
       // Hidden directories of bindings no symlink names any more, and a part.env alone, too.
@@ -433,7 +430,8 @@ export function migrateBindings(root: string, opts: { graceMs?: number; now?: Da
         if (legacy) bindings.add(legacy.requirement);
       }
       for (const binding of [...bindings].sort()) {
-        if (removeStale(root, module, part, binding, cutoff(opts.now ?? new Date(), opts.graceMs ?? DEFAULT_GRACE_MS))) retained.push({ module, part, binding });
+        if (removeStale(root, module, part, binding, cutoff(opts.now ?? new Date(), opts.graceMs ?? DEFAULT_GRACE_MS)))
+          retained.push({ module, part, binding });
       }
       ensureDir(generationsDir(root, module, part));
       writePartEnv(root, module, part);
@@ -444,7 +442,10 @@ export function migrateBindings(root: string, opts: { graceMs?: number; now?: Da
 
 /** `REQUIREMENT_KEY` in upper snake case: `db` + `password` → `DB_PASSWORD`, `session-key` + `value` → `SESSION_KEY_VALUE`. */
 export function envName(requirement: string, key: string): string {
-  return `${requirement}_${key}`.replace(/([a-z0-9])([A-Z])/g, "$1_$2").replace(/-/g, "_").toUpperCase();
+  return `${requirement}_${key}`
+    .replace(/([a-z0-9])([A-Z])/g, "$1_$2")
+    .replace(/-/g, "_")
+    .toUpperCase();
 }
 
 /**

@@ -11,11 +11,7 @@ import { holderKey, isTarget, type Delivery, type Grant } from "@mesh/shared";
  * - `skip`: nothing to do (already delivered, or a newer generation supersedes it).
  * - `ignore`: the Delivery no longer applies (grant gone, part no longer a target); logged.
  */
-export type DeliveryPlan =
-  | { action: "apply" }
-  | { action: "record" }
-  | { action: "skip"; reason: string }
-  | { action: "ignore"; reason: string };
+export type DeliveryPlan = { action: "apply" } | { action: "record" } | { action: "skip"; reason: string } | { action: "ignore"; reason: string };
 
 /**
  * Decides what to do with `delivery`, given the grant as stored now (undefined when it no

@@ -48,7 +48,11 @@ describe("resolveHookPrograms", () => {
 
   it.each<[string, string[], RegExp]>([
     ["an absolute path that is not an executable file", ["/opt/app/missing"], /--allow-hook x: \/opt\/app\/missing is not an executable file on this node/],
-    ["a bare name in no directory of the PATH", ["no-such-program"], /--allow-hook x: no program no-such-program in \/usr\/local\/sbin:.*; give its absolute path/],
+    [
+      "a bare name in no directory of the PATH",
+      ["no-such-program"],
+      /--allow-hook x: no program no-such-program in \/usr\/local\/sbin:.*; give its absolute path/,
+    ],
   ])("refuses %s", (_, argv, message) => {
     expect(() => resolveHookPrograms(new Map([["x", argv]]), isExecutable)).toThrow(HookOptionError);
     expect(() => resolveHookPrograms(new Map([["x", argv]]), isExecutable)).toThrow(message);
@@ -103,7 +107,12 @@ describe("runHook", () => {
   it.skipIf(!runAs)("runs the program as the hook user with only its own environment, none of the agent's", async () => {
     const saved = { ...process.env };
     // What an agent's environment holds under meshctl up: none of it may reach a hook.
-    Object.assign(process.env, { MESH_NATS_CREDENTIALS: "/x/admin.creds", MESH_MASTER_KEY_FILE: "/x/master.key", MESH_MASTER_KEY: "00".repeat(32), NATS_URL: "nats://127.0.0.1:4222" });
+    Object.assign(process.env, {
+      MESH_NATS_CREDENTIALS: "/x/admin.creds",
+      MESH_MASTER_KEY_FILE: "/x/master.key",
+      MESH_MASTER_KEY: "00".repeat(32),
+      NATS_URL: "nats://127.0.0.1:4222",
+    });
     try {
       await runHook({ name: "record", argv: [join(dir, "record.sh")] }, hookEnvironment(delivery, "/b/shop/api/db"), { runAs, log });
     } finally {
@@ -118,32 +127,44 @@ describe("runHook", () => {
     );
     // sh adds PWD (and may add SHLVL, _): nothing else.
     const shell = new Set(["PWD", "SHLVL", "_", "OLDPWD"]);
-    expect(Object.keys(env).filter((k) => !shell.has(k)).sort()).toEqual(Object.keys(hookEnvironment(delivery, "")).sort());
+    expect(
+      Object.keys(env)
+        .filter((k) => !shell.has(k))
+        .sort(),
+    ).toEqual(Object.keys(hookEnvironment(delivery, "")).sort());
     expect(env).toMatchObject({ PATH: HOOK_PATH, HOME: "/", MESH_GENERATION: "3", PWD: "/" });
   });
 
   it("fails retryably saying how the hook ended; its standard error goes to the log, not into the error", async () => {
     const err = await runHook({ name: "reload", argv: [join(dir, "fail.sh")] }, hookEnvironment(delivery, "/b"), { runAs, log }).catch((e: unknown) => e);
     expect(isMeshError(err, "HookFailed") && err.retryable).toBe(true);
-    expect((err as Error).message).toMatch(/^hook "reload" \(.*fail\.sh\) exited with 3.* \(its standard error is in the agent's log\); fix the hook on this node \(the confirmation waits for it\)$/);
+    expect((err as Error).message).toMatch(
+      /^hook "reload" \(.*fail\.sh\) exited with 3.* \(its standard error is in the agent's log\); fix the hook on this node \(the confirmation waits for it\)$/,
+    );
     expect((err as Error).message).not.toContain("s3cr3t");
     expect(logs.text).toContain("could not reload: s3cr3t-in-stderr");
   });
 
   it("kills a hook that runs past its time, and what it started", async () => {
     const started = Date.now();
-    const err = await runHook({ name: "hang", argv: [join(dir, "hang.sh")] }, hookEnvironment(delivery, "/b"), { runAs, log, timeoutMs: 300 }).catch((e: unknown) => e);
+    const err = await runHook({ name: "hang", argv: [join(dir, "hang.sh")] }, hookEnvironment(delivery, "/b"), { runAs, log, timeoutMs: 300 }).catch(
+      (e: unknown) => e,
+    );
     expect(Date.now() - started).toBeLessThan(5_000);
     expect((err as Error).message).toMatch(/hook "hang" .* was killed \(SIGKILL, after 300 ms at most\)/);
     // Its process group went with it: the background sleep is gone (or a zombie no one reaped yet).
     const pid = readFileSync(join(out, "background"), "utf8").trim();
-    await waitFor("the hook's background process to end", () => {
-      try {
-        return readFileSync(`/proc/${pid}/stat`, "utf8").split(" ")[2] === "Z";
-      } catch {
-        return true;
-      }
-    }, 5_000);
+    await waitFor(
+      "the hook's background process to end",
+      () => {
+        try {
+          return readFileSync(`/proc/${pid}/stat`, "utf8").split(" ")[2] === "Z";
+        } catch {
+          return true;
+        }
+      },
+      5_000,
+    );
   });
 
   it("fails retryably when the program cannot start", async () => {

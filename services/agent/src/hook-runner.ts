@@ -57,7 +57,11 @@ function isExecutableFile(path: string): boolean {
 export function resolveHookPrograms(hooks: AllowedHooks, isExecutable: (path: string) => boolean = isExecutableFile): Map<string, string[]> {
   const resolved = new Map<string, string[]>();
   for (const [name, [program, ...args]] of hooks) {
-    const path = program!.startsWith("/") ? program! : HOOK_PATH.split(":").map((dir) => join(dir, program!)).find(isExecutable);
+    const path = program!.startsWith("/")
+      ? program!
+      : HOOK_PATH.split(":")
+          .map((dir) => join(dir, program!))
+          .find(isExecutable);
     if (!path || !isExecutable(path)) {
       throw new HookOptionError(
         program!.startsWith("/")
@@ -73,7 +77,12 @@ export function resolveHookPrograms(hooks: AllowedHooks, isExecutable: (path: st
 /** The uid and gid of `user` on this machine (through `id`, so NSS users count), or undefined when there is no such user. */
 export function lookUpUser(user: string): { uid: number; gid: number } | undefined {
   try {
-    const id = (flag: string) => Number(execFileSync("id", [flag, user], { env: { PATH: HOOK_PATH }, stdio: ["ignore", "pipe", "ignore"] }).toString().trim());
+    const id = (flag: string) =>
+      Number(
+        execFileSync("id", [flag, user], { env: { PATH: HOOK_PATH }, stdio: ["ignore", "pipe", "ignore"] })
+          .toString()
+          .trim(),
+      );
     const uid = id("-u");
     const gid = id("-g");
     return Number.isInteger(uid) && Number.isInteger(gid) ? { uid, gid } : undefined;
@@ -88,11 +97,19 @@ export function lookUpUser(user: string): { uid: number; gid: number } | undefin
  * the same clean environment: `warning` then says so, for the agent to log once. Throws
  * {@link HookOptionError} when root is asked for a user this machine does not have.
  */
-export function decideHookRunAs(user: string, processUid: number, lookUp: (user: string) => { uid: number; gid: number } | undefined = lookUpUser): { runAs: HookRunAs; warning?: string } {
+export function decideHookRunAs(
+  user: string,
+  processUid: number,
+  lookUp: (user: string) => { uid: number; gid: number } | undefined = lookUpUser,
+): { runAs: HookRunAs; warning?: string } {
   const found = lookUp(user);
   if (processUid === 0) {
-    if (!found) throw new HookOptionError(`--hook-user ${user}: there is no such user on this node; create it, or name an unprivileged user that exists (default ${DEFAULT_HOOK_USER})`);
-    if (found.uid === 0) throw new HookOptionError(`--hook-user ${user}: that is root; hooks run as an unprivileged user: name one (default ${DEFAULT_HOOK_USER})`);
+    if (!found)
+      throw new HookOptionError(
+        `--hook-user ${user}: there is no such user on this node; create it, or name an unprivileged user that exists (default ${DEFAULT_HOOK_USER})`,
+      );
+    if (found.uid === 0)
+      throw new HookOptionError(`--hook-user ${user}: that is root; hooks run as an unprivileged user: name one (default ${DEFAULT_HOOK_USER})`);
     return { runAs: { user, ...found } };
   }
   if (found?.uid === processUid) return { runAs: undefined };
@@ -137,7 +154,12 @@ export function runHook(
     }, timeoutMs);
     child.on("error", (e) => {
       clearTimeout(timer);
-      reject(new MeshError(ErrorCodes.HookFailed, `${what} could not start: ${errorMessage(e)}; fix the hook on this node (the confirmation waits for it)`, { retryable: true, cause: e }));
+      reject(
+        new MeshError(ErrorCodes.HookFailed, `${what} could not start: ${errorMessage(e)}; fix the hook on this node (the confirmation waits for it)`, {
+          retryable: true,
+          cause: e,
+        }),
+      );
     });
     child.on("exit", (code, signal) => {
       clearTimeout(timer);
@@ -145,9 +167,13 @@ export function runHook(
       const how = signal ? `was killed (${signal}${signal === "SIGKILL" ? `, after ${timeoutMs} ms at most` : ""})` : `exited with ${code}`;
       if (stderr.trim()) opts.log.warn({ hook: hook.name, stderr: stderr.trim() }, `${what} ${how}; its standard error`);
       reject(
-        new MeshError(ErrorCodes.HookFailed, `${what} ${how}${opts.runAs ? ` as ${opts.runAs.user}` : ""}${stderr.trim() ? " (its standard error is in the agent's log)" : ""}; fix the hook on this node (the confirmation waits for it)`, {
-          retryable: true,
-        }),
+        new MeshError(
+          ErrorCodes.HookFailed,
+          `${what} ${how}${opts.runAs ? ` as ${opts.runAs.user}` : ""}${stderr.trim() ? " (its standard error is in the agent's log)" : ""}; fix the hook on this node (the confirmation waits for it)`,
+          {
+            retryable: true,
+          },
+        ),
       );
     });
   });

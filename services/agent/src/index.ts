@@ -28,4 +28,13 @@ export { startProber, probeResultOf, reachabilityChanged, tryConnect, DEFAULT_PR
 export { consumeRotations, partOfConsumer, LOOK_EVERY_MS } from "./rotations.js";
 export { endpointAddress, formatAddress, DEFAULT_PORTS } from "./endpoint-address.js";
 export { applyRotation, isRotationDue, isHookError, hookNotAllowed, type AgentHooks } from "./rotation-confirm.js";
-export { runHook, hookEnvironment, resolveHookPrograms, decideHookRunAs, lookUpUser, HOOK_TIMEOUT_MS, DEFAULT_HOOK_USER, type HookRunAs } from "./hook-runner.js";
+export {
+  runHook,
+  hookEnvironment,
+  resolveHookPrograms,
+  decideHookRunAs,
+  lookUpUser,
+  HOOK_TIMEOUT_MS,
+  DEFAULT_HOOK_USER,
+  type HookRunAs,
+} from "./hook-runner.js";

@@ -107,7 +107,9 @@ export function tryConnect(host: string, port: number, timeoutMs = REACHABILITY_
     };
     const timer = setTimeout(() => done({ ok: false, message: `no answer from ${formatAddress({ host, port })} within ${timeoutMs} ms` }), timeoutMs);
     socket.once("connect", () => done({ ok: true }));
-    socket.once("error", (e: NodeJS.ErrnoException) => done({ ok: false, message: e.code ? `${e.code} connecting to ${formatAddress({ host, port })}` : errorMessage(e) }));
+    socket.once("error", (e: NodeJS.ErrnoException) =>
+      done({ ok: false, message: e.code ? `${e.code} connecting to ${formatAddress({ host, port })}` : errorMessage(e) }),
+    );
   });
 }
 
@@ -195,7 +197,10 @@ export function startProber(opts: ProberOptions): Prober {
     const values = readBinding(root, h);
     if (!generation || !values) return undefined;
     if (!providers.has(grant.provider)) {
-      providers.set(grant.provider, grant.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, grant.provider, ProviderDoc))?.value);
+      providers.set(
+        grant.provider,
+        grant.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, grant.provider, ProviderDoc))?.value,
+      );
     }
     const doc = providers.get(grant.provider);
     if (grant.provider !== BUILTIN_SECRET_PROVIDER && !doc) return undefined;
@@ -310,7 +315,9 @@ export function startProber(opts: ProberOptions): Prober {
     },
     probeSoon(module, part, requirement) {
       if (stopped) return;
-      const p = probeBindings([{ module, part, requirement, binding: bindingNameOf(part, requirement) }]).then(publish, (e: unknown) => log.warn({ err: e }, "probe after delivery failed"));
+      const p = probeBindings([{ module, part, requirement, binding: bindingNameOf(part, requirement) }]).then(publish, (e: unknown) =>
+        log.warn({ err: e }, "probe after delivery failed"),
+      );
       soon.add(p);
       void p.finally(() => soon.delete(p));
     },

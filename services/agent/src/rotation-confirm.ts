@@ -87,11 +87,18 @@ export async function applyRotation(opts: {
   }
   const provider = d.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, d.provider, ProviderDoc))?.value;
   // With the document's options, as the prober makes it: a kind may need one to log in (oci.registry's issuerUrl).
-  const adapter = createAdapter(d.kind, { name: d.provider, node: provider?.node ?? "builtin", endpoint: provider?.endpoint ?? "builtin://secret", ...(provider?.options ? { options: provider.options } : {}) });
+  const adapter = createAdapter(d.kind, {
+    name: d.provider,
+    node: provider?.node ?? "builtin",
+    endpoint: provider?.endpoint ?? "builtin://secret",
+    ...(provider?.options ? { options: provider.options } : {}),
+  });
   try {
     const login = await adapter.login({ bindings: values });
     if (!login.ok) {
-      throw new MeshError(ErrorCodes.ProviderRejected, `generation ${d.generation} of ${d.grant} does not log in from node ${node}: ${login.message}`, { retryable: true });
+      throw new MeshError(ErrorCodes.ProviderRejected, `generation ${d.generation} of ${d.grant} does not log in from node ${node}: ${login.message}`, {
+        retryable: true,
+      });
     }
   } finally {
     await adapter.close();

@@ -7,7 +7,18 @@
  * rotation's message is acknowledged only once it is applied: that ack is the confirmation.
  */
 import { JetStreamApiError } from "@nats-io/jetstream";
-import { HOLDER_ACK_WAIT_MS, agentHolderStream, consumeMessages, errorMessage, isValidName, type Consumption, type Disposition, type JsMsg, type Logger, type Store } from "@mesh/shared";
+import {
+  HOLDER_ACK_WAIT_MS,
+  agentHolderStream,
+  consumeMessages,
+  errorMessage,
+  isValidName,
+  type Consumption,
+  type Disposition,
+  type JsMsg,
+  type Logger,
+  type Store,
+} from "@mesh/shared";
 
 /** How often the agent looks for consumers made for it (a delivery also makes it look, soon). */
 export const LOOK_EVERY_MS = 5_000;
@@ -18,7 +29,10 @@ export function partOfConsumer(name: string): string | undefined {
   return names.length === 3 && names.every(isValidName) ? names[2] : undefined;
 }
 
-export function consumeRotations(opts: { store: Store; node: string; log: Logger; handle: (part: string) => (m: JsMsg) => Promise<Disposition> }): { lookSoon(): void; stop(): Promise<void> } {
+export function consumeRotations(opts: { store: Store; node: string; log: Logger; handle: (part: string) => (m: JsMsg) => Promise<Disposition> }): {
+  lookSoon(): void;
+  stop(): Promise<void>;
+} {
   const { store, node, log } = opts;
   const stream = agentHolderStream(node);
   const running = new Map<string, Promise<Consumption | undefined>>();
@@ -26,7 +40,17 @@ export function consumeRotations(opts: { store: Store; node: string; log: Logger
   let soon: NodeJS.Timeout | undefined;
 
   const start = (name: string, part: string) => {
-    const c = consumeMessages({ store, stream, durable: name, filter: "", create: false, handle: opts.handle(part), log: log.child({ consumer: name }), ackWaitMs: HOLDER_ACK_WAIT_MS, maxAckPending: 1 })
+    const c = consumeMessages({
+      store,
+      stream,
+      durable: name,
+      filter: "",
+      create: false,
+      handle: opts.handle(part),
+      log: log.child({ consumer: name }),
+      ackWaitMs: HOLDER_ACK_WAIT_MS,
+      maxAckPending: 1,
+    })
       .then((consumption) => {
         // A consumer removed (the binding withdrawn) or lost with its server: looked for again.
         void consumption.closed.catch(() => undefined).finally(() => running.delete(name));
@@ -50,7 +74,8 @@ export function consumeRotations(opts: { store: Store; node: string; log: Logger
       }
     } catch (e) {
       // No stream yet: this node holds nothing the control plane has made a consumer for.
-      if (!(e instanceof JetStreamApiError && /not found/i.test(e.message))) log.debug({ err: errorMessage(e) }, "could not list this node's rotation consumers; looked at again");
+      if (!(e instanceof JetStreamApiError && /not found/i.test(e.message)))
+        log.debug({ err: errorMessage(e) }, "could not list this node's rotation consumers; looked at again");
     }
   };
 

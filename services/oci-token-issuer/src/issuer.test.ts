@@ -21,14 +21,20 @@ let issuer: TokenIssuer;
 let now = 1_000_000;
 
 /** GET `path` from the issuer, connecting from `from`, as `auth` (HTTP Basic) if given. */
-function get(path: string, from: string, auth?: { user: string; password: string }): Promise<{ status: number; retryAfter?: string; body: { token?: string; errors?: Array<{ code: string; message: string }> } }> {
+function get(
+  path: string,
+  from: string,
+  auth?: { user: string; password: string },
+): Promise<{ status: number; retryAfter?: string; body: { token?: string; errors?: Array<{ code: string; message: string }> } }> {
   const url = new URL(path, issuer.url);
   const headers: Record<string, string> = auth ? { authorization: `Basic ${Buffer.from(`${auth.user}:${auth.password}`).toString("base64")}` } : {};
   return new Promise((resolve, reject) => {
     const req = request(url, { localAddress: from, headers }, (res) => {
       let text = "";
       res.on("data", (d: Buffer) => (text += d.toString()));
-      res.on("end", () => resolve({ status: res.statusCode!, ...(res.headers["retry-after"] ? { retryAfter: res.headers["retry-after"] } : {}), body: JSON.parse(text || "{}") }));
+      res.on("end", () =>
+        resolve({ status: res.statusCode!, ...(res.headers["retry-after"] ? { retryAfter: res.headers["retry-after"] } : {}), body: JSON.parse(text || "{}") }),
+      );
     });
     req.on("error", reject);
     req.end();
@@ -38,7 +44,14 @@ function get(path: string, from: string, auth?: { user: string; password: string
 const token = (from: string, auth: { user: string; password: string }) => get(`/token?service=${SERVICE}&scope=repository:shop/api:pull`, from, auth);
 
 beforeAll(async () => {
-  issuer = await startTokenIssuer({ stateDir: dir, admin: ADMIN, service: SERVICE, issuer: "mesh-oci-token-issuer", log: createLogger("oci-token-issuer", { level: "silent" }), now: () => now });
+  issuer = await startTokenIssuer({
+    stateDir: dir,
+    admin: ADMIN,
+    service: SERVICE,
+    issuer: "mesh-oci-token-issuer",
+    log: createLogger("oci-token-issuer", { level: "silent" }),
+    now: () => now,
+  });
   const res = await fetch(`${issuer.url}/admin/users/${USER.user}/generations/1`, {
     method: "PUT",
     headers: { authorization: `Basic ${Buffer.from(`${ADMIN.username}:${ADMIN.password}`).toString("base64")}` },
@@ -61,7 +74,8 @@ describe("the token issuer's limit on failed logins", () => {
     expect(locked.retryAfter).toBe("45");
     expect(locked.body.errors?.[0]).toEqual({
       code: "TOOMANYREQUESTS",
-      message: "too many failed logins from 127.0.0.2 (10 within 60 s): no password is checked from there until the window ends; try again in 45 s, with a current password of the grant",
+      message:
+        "too many failed logins from 127.0.0.2 (10 within 60 s): no password is checked from there until the window ends; try again in 45 s, with a current password of the grant",
     });
     // Locked is locked: the right password from there is not checked either.
     expect((await token("127.0.0.2", USER)).status).toBe(429);

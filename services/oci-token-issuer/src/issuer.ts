@@ -96,7 +96,10 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
   });
   const { address, port } = server.address() as AddressInfo;
   const url = `http://${address.includes(":") ? `[${address}]` : address}:${port}`;
-  opts.log.info({ url, realm: `${url}/token`, service: opts.service, issuer: opts.issuer, certificate: key.certificatePath, lifetimeSeconds, loginLimits: limiter.limits }, "token issuer listening");
+  opts.log.info(
+    { url, realm: `${url}/token`, service: opts.service, issuer: opts.issuer, certificate: key.certificatePath, lifetimeSeconds, loginLimits: limiter.limits },
+    "token issuer listening",
+  );
   return {
     url,
     certificatePath: key.certificatePath,
@@ -106,7 +109,19 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
 
 const pathOf = (req: IncomingMessage) => new URL(req.url ?? "/", "http://issuer").pathname;
 const codeOf = (status: number) =>
-  status === 401 ? "UNAUTHORIZED" : status === 403 ? "DENIED" : status === 404 ? "NOT_FOUND" : status === 409 ? "CONFLICT" : status === 429 ? "TOOMANYREQUESTS" : status >= 500 ? "UNKNOWN" : "INVALID_REQUEST";
+  status === 401
+    ? "UNAUTHORIZED"
+    : status === 403
+      ? "DENIED"
+      : status === 404
+        ? "NOT_FOUND"
+        : status === 409
+          ? "CONFLICT"
+          : status === 429
+            ? "TOOMANYREQUESTS"
+            : status >= 500
+              ? "UNKNOWN"
+              : "INVALID_REQUEST";
 
 /** `<module>.<requirement>`'s two names, or undefined for a name no user can have. */
 function userNames(user: string): { module: string; requirement: string } | undefined {
@@ -131,7 +146,14 @@ function lockedOut(lock: LoginLock, attempt: LoginAttempt, windowMs: number): Ht
 }
 
 function requestHandler(
-  ctx: Omit<TokenIssuerOptions, "admin" | "now"> & { admin: { username: string; password: string }; lifetimeSeconds: number; key: SigningKey; users: UserStore; limiter: LoginLimiter; now: () => number },
+  ctx: Omit<TokenIssuerOptions, "admin" | "now"> & {
+    admin: { username: string; password: string };
+    lifetimeSeconds: number;
+    key: SigningKey;
+    users: UserStore;
+    limiter: LoginLimiter;
+    now: () => number;
+  },
 ) {
   const adminDigest = digestOf(`${ctx.admin.username}:${ctx.admin.password}`);
   const log = ctx.log;
@@ -164,7 +186,7 @@ function requestHandler(
     }
     if (req.method === "PUT" && generation !== undefined) {
       const body = (await readJson(req)) as { hash?: unknown };
-      if (!isPasswordHash(body.hash)) throw new HttpError(400, "the body must be {\"hash\": <a scrypt hash made by the oci.registry adapter>}");
+      if (!isPasswordHash(body.hash)) throw new HttpError(400, 'the body must be {"hash": <a scrypt hash made by the oci.registry adapter>}');
       const result = ctx.users.setGeneration(user, mark, names.module, generation, body.hash);
       if (result === "conflict") throw new HttpError(409, `user ${user} belongs to grant ${ctx.users.get(user)?.mark}, not ${mark}`);
       log.info({ user, generation }, "generation set");
@@ -172,7 +194,8 @@ function requestHandler(
     }
     if (req.method === "DELETE") {
       const result = generation === undefined ? ctx.users.delete(user, mark) : ctx.users.retireGeneration(user, mark, generation);
-      if (result === "changed") log.info({ user, ...(generation === undefined ? {} : { generation }) }, generation === undefined ? "user deleted" : "generation retired");
+      if (result === "changed")
+        log.info({ user, ...(generation === undefined ? {} : { generation }) }, generation === undefined ? "user deleted" : "generation retired");
       res.writeHead(204).end();
       return;
     }
@@ -181,11 +204,14 @@ function requestHandler(
 
   async function token(req: IncomingMessage, url: URL, res: ServerResponse): Promise<void> {
     const service = url.searchParams.get("service");
-    if (service !== ctx.service) throw new HttpError(400, `this issuer makes tokens for service ${JSON.stringify(ctx.service)} only, not ${JSON.stringify(service)}`);
+    if (service !== ctx.service)
+      throw new HttpError(400, `this issuer makes tokens for service ${JSON.stringify(ctx.service)} only, not ${JSON.stringify(service)}`);
     const basic = basicAuth(req);
     const refuse = (why: string, user?: string) => {
       log.info({ user, why }, "token refused");
-      return new HttpError(401, "authentication required: a current username and password of an oci.registry grant", { "www-authenticate": 'Basic realm="mesh oci registry"' });
+      return new HttpError(401, "authentication required: a current username and password of an oci.registry grant", {
+        "www-authenticate": 'Basic realm="mesh oci registry"',
+      });
     };
     if (!basic) throw refuse("no credential");
     // Counted per user only under a name a user can have: any other fails without a check, and would only fill the table.
@@ -193,7 +219,10 @@ function requestHandler(
     const lock = ctx.limiter.lockOf(attempt, ctx.now());
     if (lock) {
       // Like refuse(): a name is logged only when it is a user's (one typed into the wrong field may be a password).
-      log.info({ user: ctx.users.get(basic.user) ? basic.user : undefined, address: attempt.address, lockedBy: lock.by, retryAfterMs: Math.round(lock.retryAfterMs) }, "token refused: too many failed logins");
+      log.info(
+        { user: ctx.users.get(basic.user) ? basic.user : undefined, address: attempt.address, lockedBy: lock.by, retryAfterMs: Math.round(lock.retryAfterMs) },
+        "token refused: too many failed logins",
+      );
       throw lockedOut(lock, attempt, ctx.limiter.limits.windowMs);
     }
     const record = ctx.users.get(basic.user);
@@ -206,7 +235,14 @@ function requestHandler(
       throw refuse("unknown user or wrong or retired password", record ? basic.user : undefined);
     }
     const access = grantedAccess(url.searchParams.getAll("scope"), record.namespace);
-    const t = signToken(ctx.key, { issuer: ctx.issuer, service: ctx.service, subject: basic.user, access, lifetimeSeconds: ctx.lifetimeSeconds, now: Math.floor(Date.now() / 1000) });
+    const t = signToken(ctx.key, {
+      issuer: ctx.issuer,
+      service: ctx.service,
+      subject: basic.user,
+      access,
+      lifetimeSeconds: ctx.lifetimeSeconds,
+      now: Math.floor(Date.now() / 1000),
+    });
     log.debug({ user: basic.user, generation, granted: access.map((a) => `${a.name}:${a.actions.join(",")}`) }, "token issued");
     return send(res, 200, { token: t.token, access_token: t.token, expires_in: t.expiresIn, issued_at: t.issuedAt });
   }

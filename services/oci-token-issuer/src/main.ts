@@ -29,7 +29,10 @@ try {
   const lifetime = env.MESH_OCI_TOKEN_LIFETIME === undefined ? undefined : Number(env.MESH_OCI_TOKEN_LIFETIME);
   const issuer = await startTokenIssuer({
     stateDir,
-    admin: { username: env.MESH_OCI_ISSUER_ADMIN_USER ?? "mesh-admin", passwordFile: env.MESH_OCI_ISSUER_ADMIN_PASSWORD_FILE ?? join(stateDir, "admin-password") },
+    admin: {
+      username: env.MESH_OCI_ISSUER_ADMIN_USER ?? "mesh-admin",
+      passwordFile: env.MESH_OCI_ISSUER_ADMIN_PASSWORD_FILE ?? join(stateDir, "admin-password"),
+    },
     service: env.MESH_OCI_SERVICE ?? "mesh-registry",
     issuer: env.MESH_OCI_ISSUER_NAME ?? "mesh-oci-token-issuer",
     host: m[1]!.replace(/^\[(.*)\]$/, "$1"),

@@ -47,13 +47,30 @@ export async function ensureSigningKey(stateDir: string, subject = "mesh-oci-tok
     const [tmpKey, tmpCert] = [`${keyPath}.tmp`, `${certificatePath}.tmp`];
     try {
       await run("openssl", [
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", tmpKey, "-out", tmpCert, "-days", String(CERTIFICATE_DAYS), "-subj", `/CN=${subject}`,
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        tmpKey,
+        "-out",
+        tmpCert,
+        "-days",
+        String(CERTIFICATE_DAYS),
+        "-subj",
+        `/CN=${subject}`,
       ]);
     } catch (e) {
       rmSync(tmpKey, { force: true });
       rmSync(tmpCert, { force: true });
-      throw new MeshError(ErrorCodes.ProviderMisconfigured, `cannot make the token signing key with openssl (${errorMessage(e)}); install it (apt-get install -y openssl)`, { cause: e });
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `cannot make the token signing key with openssl (${errorMessage(e)}); install it (apt-get install -y openssl)`,
+        { cause: e },
+      );
     }
     chmodSync(tmpKey, 0o600);
     renameSync(tmpCert, certificatePath);
@@ -62,7 +79,10 @@ export async function ensureSigningKey(stateDir: string, subject = "mesh-oci-tok
   const privateKey = createPrivateKey(readFileSync(keyPath));
   const certificate = new X509Certificate(readFileSync(certificatePath));
   if (!certificate.checkPrivateKey(privateKey)) {
-    throw new MeshError(ErrorCodes.ProviderMisconfigured, `${certificatePath} is not the certificate of ${keyPath}; restore the pair, or remove both to make a new one`);
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `${certificatePath} is not the certificate of ${keyPath}; restore the pair, or remove both to make a new one`,
+    );
   }
   return { privateKey, certificateDer: Buffer.from(certificate.raw), certificatePath };
 }

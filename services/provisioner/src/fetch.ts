@@ -39,7 +39,10 @@ export async function handleCredentialFetch(
 ): Promise<CredentialFetchReply> {
   const parsed = CredentialFetchRequest.safeParse(body);
   if (!parsed.success) {
-    throw new MeshError(ErrorCodes.InvalidRequest, `not a credential fetch request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+    throw new MeshError(
+      ErrorCodes.InvalidRequest,
+      `not a credential fetch request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+    );
   }
   const req = parsed.data;
   const id = parseGrantId(req.grant);
@@ -58,7 +61,9 @@ export async function handleCredentialFetch(
   }
   // During a rotation the staged generation is served too: holders apply it before the commit.
   if (req.generation > grant.value.generation && !(await isStaged(store, credentials, id.module, id.requirement, req.generation))) {
-    throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} has no generation ${req.generation} yet (current: ${grant.value.generation})`, { retryable: true });
+    throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} has no generation ${req.generation} yet (current: ${grant.value.generation})`, {
+      retryable: true,
+    });
   }
   const cred = await readBindings(credentials, id.module, id.requirement, req.generation);
   if (!cred?.bindings) {
@@ -71,7 +76,10 @@ export async function handleCredentialFetch(
     throw new MeshError(ErrorCodes.InvalidRequest, "recipient is not a curve25519 public key (an nkeys xkey starting with X)", { cause: e });
   }
   // Sealed like the values: the part's instances open its rotations' values with it (part-rotation-key.ts).
-  const partKey = req.partKey && masterKey ? sealTo(sender, req.recipient, { key: partRotationKey(masterKey, req.grant, req.node, req.part, grant.value.createdAt) }) : undefined;
+  const partKey =
+    req.partKey && masterKey
+      ? sealTo(sender, req.recipient, { key: partRotationKey(masterKey, req.grant, req.node, req.part, grant.value.createdAt) })
+      : undefined;
   return { ok: true, generation: req.generation, sender: sender.getPublicKey(), sealed, ...(partKey ? { partKey } : {}) };
 }
 
@@ -90,7 +98,17 @@ export async function handleCredentialList(store: Store, subject: string, now = 
   const deliveries: Delivery[] = grants
     .map((g) => g.value)
     .filter((g) => g.provider !== null && g.generation > 0 && g.targets.some((t) => t.part === part && t.node === node))
-    .map((g) => ({ grant: g.id, module, requirement: g.requirement, part, node, kind: g.kind, provider: g.provider!, generation: g.generation, publishedAt: now.toISOString() }));
+    .map((g) => ({
+      grant: g.id,
+      module,
+      requirement: g.requirement,
+      part,
+      node,
+      kind: g.kind,
+      provider: g.provider!,
+      generation: g.generation,
+      publishedAt: now.toISOString(),
+    }));
   return { ok: true, deliveries };
 }
 
@@ -101,15 +119,18 @@ const CACHE_LIMIT = 1_000;
 
 type Bindings = { bindings?: Record<string, string> } | undefined;
 /** Per credential store (so per provisioner, never across meshes in one process). */
-const caches = new WeakMap<CredentialStore, {
-  // `<grant key>#<generation>` → when it was seen staged. A generation once staged stays valid
-  // (a rotation never goes back; committed, the grant's generation has caught up with it).
-  staged: Map<string, number>;
-  // `<credential key>` → decrypted bindings, briefly: a rotation's holders all ask at once.
-  bindings: Map<string, { at: number; value: Promise<Bindings> }>;
-  // `<grant key>` → the read of it in flight.
-  grants: Map<string, ReturnType<typeof readJson<Grant>>>;
-}>();
+const caches = new WeakMap<
+  CredentialStore,
+  {
+    // `<grant key>#<generation>` → when it was seen staged. A generation once staged stays valid
+    // (a rotation never goes back; committed, the grant's generation has caught up with it).
+    staged: Map<string, number>;
+    // `<credential key>` → decrypted bindings, briefly: a rotation's holders all ask at once.
+    bindings: Map<string, { at: number; value: Promise<Bindings> }>;
+    // `<grant key>` → the read of it in flight.
+    grants: Map<string, ReturnType<typeof readJson<Grant>>>;
+  }
+>();
 const cachesOf = (c: CredentialStore) => {
   let x = caches.get(c);
   if (!x) caches.set(c, (x = { staged: new Map(), bindings: new Map(), grants: new Map() }));

@@ -16,7 +16,11 @@ describe("targetGeneration", () => {
       over: { provider: "pg-new", resource: { provider: "pg-main" }, conditions: [provisioned] },
       want: undefined,
     },
-    { name: "one that moved and never worked is made anew there", over: { provider: "pg-new", resource: { provider: "pg-main" }, conditions: [failed] }, want: 3 },
+    {
+      name: "one that moved and never worked is made anew there",
+      over: { provider: "pg-new", resource: { provider: "pg-main" }, conditions: [failed] },
+      want: 3,
+    },
   ])("$name", ({ over, want }) => {
     expect(targetGeneration(grantFixture(over))).toBe(want);
   });

@@ -79,7 +79,11 @@ export async function reconcileGrant(deps: ProvisionDeps, key: string): Promise<
       if (isMeshError(e, ErrorCodes.AdminSecretDiverged)) {
         // Not a failure of this grant: it waits for its provider's admin secret to be repaired.
         glog.warn({ err: e }, "waiting for the provider's admin secret");
-        await setProvisioned(store, key, { status: "False", reason: "AwaitingDependency", message: `waiting for the admin password of provider ${grant.provider}, a mesh secret: ${errorMessage(e)}` });
+        await setProvisioned(store, key, {
+          status: "False",
+          reason: "AwaitingDependency",
+          message: `waiting for the admin password of provider ${grant.provider}, a mesh secret: ${errorMessage(e)}`,
+        });
         throw e;
       }
       glog.warn({ err: e }, "provisioning failed");
@@ -92,8 +96,7 @@ export async function reconcileGrant(deps: ProvisionDeps, key: string): Promise<
 
 async function provision(deps: ProvisionDeps, grant: Grant, generation: number): Promise<Grant | undefined> {
   const { store, credentials, adapters } = deps;
-  const doc =
-    grant.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, grant.provider!, ProviderDoc))?.value;
+  const doc = grant.provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, grant.provider!, ProviderDoc))?.value;
   if (grant.provider !== BUILTIN_SECRET_PROVIDER && !doc) {
     throw new MeshError("NotFound", `provider ${grant.provider} is not registered any more`, { retryable: true });
   }
@@ -105,7 +108,9 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
   const result = doc ? await withAdminSecret(deps, grant.kind, doc, PROVISIONER_INSTANCE, create) : await create(adapters.get(grant.kind, undefined));
   await credentials.setBindings(grant.module, grant.requirement, generation, result.bindings);
   const resource = recordedResource(result, grant.provider!);
-  const what = Object.entries(result.resource).map(([k, v]) => `${k} ${v}`).join(", ");
+  const what = Object.entries(result.resource)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(", ");
   return mutateJson(store.kv.grants, `${grant.module}.${grant.requirement}`, Grant, (cur) => {
     if (!cur || cur.provider !== grant.provider) return undefined; // re-resolved meanwhile: the next reconcile acts on it
     const next: Grant = {
@@ -126,7 +131,11 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
   });
 }
 
-async function setProvisioned(store: Store, key: string, c: { status: "True" | "False"; reason: "NoInstalledPart" | "ProvisionFailed" | "AwaitingDependency"; message: string }): Promise<void> {
+async function setProvisioned(
+  store: Store,
+  key: string,
+  c: { status: "True" | "False"; reason: "NoInstalledPart" | "ProvisionFailed" | "AwaitingDependency"; message: string },
+): Promise<void> {
   await mutateJson(store.kv.grants, key, Grant, (cur) => {
     if (!cur) return undefined;
     const conditions = setCondition(cur.conditions, { type: "Provisioned", ...c });

@@ -10,7 +10,11 @@ const held = (generation: number) => ({ "node-a/api": { generation, deliveredAt:
 const hook = {
   rotation: "shop/db#3",
   generation: 3,
-  failed: { reason: "HookNotAllowed" as const, message: 'the part\'s onRotate names hook "reload", which the agent of node node-a does not allow', at: now.toISOString() },
+  failed: {
+    reason: "HookNotAllowed" as const,
+    message: 'the part\'s onRotate names hook "reload", which the agent of node node-a does not allow',
+    at: now.toISOString(),
+  },
 };
 
 describe("recordHolder", () => {
@@ -46,11 +50,25 @@ describe("recordDeliveryFailure", () => {
 
 describe("recordHookFailure and clearHookFailure", () => {
   const rotating = (): Grant =>
-    grantFixture({ conditions: [{ type: "Rotating", status: "True", reason: "AwaitingHolders", message: "rotation shop/db#3: generation 2 → 3 (Broadcast), waiting for 2 holders to confirm", observedAt: now.toISOString() }] });
+    grantFixture({
+      conditions: [
+        {
+          type: "Rotating",
+          status: "True",
+          reason: "AwaitingHolders",
+          message: "rotation shop/db#3: generation 2 → 3 (Broadcast), waiting for 2 holders to confirm",
+          observedAt: now.toISOString(),
+        },
+      ],
+    });
 
   it("says on the grant which holder the rotation waits for and why, once", () => {
     const g = recordHookFailure(rotating(), "node-a", "api", hook, now)!;
-    expect(getCondition(g.conditions, "Rotating")).toMatchObject({ status: "True", reason: "HookNotAllowed", message: `rotation shop/db#3 waits for node-a/api: ${hook.failed.message}` });
+    expect(getCondition(g.conditions, "Rotating")).toMatchObject({
+      status: "True",
+      reason: "HookNotAllowed",
+      message: `rotation shop/db#3 waits for node-a/api: ${hook.failed.message}`,
+    });
     expect(recordHookFailure(g, "node-a", "api", hook, now)).toBeUndefined();
   });
 
@@ -75,7 +93,17 @@ describe("recordHookFailure and clearHookFailure", () => {
 describe("foldReceipt", () => {
   const receipt = (r: Partial<DeliveryReceipt>): DeliveryReceipt => ({ generation: 2, deliveredAt: now.toISOString(), ...r });
   const rotating = (): Grant =>
-    grant({ conditions: [{ type: "Rotating", status: "True", reason: "AwaitingHolders", message: "rotation shop/db#3: generation 2 → 3 (Broadcast)", observedAt: now.toISOString() }] });
+    grant({
+      conditions: [
+        {
+          type: "Rotating",
+          status: "True",
+          reason: "AwaitingHolders",
+          message: "rotation shop/db#3: generation 2 → 3 (Broadcast)",
+          observedAt: now.toISOString(),
+        },
+      ],
+    });
 
   it("records what the receipt's holder holds, once", () => {
     const g = foldReceipt(grant(), "node-a", "api", receipt({}), now)!;
@@ -89,9 +117,23 @@ describe("foldReceipt", () => {
   });
 
   it("a failure past the generation held shows as DeliveryFailed; one the holder has since got past says nothing", () => {
-    const failed = foldReceipt(grant({ holders: held(1) }), "node-a", "api", receipt({ generation: 1, failure: { generation: 2, message: "the sealed reply did not open", at: now.toISOString() } }), now)!;
+    const failed = foldReceipt(
+      grant({ holders: held(1) }),
+      "node-a",
+      "api",
+      receipt({ generation: 1, failure: { generation: 2, message: "the sealed reply did not open", at: now.toISOString() } }),
+      now,
+    )!;
     expect(getCondition(failed.conditions, "Delivered")).toMatchObject({ status: "False", reason: "DeliveryFailed" });
-    expect(foldReceipt(grant({ holders: held(2) }), "node-a", "api", receipt({ generation: 2, failure: { generation: 2, message: "x", at: now.toISOString() } }), now)).toBeUndefined();
+    expect(
+      foldReceipt(
+        grant({ holders: held(2) }),
+        "node-a",
+        "api",
+        receipt({ generation: 2, failure: { generation: 2, message: "x", at: now.toISOString() } }),
+        now,
+      ),
+    ).toBeUndefined();
   });
 
   it("a hook's failure shows on Rotating while the rotation runs, and goes once the receipt says the hook ran", () => {

@@ -99,7 +99,11 @@ export function recordHookFailure(
 ): Grant | undefined {
   if (!grant || !isTarget(grant, node, part) || grant.generation >= hook.generation) return undefined;
   const reason = hook.failed.reason === "HookNotAllowed" ? Reasons.HookNotAllowed : Reasons.HookFailed;
-  const conditions = setCondition(grant.conditions, { type: "Rotating", status: "True", reason, message: `${hookFailurePrefix(hook.rotation, node, part)}${hook.failed.message}` }, now);
+  const conditions = setCondition(
+    grant.conditions,
+    { type: "Rotating", status: "True", reason, message: `${hookFailurePrefix(hook.rotation, node, part)}${hook.failed.message}` },
+    now,
+  );
   return conditions === grant.conditions ? undefined : { ...grant, conditions };
 }
 
@@ -111,7 +115,13 @@ export function recordHookFailure(
  */
 export function clearHookFailure(grant: Grant | undefined, node: string, part: string, rotation: string, now: Date): Grant | undefined {
   const c = grant ? getCondition(grant.conditions, "Rotating") : undefined;
-  if (!grant || !c || (c.reason !== Reasons.HookNotAllowed && c.reason !== Reasons.HookFailed) || !c.message.startsWith(hookFailurePrefix(rotation, node, part))) return undefined;
+  if (
+    !grant ||
+    !c ||
+    (c.reason !== Reasons.HookNotAllowed && c.reason !== Reasons.HookFailed) ||
+    !c.message.startsWith(hookFailurePrefix(rotation, node, part))
+  )
+    return undefined;
   const message = `rotation ${rotation}: ${holderKey(node, part)} confirmed once its hook ran; waiting for the other holders, if any, to confirm`;
   return { ...grant, conditions: setCondition(grant.conditions, { type: "Rotating", status: "True", reason: Reasons.AwaitingHolders, message }, now) };
 }

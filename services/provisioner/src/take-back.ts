@@ -70,7 +70,11 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
     const doc = provider === BUILTIN_SECRET_PROVIDER ? undefined : (await readJson(store.kv.providers, provider, ProviderDoc))?.value;
     if (provider !== BUILTIN_SECRET_PROVIDER && !doc) {
       // Nothing left to reach it through: say so, and keep it due (the provider may be applied again).
-      await setTakeBackCondition(deps, key, { status: "False", reason: "ProvisionFailed", message: `cannot revoke ${g.id}: provider ${provider} is not registered any more; apply it again so its logins can be revoked` });
+      await setTakeBackCondition(deps, key, {
+        status: "False",
+        reason: "ProvisionFailed",
+        message: `cannot revoke ${g.id}: provider ${provider} is not registered any more; apply it again so its logins can be revoked`,
+      });
       throw new MeshError("NotFound", `provider ${provider} of ${g.id} is not registered`, { retryable: true });
     }
     const adapter = adapters.get(g.kind, doc);
@@ -85,7 +89,11 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
       }
     } catch (e) {
       glog.warn({ err: errorMessage(e) }, "revoking at the provider failed; tried again");
-      await setTakeBackCondition(deps, key, { status: "False", reason: "ProvisionFailed", message: `revoking ${g.id} at provider ${provider} failed: ${errorMessage(e)}; tried again` });
+      await setTakeBackCondition(deps, key, {
+        status: "False",
+        reason: "ProvisionFailed",
+        message: `revoking ${g.id} at provider ${provider} failed: ${errorMessage(e)}; tried again`,
+      });
       throw e;
     }
   }
@@ -149,7 +157,9 @@ async function withdraw(deps: ProvisionDeps, g: Grant): Promise<void> {
 async function finish(deps: ProvisionDeps, key: string, g: Grant): Promise<void> {
   const { store, log } = deps;
   if (g.revoked && !g.revoked.dropped) {
-    await mutateJson(store.kv.grants, key, Grant, (cur) => (cur && removalDone(cur) && !cur.retained ? { ...cur, removal: undefined, retained: { since: new Date().toISOString() } } : undefined));
+    await mutateJson(store.kv.grants, key, Grant, (cur) =>
+      cur && removalDone(cur) && !cur.retained ? { ...cur, removal: undefined, retained: { since: new Date().toISOString() } } : undefined,
+    );
     log.info({ grant: g.id }, "taken back; its data is retained");
     return;
   }

@@ -39,8 +39,17 @@ import { ceilingProblems } from "./ceiling-check.js";
  * is stored. A `nats.user` requirement past the ceiling of every provider that could serve it is
  * a problem of the request (ceiling-check.ts).
  */
-export async function handleApply(store: Store, body: unknown, policy: AdminPasswordPolicy = adminPasswordPolicy(), from?: ApplyingPart | "unknown"): Promise<ApplyReply> {
-  if (from === "unknown") throw new MeshError(ErrorCodes.Forbidden, `an apply on a part's subject must name module, node and part (${subjects.applyPart("<module>", "<node>", "<part>")})`);
+export async function handleApply(
+  store: Store,
+  body: unknown,
+  policy: AdminPasswordPolicy = adminPasswordPolicy(),
+  from?: ApplyingPart | "unknown",
+): Promise<ApplyReply> {
+  if (from === "unknown")
+    throw new MeshError(
+      ErrorCodes.Forbidden,
+      `an apply on a part's subject must name module, node and part (${subjects.applyPart("<module>", "<node>", "<part>")})`,
+    );
   const req = ApplyRequest.safeParse(body);
   if (!req.success) {
     throw new MeshError(ErrorCodes.InvalidRequest, `not an apply request: ${req.error.issues.map((i) => i.message).join("; ")}`);
@@ -51,7 +60,10 @@ export async function handleApply(store: Store, body: unknown, policy: AdminPass
     const stored = await retryJetStreamGap(() => readJson(store.kv.manifests, from.module, ModuleDoc));
     const problems = selfDeclarationProblems(result.documents, from, stored?.value);
     if (problems.length) {
-      throw new MeshError(ErrorCodes.Forbidden, `part ${from.part} of module ${from.module} on node ${from.node} may not declare this; nothing was stored or taken back:\n${formatProblems(problems)}`);
+      throw new MeshError(
+        ErrorCodes.Forbidden,
+        `part ${from.part} of module ${from.module} on node ${from.node} may not declare this; nothing was stored or taken back:\n${formatProblems(problems)}`,
+      );
     }
   }
   // Documents come back in their order when all are valid, so the index is the document's.
@@ -62,7 +74,10 @@ export async function handleApply(store: Store, body: unknown, policy: AdminPass
   if (refused.length) return { ok: false, problems: refused };
   if (result.documents.some((d) => d.kind === "Module" && d.requires.some((r) => r.kind === Kinds.NatsUser))) {
     const stored = await retryJetStreamGap(() => listJson(store.kv.providers, ProviderDoc));
-    const problems = ceilingProblems(result.documents, stored.map((r) => r.value));
+    const problems = ceilingProblems(
+      result.documents,
+      stored.map((r) => r.value),
+    );
     if (problems.length > 0) return { ok: false, problems };
   }
   const selfCut = await controlPlaneCuts(store, result.documents, req.data.force === true);
@@ -94,7 +109,13 @@ async function controlPlaneCuts(store: Store, documents: readonly ManifestDoc[],
   const next = new Set((documents[document] as ModuleDoc).requires.map((r) => r.name));
   const dropped = (stored?.requires ?? []).map((r) => r.name).filter((n) => !next.has(n));
   if (!dropped.length) return [];
-  return [{ document, path: "requires", message: `module ${CONTROL_PLANE_MODULE} is the mesh's own control plane: dropping ${dropped.join(", ")} revokes what its services run on; refused without --force` }];
+  return [
+    {
+      document,
+      path: "requires",
+      message: `module ${CONTROL_PLANE_MODULE} is the mesh's own control plane: dropping ${dropped.join(", ")} revokes what its services run on; refused without --force`,
+    },
+  ];
 }
 
 /** Documents of one apply stored at once. */
@@ -132,23 +153,46 @@ export function selfDeclarationProblems(documents: readonly ManifestDoc[], from:
   const operators = `are the operator's (apply them as the operator, on ${subjects.apply})`;
   return documents.flatMap((d, document): Problem[] => {
     if (d.kind !== "Module" || d.name !== module) {
-      return [{ document, path: d.kind === "Module" ? "name" : "kind", message: `on ${subject} only module ${module} may be declared, not ${d.kind} ${d.name}: Providers and other modules ${operators}` }];
+      return [
+        {
+          document,
+          path: d.kind === "Module" ? "name" : "kind",
+          message: `on ${subject} only module ${module} may be declared, not ${d.kind} ${d.name}: Providers and other modules ${operators}`,
+        },
+      ];
     }
-    if (!stored) return [{ document, path: "", message: `module ${module} has not been declared by the operator yet: a part may only declare again a module the operator declared` }];
+    if (!stored)
+      return [
+        {
+          document,
+          path: "",
+          message: `module ${module} has not been declared by the operator yet: a part may only declare again a module the operator declared`,
+        },
+      ];
     if (!stored.parts.some((p) => p.name === part && p.node === from.node)) {
-      return [{ document, path: "", message: `module ${module} has no part ${part} on node ${from.node}: only a part of the module, on its own node's subject, may declare it again` }];
+      return [
+        {
+          document,
+          path: "",
+          message: `module ${module} has no part ${part} on node ${from.node}: only a part of the module, on its own node's subject, may declare it again`,
+        },
+      ];
     }
     const same = (a: unknown, b: unknown) => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
     const problems: Problem[] = [];
-    if (!same(d.parts, stored.parts)) problems.push({ document, path: "parts", message: `a part may not change module ${module}'s parts: which parts run where ${operators}` });
-    if (!same(d.allowKinds, stored.allowKinds)) problems.push({ document, path: "allowKinds", message: `a part may not change the kinds module ${module}'s parts may declare: they ${operators}` });
+    if (!same(d.parts, stored.parts))
+      problems.push({ document, path: "parts", message: `a part may not change module ${module}'s parts: which parts run where ${operators}` });
+    if (!same(d.allowKinds, stored.allowKinds))
+      problems.push({ document, path: "allowKinds", message: `a part may not change the kinds module ${module}'s parts may declare: they ${operators}` });
     const allowed = new Set(stored.allowKinds ?? []);
     const allowedText = allowed.size ? [...allowed].join(", ") : "no kind";
     const partsOf = (r: RequirementDoc, doc: ModuleDoc) => r.parts ?? doc.parts.map((p) => p.name);
     /** Why part `part` may not add, change or remove `r` (of `doc`), or undefined when it is its own. */
     const notOwn = (r: RequirementDoc, doc: ModuleDoc, verb: string): string | undefined => {
-      if (!allowed.has(r.kind)) return `part ${part} may not ${verb} requirement ${r.name}, a ${r.kind}: the operator allows module ${module}'s parts to declare ${allowedText} (the module's allowKinds)`;
-      if (!partsOf(r, doc).includes(part)) return `part ${part} may not ${verb} requirement ${r.name}: it is not among its parts (${partsOf(r, doc).join(", ")}), and a part may change only the requirements it is in`;
+      if (!allowed.has(r.kind))
+        return `part ${part} may not ${verb} requirement ${r.name}, a ${r.kind}: the operator allows module ${module}'s parts to declare ${allowedText} (the module's allowKinds)`;
+      if (!partsOf(r, doc).includes(part))
+        return `part ${part} may not ${verb} requirement ${r.name}: it is not among its parts (${partsOf(r, doc).join(", ")}), and a part may change only the requirements it is in`;
       return undefined;
     };
     const before = new Map(stored.requires.map((r) => [r.name, r]));

@@ -2,7 +2,11 @@ import { describe, expect, it } from "vitest";
 import { Kinds, bootstrapProvider, controlPlaneManifest, type ModuleDoc, type ProviderDoc, type RequirementOptions } from "@mesh/shared";
 import { ceilingProblems } from "./ceiling-check.js";
 
-const provider = (name: string, options: ProviderDoc["options"] = { signingKeysFile: "/k" }, serves: ProviderDoc["serves"] = [Kinds.NatsUser]): ProviderDoc => ({
+const provider = (
+  name: string,
+  options: ProviderDoc["options"] = { signingKeysFile: "/k" },
+  serves: ProviderDoc["serves"] = [Kinds.NatsUser],
+): ProviderDoc => ({
   kind: "Provider",
   name,
   serves,
@@ -15,13 +19,22 @@ const shop = (options?: RequirementOptions, kind: ModuleDoc["requires"][number][
   kind: "Module",
   name: "shop",
   parts: [{ name: "api", node: "node-a", installed: true }],
-  requires: [{ name: "db", kind: Kinds.PostgresDatabase }, { name: "events", kind, ...(options ? { options } : {}) }],
+  requires: [
+    { name: "db", kind: Kinds.PostgresDatabase },
+    { name: "events", kind, ...(options ? { options } : {}) },
+  ],
 });
 
 describe("ceilingProblems", () => {
   it("refuses a nats.user requirement past the only provider's ceiling, naming the subject, the ceiling and what to do", () => {
     const problems = ceilingProblems([shop({ publish: ">" })], [provider("nats-main")]);
-    expect(problems).toEqual([{ document: 0, path: "requires[1].options", message: expect.stringMatching(/^nats\.user shop\/events asks to publish ">" \(it reaches "x"\), past the ceiling of provider nats-main/) }]);
+    expect(problems).toEqual([
+      {
+        document: 0,
+        path: "requires[1].options",
+        message: expect.stringMatching(/^nats\.user shop\/events asks to publish ">" \(it reaches "x"\), past the ceiling of provider nats-main/),
+      },
+    ]);
     expect(problems[0]!.message).toContain("Ask the operator to widen the provider's options.allowPublish");
   });
 
@@ -51,7 +64,14 @@ describe("ceilingProblems", () => {
   });
 
   it("accepts the control plane as meshctl bootstrap applies it", () => {
-    const docs = [bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } } }), controlPlaneManifest({ servicesNode: "node-a", nodes: ["node-a"] })];
+    const docs = [
+      bootstrapProvider({
+        url: "nats://127.0.0.1:4222",
+        node: "node-a",
+        auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/a" } },
+      }),
+      controlPlaneManifest({ servicesNode: "node-a", nodes: ["node-a"] }),
+    ];
     expect(ceilingProblems(docs, [provider("mesh-nats")])).toEqual([]);
     // Without its ceiling, the stored one refuses the control plane's identities.
     expect(ceilingProblems([docs[1]!], [provider("mesh-nats")]).length).toBeGreaterThan(0);

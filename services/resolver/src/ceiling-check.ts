@@ -8,7 +8,18 @@
  * when one's ceiling is misconfigured (provisioning says so), or when the requirement's
  * options are invalid for another reason (provisioning names the option).
  */
-import { Kinds, ceilingBreaches, ceilingRefusal, inboxRefusal, isMeshError, natsCeiling, natsPermissions, type ManifestDoc, type Problem, type ProviderDoc } from "@mesh/shared";
+import {
+  Kinds,
+  ceilingBreaches,
+  ceilingRefusal,
+  inboxRefusal,
+  isMeshError,
+  natsCeiling,
+  natsPermissions,
+  type ManifestDoc,
+  type Problem,
+  type ProviderDoc,
+} from "@mesh/shared";
 import { candidatesFor } from "./resolve.js";
 
 /** The problems of `documents` (an apply's, indexed as sent) with the ceilings of `stored` and of the Providers among them. */
@@ -24,7 +35,9 @@ export function ceilingProblems(documents: readonly ManifestDoc[], stored: reado
       if (req.kind !== Kinds.NatsUser) return;
       const grant = { module: doc.name, requirement: req.name };
       const subscribe = req.options?.subscribe;
-      const inbox = (typeof subscribe === "string" ? [subscribe] : Array.isArray(subscribe) ? subscribe : []).flatMap((p) => (typeof p === "string" ? (inboxRefusal(p) ?? []) : []));
+      const inbox = (typeof subscribe === "string" ? [subscribe] : Array.isArray(subscribe) ? subscribe : []).flatMap((p) =>
+        typeof p === "string" ? (inboxRefusal(p) ?? []) : [],
+      );
       if (inbox.length) {
         // Whatever any provider's ceiling says: no identity may hear another's inbox.
         problems.push({ document, path: `requires[${i}].options.subscribe`, message: `nats.user ${grant.module}/${grant.requirement}: ${inbox.join("; ")}` });

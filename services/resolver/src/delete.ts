@@ -36,18 +36,27 @@ export function servedBy(provider: string, grants: readonly Grant[]): Grant[] {
  * its store), and a forced provider's grants are re-resolved (moved to another provider by a
  * handover, or `NoProvider`).
  */
-export function deleteProblems(req: DeleteRequest, grants: readonly Grant[], exists: { module(name: string): boolean; provider(name: string): boolean }): Problem[] {
+export function deleteProblems(
+  req: DeleteRequest,
+  grants: readonly Grant[],
+  exists: { module(name: string): boolean; provider(name: string): boolean },
+): Problem[] {
   const problems: Problem[] = [];
   req.documents.forEach((d, document) => {
     if (!isValidName(d.name)) return problems.push({ document, path: "name", message: `${JSON.stringify(d.name)} is not a ${d.kind.toLowerCase()} name` });
     if (d.kind === "Module") {
       if (!exists.module(d.name)) return problems.push({ document, path: "name", message: `there is no module ${d.name} (meshctl get modules lists them)` });
       if (d.name === CONTROL_PLANE_MODULE && !req.force) {
-        problems.push({ document, path: "name", message: `module ${CONTROL_PLANE_MODULE} is the mesh's own control plane: deleting it revokes the services' identities and store, and the mesh stops; refused without --force` });
+        problems.push({
+          document,
+          path: "name",
+          message: `module ${CONTROL_PLANE_MODULE} is the mesh's own control plane: deleting it revokes the services' identities and store, and the mesh stops; refused without --force`,
+        });
       }
       return;
     }
-    if (!exists.provider(d.name)) return problems.push({ document, path: "name", message: `there is no provider ${d.name} (meshctl get providers lists them)` });
+    if (!exists.provider(d.name))
+      return problems.push({ document, path: "name", message: `there is no provider ${d.name} (meshctl get providers lists them)` });
     const served = servedBy(d.name, grants);
     const deleting = new Set(req.documents.filter((x) => x.kind === "Module").map((x) => x.name));
     if (served.length && !req.force && served.every((g) => deleting.has(g.module))) {
@@ -60,7 +69,11 @@ export function deleteProblems(req: DeleteRequest, grants: readonly Grant[], exi
     }
     if (served.length && !req.force) {
       const mine = served.filter((g) => g.module === CONTROL_PLANE_MODULE).map((g) => g.id);
-      const shown = served.slice(0, 5).map((g) => g.id).join(", ") + (served.length > 5 ? ` and ${served.length - 5} more` : "");
+      const shown =
+        served
+          .slice(0, 5)
+          .map((g) => g.id)
+          .join(", ") + (served.length > 5 ? ` and ${served.length - 5} more` : "");
       problems.push({
         document,
         path: "name",
@@ -87,7 +100,11 @@ export async function handleDelete(store: Store, body: unknown): Promise<DeleteR
   const [grants, moduleNames, providerNames] = await retryJetStreamGap(() =>
     Promise.all([listJson(store.kv.grants, Grant), keysOf(store.kv.manifests), keysOf(store.kv.providers)]),
   );
-  const problems = deleteProblems(req, grants.map((g) => g.value), { module: (n) => moduleNames.has(n), provider: (n) => providerNames.has(n) });
+  const problems = deleteProblems(
+    req,
+    grants.map((g) => g.value),
+    { module: (n) => moduleNames.has(n), provider: (n) => providerNames.has(n) },
+  );
   if (problems.length) return { ok: false, problems };
   const deleted: Array<{ kind: "Provider" | "Module" | "Retained"; name: string }> = [];
   for (const d of req.documents) {
@@ -99,7 +116,15 @@ export async function handleDelete(store: Store, body: unknown): Promise<DeleteR
     // Dropped as a removed grant whose policy is Delete: revoked again, and the resource with it.
     await retryJetStreamGap(() =>
       mutateJson(store.kv.grants, keys.grant(module, requirement), Grant, (cur): Grant | undefined =>
-        cur?.retained ? { ...cur, retained: undefined, revoked: undefined, deletionPolicy: "Delete", removal: { requestedAt: new Date().toISOString(), reason: "meshctl delete retained" } } : undefined,
+        cur?.retained
+          ? {
+              ...cur,
+              retained: undefined,
+              revoked: undefined,
+              deletionPolicy: "Delete",
+              removal: { requestedAt: new Date().toISOString(), reason: "meshctl delete retained" },
+            }
+          : undefined,
       ),
     );
     deleted.push({ kind: "Retained", name: id });

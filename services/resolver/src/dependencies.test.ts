@@ -36,7 +36,10 @@ describe("providers that need grants", () => {
 
   it("prefers a provider without unmet needs over one that waits", () => {
     const bootstrap = provider("nats-store", "object.store");
-    const r = chooseProvider("object.store", t, [store, bootstrap], null, [], { self: "shop/files", needed: grants([["store/db", "postgres.database", false]]) });
+    const r = chooseProvider("object.store", t, [store, bootstrap], null, [], {
+      self: "shop/files",
+      needed: grants([["store/db", "postgres.database", false]]),
+    });
     expect(r.provider).toBe("nats-store");
   });
 

@@ -4,4 +4,7 @@ import { runService } from "@mesh/shared";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { startResolver } from "./resolver.js";
 
-await runService("resolver", traced("mesh-resolver", packageVersion(import.meta.url), ({ store, log }) => startResolver({ store, log })));
+await runService(
+  "resolver",
+  traced("mesh-resolver", packageVersion(import.meta.url), ({ store, log }) => startResolver({ store, log })),
+);

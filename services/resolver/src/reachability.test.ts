@@ -38,11 +38,46 @@ describe("unreachableFrom", () => {
 describe("chooseProvider with agents' reachability", () => {
   const t = [{ part: "worker", node: "node-b" }];
   it.each([
-    { name: "only provider unreachable from the part's node", providers: [pg("p1", "node-a")], current: null, reports: [report("node-b", "p1", false)], provider: "p1", reason: "ProviderUnreachable" },
-    { name: "reachable from elsewhere only does not help", providers: [pg("p1", "node-a")], current: null, reports: [report("node-a", "p1", true), report("node-b", "p1", false)], provider: "p1", reason: "ProviderUnreachable" },
-    { name: "a reachable provider is preferred for a new choice", providers: [pg("p1", "node-b"), pg("p2", "node-a")], current: null, reports: [report("node-b", "p1", false)], provider: "p2", reason: "ProviderSelected" },
-    { name: "the current provider is kept, and reported unreachable", providers: [pg("p1", "node-a"), pg("p2", "node-a")], current: "p1", reports: [report("node-b", "p1", false)], provider: "p1", reason: "ProviderUnreachable" },
-    { name: "reachable again", providers: [pg("p1", "node-a")], current: "p1", reports: [report("node-b", "p1", true)], provider: "p1", reason: "ProviderSelected" },
+    {
+      name: "only provider unreachable from the part's node",
+      providers: [pg("p1", "node-a")],
+      current: null,
+      reports: [report("node-b", "p1", false)],
+      provider: "p1",
+      reason: "ProviderUnreachable",
+    },
+    {
+      name: "reachable from elsewhere only does not help",
+      providers: [pg("p1", "node-a")],
+      current: null,
+      reports: [report("node-a", "p1", true), report("node-b", "p1", false)],
+      provider: "p1",
+      reason: "ProviderUnreachable",
+    },
+    {
+      name: "a reachable provider is preferred for a new choice",
+      providers: [pg("p1", "node-b"), pg("p2", "node-a")],
+      current: null,
+      reports: [report("node-b", "p1", false)],
+      provider: "p2",
+      reason: "ProviderSelected",
+    },
+    {
+      name: "the current provider is kept, and reported unreachable",
+      providers: [pg("p1", "node-a"), pg("p2", "node-a")],
+      current: "p1",
+      reports: [report("node-b", "p1", false)],
+      provider: "p1",
+      reason: "ProviderUnreachable",
+    },
+    {
+      name: "reachable again",
+      providers: [pg("p1", "node-a")],
+      current: "p1",
+      reports: [report("node-b", "p1", true)],
+      provider: "p1",
+      reason: "ProviderSelected",
+    },
   ])("$name", ({ providers, current, reports, provider, reason }) => {
     const r = chooseProvider("postgres.database", t, providers, current, reports);
     expect(r.provider).toBe(provider);

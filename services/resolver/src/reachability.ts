@@ -11,9 +11,7 @@ import { Buckets, ReachabilityRecord, kvStream, listJson, retryJetStreamGap, typ
  */
 export function unreachableFrom(provider: string, targets: readonly GrantTarget[], reports: readonly ReachabilityRecord[]): ReachabilityRecord[] {
   const nodes = new Set(targets.map((t) => t.node));
-  return reports
-    .filter((r) => r.provider === provider && nodes.has(r.node) && !r.reachable)
-    .sort((a, b) => a.node.localeCompare(b.node));
+  return reports.filter((r) => r.provider === provider && nodes.has(r.node) && !r.reachable).sort((a, b) => a.node.localeCompare(b.node));
 }
 
 /**

@@ -19,7 +19,13 @@ describe("chooseProvider", () => {
     { name: "installed one", providers: [pg("p1", "node-a", false), pg("p2", "node-a")], current: null, provider: "p2", reason: "ProviderSelected" },
     { name: "same node preferred", providers: [pg("p1", "node-a"), pg("p2", "node-b")], current: null, provider: "p2", reason: "ProviderSelected" },
     { name: "current kept", providers: [pg("p1", "node-a"), pg("p2", "node-b")], current: "p1", provider: "p1", reason: "ProviderSelected" },
-    { name: "current uninstalled moves", providers: [pg("p1", "node-a", false), pg("p2", "node-c")], current: "p1", provider: "p2", reason: "ProviderSelected" },
+    {
+      name: "current uninstalled moves",
+      providers: [pg("p1", "node-a", false), pg("p2", "node-c")],
+      current: "p1",
+      provider: "p2",
+      reason: "ProviderSelected",
+    },
   ])("$name", ({ providers, current, provider, reason }) => {
     const r = chooseProvider("postgres.database", t, providers, current);
     expect(r.provider).toBe(provider);
@@ -65,7 +71,12 @@ describe("applyResolution", () => {
     expect(applyResolution(g, db!)).toBeUndefined();
   });
   it("keeps what the provisioner and agents recorded", () => {
-    const g = { ...applyResolution(undefined, db!)!, generation: 3, resource: { role: "shop_db_a" }, holders: { "node-a/api": { generation: 3, deliveredAt: "t" } } };
+    const g = {
+      ...applyResolution(undefined, db!)!,
+      generation: 3,
+      resource: { role: "shop_db_a" },
+      holders: { "node-a/api": { generation: 3, deliveredAt: "t" } },
+    };
     const [again] = resolveModule(shop, [pg("pg-main", "node-a"), pg("other", "node-a")], new Map([["db", "pg-main"]]));
     const next = applyResolution(g, { ...again!, targets: [] });
     expect(next).toMatchObject({ generation: 3, resource: { role: "shop_db_a" }, provider: "pg-main" });
@@ -73,7 +84,11 @@ describe("applyResolution", () => {
 });
 
 describe("the bootstrap registries: the mesh's own NATS serves images and packages to module mesh only", () => {
-  const bus = bootstrapProvider({ url: "nats://127.0.0.1:4222", node: "node-a", auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/c" } } });
+  const bus = bootstrapProvider({
+    url: "nats://127.0.0.1:4222",
+    node: "node-a",
+    auth: { signingKeysFile: "/k", admin: { username: "mesh-admin", passwordFile: "/c" } },
+  });
   const registries = (name: string): ModuleDoc => ({
     kind: "Module",
     name,
@@ -97,7 +112,14 @@ describe("the bootstrap registries: the mesh's own NATS serves images and packag
       ["packages", null, "NoProvider"],
     ]);
     expect(r[0]!.resolved.message).toMatch(/mesh-nats serves oci\.registry to module mesh only/);
-    const registry = { kind: "Provider" as const, name: "registry", serves: ["oci.registry" as const], node: "node-a", endpoint: "https://127.0.0.1:5000", installed: true };
+    const registry = {
+      kind: "Provider" as const,
+      name: "registry",
+      serves: ["oci.registry" as const],
+      node: "node-a",
+      endpoint: "https://127.0.0.1:5000",
+      installed: true,
+    };
     expect(resolveModule(registries("shop"), [bus, registry])[0]!.provider).toBe("registry");
   });
 });

@@ -180,7 +180,14 @@ export function resolveModule(
       parts,
       targets,
       ...withBootstrapNote(
-        chooseProvider(req.kind, targets, providers.filter((p) => servesModule(p, req.kind, manifest.name)), current.get(req.name), reachability, { self: grantId(manifest.name, req.name), needed }),
+        chooseProvider(
+          req.kind,
+          targets,
+          providers.filter((p) => servesModule(p, req.kind, manifest.name)),
+          current.get(req.name),
+          reachability,
+          { self: grantId(manifest.name, req.name), needed },
+        ),
         req.kind,
         manifest.name,
         providers,
@@ -197,9 +204,20 @@ export function resolveModule(
  * A `NoProvider` of a registry kind, where the bootstrap provider serves that kind to the
  * control plane alone: the message says so, so nobody looks for a typo.
  */
-function withBootstrapNote(r: Pick<Resolution, "provider" | "resolved">, kind: Kind, module: string, providers: readonly ProviderDoc[]): Pick<Resolution, "provider" | "resolved"> {
+function withBootstrapNote(
+  r: Pick<Resolution, "provider" | "resolved">,
+  kind: Kind,
+  module: string,
+  providers: readonly ProviderDoc[],
+): Pick<Resolution, "provider" | "resolved"> {
   if (r.resolved.reason !== "NoProvider" || !providers.some((p) => p.serves.includes(kind) && !servesModule(p, kind, module))) return r;
-  return { ...r, resolved: { ...r.resolved, message: `${r.resolved.message} (provider ${BOOTSTRAP_PROVIDER} serves ${kind} to module ${CONTROL_PLANE_MODULE} only, from the mesh's own NATS: register a registry server as a provider of ${kind})` } };
+  return {
+    ...r,
+    resolved: {
+      ...r.resolved,
+      message: `${r.resolved.message} (provider ${BOOTSTRAP_PROVIDER} serves ${kind} to module ${CONTROL_PLANE_MODULE} only, from the mesh's own NATS: register a registry server as a provider of ${kind})`,
+    },
+  };
 }
 
 /** `AwaitingDependency` or `DependencyCycle`, for a requirement whose every installed provider needs something unprovisioned. */

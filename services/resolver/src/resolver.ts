@@ -59,7 +59,9 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
       .then(() => {
         for (const [id, provisioned] of changed) neededSeen.set(id, provisioned);
       })
-      .catch((e: unknown) => log.warn({ err: e }, "re-resolving the modules after a needed grant changed failed; the next reconcile of its module tries again"));
+      .catch((e: unknown) =>
+        log.warn({ err: e }, "re-resolving the modules after a needed grant changed failed; the next reconcile of its module tries again"),
+      );
   }, 16);
   // A provider change may affect any module: re-resolve them all.
   const providers: KeyedQueue = new KeyedQueue(async () => {
@@ -71,9 +73,19 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body, policy));
   const deletes = serveJson(store.nc, subjects.delete, QueueGroups.resolver, log, (body) => handleDelete(store, body));
   // A module's own subject: what a part's identity may declare (its module, nothing else).
-  const partApi = serveJson(store.nc, subjects.applyPartsAll, QueueGroups.resolver, log, (body, m) => handleApply(store, body, policy, partOfApplySubject(m.subject) ?? "unknown"));
+  const partApi = serveJson(store.nc, subjects.applyPartsAll, QueueGroups.resolver, log, (body, m) =>
+    handleApply(store, body, policy, partOfApplySubject(m.subject) ?? "unknown"),
+  );
   const consumers = await Promise.all([
-    consumeKeys({ store, stream: kvStream(Buckets.manifests), durable: Durables.resolverManifests.name, filter: kvFilter(Buckets.manifests), keyOf: kvKeyOf(Buckets.manifests), queue: modules, log }),
+    consumeKeys({
+      store,
+      stream: kvStream(Buckets.manifests),
+      durable: Durables.resolverManifests.name,
+      filter: kvFilter(Buckets.manifests),
+      keyOf: kvKeyOf(Buckets.manifests),
+      queue: modules,
+      log,
+    }),
     consumeKeys({
       store,
       stream: kvStream(Buckets.providers),

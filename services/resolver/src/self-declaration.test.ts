@@ -25,9 +25,13 @@ const without = (...names: string[]) => stored.requires.filter((r) => !names.inc
 
 describe("what a part may declare on its own subject", () => {
   it("accepts its module with the operator's parts and allowKinds, its own requirement of an allowed kind added, changed or removed, the others as they were", () => {
-    expect(selfDeclarationProblems([again({ requires: [...stored.requires, { name: "token", kind: "secret", parts: ["worker"] }] })], worker, stored)).toEqual([]);
+    expect(selfDeclarationProblems([again({ requires: [...stored.requires, { name: "token", kind: "secret", parts: ["worker"] }] })], worker, stored)).toEqual(
+      [],
+    );
     expect(selfDeclarationProblems([again({ requires: without("apikey") })], api, stored)).toEqual([]);
-    expect(selfDeclarationProblems([again({ requires: stored.requires.map((r) => (r.name === "key" ? { ...r, options: { length: 48 } } : r)) })], worker, stored)).toEqual([]);
+    expect(
+      selfDeclarationProblems([again({ requires: stored.requires.map((r) => (r.name === "key" ? { ...r, options: { length: 48 } } : r)) })], worker, stored),
+    ).toEqual([]);
     expect(selfDeclarationProblems([stored], worker, stored)).toEqual([]);
   });
 
@@ -49,25 +53,46 @@ describe("what a part may declare on its own subject", () => {
       "part worker may not remove requirement bus, a nats.user: the operator allows module shop's parts to declare secret (the module's allowKinds)",
     ]);
     // Changing one, or taking it over by adding itself to its parts: refused.
-    const taken = selfDeclarationProblems([again({ requires: stored.requires.map((r) => (r.name === "apikey" ? { ...r, parts: ["api", "worker"] } : r)) })], worker, stored);
+    const taken = selfDeclarationProblems(
+      [again({ requires: stored.requires.map((r) => (r.name === "apikey" ? { ...r, parts: ["api", "worker"] } : r)) })],
+      worker,
+      stored,
+    );
     expect(taken.map((x) => x.path)).toEqual(["requires[2]"]);
     // A requirement of another part only, added: refused.
-    expect(selfDeclarationProblems([again({ requires: [...stored.requires, { name: "t", kind: "secret", parts: ["api"] }] })], worker, stored)[0]?.message).toMatch(/may not add requirement t: it is not among its parts/);
+    expect(
+      selfDeclarationProblems([again({ requires: [...stored.requires, { name: "t", kind: "secret", parts: ["api"] }] })], worker, stored)[0]?.message,
+    ).toMatch(/may not add requirement t: it is not among its parts/);
     // The operator's requirement of every part, of a kind outside allowKinds: not the part's to change.
-    expect(selfDeclarationProblems([again({ requires: without("db") })], api, stored)[0]?.message).toMatch(/may not remove requirement db, a postgres\.database/);
+    expect(selfDeclarationProblems([again({ requires: without("db") })], api, stored)[0]?.message).toMatch(
+      /may not remove requirement db, a postgres\.database/,
+    );
   });
 
   it("refuses other parts and other allowKinds", () => {
-    const p = selfDeclarationProblems([again({ parts: [...stored.parts, { name: "miner", node: "n1", installed: true }], allowKinds: ["secret", "nats.user"] })], api, stored);
+    const p = selfDeclarationProblems(
+      [again({ parts: [...stored.parts, { name: "miner", node: "n1", installed: true }], allowKinds: ["secret", "nats.user"] })],
+      api,
+      stored,
+    );
     expect(p.map((x) => x.path)).toEqual(["parts", "allowKinds"]);
     // Without allowKinds, a part may declare no new requirement at all.
     const none = ModuleDoc.parse({ ...stored, allowKinds: undefined });
-    expect(selfDeclarationProblems([ModuleDoc.parse({ ...none, requires: [...none.requires, { name: "t", kind: "secret" }] })], api, none)[0]?.message).toMatch(/to declare no kind/);
+    expect(selfDeclarationProblems([ModuleDoc.parse({ ...none, requires: [...none.requires, { name: "t", kind: "secret" }] })], api, none)[0]?.message).toMatch(
+      /to declare no kind/,
+    );
   });
 
   it("reads the part from the subject alone", () => {
     expect(partOfApplySubject("mesh.api.apply.shop.n1.api")).toEqual(api);
-    for (const s of ["mesh.api.apply", "mesh.api.apply.shop", "mesh.api.apply.shop.n1", "mesh.api.apply.shop.n1.api.x", "mesh.api.apply.Shop.n1.api", "other.api.apply.shop.n1.api"]) {
+    for (const s of [
+      "mesh.api.apply",
+      "mesh.api.apply.shop",
+      "mesh.api.apply.shop.n1",
+      "mesh.api.apply.shop.n1.api.x",
+      "mesh.api.apply.Shop.n1.api",
+      "other.api.apply.shop.n1.api",
+    ]) {
       expect(partOfApplySubject(s), s).toBeUndefined();
     }
   });

@@ -18,16 +18,7 @@
  * consumer; the receipt is the agent's that it did so after applying. An SDK holder's ack stands
  * alone: its identity is the part's own. This is the one place a confirmation reads a record.
  */
-import {
-  HOLDER_STREAM_PREFIX,
-  broadcastTargets,
-  readHolderAcks,
-  type HolderEndpoint,
-  type Logger,
-  type Rotation,
-  type Store,
-  subjects,
-} from "@mesh/shared";
+import { HOLDER_STREAM_PREFIX, broadcastTargets, readHolderAcks, type HolderEndpoint, type Logger, type Rotation, type Store, subjects } from "@mesh/shared";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
 import type { ReceiptWitnesses } from "./receipt-witnesses.js";
 
@@ -41,7 +32,6 @@ export interface HolderAck {
   /** Found in the consumer's ack floor rather than seen in its metric. */
   found?: true;
 }
-
 
 interface Tracked {
   key: string;
@@ -74,7 +64,13 @@ export interface AckTracker {
  * counted, with how many of its holders' acks are still missing (the caller acts at once on 0,
  * and now and then otherwise: a thousand acks need not be a thousand looks at the record).
  */
-export function startAckTracker(opts: { store: Store; log: Logger; consumers: HolderConsumers; witnesses: ReceiptWitnesses; onProgress: (key: string, remaining: number) => void }): AckTracker {
+export function startAckTracker(opts: {
+  store: Store;
+  log: Logger;
+  consumers: HolderConsumers;
+  witnesses: ReceiptWitnesses;
+  onProgress: (key: string, remaining: number) => void;
+}): AckTracker {
   const { store, log, witnesses } = opts;
   const byRotation = new Map<string, Tracked>();
   // `<stream>/<consumer>` → the rotations that wait for an ack there (one per grant, a consumer is one grant's).
@@ -171,14 +167,21 @@ export function startAckTracker(opts: { store: Store; log: Logger; consumers: Ho
       const endpoint = endpoints.get(x.holder);
       if (!endpoint || x.seq === 0) continue;
       if (x.mismatch) {
-        log.warn({ rotation: r.id, holder: x.holder, consumer: x.consumer }, `the consumer of holder ${x.holder} is not the one the rotator made (${x.mismatch}); its acks are not counted, and it is made again`);
+        log.warn(
+          { rotation: r.id, holder: x.holder, consumer: x.consumer },
+          `the consumer of holder ${x.holder} is not the one the rotator made (${x.mismatch}); its acks are not counted, and it is made again`,
+        );
         await store.jsm.consumers.delete(x.stream, x.consumer).catch(() => undefined);
         vanished.push({ holder: x.holder, endpoint });
       } else if (x.vanished) vanished.push({ holder: x.holder, endpoint });
-      else if (x.acked && count(t, `${x.stream}/${x.consumer}`, { at: Date.now(), stream: x.stream, consumer: x.consumer, seq: x.ackFloor!, found: true })) found++;
+      else if (x.acked && count(t, `${x.stream}/${x.consumer}`, { at: Date.now(), stream: x.stream, consumer: x.consumer, seq: x.ackFloor!, found: true }))
+        found++;
     }
     if (vanished.length) {
-      log.warn({ rotation: r.id, holders: vanished.map((x) => x.holder) }, `rotation ${r.id}: ${vanished.length} holders' consumers had vanished; made again, they deliver the broadcast again`);
+      log.warn(
+        { rotation: r.id, holders: vanished.map((x) => x.holder) },
+        `rotation ${r.id}: ${vanished.length} holders' consumers had vanished; made again, they deliver the broadcast again`,
+      );
       await ensureAll(opts.consumers, vanished, true);
     }
     if (found) opts.onProgress(`${r.module}.${r.requirement}`, t.expect.size - t.acks.size);

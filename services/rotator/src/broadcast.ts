@@ -38,8 +38,22 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
     });
     const failed = await ensureAll(consumers, endpoints);
     // Those holders' consumers are made again on every sweep until they take; until then they have not confirmed.
-    for (const f of failed) log.warn({ rotation: r.id, holder: f.holder, err: f.error }, `rotation ${r.id}: could not make the consumer of holder ${f.holder}; tried again on the next sweep`);
-    const b: RotationBroadcast = { rotation: r.id, grant: r.grant, module: r.module, requirement: r.requirement, kind: r.kind, provider: r.provider, from: r.from, to: r.to, publishedAt: new Date().toISOString() };
+    for (const f of failed)
+      log.warn(
+        { rotation: r.id, holder: f.holder, err: f.error },
+        `rotation ${r.id}: could not make the consumer of holder ${f.holder}; tried again on the next sweep`,
+      );
+    const b: RotationBroadcast = {
+      rotation: r.id,
+      grant: r.grant,
+      module: r.module,
+      requirement: r.requirement,
+      kind: r.kind,
+      provider: r.provider,
+      from: r.from,
+      to: r.to,
+      publishedAt: new Date().toISOString(),
+    };
     const plain = JSON.stringify(b);
     const targets = new Map<string, { e: HolderEndpoint; holder: string }>();
     for (const { endpoint, holder } of endpoints) targets.set(`${endpoint.stream} ${endpoint.subject}`, { e: endpoint, holder });
@@ -49,10 +63,24 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
       [...targets.values()].map(async ({ e, holder }) => {
         // One PRODUCER span per holder stream's message (an agent-held part, or every SDK instance of a part), the rotation's child; each holder's span is its child.
         const h = parseHolderId(holder)!;
-        const data = e.sdk && forParts ? JSON.stringify({ ...b, values: encryptForPart(partRotationKey(ctx.kek, r.grant, h.node, h.part, forParts.createdAt), b, h.node, h.part, forParts.values) }) : plain;
-        const attributes = { ...holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }), "messaging.destination.stream": e.stream };
-        const ack = await withProducerSpan("rotator", e.subject, e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation, attributes, contextOfTraceparent(r.traceparent), (headers) =>
-          store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }),
+        const data =
+          e.sdk && forParts
+            ? JSON.stringify({
+                ...b,
+                values: encryptForPart(partRotationKey(ctx.kek, r.grant, h.node, h.part, forParts.createdAt), b, h.node, h.part, forParts.values),
+              })
+            : plain;
+        const attributes = {
+          ...holderSpanAttributes({ rotation: r.id, grant: r.grant, node: h.node, part: h.part, holder: `${h.node}/${h.part}`, generation: r.to }),
+          "messaging.destination.stream": e.stream,
+        };
+        const ack = await withProducerSpan(
+          "rotator",
+          e.subject,
+          e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation,
+          attributes,
+          contextOfTraceparent(r.traceparent),
+          (headers) => store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }),
         );
         return { stream: e.stream, subject: e.subject, seq: ack.seq };
       }),
@@ -62,7 +90,10 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
   /** k+1's values and the grant's incarnation, for the parts' messages; undefined (their instances fetch) when they cannot be read. */
   const valuesForParts = async (r: Rotation): Promise<{ values: Record<string, string>; createdAt: string | undefined } | undefined> => {
     try {
-      const [cred, grant] = await Promise.all([credentials.read(r.module, r.requirement, r.to), readJson(store.kv.grants, keys.grant(r.module, r.requirement), Grant)]);
+      const [cred, grant] = await Promise.all([
+        credentials.read(r.module, r.requirement, r.to),
+        readJson(store.kv.grants, keys.grant(r.module, r.requirement), Grant),
+      ]);
       return cred?.bindings ? { values: cred.bindings, createdAt: grant?.value.createdAt } : undefined;
     } catch (e) {
       log.warn({ rotation: r.id, err: e }, "could not read the new values for the parts' broadcast; their instances fetch them");

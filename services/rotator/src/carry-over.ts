@@ -52,7 +52,11 @@ export function carrier(ctx: RotatorContext, hooks: { onCopied?: (a: Artifact, d
     }
     const [from, to] = await Promise.all([credentials.read(r.module, r.requirement, r.from), credentials.read(r.module, r.requirement, r.to)]);
     if (!from?.bindings || !to?.bindings) {
-      throw new MeshError(ErrorCodes.Internal, `handover ${r.id}: generation ${!from?.bindings ? r.from : r.to} of ${r.grant} has no bindings in the store, so what it stored cannot be carried over; the step is retried`, { retryable: true });
+      throw new MeshError(
+        ErrorCodes.Internal,
+        `handover ${r.id}: generation ${!from?.bindings ? r.from : r.to} of ${r.grant} has no bindings in the store, so what it stored cannot be carried over; the step is retried`,
+        { retryable: true },
+      );
     }
     const grant = (generation: number) => ({ module: r.module, requirement: r.requirement, generation });
     const rlog = log.child({ rotation: r.id, from: r.fromProvider, to: r.provider });
@@ -65,7 +69,10 @@ export function carrier(ctx: RotatorContext, hooks: { onCopied?: (a: Artifact, d
       const source: ArtifactSource = await old.artifactSource({ grant: grant(r.from), bindings: from.bindings! });
       return withAdapterOf(r.kind, r.provider, async (next) => {
         if (!next.artifactSink) {
-          throw new MeshError(ErrorCodes.ProviderMisconfigured, `handover ${r.id}: provider ${r.provider}'s ${r.kind} adapter cannot be written to, so what ${r.grant} stores at ${r.fromProvider} cannot be carried over; holders stay on generation ${r.from} there`);
+          throw new MeshError(
+            ErrorCodes.ProviderMisconfigured,
+            `handover ${r.id}: provider ${r.provider}'s ${r.kind} adapter cannot be written to, so what ${r.grant} stores at ${r.fromProvider} cannot be carried over; holders stay on generation ${r.from} there`,
+          );
         }
         const sink = await next.artifactSink({ grant: grant(r.to), bindings: to.bindings! });
         rlog.info(`handover ${r.id}: carrying over what ${r.grant} stores at ${r.fromProvider} to ${r.provider}`);

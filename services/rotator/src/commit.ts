@@ -25,16 +25,30 @@ export function committer(ctx: RotatorContext): { commit(key: string, r: Rotatio
     // (k still opens meanwhile; a crash here runs the pass again at the next commit step).
     if (r.grant === MASTER_KEY_GRANT) {
       const pass = await credentials.reencrypt();
-      log.info({ rotation: r.id, keyId: pass.target, moved: pass.moved, passes: pass.passes }, `rotation ${r.id}: the credentials store is under the master key's generation ${r.to} (${pass.moved} records re-encrypted)`);
+      log.info(
+        { rotation: r.id, keyId: pass.target, moved: pass.moved, passes: pass.passes },
+        `rotation ${r.id}: the credentials store is under the master key's generation ${r.to} (${pass.moved} records re-encrypted)`,
+      );
     }
     // Every holder confirmed k+1: only now does k stop working.
     const ended = r.fromProvider ? await release(r, r.fromProvider) : await retire(r);
     const now = new Date();
     // A revocation commits at its grace: who has not switched is locked out until it takes `to`.
     const lockedOut = r.revoke ? missingHolders(r) : [];
-    if (r.revoke) log.warn({ rotation: r.id, lockedOut, reason: r.revoke.reason, by: r.revoke.by }, `revocation ${r.id}: generation ${r.from} revoked${lockedOut.length ? `; locked out until they take generation ${r.to}: ${nameHolders(lockedOut)}` : ""}`);
+    if (r.revoke)
+      log.warn(
+        { rotation: r.id, lockedOut, reason: r.revoke.reason, by: r.revoke.by },
+        `revocation ${r.id}: generation ${r.from} revoked${lockedOut.length ? `; locked out until they take generation ${r.to}: ${nameHolders(lockedOut)}` : ""}`,
+      );
     await setGrant(key, (g) => {
-      const revocation = r.revoke && { rotation: r.id, generation: r.from, at: now.toISOString(), ...(r.revoke.by ? { by: r.revoke.by } : {}), ...(r.revoke.reason ? { reason: r.revoke.reason } : {}), lockedOut };
+      const revocation = r.revoke && {
+        rotation: r.id,
+        generation: r.from,
+        at: now.toISOString(),
+        ...(r.revoke.by ? { by: r.revoke.by } : {}),
+        ...(r.revoke.reason ? { reason: r.revoke.reason } : {}),
+        lockedOut,
+      };
       const next: Grant = {
         ...g,
         ...(revocation && !g.revocations?.some((x) => x.rotation === r.id) ? { revocations: [...(g.revocations ?? []), revocation].slice(-20) } : {}),
@@ -66,7 +80,11 @@ export function committer(ctx: RotatorContext): { commit(key: string, r: Rotatio
       const stored = await credentials.generations(r.module, r.requirement);
       const purge = generationsToPurge(stored, r.to, opts.credentialHistory ?? CREDENTIAL_HISTORY, needed);
       for (const g of purge) await credentials.purgeGeneration(r.module, r.requirement, g);
-      if (purge.length) log.info({ rotation: r.id, purged: purge }, `rotation ${r.id}: generations ${purge.join(", ")} purged from the store (it keeps the last ${opts.credentialHistory ?? CREDENTIAL_HISTORY})`);
+      if (purge.length)
+        log.info(
+          { rotation: r.id, purged: purge },
+          `rotation ${r.id}: generations ${purge.join(", ")} purged from the store (it keeps the last ${opts.credentialHistory ?? CREDENTIAL_HISTORY})`,
+        );
     } catch (e) {
       log.warn({ rotation: r.id, err: e }, "could not purge old generations from the store; the next commit tries again");
     }
@@ -93,7 +111,10 @@ export function committer(ctx: RotatorContext): { commit(key: string, r: Rotatio
       await withAdapterOf(r.kind, provider, (adapter) => adapter.retire({ grant: { module: r.module, requirement: r.requirement, generation: r.from } }));
     } catch (e) {
       if (isMeshError(e, ErrorCodes.NotFound)) {
-        log.warn({ rotation: r.id, provider }, `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`);
+        log.warn(
+          { rotation: r.id, provider },
+          `provider ${provider} is not registered any more; what ${r.grant} had there, if anything, is left for its operator`,
+        );
         return `handed over from ${provider}, which is not registered any more`;
       }
       // Every holder is on the new provider: the handover commits. The old generation could not
@@ -101,7 +122,10 @@ export function committer(ctx: RotatorContext): { commit(key: string, r: Rotatio
       log.warn({ rotation: r.id, provider, err: e }, `handover ${r.id}: generation ${r.from} could not be retired on ${provider}; it may still work there`);
       return `handed over from ${provider}, where generation ${r.from} could not be retired (${errorMessage(e)}): it may still work there: end it by hand on that server once it answers`;
     }
-    log.info({ rotation: r.id, provider }, `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`);
+    log.info(
+      { rotation: r.id, provider },
+      `handover ${r.id}: generation ${r.from} retired on ${provider}; the resource there is kept, with its data, for its operator to move or drop`,
+    );
     // A registry grant's images or packages were copied before the broadcast (carry-over.ts); anything else's data stays where it was.
     const data = r.carried
       ? r.carried.skipped

@@ -110,7 +110,8 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
       await store.jsm.consumers.delete(e.stream, e.consumer);
       log.debug({ grant, holder, stream: e.stream, consumer: e.consumer }, "holder's consumer removed");
     } catch (err) {
-      if (!(err instanceof JetStreamApiError) || !/not found/i.test(err.message)) log.warn({ grant, holder, err }, "could not remove a holder's consumer; the next registration change tries again");
+      if (!(err instanceof JetStreamApiError) || !/not found/i.test(err.message))
+        log.warn({ grant, holder, err }, "could not remove a holder's consumer; the next registration change tries again");
     }
   };
 
@@ -139,13 +140,18 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
           if (looks < REPLICA_LOOKS_BEHIND || asked >= REPLICA_STEPDOWNS_PER_LOOK) continue;
           behind.delete(id);
           asked++;
-          const reply = (await store.nc.request(subjects.consumerLeaderStepdown(stream, ci.name), "", { timeout: 5_000 })).json<{ error?: { description?: string } }>();
+          const reply = (await store.nc.request(subjects.consumerLeaderStepdown(stream, ci.name), "", { timeout: 5_000 })).json<{
+            error?: { description?: string };
+          }>();
           if (reply.error) {
             // Most often another rotator asked a moment before, and the consumer is electing its new leader.
             log.debug({ stream, consumer: ci.name, error: reply.error.description }, "a holder consumer's leader did not step down; looked at again later");
             continue;
           }
-          log.info({ stream, consumer: ci.name, leader: ci.cluster?.leader, lagging: lagging.map((r) => r.name) }, "a holder consumer's replica stayed behind its leader; its leader was asked to step down, so that a new one catches it up");
+          log.info(
+            { stream, consumer: ci.name, leader: ci.cluster?.leader, lagging: lagging.map((r) => r.name) },
+            "a holder consumer's replica stayed behind its leader; its leader was asked to step down, so that a new one catches it up",
+          );
         }
       } catch (err) {
         log.warn({ stream, err }, "could not look at (or repair) the replicas of a holder stream's consumers; looked at again later");
@@ -153,11 +159,12 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     }
   };
   let looking: Promise<void> | undefined;
-  const replicaTimer = opts.replicas > 1
-    ? setInterval(() => {
-        looking ??= lookAtReplicas().finally(() => (looking = undefined));
-      }, REPLICA_LOOK_MS)
-    : undefined;
+  const replicaTimer =
+    opts.replicas > 1
+      ? setInterval(() => {
+          looking ??= lookAtReplicas().finally(() => (looking = undefined));
+        }, REPLICA_LOOK_MS)
+      : undefined;
   replicaTimer?.unref();
 
   // Agents: a receipt says the part holds the grant (or no longer does).
@@ -177,9 +184,12 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
         if (!r?.success || r.data.withdrawnAt) void remove(grant, holder);
         continue;
       }
-      if (e) ensure(e).catch((err: unknown) => log.warn({ grant, holder, err }, "could not make the agent's consumer; it is made again before the next rotation"));
+      if (e)
+        ensure(e).catch((err: unknown) => log.warn({ grant, holder, err }, "could not make the agent's consumer; it is made again before the next rotation"));
     }
-  })().catch((e: unknown) => log.warn({ err: e, bucket: Buckets.receipts }, "the watch of delivery receipts ended; agents' consumers are made before each rotation"));
+  })().catch((e: unknown) =>
+    log.warn({ err: e, bucket: Buckets.receipts }, "the watch of delivery receipts ended; agents' consumers are made before each rotation"),
+  );
 
   return {
     ensure,
@@ -202,11 +212,18 @@ export function onRegistration(c: HolderConsumers, log: Logger, key: string, reg
     return;
   }
   const e = holderEndpoint(reg.grant, reg.holder);
-  if (e) c.ensure(e).catch((err: unknown) => log.warn({ holder: reg.holder, err }, "could not make the SDK holder's consumer; it is made again before the next rotation"));
+  if (e)
+    c.ensure(e).catch((err: unknown) =>
+      log.warn({ holder: reg.holder, err }, "could not make the SDK holder's consumer; it is made again before the next rotation"),
+    );
 }
 
 /** Ensures every endpoint, {@link CREATE_CONCURRENCY} at a time; the holders whose consumer could not be made, with why. */
-export async function ensureAll(c: HolderConsumers, endpoints: ReadonlyArray<{ holder: string; endpoint: HolderEndpoint }>, force = false): Promise<Array<{ holder: string; error: unknown }>> {
+export async function ensureAll(
+  c: HolderConsumers,
+  endpoints: ReadonlyArray<{ holder: string; endpoint: HolderEndpoint }>,
+  force = false,
+): Promise<Array<{ holder: string; error: unknown }>> {
   const failed: Array<{ holder: string; error: unknown }> = [];
   let i = 0;
   const worker = async () => {

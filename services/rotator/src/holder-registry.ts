@@ -24,7 +24,11 @@ export const CATCH_UP_MS = 2_000;
  * Starts watching the registrations. `onChange` is called with each registration as it arrives
  * (refreshed or new) and with undefined when one goes (the rotator makes and removes the holders' consumers).
  */
-export async function watchHolderRegistry(opts: { store: Store; log: Logger; onChange?: (key: string, registration: HolderRegistration | undefined) => void }): Promise<HolderRegistry> {
+export async function watchHolderRegistry(opts: {
+  store: Store;
+  log: Logger;
+  onChange?: (key: string, registration: HolderRegistration | undefined) => void;
+}): Promise<HolderRegistry> {
   const { store, log } = opts;
   // By `<module>.<requirement>` (the keys' first two tokens), then by key.
   const byGrant = new Map<string, Map<string, HolderRegistration>>();

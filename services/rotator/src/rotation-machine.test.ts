@@ -48,24 +48,41 @@ function rotation(holders = ["node-a/api", "node-b/worker"], state: Rotation["st
 
 /** The ack of `holder`'s consumer, as the server's ack metric says it, `ms` after T0. */
 function ack(holder: string, ms: number, found?: true) {
-  return [holder, { at: T0.getTime() + ms, stream: "MESH_HOLD_N_x", consumer: `c_${holder.replace(/\//g, "_")}`, seq: 7, ...(found ? { found } : {}) }] as const;
+  return [
+    holder,
+    { at: T0.getTime() + ms, stream: "MESH_HOLD_N_x", consumer: `c_${holder.replace(/\//g, "_")}`, seq: 7, ...(found ? { found } : {}) },
+  ] as const;
 }
 const acked = (r: Rotation, ...holders: Array<[string, number]>) => withAcks(r, new Map(holders.map(([h, ms]) => ack(h, ms))));
-
 
 describe("holdersOf", () => {
   it.each([
     { name: "agents holding a generation of a target part", g: grant(), regs: [], want: ["node-a/api", "node-b/worker"] },
     {
       name: "not a part that is no longer a target, nor one never delivered",
-      g: grant({ targets: [{ part: "api", node: "node-a" }, { part: "cron", node: "node-c" }], holders: { "node-a/api": { generation: 1, deliveredAt: "" }, "node-b/worker": { generation: 1, deliveredAt: "" }, "node-c/cron": { generation: 0, deliveredAt: "" } } }),
+      g: grant({
+        targets: [
+          { part: "api", node: "node-a" },
+          { part: "cron", node: "node-c" },
+        ],
+        holders: {
+          "node-a/api": { generation: 1, deliveredAt: "" },
+          "node-b/worker": { generation: 1, deliveredAt: "" },
+          "node-c/cron": { generation: 0, deliveredAt: "" },
+        },
+      }),
       regs: [],
       want: ["node-a/api"],
     },
     {
       name: "SDK instances of a target part seen recently, not stale ones, nor other grants' or non-targets'",
       g: grant({ holders: {} }),
-      regs: [registration("node-a", "api", "i1", 1_000), registration("node-a", "api", "old", 10 * 60_000), registration("node-a", "api", "x", 0, "shop/other"), registration("node-z", "api", "i2")],
+      regs: [
+        registration("node-a", "api", "i1", 1_000),
+        registration("node-a", "api", "old", 10 * 60_000),
+        registration("node-a", "api", "x", 0, "shop/other"),
+        registration("node-z", "api", "i2"),
+      ],
       want: ["node-a/api/i1"],
     },
   ])("$name", ({ g, regs, want }) => {
@@ -76,7 +93,15 @@ describe("holdersOf", () => {
 describe("newRotation and enter", () => {
   it("starts Staged at k+1 with every holder unconfirmed and the deadline from the timeout", () => {
     const r = newRotation({ grant: grant(), holders: ["node-a/api"], resource: { role: "x" }, timeoutMs: 5_000, now: T0, trigger: "schedule" });
-    expect(r).toMatchObject({ id: "shop/key#2", from: 1, to: 2, state: "Staged", deadline: at(5_000).toISOString(), holders: { "node-a/api": {} }, trigger: "schedule" });
+    expect(r).toMatchObject({
+      id: "shop/key#2",
+      from: 1,
+      to: 2,
+      state: "Staged",
+      deadline: at(5_000).toISOString(),
+      holders: { "node-a/api": {} },
+      trigger: "schedule",
+    });
     expect(r.history).toEqual([{ state: "Staged", at: T0.toISOString() }]);
   });
 
@@ -97,10 +122,25 @@ describe("nextStep: the transitions", () => {
   const cases: Array<{ name: string; r: Rotation; now: Date; want: ReturnType<typeof nextStep> }> = [
     { name: "Staged → broadcast", r: rotation(undefined, "Staged"), now: at(0), want: { action: "broadcast" } },
     { name: "Broadcast → await", r: rotation(undefined, "Broadcast"), now: at(0), want: { action: "await" } },
-    { name: "AwaitingHolders before the deadline, holders missing → wait until the deadline", r: rotation(), now: at(500), want: { action: "wait", untilMs: at(1_000).getTime() } },
-    { name: "AwaitingHolders at the deadline, holders missing → stall naming them", r: rotation(), now: at(1_000), want: { action: "stall", missing: ["node-a/api", "node-b/worker"] } },
+    {
+      name: "AwaitingHolders before the deadline, holders missing → wait until the deadline",
+      r: rotation(),
+      now: at(500),
+      want: { action: "wait", untilMs: at(1_000).getTime() },
+    },
+    {
+      name: "AwaitingHolders at the deadline, holders missing → stall naming them",
+      r: rotation(),
+      now: at(1_000),
+      want: { action: "stall", missing: ["node-a/api", "node-b/worker"] },
+    },
     { name: "AwaitingHolders, all confirmed → commit", r: confirmedAll(rotation()), now: at(500), want: { action: "commit" } },
-    { name: "AwaitingHolders past the deadline but all confirmed → commit, not stall", r: confirmedAll(rotation()), now: at(5_000), want: { action: "commit" } },
+    {
+      name: "AwaitingHolders past the deadline but all confirmed → commit, not stall",
+      r: confirmedAll(rotation()),
+      now: at(5_000),
+      want: { action: "commit" },
+    },
     { name: "AwaitingHolders with no holder at all → commit", r: rotation([]), now: at(0), want: { action: "commit" } },
     { name: "Stalled with holders still missing → nothing (k keeps working)", r: rotation(undefined, "Stalled"), now: at(9_000), want: { action: "none" } },
     { name: "Stalled, the missing ones confirmed → commit", r: confirmedAll(rotation(undefined, "Stalled")), now: at(9_000), want: { action: "commit" } },
@@ -146,15 +186,18 @@ describe("withAcks", () => {
 
 describe("TRANSITIONS: the rotation's state machine", () => {
   const states = Object.values(RotationStates) as RotationState[];
-  it.each(states.flatMap((from) => states.filter((to) => to !== from).map((to) => ({ from, to }))))("$from → $to is allowed exactly when the table has it", ({ from, to }) => {
-    const r = rotation(undefined, from);
-    if (TRANSITIONS[from].includes(to)) expect(enter(r, to, at(1)).state).toBe(to);
-    else expect(() => enter(r, to, at(1))).toThrow(IllegalTransition);
-  });
+  it.each(states.flatMap((from) => states.filter((to) => to !== from).map((to) => ({ from, to }))))(
+    "$from → $to is allowed exactly when the table has it",
+    ({ from, to }) => {
+      const r = rotation(undefined, from);
+      if (TRANSITIONS[from].includes(to)) expect(enter(r, to, at(1)).state).toBe(to);
+      else expect(() => enter(r, to, at(1))).toThrow(IllegalTransition);
+    },
+  );
 
   it("every state is reachable from Staged, Committed only ends it, and every step nextStep asks for is in the table", () => {
     const seen = new Set<RotationState>([RotationStates.Staged]);
-    for (let grew = true; grew; ) {
+    for (let grew = true; grew;) {
       grew = false;
       for (const s of [...seen]) {
         for (const t of TRANSITIONS[s]) {
@@ -166,7 +209,12 @@ describe("TRANSITIONS: the rotation's state machine", () => {
     }
     expect([...seen].sort()).toEqual([...states].sort());
     expect(TRANSITIONS[RotationStates.Committed]).toEqual([]);
-    const moves: Record<string, RotationState> = { broadcast: RotationStates.Broadcast, await: RotationStates.AwaitingHolders, stall: RotationStates.Stalled, commit: RotationStates.Committed };
+    const moves: Record<string, RotationState> = {
+      broadcast: RotationStates.Broadcast,
+      await: RotationStates.AwaitingHolders,
+      stall: RotationStates.Stalled,
+      commit: RotationStates.Committed,
+    };
     for (const state of states) {
       const cases: Array<[Rotation, Date]> = [
         [rotation(undefined, state), at(0)],

@@ -130,7 +130,11 @@ export function allConfirmed(r: Rotation): boolean {
  * The running rotation `r` with `holders` evicted (`e` set, now): it no longer waits for them.
  * Holders it does not have, or that confirmed already, are listed and left alone. Pure.
  */
-export function evictHolders(r: Rotation, holders: readonly string[], now: Date): { rotation: Rotation; evicted: string[]; unknown: string[]; confirmed: string[] } {
+export function evictHolders(
+  r: Rotation,
+  holders: readonly string[],
+  now: Date,
+): { rotation: Rotation; evicted: string[]; unknown: string[]; confirmed: string[] } {
   const evicted: string[] = [];
   const unknown: string[] = [];
   const confirmed: string[] = [];

@@ -33,7 +33,8 @@ function fresh(): { key: string; rotation: Rotation } {
 }
 
 /** `r` with `holder` confirmed (a pure update, as the rotator's). */
-const confirm = (holder: string) => (r: Rotation | undefined) => (r && r.holders[holder]?.c === undefined ? { ...r, holders: { ...r.holders, [holder]: { c: 1 } } } : undefined);
+const confirm = (holder: string) => (r: Rotation | undefined) =>
+  r && r.holders[holder]?.c === undefined ? { ...r, holders: { ...r.holders, [holder]: { c: 1 } } } : undefined;
 
 describe("RotationRecords", () => {
   it("two instances updating one record at once lose nothing, though each writes first over what it last saw", async () => {

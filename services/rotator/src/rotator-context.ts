@@ -47,7 +47,14 @@ export interface RotatorContext {
    * is still `r` in `r`'s state and `allowed` says so; the new record, or undefined when the
    * record had moved on (look again).
    */
-  transition(key: string, r: Rotation, state: RotationState, now: Date, allowed?: (x: Rotation) => boolean, patch?: Partial<Rotation>): Promise<Rotation | undefined>;
+  transition(
+    key: string,
+    r: Rotation,
+    state: RotationState,
+    now: Date,
+    allowed?: (x: Rotation) => boolean,
+    patch?: Partial<Rotation>,
+  ): Promise<Rotation | undefined>;
   /** Runs `fn` with the adapter of `kind` at `provider`; one whose admin password is a mesh secret is reached with the generation its server accepts. */
   withAdapterOf<T>(kind: Grant["kind"], provider: string, fn: (adapter: ProviderAdapter) => Promise<T>): Promise<T>;
   setGrant(key: string, fn: (g: Grant) => Grant | undefined): Promise<unknown>;
@@ -86,7 +93,14 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
    * confirmations recorded since), when it is still `r` in `r`'s state and `allowed` says so;
    * the new record, or undefined when the record had moved on (look again).
    */
-  const transition = async (key: string, r: Rotation, state: RotationState, now: Date, allowed: (x: Rotation) => boolean = () => true, patch: Partial<Rotation> = {}): Promise<Rotation | undefined> => {
+  const transition = async (
+    key: string,
+    r: Rotation,
+    state: RotationState,
+    now: Date,
+    allowed: (x: Rotation) => boolean = () => true,
+    patch: Partial<Rotation> = {},
+  ): Promise<Rotation | undefined> => {
     await holdIfPaused();
     const out = await records.update(key, (x) => (x && x.id === r.id && x.state === r.state && allowed(x) ? enter({ ...x, ...patch }, state, now) : undefined));
     if (!out.wrote) return undefined;
@@ -112,8 +126,23 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
     return doc ? withAdminSecret({ store, credentials, adapters }, kind, doc, ROTATOR_INSTANCE, fn) : fn(adapters.get(kind, undefined));
   };
 
-  const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) =>
-    mutateJson(store.kv.grants, key, Grant, (g) => (g ? fn(g) : undefined));
+  const setGrant = async (key: string, fn: (g: Grant) => Grant | undefined) => mutateJson(store.kv.grants, key, Grant, (g) => (g ? fn(g) : undefined));
 
-  return { opts, store, log, credentials, kek: keyRing.kek, catalog, adapters, records, defaultTimeoutMs: opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS, holdIfPaused, freeze, persist, transition, withAdapterOf, setGrant };
+  return {
+    opts,
+    store,
+    log,
+    credentials,
+    kek: keyRing.kek,
+    catalog,
+    adapters,
+    records,
+    defaultTimeoutMs: opts.defaultTimeoutMs ?? DEFAULT_ROTATION_TIMEOUT_MS,
+    holdIfPaused,
+    freeze,
+    persist,
+    transition,
+    withAdapterOf,
+    setGrant,
+  };
 }

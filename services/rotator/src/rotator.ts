@@ -38,15 +38,7 @@ import {
   type RotationState,
 } from "@mesh/shared";
 import type { RotatorOptions, RotatorTestHooks } from "./rotator-options.js";
-import {
-  confirmedCount,
-  enter,
-  evictHolders,
-  nameHolders,
-  nextStep,
-  withAcks,
-  withRotatingCondition,
-} from "./rotation-machine.js";
+import { confirmedCount, enter, evictHolders, nameHolders, nextStep, withAcks, withRotatingCondition } from "./rotation-machine.js";
 import { contextOfTraceparent } from "./trace-context.js";
 import { startSchedule } from "./schedule.js";
 import { startHandovers } from "./handover.js";
@@ -141,10 +133,13 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
 
   const schedule = (key: string, atMs: number) => {
     clearTimeout(timers.get(key));
-    const t = setTimeout(() => {
-      timers.delete(key);
-      if (!stopped) void queue.enqueue(key).catch(() => undefined);
-    }, Math.max(0, atMs - Date.now()) + 10);
+    const t = setTimeout(
+      () => {
+        timers.delete(key);
+        if (!stopped) void queue.enqueue(key).catch(() => undefined);
+      },
+      Math.max(0, atMs - Date.now()) + 10,
+    );
     t.unref();
     timers.set(key, t);
   };
@@ -160,7 +155,9 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
     const n = confirmedCount(view);
     if (n === view.confirmed || Date.now() - (countedAt.get(key) ?? 0) < COUNT_WRITE_MS) return;
     countedAt.set(key, Date.now());
-    await records.update(key, (x) => (x && x.id === view.id && isRotationRunning(x) && x.confirmed !== n ? { ...x, confirmed: n } : undefined)).catch(() => undefined);
+    await records
+      .update(key, (x) => (x && x.id === view.id && isRotationRunning(x) && x.confirmed !== n ? { ...x, confirmed: n } : undefined))
+      .catch(() => undefined);
   };
 
   const advance = async (key: string): Promise<void> => {
@@ -196,7 +193,10 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
             await setGrant(key, (g) => ({ ...g, conditions: withRotatingCondition(g.conditions, next, now) }));
             // Who is missing, as JetStream has it, is written once, with the state.
             if (!(await transition(key, r, RotationStates.Stalled, now, () => true, { holders: view.holders, confirmed: confirmedCount(view) }))) continue;
-            rlog.warn({ missing: step.missing }, `rotation ${r.id} stalled: ${step.missing.length} holders have not confirmed (${nameHolders(step.missing)}); generation ${r.from} is kept`);
+            rlog.warn(
+              { missing: step.missing },
+              `rotation ${r.id} stalled: ${step.missing.length} holders have not confirmed (${nameHolders(step.missing)}); generation ${r.from} is kept`,
+            );
             return;
           }
           case "commit": {
@@ -259,7 +259,8 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   // Holders that never came back: the operator commits without them (meshctl rotate --evict).
   const evictApi = serveJson(store.nc, subjects.evict, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
     const parsed = EvictRequest.safeParse(body);
-    if (!parsed.success) throw new MeshError(ErrorCodes.InvalidRequest, `not an evict request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+    if (!parsed.success)
+      throw new MeshError(ErrorCodes.InvalidRequest, `not an evict request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
     const req = parsed.data;
     const id = parseGrantId(req.grant);
     if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `${JSON.stringify(req.grant)} is not a grant id (<module>/<requirement>)`);
@@ -272,15 +273,20 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
       return outcome.evicted.length ? outcome.rotation : undefined;
     });
     const r = record?.value;
-    if (!isRotationRunning(r) || !outcome) throw new MeshError(ErrorCodes.NotFound, `no rotation of ${req.grant} is running: --evict commits a running or Stalled one without the holders named`);
+    if (!isRotationRunning(r) || !outcome)
+      throw new MeshError(ErrorCodes.NotFound, `no rotation of ${req.grant} is running: --evict commits a running or Stalled one without the holders named`);
     if (outcome.unknown.length) {
-      throw new MeshError(ErrorCodes.InvalidRequest, `rotation ${r.id} has no holder ${outcome.unknown.join(", ")}; its holders are ${Object.keys(r.holders).sort().join(", ")}`);
+      throw new MeshError(
+        ErrorCodes.InvalidRequest,
+        `rotation ${r.id} has no holder ${outcome.unknown.join(", ")}; its holders are ${Object.keys(r.holders).sort().join(", ")}`,
+      );
     }
     for (const h of outcome.evicted) {
       log.warn({ rotation: r.id, holder: h }, `rotation ${r.id}: holder ${h} evicted by the operator; the rotation goes on without it`);
       // An SDK instance leaves the holders: later rotations do not wait for it until it registers again.
       const holder = parseHolderId(h);
-      if (holder?.instance) await store.kv.holders.delete(keys.holder(r.module, r.requirement, holder.node, holder.part, holder.instance)).catch(() => undefined);
+      if (holder?.instance)
+        await store.kv.holders.delete(keys.holder(r.module, r.requirement, holder.node, holder.part, holder.instance)).catch(() => undefined);
     }
     void queue.enqueue(key).catch(() => undefined);
     return { ok: true, rotation: r };

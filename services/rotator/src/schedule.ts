@@ -54,7 +54,10 @@ async function currentSince(store: Store, g: Grant): Promise<Date | undefined> {
 }
 
 /** Checks every `checkMs` and calls `rotate` for each due grant. `stop()` ends it. */
-export function startSchedule(opts: { store: Store; log: Logger; checkMs: number; rotate: (req: RotateRequest) => Promise<unknown> }): { stop(): void; check(): Promise<void> } {
+export function startSchedule(opts: { store: Store; log: Logger; checkMs: number; rotate: (req: RotateRequest) => Promise<unknown> }): {
+  stop(): void;
+  check(): Promise<void>;
+} {
   const { store, log } = opts;
   const check = async () => {
     for (const { value: m } of await listJson(store.kv.manifests, ModuleDoc)) {
@@ -73,7 +76,10 @@ export function startSchedule(opts: { store: Store; log: Logger; checkMs: number
         if (!scheduled && !expiring) continue;
         try {
           await opts.rotate({ grant: g.id, trigger: "schedule" });
-          log.info({ grant: g.id, ...(req.rotate ? { every: req.rotate.every } : {}), ...(expiring ? { expires: g.resource.expires } : {}) }, `scheduled rotation of ${g.id} started${expiring ? ` (its credential expires at ${g.resource.expires})` : ""}`);
+          log.info(
+            { grant: g.id, ...(req.rotate ? { every: req.rotate.every } : {}), ...(expiring ? { expires: g.resource.expires } : {}) },
+            `scheduled rotation of ${g.id} started${expiring ? ` (its credential expires at ${g.resource.expires})` : ""}`,
+          );
         } catch (e) {
           if (!isMeshError(e, "Conflict")) log.warn({ grant: g.id, err: e }, "scheduled rotation could not start");
         }

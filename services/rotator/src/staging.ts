@@ -29,7 +29,10 @@ import { traceparentOf } from "./trace-context.js";
 import type { HolderRegistry } from "./holder-registry.js";
 import type { RotatorContext } from "./rotator-context.js";
 
-export function staging(ctx: RotatorContext, deps: { registry: HolderRegistry; spans: Map<string, Span>; enqueue: (key: string) => void }): { rotate(req: RotateRequest): Promise<Rotation> } {
+export function staging(
+  ctx: RotatorContext,
+  deps: { registry: HolderRegistry; spans: Map<string, Span>; enqueue: (key: string) => void },
+): { rotate(req: RotateRequest): Promise<Rotation> } {
   const { store, log, credentials, catalog, adapters, records, defaultTimeoutMs, holdIfPaused, persist, withAdapterOf } = ctx;
   const { registry, spans } = deps;
   const refuseRunning = (r: Rotation): MeshError => {
@@ -54,9 +57,14 @@ export function staging(ctx: RotatorContext, deps: { registry: HolderRegistry; s
   const rotateOnce = async (req: RotateRequest): Promise<Rotation> => {
     await holdIfPaused();
     const id = parseGrantId(req.grant);
-    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
+    if (!id)
+      throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(req.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
     const key = keys.grant(id.module, id.requirement);
-    const [existing, grant, registrations] = await Promise.all([records.read(key), readJson(store.kv.grants, key, Grant), registry.list(id.module, id.requirement)]);
+    const [existing, grant, registrations] = await Promise.all([
+      records.read(key),
+      readJson(store.kv.grants, key, Grant),
+      registry.list(id.module, id.requirement),
+    ]);
     // A retry of a request that started a rotation already: that rotation is the answer.
     if (startedBy(req, existing?.value)) return existing.value;
     // A revocation supersedes a running rotation (not a handover, nor another revocation): k and the staged k+1 both go, k+2 goes out.
@@ -66,7 +74,9 @@ export function staging(ctx: RotatorContext, deps: { registry: HolderRegistry; s
     const g = grant?.value;
     if (!g) throw new MeshError(ErrorCodes.NotFound, `grant ${req.grant} does not exist; meshctl status lists the grants`);
     if (!g.provider || g.generation === 0 || !isTrue(g.conditions, "Provisioned")) {
-      throw new MeshError(ErrorCodes.Conflict, `grant ${req.grant} is not provisioned yet (generation ${g.generation}); nothing to rotate until it is`, { retryable: true });
+      throw new MeshError(ErrorCodes.Conflict, `grant ${req.grant} is not provisioned yet (generation ${g.generation}); nothing to rotate until it is`, {
+        retryable: true,
+      });
     }
     const now = new Date();
     const holders = holdersOf(g, registrations, now);
@@ -107,7 +117,11 @@ export function staging(ctx: RotatorContext, deps: { registry: HolderRegistry; s
       ...(req.revoke ? { revoke: { ...req.revoke, ...(superseded ? { supersedes: superseded.to } : {}) } } : {}),
       to,
     });
-    if (superseded) log.warn({ rotation: rotation.id, superseded: superseded.id }, `revocation ${rotation.id} supersedes rotation ${superseded.id}: generations ${superseded.from} and ${superseded.to} both go at its commit`);
+    if (superseded)
+      log.warn(
+        { rotation: rotation.id, superseded: superseded.id },
+        `revocation ${rotation.id} supersedes rotation ${superseded.id}: generations ${superseded.from} and ${superseded.to} both go at its commit`,
+      );
     try {
       // Create, or replace a committed one, at the revision read.
       await persist(key, cur?.revision, rotation);
@@ -145,14 +159,24 @@ export function staging(ctx: RotatorContext, deps: { registry: HolderRegistry; s
       if (!probe || next === undefined) continue;
       const f = probe.finding;
       if (f.state === "unreachable") {
-        log.warn({ grant: g.id, provider: doc.name }, `rotating ${g.id}: ${f.message}; generation ${to} is set there when it answers again (repair: ${probe.policy})`);
+        log.warn(
+          { grant: g.id, provider: doc.name },
+          `rotating ${g.id}: ${f.message}; generation ${to} is set there when it answers again (repair: ${probe.policy})`,
+        );
         continue;
       }
       if (f.state === "rejected") {
-        throw new MeshError(ErrorCodes.ProviderRejected, `cannot rotate ${g.id}, the admin password of provider ${doc.name}: ${f.message}; nothing was told to its holders. Rotate again once it is fixed`, { retryable: true });
+        throw new MeshError(
+          ErrorCodes.ProviderRejected,
+          `cannot rotate ${g.id}, the admin password of provider ${doc.name}: ${f.message}; nothing was told to its holders. Rotate again once it is fixed`,
+          { retryable: true },
+        );
       }
       await setAdminSecret(doc, probe, to, next);
-      log.info({ grant: g.id, provider: doc.name }, `rotating ${g.id}: generation ${to} set at the server of provider ${doc.name} (${doc.endpoint}) before its holders are told`);
+      log.info(
+        { grant: g.id, provider: doc.name },
+        `rotating ${g.id}: generation ${to} set at the server of provider ${doc.name} (${doc.endpoint}) before its holders are told`,
+      );
     }
   };
 

@@ -18,7 +18,16 @@ import {
   type Grant,
   type Store,
 } from "@mesh/shared";
-import { createAdapter, probeAdminSecret, repairAdminSecret, withAdminSecret, type AdapterPool, type CredentialStore, type LoginResult, type ProviderAdapter } from "@mesh/providers";
+import {
+  createAdapter,
+  probeAdminSecret,
+  repairAdminSecret,
+  withAdminSecret,
+  type AdapterPool,
+  type CredentialStore,
+  type LoginResult,
+  type ProviderAdapter,
+} from "@mesh/providers";
 import { classifyCheck, type Observation } from "./classify.js";
 import type { RepairAction } from "./repair-plan.js";
 
@@ -34,11 +43,15 @@ export interface CheckDeps {
 }
 
 /** The adapter of the grant's provider: with its admin connection when the verifier has its password, else login only. */
-async function adapterFor(deps: CheckDeps, grant: Grant): Promise<{ adapter: ProviderAdapter; admin: boolean; adminProblem?: string; close?: () => Promise<void> } | undefined> {
+async function adapterFor(
+  deps: CheckDeps,
+  grant: Grant,
+): Promise<{ adapter: ProviderAdapter; admin: boolean; adminProblem?: string; close?: () => Promise<void> } | undefined> {
   let doc: ProviderDoc | undefined;
   if (grant.provider !== BUILTIN_SECRET_PROVIDER) {
     // From the listing every check shares (PROVIDERS_LIST_MS old at most); one just registered is read by itself.
-    doc = (await providerDocs(deps)).find((d) => d.key === grant.provider)?.value ?? (await readJson(deps.store.kv.providers, grant.provider!, ProviderDoc))?.value;
+    doc =
+      (await providerDocs(deps)).find((d) => d.key === grant.provider)?.value ?? (await readJson(deps.store.kv.providers, grant.provider!, ProviderDoc))?.value;
     if (!doc) return undefined; // the resolver re-resolves the grant; nothing to check against
   }
   try {
@@ -119,10 +132,17 @@ async function checkAdminSecret(deps: CheckDeps, grant: Grant, now: () => Date):
     if (f.state === "diverged") return result("CredentialDiverged", f.message, f.accepted);
     if (f.state === "rejected") return result("CredentialRejected", f.message);
     if (f.state === "unreachable") return result("ProviderUnreachable", f.message);
-    accepted.push(`the server of provider ${doc.name} at ${doc.endpoint} accepts generation ${f.generation}${f.state === "staged" ? " (staged by the rotation under way)" : ""} as its admin password`);
+    accepted.push(
+      `the server of provider ${doc.name} at ${doc.endpoint} accepts generation ${f.generation}${f.state === "staged" ? " (staged by the rotation under way)" : ""} as its admin password`,
+    );
   }
   if (accepted.length === 0) return undefined;
-  return { ok: true, message: `generation ${grant.generation} of ${grant.id} is there; ${accepted.join("; ")}`, generation: grant.generation, observedAt: now().toISOString() };
+  return {
+    ok: true,
+    message: `generation ${grant.generation} of ${grant.id} is there; ${accepted.join("; ")}`,
+    generation: grant.generation,
+    observedAt: now().toISOString(),
+  };
 }
 
 /** The check of `grant` at its own provider; see {@link checkGrant}. */
@@ -142,7 +162,9 @@ async function checkAtProvider(deps: CheckDeps, grant: Grant, now: () => Date): 
     const observed: Observation = login.ok
       ? { exists: true, details: {} }
       : a.admin
-        ? await a.adapter.observe({ grant: ref }).then((r): Observation => ({ exists: r.exists, details: r.details, ...(r.missing ? { missing: r.missing } : {}) }), observationOf)
+        ? await a.adapter
+            .observe({ grant: ref })
+            .then((r): Observation => ({ exists: r.exists, details: r.details, ...(r.missing ? { missing: r.missing } : {}) }), observationOf)
         : { error: "failed", message: a.adminProblem ?? "no admin connection" };
     const older: Array<{ generation: number; result: LoginResult }> = [];
     if (!login.ok && login.reason !== "unreachable") {
@@ -192,7 +214,11 @@ export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairA
     const cred = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
     if (!cred) throw new MeshError(ErrorCodes.NotFound, `generation ${grant.generation} of ${grant.id} is not in the credential history`);
     await withAdminSecret(deps, grant.kind, doc, by, (adapter) =>
-      adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret, options: grant.options }),
+      adapter.create({
+        grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation },
+        secret: cred.secret,
+        options: grant.options,
+      }),
     );
     return undefined;
   }
@@ -200,11 +226,18 @@ export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairA
   if (!a) throw new MeshError(ErrorCodes.NotFound, `provider ${grant.provider} is not registered`);
   try {
     if (!a.admin) {
-      throw new MeshError(ErrorCodes.ProviderMisconfigured, `cannot ${action === "recreate" ? "re-create" : "re-apply"} without the provider's admin connection: ${a.adminProblem}`);
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `cannot ${action === "recreate" ? "re-create" : "re-apply"} without the provider's admin connection: ${a.adminProblem}`,
+      );
     }
     const cred = await deps.credentials.read(grant.module, grant.requirement, grant.generation);
     if (!cred) throw new MeshError(ErrorCodes.NotFound, `generation ${grant.generation} of ${grant.id} is not in the credential history`);
-    await a.adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation }, secret: cred.secret, options: grant.options });
+    await a.adapter.create({
+      grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation },
+      secret: cred.secret,
+      options: grant.options,
+    });
     return undefined;
   } finally {
     await a.close?.();

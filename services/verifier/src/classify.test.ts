@@ -32,9 +32,17 @@ describe("classifyCheck", () => {
     { name: "role gone (scram says 'password failed')", in: { current: rejected, observed: roleGone }, reason: "ResourceMissing" },
     { name: "database gone", in: { current: missingDb }, reason: "ResourceMissing" },
     { name: "password changed", in: { current: rejected }, reason: "CredentialRejected" },
-    { name: "password changed, older ones rejected too", in: { current: rejected, older: [{ generation: 1, result: rejected }] }, reason: "CredentialRejected" },
+    {
+      name: "password changed, older ones rejected too",
+      in: { current: rejected, older: [{ generation: 1, result: rejected }] },
+      reason: "CredentialRejected",
+    },
     { name: "older generation works", in: { current: rejected, older: [{ generation: 1, result: ok }] }, reason: "CredentialDiverged" },
-    { name: "older works though the current role is gone (alternating roles)", in: { current: rejected, observed: roleGone, older: [{ generation: 1, result: ok }] }, reason: "CredentialDiverged" },
+    {
+      name: "older works though the current role is gone (alternating roles)",
+      in: { current: rejected, observed: roleGone, older: [{ generation: 1, result: ok }] },
+      reason: "CredentialDiverged",
+    },
     { name: "unobservable and rejected", in: { current: rejected, observed: adminRefused }, reason: "CredentialRejected" },
   ])("$name → $reason", ({ in: input, reason }) => {
     const c = classifyCheck(base(input as Partial<CheckInputs>));
@@ -43,7 +51,16 @@ describe("classifyCheck", () => {
   });
 
   it("names the generation that works, the newest first", () => {
-    const c = classifyCheck(base({ generation: 4, current: rejected, older: [{ generation: 3, result: rejected }, { generation: 2, result: ok }] }));
+    const c = classifyCheck(
+      base({
+        generation: 4,
+        current: rejected,
+        older: [
+          { generation: 3, result: rejected },
+          { generation: 2, result: ok },
+        ],
+      }),
+    );
     expect(c).toMatchObject({ reason: "CredentialDiverged", divergedTo: 2 });
     expect(c.message).toContain("accepts generation 2 of shop/db, not the current generation 4");
   });

@@ -20,7 +20,11 @@ const probe = (over: Partial<ProbeResult>): ProbeResult => ({
   intervalMs: 1_000,
   ...over,
 });
-const unreachableB = probe({ ok: false, reason: "ProviderUnreachable", message: "provider pg-main cannot be reached from node node-b: connect ECONNREFUSED 127.0.0.1:5432" });
+const unreachableB = probe({
+  ok: false,
+  reason: "ProviderUnreachable",
+  message: "provider pg-main cannot be reached from node node-b: connect ECONNREFUSED 127.0.0.1:5432",
+});
 
 describe("foldVerified", () => {
   it("is Verified when the verifier and every current probe pass, naming where from", () => {
@@ -44,12 +48,25 @@ describe("foldVerified", () => {
   });
 
   it("ignores probes of parts that are no longer targets", () => {
-    const c = foldVerified({ grant: { ...grant, targets: [grant.targets[0]!] }, verifier: verifierOk, probes: { "node-b/worker": unreachableB }, now, policy: "auto" });
+    const c = foldVerified({
+      grant: { ...grant, targets: [grant.targets[0]!] },
+      verifier: verifierOk,
+      probes: { "node-b/worker": unreachableB },
+      now,
+      policy: "auto",
+    });
     expect(c.status).toBe("True");
   });
 
   it("the verifier's failure comes first, with what to do under report", () => {
-    const verifier: CheckResult = { ok: false, reason: "CredentialDiverged", divergedTo: 1, message: "provider pg-main accepts generation 1 of shop/db, not the current generation 2", generation: 2, observedAt: at(1) };
+    const verifier: CheckResult = {
+      ok: false,
+      reason: "CredentialDiverged",
+      divergedTo: 1,
+      message: "provider pg-main accepts generation 1 of shop/db, not the current generation 2",
+      generation: 2,
+      observedAt: at(1),
+    };
     const c = foldVerified({ grant, verifier, probes: { "node-b/worker": unreachableB }, now, policy: "report" });
     expect(c).toMatchObject({ status: "False", reason: "CredentialDiverged" });
     expect(c.message).toContain("accepts generation 1");
@@ -59,7 +76,13 @@ describe("foldVerified", () => {
 
   it("the same outcome gives the same message, whatever the times", () => {
     const a = foldVerified({ grant, verifier: verifierOk, probes: { "node-a/api": probe({}) }, now, policy: "auto" });
-    const b = foldVerified({ grant, verifier: { ...verifierOk, observedAt: at(3) }, probes: { "node-a/api": probe({ observedAt: at(2) }) }, now: now + 500, policy: "auto" });
+    const b = foldVerified({
+      grant,
+      verifier: { ...verifierOk, observedAt: at(3) },
+      probes: { "node-a/api": probe({ observedAt: at(2) }) },
+      now: now + 500,
+      policy: "auto",
+    });
     expect(b).toEqual(a);
   });
 });
@@ -67,7 +90,11 @@ describe("foldVerified", () => {
 describe("advice", () => {
   const ctx = { grant: "shop/db", generation: 2, provider: "pg-main" };
   it.each([
-    { reason: "ResourceMissing", policy: "report", text: "re-create it with generation 2's credential with `meshctl verify shop/db --repair`, or find out who removed it" },
+    {
+      reason: "ResourceMissing",
+      policy: "report",
+      text: "re-create it with generation 2's credential with `meshctl verify shop/db --repair`, or find out who removed it",
+    },
     { reason: "CredentialRejected", policy: "report", text: "or find out who changed the password" },
     { reason: "CredentialDiverged", policy: "auto", text: "the verifier will re-apply generation 2's credential" },
     { reason: "ProviderUnreachable", policy: "auto", text: "check that provider pg-main runs" },
@@ -76,9 +103,13 @@ describe("advice", () => {
   });
   it("for a secret that is a provider's admin password: what the mesh does about its server, or the command", () => {
     const secret = { grant: "pg/admin-password", generation: 2, provider: "builtin-secret", kind: "secret" as const, divergedTo: 1 };
-    expect(advice("CredentialDiverged", { ...secret, policy: "auto" })).toBe("the mesh will log in with generation 1 and set generation 2 at the server, then carry on (repair: auto on pg/admin-password)");
+    expect(advice("CredentialDiverged", { ...secret, policy: "auto" })).toBe(
+      "the mesh will log in with generation 1 and set generation 2 at the server, then carry on (repair: auto on pg/admin-password)",
+    );
     expect(advice("CredentialDiverged", { ...secret, policy: "report" })).toContain("run `meshctl verify pg/admin-password --repair`");
-    expect(advice("ProviderUnreachable", { ...secret, policy: "auto" })).toBe("make that server run and answer at its endpoint; the verifier checks again by itself");
+    expect(advice("ProviderUnreachable", { ...secret, policy: "auto" })).toBe(
+      "make that server run and answer at its endpoint; the verifier checks again by itself",
+    );
     expect(advice("ProviderUnreachable", { ...secret, policy: "auto" })).not.toContain("builtin-secret");
   });
   it("says when a repair failed, or a rotation holds it back", () => {
@@ -95,7 +126,16 @@ describe("verificationBasis", () => {
     expect(verificationBasis({ ...grant, holders: { ...grant.holders, "node-b/worker": { generation: 2, deliveredAt: at(0) } } })).not.toBe(b);
     expect(verificationBasis({ ...grant, repair: "report" })).not.toBe(b);
     // A repair recorded by another service (the provisioner, of a provider's admin secret).
-    const repaired = { at: at(1), by: "provisioner@h/1", action: "reapply", reason: "CredentialDiverged", generation: 2, outcome: "repaired", message: "m", requested: false } as const;
+    const repaired = {
+      at: at(1),
+      by: "provisioner@h/1",
+      action: "reapply",
+      reason: "CredentialDiverged",
+      generation: 2,
+      outcome: "repaired",
+      message: "m",
+      requested: false,
+    } as const;
     expect(verificationBasis({ ...grant, repairs: [repaired] })).not.toBe(b);
     expect(verificationBasis({ ...grant, targets: [...grant.targets].reverse() })).toBe(b);
   });

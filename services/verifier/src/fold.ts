@@ -38,7 +38,16 @@ export function verificationBasis(g: Grant): string {
 /** What the operator should do about `reason`, given the repair policy. */
 export function advice(
   reason: CheckFailureReason,
-  ctx: { grant: string; generation: number; provider: string; policy: RepairPolicy; rotating?: boolean; repairFailed?: string; divergedTo?: number; kind?: Grant["kind"] },
+  ctx: {
+    grant: string;
+    generation: number;
+    provider: string;
+    policy: RepairPolicy;
+    rotating?: boolean;
+    repairFailed?: string;
+    divergedTo?: number;
+    kind?: Grant["kind"];
+  },
 ): string {
   const force = `meshctl verify ${ctx.grant} --repair`;
   if (ctx.kind === Kinds.Secret) return adminSecretCheckAdvice(reason, ctx);
@@ -66,7 +75,8 @@ export function advice(
 /** {@link advice} for a secret that is a provider's admin password: the message names the server; this says what happens next. */
 function adminSecretCheckAdvice(reason: CheckFailureReason, ctx: Parameters<typeof advice>[1]): string {
   if (reason === "ProviderUnreachable") return "make that server run and answer at its endpoint; the verifier checks again by itself";
-  if (reason !== "CredentialDiverged" || ctx.divergedTo === undefined) return "the mesh cannot log in there to set it; do as said, and the verifier checks again by itself";
+  if (reason !== "CredentialDiverged" || ctx.divergedTo === undefined)
+    return "the mesh cannot log in there to set it; do as said, and the verifier checks again by itself";
   if (ctx.repairFailed) return `the repair failed (${ctx.repairFailed}); it is tried again at the next check`;
   if (ctx.rotating) return `a rotation of ${ctx.grant} is in progress, so the verifier does not repair it now`;
   return adminSecretAdvice({ accepted: ctx.divergedTo, current: ctx.generation }, ctx.grant, ctx.policy);
@@ -100,7 +110,15 @@ function list(items: string[]): string {
 export function foldVerified(f: FoldInput): Omit<Condition, "observedAt"> {
   const { grant: g } = f;
   const provider = g.provider ?? "?";
-  const ctx = { grant: g.id, generation: g.generation, provider, policy: f.policy, rotating: f.rotating, repairFailed: f.repairFailed, ...(g.kind ? { kind: g.kind } : {}) };
+  const ctx = {
+    grant: g.id,
+    generation: g.generation,
+    provider,
+    policy: f.policy,
+    rotating: f.rotating,
+    repairFailed: f.repairFailed,
+    ...(g.kind ? { kind: g.kind } : {}),
+  };
   if (!f.verifier.ok) {
     const reason = f.verifier.reason ?? "CredentialRejected";
     return {

@@ -23,4 +23,9 @@ try {
   process.stderr.write(`mesh-verifier: ${errorMessage(e)}\n`);
   process.exit(1);
 }
-await runService("verifier", traced("mesh-verifier", packageVersion(import.meta.url), async ({ store, log }) => startVerifier({ store, masterKey: storeKeyRing(store, serviceMasterKey(log)), log, intervalMs })));
+await runService(
+  "verifier",
+  traced("mesh-verifier", packageVersion(import.meta.url), async ({ store, log }) =>
+    startVerifier({ store, masterKey: storeKeyRing(store, serviceMasterKey(log)), log, intervalMs }),
+  ),
+);

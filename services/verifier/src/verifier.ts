@@ -115,7 +115,12 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const instance = opts.instance ?? `verifier@${hostname()}/${process.pid}`;
   const random = opts.random ?? Math.random;
   const probeTimeoutMs = opts.probeTimeoutMs ?? 3_000;
-  const deps: CheckDeps = { store, credentials: new CredentialStore(store.kv.credentials, opts.masterKey), adapters: new AdapterPool(env, keysOf(opts.masterKey).kek), env };
+  const deps: CheckDeps = {
+    store,
+    credentials: new CredentialStore(store.kv.credentials, opts.masterKey),
+    adapters: new AdapterPool(env, keysOf(opts.masterKey).kek),
+    env,
+  };
   const stats: Omit<VerifierStats, "leadMs"> = { checks: 0, skipped: 0, repairs: 0, probes: 0, transitions: 0, errors: 0, late: 0 };
   /** Late checks not yet told in the log, and the longest gap among them; told at most once a minute. */
   const lateness = { count: 0, worstMs: 0, toldAt: 0 };
@@ -175,17 +180,20 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const scheduleAt = (key: string, placed: Placement) => {
     if (stopped) return timeline.release(placed);
     unschedule(key);
-    const timer = setTimeout(() => {
-      timers.delete(key);
-      timeline.release(placed);
-      // Another instance owns it now: it is scheduled there (and here again if it comes back, see onChange).
-      if (!owns(key)) return;
-      request(key, { mode: "scheduled", dueAt: placed.at }).catch((e: unknown) => {
-        stats.errors++;
-        log.warn({ key, err: e }, "scheduled verification failed; retrying");
-        schedule(key, Math.min(defaultInterval, 5_000));
-      });
-    }, Math.max(0, placed.at - Date.now()));
+    const timer = setTimeout(
+      () => {
+        timers.delete(key);
+        timeline.release(placed);
+        // Another instance owns it now: it is scheduled there (and here again if it comes back, see onChange).
+        if (!owns(key)) return;
+        request(key, { mode: "scheduled", dueAt: placed.at }).catch((e: unknown) => {
+          stats.errors++;
+          log.warn({ key, err: e }, "scheduled verification failed; retrying");
+          schedule(key, Math.min(defaultInterval, 5_000));
+        });
+      },
+      Math.max(0, placed.at - Date.now()),
+    );
     timer.unref();
     timers.set(key, { timer, placed });
   };
@@ -245,7 +253,11 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
           ? { ...cur, conditions: cur.conditions.filter((c) => c.type !== "Verified") }
           : undefined,
       );
-      return { grant: updated ?? g, checked: false, notCheckable: !g.provider ? "it has no provider (see its Resolved condition)" : "it has no credential yet (generation 0)" };
+      return {
+        grant: updated ?? g,
+        checked: false,
+        notCheckable: !g.provider ? "it has no provider (see its Resolved condition)" : "it has no credential yet (generation 0)",
+      };
     }
     const interval = intervalOf(g, defaultInterval);
     const policy = g.repair ?? "auto";
@@ -280,27 +292,41 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     const persist = async (result: CheckResult | undefined, extra: { repair?: RepairEvent; repairFailed?: string } = {}) => {
       const read = recRead;
       recRead = undefined;
-      const stored = await mutateJson(store.kv.verifications, key, Verification, (cur) => {
-        const base: Verification | undefined = result
-          ? { grant: g.id, basis, checkedAt: result.observedAt, checkedBy: instance, verifier: result, probes: cur?.probes ?? {} }
-          : cur;
-        if (!base) return undefined;
-        let changed = result !== undefined;
-        const next: Verification["probes"] = {};
-        for (const [holder, probe] of Object.entries(base.probes)) {
-          if (targets.has(holder) && !(probesSince !== undefined && Date.parse(probe.observedAt) < probesSince)) next[holder] = probe;
-          else changed = true; // no longer a holder, or from before a repair
-        }
-        for (const r of probes) {
-          const holder = holderKey(r.node, r.part);
-          if (!targets.has(holder) || !probeWorthStoring(next[holder], r.result)) continue;
-          next[holder] = r.result;
-          changed = true;
-        }
-        return changed ? { ...base, probes: next } : undefined;
-      }, read !== undefined ? { read } : {});
+      const stored = await mutateJson(
+        store.kv.verifications,
+        key,
+        Verification,
+        (cur) => {
+          const base: Verification | undefined = result
+            ? { grant: g.id, basis, checkedAt: result.observedAt, checkedBy: instance, verifier: result, probes: cur?.probes ?? {} }
+            : cur;
+          if (!base) return undefined;
+          let changed = result !== undefined;
+          const next: Verification["probes"] = {};
+          for (const [holder, probe] of Object.entries(base.probes)) {
+            if (targets.has(holder) && !(probesSince !== undefined && Date.parse(probe.observedAt) < probesSince)) next[holder] = probe;
+            else changed = true; // no longer a holder, or from before a repair
+          }
+          for (const r of probes) {
+            const holder = holderKey(r.node, r.part);
+            if (!targets.has(holder) || !probeWorthStoring(next[holder], r.result)) continue;
+            next[holder] = r.result;
+            changed = true;
+          }
+          return changed ? { ...base, probes: next } : undefined;
+        },
+        read !== undefined ? { read } : {},
+      );
       if (!stored || stored.verifier.generation !== g.generation) return { stored, grant: g };
-      const cond = foldVerified({ grant: g, verifier: stored.verifier, probes: stored.probes, now: Date.now(), policy, rotating, ...(extra.repairFailed ? { repairFailed: extra.repairFailed } : {}) });
+      const cond = foldVerified({
+        grant: g,
+        verifier: stored.verifier,
+        probes: stored.probes,
+        now: Date.now(),
+        policy,
+        rotating,
+        ...(extra.repairFailed ? { repairFailed: extra.repairFailed } : {}),
+      });
       // The grant as read at the start already says this (the usual outcome): no read of it again.
       // A change of the grant since then is an event of its own, which runs this again.
       if (!extra.repair && setCondition(g.conditions, cond) === g.conditions) return { stored, grant: g };
@@ -474,16 +500,22 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
 
   const api = serveJson(store.nc, subjects.verify, QueueGroups.verifier, log, async (body): Promise<VerifyReply> => {
     const parsed = VerifyRequest.safeParse(body);
-    if (!parsed.success) throw new MeshError(ErrorCodes.InvalidRequest, `not a verify request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+    if (!parsed.success)
+      throw new MeshError(ErrorCodes.InvalidRequest, `not a verify request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
     const id = parseGrantId(parsed.data.grant);
-    if (!id) throw new MeshError(ErrorCodes.InvalidRequest, `not a grant id: ${JSON.stringify(parsed.data.grant)} (expected <module>/<requirement>, as meshctl status shows)`);
+    if (!id)
+      throw new MeshError(
+        ErrorCodes.InvalidRequest,
+        `not a grant id: ${JSON.stringify(parsed.data.grant)} (expected <module>/<requirement>, as meshctl status shows)`,
+      );
     const o = await verify(keys.grant(id.module, id.requirement), { repair: parsed.data.repair ?? false });
     if (!o.grant) throw new MeshError(ErrorCodes.NotFound, `grant ${parsed.data.grant} does not exist; meshctl status lists the grants`);
     const condition = getCondition(o.grant.conditions, "Verified");
     if (!o.checked && o.notCheckable) {
       throw new MeshError(ErrorCodes.Conflict, `grant ${parsed.data.grant} cannot be verified now: ${o.notCheckable}`, { retryable: true });
     }
-    if (!condition || !o.verification) throw new MeshError(ErrorCodes.Internal, `grant ${parsed.data.grant} was checked but has no Verified condition`, { retryable: true });
+    if (!condition || !o.verification)
+      throw new MeshError(ErrorCodes.Internal, `grant ${parsed.data.grant} was checked but has no Verified condition`, { retryable: true });
     return { ok: true, grant: o.grant.id, condition, verification: o.verification, ...(o.repair ? { repair: o.repair } : {}) };
   });
 

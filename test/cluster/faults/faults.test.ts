@@ -7,7 +7,20 @@
  * history of every grant touched is consistent. Each prints its time to resume.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TWICE, allReady, applyDocs, bindingDir, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, startMeshWithApp, type HolderQueries, type MeshOnCluster } from "../mesh-on-cluster.js";
+import {
+  TWICE,
+  allReady,
+  applyDocs,
+  bindingDir,
+  generationOf,
+  grantInvariants,
+  printResume,
+  queryEvery50ms,
+  rotationOf,
+  startMeshWithApp,
+  type HolderQueries,
+  type MeshOnCluster,
+} from "../mesh-on-cluster.js";
 import { waitFor } from "../../harness/wait.js";
 import { readHolderAcks } from "@mesh/shared";
 
@@ -102,12 +115,16 @@ describe("faults on the mesh on a three-server cluster", () => {
         let ended = 0;
         try {
           const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"]);
-          await waitFor("the rotation waiting for node-b", async () => {
-            const r = await rotationOf(t.store, "app", "bus");
-            if (!r || r.to !== from + 1 || r.state === "Committed" || r.broadcasts.length === 0) return false;
-            // Who confirmed is JetStream's while it runs: each holder's consumer's ack floor.
-            return (await readHolderAcks(t.store.jsm, r)).some((h) => h.holder === "node-a/api" && h.acked);
-          }, 60_000);
+          await waitFor(
+            "the rotation waiting for node-b",
+            async () => {
+              const r = await rotationOf(t.store, "app", "bus");
+              if (!r || r.to !== from + 1 || r.state === "Committed" || r.broadcasts.length === 0) return false;
+              // Who confirmed is JetStream's while it runs: each holder's consumer's ack floor.
+              return (await readHolderAcks(t.store.jsm, r)).some((h) => h.holder === "node-a/api" && h.acked);
+            },
+            60_000,
+          );
           // Work for the provisioner meanwhile: a module being provisioned when its instance dies.
           const name = `kill-${service}-${which === "second" ? 2 : 1}`;
           modules.push(name);
@@ -132,4 +149,3 @@ describe("faults on the mesh on a three-server cluster", () => {
     }
   });
 });
-

@@ -15,7 +15,18 @@ import { closeSync, openSync, readFileSync, readlinkSync } from "node:fs";
 import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Rotation } from "@mesh/shared";
-import { allReady, bindingDir, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, rotationWaitingFor, startMeshWithApp, type MeshOnCluster } from "../mesh-on-cluster.js";
+import {
+  allReady,
+  bindingDir,
+  generationOf,
+  grantInvariants,
+  printResume,
+  queryEvery50ms,
+  rotationOf,
+  rotationWaitingFor,
+  startMeshWithApp,
+  type MeshOnCluster,
+} from "../mesh-on-cluster.js";
 import { createNetns, type Bridge, type Netns } from "../../harness/netns.js";
 import { waitFor } from "../../harness/wait.js";
 
@@ -74,10 +85,17 @@ describe("a node's agent partitioned from the cluster and reconnected", () => {
     agent = netns.spawn(argv[0]!, argv.slice(1), { cwd, env, stdio: ["ignore", log, log] });
     closeSync(log);
     // Started, not only connected: a start-up cut off half-way is a start that failed (the agent exits; its supervisor starts it again).
-    await waitFor("node-b's agent, in its namespace, started", () => readFileSync(logFile, "utf8").includes('"msg":"agent started"'), 60_000, 250).catch((e: Error) => {
-      throw new Error(`${e.message}\nits log:\n${readFileSync(logFile, "utf8").slice(-4_000)}`);
-    });
-    await waitFor("node-b's agent, in its namespace, connected", async () => (await t.mesh.connections()).filter((c) => c.name === "mesh-agent").length === 2, 60_000, 250);
+    await waitFor("node-b's agent, in its namespace, started", () => readFileSync(logFile, "utf8").includes('"msg":"agent started"'), 60_000, 250).catch(
+      (e: Error) => {
+        throw new Error(`${e.message}\nits log:\n${readFileSync(logFile, "utf8").slice(-4_000)}`);
+      },
+    );
+    await waitFor(
+      "node-b's agent, in its namespace, connected",
+      async () => (await t.mesh.connections()).filter((c) => c.name === "mesh-agent").length === 2,
+      60_000,
+      250,
+    );
 
     const holders = queryEvery50ms(t.cluster, [
       { holder: "node-a/api", dir: bindingDir(t.mesh, "node-a", "app", "api", "bus") },
@@ -90,7 +108,12 @@ describe("a node's agent partitioned from the cluster and reconnected", () => {
       await Promise.all(bridges.map((b) => b.close()));
       bridges = [];
       for (const p of ports) expect(await netns.canConnect(p), `port ${p} from inside`).toBe(false);
-      await waitFor("node-b's agent gone from the cluster", async () => (await t.mesh.connections()).filter((c) => c.name === "mesh-agent").length === 1, 60_000, 250);
+      await waitFor(
+        "node-b's agent gone from the cluster",
+        async () => (await t.mesh.connections()).filter((c) => c.name === "mesh-agent").length === 1,
+        60_000,
+        250,
+      );
       const cutAt = Date.now();
 
       const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "120s", "--json"]);

@@ -9,7 +9,20 @@
  * build: what is shown is the replacement, not a change of version.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { NODES, TWICE, allReady, applyDocs, bindingDir, generationOf, grantInvariants, printResume, queryEvery50ms, rotationOf, startMeshWithApp, type MeshOnCluster } from "../mesh-on-cluster.js";
+import {
+  NODES,
+  TWICE,
+  allReady,
+  applyDocs,
+  bindingDir,
+  generationOf,
+  grantInvariants,
+  printResume,
+  queryEvery50ms,
+  rotationOf,
+  startMeshWithApp,
+  type MeshOnCluster,
+} from "../mesh-on-cluster.js";
 import { waitFor } from "../../harness/wait.js";
 
 const secretModule = (name: string) => ({ kind: "Module", name, parts: [{ name: "app", node: "node-a" }], requires: [{ name: "token", kind: "secret" }] });
@@ -44,21 +57,35 @@ describe("a rolling upgrade of the mesh on a three-server cluster", () => {
     let continued = false;
     try {
       const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "240s", "--json"]);
-      await waitFor("the rotation waiting for node-b", async () => {
-        const r = await rotationOf(t.store, "app", "bus");
-        return r && r.to === from + 1 && r.state !== "Committed";
-      }, 60_000);
+      await waitFor(
+        "the rotation waiting for node-b",
+        async () => {
+          const r = await rotationOf(t.store, "app", "bus");
+          return r && r.to === from + 1 && r.state !== "Committed";
+        },
+        60_000,
+      );
 
       /** Replaces one instance: SIGTERM, then waits for the supervisor's new process, connected. */
       const replace = async (what: string, pid: () => number | undefined, connection: string, count: number) => {
         const old = pid();
         expect(old, what).toBeDefined();
         process.kill(old!, "SIGTERM");
-        await waitFor(`${what} replaced`, () => {
-          const p = pid();
-          return p !== undefined && p !== old;
-        }, 60_000, 100);
-        await waitFor(`${what} connected again`, async () => (await t.mesh.connections()).filter((c) => c.name === connection).length === count || undefined, 60_000, 200);
+        await waitFor(
+          `${what} replaced`,
+          () => {
+            const p = pid();
+            return p !== undefined && p !== old;
+          },
+          60_000,
+          100,
+        );
+        await waitFor(
+          `${what} connected again`,
+          async () => (await t.mesh.connections()).filter((c) => c.name === connection).length === count || undefined,
+          60_000,
+          200,
+        );
         // The supervisor counts an exit within 10 s of a start as a failed start: let this one settle.
         await new Promise((r) => setTimeout(r, 10_000));
       };
