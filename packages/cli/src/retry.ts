@@ -8,7 +8,7 @@
  * rotation it already started.
  */
 import { setTimeout as delay } from "node:timers/promises";
-import { errorMessage, isJetStreamGap, isJetStreamTimeout, isMeshError, jetStreamTimeoutMessage } from "@mesh/shared";
+import { backoffMs, errorMessage, isJetStreamGap, isJetStreamTimeout, isMeshError, jetStreamTimeoutMessage } from "@mesh/shared";
 import { CliError, isCliError } from "./cli-error.js";
 import { isNoResponders } from "./nats-errors.js";
 import type { Output } from "./output.js";
@@ -93,7 +93,7 @@ export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attemp
     } catch (e) {
       // The last pause ends just before the deadline, so the last attempt is made in time.
       const left = policy.deadline - Date.now() - LAST_ATTEMPT_MS;
-      const pauseMs = Math.min(FIRST_PAUSE_MS * 2 ** (attempt - 1), MAX_PAUSE_MS, left);
+      const pauseMs = Math.min(backoffMs(attempt, { firstMs: FIRST_PAUSE_MS, maxMs: MAX_PAUSE_MS }), left);
       if (!isRetryable(e) || pauseMs <= 0) {
         if (attempt === 1 || !isRetryable(e)) throw e;
         const tried = `(tried ${attempt} times over ${seconds(Date.now() - start)}${policy.option ? `; ${policy.option} gives it longer` : ""})`;

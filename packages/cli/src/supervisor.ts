@@ -10,7 +10,11 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync } from "node:fs";
+import { backoffMs, type Backoff } from "@mesh/shared";
 import { openPrivateLog } from "./private-tree.js";
+
+/** How long a service that exited waits before it is started again: 1 s, doubling per quick exit in a row, at most 30 s. */
+const RESTART_BACKOFF: Backoff = { firstMs: 1_000, maxMs: 30_000 };
 
 /** One service to run. */
 export interface ServiceSpec {
@@ -118,7 +122,7 @@ export class Supervisor {
       return;
     }
     const n = Math.max(1, child.quickExits);
-    const delay = this.opts.backoffMs ? this.opts.backoffMs(n) : Math.min(30_000, 1_000 * 2 ** (n - 1));
+    const delay = this.opts.backoffMs ? this.opts.backoffMs(n) : backoffMs(n, RESTART_BACKOFF);
     this.opts.onEvent({ type: "exited", name: child.spec.name, code, signal, logFile: child.spec.logFile, restartInMs: delay });
     child.timer = setTimeout(() => {
       child.timer = undefined;

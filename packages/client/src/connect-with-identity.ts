@@ -117,7 +117,9 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
   });
   let nc: NatsConnection;
   try {
-    nc = await connect(options(() => creds, { maxReconnectAttempts: -1, reconnectTimeWait: 500, ignoreAuthErrorAbort: true }));
+    // Each reconnect waits 0.5 s and up to 1 s more at random, so the holders a server restart
+    // cut off come back spread over 1.5 s rather than together (the client adds 100 ms at most by default).
+    nc = await connect(options(() => creds, { maxReconnectAttempts: -1, reconnectTimeWait: 500, reconnectJitter: 1_000, ignoreAuthErrorAbort: true }));
   } catch (e) {
     const refused = /authorization violation|authentication/i.test(errorMessage(e));
     throw new MeshError(

@@ -51,6 +51,8 @@ import {
   type HolderEndpoint,
   type HolderRegistration,
   type NatsConnection,
+  backoffMs,
+  sleep,
 } from "@mesh/shared";
 
 export interface HoldCredentialOptions {
@@ -223,7 +225,7 @@ class Holder implements CredentialHolder {
         if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout/i.test(errorMessage(e))) attempt = Math.max(attempt, 4);
       }
       if (this.done) break;
-      await new Promise((r) => setTimeout(r, Math.min(2_000, 50 * 2 ** attempt++)));
+      await sleep(backoffMs(++attempt, { firstMs: 50, maxMs: 2_000 }));
     }
   }
 
@@ -278,7 +280,7 @@ class Holder implements CredentialHolder {
           span?.end();
           return false;
         }
-        await new Promise((r) => setTimeout(r, Math.min(5_000, 100 * 2 ** attempt)));
+        await sleep(backoffMs(attempt + 1, { firstMs: 100, maxMs: 5_000 }));
       }
     }
     if (values === undefined || this.done) {

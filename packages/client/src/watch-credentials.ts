@@ -24,6 +24,7 @@ import {
   type CredentialValues,
   type MessageStream,
   type NatsConnection,
+  backoffMs,
 } from "@mesh/shared";
 
 /** Which credentials to watch: every requirement of a part, or one. */
@@ -269,7 +270,7 @@ class Watch implements CredentialWatch {
           else if (!newerFollows) throw e;
           return undefined;
         }
-        await this.sleep(Math.min(RETRY_MAX_MS, 250 * 2 ** Math.min(attempt, 6)));
+        await this.sleep(backoffMs(attempt + 1, { firstMs: 250, maxMs: RETRY_MAX_MS }));
       }
     }
     return undefined;

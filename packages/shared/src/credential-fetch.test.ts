@@ -80,6 +80,13 @@ describe("errorFromReply", () => {
 
 describe("retryDelayMs", () => {
   it("doubles from 0.5 s and stops at 30 s", () => {
-    expect([1, 2, 3, 4, 7, 8, 100].map(retryDelayMs)).toEqual([500, 1_000, 2_000, 4_000, 30_000, 30_000, 30_000]);
+    expect([1, 2, 3, 4, 7, 8, 100].map((n) => retryDelayMs(n, () => 0))).toEqual([500, 1_000, 2_000, 4_000, 30_000, 30_000, 30_000]);
+    // With jitter: between half and all of it, so messages that failed together do not all come back together.
+    for (const n of [1, 4, 100]) {
+      const full = retryDelayMs(n, () => 0);
+      const d = retryDelayMs(n);
+      expect(d).toBeGreaterThanOrEqual(full / 2);
+      expect(d).toBeLessThanOrEqual(full);
+    }
   });
 });

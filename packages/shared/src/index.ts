@@ -38,6 +38,7 @@ export * from "./request-json.js";
 export * from "./logger.js";
 export * from "./tracing.js";
 export * from "./keyed-queue.js";
+export * from "./backoff.js";
 export * from "./membership.js";
 export * from "./connect.js";
 export * from "./store.js";

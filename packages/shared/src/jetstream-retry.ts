@@ -2,6 +2,7 @@
  * Riding out a JetStream that does not answer for a moment (a config reload, a leader
  * election): which errors say so, and retries bounded in time.
  */
+import { backoffMs, sleep } from "./backoff.js";
 import { errorMessage } from "./errors.js";
 
 /** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
@@ -53,15 +54,15 @@ export const JETSTREAM_GAP_RIDE_OUT_MS = 10_000;
 /**
  * Runs `fn`, again while JetStream does not answer ({@link isJetStreamGap}): its API has no
  * responders whenever the server reloads its config (every nats.user change, measured on
- * 2.9.10), and while a cluster elects a leader. Waits 100 ms more before each try, at most
- * 500 ms; gives up with the last error once `withinMs` (default {@link JETSTREAM_GAP_RIDE_OUT_MS})
+ * 2.9.10), and while a cluster elects a leader. Waits from 100 ms, doubling, at most 500 ms,
+ * with jitter (backoff.ts); gives up with the last error once `withinMs` (default {@link JETSTREAM_GAP_RIDE_OUT_MS})
  * has passed. Any other error is thrown at once.
  */
 export function retryJetStreamGap<T>(fn: () => Promise<T>, withinMs = JETSTREAM_GAP_RIDE_OUT_MS): Promise<T> {
   return retryWhile(fn, isJetStreamGap, withinMs);
 }
 
-/** Runs `fn` again while it fails with what `again` accepts, 100 ms more between tries (at most 500 ms), until `withinMs` has passed. */
+/** Runs `fn` again while it fails with what `again` accepts, after waits from 100 ms to 500 ms with jitter, until `withinMs` has passed. */
 async function retryWhile<T>(fn: () => Promise<T>, again: (e: unknown) => boolean, withinMs: number): Promise<T> {
   const end = Date.now() + withinMs;
   for (let attempt = 1; ; attempt++) {
@@ -70,7 +71,7 @@ async function retryWhile<T>(fn: () => Promise<T>, again: (e: unknown) => boolea
     } catch (e) {
       const left = end - Date.now();
       if (left <= 0 || !again(e)) throw e;
-      await new Promise((r) => setTimeout(r, Math.min(100 * attempt, 500, left)));
+      await sleep(Math.min(backoffMs(attempt, { firstMs: 100, maxMs: 500 }), left));
     }
   }
 }

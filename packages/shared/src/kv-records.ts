@@ -8,6 +8,7 @@ import type { z } from "zod";
 import { ErrorCodes, MeshError } from "./errors.js";
 import { storeWrite } from "./bucket-limits.js";
 import { metRevision, noteRevision, revisionFloor } from "./read-floors.js";
+import { backoffMs, sleep } from "./backoff.js";
 import { retryJetStreamGap } from "./jetstream-retry.js";
 
 /** True when a KV write failed because the revision moved (compare-and-set conflict). */
@@ -26,8 +27,8 @@ export const READ_FLOOR_WAIT_MS = 5_000;
 
 /**
  * `kv.get(key)`, again while the replica that answers is behind the revision this process
- * heard of for the key (read-floors.ts): 10 ms more before each try, at most 200 ms, for at
- * most {@link READ_FLOOR_WAIT_MS}; then a retryable `Unavailable` error, so a consumer's
+ * heard of for the key (read-floors.ts): after waits from 10 ms, doubling, at most 200 ms, with
+ * jitter, for at most {@link READ_FLOOR_WAIT_MS}; then a retryable `Unavailable` error, so a consumer's
  * message comes back later rather than being acknowledged on a stale read.
  */
 /** The stream of a KV bucket (`KV_<bucket>`). */
@@ -51,7 +52,7 @@ export async function getAtFloor(kv: KV, key: string) {
         { retryable: true },
       );
     }
-    await new Promise((r) => setTimeout(r, Math.min(10 * attempt, 200)));
+    await sleep(backoffMs(attempt, { firstMs: 10, maxMs: 200 }));
   }
 }
 
@@ -119,7 +120,7 @@ export async function casModify<R extends { revision: number }, W>(
       } catch (e) {
         if (!isCasConflict(e) || attempt >= attempts) throw e;
         // Several writers at one record: spread them out (a conflict over a stale start is no contest).
-        if (fresh) await new Promise((r) => setTimeout(r, Math.random() * 5 * (attempt + 1)));
+        if (fresh) await sleep(backoffMs(attempt + 1, { firstMs: 5, maxMs: 100, jitter: 1 }));
       }
     } else if (fresh) {
       return { wrote: false, current: cur };

@@ -7,6 +7,7 @@
 import { AckPolicy, JetStreamApiError, jetstream, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "./logger.js";
+import { backoffMs, type Backoff } from "./backoff.js";
 import { retryJetStreamGap } from "./jetstream-retry.js";
 import type { Store } from "./store.js";
 import type { KeyedQueue } from "./keyed-queue.js";
@@ -24,9 +25,12 @@ export type StartAt = "all" | "last_per_subject" | "new";
 /** What to do with a handled message: acknowledge it, have it redelivered later, or drop it for good. */
 export type Disposition = "ack" | "retry" | "term";
 
-/** Back-off before a failed message comes back: 0.5 s, doubling per delivery, at most 30 s. */
-export function retryDelayMs(deliveryCount: number): number {
-  return Math.min(30_000, 500 * 2 ** Math.min(Math.max(deliveryCount - 1, 0), 6));
+/** How long a failed message stays away before it comes back: 0.5 s, doubling per delivery, at most 30 s, with jitter ({@link retryDelayMs}). */
+export const REDELIVERY_BACKOFF: Backoff = { firstMs: 500, maxMs: 30_000 };
+
+/** The wait before a failed message comes back for delivery `deliveryCount` + 1, by {@link REDELIVERY_BACKOFF}. */
+export function retryDelayMs(deliveryCount: number, random?: () => number): number {
+  return backoffMs(deliveryCount, REDELIVERY_BACKOFF, random);
 }
 
 /**
