@@ -1,6 +1,6 @@
 /**
- * The console's HTTP side, thin: every request passes console-access.ts's checks, then gets a
- * page (console-views.ts), an asset of the package, or the live channel: Server-Sent Events
+ * The console's HTTP side, thin: every request passes access.ts's checks, then gets a
+ * page (views.ts), an asset of the package, or the live channel: Server-Sent Events
  * that carry the page's new contents whenever the state behind it changed. Nothing here
  * writes to the mesh.
  */
@@ -9,14 +9,14 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { errorMessage } from "@mesh/shared";
-import { checkRequest, type AccessPolicy } from "./console-access.js";
-import { renderDocument, type Linker, type View } from "./console-html.js";
-import type { ConsoleState } from "./console-state.js";
-import { renderRoute, routeConcerns, routeOf, type Route } from "./console-views.js";
+import { checkRequest, type AccessPolicy } from "./access.js";
+import { renderDocument, type Linker, type View } from "./html.js";
+import type { ConsoleState } from "./state.js";
+import { renderRoute, routeConcerns, routeOf, type Route } from "./views.js";
 
 /** The assets the page loads, served from the package's `assets/` directory. */
 const ASSETS: Record<string, string> = { "/assets/console.js": "text/javascript; charset=utf-8", "/assets/console.css": "text/css; charset=utf-8" };
-const assetsDir = new URL("../assets/", import.meta.url);
+const assetsDir = new URL("../../assets/", import.meta.url);
 
 /** What every answer carries: nothing cached, no script but ours, no framing, no referrer (the URL has the token). */
 const SECURITY_HEADERS = {

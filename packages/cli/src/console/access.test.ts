@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { allowedHosts, checkListen, checkRequest, isLoopback, parseListen, type AccessPolicy } from "./console-access.js";
-import { CliError } from "./cli-error.js";
-import { ExitCodes } from "./exit-codes.js";
+import { allowedHosts, checkListen, checkRequest, isLoopback, parseListen, type AccessPolicy } from "./access.js";
+import { CliError } from "../cli-error.js";
+import { ExitCodes } from "../exit-codes.js";
 
 describe("parseListen and checkListen", () => {
   it.each([

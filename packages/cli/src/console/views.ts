@@ -4,10 +4,10 @@
  * the readers `meshctl trace` uses (rotation-records.ts), on the store without credentials.
  */
 import { keys, parseGrantId, rotationId } from "@mesh/shared";
-import { grantPage, graphModel, rotationTimeline } from "./console-model.js";
-import { renderGrant, renderMissing, renderOverview, renderRotation, type Linker, type View } from "./console-html.js";
-import { grantHistory, type ConsoleChange, type ConsoleState } from "./console-state.js";
-import { findRotation, latestRotation, rotationsOf } from "./rotation-records.js";
+import { grantPage, graphModel, rotationTimeline } from "./model.js";
+import { renderGrant, renderMissing, renderOverview, renderRotation, type Linker, type View } from "./html.js";
+import { grantHistory, type ConsoleChange, type ConsoleState } from "./state.js";
+import { findRotation, latestRotation, rotationsOf } from "../rotation-records.js";
 
 /** A page of the console. */
 export type Route = { page: "overview" } | { page: "grant"; grant: string } | { page: "rotation"; rotation: string };

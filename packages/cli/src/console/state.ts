@@ -1,11 +1,11 @@
 /**
- * The console's live copy of the mesh's state: each bucket it shows (console-snapshot.ts) is
+ * The console's live copy of the mesh's state: each bucket it shows (snapshot.ts) is
  * listed once with the same reader the other commands use (`listJson`), then followed by a KV
  * watch started before the listing, so no change falls between them. Listeners hear of every
  * change. The credentials bucket is not among them, and the store handed on has no way to it.
  */
 import { Grant, listJson, retryJetStreamGap, type KV, type Store } from "@mesh/shared";
-import { CONSOLE_BUCKETS, applyChange, emptySnapshot, type ConsoleBucket, type ConsoleSnapshot } from "./console-snapshot.js";
+import { CONSOLE_BUCKETS, applyChange, emptySnapshot, type ConsoleBucket, type ConsoleSnapshot } from "./snapshot.js";
 
 /**
  * The store without its credentials bucket: reaching for it throws, so no code the console

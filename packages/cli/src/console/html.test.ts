@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { esc, renderDocument, renderGrant, renderOverview, renderRotation } from "./console-html.js";
-import { layoutGraph } from "./console-layout.js";
-import { grantPage, rotationTimeline, type GraphModel } from "./console-model.js";
-import { NOW, readyDb, rotationFixture } from "./test-fixtures.js";
+import { esc, renderDocument, renderGrant, renderOverview, renderRotation } from "./html.js";
+import { layoutGraph } from "./layout.js";
+import { grantPage, rotationTimeline, type GraphModel } from "./model.js";
+import { NOW, readyDb, rotationFixture } from "../test-fixtures.js";
 
 const link = (p: string) => `${p}?token=T`;
 

@@ -4,7 +4,7 @@
  * show it and the same graph always lands in the same place. Pure.
  */
 import dagre from "@dagrejs/dagre";
-import type { GraphEdge, GraphModel, GraphNode } from "./console-model.js";
+import type { GraphEdge, GraphModel, GraphNode } from "./model.js";
 
 /** A box's width, and the height of one line of text in it. */
 export const NODE_WIDTH = 250;

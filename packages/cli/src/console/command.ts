@@ -6,12 +6,12 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { errorMessage, type Store } from "@mesh/shared";
-import { CliError } from "./cli-error.js";
-import { DEFAULT_CONSOLE_LISTEN, allowedHosts, checkListen, hostForUrl, parseListen, type ListenAddress } from "./console-access.js";
-import { createConsoleServer, type ConsoleServer } from "./console-server.js";
-import { startConsoleState, type ConsoleState } from "./console-state.js";
-import { ExitCodes } from "./exit-codes.js";
-import type { Output } from "./output.js";
+import { CliError } from "../cli-error.js";
+import { DEFAULT_CONSOLE_LISTEN, allowedHosts, checkListen, hostForUrl, parseListen, type ListenAddress } from "./access.js";
+import { createConsoleServer, type ConsoleServer } from "./server.js";
+import { startConsoleState, type ConsoleState } from "./state.js";
+import { ExitCodes } from "../exit-codes.js";
+import type { Output } from "../output.js";
 
 export interface ConsoleOptions {
   /** `HOST:PORT`; default {@link DEFAULT_CONSOLE_LISTEN}. */

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { keys, type Grant, type ModuleDoc, type ModuleStatus, type ProviderDoc, type ReachabilityRecord, type Rotation, type Verification } from "@mesh/shared";
-import { applyChange, emptySnapshot, type ConsoleSnapshot } from "./console-snapshot.js";
-import { endpointShown, grantPage, graphModel, rotationTimeline } from "./console-model.js";
-import { routeConcerns, routeOf } from "./console-views.js";
-import { NOW, ago, cond, grant, moduleStatus, nodeA, pgMain, readyDb, rotationFixture } from "./test-fixtures.js";
+import { applyChange, emptySnapshot, type ConsoleSnapshot } from "./snapshot.js";
+import { endpointShown, grantPage, graphModel, rotationTimeline } from "./model.js";
+import { routeConcerns, routeOf } from "./views.js";
+import { NOW, ago, cond, grant, moduleStatus, nodeA, pgMain, readyDb, rotationFixture } from "../test-fixtures.js";
 
 /** A snapshot holding these records, each at revision 1. */
 function snapOf(r: {

@@ -18,12 +18,12 @@ import {
   type Rotation,
   type Verification,
 } from "@mesh/shared";
-import { explainModuleAndIdentities, type RequirementState } from "./explain.js";
-import { REQUIREMENT_WORDS, requirementTone } from "./explain-format.js";
-import { rotationProgress, traceRotation, type TraceEvent } from "./rotation-view.js";
-import { conditionTone, stateTone, type Tone } from "./status-format.js";
-import { toStatusGrant, toStatusRotation, type StatusRotation, type StatusVerification } from "./status-report.js";
-import { valuesOf, type ConsoleSnapshot } from "./console-snapshot.js";
+import { explainModuleAndIdentities, type RequirementState } from "../explain.js";
+import { REQUIREMENT_WORDS, requirementTone } from "../explain-format.js";
+import { rotationProgress, traceRotation, type TraceEvent } from "../rotation-view.js";
+import { conditionTone, stateTone, type Tone } from "../status-format.js";
+import { toStatusGrant, toStatusRotation, type StatusRotation, type StatusVerification } from "../status-report.js";
+import { valuesOf, type ConsoleSnapshot } from "./snapshot.js";
 
 /** The columns of the graph, left to right. */
 export type GraphColumn = "module" | "requirement" | "grant" | "provider";

@@ -1,11 +1,11 @@
 /**
- * The console's pages as HTML, from the view models of console-model.ts. Every name and state
+ * The console's pages as HTML, from the view models of model.ts. Every name and state
  * is text in the document (the graph is SVG with `<text>`, and the same facts are in tables
  * beside it), so a test, a screen reader or a search finds them. Every value is escaped. Pure.
  */
-import type { TraceEvent } from "./rotation-view.js";
-import { LINE_HEIGHT, layoutGraph, nodeLines, type GraphLayout } from "./console-layout.js";
-import { TIME_SOURCES, grantHref, rotationHref, type GraphModel, type GrantPage, type RotationTimeline } from "./console-model.js";
+import type { TraceEvent } from "../rotation-view.js";
+import { LINE_HEIGHT, layoutGraph, nodeLines, type GraphLayout } from "./layout.js";
+import { TIME_SOURCES, grantHref, rotationHref, type GraphModel, type GrantPage, type RotationTimeline } from "./model.js";
 
 /** Escapes text for HTML content and attribute values. */
 export function esc(text: string | number): string {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "@mesh/shared";
-import { withoutCredentials } from "./console-state.js";
+import { withoutCredentials } from "./state.js";
 
 describe("withoutCredentials", () => {
   it("hands on every bucket but mesh-credentials, which throws when reached for, saying why", () => {
