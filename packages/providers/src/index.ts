@@ -84,3 +84,4 @@ export { AdapterPool, providerConfig } from "./adapter-pool.js";
 export { probeAdminSecret, repairAdminSecret, setAdminSecret, withAdminSecret, type AdminSecretDeps, type AdminSecretProbe } from "./admin-secret-engine.js";
 export { artifactId, copyArtifacts, copyOrder, sha1Hex, sha256Digest, type CopyOutcome } from "./artifacts.js";
 export { getImage, objectStoreArtifacts, putImage, putPackage } from "./bootstrap-registry.js";
+export { SLOTS, slotName, slotOf, type Slot } from "./alternating.js";

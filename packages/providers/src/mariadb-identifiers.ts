@@ -8,6 +8,7 @@
  */
 import { ErrorCodes, MeshError } from "@mesh/shared";
 import { grantBaseName } from "./grant-base-name.js";
+import { slotName } from "./alternating.js";
 
 /** The identifiers the adapter accepts: lower case, digits and `_`, at most 64 characters. */
 export const MARIADB_IDENTIFIER = /^[a-z_][a-z0-9_]{0,63}$/;
@@ -67,7 +68,7 @@ export function baseName(module: string, requirement: string): string {
 
 /** The user of `generation`: `<base>_a` for odd generations, `<base>_b` for even ones. */
 export function loginUserName(base: string, generation: number): string {
-  return checkIdentifier(`${base}_${generation % 2 === 1 ? "a" : "b"}`, "user name");
+  return checkIdentifier(slotName(base, generation), "user name");
 }
 
 /** All MariaDB names of a grant. */

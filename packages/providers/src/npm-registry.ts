@@ -55,6 +55,7 @@ import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { npmRegistrySink } from "./registry-artifacts.js";
+import { slotName } from "./alternating.js";
 
 /** How long one request to the registry may take. */
 export const REGISTRY_TIMEOUT_MS = 5_000;
@@ -92,7 +93,7 @@ export function npmNames(module: string, requirement: string): { scope: string; 
 
 /** The user of `generation` under `base`: `<base>_a` for odd generations, `<base>_b` for even ones. */
 export function npmUserName(base: string, generation: number): string {
-  const user = `${base}_${generation % 2 === 1 ? "a" : "b"}`;
+  const user = slotName(base, generation);
   if (!NPM_USER_NAME.test(user))
     throw new MeshError(ErrorCodes.InvalidName, `npm user name ${JSON.stringify(user)} is refused: it must match ${NPM_USER_NAME}`);
   return user;

@@ -6,6 +6,7 @@
  */
 import { ErrorCodes, MeshError } from "@mesh/shared";
 import { grantBaseName } from "./grant-base-name.js";
+import { slotName } from "./alternating.js";
 
 /** The identifiers the adapter accepts: lower case, digits and `_`, at most 63 bytes (NAMEDATALEN-1). */
 export const PG_IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -55,7 +56,7 @@ export function baseName(module: string, requirement: string): string {
 
 /** The login role of `generation`: `<base>_a` for odd generations, `<base>_b` for even ones. */
 export function loginRoleName(base: string, generation: number): string {
-  return checkIdentifier(`${base}_${generation % 2 === 1 ? "a" : "b"}`, "role name");
+  return checkIdentifier(slotName(base, generation), "role name");
 }
 
 /** All PostgreSQL names of a grant. */

@@ -56,6 +56,7 @@ import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { fetchFailureCause } from "./fetch-failure.js";
+import { slotName } from "./alternating.js";
 
 /** How long a {@link ProviderAdapter.login} may leave the socket idle while connecting. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -117,7 +118,7 @@ function checkName(name: string, what: string): string {
 
 /** The user of `generation` under `base`: `<base>_a` for odd generations, `<base>_b` for even ones. */
 export function rabbitmqUserName(base: string, generation: number): string {
-  return checkName(`${base}_${generation % 2 === 1 ? "a" : "b"}`, "user name");
+  return checkName(slotName(base, generation), "user name");
 }
 
 /**

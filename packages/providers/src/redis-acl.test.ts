@@ -2,7 +2,8 @@ import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { ErrorCodes, NAME_PATTERN, isMeshError } from "@mesh/shared";
-import { MESH_KEY_PREFIX, REDIS_USER_NAME, aclRules, parseAclUser, passwordHash, recordSelector, redisNames, slotOf } from "./redis-acl.js";
+import { MESH_KEY_PREFIX, REDIS_USER_NAME, aclRules, parseAclUser, passwordHash, recordSelector, redisNames } from "./redis-acl.js";
+import { slotOf } from "./alternating.js";
 
 const meshName = fc
   .stringMatching(/^[a-z](?:-?[a-z0-9]){0,39}$/)

@@ -15,6 +15,7 @@
  */
 import { createHash } from "node:crypto";
 import { ErrorCodes, MeshError } from "@mesh/shared";
+import { SLOTS, type Slot } from "./alternating.js";
 
 /** A mesh name as it may reach an ACL rule: no glob character (`*?[]\`), no space, no `.`, `:` or `/`. */
 const ACL_NAME_PART = /^[a-z][a-z0-9-]*$/;
@@ -85,12 +86,6 @@ export interface SlotValue {
   hash: string;
 }
 
-/**
- * Slot `a` holds an odd generation's password, `b` an even one's, as PostgreSQL's alternating
- * roles: creating generation k replaces only k's slot, so k-1 keeps working.
- */
-export type Slot = "a" | "b";
-
 /** The mesh's record of a user: its mark and its slots. */
 export interface AclRecord {
   /** `<module>/<requirement>` on a user the mesh made; absent on anyone else's. */
@@ -99,10 +94,6 @@ export interface AclRecord {
   b?: SlotValue;
 }
 
-/** The slot of `generation`: `a` for odd, `b` for even. */
-export const slotOf = (generation: number): Slot => (generation % 2 === 1 ? "a" : "b");
-
-const SLOTS: readonly Slot[] = ["a", "b"];
 const GRANT_PATTERN = `~${MESH_KEY_PREFIX}grant:`;
 const SLOT_PATTERN = /^~_mesh:([ab]):([1-9][0-9]{0,15}):([0-9a-f]{64})$/;
 

@@ -36,7 +36,8 @@ import type {
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
-import { aclRules, parseAclUser, passwordHash, redisNames, slotOf, type AclRecord, type AclUser, type RedisNames } from "./redis-acl.js";
+import { aclRules, parseAclUser, passwordHash, redisNames, type AclRecord, type AclUser, type RedisNames } from "./redis-acl.js";
+import { slotOf } from "./alternating.js";
 
 /** How long a {@link ProviderAdapter.login} may take to connect, and then each of AUTH and PING. */
 const LOGIN_TIMEOUT_MS = 3_000;

@@ -7,9 +7,7 @@
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-
-export type Slot = "a" | "b";
-export const slotOf = (generation: number): Slot => (generation % 2 === 1 ? "a" : "b");
+import { slotOf, type Slot } from "@mesh/providers";
 
 export interface UserRecord {
   /** The grant, `<module>/<requirement>`. */
