@@ -40,6 +40,7 @@ import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { ACCOUNT_HOST, META_DATABASE, loginUserName, mariadbNames, quoteAccount as qa, quoteIdentifier as qi } from "./mariadb-identifiers.js";
+import { hasNetworkCode } from "./network-errors.js";
 
 /** How long a {@link ProviderAdapter.login} may take, connect and `select 1` each. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -487,24 +488,14 @@ async function killSessions(c: Conn, user: string): Promise<void> {
   for (const r of rows) await ignoring(ER.NO_SUCH_THREAD, c.query("KILL CONNECTION ?", [Number(r.id)]));
 }
 
-const NETWORK_CODES = new Set([
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EPIPE",
-  "PROTOCOL_CONNECTION_LOST",
-  "PROTOCOL_SEQUENCE_TIMEOUT",
-]);
+/** mysql2's own codes for a connection lost or a server that stopped answering, beside the network's. */
+const PROTOCOL_LOST = new Set(["PROTOCOL_CONNECTION_LOST", "PROTOCOL_SEQUENCE_TIMEOUT"]);
 
 /** True when `e` says the server could not be reached or is not accepting connections now. */
 function isUnreachable(e: unknown): boolean {
   const err = e as SqlError;
   const errno = err?.errno;
-  if (NETWORK_CODES.has(err?.code ?? "")) return true;
+  if (hasNetworkCode(e, PROTOCOL_LOST)) return true;
   if (errno === ER.CON_COUNT || errno === ER.SERVER_SHUTDOWN || errno === ER.CONNECTION_KILLED) return true;
   if (Array.isArray(err?.errors) && err.errors.some(isUnreachable)) return true;
   return /timeout|Connection lost/i.test(errorMessage(e));

@@ -34,6 +34,7 @@ import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { loginRoleName, postgresNames, quoteIdentifier as qi } from "./postgres-identifiers.js";
 import { scramSha256Verifier } from "./scram.js";
+import { hasNetworkCode } from "./network-errors.js";
 
 const { Client, Pool, escapeLiteral } = pg;
 
@@ -411,13 +412,11 @@ async function ensureDatabase(c: pg.PoolClient, name: string, group: string): Pr
   await c.query(`REVOKE ALL ON DATABASE ${qi(name)} FROM PUBLIC`);
 }
 
-const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "EPIPE"]);
-
 /** True when `e` says the server could not be reached or is not accepting connections now. */
 function isUnreachable(e: unknown): boolean {
   const err = e as PgError;
   const code = err?.code ?? "";
-  if (NETWORK_CODES.has(code) || code.startsWith("08") || code.startsWith("57P") || code === "53300") return true;
+  if (hasNetworkCode(e) || code.startsWith("08") || code.startsWith("57P") || code === "53300") return true;
   if (Array.isArray(err?.errors) && err.errors.some(isUnreachable)) return true;
   return /timeout|Connection terminated/i.test(errorMessage(e));
 }
