@@ -26,7 +26,8 @@ import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { formatFileProblems, loadManifestFiles, locateDocument, type FileProblem, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { manifestRevisionOf, modulesRevisionNow, waitLine, type ModuleTarget } from "./module-wait.js";
-import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
+import { isRequestTimeout, rootMessage } from "./nats-errors.js";
+import { requestService } from "./service-request.js";
 import type { Output } from "./output.js";
 import { remainingMs, retrying, type RetryPolicy } from "./retry.js";
 import { makeStyle } from "./style.js";
@@ -62,15 +63,6 @@ export const SETTLED_STATES = [ModuleStates.Ready, ModuleStates.NothingRequired]
  * lists what earlier requests of the same apply stored (when the documents took several).
  */
 export type ApplyOutcome = { ok: true; accepted: AppliedDocument[] } | { ok: false; problems: FileProblem[]; stored?: AppliedDocument[] };
-
-/** What to tell a user when nothing answers on the apply subject. */
-export function resolverNotRunningMessage(url: string): string {
-  return [
-    `no resolver answers at ${url}: the resolver is not running, so nothing was applied.`,
-    "Start the whole mesh on this machine with:  npx meshctl up -f FILE",
-    `or only the resolver with:                  NATS_URL=${url} node services/resolver/dist/main.js`,
-  ].join("\n");
-}
 
 /** One request's share of the documents: `count` of them from index `from` (across the files), encoded. */
 export interface ApplyBatch {
@@ -185,28 +177,15 @@ async function storedReport(nc: NatsConnection, files: readonly ManifestFile[], 
 
 /** One apply request: `batch`, a share of the encoded documents of `files`. */
 async function sendApplyOnce(nc: NatsConnection, files: readonly ManifestFile[], batch: ApplyBatch, timeoutMs: number): Promise<ApplyOutcome> {
-  const payload = batch.payload;
-  const server = nc.getServer();
-  const url = server.includes("://") ? server : `nats://${server}`;
-  let body: unknown;
-  try {
-    const reply = await nc.request(subjects.apply, payload, { timeout: timeoutMs });
-    body = reply.json();
-  } catch (e) {
-    if (isNoResponders(e)) throw new CliError(resolverNotRunningMessage(url), undefined, { cause: e, retryable: true });
-    if (isRequestTimeout(e)) {
-      throw new CliError(
-        [
-          `the resolver did not answer within ${Math.round(timeoutMs / 1000)} s.`,
-          "It may be overloaded or stuck: look at its log (.mesh/logs/resolver.log under meshctl up).",
-          "The documents may or may not be stored; applying the same files again is safe.",
-        ].join("\n"),
-        undefined,
-        { cause: e, retryable: true },
-      );
-    }
-    throw new CliError(`the apply request failed: ${rootMessage(e)}`, undefined, { cause: e });
-  }
+  const body = await requestService(nc, subjects.apply, batch.payload, {
+    what: "apply",
+    service: "resolver",
+    timeoutMs,
+    encoded: true,
+    ifTimedOut:
+      "it may be overloaded or stuck: look at its log (.mesh/logs/resolver.log under meshctl up).\n" +
+      "The documents may or may not be stored; applying the same files again is safe.",
+  });
   const parsed = ApplyReply.safeParse(body);
   if (parsed.success) {
     if (parsed.data.ok) return { ok: true, accepted: parsed.data.accepted };

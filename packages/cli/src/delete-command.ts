@@ -8,7 +8,6 @@
 import {
   DeleteReply,
   Grant,
-  errorFromReply,
   isUnneeded,
   listJson,
   keys,
@@ -23,7 +22,7 @@ import {
 import { CliError } from "./cli-error.js";
 import { formatFileProblems, loadManifestFiles, type FileReader } from "./manifest-files.js";
 import { ExitCodes } from "./exit-codes.js";
-import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
+import { notUnderstood, refusal, requestService } from "./service-request.js";
 import type { Output } from "./output.js";
 import { retrying, remainingMs, type RetryPolicy } from "./retry.js";
 
@@ -76,30 +75,16 @@ export async function deleteRequestOfFiles(files: readonly string[], force: bool
 }
 
 async function send(store: Store, req: DeleteRequest, timeout: number): Promise<DeleteReply> {
-  let body: unknown;
-  try {
-    body = (await store.nc.request(subjects.delete, JSON.stringify(req), { timeout })).json();
-  } catch (e) {
-    if (isNoResponders(e))
-      throw new CliError(`no resolver answers at ${store.nc.getServer()}; start the mesh (meshctl up) or its resolver`, ExitCodes.ServiceUnavailable, {
-        cause: e,
-        retryable: true,
-      });
-    if (isRequestTimeout(e))
-      throw new CliError(
-        `the resolver did not answer within ${Math.round(timeout / 1000)} s; nothing may have been deleted (meshctl status shows it)`,
-        ExitCodes.ServiceUnavailable,
-        { cause: e, retryable: true },
-      );
-    throw new CliError(`the delete request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
-  }
-  const refused = errorFromReply(body);
-  if (refused)
-    throw new CliError(`the resolver refused: ${refused.message}`, refused.code === "InvalidRequest" ? ExitCodes.Usage : ExitCodes.Failure, {
-      retryable: refused.retryable,
-    });
+  const body = await requestService(store.nc, subjects.delete, req, {
+    what: "delete",
+    service: "resolver",
+    timeoutMs: timeout,
+    ifTimedOut: "nothing may have been deleted (meshctl status shows it)",
+  });
+  const refused = refusal(body, "resolver");
+  if (refused) throw refused;
   const parsed = DeleteReply.safeParse(body);
-  if (!parsed.success) throw new CliError("the resolver sent a reply meshctl does not understand; are meshctl and the resolver of the same version?");
+  if (!parsed.success) throw notUnderstood("resolver");
   return parsed.data;
 }
 

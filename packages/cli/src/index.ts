@@ -19,17 +19,7 @@ export {
   type LoadResult,
   type ManifestFile,
 } from "./manifest-files.js";
-export {
-  runApply,
-  sendApply,
-  reportApply,
-  formatAccepted,
-  resolverNotRunningMessage,
-  APPLY_TIMEOUT_MS,
-  SETTLED_STATES,
-  type ApplyOptions,
-  type ApplyOutcome,
-} from "./apply-command.js";
+export { runApply, sendApply, reportApply, formatAccepted, APPLY_TIMEOUT_MS, SETTLED_STATES, type ApplyOptions, type ApplyOutcome } from "./apply-command.js";
 export {
   buildStatusReport,
   loadStatus,
@@ -89,15 +79,7 @@ export {
 export { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 export { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
 export { runVerify, formatVerify, VERIFY_TIMEOUT_MS, type VerifyOptions } from "./verify-command.js";
-export {
-  runRotate,
-  followRotation,
-  rotatorNotRunningMessage,
-  alreadyRotatingError,
-  ROTATE_REQUEST_TIMEOUT_MS,
-  WAIT_GRACE_MS,
-  type RotateOptions,
-} from "./rotate-command.js";
+export { runRotate, followRotation, alreadyRotatingError, ROTATE_REQUEST_TIMEOUT_MS, WAIT_GRACE_MS, type RotateOptions } from "./rotate-command.js";
 export { runTrace, type TraceOptions } from "./trace-command.js";
 export { retrying, retryPolicy, isRetryable, remainingMs, DEFAULT_DEADLINE_MS, type RetryPolicy } from "./retry.js";
 export { findRotation, latestRotation, type FoundRotation } from "./rotation-records.js";
@@ -122,3 +104,4 @@ export { checkRotationArg } from "./trace-command.js";
 export { runConsole, startConsole, checkConsoleOptions, type ConsoleOptions, type RunningConsole } from "./console/command.js";
 export { checkRequest, checkListen, parseListen, allowedHosts, isLoopback, DEFAULT_CONSOLE_LISTEN, type AccessPolicy, type Refusal } from "./console/access.js";
 export { graphModel, grantPage, rotationTimeline, type GraphModel, type GrantPage, type RotationTimeline } from "./console/model.js";
+export { notRunningMessage, requestService, type MeshService, type ServiceRequest } from "./service-request.js";

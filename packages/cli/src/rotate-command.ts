@@ -13,17 +13,17 @@ import {
   RotateReply,
   Rotation,
   RotationStates,
-  errorFromReply,
   isRotationRunning,
   keys,
   parseGrantId,
   readJson,
   subjects,
   type Store,
+  errorFromReply,
 } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
-import { ExitCodes, type ExitCode } from "./exit-codes.js";
-import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
+import { ExitCodes } from "./exit-codes.js";
+import { notUnderstood, refusal, requestService } from "./service-request.js";
 import type { Output } from "./output.js";
 import { retrying, retryPolicy, remainingMs, type RetryPolicy } from "./retry.js";
 import { liveLine, watchUntil } from "./live-status.js";
@@ -55,16 +55,6 @@ export interface RotateOptions {
   revoke?: { graceMs: number; reason?: string; by?: string };
 }
 
-/** What to tell a user when nothing answers on the rotate subject. */
-export function rotatorNotRunningMessage(url: string): string {
-  return [
-    `no rotator answers at ${url}: the rotator is not running, so nothing was rotated.`,
-    "Start the whole mesh on this machine with:  npx meshctl up",
-    `or only the rotator with:                   NATS_URL=${url} node services/rotator/dist/main.js`,
-    "(it needs the provisioner's master key: MESH_MASTER_KEY_FILE), or the mesh-rotator systemd unit.",
-  ].join("\n");
-}
-
 /** The refusal for a grant that is already rotating, naming the running rotation. */
 export function alreadyRotatingError(r: Rotation): CliError {
   const p = rotationProgress(r);
@@ -73,11 +63,6 @@ export function alreadyRotatingError(r: Rotation): CliError {
       `Wait for it (meshctl rotate ${r.grant} --wait does not start another; use meshctl trace ${r.id} or meshctl status ${r.grant.split("/")[0]}).`,
     ExitCodes.AlreadyRotating,
   );
-}
-
-function serverUrl(store: Store): string {
-  const server = store.nc.getServer();
-  return server.includes("://") ? server : `nats://${server}`;
 }
 
 /**
@@ -89,43 +74,28 @@ function serverUrl(store: Store): string {
 async function requestRotation(store: Store, opts: RotateOptions, requestId: string, timeout: number): Promise<Rotation> {
   const id = parseGrantId(opts.grant)!;
   const key = keys.grant(id.module, id.requirement);
-  let body: unknown;
-  try {
-    const request = { grant: opts.grant, requestId, ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}), ...(opts.revoke ? { revoke: opts.revoke } : {}) };
-    const m = await store.nc.request(subjects.rotate, JSON.stringify(request), { timeout });
-    body = m.json();
-  } catch (e) {
-    if (isNoResponders(e)) throw new CliError(rotatorNotRunningMessage(serverUrl(store)), ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
-    if (isRequestTimeout(e)) {
-      throw new CliError(
-        `the rotator did not answer within ${Math.round(timeout / 1000)} s; it may be stuck staging the new generation on the provider (see its log).\n` +
-          `The rotation may have started anyway: meshctl status ${id.module} shows it.`,
-        ExitCodes.ServiceUnavailable,
-        { cause: e, retryable: true },
-      );
-    }
-    throw new CliError(`the rotate request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
-  }
-  const refused = errorFromReply(body);
+  const request = { grant: opts.grant, requestId, ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}), ...(opts.revoke ? { revoke: opts.revoke } : {}) };
+  const body = await requestService(store.nc, subjects.rotate, request, {
+    what: "rotate",
+    service: "rotator",
+    timeoutMs: timeout,
+    ifTimedOut:
+      "it may be stuck staging the new generation on the provider (see its log).\n" +
+      `The rotation may have started anyway: meshctl status ${id.module} shows it.`,
+  });
+  const refused = refusal(body, "rotator");
   if (refused) {
-    const codes: Partial<Record<string, ExitCode>> = { [ErrorCodes.NotFound]: ExitCodes.NotFound, [ErrorCodes.InvalidRequest]: ExitCodes.Usage };
-    if (refused.code === ErrorCodes.Conflict) {
+    if (errorFromReply(body)?.code === ErrorCodes.Conflict) {
       // Conflict is "already rotating" or "not provisioned yet": the record tells them apart.
       const cur = (await readJson(store.kv.rotations, key, Rotation))?.value;
       // An earlier attempt of this very request started it (its reply was lost): that is the answer.
       if (cur?.requestId === requestId) return cur;
       if (isRotationRunning(cur)) throw alreadyRotatingError(cur);
     }
-    const retry = refused.retryable ? " Trying again later may succeed." : "";
-    throw new CliError(`the rotator refused: ${refused.message}.${retry}`, codes[refused.code] ?? ExitCodes.Failure, {
-      cause: refused,
-      retryable: refused.retryable,
-    });
+    throw refused;
   }
   const parsed = RotateReply.safeParse(body);
-  if (!parsed.success || !parsed.data.ok) {
-    throw new CliError("the rotator sent a reply meshctl does not understand; are meshctl and the rotator of the same version?");
-  }
+  if (!parsed.success || !parsed.data.ok) throw notUnderstood("rotator");
   return parsed.data.rotation;
 }
 
@@ -244,27 +214,16 @@ async function evict(store: Store, opts: RotateOptions, running: Rotation | unde
   }
   const request = { grant: opts.grant, holders: opts.evict! };
   const r = await retrying("evict", policy, async () => {
-    let body: unknown;
-    try {
-      body = (await store.nc.request(subjects.evict, JSON.stringify(request), { timeout: Math.min(ROTATE_REQUEST_TIMEOUT_MS, remainingMs(policy)) })).json();
-    } catch (e) {
-      if (isNoResponders(e)) throw new CliError(rotatorNotRunningMessage(serverUrl(store)), ExitCodes.ServiceUnavailable, { cause: e, retryable: true });
-      if (isRequestTimeout(e))
-        throw new CliError(
-          "the rotator did not answer in time; the holders may have been evicted anyway (meshctl status shows it)",
-          ExitCodes.ServiceUnavailable,
-          { cause: e, retryable: true },
-        );
-      throw new CliError(`the evict request failed: ${rootMessage(e)}`, ExitCodes.Failure, { cause: e });
-    }
-    const refused = errorFromReply(body);
-    if (refused) {
-      const code = refused.code === ErrorCodes.NotFound ? ExitCodes.NotFound : refused.code === ErrorCodes.InvalidRequest ? ExitCodes.Usage : ExitCodes.Failure;
-      throw new CliError(`the rotator refused: ${refused.message}`, code, { cause: refused, retryable: refused.retryable });
-    }
+    const body = await requestService(store.nc, subjects.evict, request, {
+      what: "evict",
+      service: "rotator",
+      timeoutMs: Math.min(ROTATE_REQUEST_TIMEOUT_MS, remainingMs(policy)),
+      ifTimedOut: "the holders may have been evicted anyway (meshctl status shows it)",
+    });
+    const refused = refusal(body, "rotator");
+    if (refused) throw refused;
     const parsed = RotateReply.safeParse(body);
-    if (!parsed.success || !parsed.data.ok)
-      throw new CliError("the rotator sent a reply meshctl does not understand; are meshctl and the rotator of the same version?");
+    if (!parsed.success || !parsed.data.ok) throw notUnderstood("rotator");
     return parsed.data.rotation;
   });
   // A Stalled rotation commits at the rotator's next look at it, now that nobody is missing.

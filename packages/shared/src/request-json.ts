@@ -12,6 +12,8 @@ export interface RequestJsonOptions {
   /** Default 5 s. */
   timeoutMs?: number;
   headers?: MsgHdrs;
+  /** `body` is already encoded (a string or bytes of JSON): sent as it is. */
+  encoded?: boolean;
 }
 
 /**
@@ -22,7 +24,8 @@ export interface RequestJsonOptions {
 export async function requestJson(nc: NatsConnection, subject: string, body: unknown, opts: RequestJsonOptions): Promise<unknown> {
   let m;
   try {
-    m = await nc.request(subject, JSON.stringify(body), {
+    const payload = opts.encoded ? (body as string | Uint8Array) : JSON.stringify(body);
+    m = await nc.request(subject, payload, {
       timeout: opts.timeoutMs ?? 5_000,
       ...(opts.headers ? { headers: opts.headers } : {}),
     });
