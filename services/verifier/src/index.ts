@@ -1,5 +1,6 @@
 /** @mesh/verifier — re-checks every grant against the world, and repairs drift by policy. */
-export { startVerifier, type Verifier, type VerifierStats, type VerifyOutcome } from "./verifier.js";
+export { startVerifier, type Verifier } from "./verifier.js";
+export type { VerifierStats, VerifyOutcome } from "./run.js";
 export type { VerifierOptions } from "./verifier-options.js";
 export { classifyCheck, type CheckInputs, type Classification, type Observation } from "./classify.js";
 export { foldVerified, verificationBasis, advice, probeWorthStoring, type FoldInput } from "./fold.js";
