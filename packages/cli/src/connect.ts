@@ -5,7 +5,19 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { ConnectionOptions } from "@nats-io/transport-node";
-import { DEFAULT_NATS_URL, ErrorCodes, connectNats, isMeshError, natsIdentity, openStore, type NatsConnection, type Store } from "@mesh/shared";
+import {
+  DEFAULT_NATS_URL,
+  ErrorCodes,
+  connectNats,
+  isJetStreamTimeout,
+  isMeshError,
+  isStoreCreateFailure,
+  jetStreamTimeoutMessage,
+  natsIdentity,
+  openStore,
+  type NatsConnection,
+  type Store,
+} from "@mesh/shared";
 import { bootstrapFiles } from "./bootstrap.js";
 import { CliError } from "./cli-error.js";
 import { isRequestTimeout, rootMessage } from "./nats-errors.js";
@@ -73,6 +85,15 @@ export function noJetStreamMessage(url: string, cause: string): string {
   ].join("\n");
 }
 
+/** What to tell a user whose NATS at `url` kept failing to create the store's streams. */
+export function storeCreateFailedMessage(url: string): string {
+  return [
+    `the NATS server at ${url} could not create the mesh's streams for 20 s ("error creating store for stream"; the server's own log says why).`,
+    "On a cluster that is still forming, try again in a few seconds. Otherwise check that the server's store directory",
+    "(its jetstream store_dir) is writable and has room.",
+  ].join("\n");
+}
+
 /**
  * How long one connection handshake of meshctl may take. No server listening is refused at
  * once whatever this is; it bounds a server that accepted the connection but is slow to finish
@@ -131,6 +152,8 @@ export async function openStoreForCli(nc: NatsConnection, url: string): Promise<
   try {
     return await openStore(nc, { log: storeNotes });
   } catch (e) {
+    if (isStoreCreateFailure(e)) throw new CliError(storeCreateFailedMessage(url), undefined, { cause: e, retryable: true });
+    if (isJetStreamTimeout(e)) throw new CliError(jetStreamTimeoutMessage("opening the mesh's store", url), undefined, { cause: e, retryable: true });
     throw new CliError(noJetStreamMessage(url, rootMessage(e)), undefined, { cause: e });
   }
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { isJetStreamGap, isJetStreamTimeout, jetStreamTimeoutMessage, retryJetStreamRead } from "./jetstream-retry.js";
+import { JetStreamApiError } from "@nats-io/jetstream";
+import { isJetStreamGap, isJetStreamTimeout, isStoreCreateFailure, jetStreamTimeoutMessage, retryJetStreamRead } from "./jetstream-retry.js";
 
 describe("isJetStreamGap", () => {
   it("knows the gap in each of the words 2.9.10 says it with, and nothing else", () => {
@@ -30,5 +31,14 @@ describe("isJetStreamTimeout", () => {
     expect(calls).toBe(3);
     await expect(retryJetStreamRead(() => Promise.reject(timeout()), 150)).rejects.toThrow("timeout");
     await expect(retryJetStreamRead(() => Promise.reject(new Error("stream not found")), 5_000)).rejects.toThrow("stream not found");
+  });
+});
+
+describe("isStoreCreateFailure", () => {
+  it("knows JetStream's 'error creating store for stream', which a forming cluster may answer, from other refusals", () => {
+    const failed = new JetStreamApiError({ code: 500, err_code: 10049, description: "error creating store for stream" });
+    expect(isStoreCreateFailure(failed)).toBe(true);
+    expect(isStoreCreateFailure(new JetStreamApiError({ code: 400, err_code: 10058, description: "stream name already in use" }))).toBe(false);
+    expect(isStoreCreateFailure(new Error("error creating store for stream"))).toBe(false);
   });
 });

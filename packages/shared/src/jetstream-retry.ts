@@ -3,6 +3,7 @@
  * election): which errors say so, and retries bounded in time.
  */
 import { backoffMs, sleep } from "./backoff.js";
+import { JetStreamApiError } from "@nats-io/jetstream";
 import { errorMessage } from "./errors.js";
 
 /** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
@@ -60,6 +61,27 @@ export const JETSTREAM_GAP_RIDE_OUT_MS = 10_000;
  */
 export function retryJetStreamGap<T>(fn: () => Promise<T>, withinMs = JETSTREAM_GAP_RIDE_OUT_MS): Promise<T> {
   return retryWhile(fn, isJetStreamGap, withinMs);
+}
+
+/**
+ * Whether `e` is JetStream's "error creating store for stream" (10049). nats-server says only
+ * that to its client and writes the cause to its own log; on a cluster it is what a stream
+ * created while the cluster is still forming, or created by two processes at once, may get,
+ * and creating it again succeeds (seen here: meshctl bootstrap on a three-server cluster that
+ * had just elected its meta leader). On one server a full or unwritable disk says it too, for
+ * good.
+ */
+export function isStoreCreateFailure(e: unknown): boolean {
+  return e instanceof JetStreamApiError && (e.code === 10049 || /error creating store for stream/i.test(e.message));
+}
+
+/**
+ * Runs `fn`, which makes the store's buckets and streams, again while JetStream does not answer
+ * ({@link isJetStreamGap}) or fails to create a stream's store ({@link isStoreCreateFailure}),
+ * until `withinMs` has passed; then throws the last error.
+ */
+export function retryJetStreamSetup<T>(fn: () => Promise<T>, withinMs: number): Promise<T> {
+  return retryWhile(fn, (e) => isJetStreamGap(e) || isStoreCreateFailure(e), withinMs);
 }
 
 /** Runs `fn` again while it fails with what `again` accepts, after waits from 100 ms to 500 ms with jitter, until `withinMs` has passed. */

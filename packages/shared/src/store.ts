@@ -19,7 +19,7 @@ import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { BUCKET_LIMITS, type BucketLimits } from "./limits.js";
 import { createLogger } from "./logger.js";
 import { planBucketLimits } from "./bucket-limits.js";
-import { isJetStreamGap, retryJetStreamGap } from "./jetstream-retry.js";
+import { isJetStreamGap, retryJetStreamSetup } from "./jetstream-retry.js";
 import { kvStream } from "./kv-names.js";
 
 export type { KV, JetStreamClient, JetStreamManager, JsMsg };
@@ -56,11 +56,12 @@ export interface OpenStoreOptions {
 /**
  * Opens the store, creating buckets and streams that do not exist yet, and bringing the limits
  * of buckets that do up to `BUCKET_LIMITS` (bucket-limits.ts says how, and that it loses
- * nothing); safe to call from every process at once.
+ * nothing); safe to call from every process at once. Rides out, for 20 s, a JetStream that
+ * does not answer or fails to create a stream's store (a cluster still forming).
  */
 export async function openStore(nc: NatsConnection, opts: OpenStoreOptions = {}): Promise<Store> {
   const replicas = opts.replicas ?? storeReplicas(nc.info, process.env);
-  return retryJetStreamGap(() => openStoreOnce(nc, replicas, opts), 20_000);
+  return retryJetStreamSetup(() => openStoreOnce(nc, replicas, opts), 20_000);
 }
 
 /**
