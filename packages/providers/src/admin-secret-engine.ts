@@ -28,6 +28,7 @@ import {
   type RepairEvent,
   type RepairPolicy,
   type Store,
+  RotationStates,
 } from "@mesh/shared";
 import type { ProviderAdapter } from "./adapter.js";
 import type { AdapterPool } from "./adapter-pool.js";
@@ -68,6 +69,18 @@ function adminVerbsAdapter(doc: ProviderDoc, kind?: Kind): ProviderAdapter | und
 }
 
 /**
+ * How long after a generation of an admin secret is written ahead it counts as being staged by
+ * a rotation that has not recorded itself yet, rather than left behind by one that died.
+ */
+export const ADMIN_SECRET_STAGING_GRACE_MS = 120_000;
+
+/** `generation`, when the store holds it of `ref` written less than {@link ADMIN_SECRET_STAGING_GRACE_MS} ago; else undefined. */
+async function stagingNow(deps: AdminSecretDeps, ref: AdminSecretRef, generation: number): Promise<number | undefined> {
+  const ahead = await deps.credentials.read(ref.module, ref.requirement, generation);
+  return ahead && Date.now() - Date.parse(ahead.record.createdAt) < ADMIN_SECRET_STAGING_GRACE_MS ? generation : undefined;
+}
+
+/**
  * Logs in at `doc`'s server as its admin user with each generation of its admin secret `ref`
  * that the mesh holds ({@link adminSecretGenerations}, stopping at the first accepted) and
  * says what the server holds. Undefined when the secret has no grant or no generation yet, or
@@ -78,7 +91,16 @@ export async function probeAdminSecret(deps: AdminSecretDeps, doc: ProviderDoc, 
   const grant = (await readJson(deps.store.kv.grants, key, Grant))?.value;
   if (!grant || grant.generation < 1) return undefined;
   const rotation = (await readJson(deps.store.kv.rotations, key, Rotation))?.value;
-  const staged = isRotationRunning(rotation) && rotation.from === grant.generation ? rotation.to : undefined;
+  // A rotation from the grant's generation set `to` at the server: while it runs, and also once it
+  // committed, since the grant read above may predate the commit's write of it (the rotator moves
+  // the grant to `to`, then marks the rotation Committed). Without the second case a verifier
+  // whose two reads straddled a commit took `to` for a divergence and set `from` back.
+  const rotated =
+    rotation && rotation.from === grant.generation && (rotation.state === RotationStates.Committed || isRotationRunning(rotation)) ? rotation.to : undefined;
+  // And a rotation still staging sets k+1 at the server before it records itself (staging.ts:
+  // the holders are told nothing until it has): a k+1 written ahead moments ago is that one, not
+  // one a rotation left behind. Past the grace it is, and is repaired.
+  const staged = rotated ?? (await stagingNow(deps, ref, grant.generation + 1));
   const adapter = adminVerbsAdapter(doc, kind);
   if (!adapter) return undefined;
   try {
