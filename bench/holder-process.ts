@@ -86,18 +86,16 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
   for (let i = 0; i < s.count; i += 200) {
     holders.push(
       ...(await Promise.all(
-        conns
-          .slice(i, i + 200)
-          .map((c, j) =>
-            holdCredential(c, {
-              module: s.module,
-              part: s.part ?? "app",
-              requirement: s.requirement,
-              node: s.node ?? "n1",
-              instance: `h${s.first + i + j}`,
-              fetchTimeoutMs: 20_000,
-            }),
-          ),
+        conns.slice(i, i + 200).map((c, j) =>
+          holdCredential(c, {
+            module: s.module,
+            part: s.part ?? "app",
+            requirement: s.requirement,
+            node: s.node ?? "n1",
+            instance: `h${s.first + i + j}`,
+            fetchTimeoutMs: 20_000,
+          }),
+        ),
       )),
     );
   }

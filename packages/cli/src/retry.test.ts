@@ -26,7 +26,8 @@ describe("retrying", () => {
   it("sends again what is retryable until it succeeds, telling each attempt under verbose", async () => {
     const out = bufferOutput();
     let n = 0;
-    const v = await retrying("apply", retryPolicy({ withinMs: 5_000, verbose: true }, out), async () => {
+    // No jitter (random 0): the pauses are the formula's own, 250 ms doubling.
+    const v = await retrying("apply", retryPolicy({ withinMs: 5_000, verbose: true, random: () => 0 }, out), async () => {
       if (++n < 3) throw new CliError("no resolver answers", ExitCodes.Failure, { retryable: true });
       return "stored";
     });

@@ -31,6 +31,8 @@ export interface RetryPolicy {
   readonly option: string | undefined;
   /** Told of every failed attempt that is tried again. */
   onRetry(what: string, attempt: number, error: unknown, pauseMs: number): void;
+  /** Random numbers in [0, 1) for the pauses' jitter (backoffMs); a test passes its own. */
+  readonly random?: () => number;
 }
 
 /** Time left before the policy's deadline, at least 1 ms: what a request of one attempt may wait for. */
@@ -44,7 +46,14 @@ export function remainingMs(policy: RetryPolicy, now = Date.now()): number {
  * wait is never silent.
  */
 export function retryPolicy(
-  opts: { withinMs?: number; verbose?: boolean; /** Default `--timeout`; `null` for a command without such options (`up`). */ option?: string | null },
+  opts: {
+    withinMs?: number;
+    verbose?: boolean;
+    /** Default `--timeout`; `null` for a command without such options (`up`). */
+    option?: string | null;
+    /** For the pauses' jitter; default Math.random. */
+    random?: () => number;
+  },
   out: Pick<Output, "err">,
   now = Date.now(),
 ): RetryPolicy {
@@ -55,6 +64,7 @@ export function retryPolicy(
     deadline: now + withinMs,
     withinMs,
     option,
+    ...(opts.random ? { random: opts.random } : {}),
     onRetry(what, attempt, error, pauseMs) {
       const why = printable(firstLine(errorMessage(error)).replace(/\.$/, ""));
       if (opts.verbose) {
@@ -93,7 +103,7 @@ export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attemp
     } catch (e) {
       // The last pause ends just before the deadline, so the last attempt is made in time.
       const left = policy.deadline - Date.now() - LAST_ATTEMPT_MS;
-      const pauseMs = Math.min(backoffMs(attempt, { firstMs: FIRST_PAUSE_MS, maxMs: MAX_PAUSE_MS }), left);
+      const pauseMs = Math.min(backoffMs(attempt, { firstMs: FIRST_PAUSE_MS, maxMs: MAX_PAUSE_MS }, policy.random), left);
       if (!isRetryable(e) || pauseMs <= 0) {
         if (attempt === 1 || !isRetryable(e)) throw e;
         const tried = `(tried ${attempt} times over ${seconds(Date.now() - start)}${policy.option ? `; ${policy.option} gives it longer` : ""})`;
