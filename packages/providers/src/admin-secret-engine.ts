@@ -74,10 +74,9 @@ function adminVerbsAdapter(doc: ProviderDoc, kind?: Kind): ProviderAdapter | und
  */
 export const ADMIN_SECRET_STAGING_GRACE_MS = 120_000;
 
-/** `generation`, when the store holds it of `ref` written less than {@link ADMIN_SECRET_STAGING_GRACE_MS} ago; else undefined. */
-async function stagingNow(deps: AdminSecretDeps, ref: AdminSecretRef, generation: number): Promise<number | undefined> {
-  const ahead = await deps.credentials.read(ref.module, ref.requirement, generation);
-  return ahead && Date.now() - Date.parse(ahead.record.createdAt) < ADMIN_SECRET_STAGING_GRACE_MS ? generation : undefined;
+/** Whether a credential record was written less than {@link ADMIN_SECRET_STAGING_GRACE_MS} ago. */
+function writtenMomentsAgo(record: { createdAt: string } | undefined): boolean {
+  return record !== undefined && Date.now() - Date.parse(record.createdAt) < ADMIN_SECRET_STAGING_GRACE_MS;
 }
 
 /**
@@ -97,17 +96,16 @@ export async function probeAdminSecret(deps: AdminSecretDeps, doc: ProviderDoc, 
   // whose two reads straddled a commit took `to` for a divergence and set `from` back.
   const rotated =
     rotation && rotation.from === grant.generation && (rotation.state === RotationStates.Committed || isRotationRunning(rotation)) ? rotation.to : undefined;
-  // And a rotation still staging sets k+1 at the server before it records itself (staging.ts:
-  // the holders are told nothing until it has): a k+1 written ahead moments ago is that one, not
-  // one a rotation left behind. Past the grace it is, and is repaired.
-  const staged = rotated ?? (await stagingNow(deps, ref, grant.generation + 1));
   const adapter = adminVerbsAdapter(doc, kind);
   if (!adapter) return undefined;
   try {
     const passwords = new Map<number, string>();
     const trials: Array<{ generation: number; result: Awaited<ReturnType<NonNullable<ProviderAdapter["loginAdmin"]>>> }> = [];
-    for (const generation of adminSecretGenerations(grant.generation, staged)) {
+    // Read once each; k+1 (tried right after k when no rotation is recorded) is kept for the staging check below.
+    const records = new Map<number, { createdAt: string }>();
+    for (const generation of adminSecretGenerations(grant.generation, rotated)) {
       const cred = await deps.credentials.read(ref.module, ref.requirement, generation);
+      if (cred) records.set(generation, cred.record);
       const password = cred?.bindings?.[ref.key] ?? cred?.secret[ref.key];
       if (typeof password !== "string") continue;
       passwords.set(generation, password);
@@ -116,6 +114,11 @@ export async function probeAdminSecret(deps: AdminSecretDeps, doc: ProviderDoc, 
       if (result.ok) break;
       if (result.reason === "unreachable") break; // the others would not get through either
     }
+    // And a rotation still staging sets k+1 at the server before it records itself (staging.ts:
+    // the holders are told nothing until it has): a k+1 written ahead moments ago is that one, not
+    // one a rotation left behind. Past the grace it is, and is repaired.
+    const ahead = grant.generation + 1;
+    const staged = rotated ?? (writtenMomentsAgo(records.get(ahead)) ? ahead : undefined);
     const finding = classifyAdminSecret({
       provider: doc.name,
       endpoint: doc.endpoint,
