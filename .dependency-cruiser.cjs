@@ -27,6 +27,22 @@ module.exports = {
       to: { path: "^(packages/(?!client/|shared/)|services/)" },
     },
     {
+      name: "sdk-without-the-services-logger",
+      severity: "error",
+      comment:
+        "The SDK loads no logger of its own (pino) and no YAML parser but for a manifest's text: it imports @mesh/shared and @mesh/shared/runtime, not @mesh/shared/service.",
+      from: { path: "^packages/client/" },
+      to: { path: "^packages/shared/(src|dist)/(service|logger|service-main)\\.(ts|js|d\\.ts)$" },
+    },
+    {
+      name: "pure-entry-stays-pure",
+      severity: "error",
+      comment:
+        "@mesh/shared's own entry is the vocabulary: it reaches no connection, store, logger or YAML parser (those are its runtime, service and manifest-text entries).",
+      from: { path: "^packages/shared/src/index\\.ts$" },
+      to: { reachable: true, path: "^packages/shared/src/(connect|store|request-json|logger|service-main|tracing|schemas/manifest-text)\\.ts$" },
+    },
+    {
       name: "resolver-without-providers",
       severity: "error",
       comment: "The resolver checks manifests with the pure rules in @mesh/shared; loading @mesh/providers would load every database driver.",

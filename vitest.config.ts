@@ -6,17 +6,21 @@ const src = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 // Workspace packages resolve to their sources, so tests never run against a stale build.
 export default defineConfig({
   resolve: {
-    alias: {
-      "@mesh/shared": src("./packages/shared/src/index.ts"),
-      "@mesh/providers": src("./packages/providers/src/index.ts"),
-      "@mesh/client": src("./packages/client/src/index.ts"),
-      "@mesh/telemetry": src("./packages/telemetry/src/index.ts"),
-      "@mesh/resolver": src("./services/resolver/src/index.ts"),
-      "@mesh/provisioner": src("./services/provisioner/src/index.ts"),
-      "@mesh/agent": src("./services/agent/src/index.ts"),
-      "@mesh/verifier": src("./services/verifier/src/index.ts"),
-      "@mesh/rotator": src("./services/rotator/src/index.ts"),
-    },
+    // Exact names: "@mesh/shared" must not also catch "@mesh/shared/runtime".
+    alias: Object.entries({
+      "@mesh/shared": "./packages/shared/src/index.ts",
+      "@mesh/shared/runtime": "./packages/shared/src/runtime.ts",
+      "@mesh/shared/service": "./packages/shared/src/service.ts",
+      "@mesh/shared/manifest-text": "./packages/shared/src/manifest-text.ts",
+      "@mesh/providers": "./packages/providers/src/index.ts",
+      "@mesh/client": "./packages/client/src/index.ts",
+      "@mesh/telemetry": "./packages/telemetry/src/index.ts",
+      "@mesh/resolver": "./services/resolver/src/index.ts",
+      "@mesh/provisioner": "./services/provisioner/src/index.ts",
+      "@mesh/agent": "./services/agent/src/index.ts",
+      "@mesh/verifier": "./services/verifier/src/index.ts",
+      "@mesh/rotator": "./services/rotator/src/index.ts",
+    }).map(([name, path]) => ({ find: new RegExp(`^${name.replace(/[/]/g, "\\/")}$`), replacement: src(path) })),
   },
   test: {
     // Prepares what the tests need of the machine (packages, a RabbitMQ of the run's own): test/global-setup.ts.

@@ -13,7 +13,8 @@
  * - `profile`: starts a CPU profile of this process; called again, stops it and returns it;
  * - `stop`: stops the agent, closes the connection, and the process exits.
  */
-import { connectNats, createLogger, natsIdentity, openStore, type NatsConnection } from "@mesh/shared";
+import { connectNats, natsIdentity, openStore, type NatsConnection } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { startAgent, type Agent } from "@mesh/agent";
 import { serveParent } from "./bench-child.js";
 import { toggleProfile } from "./profile.js";

@@ -18,7 +18,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Kvm } from "@nats-io/kv";
-import { Grant, connectNats, getCondition, openStore, subjects } from "@mesh/shared";
+import { Grant, getCondition, subjects } from "@mesh/shared";
+import { connectNats, openStore } from "@mesh/shared/runtime";
 import { startNatsServer } from "../test/harness/nats-server.js";
 import { forkServices } from "./services-fork.js";
 

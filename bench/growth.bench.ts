@@ -23,7 +23,8 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Grant, connectNats, getCondition, openStore } from "@mesh/shared";
+import { Grant, getCondition } from "@mesh/shared";
+import { connectNats, openStore } from "@mesh/shared/runtime";
 import { startNatsServer } from "../test/harness/nats-server.js";
 import { forkServices, type ForkedServices } from "./services-fork.js";
 

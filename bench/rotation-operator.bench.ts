@@ -49,17 +49,15 @@ import {
   agentHolderStream,
   agentPart,
   bootstrapProvider,
-  connectNats,
   controlPlaneManifest,
-  createLogger,
   identityRequirement,
-  openStore,
   parseMasterKey,
   partHolderStream,
-  readJson,
   subjects,
   type ModuleDoc,
 } from "@mesh/shared";
+import { connectNats, openStore, readJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { bindingPath } from "@mesh/agent";
 import { startRotator } from "@mesh/rotator";
 import { startOperatorNats } from "../test/harness/nats-operator.js";

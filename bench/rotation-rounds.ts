@@ -8,19 +8,8 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import {
-  Grant,
-  HOLDER_STREAM_PREFIX,
-  Rotation,
-  RotationStates,
-  keys,
-  readJson,
-  subjects,
-  type JetStreamManager,
-  type KV,
-  type NatsConnection,
-  type Store,
-} from "@mesh/shared";
+import { Grant, HOLDER_STREAM_PREFIX, Rotation, RotationStates, keys, subjects } from "@mesh/shared";
+import { readJson, type JetStreamManager, type KV, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { BenchChild, cpuOf, rssOf } from "./bench-child.js";
 import { startProfile } from "./profile.js";
 

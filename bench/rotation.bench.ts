@@ -33,7 +33,9 @@
  */
 import { randomBytes } from "node:crypto";
 import { createInbox } from "@nats-io/transport-node";
-import { Grant, Kinds, connectNats, createLogger, keys, openStore, parseMasterKey, readJson, type ModuleDoc } from "@mesh/shared";
+import { Grant, Kinds, keys, parseMasterKey, type ModuleDoc } from "@mesh/shared";
+import { connectNats, openStore, readJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { CredentialStore } from "@mesh/providers";
 import { startRotator } from "@mesh/rotator";
 import { startNatsServer } from "../test/harness/nats-server.js";

@@ -12,7 +12,9 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startProfile } from "./profile.js";
-import { connectNats, createLogger, openStore, parseMasterKey } from "@mesh/shared";
+import { parseMasterKey } from "@mesh/shared";
+import { connectNats, openStore } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { startResolver } from "@mesh/resolver";
 import { startProvisioner } from "@mesh/provisioner";
 import { startAgent } from "@mesh/agent";

@@ -35,22 +35,19 @@ import {
   Buckets,
   Grant,
   Verification,
-  connectNats,
-  createLogger,
   getCondition,
   grantId,
   holderKey,
   keys,
   kvStream,
-  openStore,
   parseMasterKey,
-  readJson,
-  requestJson,
   setCondition,
   subjects,
   type Condition,
   type ProviderDoc,
 } from "@mesh/shared";
+import { connectNats, openStore, readJson, requestJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { AdapterPool, CredentialStore, postgresNames } from "@mesh/providers";
 import { DEFAULT_VERIFY_INTERVAL_MS, FRESH_SHARE, startVerifier } from "@mesh/verifier";
 import { startNatsServer } from "../test/harness/nats-server.js";

@@ -11,26 +11,9 @@ import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  DeliveryReceipt,
-  Grant,
-  NodeRecord,
-  Streams,
-  connectNats,
-  createLogger,
-  getCondition,
-  keys,
-  mutateJson,
-  openStore,
-  readJson,
-  subjects,
-  traceHeaders,
-  type Consumption,
-  type Delivery,
-  type Kind,
-  type NatsConnection,
-  type Store,
-} from "@mesh/shared";
+import { DeliveryReceipt, Grant, NodeRecord, Streams, getCondition, keys, subjects, type Delivery, type Kind } from "@mesh/shared";
+import { connectNats, mutateJson, openStore, readJson, traceHeaders, type Consumption, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { agentDurable, bindingGeneration, startAgent, type Agent } from "@mesh/agent";
 import { foldReceipts } from "@mesh/provisioner";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";

@@ -5,7 +5,9 @@
  * resolver on a real nats-server (it stores some documents itself and never replies).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ModuleDoc, connectNats, createLogger, openStore, readJson, subjects, type NatsConnection, type Store } from "@mesh/shared";
+import { ModuleDoc, subjects } from "@mesh/shared";
+import { connectNats, openStore, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { startResolver, type Resolver } from "@mesh/resolver";
 import { sendApply } from "../packages/cli/src/apply-command.js";
 import { CliError } from "../packages/cli/src/cli-error.js";

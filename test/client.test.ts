@@ -5,20 +5,9 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  Grant,
-  QueueGroups,
-  connectNats,
-  createLogger,
-  keys,
-  mutateJson,
-  openStore,
-  serveJson,
-  subjects,
-  type Delivery,
-  type NatsConnection,
-  type Store,
-} from "@mesh/shared";
+import { Grant, QueueGroups, keys, subjects, type Delivery } from "@mesh/shared";
+import { connectNats, mutateJson, openStore, serveJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { declare, isManifestRejectedError, isMeshError, watchCredentials, type CredentialUpdate } from "@mesh/client";
 import { handleApply } from "@mesh/resolver";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";

@@ -29,20 +29,9 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import pg from "pg";
-import {
-  createLogger,
-  getCondition,
-  Grant,
-  keys,
-  Kinds,
-  parseAllowedHooks,
-  readJson,
-  Rotation,
-  RotationStates,
-  type Condition,
-  type ModuleDoc,
-  type ProviderDoc,
-} from "@mesh/shared";
+import { getCondition, Grant, keys, Kinds, parseAllowedHooks, Rotation, RotationStates, type Condition, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
+import { readJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { createAdapter, CredentialStore } from "@mesh/providers";
 import { startAgent, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";

@@ -18,19 +18,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import bcrypt from "bcryptjs";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
-import {
-  ErrorCodes,
-  JETSTREAM_GAP_RIDE_OUT_MS,
-  Kinds,
-  RotateReply,
-  Rotation,
-  RotationStates,
-  Streams,
-  createLogger,
-  keys,
-  subjects,
-  type ModuleDoc,
-} from "@mesh/shared";
+import { ErrorCodes, Kinds, RotateReply, Rotation, RotationStates, Streams, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { JETSTREAM_GAP_RIDE_OUT_MS } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { ExitCodes, bufferOutput, retryPolicy, runRotate, type RotationSummary } from "../packages/cli/src/index.js";
 import { startNatsServer, writeServerConfig, type NatsServer } from "./harness/nats-server.js";

@@ -10,19 +10,8 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
-import {
-  CONTROL_PLANE_SERVICES,
-  ModuleStatus,
-  Rotation,
-  agentPart,
-  connectNats,
-  identityRequirement,
-  natsIdentity,
-  openStore,
-  readJson,
-  subjects,
-  type Store,
-} from "@mesh/shared";
+import { CONTROL_PLANE_SERVICES, ModuleStatus, Rotation, agentPart, identityRequirement, subjects } from "@mesh/shared";
+import { connectNats, natsIdentity, openStore, readJson, type Store } from "@mesh/shared/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";

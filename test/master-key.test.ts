@@ -9,21 +9,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  ApplyReply,
-  Rotation,
-  connectNats,
-  createLogger,
-  createSealingKey,
-  fetchCredential,
-  keys,
-  openStore,
-  parseMasterKey,
-  readJson,
-  subjects,
-  type NatsConnection,
-  type Store,
-} from "@mesh/shared";
+import { ApplyReply, Rotation, createSealingKey, keys, parseMasterKey, subjects } from "@mesh/shared";
+import { connectNats, fetchCredential, openStore, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { CredentialRecord, CredentialStore, MasterKeyRing, storeKeyRing } from "@mesh/providers";
 import { startResolver, type Resolver } from "@mesh/resolver";
 import { startProvisioner, type Provisioner } from "@mesh/provisioner";

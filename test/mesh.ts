@@ -5,21 +5,9 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  ApplyReply,
-  ModuleStatus,
-  Grant,
-  connectNats,
-  createLogger,
-  keys,
-  openStore,
-  parseMasterKey,
-  readJson,
-  subjects,
-  type MasterKey,
-  type NatsConnection,
-  type Store,
-} from "@mesh/shared";
+import { ApplyReply, ModuleStatus, Grant, keys, parseMasterKey, subjects, type MasterKey } from "@mesh/shared";
+import { connectNats, openStore, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { startResolver, type Resolver } from "@mesh/resolver";
 import { startProvisioner, type Provisioner } from "@mesh/provisioner";
 import { startAgent } from "@mesh/agent";

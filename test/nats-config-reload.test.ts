@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { isJetStreamGap, isJetStreamTimeout } from "@mesh/shared";
+import { isJetStreamGap, isJetStreamTimeout } from "@mesh/shared/runtime";
 import { startNatsServer, writeServerConfig, type NatsServer } from "./harness/nats-server.js";
 import { waitFor } from "./harness/wait.js";
 

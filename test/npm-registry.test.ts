@@ -12,19 +12,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import {
-  createLogger,
-  getCondition,
-  keys,
-  Kinds,
-  parseAllowedHooks,
-  ProviderDoc,
-  readJson,
-  Rotation,
-  RotationStates,
-  subjects,
-  type ModuleDoc,
-} from "@mesh/shared";
+import { getCondition, keys, Kinds, parseAllowedHooks, ProviderDoc, Rotation, RotationStates, subjects, type ModuleDoc } from "@mesh/shared";
+import { readJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { bindingGeneration, bindingPath, startAgent, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";

@@ -7,7 +7,9 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Rotation, RotationStates, createLogger, keys, readJson, subjects } from "@mesh/shared";
+import { Rotation, RotationStates, keys, subjects } from "@mesh/shared";
+import { readJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { createOciRegistryAdapter } from "@mesh/providers";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";

@@ -10,7 +10,8 @@ import type { ProviderAdapter, BindingValues } from "@mesh/providers";
 import { createOciRegistryAdapter } from "../packages/providers/src/oci-registry.js";
 import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
 import { OciHolder, RegistryRefusal, pullThroughout } from "./harness/oci-client.js";
-import { ErrorCodes, createLogger } from "@mesh/shared";
+import { ErrorCodes } from "@mesh/shared";
+import { createLogger } from "@mesh/shared/service";
 import { expectMeshError, freshGrant } from "./conformance/provider-conformance.js";
 import { LogCapture } from "./harness/log-capture.js";
 

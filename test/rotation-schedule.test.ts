@@ -8,7 +8,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Kinds, Rotation, RotationStates, createLogger, keys, readJson, subjects, type ModuleDoc, type NatsConnection } from "@mesh/shared";
+import { Kinds, Rotation, RotationStates, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { readJson, type NatsConnection } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { CredentialStore } from "@mesh/providers";
 import { bindingGeneration, bindingPath } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";

@@ -14,14 +14,11 @@ import { SpanKind } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import {
-  createLogger,
   getCondition,
   keys,
   Kinds,
   parseAllowedHooks,
   readHolderAcks,
-  readJson,
-  registerTracing,
   Rotation,
   RotationStates,
   subjects,
@@ -29,6 +26,8 @@ import {
   type ModuleDoc,
   type RotationState,
 } from "@mesh/shared";
+import { readJson, registerTracing } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { createAdapter, CredentialStore } from "@mesh/providers";
 import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";

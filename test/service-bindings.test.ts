@@ -10,7 +10,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFil
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
-import { Kinds, Rotation, RotationStates, createLogger, keys, readJson, subjects, type ModuleDoc } from "@mesh/shared";
+import { Kinds, Rotation, RotationStates, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { readJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { CredentialStore } from "@mesh/providers";
 import { bindingGeneration, partBindingsDir, partEnvFile, startAgent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";

@@ -15,19 +15,16 @@ import {
   ErrorCodes,
   Grant,
   ModuleStatus,
-  createLogger,
   fillLimit,
   isMeshError,
   keys,
   kvStream,
-  mutateJson,
-  openStore,
   parseMasterKey,
   storeWrite,
   storedSize,
-  type OpenStoreOptions,
-  type Store,
 } from "@mesh/shared";
+import { mutateJson, openStore, type OpenStoreOptions, type Store } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { CredentialStore } from "@mesh/providers";
 import { startNatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";

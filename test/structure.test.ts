@@ -8,9 +8,14 @@
  * - Each workspace's package.json lists exactly the packages its source imports: nothing
  *   missing (it would work only while another workspace hoists it) and nothing unused (the SDK
  *   would install what it never loads).
+ * - The SDK loads neither pino nor the YAML parser: it imports `@mesh/shared`'s pure entry and
+ *   its NATS runtime, not the services' logger; the YAML parser is loaded only when `declare`
+ *   is handed a file's text.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
+import { build, type Metafile } from "esbuild";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
@@ -84,6 +89,33 @@ function workspaceDependencies(): Array<{ workspace: string; imported: string[];
   });
 }
 
+/**
+ * Bundles `entry` for Node, split at its dynamic imports, and returns the input files of what
+ * importing it loads (the entry's chunk and the chunks it imports statically) and of the
+ * chunks only a dynamic import loads.
+ */
+async function bundleInputs(entry: string): Promise<{ onImport: string[]; onDemand: string[] }> {
+  const outdir = mkdtempSync(join(tmpdir(), "mesh-bundle-"));
+  try {
+    const r = await build({ entryPoints: [entry], bundle: true, splitting: true, platform: "node", format: "esm", outdir, metafile: true, logLevel: "silent" });
+    const outputs: Metafile["outputs"] = r.metafile.outputs;
+    const entryOut = Object.keys(outputs).find((o) => outputs[o]!.entryPoint !== undefined)!;
+    const loaded = new Set<string>();
+    const visit = (o: string) => {
+      if (loaded.has(o)) return;
+      loaded.add(o);
+      for (const i of outputs[o]!.imports) if (i.kind === "import-statement" && outputs[i.path]) visit(i.path);
+    };
+    visit(entryOut);
+    const inputsOf = (os: string[]) => [...new Set(os.flatMap((o) => Object.keys(outputs[o]!.inputs)))];
+    return { onImport: inputsOf([...loaded]), onDemand: inputsOf(Object.keys(outputs).filter((o) => !loaded.has(o))) };
+  } finally {
+    rmSync(outdir, { recursive: true, force: true });
+  }
+}
+
+const packageOf = (input: string) => /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(input)?.[1];
+
 describe("the code's shape", () => {
   it("reads the packages a file imports, Node's own and relative paths left out", () => {
     const text =
@@ -118,5 +150,24 @@ describe("the code's shape", () => {
       .map((p) => ({ file: relative(root, p), calls: kvUpdateCalls(readFileSync(p, "utf8")) }))
       .filter((f) => !ALLOWED.has(f.file) && f.calls.length > 0);
     expect(offenders, "use casModify (or casWrite) from @mesh/shared: a plain kv.update loses updates on a cluster").toEqual([]);
+  });
+
+  it("keeps pino and the YAML parser out of the SDK: yaml is loaded only for a manifest's text", async () => {
+    const { onImport, onDemand } = await bundleInputs(join(root, "packages/client/dist/index.js"));
+    const loaded = new Set(onImport.map(packageOf));
+    // What it does load, so that a bundle that failed to take anything in cannot pass.
+    expect(loaded.has("@nats-io/jetstream") && loaded.has("zod")).toBe(true);
+    expect(onImport.some((i) => i.includes("packages/shared/dist/runtime.js"))).toBe(true);
+    expect(loaded.has("pino"), "the SDK imports @mesh/shared/service (the services' logger)").toBe(false);
+    expect(loaded.has("yaml"), "the SDK imports @mesh/shared/manifest-text outside declare's text path").toBe(false);
+    expect(onDemand.map(packageOf)).toContain("yaml");
+    expect(onDemand.map(packageOf)).not.toContain("pino");
+  });
+
+  it("keeps @mesh/shared's pure entry pure: no connection, no logger, no YAML", async () => {
+    const { onImport } = await bundleInputs(join(root, "packages/shared/dist/index.js"));
+    const loaded = new Set(onImport.map(packageOf));
+    expect(loaded.has("zod")).toBe(true);
+    for (const p of ["pino", "yaml", "@nats-io/transport-node", "@nats-io/kv", "@opentelemetry/api"]) expect(loaded.has(p), p).toBe(false);
   });
 });

@@ -6,18 +6,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
-import {
-  Grant,
-  Verification,
-  getCondition,
-  keys,
-  mutateJson,
-  readJson,
-  setCondition,
-  withDeliveredCondition,
-  type Condition,
-  type ProviderDoc,
-} from "@mesh/shared";
+import { Grant, Verification, getCondition, keys, setCondition, withDeliveredCondition, type Condition, type ProviderDoc } from "@mesh/shared";
+import { mutateJson, readJson } from "@mesh/shared/runtime";
 import { CredentialStore, createPostgresAdapter, providerConfig } from "@mesh/providers";
 import type { TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";

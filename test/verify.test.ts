@@ -8,7 +8,8 @@
 import { execFileSync } from "node:child_process";
 import { renameSync, rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createLogger, getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { getCondition, keys, subjects, type ModuleDoc } from "@mesh/shared";
+import { createLogger } from "@mesh/shared/service";
 import { startVerifier } from "@mesh/verifier";
 import { bufferOutput, runStatus, runVerify } from "../packages/cli/src/index.js";
 import { startPostgres, type Postgres } from "./harness/postgres.js";

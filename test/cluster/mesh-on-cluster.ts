@@ -8,20 +8,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import {
-  Grant,
-  ModuleStatus,
-  Rotation,
-  connectNats,
-  keys,
-  natsIdentity,
-  openStore,
-  readHolderAcks,
-  readJson,
-  retryJetStreamGap,
-  subjects,
-  type Store,
-} from "@mesh/shared";
+import { Grant, ModuleStatus, Rotation, keys, readHolderAcks, subjects } from "@mesh/shared";
+import { connectNats, natsIdentity, openStore, readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import { CredentialStore, storeKeyRing } from "@mesh/providers";
 import { startOperatorCluster, type OperatorCluster } from "../harness/nats-cluster.js";
 import { startBootstrappedMesh, type BootstrappedMesh } from "../harness/bootstrapped-mesh.js";

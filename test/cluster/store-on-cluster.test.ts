@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { Kvm } from "@nats-io/kv";
-import { mutateJson, openStore, readJson, storeReplicas, type JetStreamManager, type NatsConnection, type Store } from "@mesh/shared";
+import { mutateJson, openStore, readJson, storeReplicas, type JetStreamManager, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { CredentialStore, NATS_IDENTITY_RECORDS_BUCKET, type ProviderAdapter, type ProviderConfig } from "@mesh/providers";
 import { createNatsUserAdapter } from "../../packages/providers/src/nats-user.js";
 import { freshGrant } from "../conformance/provider-conformance.js";

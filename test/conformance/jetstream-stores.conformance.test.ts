@@ -11,7 +11,8 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
-import { ErrorCodes, Kinds, SOURCE_OF_RECORD, isMeshError, openStore } from "@mesh/shared";
+import { ErrorCodes, Kinds, SOURCE_OF_RECORD, isMeshError } from "@mesh/shared";
+import { openStore } from "@mesh/shared/runtime";
 import type { BindingValues, ProviderAdapter, ProviderConfig } from "@mesh/providers";
 import {
   createBootstrapNpmRegistryAdapter,

@@ -18,13 +18,11 @@ import {
   keys,
   parseGrantId,
   parseMasterKey,
-  readJson,
   sealTo,
-  serveJson,
   subjects,
-  type Logger,
-  type Store,
 } from "@mesh/shared";
+import { readJson, serveJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 export interface CredentialResponder {
   /** Stores generation `generation` of `<module>/<requirement>` (encrypted). */

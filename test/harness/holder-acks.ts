@@ -4,7 +4,8 @@
  * and under the name the record says) has acknowledged the broadcast's sequence the record names.
  */
 import { expect } from "vitest";
-import { holderEndpoint, type Rotation, type Store } from "@mesh/shared";
+import { holderEndpoint, type Rotation } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
 
 export async function expectAcksInConsumers(mesh: { store: Store }, r: Rotation): Promise<void> {
   const holders = Object.entries(r.holders).filter(([, p]) => p.e === undefined);

@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createLogger, type Logger } from "@mesh/shared";
+import { createLogger, type Logger } from "@mesh/shared/service";
 import { startTokenIssuer, type TokenIssuer } from "../../services/oci-token-issuer/src/index.js";
 import { freePort, waitForPort } from "./ports.js";
 

@@ -1,6 +1,7 @@
 /** Assertions on errors that unit tests of names and options share. */
 import { expect } from "vitest";
-import { isMeshError, type ErrorCode, type NatsConnection } from "@mesh/shared";
+import { isMeshError, type ErrorCode } from "@mesh/shared";
+import type { NatsConnection } from "@mesh/shared/runtime";
 
 /** The message of the MeshError `code` that `fn` throws; fails the test when it throws none or another. */
 export function refused(code: ErrorCode, fn: () => unknown): string {

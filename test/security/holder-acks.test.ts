@@ -15,21 +15,17 @@ import {
   Kinds,
   Rotation,
   RotationStates,
-  connectNats,
-  createLogger,
   createSealingKey,
-  fetchCredential,
   holderEndpoint,
   keys,
   readHolderAcks,
   subjects as S,
-  openStore,
   parseMasterKey,
-  readJson,
   subjects,
   type ModuleDoc,
-  type Store,
 } from "@mesh/shared";
+import { connectNats, fetchCredential, openStore, readJson, type Store } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import { holdCredential, type CredentialHolder, type HeldCredential } from "@mesh/client";
 import { startResolver, type Resolver } from "@mesh/resolver";
 import { startProvisioner, type Provisioner } from "@mesh/provisioner";

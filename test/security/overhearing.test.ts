@@ -18,21 +18,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import {
-  DeliveryReceipt,
-  Grant,
-  ModuleDoc,
-  Rotation,
-  RotationStates,
-  agentPart,
-  identityRequirement,
-  isMeshError,
-  keys,
-  openStore,
-  readJson,
-  subjects,
-  type Store,
-} from "@mesh/shared";
+import { DeliveryReceipt, Grant, ModuleDoc, Rotation, RotationStates, agentPart, identityRequirement, isMeshError, keys, subjects } from "@mesh/shared";
+import { openStore, readJson, type Store } from "@mesh/shared/runtime";
 import { jwtOfCreds, userClaims } from "@mesh/providers";
 import { connectWithIdentity, declare, natsUserConnectOptions } from "@mesh/client";
 import { meshctlBin, runMeshctl } from "../harness/bootstrapped-mesh.js";

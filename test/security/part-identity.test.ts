@@ -19,17 +19,16 @@ import {
   IDENTITY_BINDING,
   Kinds,
   Rotation,
-  createLogger,
   createSealingKey,
-  fetchCredential,
   keys,
   partHolderStream,
   partIdentityRequirement,
-  readJson,
   subjects,
   ModuleDoc as ModuleDocSchema,
   type ModuleDoc,
 } from "@mesh/shared";
+import { fetchCredential, readJson } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import {
   connectWithIdentity,
   declare,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Limits, type ManifestDoc, type NatsConnection } from "@mesh/shared";
+import { Limits, type ManifestDoc } from "@mesh/shared";
+import type { NatsConnection } from "@mesh/shared/runtime";
 import { applyBatches, sendApply } from "./apply-command.js";
 import { CliError } from "./cli-error.js";
 import type { ManifestFile } from "./manifest-files.js";

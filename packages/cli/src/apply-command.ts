@@ -14,14 +14,11 @@ import {
   ModuleStates,
   formatBytes,
   keys,
-  openBucket,
-  readJson,
   subjects,
   type AppliedDocument,
   type ManifestDoc,
-  type NatsConnection,
-  type Store,
 } from "@mesh/shared";
+import { openBucket, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { formatFileProblems, loadManifestFiles, locateDocument, type FileProblem, type FileReader, type ManifestFile } from "./manifest-files.js";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseManifestText } from "@mesh/shared";
+import { parseManifestText } from "@mesh/shared/manifest-text";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

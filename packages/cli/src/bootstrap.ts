@@ -21,11 +21,10 @@ import {
   controlPlaneManifest,
   errorMessage,
   identityRequirement,
-  readJson,
   type MasterKey,
   type ProviderDoc,
-  type Store,
 } from "@mesh/shared";
+import { readJson, type Store } from "@mesh/shared/runtime";
 import { ensureOperator, operatorConfig, operatorFiles, type OperatorFiles } from "@mesh/providers";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";

@@ -5,19 +5,18 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { ConnectionOptions } from "@nats-io/transport-node";
+import { ErrorCodes, isMeshError } from "@mesh/shared";
 import {
   DEFAULT_NATS_URL,
-  ErrorCodes,
   connectNats,
   isJetStreamTimeout,
-  isMeshError,
   isStoreCreateFailure,
   jetStreamTimeoutMessage,
   natsIdentity,
   openStore,
   type NatsConnection,
   type Store,
-} from "@mesh/shared";
+} from "@mesh/shared/runtime";
 import { bootstrapFiles } from "./bootstrap.js";
 import { CliError } from "./cli-error.js";
 import { isRequestTimeout, rootMessage } from "./nats-errors.js";

@@ -5,20 +5,8 @@
  * remains after that (bindings on nodes whose agent is not running) is named, and
  * `meshctl status` keeps showing it until it is done.
  */
-import {
-  DeleteReply,
-  Grant,
-  isUnneeded,
-  listJson,
-  keys,
-  parseGrantId,
-  readJson,
-  removalRemains,
-  revocationDue,
-  subjects,
-  type DeleteRequest,
-  type Store,
-} from "@mesh/shared";
+import { DeleteReply, Grant, isUnneeded, keys, parseGrantId, removalRemains, revocationDue, subjects, type DeleteRequest } from "@mesh/shared";
+import { listJson, readJson, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { formatFileProblems, loadManifestFiles, type FileReader } from "./manifest-files.js";
 import { ExitCodes } from "./exit-codes.js";

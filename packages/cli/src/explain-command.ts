@@ -1,5 +1,6 @@
 /** `meshctl explain MODULE [--json]`: why each requirement is or is not satisfied. */
-import { Grant, ModuleDoc, ModuleStatus, NodeRecord, ProviderDoc, keys, listJson, readJson, type Store } from "@mesh/shared";
+import { Grant, ModuleDoc, ModuleStatus, NodeRecord, ProviderDoc, keys } from "@mesh/shared";
+import { listJson, readJson, type Store } from "@mesh/shared/runtime";
 import { explainModule, type Explanation } from "./explain.js";
 import { formatExplanation } from "./explain-format.js";
 import { ExitCodes } from "./exit-codes.js";

@@ -3,7 +3,8 @@
  * codes are those of `status`: 3 for a module that has never been processed, and 5 for a grant
  * or provider that does not exist.
  */
-import { NAME_RULE, isValidName, parseGrantId, type Store } from "@mesh/shared";
+import { NAME_RULE, isValidName, parseGrantId } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { formatGrantRows, formatModuleRows, formatProviderRows } from "./get-format.js";

@@ -4,19 +4,8 @@
  * The row shapes are what `--json` prints (`{"modules":[…]}`, `{"grants":[…]}`,
  * `{"providers":[…]}`); fields may be added, never renamed. The builders are pure.
  */
-import {
-  BUILTIN_SECRET_PROVIDER,
-  Grant,
-  Kinds,
-  ModuleDoc,
-  ModuleStatus,
-  NodeRecord,
-  ProviderDoc,
-  ReachabilityRecord,
-  holderKey,
-  listJson,
-  type Store,
-} from "@mesh/shared";
+import { BUILTIN_SECRET_PROVIDER, Grant, Kinds, ModuleDoc, ModuleStatus, NodeRecord, ProviderDoc, ReachabilityRecord, holderKey } from "@mesh/shared";
+import { listJson, type Store } from "@mesh/shared/runtime";
 import { explainModuleAndIdentities, type Explanation, type RequirementState } from "./explain.js";
 import { storedManifestNames } from "./status-report.js";
 

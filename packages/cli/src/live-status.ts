@@ -2,7 +2,8 @@
  * The all-in-one's live status: the modules and grants kept current from KV watches, shown
  * as a redrawn screen on a terminal, or as one line per change otherwise.
  */
-import { Grant, ModuleStatus, retryJetStreamGap, retryJetStreamRead, type KV, type Store } from "@mesh/shared";
+import { Grant, ModuleStatus } from "@mesh/shared";
+import { retryJetStreamGap, retryJetStreamRead, type KV, type Store } from "@mesh/shared/runtime";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
 import { printable, truncate } from "./style.js";

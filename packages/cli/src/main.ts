@@ -4,17 +4,8 @@
  * functions; each of them takes its inputs and an output and returns the exit code.
  */
 import { Command, Option } from "commander";
-import {
-  errorMessage,
-  isJetStreamTimeout,
-  jetStreamTimeoutMessage,
-  loadMasterKey,
-  parseAllowedHooks,
-  parseTimerDuration,
-  type AllowedHooks,
-  type NatsConnection,
-  type Store,
-} from "@mesh/shared";
+import { errorMessage, loadMasterKey, parseAllowedHooks, parseTimerDuration, type AllowedHooks } from "@mesh/shared";
+import { isJetStreamTimeout, jetStreamTimeoutMessage, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { operatorFiles } from "@mesh/providers";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";

@@ -4,7 +4,8 @@
  */
 import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { errorMessage, parseManifestText, type ManifestDoc } from "@mesh/shared";
+import { errorMessage, type ManifestDoc } from "@mesh/shared";
+import { parseManifestText } from "@mesh/shared/manifest-text";
 
 /** The documents of one file. */
 export interface ManifestFile {

@@ -4,7 +4,8 @@
  * derived from the module's stored manifest (or a newer one), so a state left from before an
  * apply is never taken for the outcome of that apply.
  */
-import { ModuleStates, ModuleStatus, retryJetStreamGap, type ModuleState, type Store } from "@mesh/shared";
+import { ModuleStates, ModuleStatus, type ModuleState } from "@mesh/shared";
+import { retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { watchUntil } from "./live-status.js";

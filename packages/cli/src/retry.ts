@@ -8,7 +8,8 @@
  * rotation it already started.
  */
 import { setTimeout as delay } from "node:timers/promises";
-import { backoffMs, errorMessage, isJetStreamGap, isJetStreamTimeout, isMeshError, jetStreamTimeoutMessage } from "@mesh/shared";
+import { backoffMs, errorMessage, isMeshError } from "@mesh/shared";
+import { isJetStreamGap, isJetStreamTimeout, jetStreamTimeoutMessage } from "@mesh/shared/runtime";
 import { CliError, isCliError } from "./cli-error.js";
 import { isNoResponders } from "./nats-errors.js";
 import type { Output } from "./output.js";

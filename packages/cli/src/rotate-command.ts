@@ -7,20 +7,8 @@
  * request id, so however often it is sent, it starts one rotation.
  */
 import { randomBytes } from "node:crypto";
-import {
-  ErrorCodes,
-  Grant,
-  RotateReply,
-  Rotation,
-  RotationStates,
-  isRotationRunning,
-  keys,
-  parseGrantId,
-  readJson,
-  subjects,
-  type Store,
-  errorFromReply,
-} from "@mesh/shared";
+import { ErrorCodes, Grant, RotateReply, Rotation, RotationStates, isRotationRunning, keys, parseGrantId, subjects } from "@mesh/shared";
+import { readJson, type Store, errorFromReply } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { notUnderstood, refusal, requestService } from "./service-request.js";

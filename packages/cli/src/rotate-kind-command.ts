@@ -5,7 +5,8 @@
  * the mesh issues now (its own inbox only, answering requests only where asked), with no holder
  * locked out. A grant already rotating is left to that rotation (it reissues it too).
  */
-import { Grant, KIND_LIST, listJson, type Kind, type Store } from "@mesh/shared";
+import { Grant, KIND_LIST, type Kind } from "@mesh/shared";
+import { listJson, type Store } from "@mesh/shared/runtime";
 import { CliError, isCliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { bufferOutput, type Output } from "./output.js";

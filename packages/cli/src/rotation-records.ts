@@ -3,7 +3,8 @@
  * `mesh-rotations`, the latest rotation), plus the bucket's few past revisions, in which an
  * earlier rotation of the grant may still be found.
  */
-import { Rotation, keys, parseGrantId, parseRotationId, readJson, retryJetStreamGap, type Store } from "@mesh/shared";
+import { Rotation, keys, parseGrantId, parseRotationId } from "@mesh/shared";
+import { readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 
 /** A rotation found by id (an object, so fields can be added). */
 export interface FoundRotation {

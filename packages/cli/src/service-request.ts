@@ -8,7 +8,8 @@
  * - the service refused (a structured error reply): the service's message, with the exit code
  *   its error code stands for ({@link exitCodeOf}).
  */
-import { ErrorCodes, errorFromReply, requestJson, type ErrorCode, type NatsConnection } from "@mesh/shared";
+import { ErrorCodes, type ErrorCode } from "@mesh/shared";
+import { errorFromReply, requestJson, type NatsConnection } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";

@@ -2,7 +2,8 @@
  * `meshctl status [MODULE] [--json]`: processed modules, their state, and each grant with
  * provider, generation and conditions, read straight from KV.
  */
-import { unauthenticatedWarning, type Store } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
+import { unauthenticatedWarning } from "@mesh/shared/service";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";

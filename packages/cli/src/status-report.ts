@@ -14,14 +14,12 @@ import {
   isRotationRunning,
   isValidName,
   keys,
-  listJson,
-  readJson,
   removalRemains,
   type Condition,
   type RepairEvent,
-  type Store,
   lastCheck,
 } from "@mesh/shared";
+import { listJson, readJson, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { rotationProgress } from "./rotation-view.js";

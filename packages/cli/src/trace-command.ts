@@ -4,7 +4,8 @@
  * the sequence acknowledged. A committed rotation's record holds all of it; for one still
  * running, who has acknowledged is read from the holders' consumers themselves.
  */
-import { isRotationRunning, parseGrantId, parseRotationId, readHolderAcks, type Rotation, type Store } from "@mesh/shared";
+import { isRotationRunning, parseGrantId, parseRotationId, readHolderAcks, type Rotation } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";

@@ -25,17 +25,15 @@ import {
   IDENTITY_BINDING,
   Kinds,
   NAME_RULE,
-  connectNats,
   isMeshError,
   isValidName,
   loadMasterKey,
   subjects,
-  unauthenticatedWarning,
-  type NatsConnection,
-  storeReplicas,
   formatHookList,
   type AllowedHooks,
 } from "@mesh/shared";
+import { connectNats, type NatsConnection, storeReplicas } from "@mesh/shared/runtime";
+import { unauthenticatedWarning } from "@mesh/shared/service";
 import { reportApply, sendApply } from "./apply-command.js";
 import { pause, retryPolicy } from "./retry.js";
 import { hostForUrl, parseHostPort, type ListenAddress } from "./host-port.js";

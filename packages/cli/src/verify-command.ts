@@ -3,7 +3,8 @@
  * holders' agents probe too) and prints the outcome. With `--repair`, a grant found drifted is
  * repaired once even when its requirement says `repair: report`.
  */
-import { VerifyReply, describeLastCheck, errorFromReply, isMeshError, lastCheck, parseGrantId, requestJson, subjects, type NatsConnection } from "@mesh/shared";
+import { VerifyReply, describeLastCheck, isMeshError, lastCheck, parseGrantId, subjects } from "@mesh/shared";
+import { errorFromReply, requestJson, type NatsConnection } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { remainingMs, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 import { ExitCodes } from "./exit-codes.js";

@@ -5,7 +5,8 @@
  * and the words of `status`. Exit codes: 0 in STATE; 3 no state at the end; 9 another state
  * at the end, the last one named with why.
  */
-import type { ModuleState, Store } from "@mesh/shared";
+import type { ModuleState } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
 import { ExitCodes } from "./exit-codes.js";
 import { liveLine } from "./live-status.js";
 import { waitForModules, waitLine, type ModuleTarget, type ModuleWaitResult } from "./module-wait.js";

@@ -3,20 +3,8 @@
  * same subject that `meshctl apply` sends, and that a module in any language can send with a
  * plain NATS client.
  */
-import {
-  ApplyReply,
-  ErrorCodes,
-  MeshError,
-  errorFromReply,
-  formatProblems,
-  parseManifestText,
-  requestJson,
-  subjects,
-  validateDocuments,
-  type ApplyRequest,
-  type NatsConnection,
-  type Problem,
-} from "@mesh/shared";
+import { ApplyReply, ErrorCodes, MeshError, formatProblems, subjects, validateDocuments, type ApplyRequest, type Problem } from "@mesh/shared";
+import { errorFromReply, requestJson, type NatsConnection } from "@mesh/shared/runtime";
 import { partOfConnection } from "./connect-with-identity.js";
 
 /** A manifest the mesh refused, with every problem by document and path. Nothing of it was stored. */
@@ -55,7 +43,8 @@ export type Declared = Extract<ApplyReply, { ok: true }>;
  * error otherwise.
  */
 export async function declare(nc: NatsConnection, manifest: readonly unknown[] | string, opts: DeclareOptions = {}): Promise<Declared> {
-  const parsed = typeof manifest === "string" ? parseManifestText(manifest) : validateDocuments(manifest);
+  // The YAML parser is loaded for a file's text alone: a module that declares objects never loads it.
+  const parsed = typeof manifest === "string" ? (await import("@mesh/shared/manifest-text")).parseManifestText(manifest) : validateDocuments(manifest);
   if (!parsed.ok) throw new ManifestRejectedError(parsed.problems, opts.source);
   const req: ApplyRequest = { documents: parsed.documents, ...(opts.source ? { source: opts.source } : {}) };
   // On a part's identity, its own module goes on the part's subject, the one it may publish to.

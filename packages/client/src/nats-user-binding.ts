@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ConnectionOptions } from "@nats-io/transport-node";
-import { natsIdentity } from "@mesh/shared";
+import { natsIdentity } from "@mesh/shared/runtime";
 
 /**
  * `servers`, the credentials (read again at every reconnect, so a rotated generation is taken)

@@ -14,18 +14,13 @@ import {
   Streams,
   createSealingKey,
   errorMessage,
-  fetchCredential,
   isMeshError,
   isValidName,
-  errorFromReply,
-  orderedMessages,
-  requestJson,
   subjects,
-  type CredentialValues,
-  type MessageStream,
-  type NatsConnection,
   backoffMs,
+  type CredentialValues,
 } from "@mesh/shared";
+import { fetchCredential, errorFromReply, orderedMessages, requestJson, type MessageStream, type NatsConnection } from "@mesh/shared/runtime";
 
 /** Which credentials to watch: every requirement of a part, or one. */
 export interface WatchCredentialsOptions {

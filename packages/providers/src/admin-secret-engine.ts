@@ -18,8 +18,6 @@ import {
   isMeshError,
   isRotationRunning,
   keys,
-  mutateJson,
-  readJson,
   setCondition,
   type AdminSecretFinding,
   type AdminSecretRef,
@@ -27,9 +25,9 @@ import {
   type ProviderDoc,
   type RepairEvent,
   type RepairPolicy,
-  type Store,
   RotationStates,
 } from "@mesh/shared";
+import { mutateJson, readJson, type Store } from "@mesh/shared/runtime";
 import type { ProviderAdapter } from "./adapter.js";
 import type { AdapterPool } from "./adapter-pool.js";
 import type { CredentialStore } from "./credential-store.js";

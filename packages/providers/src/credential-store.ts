@@ -14,16 +14,12 @@ import {
   MeshError,
   decrypt,
   encrypt,
-  casModify,
-  casWrite,
-  getAtFloor,
-  isCasConflict,
   keys,
   parseMasterKey,
   type Encrypted,
-  type KV,
   type MasterKey,
 } from "@mesh/shared";
+import { casModify, casWrite, getAtFloor, isCasConflict, type KV } from "@mesh/shared/runtime";
 import type { BindingValues, SecretMaterial } from "./adapter.js";
 
 const EncryptedSchema = z.object({

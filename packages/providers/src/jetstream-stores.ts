@@ -34,7 +34,8 @@ import { JetStreamApiError, StorageType, jetstreamManager, type JetStreamClient,
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { objectStoreArtifacts } from "./bootstrap-registry.js";
-import { ErrorCodes, Kinds, MeshError, RECORDS_GRANT, SOURCE_OF_RECORD, errorMessage, grantId, retryJetStreamGap } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, RECORDS_GRANT, SOURCE_OF_RECORD, errorMessage, grantId } from "@mesh/shared";
+import { retryJetStreamGap } from "@mesh/shared/runtime";
 import type {
   AdapterFactory,
   ArtifactRequest,

@@ -33,10 +33,9 @@ import {
   keys,
   parseMasterKey,
   type Encrypted,
-  type KV,
   type MasterKey,
-  type Store,
 } from "@mesh/shared";
+import type { KV, Store } from "@mesh/shared/runtime";
 import { CredentialRecord, type CredentialKeys } from "./credential-store.js";
 
 /** The key ring of a service: `kek` (its master key file) and the data keys in `store`. */

@@ -36,17 +36,12 @@ import {
   IDENTITY_RECORDS_LIMITS,
   Kinds,
   MeshError,
-  casModify,
-  createLogger,
-  ensureBucketLimits,
   errorMessage,
   grantId,
-  isCasConflict,
   isMeshError,
   isValidName,
   parseDuration,
   partIdentityPermissions,
-  retryJetStreamGap,
   subjects,
   type Kind,
   type PartIdentityOptions,
@@ -56,8 +51,9 @@ import {
   natsPermissions,
   type NatsPermissions,
   storeWrite,
-  storeReplicas,
 } from "@mesh/shared";
+import { casModify, ensureBucketLimits, isCasConflict, retryJetStreamGap, storeReplicas } from "@mesh/shared/runtime";
+import { createLogger } from "@mesh/shared/service";
 import type {
   AdapterFactory,
   CreateRequest,

@@ -6,17 +6,12 @@
  */
 import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import type { KeyPair } from "@nats-io/nkeys";
-import { z } from "zod";
 import { ErrorCodes, MeshError } from "./errors.js";
 import { openFrom } from "./crypto.js";
-import { CredentialFetchReply, type CredentialFetchRequest } from "./schemas/events.js";
+import { CredentialFetchReply, CredentialValues, type CredentialFetchRequest } from "./schemas/events.js";
 import { parseGrantId, subjects } from "./subjects.js";
 import { NAME_RULE, isValidName } from "./names.js";
 import { errorFromReply, requestJson } from "./request-json.js";
-
-/** The binding values of one generation of a grant, key → value (`type`, `username`, `password`, …). Secret: never log them. */
-export const CredentialValues = z.record(z.string(), z.string());
-export type CredentialValues = z.infer<typeof CredentialValues>;
 
 /** Which credential to fetch: one generation of a grant, for one part on one node. */
 export type CredentialFetchTarget = Omit<CredentialFetchRequest, "recipient">;

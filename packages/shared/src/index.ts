@@ -1,64 +1,286 @@
 /**
- * @mesh/shared — the one place for schemas, subjects, bucket names, conditions, errors,
- * logging, tracing, crypto and NATS plumbing used by every other package.
+ * @mesh/shared: the mesh's vocabulary, pure: names, kinds, subjects, errors, durations, limits,
+ * conditions, schemas, permissions and the rules over them. Nothing here opens a connection,
+ * logs or reads YAML; the SDK and the CLI's pure code import this entry alone. Talking to NATS
+ * is `@mesh/shared/runtime`, a service's process `@mesh/shared/service`, manifest files
+ * `@mesh/shared/manifest-text`.
  */
-export * from "./names.js";
-export * from "./kinds.js";
-export * from "./subjects.js";
-export * from "./inboxes.js";
-export * from "./errors.js";
-export * from "./duration.js";
-export * from "./limits.js";
-export * from "./conditions.js";
-export * from "./schemas/manifest.js";
-export * from "./schemas/grant.js";
-export * from "./schemas/verification.js";
-export * from "./schemas/rotation.js";
-export * from "./verification.js";
 export {
-  ApplyRequest,
-  ApplyReply,
-  DeleteRequest,
-  DeleteReply,
+  BINDING_KEY_PATTERN,
+  bindingGenerationDirPattern,
+  bindingGenerationsDirName,
+  CONTROL_PLANE_MODULE,
+  IDENTITY_BINDING,
+  isReservedRequirementName,
+  isValidName,
+  NAME_MAX_LENGTH,
+  NAME_PATTERN,
+  NAME_PATTERN_PORTABLE,
+  NAME_RULE,
+  parseBindingGenerationDir,
+  partEnvFileName,
+} from "./names.js";
+export {
+  BUILTIN_SECRET_PROVIDER,
+  DATA_KINDS,
+  type DeletionPolicy,
+  deletionPolicyOf,
+  type Kind,
+  KIND_LIST,
+  Kinds,
+  NATS_KINDS,
+  REGISTRY_KINDS,
+  servedByNats,
+} from "./kinds.js";
+export {
+  type BucketName,
+  Buckets,
+  Durables,
+  grantId,
+  keys,
+  moduleSubjectPattern,
+  parseGrantId,
+  parseReceiptKey,
+  QueueGroups,
+  SOURCE_OF_RECORD,
+  Streams,
+  subjects,
+  SubjectTemplates,
+} from "./subjects.js";
+export { confineToInbox, INBOX_ROOT_PATTERNS, InboxRoots, isInboxSubject } from "./inboxes.js";
+export { type ErrorCode, ErrorCodes, errorMessage, isMeshError, MeshError } from "./errors.js";
+export { DURATION_PATTERN, durationAtMost, formatAge, parseDuration, parseTimerDuration } from "./duration.js";
+export {
+  BUCKET_LIMITS,
+  type BucketLimits,
+  CREDENTIAL_HISTORY,
+  formatBytes,
+  IDENTITY_RECORDS_LIMITS,
+  Limits,
+  MAX_ROTATE_EVERY_MS,
+  MAX_TIMER_MS,
+  STORE_FILL_SHARE,
+  STORE_SCALE,
+} from "./limits.js";
+export { Condition, ConditionStatus, type ConditionType, ConditionTypes, getCondition, isTrue, type Reason, Reasons, setCondition } from "./conditions.js";
+export {
+  formatPath,
+  formatProblems,
+  ManifestDoc,
+  ModuleDoc,
+  Name,
+  type ParseResult,
+  PartDoc,
+  type Problem,
+  ProviderDoc,
+  ProviderOptions,
+  RequirementDoc,
+  RequirementOptions,
+  validateDocuments,
+} from "./schemas/manifest.js";
+export {
+  DeliveryReceipt,
+  Grant,
+  GrantTarget,
+  holderKey,
+  HolderState,
+  type ModuleState,
+  ModuleStates,
+  ModuleStatus,
+  RECEIPT_MESSAGE_MAX,
+} from "./schemas/grant.js";
+export {
+  CheckFailureReason,
+  CheckResult,
+  ProbeReply,
+  ProbeReport,
+  ProbeRequest,
+  ProbeResult,
+  ReachabilityRecord,
+  REPAIR_HISTORY_LIMIT,
+  RepairEvent,
+  RepairPolicies,
+  RepairPolicy,
+  Verification,
+  VerifyPolicy,
+  VerifyReply,
+  VerifyRequest,
+} from "./schemas/verification.js";
+export {
+  EvictRequest,
+  HOLDER_HEARTBEAT_MS,
+  HOLDER_STALE_MS,
+  HolderProgress,
+  HolderRegistration,
+  isRotationRunning,
+  parseHolderId,
+  parseRotationId,
+  REFUSED_LIMIT,
+  RefusedConfirmation,
+  RotatePolicy,
+  RotateReply,
+  RotateRequest,
+  Rotation,
+  RotationBroadcast,
+  rotationId,
+  type RotationState,
+  RotationStates,
+  sdkHolderId,
+} from "./schemas/rotation.js";
+export {
   AppliedDocument,
-  Delivery,
-  CredentialFetchRequest,
+  ApplyReply,
+  ApplyRequest,
   CredentialFetchReply,
+  CredentialFetchRequest,
   CredentialListReply,
+  CredentialValues,
+  DeleteReply,
+  DeleteRequest,
+  Delivery,
   ErrorReply,
   NodeRecord,
 } from "./schemas/events.js";
-export * from "./module-state.js";
-export * from "./delivery.js";
-export * from "./removal.js";
-export * from "./provider-catalog.js";
-export * from "./crypto.js";
-export * from "./credential-fetch.js";
-export * from "./request-json.js";
-export * from "./logger.js";
-export * from "./tracing.js";
-export * from "./keyed-queue.js";
-export * from "./backoff.js";
-export * from "./membership.js";
-export * from "./connect.js";
-export * from "./store.js";
-export * from "./jetstream-retry.js";
-export * from "./kv-records.js";
-export * from "./kv-names.js";
-export * from "./serve-json.js";
-export * from "./bucket-limits.js";
-export * from "./stream-consumers.js";
-export * from "./service-main.js";
-export * from "./control-plane.js";
-export * from "./part-identity.js";
-export * from "./state-dir.js";
-export * from "./admin-password-policy.js";
-export * from "./admin-secret.js";
-export * from "./nats-ceiling.js";
-export * from "./allowed-hooks.js";
-export * from "./nats-permissions.js";
+export { type CurrentProbe, currentProbes, describeLastCheck, lastCheck, probeStaleAfter } from "./verification.js";
+export { type DerivedState, deriveModuleState } from "./module-state.js";
+export { deliveryMsgId, isTarget, undelivered, withDeliveredCondition } from "./delivery.js";
+export {
+  deletedModuleState,
+  dropRetainedHint,
+  dropsResource,
+  isRevoked,
+  isUnneeded,
+  pendingWithdrawals,
+  removalDone,
+  removalRemains,
+  revocationDue,
+  withRemoval,
+} from "./removal.js";
+export {
+  createSealingKey,
+  decrypt,
+  encrypt,
+  type Encrypted,
+  GCM_IV_BYTES,
+  GCM_TAG_BYTES,
+  generateSecret,
+  type KeyPair,
+  loadMasterKey,
+  type MasterKey,
+  meshSealingKey,
+  openFrom,
+  parseMasterKey,
+  sealingKeyFromSeed,
+  sealTo,
+} from "./crypto.js";
+export { type Backoff, backoffMs, DEFAULT_JITTER, sleep } from "./backoff.js";
+export { KeyedQueue } from "./keyed-queue.js";
+export { kvFilter, kvKeyOf, kvStream } from "./kv-names.js";
+export {
+  type BucketLimitsPlan,
+  fillLimit,
+  isBucketFull,
+  isValueTooLarge,
+  planBucketLimits,
+  storedSize,
+  storeWrite,
+  type StoreWriteOptions,
+  type StreamLimitsNow,
+} from "./bucket-limits.js";
+export { DEFAULT_BINDINGS_ROOT, DEFAULT_STATE_DIR, OPERATOR_ADMIN_CREDS, StateFiles } from "./state-dir.js";
+export {
+  agentDurable,
+  agentPart,
+  BOOTSTRAP_PROVIDER,
+  bootstrapProvider,
+  CONTROL_PLANE_SERVICES,
+  type ControlPlaneLayout,
+  controlPlaneManifest,
+  ControlPlaneRequirements,
+  type ControlPlaneService,
+  identityRequirement,
+  MASTER_KEY_GRANT,
+  RECORDS_GRANT,
+  servesModule,
+  servicePermissions,
+} from "./control-plane.js";
+export {
+  bindingNameOf,
+  type PartIdentityOptions,
+  partIdentityPermissions,
+  partIdentityRequirement,
+  partIdentityRequirements,
+  requirementOfBinding,
+} from "./part-identity.js";
+export {
+  adminPasswordPolicy,
+  type AdminPasswordPolicy,
+  type AdminPasswordProblem,
+  adminSecretOf,
+  type AdminSecretRef,
+  checkAdminPassword,
+  realPath,
+} from "./admin-password-policy.js";
+export {
+  type AdminLogin,
+  adminSecretAdvice,
+  type AdminSecretFinding,
+  adminSecretGenerations,
+  type AdminSecretTrials,
+  classifyAdminSecret,
+} from "./admin-secret.js";
+export {
+  CeilingOptions,
+  DEFAULT_NATS_CEILING,
+  EVERY_MODULE,
+  MODULE_PLACEHOLDER,
+  type NatsCeiling,
+  parseCeilingEntry,
+  RESPONSES_CEILING_OPTION,
+  scopedToModule,
+} from "./nats-ceiling.js";
+export {
+  type AllowedHooks,
+  allowedHooksOf,
+  formatHookList,
+  HOOK_LIST_SEPARATOR,
+  HOOK_PATH,
+  HookOptionError,
+  parseAllowedHooks,
+  parseAllowHook,
+  splitHookList,
+} from "./allowed-hooks.js";
+export {
+  type CeilingBreach,
+  ceilingBreaches,
+  ceilingFor,
+  ceilingRefusal,
+  checkSubjectPattern,
+  checkWithinCeiling,
+  identityPermissions,
+  inboxRefusal,
+  MAX_SUBJECT_LENGTH,
+  MAX_SUBJECTS,
+  natsCeiling,
+  natsPermissions,
+  type NatsPermissions,
+  responsesAllowed,
+  SUBJECT_RULE,
+  subscribeReach,
+} from "./nats-permissions.js";
 export { matches, overlap, uncovered, within } from "./subject-containment.js";
-export * from "./holder-streams.js";
-export * from "./holder-acks.js";
-export * from "./part-rotation-key.js";
-export { noteRevision } from "./read-floors.js";
+export {
+  agentHolderStream,
+  consumerMismatch,
+  HOLDER_ACK_WAIT_MS,
+  HOLDER_STREAM_PREFIX,
+  holderConsumerConfig,
+  holderEndpoint,
+  type HolderEndpoint,
+  holderStreamConfig,
+  holderStreamUse,
+  partHolderStream,
+  SDK_CONSUMER_INACTIVE_MS,
+} from "./holder-streams.js";
+export { broadcastTargets, type HolderConsumerState, readHolderAcks } from "./holder-acks.js";
+export { decryptForPart, encryptForPart, partRotationKey } from "./part-rotation-key.js";

@@ -6,7 +6,8 @@ import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { Limits, MAX_ROTATE_EVERY_MS, MAX_TIMER_MS } from "./limits.js";
 import { parseTimerDuration } from "./duration.js";
-import { ModuleDoc, ProviderDoc, parseManifestText } from "./schemas/manifest.js";
+import { ModuleDoc, ProviderDoc } from "./schemas/manifest.js";
+import { parseManifestText } from "./schemas/manifest-text.js";
 import { RotateRequest } from "./schemas/rotation.js";
 import { NAME_MAX_LENGTH } from "./names.js";
 

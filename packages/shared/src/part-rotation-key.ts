@@ -13,7 +13,7 @@
  */
 import { hkdfSync } from "node:crypto";
 import { decrypt, encrypt, parseMasterKey, type Encrypted, type MasterKey } from "./crypto.js";
-import type { CredentialValues } from "./credential-fetch.js";
+import type { CredentialValues } from "./schemas/events.js";
 
 /** The part key of `part` on `node` for grant `grant` in its incarnation `createdAt`, as base64 (what the provisioner seals to an instance). */
 export function partRotationKey(mk: MasterKey, grant: string, node: string, part: string, createdAt: string | undefined): string {

@@ -17,7 +17,6 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { BUCKET_LIMITS, type BucketLimits } from "./limits.js";
-import { createLogger } from "./logger.js";
 import { planBucketLimits } from "./bucket-limits.js";
 import { isJetStreamGap, retryJetStreamSetup } from "./jetstream-retry.js";
 import { kvStream } from "./kv-names.js";
@@ -43,11 +42,20 @@ export interface StoreLog {
   warn(obj: object, msg: string): void;
 }
 
+/**
+ * The store's own log when its opener passes none (a test, a script): one JSON line on stderr
+ * per change, shaped as the services' logger writes them. The services pass their logger.
+ */
+export const stderrStoreLog: StoreLog = {
+  info: (obj, msg) => process.stderr.write(`${JSON.stringify({ level: "info", name: "store", ...obj, msg })}\n`),
+  warn: (obj, msg) => process.stderr.write(`${JSON.stringify({ level: "warn", name: "store", ...obj, msg })}\n`),
+};
+
 /** How {@link openStore} makes the store. */
 export interface OpenStoreOptions {
   /** 1 on one server, 3 on a cluster; default {@link storeReplicas}. */
   replicas?: number;
-  /** Where it says what it changed of an existing bucket's limits, and what it kept; default a logger of its own. */
+  /** Where it says what it changed of an existing bucket's limits, and what it kept; default {@link stderrStoreLog}. */
   log?: StoreLog;
   /** Limits other than limits.ts's `BUCKET_LIMITS`, per bucket, for the buckets this call makes or brings up to them (a store sized otherwise; a test's bucket that fills up). */
   bucketLimits?: Partial<Record<keyof typeof Buckets, Partial<BucketLimits>>>;
@@ -107,7 +115,7 @@ async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenSto
       maxValueSize: limits.maxValueSize,
       ...(limits.ttlMs !== undefined ? { ttl: limits.ttlMs } : {}),
     });
-    await ensureBucketLimits(jsm, bucket, limits, (log ??= createLogger("store")));
+    await ensureBucketLimits(jsm, bucket, limits, (log ??= stderrStoreLog));
   }
   // Every stream: limits retention, file storage, the store's replicas, a 2-minute de-duplication window.
   const common = { retention: RetentionPolicy.Limits, num_replicas: replicas, storage: StorageType.File, duplicate_window: 120_000_000_000 };

@@ -15,7 +15,8 @@
  * mesh's packages use sees it (this package's SDK modules bring an older one).
  */
 import { readFileSync } from "node:fs";
-import { registerTracing, type RunningService, type ServiceContext } from "@mesh/shared";
+import { registerTracing } from "@mesh/shared/runtime";
+import type { RunningService, ServiceContext } from "@mesh/shared/service";
 
 /** Tracing as started: `stop()` flushes what is buffered and shuts the exporter down. */
 export interface Tracing {

@@ -1,7 +1,8 @@
 /**
  * Options of {@link startAgent}.
  */
-import type { Logger, Store } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import type { AllowedHooks } from "@mesh/shared";
 
 export interface AgentOptions {

@@ -16,28 +16,30 @@ import {
   MeshError,
   NAME_RULE,
   Streams,
-  consumeMessages,
   createSealingKey,
   errorMessage,
-  fetchCredential,
   grantId,
   isMeshError,
   isTarget,
   isValidName,
   keys,
-  mutateJson,
-  readJson,
   subjects,
   SubjectTemplates,
+  type NodeRecord,
+  type CredentialValues,
+} from "@mesh/shared";
+import {
+  consumeMessages,
+  fetchCredential,
+  mutateJson,
+  readJson,
   holderSpanAttributes,
   traceHeaders,
   withConsumerSpan,
-  type CredentialValues,
   type Disposition,
   type JsMsg,
-  type Logger,
-  type NodeRecord,
-} from "@mesh/shared";
+} from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import type { AgentOptions } from "./agent-options.js";
 import {
   DEFAULT_GRACE_MS,

@@ -6,7 +6,8 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createLogger, isMeshError } from "@mesh/shared";
+import { isMeshError } from "@mesh/shared";
+import { createLogger } from "@mesh/shared/service";
 import { LogCapture } from "../../../test/harness/log-capture.js";
 import { waitFor } from "../../../test/harness/wait.js";
 import { HOOK_PATH, HookOptionError } from "@mesh/shared";

@@ -7,7 +7,8 @@
 import { execFileSync, spawn } from "node:child_process";
 import { statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { ErrorCodes, MeshError, errorMessage, type Delivery, type Logger } from "@mesh/shared";
+import { ErrorCodes, MeshError, errorMessage, type Delivery } from "@mesh/shared";
+import type { Logger } from "@mesh/shared/service";
 import { HOOK_PATH, HookOptionError, type AllowedHooks } from "@mesh/shared";
 
 /** How long a hook may run before it is killed (with every process it started). */

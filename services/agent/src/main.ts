@@ -15,7 +15,8 @@
  */
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, parseTimerDuration, runService } from "@mesh/shared";
+import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, parseTimerDuration } from "@mesh/shared";
+import { runService } from "@mesh/shared/service";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { startAgent } from "./agent.js";
 import { allowedHooksOf, type AllowedHooks } from "@mesh/shared";

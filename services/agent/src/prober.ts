@@ -22,18 +22,16 @@ import {
   isInboxSubject,
   isValidName,
   keys,
-  listJson,
   parseGrantId,
-  readJson,
   subjects,
   type CheckResult,
-  type Logger,
   type ProbeReply,
   type ProbeReport,
-  type Store,
   bindingNameOf,
   requirementOfBinding,
 } from "@mesh/shared";
+import { listJson, readJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { createAdapter, type LoginResult, type ProviderAdapter } from "@mesh/providers";
 import { BINDING_KEY_PATTERN, bindingGeneration, bindingPath } from "./bindings-writer.js";
 import { endpointAddress, formatAddress } from "./endpoint-address.js";

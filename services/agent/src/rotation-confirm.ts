@@ -11,13 +11,12 @@ import {
   ModuleDoc,
   ProviderDoc,
   isMeshError,
-  readJson,
-  type CredentialValues,
   type Delivery,
   type Grant,
-  type Logger,
-  type Store,
+  type CredentialValues,
 } from "@mesh/shared";
+import { readJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { createAdapter } from "@mesh/providers";
 import type { AllowedHooks } from "@mesh/shared";
 import { hookEnvironment, runHook, type HookRunAs } from "./hook-runner.js";

@@ -7,18 +7,9 @@
  * rotation's message is acknowledged only once it is applied: that ack is the confirmation.
  */
 import { JetStreamApiError } from "@nats-io/jetstream";
-import {
-  HOLDER_ACK_WAIT_MS,
-  agentHolderStream,
-  consumeMessages,
-  errorMessage,
-  isValidName,
-  type Consumption,
-  type Disposition,
-  type JsMsg,
-  type Logger,
-  type Store,
-} from "@mesh/shared";
+import { HOLDER_ACK_WAIT_MS, agentHolderStream, errorMessage, isValidName } from "@mesh/shared";
+import { consumeMessages, type Consumption, type Disposition, type JsMsg, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /** How often the agent looks for consumers made for it (a delivery also makes it look, soon). */
 export const LOOK_EVERY_MS = 5_000;

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hashPassword } from "@mesh/providers";
-import { createLogger } from "@mesh/shared";
+import { createLogger } from "@mesh/shared/service";
 import { startTokenIssuer, type TokenIssuer } from "./issuer.js";
 
 const SERVICE = "mesh-registry";

@@ -19,7 +19,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { grantedAccess, isPasswordHash, verifyPassword } from "@mesh/providers";
-import { errorMessage, isValidName, type Logger } from "@mesh/shared";
+import { errorMessage, isValidName } from "@mesh/shared";
+import type { Logger } from "@mesh/shared/service";
 import { MAX_TOKEN_LIFETIME_S, signToken } from "./token.js";
 import { ensureSigningKey, type SigningKey } from "./signing-key.js";
 import { UserStore } from "./user-store.js";

@@ -16,7 +16,8 @@
  * Exits 1 when it cannot start, 0 after SIGINT/SIGTERM.
  */
 import { join } from "node:path";
-import { createLogger, errorMessage } from "@mesh/shared";
+import { errorMessage } from "@mesh/shared";
+import { createLogger } from "@mesh/shared/service";
 import { startTokenIssuer } from "./issuer.js";
 
 const env = process.env;

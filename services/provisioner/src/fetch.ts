@@ -10,19 +10,17 @@ import {
   RotationStates,
   keys,
   parseGrantId,
-  readJson,
   sealTo,
   subjects,
   isValidName,
-  listJson,
   type CredentialFetchReply,
   type CredentialListReply,
   type Delivery,
   partRotationKey,
   type KeyPair,
   type MasterKey,
-  type Store,
 } from "@mesh/shared";
+import { readJson, listJson, type Store } from "@mesh/shared/runtime";
 import type { CredentialStore } from "@mesh/providers";
 
 /**

@@ -10,7 +10,7 @@
  * step of taking a grant back (it prints `TEST-HOOK paused-after <step>`), so a test can
  * SIGKILL it there and show that a fresh provisioner finishes.
  */
-import { runService, serviceMasterKey } from "@mesh/shared";
+import { runService, serviceMasterKey } from "@mesh/shared/service";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { storeKeyRing } from "@mesh/providers";
 import { startProvisioner } from "./provisioner.js";

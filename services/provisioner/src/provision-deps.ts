@@ -1,5 +1,6 @@
 /** What provisioning and taking back a grant work with, and the steps a test may freeze a take-back after. */
-import type { Logger, Store } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import type { AdapterPool, CredentialStore } from "@mesh/providers";
 
 /** The store, the credential store, the adapters and the log that reconciling a grant uses. */

@@ -13,20 +13,17 @@ import {
   errorMessage,
   isMeshError,
   isTrue,
-  mutateJson,
-  readJson,
   setCondition,
   subjects,
-  traceHeaders,
   isUnneeded,
   pendingWithdrawals,
   deliveryMsgId,
   undelivered,
   withDeliveredCondition,
   type Delivery,
-  type Logger,
-  type Store,
 } from "@mesh/shared";
+import { mutateJson, readJson, traceHeaders, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { recordedResource, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { takeBack } from "./take-back.js";
 import type { ProvisionDeps } from "./provision-deps.js";

@@ -4,22 +4,9 @@
  * compare-and-set, and resources are created idempotently, so two instances on one grant
  * converge.
  */
-import {
-  Durables,
-  Buckets,
-  KeyedQueue,
-  QueueGroups,
-  consumeKeys,
-  kvFilter,
-  kvKeyOf,
-  kvStream,
-  meshSealingKey,
-  serveJson,
-  subjects,
-  type Logger,
-  type MasterKey,
-  type Store,
-} from "@mesh/shared";
+import { Durables, Buckets, KeyedQueue, QueueGroups, kvFilter, kvKeyOf, kvStream, meshSealingKey, subjects, type MasterKey } from "@mesh/shared";
+import { consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { AdapterPool, CredentialStore, keysOf, type CredentialKeys } from "@mesh/providers";
 import { handleCredentialFetch, handleCredentialList } from "./fetch.js";
 import { reconcileGrant } from "./provision.js";

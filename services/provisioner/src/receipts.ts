@@ -15,7 +15,6 @@ import {
   errorMessage,
   isMeshError,
   KeyedQueue,
-  consumeKeys,
   getCondition,
   holderKey,
   isTarget,
@@ -23,15 +22,12 @@ import {
   kvFilter,
   kvKeyOf,
   kvStream,
-  mutateJson,
   parseReceiptKey,
-  readJson,
   setCondition,
   withDeliveredCondition,
-  type Consumption,
-  type Logger,
-  type Store,
 } from "@mesh/shared";
+import { consumeKeys, mutateJson, readJson, type Consumption, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /**
  * The grant with `node/part` recorded as holding `generation` and `Delivered` recomputed, or

@@ -14,18 +14,16 @@ import {
   dropsResource,
   errorMessage,
   isUnneeded,
-  mutateJson,
   pendingWithdrawals,
-  readJson,
   removalDone,
   revocationDue,
   setCondition,
   subjects,
-  traceHeaders,
   withDeliveredCondition,
   type Condition,
   type Delivery,
 } from "@mesh/shared";
+import { mutateJson, readJson, traceHeaders } from "@mesh/shared/runtime";
 import type { ProvisionDeps, TakeBackStep } from "./provision-deps.js";
 
 /** TEST HOOK: freezes for good after `step` when the deps say so (the test then SIGKILLs the process). */

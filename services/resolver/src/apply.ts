@@ -11,9 +11,6 @@ import {
   ProviderDoc,
   adminPasswordPolicy,
   checkAdminPassword,
-  listJson,
-  readJson,
-  retryJetStreamGap,
   storeWrite,
   validateDocuments,
   formatProblems,
@@ -25,8 +22,8 @@ import {
   type ManifestDoc,
   type Problem,
   type RequirementDoc,
-  type Store,
 } from "@mesh/shared";
+import { listJson, readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import { ceilingProblems } from "./ceiling-check.js";
 
 /**

@@ -5,23 +5,8 @@
  * deleting module `mesh`, or a provider that still serves grants (the control plane's among
  * them), needs `force`.
  */
-import {
-  CONTROL_PLANE_MODULE,
-  DeleteRequest,
-  ErrorCodes,
-  Grant,
-  MeshError,
-  isRevoked,
-  isValidName,
-  keys,
-  listJson,
-  mutateJson,
-  parseGrantId,
-  retryJetStreamGap,
-  type DeleteReply,
-  type KV,
-  type Store,
-} from "@mesh/shared";
+import { CONTROL_PLANE_MODULE, DeleteRequest, ErrorCodes, Grant, MeshError, isRevoked, isValidName, keys, parseGrantId, type DeleteReply } from "@mesh/shared";
+import { listJson, mutateJson, retryJetStreamGap, type KV, type Store } from "@mesh/shared/runtime";
 
 type Problem = Extract<DeleteReply, { ok: false }>["problems"][number];
 

@@ -8,7 +8,8 @@
  * The index may lag a write by the watch's delivery: a reconcile that misses a grant written an
  * instant ago is followed by the reconcile that grant's own change triggers (level-triggered).
  */
-import type { Logger, Store } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /** The index; see the file's doc comment. */
 export interface GrantIndex {

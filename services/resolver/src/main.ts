@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /** mesh-resolver: `NATS_URL` (default nats://127.0.0.1:4222). Runs until SIGINT/SIGTERM. */
-import { runService } from "@mesh/shared";
+import { runService } from "@mesh/shared/service";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { startResolver } from "./resolver.js";
 

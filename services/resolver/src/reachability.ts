@@ -3,7 +3,8 @@
  * reached from. A provider with no report from a node counts as reachable from it (an agent
  * that has not probed yet must not block resolution).
  */
-import { Buckets, ReachabilityRecord, kvStream, listJson, retryJetStreamGap, type GrantTarget, type Store } from "@mesh/shared";
+import { Buckets, ReachabilityRecord, kvStream, type GrantTarget } from "@mesh/shared";
+import { listJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 
 /**
  * The reports that say `provider` cannot be reached from the node of one of `targets`, one

@@ -3,23 +3,9 @@
  * write the grants that changed, mark the grants of requirements it no longer declares to be
  * taken back (the provisioner does it), and record the module's state.
  */
-import {
-  Grant,
-  type ProviderCatalog,
-  ModuleDoc,
-  ModuleStatus,
-  type ProviderDoc,
-  deriveModuleState,
-  deletedModuleState,
-  keys,
-  listJson,
-  mutateJson,
-  readJson,
-  withRemoval,
-  type DerivedState,
-  type Logger,
-  type Store,
-} from "@mesh/shared";
+import { Grant, ModuleDoc, ModuleStatus, type ProviderDoc, deriveModuleState, deletedModuleState, keys, withRemoval, type DerivedState } from "@mesh/shared";
+import { type ProviderCatalog, listJson, mutateJson, readJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { applyResolution, resolveModule } from "./resolve.js";
 import { neededGrant, neededGrantIds, type NeededGrant } from "./dependencies.js";
 import type { ReachabilityCatalog } from "./reachability.js";

@@ -3,22 +3,9 @@
  * provider, or one of its grants changes. Several instances share the work through durable
  * consumers; compare-and-set on every write keeps them from undoing each other.
  */
-import {
-  ProviderCatalog,
-  Durables,
-  Buckets,
-  KeyedQueue,
-  adminPasswordPolicy,
-  QueueGroups,
-  kvFilter,
-  kvKeyOf,
-  kvStream,
-  consumeKeys,
-  serveJson,
-  subjects,
-  type Logger,
-  type Store,
-} from "@mesh/shared";
+import { Durables, Buckets, KeyedQueue, adminPasswordPolicy, QueueGroups, kvFilter, kvKeyOf, kvStream, subjects } from "@mesh/shared";
+import { ProviderCatalog, consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { handleApply, partOfApplySubject } from "./apply.js";
 import { handleDelete } from "./delete.js";
 import { reconcileModule } from "./reconcile.js";

@@ -18,7 +18,9 @@
  * consumer; the receipt is the agent's that it did so after applying. An SDK holder's ack stands
  * alone: its identity is the part's own. This is the one place a confirmation reads a record.
  */
-import { HOLDER_STREAM_PREFIX, broadcastTargets, readHolderAcks, type HolderEndpoint, type Logger, type Rotation, type Store, subjects } from "@mesh/shared";
+import { HOLDER_STREAM_PREFIX, broadcastTargets, readHolderAcks, type HolderEndpoint, type Rotation, subjects } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
 import type { ReceiptWitnesses } from "./receipt-witnesses.js";
 

@@ -7,17 +7,15 @@ import {
   Grant,
   encryptForPart,
   holderEndpoint,
-  holderSpanAttributes,
   keys,
   parseHolderId,
   partRotationKey,
-  readJson,
   SubjectTemplates,
-  withProducerSpan,
   type HolderEndpoint,
   type Rotation,
   type RotationBroadcast,
 } from "@mesh/shared";
+import { holderSpanAttributes, readJson, withProducerSpan } from "@mesh/shared/runtime";
 import { contextOfTraceparent } from "./trace-context.js";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
 import type { RotatorContext } from "./rotator-context.js";

@@ -9,7 +9,8 @@
  * `Staged`; the next one runs the copy again, which skips every artifact the new provider has
  * with the same digest. The outcome is written with the move to `Broadcast` (`carried`).
  */
-import { ErrorCodes, MeshError, ProviderDoc, REGISTRY_KINDS, errorMessage, getCondition, keys, readJson, setCondition, type Rotation } from "@mesh/shared";
+import { ErrorCodes, MeshError, ProviderDoc, REGISTRY_KINDS, errorMessage, getCondition, keys, setCondition, type Rotation } from "@mesh/shared";
+import { readJson } from "@mesh/shared/runtime";
 import { copyArtifacts, type Artifact, type ArtifactSource, type CopyOutcome } from "@mesh/providers";
 import type { RotatorContext } from "./rotator-context.js";
 

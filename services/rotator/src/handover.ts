@@ -13,20 +13,16 @@ import {
   Rotation,
   errorMessage,
   getCondition,
-  mutateJson,
   setCondition,
   isRotationRunning,
   isTrue,
   kvFilter,
   kvKeyOf,
   kvStream,
-  consumeKeys,
-  readJson,
-  type Consumption,
-  type Logger,
   type RotateRequest,
-  type Store,
 } from "@mesh/shared";
+import { mutateJson, consumeKeys, readJson, type Consumption, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /** The provider a grant must be handed over from, or undefined when it needs no handover. Pure. */
 export function handoverFrom(g: Grant): string | undefined {

@@ -18,12 +18,11 @@ import {
   holderKey,
   holderStreamConfig,
   parseReceiptKey,
-  retryJetStreamGap,
   subjects,
   type HolderEndpoint,
-  type Logger,
-  type Store,
 } from "@mesh/shared";
+import { retryJetStreamGap, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import type { ReceiptWitnesses } from "./receipt-witnesses.js";
 
 export interface HolderConsumers {

@@ -8,7 +8,9 @@
  * as of the call. Should the watch lag past {@link CATCH_UP_MS} or have ended, the bucket is
  * read key by key as before.
  */
-import { Buckets, HolderRegistration, keys, kvStream, listJson, type Logger, type Store } from "@mesh/shared";
+import { Buckets, HolderRegistration, keys, kvStream } from "@mesh/shared";
+import { listJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /** A live view of the holders' registrations. */
 export interface HolderRegistry {

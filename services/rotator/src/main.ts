@@ -14,7 +14,8 @@
  * after the kill copies on). Never set either in production.
  */
 import { existsSync, writeFileSync } from "node:fs";
-import { RotationStates, errorMessage, parseTimerDuration, runService, serviceMasterKey, type RotationState } from "@mesh/shared";
+import { RotationStates, errorMessage, parseTimerDuration, type RotationState } from "@mesh/shared";
+import { runService, serviceMasterKey } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
 import { startRotator } from "./rotator.js";
 import { packageVersion, traced } from "@mesh/telemetry";

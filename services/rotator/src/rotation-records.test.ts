@@ -5,7 +5,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RotationStates, connectNats, openStore, type Grant, type Rotation, type Store } from "@mesh/shared";
+import { RotationStates, type Grant, type Rotation } from "@mesh/shared";
+import { connectNats, openStore, type Store } from "@mesh/shared/runtime";
 import { grantFixture } from "../../../test/fixtures.js";
 import { startNatsServer, type NatsServer } from "../../../test/harness/nats-server.js";
 import { enter, newRotation } from "./rotation-machine.js";

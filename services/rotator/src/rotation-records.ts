@@ -7,7 +7,8 @@
  * the source of record: every read asks KV for the current revision, and every write is a
  * compare-and-set on a revision. Values handed out are shared: never mutate them.
  */
-import { ErrorCodes, MeshError, Rotation, casModify, casWrite, retryJetStreamGap, type Store } from "@mesh/shared";
+import { ErrorCodes, MeshError, Rotation } from "@mesh/shared";
+import { casModify, casWrite, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 
 /** A rotation record at a revision. */
 export interface RotationRecord {

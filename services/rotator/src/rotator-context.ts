@@ -4,21 +4,9 @@
  * records, and writing a state (where the test hooks may freeze the process).
  */
 import { hostname } from "node:os";
-import {
-  BUILTIN_SECRET_PROVIDER,
-  ErrorCodes,
-  Grant,
-  MeshError,
-  ProviderCatalog,
-  ProviderDoc,
-  mutateJson,
-  readJson,
-  type Logger,
-  type MasterKey,
-  type Rotation,
-  type RotationState,
-  type Store,
-} from "@mesh/shared";
+import { BUILTIN_SECRET_PROVIDER, ErrorCodes, Grant, MeshError, ProviderDoc, type MasterKey, type Rotation, type RotationState } from "@mesh/shared";
+import { ProviderCatalog, mutateJson, readJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { AdapterPool, CredentialStore, keysOf, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { DEFAULT_ROTATION_TIMEOUT_MS, type RotatorOptions, type RotatorTestHooks } from "./rotator-options.js";
 import { enter } from "./rotation-machine.js";

@@ -2,7 +2,9 @@
  * Options of {@link startRotator}.
  */
 import type { CredentialKeys } from "@mesh/providers";
-import type { Logger, MasterKey, RotationState, Store } from "@mesh/shared";
+import type { MasterKey, RotationState } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 export interface RotatorOptions {
   store: Store;

@@ -21,9 +21,6 @@ import {
   EvictRequest,
   type Rotation,
   RotationStates,
-  consumeKeys,
-  isCasConflict,
-  storeReplicas,
   isRotationRunning,
   keys,
   kvFilter,
@@ -31,12 +28,11 @@ import {
   kvStream,
   parseGrantId,
   parseHolderId,
-  serveJson,
   subjects,
-  tracer,
   type RotateReply,
   type RotationState,
 } from "@mesh/shared";
+import { consumeKeys, isCasConflict, storeReplicas, serveJson, tracer } from "@mesh/shared/runtime";
 import type { RotatorOptions, RotatorTestHooks } from "./rotator-options.js";
 import { confirmedCount, enter, evictHolders, nameHolders, nextStep, withAcks, withRotatingCondition } from "./rotation-machine.js";
 import { contextOfTraceparent } from "./trace-context.js";

@@ -7,20 +7,9 @@
  * rotation already running is left alone.
  */
 import { CredentialRecord } from "@mesh/providers";
-import {
-  Grant,
-  ModuleDoc,
-  Rotation,
-  isMeshError,
-  isRotationRunning,
-  keys,
-  listJson,
-  parseDuration,
-  readJson,
-  type Logger,
-  type RotateRequest,
-  type Store,
-} from "@mesh/shared";
+import { Grant, ModuleDoc, Rotation, isMeshError, isRotationRunning, keys, parseDuration, type RotateRequest } from "@mesh/shared";
+import { listJson, readJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /**
  * True when a generation made at `since` is due for rotation under an `every` of `everyMs` at

@@ -6,22 +6,8 @@
  */
 import { randomUUID } from "node:crypto";
 import { ROOT_CONTEXT, type Span } from "@opentelemetry/api";
-import {
-  ErrorCodes,
-  Grant,
-  Kinds,
-  MeshError,
-  isCasConflict,
-  isRotationRunning,
-  isTrue,
-  keys,
-  parseGrantId,
-  readJson,
-  retryJetStreamGap,
-  tracer,
-  type RotateRequest,
-  type Rotation,
-} from "@mesh/shared";
+import { ErrorCodes, Grant, Kinds, MeshError, isRotationRunning, isTrue, keys, parseGrantId, type RotateRequest, type Rotation } from "@mesh/shared";
+import { isCasConflict, readJson, retryJetStreamGap, tracer } from "@mesh/shared/runtime";
 import { probeAdminSecret, recordedResource, setAdminSecret } from "@mesh/providers";
 import { confirmedCount, holdersOf, newRotation } from "./rotation-machine.js";
 import { handoverFrom } from "./handover.js";

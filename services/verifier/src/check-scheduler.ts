@@ -4,7 +4,7 @@
  * they take now; and the count of checks that came late, told in the log at most once a minute.
  * A timer that fires asks its grant's run through `onDue`; the run places the next one.
  */
-import type { Logger } from "@mesh/shared";
+import type { Logger } from "@mesh/shared/service";
 import { CheckTimeline, LeadEstimator, type Placement } from "./schedule.js";
 
 /** The scheduler's counters, shared with the verifier's stats. */

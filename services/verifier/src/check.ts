@@ -11,13 +11,11 @@ import {
   ProviderDoc,
   errorMessage,
   isMeshError,
-  listJson,
-  readJson,
   type AdminSecretRef,
   type CheckResult,
   type Grant,
-  type Store,
 } from "@mesh/shared";
+import { listJson, readJson, type Store } from "@mesh/shared/runtime";
 import {
   createAdapter,
   probeAdminSecret,

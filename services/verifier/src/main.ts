@@ -10,7 +10,8 @@
  * provisioner (without them the verifier still logs in, but cannot observe or repair).
  * Exits 1 when it cannot start (a bad `MESH_VERIFY_INTERVAL` included), 0 after SIGINT/SIGTERM.
  */
-import { errorMessage, runService, serviceMasterKey } from "@mesh/shared";
+import { errorMessage } from "@mesh/shared";
+import { runService, serviceMasterKey } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
 import { packageVersion, traced } from "@mesh/telemetry";
 import { globalInterval } from "./schedule.js";

@@ -3,7 +3,9 @@
  * logs in from where its holders run), and the check that a probe report came on the subject of
  * the node and part it speaks for.
  */
-import { ProbeReply, keys, parseGrantId, requestJson, subjects, type Grant, type Logger, type NatsConnection, type ProbeReport } from "@mesh/shared";
+import { ProbeReply, keys, parseGrantId, subjects, type Grant, type ProbeReport } from "@mesh/shared";
+import { requestJson, type NatsConnection } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /** Probes of `g` from its holders' agents, asked for now; an agent that does not answer within `timeoutMs` is left out. */
 export async function requestProbes(nc: NatsConnection, g: Grant, timeoutMs: number, log: Logger): Promise<ProbeReport[]> {

@@ -5,20 +5,9 @@
  * `Verified` condition (fold.ts), and place the grant's next check (check-scheduler.ts). Every
  * write is a compare-and-set; a repair is idempotent, so two runs of one grant converge.
  */
-import {
-  Grant,
-  Verification,
-  errorMessage,
-  getCondition,
-  holderKey,
-  mutateJson,
-  readJson,
-  setCondition,
-  type CheckResult,
-  type Logger,
-  type RepairEvent,
-  type Store,
-} from "@mesh/shared";
+import { Grant, Verification, errorMessage, getCondition, holderKey, setCondition, type CheckResult, type RepairEvent } from "@mesh/shared";
+import { mutateJson, readJson, type Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 import { checkGrant, repairGrant, type CheckDeps } from "./check.js";
 import type { CheckScheduler } from "./check-scheduler.js";
 import { decideRun } from "./decide.js";

@@ -2,7 +2,9 @@
  * Options of {@link startVerifier}.
  */
 import type { CredentialKeys } from "@mesh/providers";
-import type { Logger, MasterKey, Store } from "@mesh/shared";
+import type { MasterKey } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
+import type { Logger } from "@mesh/shared/service";
 
 /** How a verifier runs; only `store`, `masterKey` and `log` are required. */
 export interface VerifierOptions {

@@ -28,14 +28,12 @@ import {
   VerifyRequest,
   errorMessage,
   getCondition,
-  joinMembership,
   keys,
   parseGrantId,
-  serveJson,
   subjects,
-  type Membership,
   type VerifyReply,
 } from "@mesh/shared";
+import { joinMembership, serveJson, type Membership } from "@mesh/shared/runtime";
 import { AdapterPool, CredentialStore, keysOf } from "@mesh/providers";
 import type { CheckDeps } from "./check.js";
 import { CheckScheduler } from "./check-scheduler.js";

@@ -5,7 +5,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { errorMessage, type Store } from "@mesh/shared";
+import { errorMessage } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
 import { CliError } from "../cli-error.js";
 import { DEFAULT_CONSOLE_LISTEN, allowedHosts, checkListen, hostForUrl, parseListen, type ListenAddress } from "./access.js";
 import { createConsoleServer, type ConsoleServer } from "./server.js";

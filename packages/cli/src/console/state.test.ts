@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { Store } from "@mesh/shared";
+import type { Store } from "@mesh/shared/runtime";
 import { withoutCredentials } from "./state.js";
 
 describe("withoutCredentials", () => {

@@ -4,7 +4,8 @@
  * watch started before the listing, so no change falls between them. Listeners hear of every
  * change. The credentials bucket is not among them, and the store handed on has no way to it.
  */
-import { Grant, listJson, retryJetStreamGap, type KV, type Store } from "@mesh/shared";
+import { Grant } from "@mesh/shared";
+import { listJson, retryJetStreamGap, type KV, type Store } from "@mesh/shared/runtime";
 import { CONSOLE_BUCKETS, applyChange, emptySnapshot, type ConsoleBucket, type ConsoleSnapshot } from "./snapshot.js";
 
 /**

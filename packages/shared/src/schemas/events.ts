@@ -93,6 +93,10 @@ export type CredentialFetchRequest = z.infer<typeof CredentialFetchRequest>;
 export const ErrorReply = z.object({ code: z.string(), message: z.string(), retryable: z.boolean() });
 export type ErrorReply = z.infer<typeof ErrorReply>;
 
+/** The binding values of one generation of a grant, key → value (`type`, `username`, `password`, …). Secret: never log them. */
+export const CredentialValues = z.record(z.string(), z.string());
+export type CredentialValues = z.infer<typeof CredentialValues>;
+
 export const CredentialFetchReply = z.discriminatedUnion("ok", [
   z.object({
     ok: z.literal(true),

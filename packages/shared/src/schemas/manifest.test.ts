@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { formatProblems, parseManifestText, validateDocuments } from "./manifest.js";
+import { formatProblems, validateDocuments } from "./manifest.js";
+import { parseManifestText } from "./manifest-text.js";
 import { isValidName } from "../names.js";
 
 const shop = `

@@ -2,16 +2,16 @@
  * The manifest documents a user applies: `Provider` and `Module`.
  *
  * Validation lists every problem by path (`requires[0].kind: required`), and a file is
- * accepted only as a whole: {@link parseManifestText} returns documents or problems, never both.
+ * accepted only as a whole: {@link validateDocuments} (and `parseManifestText`, manifest-text.ts,
+ * for a file's text) returns documents or problems, never both.
  */
 import { z } from "zod";
 import { RotatePolicy } from "./rotation.js";
-import { parseAllDocuments } from "yaml";
 import { IDENTITY_BINDING, NAME_RULE, NAME_PATTERN, isReservedRequirementName } from "../names.js";
 import { parseGrantId } from "../subjects.js";
 import { KIND_LIST, Kinds } from "../kinds.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
-import { Limits, formatBytes } from "../limits.js";
+import { Limits } from "../limits.js";
 
 /** "at most N <what>", the message of every list and length limit. */
 const atMost = (n: number, what: string) => ({ message: `at most ${n} ${what}` });
@@ -255,43 +255,6 @@ export function validateDocuments(raw: readonly unknown[]): ParseResult {
   });
   if (raw.length === 0) problems.push({ document: 0, path: "", message: "no documents" });
   return problems.length ? { ok: false, problems } : { ok: true, documents };
-}
-
-/**
- * Parses a manifest file: YAML with one or more documents separated by `---`, or JSON (a
- * single document or an array of documents). Syntax errors are problems like any other.
- */
-export function parseManifestText(text: string): ParseResult {
-  const bytes = Buffer.byteLength(text, "utf8");
-  if (bytes > Limits.manifestBytes) {
-    return { ok: false, problems: [{ document: 0, path: "", message: `the file is ${formatBytes(bytes)}; a manifest file may be at most ${formatBytes(Limits.manifestBytes)}: split it` }] };
-  }
-  const trimmed = text.trimStart();
-  if (trimmed.startsWith("{") || trimmed.startsWith("[")) {
-    try {
-      const value: unknown = JSON.parse(text);
-      return validateDocuments(Array.isArray(value) ? value : [value]);
-    } catch (e) {
-      return { ok: false, problems: [{ document: 0, path: "", message: `not valid JSON: ${(e as Error).message}` }] };
-    }
-  }
-  const docs = parseAllDocuments(text);
-  const list = Array.isArray(docs) ? docs : [docs];
-  const problems: Problem[] = [];
-  const values: unknown[] = [];
-  list.forEach((d, i) => {
-    for (const err of d.errors) problems.push({ document: i, path: "", message: `not valid YAML: ${err.message.split("\n")[0]}` });
-    if (d.errors.length) return;
-    try {
-      const v: unknown = d.toJS({ maxAliasCount: Limits.yamlAliases });
-      if (v !== null && v !== undefined) values.push(v);
-    } catch (e) {
-      // yaml refuses an alias bomb here ("excessive alias count"): a problem of the file, not a crash.
-      problems.push({ document: i, path: "", message: `not accepted as YAML: ${(e as Error).message.split("\n")[0]} (at most ${Limits.yamlAliases} aliases in a document)` });
-    }
-  });
-  if (problems.length) return { ok: false, problems };
-  return validateDocuments(values);
 }
 
 /** One line per problem, the way the CLI prints them. */

@@ -1,0 +1,89 @@
+/**
+ * @mesh/shared/runtime: talking to NATS the mesh's way: connecting on an identity, requests and
+ * replies, the store and its records, retries over JetStream's gaps, consumers, tracing,
+ * membership. Used by the services and the SDK; loads neither a logger nor a YAML parser.
+ */
+export { connectNats, DEFAULT_NATS_URL, type NatsConnection, natsIdentity } from "./connect.js";
+export { errorFromReply, requestJson, type RequestJsonOptions } from "./request-json.js";
+export { serveJson } from "./serve-json.js";
+export {
+  credentialFetchSubject,
+  type CredentialFetchTarget,
+  fetchCredential,
+  type FetchCredentialOptions,
+  type FetchedCredential,
+} from "./credential-fetch.js";
+export {
+  ensureBucketLimits,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+  type KV,
+  openBucket,
+  openStore,
+  type OpenStoreOptions,
+  stderrStoreLog,
+  type Store,
+  type StoreLog,
+  storeReplicas,
+} from "./store.js";
+export {
+  isJetStreamGap,
+  isJetStreamTimeout,
+  isStoreCreateFailure,
+  JETSTREAM_GAP_RIDE_OUT_MS,
+  jetStreamTimeoutMessage,
+  retryJetStreamGap,
+  retryJetStreamRead,
+  retryJetStreamSetup,
+} from "./jetstream-retry.js";
+export {
+  CAS_ATTEMPTS,
+  type CasModified,
+  casModify,
+  type CasModifyOptions,
+  casUpdate,
+  casWrite,
+  getAtFloor,
+  isCasConflict,
+  listJson,
+  mutateJson,
+  READ_FLOOR_WAIT_MS,
+  readJson,
+  type Record_,
+} from "./kv-records.js";
+export { noteRevision } from "./read-floors.js";
+export {
+  CONSUME_EXPIRES_MS,
+  consumeKeys,
+  consumeMessages,
+  type Consumption,
+  DEFAULT_ACK_WAIT_MS,
+  type Disposition,
+  type MessageStream,
+  orderedMessages,
+  REDELIVERY_BACKOFF,
+  retryDelayMs,
+  type StartAt,
+} from "./stream-consumers.js";
+export { ProviderCatalog } from "./provider-catalog.js";
+export {
+  contextFrom,
+  contextOfTraceparent,
+  holderSpanAttributes,
+  messagingAttributes,
+  type MessagingOperation,
+  natsHeaderGetter,
+  propagating,
+  registerTracing,
+  SEMCONV_SCHEMA_URL,
+  SEMCONV_VERSION,
+  startConsumerSpan,
+  startProducerSpan,
+  traceHeaders,
+  traceparentOf,
+  tracer,
+  withConsumerSpan,
+  withProducerSpan,
+} from "./tracing.js";
+export { type Heartbeat, HEARTBEAT_MS, JOIN_TIMEOUT_MS, joinMembership, liveMembers, memberKey, type Membership, ownerOf, STALE_MS } from "./membership.js";
