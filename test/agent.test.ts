@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeliveryReceipt, Grant, NodeRecord, Streams, getCondition, keys, subjects, type Delivery, type Kind } from "@mesh/shared";
 import { connectNats, mutateJson, openStore, readJson, traceHeaders, type Consumption, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
-import { agentDurable, bindingGeneration, startAgent, type Agent } from "@mesh/agent";
+import { agentDurable, bindingGeneration, startAgent, writeBinding, type Agent } from "@mesh/agent";
 import { foldReceipts } from "@mesh/provisioner";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
@@ -193,6 +193,23 @@ describe("agent", () => {
     // The receipt, written before the acknowledgement, still names generation 2, so the grant never hears of 1 again.
     expect((await readJson(store.kv.receipts, keys.receipt(NODE, "shop", "db", "api"), DeliveryReceipt))?.value).toMatchObject({ generation: 2 });
     expect((await grant("shop", "db"))?.holders["node-a/api"]?.generation).toBe(2);
+  });
+
+  it("does not write a grant's own generation over the next, which a rotation wrote before that delivery came (again)", async () => {
+    const token = [secret("token-1"), secret("token-2")];
+    await putGrant("shop", "token", "secret", [{ part: "api", node: NODE }], 1);
+    for (const g of [1, 2]) await responder.put("shop", "token", g, { type: "secret", provider: "builtin-secret", value: token[g - 1]! });
+    // A rotation's broadcast wrote generation 2 (with the agent's own writer, as its rotation path does) while the grant
+    // is still on 1: it moves at the commit, which retires generation 1.
+    writeBinding(
+      { root, module: "shop", part: "api", requirement: "token", generation: 2, values: { type: "secret", provider: "builtin-secret", value: token[1]! } },
+      { graceMs: GRACE_MS },
+    );
+    const seq = await publishDelivery({ module: "shop", requirement: "token", part: "api", kind: "secret", generation: 1 });
+    await waitAcked(seq);
+    expect(bindingGeneration(root, "shop", "api", "token")).toBe(2);
+    expect(read("shop/api/token/value")).toBe(token[1]);
+    expect(logs.lines.some((l) => l.includes("delivery skipped") && l.includes("shop/token"))).toBe(true);
   });
 
   it("acknowledges and ignores, with a log line, a delivery to a part that is not a target", async () => {

@@ -243,6 +243,16 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
               timeoutMs: opts.fetchTimeoutMs ?? 5_000,
               headers: traceHeaders(),
             });
+            // Planned before the fetch, which waited on the network: a rotation's broadcast, handled meanwhile by this agent's
+            // other consumer, may have written the grant's next generation. Planned again, with no await between this look at
+            // the disk and the write, so that an older Delivery never writes over it.
+            if (!rotationDue) {
+              const again = planDelivery(d, grant?.value, bindingGeneration(bindingsRoot, d.module, d.part, binding));
+              if (again.action === "skip" || again.action === "ignore") {
+                dlog.info({ reason: again.reason }, "delivery skipped: the binding changed while it was fetched");
+                return "ack";
+              }
+            }
             const written = writeBinding(
               { root: bindingsRoot, module: d.module, part: d.part, requirement: binding, generation: fetched.generation, values: fetched.values },
               { graceMs },

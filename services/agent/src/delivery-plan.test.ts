@@ -37,6 +37,9 @@ describe("planDelivery", () => {
     ["on disk but not recorded (crash between)", delivery(2), grant({ holders: held(1) }), 2, "record"],
     ["recorded but the files are gone", delivery(2), grant({ holders: held(2) }), undefined, "apply"],
     ["newer than the grant says", delivery(3), grant(), 2, "apply"],
+    ["the grant's generation, come back after a rotation wrote the next", delivery(2), grant({ holders: held(2) }), 3, "skip"],
+    ["the grant's generation, first time, after a rotation wrote the next", delivery(2), grant(), 3, "skip"],
+    ["a former grant's binding far ahead of a grant made again", delivery(2), grant(), 7, "apply"],
   ])("%s → %s", (_name, d, g, local, action) => {
     expect(planDelivery(d, g, local).action).toBe(action);
   });

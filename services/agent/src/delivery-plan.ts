@@ -18,6 +18,12 @@ export type DeliveryPlan = { action: "apply" } | { action: "record" } | { action
  * longer exists) and the generation of the binding on disk (undefined when there is none).
  * A Delivery older than the grant's current generation is skipped: a Delivery of the
  * current one exists too, so applying the old one could only move the holder backwards.
+ * So is one older than the binding when the binding holds the generation a rotation is
+ * taking the grant to (the grant's next): the rotation's broadcast wrote it, the grant moves
+ * to it at the commit, and the commit retires what the older Delivery carries. (A Delivery of
+ * a generation the grant is still on, that came back after a retry, lands there.) A binding
+ * further ahead than that is a former grant's of the same name, removed and made again while
+ * this node's agent was away: the new grant's Delivery is applied over it.
  */
 export function planDelivery(delivery: Delivery, grant: Grant | undefined, localGeneration: number | undefined): DeliveryPlan {
   if (!grant) return { action: "ignore", reason: `grant ${delivery.grant} no longer exists` };
@@ -26,6 +32,9 @@ export function planDelivery(delivery: Delivery, grant: Grant | undefined, local
   }
   if (delivery.generation < grant.generation) {
     return { action: "skip", reason: `generation ${delivery.generation} is superseded by generation ${grant.generation}` };
+  }
+  if (localGeneration !== undefined && delivery.generation < localGeneration && localGeneration <= grant.generation + 1) {
+    return { action: "skip", reason: `the binding holds generation ${localGeneration} already, a rotation's, newer than ${delivery.generation}` };
   }
   const held = grant.holders[holderKey(delivery.node, delivery.part)]?.generation ?? 0;
   if (localGeneration === delivery.generation) {
