@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { CLUSTER_RESOLVER_SYNC } from "@mesh/providers";
-import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, identityRequirement, type Rotation } from "@mesh/shared";
+import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, holderEndpoint, identityRequirement, type Rotation } from "@mesh/shared";
 import {
   NODES,
   TWICE,
@@ -106,18 +106,35 @@ describe("the mesh on a three-server cluster", () => {
         process.kill(agentB, "SIGCONT");
         stopped = false;
         faultsEnded = Date.now();
+        // Two recoveries follow, timed apart. First the cluster's own: with two of three servers killed at once, nothing has a
+        // leader until they are back and elect (the meta group, then the stream, then the consumer); measured here as the
+        // moment the consumer node-b's agent is told on answers again, asked every 100 ms with a 1 s timeout. That is
+        // nats-server's time (printed: it varies run to run with how the elections' random timeouts fall), not the mesh's.
+        const endpoint = holderEndpoint("app/bus", "node-b/worker")!;
+        const quick = await jetstreamManager(t.nc, { timeout: 1_000, checkAPI: false });
+        const consumerBack = await waitFor(
+          "the cluster to elect the leaders of node-b's holder stream and consumer again",
+          () => quick.consumers.info(endpoint.stream, endpoint.consumer).then(() => Date.now()),
+          60_000,
+          100,
+        );
 
         const r = await rotate;
         expect(r.code, r.stderr).toBe(0);
         const rotation = JSON.parse(r.stdout) as Rotation;
         expect(rotation).toMatchObject({ state: "Committed", from, to: from + 1 });
         await allReady(t.store, ["app"], 30_000);
-        const resumed = Date.now() - faultsEnded;
+        const ready = Date.now();
         printResume(
-          `meta leader ${meta.name} and stream leader ${leader.name}${kvLeader !== leader ? ` and ${kvLeader.name}` : ""} killed during a rotation`,
-          resumed,
+          `meta leader ${meta.name} and stream leader ${leader.name}${kvLeader !== leader ? ` and ${kvLeader.name}` : ""} killed during a rotation` +
+            ` (the cluster's elections took ${((consumerBack - faultsEnded) / 1000).toFixed(1)} s of it, the mesh ${((ready - consumerBack) / 1000).toFixed(1)} s)`,
+          ready - faultsEnded,
         );
-        expect(resumed).toBeLessThan(30_000);
+        // Then the mesh's: from a consumer that answers to every module Ready. The agent's pull is renewed every 5 s
+        // (CONSUME_EXPIRES_MS), one sent to a server that died is given up after two missed heartbeats (5 s more), and a
+        // consumption that ended is started again at the agent's next look (LOOK_EVERY_MS, 5 s); the rest (the hook, the
+        // ack, the commit, the module's state) takes well under a second. 15 s at worst, and some room.
+        expect(ready - consumerBack, "the mesh's own recovery, once the cluster had elected again").toBeLessThan(20_000);
       } finally {
         if (stopped) process.kill(agentB, "SIGCONT");
       }

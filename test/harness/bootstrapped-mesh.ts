@@ -5,7 +5,7 @@
  * and find a service's process to stop or kill it.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -146,7 +146,11 @@ export async function startBootstrappedMesh(
       }
       // MESH_TEST_KEEP_DIRS=1 keeps the directory (logs, NATS store) to look at after a failure.
       if (how.keep) return;
-      if (process.env.MESH_TEST_KEEP_DIRS === "1") console.error(`kept ${cwd} (MESH_TEST_KEEP_DIRS=1)`);
+      if (process.env.MESH_TEST_KEEP_DIRS === "1") {
+        // What bootstrap and its services printed, beside the store, for the timeline of a failure.
+        writeFileSync(join(cwd, "meshctl-bootstrap.log"), out);
+        console.error(`kept ${cwd} (MESH_TEST_KEEP_DIRS=1)`);
+      }
       // A directory the test brought (a cluster's) is the test's to remove, after its servers stop.
       else if (!opts.on) rmSync(cwd, { recursive: true, force: true });
     },
