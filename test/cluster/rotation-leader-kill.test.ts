@@ -130,11 +130,12 @@ describe("the mesh on a three-server cluster", () => {
             ` (the cluster's elections took ${((consumerBack - faultsEnded) / 1000).toFixed(1)} s of it, the mesh ${((ready - consumerBack) / 1000).toFixed(1)} s)`,
           ready - faultsEnded,
         );
-        // Then the mesh's: from a consumer that answers to every module Ready. The agent's pull is renewed every 5 s
-        // (CONSUME_EXPIRES_MS), one sent to a server that died is given up after two missed heartbeats (5 s more), and a
+        // Then the mesh's: from a consumer that answers to every module Ready. The agent was stopped through the faults, so
+        // what it had asked of a server that died is given up only at its timeout (a JetStream request's, 10 s); its pull is
+        // renewed every 5 s (CONSUME_EXPIRES_MS), one lost with its server is noticed after two missed heartbeats (5 s), and a
         // consumption that ended is started again at the agent's next look (LOOK_EVERY_MS, 5 s); the rest (the hook, the
-        // ack, the commit, the module's state) takes well under a second. 15 s at worst, and some room.
-        expect(ready - consumerBack, "the mesh's own recovery, once the cluster had elected again").toBeLessThan(20_000);
+        // ack, the commit, the module's state) takes about a second. 25 s if every one of those falls at its worst; 15 s seen.
+        expect(ready - consumerBack, "the mesh's own recovery, once the cluster had elected again").toBeLessThan(30_000);
       } finally {
         if (stopped) process.kill(agentB, "SIGCONT");
       }
