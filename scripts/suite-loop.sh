@@ -10,7 +10,10 @@
 # timing of a loaded machine. A run takes about 10 minutes on two cores.
 #
 # Each run's output (clone, npm ci, npm test) is kept in $LOOP_DIR/run-<i>.log (default a new
-# /tmp/suite-loop.*); the clones are removed. To try the loop itself on something short,
+# /tmp/suite-loop.*); the clones are removed. The tests run with MESH_TEST_KEEP_DIRS=1, so each
+# mesh and server they start leaves its directory (services' logs, NATS store and log) in the
+# temporary directory: a failed run's are moved to $LOOP_DIR/run-<i>-kept/ for its timeline, a
+# passed run's are removed. To try the loop itself on something short,
 # SUITE_LOOP_INSTALL and SUITE_LOOP_TEST replace `npm ci` and `npm test` (run by bash in the clone).
 set -uo pipefail
 
@@ -100,10 +103,22 @@ for i in $(seq "$runs"); do
     why="'$install' failed"
   else
     $busy && start_busy
-    (cd "$clone" && bash -c "$test_cmd") >>"$log" 2>&1
+    marker="$loop_dir/.run-$i-started"
+    touch "$marker"
+    (cd "$clone" && MESH_TEST_KEEP_DIRS=1 bash -c "$test_cmd") >>"$log" 2>&1
     rc=$?
     stop_busy
     ((rc == 0)) || why="'$test_cmd' exited with $rc"
+    # What the tests of this run kept (harness directories are named mesh-*), for a failure's timeline.
+    mapfile -t kept < <(find "${TMPDIR:-/tmp}" -maxdepth 1 -type d -name 'mesh-*' -newer "$marker" 2>/dev/null)
+    if ((${#kept[@]})); then
+      if [[ -n $why ]]; then
+        mkdir -p "$loop_dir/run-$i-kept" && mv "${kept[@]}" "$loop_dir/run-$i-kept/" 2>/dev/null
+      else
+        rm -rf "${kept[@]}"
+      fi
+    fi
+    rm -f "$marker"
   fi
   rm -rf "$clone"
   clone=""
@@ -120,7 +135,7 @@ done
 
 echo "$passed passed, $failed failed"
 for i in ${failures[@]+"${failures[@]}"}; do
-  echo "run $i, ${why_of[$i]} ($loop_dir/run-$i.log):"
+  echo "run $i, ${why_of[$i]} ($loop_dir/run-$i.log$([[ -d $loop_dir/run-$i-kept ]] && echo ", its tests' directories in $loop_dir/run-$i-kept"):"
   failing_tests "$loop_dir/run-$i.log"
 done
 ((failed == 0))

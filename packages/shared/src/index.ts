@@ -1,9 +1,9 @@
 /**
  * @mesh/shared: the mesh's vocabulary, pure: names, kinds, subjects, errors, durations, limits,
  * conditions, schemas, permissions and the rules over them. Nothing here opens a connection,
- * logs or reads YAML; the SDK and the CLI's pure code import this entry alone. Talking to NATS
- * is `@mesh/shared/runtime`, a service's process `@mesh/shared/service`, manifest files
- * `@mesh/shared/manifest-text`.
+ * logs or reads YAML; the CLI's pure code imports this entry alone. Talking to NATS is
+ * `@mesh/shared/runtime` (the SDK's other import), a service's process `@mesh/shared/service`,
+ * manifest files `@mesh/shared/manifest-text`.
  */
 export {
   BINDING_KEY_PATTERN,
