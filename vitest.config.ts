@@ -20,6 +20,8 @@ export default defineConfig({
       "@mesh/agent": "./services/agent/src/index.ts",
       "@mesh/verifier": "./services/verifier/src/index.ts",
       "@mesh/rotator": "./services/rotator/src/index.ts",
+      "@mesh/oci-token-issuer": "./services/oci-token-issuer/src/index.ts",
+      "@mesh/cli": "./packages/cli/src/index.ts",
     }).map(([name, path]) => ({ find: new RegExp(`^${name.replace(/[/]/g, "\\/")}$`), replacement: src(path) })),
   },
   test: {

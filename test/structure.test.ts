@@ -164,6 +164,29 @@ describe("the code's shape", () => {
     expect(onDemand.map(packageOf)).not.toContain("pino");
   });
 
+  it("resolves every entry of every workspace package to its sources, in vitest and in the processes tests start with tsx", () => {
+    // An entry missing from either map resolves to the build instead: two copies of one module, each with its own state
+    // (a tracer provider registered in one, spans made in the other, and nothing exported).
+    const rootPkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { workspaces: string[] };
+    const entries = rootPkg.workspaces.flatMap((w) => {
+      const pkg = JSON.parse(readFileSync(join(root, w, "package.json"), "utf8")) as { name: string; exports?: Record<string, unknown>; bin?: unknown };
+      return Object.keys(pkg.exports ?? {}).map((e) => (e === "." ? pkg.name : `${pkg.name}/${e.slice(2)}`));
+    });
+    expect(entries).toContain("@mesh/shared/runtime");
+    const vitestConfig = readFileSync(join(root, "vitest.config.ts"), "utf8");
+    const sources = JSON.parse(readFileSync(join(root, "test/harness/tsconfig.sources.json"), "utf8")) as {
+      compilerOptions: { paths: Record<string, string[]> };
+    };
+    expect(
+      entries.filter((e) => !vitestConfig.includes(`"${e}":`)),
+      "add these to vitest.config.ts's aliases",
+    ).toEqual([]);
+    expect(
+      entries.filter((e) => !sources.compilerOptions.paths[e]),
+      "add these to test/harness/tsconfig.sources.json's paths",
+    ).toEqual([]);
+  });
+
   it("keeps @mesh/shared's pure entry pure: no connection, no logger, no YAML", async () => {
     const { onImport } = await bundleInputs(join(root, "packages/shared/dist/index.js"));
     const loaded = new Set(onImport.map(packageOf));
