@@ -21,7 +21,6 @@ import { waitFor } from "./harness/wait.js";
 import { expectAcksInConsumers } from "./harness/holder-acks.js";
 
 const repo = join(import.meta.dirname, "..");
-const tsx = join(repo, "node_modules/.bin/tsx");
 const sources = join(repo, "test/harness/tsconfig.sources.json");
 
 /** OTLP JSON as the exporter sends it (only what is read here). */
@@ -91,10 +90,19 @@ async function startReceiver(): Promise<{ url: string; spans: Received[]; reques
   };
 }
 
-/** A process from sources, its output kept (for the failure message) and scanned. */
+/**
+ * A process from sources, its output kept (for the failure message) and scanned. Node itself with
+ * tsx as its loader, not the tsx command: that one runs node as a child and relays a SIGTERM to
+ * it, and when the child does not say within 30 ms that it handles the signal (a loaded machine)
+ * it sends the signal again, which a service takes as "exit at once", before its spans are flushed.
+ */
 function startProcess(args: string[], env: NodeJS.ProcessEnv): { child: ChildProcess; output: () => string } {
   let out = "";
-  const child = spawn(tsx, ["--tsconfig", sources, ...args], { cwd: repo, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, ["--import", "tsx", ...args], {
+    cwd: repo,
+    env: { ...process.env, ...env, TSX_TSCONFIG_PATH: sources },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   for (const s of [child.stdout!, child.stderr!]) s.on("data", (d: Buffer) => (out = (out + d.toString()).slice(-20_000)));
   return { child, output: () => out };
 }
