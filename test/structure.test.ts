@@ -62,11 +62,15 @@ function importedPackages(text: string): string[] {
   return [...names];
 }
 
+/** Each workspace (the root package.json's list) with its own package.json. */
+function workspacePackages(): Array<{ workspace: string; pkg: { name: string; dependencies?: Record<string, string>; exports?: Record<string, unknown> } }> {
+  const rootPkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { workspaces: string[] };
+  return rootPkg.workspaces.map((workspace) => ({ workspace, pkg: JSON.parse(readFileSync(join(root, workspace, "package.json"), "utf8")) as never }));
+}
+
 /** The workspaces and, for each, the packages its source (tests and fixtures left out) imports and the ones its package.json lists. */
 function workspaceDependencies(): Array<{ workspace: string; imported: string[]; listed: string[] }> {
-  const rootPkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { workspaces: string[] };
-  return rootPkg.workspaces.map((workspace) => {
-    const pkg = JSON.parse(readFileSync(join(root, workspace, "package.json"), "utf8")) as { name: string; dependencies?: Record<string, string> };
+  return workspacePackages().map(({ workspace, pkg }) => {
     const imported = new Set<string>();
     const walk = (dir: string) => {
       for (const e of readdirSync(dir, { withFileTypes: true })) {
@@ -167,11 +171,7 @@ describe("the code's shape", () => {
   it("resolves every entry of every workspace package to its sources, in vitest and in the processes tests start with tsx", () => {
     // An entry missing from either map resolves to the build instead: two copies of one module, each with its own state
     // (a tracer provider registered in one, spans made in the other, and nothing exported).
-    const rootPkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { workspaces: string[] };
-    const entries = rootPkg.workspaces.flatMap((w) => {
-      const pkg = JSON.parse(readFileSync(join(root, w, "package.json"), "utf8")) as { name: string; exports?: Record<string, unknown>; bin?: unknown };
-      return Object.keys(pkg.exports ?? {}).map((e) => (e === "." ? pkg.name : `${pkg.name}/${e.slice(2)}`));
-    });
+    const entries = workspacePackages().flatMap(({ pkg }) => Object.keys(pkg.exports ?? {}).map((e) => (e === "." ? pkg.name : `${pkg.name}/${e.slice(2)}`)));
     expect(entries).toContain("@mesh/shared/runtime");
     const vitestConfig = readFileSync(join(root, "vitest.config.ts"), "utf8");
     const sources = JSON.parse(readFileSync(join(root, "test/harness/tsconfig.sources.json"), "utf8")) as {

@@ -46,10 +46,11 @@ export interface StoreLog {
  * The store's own log when its opener passes none (a test, a script): one JSON line on stderr
  * per change, shaped as the services' logger writes them. The services pass their logger.
  */
-export const stderrStoreLog: StoreLog = {
-  info: (obj, msg) => process.stderr.write(`${JSON.stringify({ level: "info", name: "store", ...obj, msg })}\n`),
-  warn: (obj, msg) => process.stderr.write(`${JSON.stringify({ level: "warn", name: "store", ...obj, msg })}\n`),
-};
+const stderrLine =
+  (level: "info" | "warn") =>
+  (obj: object, msg: string): void =>
+    void process.stderr.write(`${JSON.stringify({ level, name: "store", ...obj, msg })}\n`);
+export const stderrStoreLog: StoreLog = { info: stderrLine("info"), warn: stderrLine("warn") };
 
 /** How {@link openStore} makes the store. */
 export interface OpenStoreOptions {
