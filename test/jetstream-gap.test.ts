@@ -6,9 +6,10 @@
  * authentication reloads its users file, and on every reload it checks the bcrypt hash of
  * every connected client again while its JetStream API answers nobody ("jetstream is not
  * enabled"). With a cost-11 administrator connected several times, reloads one after another
- * keep it quiet for longer than the rotator rides out by itself (10 s), so the rotator answers
- * with a retryable refusal (or none) and meshctl sends the same request again. A probe of the JetStream
- * API records that the gap was real while the request was out.
+ * keep it quiet for longer than a JetStream request's ride-out (10 s) and than one attempt of
+ * meshctl's (10 s), so meshctl sends the same request again, and the rotator answers the resend
+ * with the staging it has in progress, or with a retryable refusal. A probe of the JetStream API
+ * records that the gap was real while the request was out.
  */
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -44,6 +45,7 @@ const doc: ModuleDoc = {
     { name: "key", kind: Kinds.Secret, parts: ["api"] },
     { name: "token", kind: Kinds.Secret, parts: ["api"] },
     { name: "salt", kind: Kinds.Secret, parts: ["api"] },
+    { name: "pepper", kind: Kinds.Secret, parts: ["api"] },
   ],
 };
 
@@ -90,6 +92,16 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** Reloads the server's config every 300 ms for `ms`: its JetStream API answers nobody meanwhile (and a while after). */
+async function reloadStorm(ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  for (let n = 1; Date.now() < end; n++) {
+    writeConfig(n);
+    process.kill(nats.pid, "SIGHUP");
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
 /** Every version of the grant's rotation record that KV still has (its history). */
 async function rotationIds(requirement: string): Promise<string[]> {
   const it = await mesh.store.kv.rotations.history({ key: keys.grant("gap", requirement) });
@@ -99,7 +111,7 @@ async function rotationIds(requirement: string): Promise<string[]> {
 }
 
 describe("meshctl rotate while JetStream does not answer", () => {
-  it("rides out the gap: the rotator's refusal is retried, and exactly one rotation commits", async () => {
+  it("rides out the gap: meshctl sends the request again, and exactly one rotation commits", async () => {
     const jsm = await jetstreamManager(mesh.nc);
     const probe = { failures: 0, lastFailure: 0 };
     let probing = true;
@@ -124,14 +136,7 @@ describe("meshctl rotate while JetStream does not answer", () => {
     })();
     // Awaited below; marked handled here, so a failure of the rotate first does not leave it unhandled.
     probing$.catch(() => undefined);
-    const storm = (async () => {
-      const end = Date.now() + STORM_MS;
-      for (let n = 1; Date.now() < end; n++) {
-        writeConfig(n);
-        process.kill(nats.pid, "SIGHUP");
-        await new Promise((r) => setTimeout(r, 300));
-      }
-    })();
+    const storm = reloadStorm(STORM_MS);
 
     // The request goes out once the probe has seen JetStream refuse.
     await waitFor("the JetStream API to stop answering", () => probe.failures > 0, 10_000, 10);
@@ -200,6 +205,42 @@ describe("a rotate request sent again", () => {
     expect(late.ok && late.rotation.id).toBe("gap/token#2");
     expect(await rotationIds("token")).toEqual(["gap/token#2"]);
   });
+
+  it("while its first send is still staging, waits for that staging and is answered with its rotation", async () => {
+    // The rotator stays in staging while JetStream answers nobody; the first send's reply may be
+    // lost meanwhile (a rotator reconnecting with a new identity cannot answer it), so a client sends again.
+    const id = randomBytes(12).toString("base64url");
+    const send = () =>
+      mesh.nc
+        .request(subjects.rotate, JSON.stringify({ grant: "gap/pepper", requestId: id, timeoutMs: 30_000 }), { timeout: 40_000 })
+        .then((m) => RotateReply.parse(m.json()));
+    const jsm = await jetstreamManager(mesh.nc);
+    const storm = reloadStorm(4_000);
+    await waitFor(
+      "the JetStream API to stop answering",
+      async () =>
+        jsm.streams.info(Streams.deliveries).then(
+          () => false,
+          () => true,
+        ),
+      10_000,
+      10,
+    );
+    const first = send();
+    await new Promise((r) => setTimeout(r, 200));
+    const again = send();
+    await storm;
+    const [a, b] = await Promise.all([first, again]);
+    expect(a.ok && a.rotation.id).toBe("gap/pepper#2");
+    expect(b.ok && b.rotation.id).toBe("gap/pepper#2");
+    expect(mesh.logs.text).toMatch(/a rotate request for gap\/pepper was sent again while its first send is still staging here/);
+    await waitFor(
+      "gap/pepper#2 committed",
+      async () => (await mesh.store.kv.rotations.get(keys.grant("gap", "pepper")))?.json<Rotation>().state === RotationStates.Committed,
+      30_000,
+    );
+    expect(await rotationIds("pepper")).toEqual(["gap/pepper#2"]);
+  }, 90_000);
 
   it("while no rotator answers, meshctl tries again until one does, and the rotation commits once", async () => {
     await rotator?.stop();

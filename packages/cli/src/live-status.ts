@@ -3,7 +3,7 @@
  * as a redrawn screen on a terminal, or as one line per change otherwise.
  */
 import { Grant, ModuleStatus } from "@mesh/shared";
-import { retryJetStreamGap, retryJetStreamRead, type KV, type Store } from "@mesh/shared/runtime";
+import { retryJetStreamGap, retryJetStreamIdempotent, type KV, type Store } from "@mesh/shared/runtime";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
 import { printable, truncate } from "./style.js";
@@ -179,7 +179,7 @@ export type KvWatch = Awaited<ReturnType<KV["watch"]>>;
  * new leader is elected). `stop()` ends it and its timer.
  */
 export async function watchUntil(open: () => Promise<KvWatch>, untilMs: number): Promise<{ watch: KvWatch; timedOut(): boolean; stop(): void }> {
-  const watch = await retryJetStreamRead(open, Math.max(1, untilMs - Date.now()));
+  const watch = await retryJetStreamIdempotent(open, Math.max(1, untilMs - Date.now()));
   let timedOut = false;
   const timer = setTimeout(
     () => {

@@ -2,9 +2,9 @@
  * `meshctl rotate GRANT [--wait] [--timeout DUR] [--request-timeout DUR] [--json]`: asks the
  * rotator to move every holder of a grant to a new generation. With `--wait`, follows the
  * rotation record (a KV watch, no polling) with a live `confirmed N/M holders` line until it
- * is Committed or Stalled. The request is sent again while the rotator does not answer or
- * answers with a retryable refusal, within `--request-timeout` (default 30 s); it carries a
- * request id, so however often it is sent, it starts one rotation.
+ * is Committed or Stalled. The request is sent again while the rotator does not answer (after
+ * 10 s for each attempt) or answers with a retryable refusal, within `--request-timeout`
+ * (default 30 s); it carries a request id, so however often it is sent, it starts one rotation.
  */
 import { randomBytes } from "node:crypto";
 import { ErrorCodes, Grant, RotateReply, Rotation, RotationStates, isRotationRunning, keys, parseGrantId, subjects } from "@mesh/shared";
@@ -18,8 +18,14 @@ import { liveLine, watchUntil } from "./live-status.js";
 import { findRotation } from "./rotation-records.js";
 import { formatOutcome, formatStarted, progressLine, rotationProgress, summarizeRotation } from "./rotation-view.js";
 
-/** How long meshctl waits for the rotator's reply: it stages the new generation on the provider first. */
-export const ROTATE_REQUEST_TIMEOUT_MS = 30_000;
+/**
+ * How long one attempt waits for the rotator's reply before the request is sent again, with the
+ * same request id. A reply can be lost: a rotator reconnecting with a new identity of its own
+ * cannot answer a request it received before (the server lets a connection answer only what it
+ * received). A resend that meets the rotation still staging waits for it there, so a slow
+ * provider costs no second rotation.
+ */
+export const ROTATE_REQUEST_TIMEOUT_MS = 10_000;
 /** With `--wait`, how long past the rotation's deadline meshctl still waits for the rotator to record Stalled. */
 export const WAIT_GRACE_MS = 15_000;
 

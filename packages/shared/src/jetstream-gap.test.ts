@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { JetStreamApiError } from "@nats-io/jetstream";
-import { isJetStreamGap, isJetStreamTimeout, isStoreCreateFailure, jetStreamTimeoutMessage, retryJetStreamRead } from "./jetstream-retry.js";
+import { isJetStreamGap, isJetStreamTimeout, isStoreCreateFailure, jetStreamTimeoutMessage, retryJetStreamIdempotent } from "./jetstream-retry.js";
 
 describe("isJetStreamGap", () => {
   it("knows the gap in each of the words 2.9.10 says it with, and nothing else", () => {
@@ -27,10 +27,10 @@ describe("isJetStreamTimeout", () => {
   });
   it("is ridden out by a read until it answers, and thrown once the time is up", async () => {
     let calls = 0;
-    await expect(retryJetStreamRead(async () => (++calls < 3 ? Promise.reject(timeout()) : "read"), 5_000)).resolves.toBe("read");
+    await expect(retryJetStreamIdempotent(async () => (++calls < 3 ? Promise.reject(timeout()) : "read"), 5_000)).resolves.toBe("read");
     expect(calls).toBe(3);
-    await expect(retryJetStreamRead(() => Promise.reject(timeout()), 150)).rejects.toThrow("timeout");
-    await expect(retryJetStreamRead(() => Promise.reject(new Error("stream not found")), 5_000)).rejects.toThrow("stream not found");
+    await expect(retryJetStreamIdempotent(() => Promise.reject(timeout()), 150)).rejects.toThrow("timeout");
+    await expect(retryJetStreamIdempotent(() => Promise.reject(new Error("stream not found")), 5_000)).rejects.toThrow("stream not found");
   });
 });
 

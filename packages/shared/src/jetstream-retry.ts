@@ -35,11 +35,14 @@ export function jetStreamTimeoutMessage(what: string, url?: string): string {
 }
 
 /**
- * Runs `fn`, a read or a watch that changes nothing, again while JetStream does not answer:
- * no responders ({@link isJetStreamGap}) or no answer in time ({@link isJetStreamTimeout}),
- * until `withinMs` has passed; then throws the last error.
+ * Runs `fn` again while JetStream does not answer: no responders ({@link isJetStreamGap}) or no
+ * answer in time ({@link isJetStreamTimeout}), until `withinMs` has passed; then throws the last
+ * error. Only for what is safe to run twice: a read, a watch, or steps that, run again, find
+ * what the first run wrote and change nothing more (a request answered under its request id).
+ * A request that timed out may have been done: its reply can be lost on the way (a cluster's
+ * election, or this process reconnecting with a new identity while it waited).
  */
-export function retryJetStreamRead<T>(fn: () => Promise<T>, withinMs = JETSTREAM_GAP_RIDE_OUT_MS): Promise<T> {
+export function retryJetStreamIdempotent<T>(fn: () => Promise<T>, withinMs = JETSTREAM_GAP_RIDE_OUT_MS): Promise<T> {
   return retryWhile(fn, (e) => isJetStreamGap(e) || isJetStreamTimeout(e), withinMs);
 }
 

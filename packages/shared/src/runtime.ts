@@ -34,7 +34,7 @@ export {
   JETSTREAM_GAP_RIDE_OUT_MS,
   jetStreamTimeoutMessage,
   retryJetStreamGap,
-  retryJetStreamRead,
+  retryJetStreamIdempotent,
   retryJetStreamSetup,
 } from "./jetstream-retry.js";
 export {

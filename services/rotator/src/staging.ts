@@ -7,13 +7,22 @@
 import { randomUUID } from "node:crypto";
 import { ROOT_CONTEXT, type Span } from "@opentelemetry/api";
 import { ErrorCodes, Grant, Kinds, MeshError, isRotationRunning, isTrue, keys, parseGrantId, type RotateRequest, type Rotation } from "@mesh/shared";
-import { isCasConflict, readJson, retryJetStreamGap, tracer } from "@mesh/shared/runtime";
+import { isCasConflict, readJson, retryJetStreamIdempotent, tracer } from "@mesh/shared/runtime";
 import { probeAdminSecret, recordedResource, setAdminSecret } from "@mesh/providers";
 import { confirmedCount, holdersOf, newRotation } from "./rotation-machine.js";
 import { handoverFrom } from "./handover.js";
 import { traceparentOf } from "./trace-context.js";
 import type { HolderRegistry } from "./holder-registry.js";
 import type { RotatorContext } from "./rotator-context.js";
+
+/**
+ * How long a rotate request rides out a JetStream that does not answer. Longer than one request's
+ * timeout (10 s, store.ts), so a step whose reply was lost is tried again: on a cluster an
+ * election, and on any server this rotator reconnecting with a new identity of its own, which
+ * loses the replies of the requests it had in flight. A client's attempts are shorter (meshctl
+ * sends again after 10 s) and meet this one through its request id.
+ */
+export const STAGING_RIDE_OUT_MS = 25_000;
 
 export function staging(
   ctx: RotatorContext,
@@ -32,12 +41,27 @@ export function staging(
   /** Whether `r` is the rotation that request `req` (sent again) started. */
   const startedBy = (req: RotateRequest, r: Rotation | undefined): r is Rotation => req.requestId !== undefined && r?.requestId === req.requestId;
 
-  // Staging reads and writes JetStream in several steps, all idempotent until the record is
-  // written (which retries by itself): a request that met the reload gap is simply run again.
-  // A request without an id gets one here, so a try that met the gap after its record was written is answered with that rotation, never a second.
+  // Staging reads and writes JetStream in several steps, each idempotent (the record is
+  // written at a revision, under the request's id): a try that met the reload gap, or whose
+  // request got no answer in time, is simply run again. A request without an id gets one here,
+  // so a try whose record was written before its reply was lost is answered with that rotation,
+  // never a second. A resend that arrives while its first send is still staging here waits for
+  // that one (another instance's try meets it at the record).
+  const staging = new Map<string, Promise<Rotation>>();
   const rotate = (req: RotateRequest): Promise<Rotation> => {
     const once = req.requestId ? req : { ...req, requestId: randomUUID() };
-    return retryJetStreamGap(() => rotateOnce(once));
+    const key = `${once.grant}\n${once.requestId}`;
+    const running = staging.get(key);
+    if (running) {
+      log.info(
+        { grant: once.grant },
+        `a rotate request for ${once.grant} was sent again while its first send is still staging here; both are answered with that one`,
+      );
+      return running;
+    }
+    const p = retryJetStreamIdempotent(() => rotateOnce(once), STAGING_RIDE_OUT_MS).finally(() => staging.delete(key));
+    staging.set(key, p);
+    return p;
   };
 
   const rotateOnce = async (req: RotateRequest): Promise<Rotation> => {
