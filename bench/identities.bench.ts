@@ -7,9 +7,8 @@
  *   the same library and nothing else (`issueUser`), so the ratio is what the adapter adds (its
  *   record in the KV bucket, the account lookup);
  * - the users-file path it replaced (records, a rendered users file, SIGHUP and a probe login
- *   per change) was measured beside it in one run while its code was still in the tree (see
- *   the closing note of issue 12): 1,000 identities in 330 s, one at a time, as at 16 at once
- *   nats-server 2.9.10 shut down in the middle of the SIGHUP storm.
+ *   per change) was measured beside it in one run while its code was still in the tree; its
+ *   figures are in docs/design.md ("The cost model of a holder").
  *
  * Then the account JWT's size over BENCH_ROTATIONS (default 10,000) rotations of one identity
  * (create generation k+1, retire k) with `userExpiry` BENCH_EXPIRY (default 5s): revocations of

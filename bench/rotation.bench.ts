@@ -19,8 +19,7 @@
  * of a part, k+1's values in it under the part's rotation key), a durable consumer per holder,
  * the holder's JetStream ack as its confirmation, counted from the server's ack metrics. The
  * protocol before it (a sealed notice per holder, confirmations as plain messages batched into a
- * record) is not kept runnable; its figures on this machine were 2.4–2.8× the floor at 1,000
- * holders and 3.0× at 5,000 (issue 14, and the closing notes of the sessions before).
+ * record) is not kept runnable; its figures are in docs/design.md ("The cost model of a holder").
  *
  * Prints figures; asserts nothing. `BENCH_SIZES=10,100` narrows the sizes (`BENCH_SIZES=` with
  * nothing skips them, `BENCH_PG=0` skips the PostgreSQL run); `BENCH_RUNS=N` sets the rounds per

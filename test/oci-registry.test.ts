@@ -1,5 +1,5 @@
 /**
- * What issue 16 asks of `oci.registry`, against a distribution registry of the test's own and
+ * What `oci.registry` must do, against a distribution registry of the test's own and
  * the mesh's token issuer: push and pull of an image manifest and blob over the registry's HTTP
  * API with the delivered credential; refused outside the module's namespace and with a retired
  * generation; a rotation with a holder pulling throughout, and no failure.

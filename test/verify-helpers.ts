@@ -89,8 +89,8 @@ export async function useAsHolder(b: Record<string, string>, table = "probe_tabl
 }
 
 /**
- * Moves a `postgres.database` grant to generation `generation`, as a rotation would (the
- * rotator of issue 3 is not there yet): the new credential is written to the credential
+ * Moves a `postgres.database` grant to generation `generation`, as a rotation would but with
+ * no rotator and no holder's confirmation, for tests of the verifier alone: the new credential is written to the credential
  * history first, then applied through the provider's admin connection (generation 2 is the
  * grant's other login role), then the grant records it; the provisioner, watching grants,
  * announces it and the agents deliver it. Generation k's role is left as it is.

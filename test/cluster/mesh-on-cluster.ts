@@ -3,7 +3,7 @@
  * three-server cluster whose operator is the mesh (harness/nats-cluster.ts), one agent per
  * node, every other service twice (meshctl's instance and a second one,
  * harness/service-instances.ts), holders that log in with what their agent wrote every 50 ms,
- * and the invariants the issue names, read from the store.
+ * and the invariants every fault must keep (no generation lost, nothing retired early), read from the store.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BINDING_KEY_PATTERN, DATA_KINDS, ErrorCodes, isMeshError, isValidName, type ErrorCode, type Kind } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter } from "@mesh/providers";
 
-/** The name the issue requires every adapter to refuse. */
+/** A name every adapter must refuse (InvalidName): in an SQL identifier it would break out and drop a role. */
 export const INJECTION_NAME = 'x"; DROP ROLE postgres; --';
 
 interface CommonConformanceOptions {

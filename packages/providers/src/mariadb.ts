@@ -2,7 +2,7 @@
  * The adapter of kind `mariadb.database`: a database and the users that share it, made
  * through the provider's admin connection.
  *
- * Layout per grant (see DESIGN.md, "Overlap per backend"): database `<base>`; user `<base>_a`
+ * Layout per grant (see docs/design.md, "Overlap per backend"): database `<base>`; user `<base>_a`
  * serves odd generations and `<base>_b` even ones, both `@'%'` with ALL on `<base>`.*, so
  * whatever either creates the other can use. MariaDB keeps one password per user and has no
  * `RETAIN CURRENT PASSWORD`, so a rotation stages generation k+1 on the other user while k

@@ -14,7 +14,7 @@
  *   system-account user (sends the claims update). The provisioner and the rotator hold these;
  *   they are on disk only encrypted under the master key.
  *
- * Checked with Debian's nats-server 2.9.10 (../shared/NATS-NOTES.md): an account needs its NATS
+ * Checked with Debian's nats-server 2.9.10: an account needs its NATS
  * and JetStream limits set (-1), or no client connects and JetStream is off.
  */
 import {

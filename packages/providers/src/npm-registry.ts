@@ -13,7 +13,7 @@
  * provisioner alone (the directory's owner; files are 0640). It holds hashes only: SHA-256 of a
  * 4-byte salt and the password, which is 24 random bytes, so a hash gives nothing to guess from.
  *
- * Layout per grant (DESIGN.md, "Overlap per backend"): users `<base>_a` (odd generations) and
+ * Layout per grant (docs/design.md, "Overlap per backend"): users `<base>_a` (odd generations) and
  * `<base>_b` (even ones), `<base>` the grant's base name (`shop/pkgs` → `shop_pkgs`), both
  * confined to scope `@shop`, shared by every `npm.registry` requirement of module `shop` (as
  * Redis's key prefix is). A rotation stages k+1 on the other user while k keeps working.

@@ -6,7 +6,7 @@
  * users at the issuer, through its admin API: per grant the user `<module>.<requirement>`, whose
  * tokens allow `pull` and `push` on `<module>/…` and nothing else (oci-token-scope.ts).
  *
- * Overlap (DESIGN.md, "Overlap per backend"): the user holds two password hashes, one per
+ * Overlap (docs/design.md, "Overlap per backend"): the user holds two password hashes, one per
  * alternating slot (odd generations `a`, even `b`), as a Redis ACL user does, so generation k+1
  * logs in beside k. Retiring k removes its hash: from then on k gets no token, and the tokens
  * it got before stop working within the issuer's token lifetime (60 s at most). Passwords go to

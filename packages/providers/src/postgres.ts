@@ -2,7 +2,7 @@
  * The adapter of kind `postgres.database`: a database and the login roles that own it,
  * made through the provider's admin connection.
  *
- * Layout per grant (see DESIGN.md, "Overlap per backend"): a NOLOGIN group role `<base>` owns
+ * Layout per grant (see docs/design.md, "Overlap per backend"): a NOLOGIN group role `<base>` owns
  * database `<base>`; login role `<base>_a` serves odd generations and `<base>_b` even ones.
  * Both are members of the group with `ALTER ROLE … SET role = '<base>'`, so whatever either
  * creates is owned by the group and usable by the other: a rotation can stage generation k+1

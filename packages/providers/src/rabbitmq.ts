@@ -2,7 +2,7 @@
  * The adapter of kind `rabbitmq.vhost`: a virtual host and the users that may use it, made
  * through the RabbitMQ management HTTP API (the `rabbitmq_management` plugin, 3.10 or later).
  *
- * Layout per grant (see DESIGN.md, "Overlap per backend"): vhost `<base>`; user `<base>_a`
+ * Layout per grant (see docs/design.md, "Overlap per backend"): vhost `<base>`; user `<base>_a`
  * serves odd generations and `<base>_b` even ones, both with configure, write and read `.*` on
  * that vhost only and no tag that opens the management UI. RabbitMQ keeps one password per
  * user, so a rotation stages generation k+1 on the other user while k keeps working; queues and

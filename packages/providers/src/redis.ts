@@ -4,7 +4,7 @@
  *
  * Layout per grant (names and rules in redis-acl.ts): user `mesh.<module>.<requirement>` with
  * keys `~<module>:*`, channels `&<module>:*` and every command but the dangerous ones and those
- * that act on state all tenants share. Overlap (DESIGN.md, "Overlap per backend"): an ACL user
+ * that act on state all tenants share. Overlap (docs/design.md, "Overlap per backend"): an ACL user
  * holds several passwords, so generation k+1 is a second password of the same user beside k's.
  * Redis keeps only SHA-256 hashes without a label, so the user carries the mesh's record in a
  * selector that allows nothing: the mark `<module>/<requirement>` (a user of that name without

@@ -48,7 +48,7 @@ describe("classifyAdminSecret", () => {
     ).toEqual({ state: "staged", generation: 3 });
   });
 
-  it("an older generation accepted: diverged, naming both, in the issue's words", () => {
+  it("an older generation accepted: diverged, naming both generations", () => {
     const f = classifyAdminSecret(
       trials(2, [
         [2, rejected],

@@ -1,7 +1,7 @@
 /**
  * The mesh's own control plane as a module of the mesh: module `mesh`, with a part per
  * service and per node agent, and the requirements they are satisfied with before anything
- * else is installed (DESIGN.md, "The control plane is a consumer too"). `meshctl bootstrap`
+ * else is installed (docs/design.md, "The control plane is a consumer too"). `meshctl bootstrap`
  * applies what these functions return; nothing here talks to NATS.
  */
 import { Kinds, REGISTRY_KINDS, type Kind } from "./kinds.js";

@@ -1,5 +1,5 @@
 /**
- * Where rotations reach their holders (DESIGN.md, "Rotation protocol"): a JetStream stream per
+ * Where rotations reach their holders (docs/design.md, "Rotation protocol"): a JetStream stream per
  * holder identity, a durable consumer per holder and grant in it, and the broadcast of a
  * rotation published once into each stream that has holders of the grant. A holder confirms by
  * acknowledging the broadcast on its own consumer; the rotator learns of it from JetStream.

@@ -2,7 +2,7 @@
  * Inboxes: the reply subjects of each identity the mesh issues. A JetStream delivery carries its
  * ack subject as its reply, and a reply subject may be answered once by whoever receives the
  * message (the server's response permission), so an identity that could subscribe to another's
- * inbox could acknowledge, refuse or answer in its name (nats-server 2.9.10; NATS-NOTES). Every
+ * inbox could acknowledge, refuse or answer in its name (nats-server 2.9.10, test/security/overhearing.test.ts). Every
  * identity therefore connects with an inbox prefix of its own, may subscribe under no root but
  * to that prefix, and may publish under none but as a response. Pure; nothing here talks to NATS.
  */

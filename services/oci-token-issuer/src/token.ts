@@ -15,7 +15,7 @@ import type { SigningKey } from "./signing-key.js";
  * token stops working at most that long after the retire.
  */
 export const REGISTRY_EXP_LEEWAY_S = 60;
-/** The longest a token may work, end to end (the bound). */
+/** The longest a token may work, end to end: a retired generation pulls and pushes at most this long after its retire. */
 export const MAX_TOKEN_LIFETIME_S = 60;
 
 export interface TokenRequest {

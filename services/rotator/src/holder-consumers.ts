@@ -40,21 +40,13 @@ const CREATE_CONCURRENCY = 64;
  * How often the holder streams' consumers are looked at for a replica stuck behind, and how many
  * looks in a row it must be behind before its consumer's leader is asked to step down. On
  * nats-server 2.9.10 a file-backed consumer replica whose server was killed while it led the
- * consumer may come back stuck catching up (follower and leader go round a mismatch of the
- * log's first entry, forever; seen in the cluster tests on the consumer whose holder the
- * rotation waited for). The consumer keeps working on the other two replicas, but one more
- * server lost leaves it without a majority: its holder's ack could not be stored, and a
- * rotation would wait for that server. A new leader catches the replica up (measured: every
- * replica current within 5 s of a step-down; acks on the consumer did not help). A replica of a
- * server that is down (`offline`) is left alone. The step-down costs the consumer its leader for
- * one election (about 5 s); two rotators that both ask cost at most one more.
- *
- * Not stuck: a replica that is catching up (its lag fell since the last look), and any
- * replica of a consumer younger than {@link REPLICA_MIN_AGE_MS}: a cluster making a thousand
- * holders' R3 consumers has most of their replicas behind for tens of seconds (the rotation
- * bench at 1,000 holders: 45 s), and stepping their leaders down then stalled a rotation
- * (0 of 1,000 confirmed). At most {@link REPLICA_STEPDOWNS_PER_LOOK} leaders are asked per
- * look, so a repair never costs more than a few holders an election at once.
+ * consumer may come back stuck catching up, forever; one more server lost would then leave the
+ * consumer without a majority, and a rotation waiting for that holder's ack. A new leader catches
+ * the replica up, at the cost of one election. Not stuck: a replica whose lag fell since the last
+ * look, one of a server that is down, and any of a consumer younger than
+ * {@link REPLICA_MIN_AGE_MS} (a cluster making many consumers has most replicas behind for a
+ * while). At most {@link REPLICA_STEPDOWNS_PER_LOOK} leaders are asked per look. The figures
+ * these numbers come from: docs/design.md, "Holder consumers on a cluster".
  */
 export const REPLICA_LOOK_MS = 10_000;
 export const REPLICA_LOOKS_BEHIND = 3;
