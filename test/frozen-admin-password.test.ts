@@ -1,7 +1,7 @@
 /**
- * The frozen admin password (issue 17), end to end with a real PostgreSQL (scram-sha-256, its
+ * The frozen admin password (docs/design.md, glossary: "diverged"), end to end with a real PostgreSQL (scram-sha-256, its
  * own data directory) run as module `pg`, whose admin password is the mesh secret
- * `pg/admin-password` (README "Provider dependencies"): provider `pg-apps` reads it from the
+ * `pg/admin-password` (docs/bootstrap.md, "Provider dependencies"): provider `pg-apps` reads it from the
  * binding file the agent writes, and serves modules' `postgres.database` requirements.
  *
  * - the secret moves to generation 2 while the server is down, and the server comes back with

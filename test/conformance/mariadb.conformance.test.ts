@@ -2,7 +2,7 @@
  * The mariadb.database adapter against the machine's MariaDB (127.0.0.1:3306, root without a
  * password over TCP; MARIADB_TEST_HOST / MARIADB_TEST_PORT to point elsewhere). The adapter
  * administers it as a user of the suite's own, with a password and only the privileges the
- * README names, so those are proven enough; root is the suite's view of the server.
+ * docs/reference/providers.md names, so those are proven enough; root is the suite's view of the server.
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,7 +17,7 @@ const HOST = process.env.MARIADB_TEST_HOST ?? "127.0.0.1";
 const PORT = Number(process.env.MARIADB_TEST_PORT ?? 3306);
 const ADMIN = `mesh_test_admin_${randomBytes(4).toString("hex")}`;
 const ADMIN_PASSWORD = `adm-${randomBytes(12).toString("hex")}`;
-/** What the README asks of an admin that is not root. */
+/** What docs/reference/providers.md asks of an admin that is not root. */
 const ADMIN_GRANTS =
   "CREATE USER, PROCESS, CONNECTION ADMIN, SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, " +
   "CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, DELETE HISTORY";

@@ -131,8 +131,8 @@ export interface ProviderAdapter {
    */
   retire(req: RetireRequest): Promise<void>;
   /**
-   * Optional, for a provider whose admin password is a mesh secret (README "Provider
-   * dependencies"): logs in as the admin user with `req.password`, classified as {@link login}
+   * Optional, for a provider whose admin password is a mesh secret (docs/bootstrap.md,
+   * "Provider dependencies"): logs in as the admin user with `req.password`, classified as {@link login}
    * is; never mutates. Adapters of servers whose admin password the mesh cannot set leave both
    * admin verbs out.
    */

@@ -1,6 +1,6 @@
 /**
  * The side effects around {@link classifyAdminSecret}: for a provider whose admin password is a
- * mesh secret (README "Provider dependencies"), log in at its server with each generation of
+ * mesh secret (docs/bootstrap.md, "Provider dependencies"), log in at its server with each generation of
  * that secret the mesh holds, and set the current one there when the server holds another.
  * The provisioner, the verifier and the rotator use it; values go only to the provider's
  * endpoint, and none is logged or put in a message.

@@ -12,7 +12,7 @@
  *   itself relies on: the operator admin's `.creds` for a provider that serves NATS kinds only
  *   (which use it as a `.creds`: only a signature of the server's nonce is sent, never the
  *   seed), and the binding files of a grant the provider `needs` (a provider whose admin
- *   password is a mesh secret, README "Provider dependencies").
+ *   password is a mesh secret, docs/bootstrap.md, "Provider dependencies").
  *
  * Paths are compared as the kernel would open them: symlinks and `..` resolved, a file that does
  * not exist yet by its nearest existing parent. The services' environment may narrow both
@@ -191,7 +191,7 @@ function ownFileRefusal(doc: ProviderDoc, shown: string, real: string, policy: A
     if (grant && (doc.needs ?? []).some((id) => parseGrantId(id)?.module === grant.module && parseGrantId(id)?.requirement === grant.requirement))
       return undefined;
     return grant
-      ? `${shown} is a file of the binding of grant ${grant.module}/${grant.requirement}, which this provider does not need: list ${grant.module}/${grant.requirement} in its needs if its admin password is that mesh secret (README "Provider dependencies"), or ${FILE_FIX}`
+      ? `${shown} is a file of the binding of grant ${grant.module}/${grant.requirement}, which this provider does not need: list ${grant.module}/${grant.requirement} in its needs if its admin password is that mesh secret (docs/bootstrap.md, "Provider dependencies"), or ${FILE_FIX}`
       : `${shown} is in the bindings root ${root} but is not a binding file (<module>/<part>/<requirement>/<key>) of a grant this provider needs: ${OWN_FILE_RULE}; name a binding file of a grant in its needs, or ${FILE_FIX}`;
   }
   const state = resolvePath(policy.stateDir);
@@ -252,7 +252,7 @@ export interface AdminSecretRef {
 }
 
 /**
- * Which mesh secret `doc`'s admin password is (README "Provider dependencies"): its
+ * Which mesh secret `doc`'s admin password is (docs/bootstrap.md, "Provider dependencies"): its
  * `admin.passwordFile` is a binding file, under one of `policy`'s bindings roots, of a grant
  * its `needs` lists. Undefined for any other source (an env var, a file of its own). Paths are
  * resolved as in {@link checkAdminPassword}.

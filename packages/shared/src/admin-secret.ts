@@ -1,5 +1,5 @@
 /**
- * The frozen admin password (README "Provider dependencies", docs/conditions.md): a provider
+ * The frozen admin password (docs/bootstrap.md, "Provider dependencies", docs/conditions.md): a provider
  * whose admin password is a mesh secret (`admin.passwordFile` a binding file of a grant in its
  * `needs`, see {@link adminSecretOf}) runs on a server whose data directory keeps the
  * generation it was initialised with. When the secret moves on while the server keeps an older

@@ -24,7 +24,7 @@ export const ErrorCodes = {
   /**
    * A provider's admin password is a mesh secret, and its server accepts another generation of
    * it than the current one (a data directory initialised or restored earlier): what it serves
-   * waits until that is repaired (README "Provider dependencies").
+   * waits until that is repaired (docs/bootstrap.md, "Provider dependencies").
    */
   AdminSecretDiverged: "AdminSecretDiverged",
   /** No instance of the service that answers a request is running (no responders, or a timeout). */

@@ -152,7 +152,7 @@ export function staging(
   };
 
   /**
-   * Rotating a secret that is the admin password of providers (README "Provider dependencies")
+   * Rotating a secret that is the admin password of providers (docs/bootstrap.md, "Provider dependencies")
    * is a rotation of their servers: generation `to` is set at each one, logging in with the
    * generation it accepts, before the holders are told (PostgreSQL keeps one password per role,
    * so from then on the server accepts `to` only; the services reach it with `to` from the

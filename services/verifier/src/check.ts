@@ -105,7 +105,7 @@ async function adminServersOf(deps: CheckDeps, grant: Grant): Promise<Array<{ do
 }
 
 /**
- * For a secret that is the admin password of providers (README "Provider dependencies"): which
+ * For a secret that is the admin password of providers (docs/bootstrap.md, "Provider dependencies"): which
  * generation each one's server accepts. The first that does not accept the current one (nor
  * the one a rotation stages) decides: `CredentialDiverged` naming both generations, or
  * `CredentialRejected` / `ProviderUnreachable`. Undefined when the secret is no provider's
