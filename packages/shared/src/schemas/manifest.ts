@@ -29,11 +29,22 @@ const GrantIdRef = z
 
 const AdminCredential = z
   .strictObject({
-    username: z.string().min(1).max(63),
-    /** Name of an environment variable of the provisioner that holds the admin password. */
-    passwordEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "must be an environment variable name" }).optional(),
-    /** Path of a file, readable by the provisioner, that holds the admin password. */
-    passwordFile: z.string().min(1).max(Limits.pathChars, atMost(Limits.pathChars, "characters")).optional(),
+    username: z.string().min(1).max(63).describe("The user the provisioner administers the server as."),
+    passwordEnv: z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: "must be an environment variable name" })
+      .optional()
+      .describe(
+        "A variable of the provisioner's environment (and the verifier's and the rotator's) that holds the admin password: it ends in _PASSWORD and does not start with MESH_ (docs/reference/manifest.md, Admin password sources).",
+      ),
+    passwordFile: z
+      .string()
+      .min(1)
+      .max(Limits.pathChars, atMost(Limits.pathChars, "characters"))
+      .optional()
+      .describe(
+        "A file, readable by the provisioner, that holds the admin password; on a NATS server whose operator is the mesh, the admin's .creds. Give passwordEnv or passwordFile, not both, and neither when the server needs no password. Never a file of the mesh's own (docs/reference/manifest.md, Admin password sources).",
+      ),
   })
   .refine((a) => !(a.passwordEnv && a.passwordFile), {
     message: "give passwordEnv or passwordFile, not both",
@@ -71,32 +82,49 @@ export const RequirementOptions = z
 export type RequirementOptions = z.infer<typeof RequirementOptions>;
 
 export const ProviderDoc = z.strictObject({
-  kind: z.literal("Provider"),
-  name: Name,
-  serves: z.array(z.enum(KIND_LIST)).min(1).max(Limits.serves, atMost(Limits.serves, "kinds")),
-  node: Name,
-  /** A URL; for a NATS cluster, its servers' URLs separated by commas (the adapter fails over between them). */
+  kind: z.literal("Provider").describe("The document kind."),
+  name: Name.describe("The provider's name, shown in grants (provider: pg-main)."),
+  serves: z
+    .array(z.enum(KIND_LIST))
+    .min(1)
+    .max(Limits.serves, atMost(Limits.serves, "kinds"))
+    .describe("The kinds it can satisfy."),
+  node: Name.describe(
+    "The node it runs on. Among installed providers of a kind with the same preference, the one on the node of the requirement's first installed part is preferred.",
+  ),
   endpoint: z
     .string()
     .max(Limits.endpointChars, atMost(Limits.endpointChars, "characters"))
     .refine((v) => v.split(",").every((u) => z.url().safeParse(u.trim()).success), {
       message: "must be a URL such as postgres://127.0.0.1:5432 (a NATS cluster's servers: URLs separated by commas, nats://10.0.0.1:4222,nats://10.0.0.2:4222)",
-    }),
-  admin: AdminCredential.optional(),
-  /** Kind-specific settings; see the README's section on each kind. */
-  options: ProviderOptions.optional(),
-  /**
-   * Grants (`<module>/<requirement>`) that must be provisioned before this provider can serve
-   * anything: a provider that runs as a module of the mesh needs that module's own
-   * requirements first. Until they are, requirements it would serve wait, saying for what.
-   */
-  needs: z.array(GrantIdRef).max(Limits.needs, atMost(Limits.needs, "grants")).optional(),
-  /**
-   * Higher wins. A grant moves from its provider to an installed one with a higher preference
-   * (a handover, through the same fan-out as a rotation); between equals it stays where it is.
-   */
-  preference: z.number().int().min(-1000).max(1000).optional(),
-  installed: z.boolean().default(true),
+    })
+    .describe(
+      "Where the provisioner reaches it, a URL whose scheme depends on the kind (postgres://127.0.0.1:5432); for a NATS cluster, its servers' URLs separated by commas (the adapter fails over between them).",
+    ),
+  admin: AdminCredential.optional().describe("Who the provisioner administers the server as, and where that user's password is; none when the server needs no login."),
+  options: ProviderOptions.optional().describe(
+    "Settings of the kind that the endpoint cannot say: managementUrl (rabbitmq.vhost), usersDir (npm.registry), signingKeysFile, userExpiry, allowPublish and allowSubscribe (nats.user); docs/reference/providers.md has each kind's. A provider that needs one and lacks it fails to provision, naming it.",
+  ),
+  needs: z
+    .array(GrantIdRef)
+    .max(Limits.needs, atMost(Limits.needs, "grants"))
+    .optional()
+    .describe(
+      "Grants (<module>/<requirement>) that must be provisioned before this provider can serve anything: a provider that runs as a module of the mesh needs that module's own requirements first. Until they are, a requirement no other provider can serve is Resolved False AwaitingDependency.",
+    ),
+  preference: z
+    .number()
+    .int()
+    .min(-1000)
+    .max(1000)
+    .optional()
+    .describe(
+      "Higher wins among installed providers of a kind (default 0). A grant moves from its provider to an installed one with a higher preference (a handover, through the same fan-out as a rotation; the resource on the old one is kept with its data); between equals it stays where it is.",
+    ),
+  installed: z
+    .boolean()
+    .default(true)
+    .describe("Whether it can be used now. false: the requirements it would serve show ProviderNotInstalled until the document is applied again with true."),
 });
 export type ProviderDoc = z.infer<typeof ProviderDoc>;
 
@@ -116,53 +144,66 @@ const HookName = z.string().regex(NAME_PATTERN, {
 });
 
 export const PartDoc = z.strictObject({
-  name: Name,
-  node: Name,
-  installed: z.boolean().default(true),
-  /**
-   * The name of a hook that the part's node's agent allows (`mesh-agent --allow-hook
-   * NAME=COMMAND`): the agent runs that COMMAND after writing a rotated credential and before
-   * confirming, e.g. a reload. Never a command itself: what runs on a node is the node's
-   * operator's to say, not a manifest's.
-   */
-  onRotate: HookName.optional(),
+  name: Name.describe("The part's name, unique in the module."),
+  node: Name.describe("The node the part runs on; its agent receives the part's values."),
+  installed: z.boolean().default(true).describe("false: nothing is provisioned for or delivered to this part."),
+  onRotate: HookName.optional().describe(
+    "The name of a hook that the part's node's agent allows (mesh-agent --allow-hook NAME=COMMAND): the agent runs that COMMAND after writing a rotated credential and before confirming, e.g. a reload. Never a command itself: what runs on a node is its operator's to say, not a manifest's (docs/reference/manifest.md, Hooks).",
+  ),
 });
 export type PartDoc = z.infer<typeof PartDoc>;
 
 export const RequirementDoc = z.strictObject({
-  name: Name,
-  kind: z.enum(KIND_LIST),
-  /** Parts that need it; all parts of the module when left out. */
-  parts: z.array(Name).min(1).max(Limits.requirementParts, atMost(Limits.requirementParts, "parts")).optional(),
-  /** How often the verifier re-checks the grant: `{ every: 30s }`; default `MESH_VERIFY_INTERVAL` (10 s). */
-  verify: VerifyPolicy.optional(),
-  /** What the verifier does about drift: `auto` (default) repairs it, `report` only records it. */
-  repair: RepairPolicy.optional(),
-  /** How often the rotator rotates the grant: `{ every: 30d }`; never when left out. */
-  rotate: RotatePolicy.optional(),
-  /** Kind-specific settings (see the README's section on the kind). */
-  options: RequirementOptions.optional(),
-  /**
-   * What happens to the resource once no installed part needs the grant: `Retain` (the default
-   * of kinds that hold data) revokes its logins and keeps the data, `Delete` drops it. Kinds that
-   * are a credential alone are always deleted.
-   */
-  deletionPolicy: z.enum(["Retain", "Delete"]).optional(),
+  name: Name.describe("The requirement's name, unique in the module; the grant's id is <module>/<name>."),
+  kind: z.enum(KIND_LIST).describe("What is needed."),
+  parts: z
+    .array(Name)
+    .min(1)
+    .max(Limits.requirementParts, atMost(Limits.requirementParts, "parts"))
+    .optional()
+    .describe(
+      "The parts that need it; all parts of the module when left out. It is provisioned only if one of them is installed, and delivered only to the installed ones.",
+    ),
+  verify: VerifyPolicy.optional().describe(
+    "How often the verifier checks the grant again ({ every: 30s }); default the verifier's MESH_VERIFY_INTERVAL (10s). Drift is seen within one interval while the verifier keeps up.",
+  ),
+  repair: RepairPolicy.optional().describe(
+    "What the verifier does about drift: auto (default) re-creates a missing resource and sets a rejected or diverged credential again; report only records it, and the condition says what to do.",
+  ),
+  rotate: RotatePolicy.optional().describe("How often the rotator rotates the grant ({ every: 30d }); never when left out."),
+  options: RequirementOptions.optional().describe(
+    "Settings of the kind: publish, subscribe and denyPublish (nats.user); history, ttl, maxBytes, replicas (kv.bucket, object.store); docs/reference/providers.md has each kind's. The kind's adapter checks them when the grant is provisioned: an unknown or invalid option is Provisioned False ProvisionFailed, naming it.",
+  ),
+  deletionPolicy: z
+    .enum(["Retain", "Delete"])
+    .optional()
+    .describe(
+      "What happens to the resource once no installed part needs the grant: Retain (the default of kinds that hold data: postgres.database, mariadb.database, rabbitmq.vhost, kv.bucket, object.store) revokes its logins and keeps the data, listed as retained; Delete drops it. Kinds that are a credential alone are always deleted.",
+    ),
 });
 export type RequirementDoc = z.infer<typeof RequirementDoc>;
 
 export const ModuleDoc = z
   .strictObject({
-    kind: z.literal("Module"),
-    name: Name,
-    parts: z.array(PartDoc).max(Limits.parts, atMost(Limits.parts, "parts")).default([]),
-    requires: z.array(RequirementDoc).max(Limits.requirements, atMost(Limits.requirements, "requirements")).default([]),
-    /**
-     * The kinds the module's own parts may declare requirements of, when they re-declare the
-     * module with their identity (`declare` in @mesh/client, on `mesh.api.apply.<module>`);
-     * none when left out. Only the operator sets it: a part may change neither it nor `parts`.
-     */
-    allowKinds: z.array(z.enum(KIND_LIST)).max(Limits.serves, atMost(Limits.serves, "kinds")).optional(),
+    kind: z.literal("Module").describe("The document kind."),
+    name: Name.describe("The module's name."),
+    parts: z
+      .array(PartDoc)
+      .max(Limits.parts, atMost(Limits.parts, "parts"))
+      .default([])
+      .describe("The pieces of the module, each placed on a node; at least one as soon as there is a requirement."),
+    requires: z
+      .array(RequirementDoc)
+      .max(Limits.requirements, atMost(Limits.requirements, "requirements"))
+      .default([])
+      .describe("What the module needs; none: the module is NothingRequired."),
+    allowKinds: z
+      .array(z.enum(KIND_LIST))
+      .max(Limits.serves, atMost(Limits.serves, "kinds"))
+      .optional()
+      .describe(
+        "The kinds the module's own parts may declare requirements of, when they declare the module again with their identity (declare in @mesh/client, on mesh.api.apply.<module>.<node>.<part>); none when left out. Only the operator sets it: a part may change neither it nor parts.",
+      ),
   })
   .superRefine((m, ctx) => {
     const partNames = new Set<string>();

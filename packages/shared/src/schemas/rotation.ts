@@ -16,7 +16,8 @@ export const RotatePolicy = z.strictObject({
   every: z
     .string()
     .regex(DURATION_PATTERN, { message: "must be a duration such as 12h, 30d" })
-    .refine((s) => durationAtMost(s, MAX_ROTATE_EVERY_MS), { message: "must be at most 3650d" }),
+    .refine((s) => durationAtMost(s, MAX_ROTATE_EVERY_MS), { message: "must be at most 3650d" })
+    .describe("A duration such as 12h, 30d (at most 3650d), counted from the grant's current generation."),
 });
 export type RotatePolicy = z.infer<typeof RotatePolicy>;
 
@@ -24,7 +25,7 @@ export type RotatePolicy = z.infer<typeof RotatePolicy>;
 export const RotationStates = {
   /** Generation k+1 is written (encrypted, write-ahead) and staged on the provider beside k: both log in. */
   Staged: "Staged",
-  /** k+1 was announced to every holder (per-part Deliveries to agents, a notice to each SDK instance, the broadcast). */
+  /** k+1 was announced to every holder: one broadcast into each holder stream with holders of the grant (the record keeps each stream's sequence). */
   Broadcast: "Broadcast",
   /** Waiting for every holder's confirmation; the grant's `Rotating` condition says how many are in. */
   AwaitingHolders: "AwaitingHolders",
@@ -139,7 +140,7 @@ export const Rotation = z.object({
   requestId: z.string().optional(),
   /**
    * A revocation (`meshctl revoke`, for a leak): generation `from` is retired `graceMs` after
-   * the broadcast whether or not every holder confirmed; holders that had not are locked out
+   * the request was staged (the rotation's deadline) whether or not every holder confirmed; holders that had not are locked out
    * until they take `to`. Who asked, and why, is recorded.
    */
   revoke: z

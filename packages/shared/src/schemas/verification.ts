@@ -12,13 +12,13 @@ import { ErrorReply } from "./events.js";
 
 /** `verify:` of a requirement: how often the verifier re-checks its grant. */
 export const VerifyPolicy = z.strictObject({
-  /** A duration such as `30s`, `5m`; the global default (`MESH_VERIFY_INTERVAL`, 10 s) when left out. */
   every: z
     .string()
     .regex(DURATION_PATTERN, { message: "must be a duration such as 500ms, 10s, 5m" })
     .refine((s) => !/^0+(\.0+)?(ms|s|m|h|d)$/.test(s), { message: "must be longer than 0" })
     .refine((s) => durationAtMost(s, MAX_TIMER_MS), { message: `must be at most ${MAX_TIMER_MS}ms (about 24 days): it is a timer` })
-    .optional(),
+    .optional()
+    .describe("A duration such as 500ms, 30s, 5m, longer than 0 and at most about 24 days; the verifier's MESH_VERIFY_INTERVAL (10s) when left out."),
 });
 export type VerifyPolicy = z.infer<typeof VerifyPolicy>;
 

@@ -1,0 +1,511 @@
+/**
+ * meshctl's commands: commander wired to the command functions, each of which takes its inputs
+ * and an output and returns the exit code. main.ts parses the command line with {@link program};
+ * `npm run reference` writes docs/reference/meshctl-options.md from it, so the reference is the
+ * definitions here.
+ */
+import { Command, Option } from "commander";
+import { errorMessage, loadMasterKey, parseAllowedHooks, parseTimerDuration, type AllowedHooks } from "@mesh/shared";
+import { isJetStreamTimeout, jetStreamTimeoutMessage, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { operatorFiles } from "@mesh/providers";
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { hostname, userInfo } from "node:os";
+import { runApply } from "./apply-command.js";
+import { deleteRequestOf, deleteRequestOfFiles, runDelete } from "./delete-command.js";
+import { checkConsoleOptions, runConsole, type ConsoleOptions } from "./console/command.js";
+import { DEFAULT_CONSOLE_LISTEN } from "./console/access.js";
+import { CliError, isCliError } from "./cli-error.js";
+import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
+import { runExplain } from "./explain-command.js";
+import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
+import { MODULE_STATE_LIST, parseModuleState } from "./module-wait.js";
+import { checkModuleName } from "./status-report.js";
+import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
+import { ExitCodes } from "./exit-codes.js";
+import { processOutput } from "./output.js";
+import { checkGrantArg, runRotate } from "./rotate-command.js";
+import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
+import { runStatus } from "./status-command.js";
+import { checkRotationArg, runTrace } from "./trace-command.js";
+import { parseNatsMonitor, runUp } from "./up-command.js";
+import { bootstrapFiles, controlPlaneYaml, natsConfigText } from "./bootstrap.js";
+import { runVerify } from "./verify-command.js";
+import { printable } from "./style.js";
+import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
+
+const out = processOutput();
+/** meshctl's version: its package's, read when it runs (dist/main.js is next to ../package.json). */
+const version = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+/** Runs a command with a lazily opened NATS connection, prints a CliError's message, exits with the code. */
+async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => Promise<number>): Promise<never> {
+  const url = natsUrlFrom(program.opts<{ server?: string }>().server);
+  let nc: NatsConnection | undefined;
+  const connect = async () => (nc ??= await connectForCli(url));
+  let code: number;
+  try {
+    code = await fn(connect, url);
+  } catch (e) {
+    if (isCliError(e)) {
+      // A message may carry a service's words (a refusal), so its control characters are shown, not obeyed.
+      out.err(`meshctl: ${printable(e.message)}`);
+      code = e.exitCode;
+    } else if (isJetStreamTimeout(e)) {
+      // What a cluster electing a leader looks like to a command that ran out of tries: said as such, with what to do.
+      out.err(`meshctl: ${printable(jetStreamTimeoutMessage(`meshctl ${program.args[0] ?? ""}`.trim(), url))}`);
+      code = ExitCodes.Failure;
+    } else {
+      out.err(`meshctl: unexpected error: ${printable(errorMessage(e))}`);
+      if (process.env.MESH_DEBUG && e instanceof Error && e.stack) out.err(e.stack);
+      code = ExitCodes.Failure;
+    }
+  }
+  // Bounded: the answer is given, and a close that waits on a server gone away (a member of a
+  // cluster down, a reconnect under way) must not keep the command from exiting.
+  const closed = (nc as NatsConnection | undefined)?.close().catch(() => undefined);
+  if (closed) await Promise.race([closed, new Promise((r) => setTimeout(r, CLOSE_WAIT_MS).unref())]);
+  process.exit(code);
+}
+
+/** How long meshctl waits for its connection to close before it exits anyway. */
+const CLOSE_WAIT_MS = 3_000;
+
+/** A duration option (`30s`, `2m`), or exit 2 saying which option is wrong. */
+function durationOption(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  let ms: number;
+  try {
+    ms = parseTimerDuration(value, name);
+  } catch (e) {
+    throw new CliError(errorMessage(e), ExitCodes.Usage);
+  }
+  if (ms === 0) throw new CliError(`${name}: must be longer than 0`, ExitCodes.Usage);
+  return ms;
+}
+
+/** The retry policy of a command from its `--timeout` (or `--request-timeout`) and `--verbose`. */
+function policyOf(o: { timeout?: string; verbose?: boolean }, option = "--timeout"): RetryPolicy {
+  const withinMs = durationOption(option, o.timeout);
+  return retryPolicy({ ...(withinMs ? { withinMs } : {}), verbose: Boolean(o.verbose), option }, out);
+}
+
+/**
+ * A command that reads the store and prints once it has read it all (`status`, `explain`,
+ * `trace`): run again whole while what failed is retryable, within `--timeout`. `check`
+ * refuses bad arguments first, before anything connects.
+ */
+function readCommand(what: string, o: { timeout?: string; verbose?: boolean }, fn: (store: Store) => Promise<number>, check?: () => void): Promise<never> {
+  return run(async (connect, url) => {
+    check?.();
+    const policy = policyOf(o);
+    const store = await openStoreForCli(await connect(), url);
+    return retrying(what, policy, () => fn(store));
+  });
+}
+
+const TIMEOUT_HELP = `how long to keep trying while the service that must answer is not there yet or asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s)`;
+const VERBOSE_HELP = "show every attempt that is tried again, and why";
+
+/** What `meshctl --help` says of the exit codes (exit-codes.ts has them). */
+export const EXIT_CODES_HELP =
+  "Exit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed (wait, apply --wait: still none at the timeout),\n4 (verify) the grant is not verified, 5 no such grant, rotation or provider,\n6 (rotate) a rotation of the grant is already running, 7 the service that must answer is not running,\n8 (rotate --wait) the rotation stalled, 9 a wait ran out of time (rotate --wait, wait, apply --wait, delete).";
+
+/** meshctl: every command, its arguments and options. Parsing runs the command's action. */
+export const program = new Command("meshctl")
+  .version(version, "-V, --version", "print meshctl's version")
+  .description("Operate the provisioning mesh: apply manifests, see what is satisfied and why, run it all locally.")
+  .addOption(
+    new Option(
+      "-s, --server <url>",
+      "NATS server URL(s), comma-separated; default: the one meshctl up recorded in .mesh/nats-url, else nats://127.0.0.1:4222",
+    ).env("NATS_URL"),
+  )
+  .showHelpAfterError()
+  // Wrong usage exits 2 (commander's own default is 1, which meshctl keeps for failures).
+  .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
+  .addHelpText("after", `\n${EXIT_CODES_HELP}`);
+
+program
+  .command("apply")
+  .description("validate manifest files here, then store all their documents (or none) through the resolver")
+  .requiredOption(
+    "-f, --filename <file>",
+    "a YAML or JSON manifest file, or a directory (its .yaml and .yml files, sorted by name, not those of subdirectories); - for standard input; repeatable",
+    collect,
+    [],
+  )
+  .option("--wait", "then wait until every module applied is Ready or NothingRequired; fail at once on Unsatisfiable")
+  .option("--json", "print the outcome as JSON")
+  .option("--force", "apply what the control plane protects itself from: module mesh without a requirement it had")
+  .option("--timeout <duration>", `${TIMEOUT_HELP}; with --wait, how long all of it may take (default ${WAIT_TIMEOUT_MS / 1000}s)`)
+  .option("--verbose", VERBOSE_HELP)
+  .action((o: { filename: string[]; wait?: boolean; json?: boolean; force?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect, url) => {
+      if (!o.wait) return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy: policyOf(o) }, out);
+      // With --wait, --timeout bounds all of it: sending (again while the resolver does not answer) and waiting.
+      const timeoutMs = durationOption("--timeout", o.timeout) ?? WAIT_TIMEOUT_MS;
+      const policy = retryPolicy({ withinMs: timeoutMs, verbose: Boolean(o.verbose) }, out);
+      const store = async () => openStoreForCli(await connect(), url);
+      return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy, wait: { untilMs: policy.deadline, timeoutMs, store } }, out);
+    }),
+  );
+
+program
+  .command("delete")
+  .description("delete modules or providers (what no installed part needs any more is revoked and taken back), or drop what a removed grant retained")
+  .argument("[what]", "module, provider or retained")
+  .argument("[names...]", "the modules' or providers' names, or the grants (<module>/<requirement>) whose retained data to drop")
+  .option("-f, --filename <file>", "delete the modules and providers a manifest file declares; repeatable", collect, [])
+  .option("--force", "delete what the mesh protects: module mesh (its control plane), a provider that still serves grants (they are re-resolved)")
+  .option("--wait-timeout <duration>", "how long to wait for the providers to revoke what was deleted (default 60s); exit 9 when they have not")
+  .option("--json", 'print {"ok","deleted":[…],"grants":[{"grant","revoked","retained","gone","remains"}]} as JSON')
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action(
+    (
+      what: string | undefined,
+      names: string[],
+      o: { filename: string[]; force?: boolean; waitTimeout?: string; json?: boolean; timeout?: string; verbose?: boolean },
+    ) =>
+      run(async (connect, url) => {
+        const force = Boolean(o.force);
+        if (o.filename.length && (what || names.length)) throw new CliError("give either -f FILE… or WHAT NAME…, not both", ExitCodes.Usage);
+        const request = o.filename.length ? await deleteRequestOfFiles(o.filename, force) : deleteRequestOf(what, names, force);
+        const waitMs = durationOption("--wait-timeout", o.waitTimeout);
+        return runDelete(await openStoreForCli(await connect(), url), { request, json: o.json, policy: policyOf(o), ...(waitMs ? { waitMs } : {}) }, out);
+      }),
+  );
+
+program
+  .command("status")
+  .description("processed modules, their state, and each grant with provider, generation and conditions")
+  .argument("[module]", "only this module")
+  .option("--json", 'print {"modules":[…]} as JSON')
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((module: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
+    readCommand("status", o, (store) => runStatus(store, { module, json: o.json }, out)),
+  );
+
+program
+  .command("explain")
+  .description("for each requirement of a module, why it is or is not satisfied and what would satisfy it")
+  .argument("<module>", "the module")
+  .option("--json", "print the explanation as JSON")
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((module: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
+    readCommand("explain", o, (store) => runExplain(store, { module, json: o.json }, out)),
+  );
+
+program
+  .command("get")
+  .description("list modules, grants or providers as a table: state, why, how long")
+  .argument("<what>", GetResources.join(", "))
+  .argument("[name]", "modules: one module; grants: the grants of a module (shop) or one grant (shop/db); providers: one provider")
+  .option("--json", 'print {"modules"|"grants"|"providers":[…]} as JSON')
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((what: string, name: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) => {
+    let resource: ReturnType<typeof parseGetResource> = "modules";
+    return readCommand(
+      "get",
+      o,
+      (store) => runGet(store, { resource, ...(name !== undefined ? { name } : {}), json: o.json }, out),
+      () => {
+        resource = parseGetResource(what);
+        checkGetName(resource, name);
+      },
+    );
+  });
+
+program
+  .command("wait")
+  .description("wait until a module is in a state, derived from its stored manifest; one not applied yet is waited for too")
+  .argument("<module>", "the module")
+  .requiredOption("--for <state>", `the state: one of ${MODULE_STATE_LIST.join(", ")}`)
+  .option(
+    "--timeout <duration>",
+    `how long to wait (default ${WAIT_TIMEOUT_MS / 1000}s); then exit 9 naming the state seen last, or 3 when the module still has none`,
+  )
+  .option("--json", 'print {"module","for","outcome","state","message","since","processedRevision","manifestRevision","why","timedOut"} as JSON')
+  .action((module: string, o: { for: string; timeout?: string; json?: boolean }) =>
+    run(async (connect, url) => {
+      const state = parseModuleState(o.for);
+      checkModuleName(module);
+      const timeoutMs = durationOption("--timeout", o.timeout);
+      return runWait(await openStoreForCli(await connect(), url), { module, for: state, json: o.json, ...(timeoutMs ? { timeoutMs } : {}) }, out);
+    }),
+  );
+
+program
+  .command("verify")
+  .description("check a grant now, from the verifier and from its holders' nodes, and print the result")
+  .argument("<grant>", "the grant: <module>/<requirement>")
+  .option("--repair", "repair drift found now, even when the requirement says repair: report")
+  .option("--json", "print the result as JSON")
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((grant: string, o: { repair?: boolean; json?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect) => runVerify(connect, { grant, repair: o.repair, json: o.json, policy: policyOf(o) }, out)),
+  );
+
+program
+  .command("rotate")
+  .description("move every holder of a grant (or of every grant of a kind) to a new generation; the old one is retired only when all of them confirmed")
+  .argument("[grant]", "the grant: <module>/<requirement>")
+  .option("--kind <kind>", "rotate every grant of this kind instead of one (nats.user: reissues every identity with the permissions the mesh issues now)")
+  .option("--wait", "show a live confirmed N/M holders line until the rotation is Committed or Stalled")
+  .option("--timeout <duration>", "how long holders have to confirm before the rotation is Stalled (e.g. 90s, 10m; default the rotator's, 5m)")
+  .option(
+    "--request-timeout <duration>",
+    `how long to keep sending the request while no rotator answers or it asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s); a resent request starts no second rotation`,
+  )
+  .option("--verbose", VERBOSE_HELP)
+  .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…],"evicted":[…]} as JSON')
+  .option(
+    "--evict <holder>",
+    "commit the grant's running (or Stalled) rotation without this holder (<node>/<part>, or <node>/<part>/<instance> for an SDK instance), which never came back; repeatable",
+    collect,
+    [],
+  )
+  .action(
+    (
+      grant: string | undefined,
+      o: { kind?: string; wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; evict: string[] },
+    ) =>
+      run(async (connect, url) => {
+        if ((grant === undefined) === (o.kind === undefined))
+          throw new CliError("give either a grant (<module>/<requirement>) or --kind KIND, not both or neither", ExitCodes.Usage);
+        if (o.kind !== undefined && o.evict.length) throw new CliError("--evict names holders of one grant: give the grant, not --kind", ExitCodes.Usage);
+        if (o.kind !== undefined) checkKindArg(o.kind);
+        else checkGrantArg(grant!);
+        const timeoutMs = durationOption("--timeout", o.timeout);
+        const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
+        const common = { wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}) };
+        const store = await openStoreForCli(await connect(), url);
+        if (o.kind !== undefined) return runRotateKind(store, { ...common, kind: o.kind }, out);
+        return runRotate(store, { grant: grant!, ...common, ...(o.evict.length ? { evict: o.evict } : {}) }, out);
+      }),
+  );
+
+program
+  .command("revoke")
+  .description("for a leak: push a new generation to every holder and disable the current one after the grace, whether or not all of them confirmed")
+  .argument("<grant>", "the grant: <module>/<requirement>")
+  .option("--reason <text>", "why, recorded on the grant with who revoked and when")
+  .option("--grace <duration>", "how long holders have to take the new generation before the current one stops working (default 1s; 0s allowed)")
+  .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers (default ${DEFAULT_DEADLINE_MS / 1000}s)`)
+  .option("--verbose", VERBOSE_HELP)
+  .option("--json", 'print the rotation as rotate --json does, with "lockedOut":[…]')
+  .action((grant: string, o: { reason?: string; grace?: string; requestTimeout?: string; verbose?: boolean; json?: boolean }) =>
+    run(async (connect, url) => {
+      checkGrantArg(grant);
+      const graceMs = o.grace === "0s" || o.grace === "0" ? 0 : (durationOption("--grace", o.grace) ?? 1_000);
+      const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
+      const by = `${userInfo().username}@${hostname()}`;
+      return runRotate(
+        await openStoreForCli(await connect(), url),
+        { grant, json: o.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } },
+        out,
+      );
+    }),
+  );
+
+program
+  .command("trace")
+  .description("a rotation's fan-out as a timeline: when it was staged, broadcast and committed, and when each holder confirmed")
+  .argument("<rotation>", "the rotation: <module>/<requirement>#<generation> (or <module>/<requirement> for its latest)")
+  .option("--json", "print the timeline as JSON")
+  .option("--timeout <duration>", TIMEOUT_HELP)
+  .option("--verbose", VERBOSE_HELP)
+  .action((rotation: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
+    readCommand(
+      "trace",
+      o,
+      (store) => runTrace(store, { rotation, json: o.json }, out),
+      () => checkRotationArg(rotation),
+    ),
+  );
+
+program
+  .command("console")
+  .description(
+    "a read-only web console of the mesh, live: the graph of modules, requirements, grants and providers, each grant's page, each rotation's fan-out",
+  )
+  .option(
+    "--listen <host:port>",
+    "where to listen; an address beyond loopback only with --tls-cert and --tls-key (port 0 picks a free one)",
+    DEFAULT_CONSOLE_LISTEN,
+  )
+  .option("--tls-cert <file>", "PEM certificate, to serve HTTPS (required beyond loopback)")
+  .option("--tls-key <file>", "PEM private key of --tls-cert")
+  .option("--host <name>", "a host name clients reach a console beyond loopback by (the Host header it accepts); repeatable", collect, [])
+  .action((o: { listen: string; tlsCert?: string; tlsKey?: string; host: string[] }) =>
+    run(async (connect, url) => {
+      const opts: ConsoleOptions = {
+        listen: o.listen,
+        hostNames: o.host,
+        ...(o.tlsCert ? { tlsCert: o.tlsCert } : {}),
+        ...(o.tlsKey ? { tlsKey: o.tlsKey } : {}),
+      };
+      checkConsoleOptions(opts);
+      const stop = new AbortController();
+      for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.once(s, () => stop.abort());
+      return runConsole(await openStoreForCli(await connect(), url), opts, out, stop.signal);
+    }),
+  );
+
+/** The options `up` and `bootstrap` share. */
+interface LocalMeshOptions {
+  filename: string[];
+  nodes?: string;
+  bindings: string;
+  allowHook: string[];
+  hookUser?: string;
+  natsMonitor?: string;
+}
+
+/** `--allow-hook` of up and bootstrap, checked before anything starts (exit 2 when wrong). */
+function hooksOption(specs: readonly string[]): AllowedHooks | undefined {
+  if (specs.length === 0) return undefined;
+  try {
+    return parseAllowedHooks(specs);
+  } catch (e) {
+    throw new CliError(errorMessage(e), ExitCodes.Usage);
+  }
+}
+
+const ALLOW_HOOK_HELP =
+  "a hook every agent allows, for parts' onRotate: NAME=COMMAND, COMMAND run without a shell (split on whitespace) as --hook-user; repeatable";
+const HOOK_USER_HELP = "the unprivileged user the agents run hooks as (default nobody; the agents' own user when meshctl is not root)";
+const NATS_MONITOR_HELP =
+  "open the monitoring port of the NATS server this command starts, at 127.0.0.1:PORT (port 0 picks a free one); default: none. " +
+  "It answers anyone who can reach it, without authentication, with every identity's connections and subscriptions (/connz)";
+
+/** `up` and `bootstrap`: run until a signal; a first signal stops everything in order, a second kills at once. */
+function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }): Promise<never> {
+  return run(async (_connect, url) => {
+    const hooks = hooksOption(o.allowHook);
+    const natsMonitor = o.natsMonitor === undefined ? undefined : parseNatsMonitor(o.natsMonitor);
+    const stop = new AbortController();
+    let signals = 0;
+    const onSignal = () => {
+      // runUp's exit hook SIGKILLs what it started when meshctl exits at once.
+      if (++signals === 1) stop.abort();
+      else {
+        out.err("killing everything at once");
+        process.exit(130);
+      }
+    };
+    for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
+    const nodes = o.nodes
+      ?.split(",")
+      .map((n) => n.trim())
+      .filter(Boolean);
+    const natsUrlNamed = isNamedServer(program.opts<{ server?: string }>().server);
+    return runUp(
+      {
+        files: o.filename,
+        natsUrl: url,
+        natsUrlNamed,
+        bindings: o.bindings,
+        ...(nodes ? { nodes } : {}),
+        ...(bootstrap ? { bootstrap } : {}),
+        ...(hooks ? { hooks } : {}),
+        ...(o.hookUser ? { hookUser: o.hookUser } : {}),
+        ...(natsMonitor ? { natsMonitor } : {}),
+      },
+      out,
+      stop.signal,
+    );
+  });
+}
+
+program
+  .command("up")
+  .description("run the whole mesh on this machine (NATS, resolver, provisioner, agents), apply files, show a live status until Ctrl-C")
+  .option("-f, --filename <file>", "a manifest file to apply once the mesh runs; repeatable", collect, [])
+  .option("--nodes <list>", "comma-separated nodes to run an agent for (default: the nodes of the applied parts, else node-a)")
+  .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
+  .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
+  .option("--hook-user <user>", HOOK_USER_HELP)
+  .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
+  .action((o: LocalMeshOptions) => runLocalMesh(o));
+
+program
+  .command("bootstrap")
+  .description(
+    "like up, on a NATS with authentication (started here when none answers at a loopback URL): declare the control plane as module mesh, " +
+      "wait until the mesh has satisfied it, and restart every service with the broker identity the mesh granted it",
+  )
+  .option("-f, --filename <file>", "a manifest file to apply once the control plane runs on its own identities; repeatable", collect, [])
+  .option("--nodes <list>", "comma-separated nodes to run an agent for (default: the nodes of the applied parts, else node-a)")
+  .option("--services-node <node>", "the node the services run on (default: the first node)")
+  .option("--bindings <dir>", "bindings root; the agent of node N writes under <dir>/N/", ".mesh/bindings")
+  .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
+  .option("--hook-user <user>", HOOK_USER_HELP)
+  .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
+  .action((o: LocalMeshOptions & { servicesNode?: string }) => runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}));
+
+program
+  .command("control-plane")
+  .description(
+    "print the control plane's documents (the bootstrap provider and module mesh) as YAML, for a mesh set up by hand; apply them with meshctl apply -f -",
+  )
+  .requiredOption("--nodes <list>", "comma-separated nodes to run an agent on")
+  .option("--services-node <node>", "the node the services run on (default: the first node)")
+  .requiredOption("--admin-creds <path>", "the operator admin's .creds file, as the provisioner reads it (meshctl nats-config writes it)")
+  .requiredOption("--signing-keys-file <path>", "the sealed signing keys, as the provisioner and the rotator read them (meshctl nats-config writes it)")
+  .action((o: { nodes: string; servicesNode?: string; adminCreds: string; signingKeysFile: string }) =>
+    run(async (_connect, url) => {
+      const nodes = o.nodes
+        .split(",")
+        .map((n) => n.trim())
+        .filter(Boolean);
+      out.out(
+        controlPlaneYaml({
+          url,
+          nodes,
+          ...(o.servicesNode ? { servicesNode: o.servicesNode } : {}),
+          adminCredsFile: o.adminCreds,
+          signingKeysFile: o.signingKeysFile,
+        }).trimEnd(),
+      );
+      return ExitCodes.Ok;
+    }),
+  );
+
+program
+  .command("nats-config")
+  .description(
+    "print the configuration of a nats-server (or of each cluster member) whose operator is the mesh: operator, system account, full resolver. " +
+      "The operator's keys are made under --dir when it has none (and kept when it has), sealed under the master key",
+  )
+  .requiredOption("--listen <host:port>", "where the server listens for clients, e.g. 0.0.0.0:4222")
+  .option("--dir <dir>", "the operator's directory: keys, JWTs, the admin's .creds", ".mesh/nats-operator")
+  .option("--store-dir <path>", "JetStream's store directory on the server's host (default: under --dir)")
+  .option("--resolver-dir <path>", "the account resolver's directory on the server's host (default: under --dir)")
+  .option("--cluster-file <file>", "a file with this member's cluster { … } block, added as it is")
+  .action((o: { listen: string; dir: string; storeDir?: string; resolverDir?: string; clusterFile?: string }) =>
+    run(async () => {
+      const files = o.dir === ".mesh/nats-operator" ? bootstrapFiles(resolve(".mesh")) : operatorFiles(resolve(o.dir));
+      const { key } = loadMasterKey(process.env, resolve(".mesh/master.key"));
+      out.out(
+        (
+          await natsConfigText({
+            files,
+            masterKey: key,
+            listen: o.listen,
+            ...(o.storeDir ? { storeDir: o.storeDir } : {}),
+            ...(o.resolverDir ? { resolverDir: o.resolverDir } : {}),
+            ...(o.clusterFile ? { clusterFile: o.clusterFile } : {}),
+          })
+        ).trimEnd(),
+      );
+      out.err(`operator keys in ${files.dir}; the admin's credentials: ${files.adminCredsFile}; provider option signingKeysFile: ${files.signingKeysFile}`);
+      return ExitCodes.Ok;
+    }),
+  );
