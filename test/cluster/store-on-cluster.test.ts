@@ -89,6 +89,10 @@ describe("the store on a three-server cluster", () => {
     const [a, b] = stores.map((st) => new CredentialStore(st.kv.credentials, cluster.masterKey));
     const grant = { module: "race", requirement: "db", id: "race/db" };
     await a!.ensure(grant, 1, "pg", () => ({ value: "secret-1" }));
+    // Store b reads from its own server, whose replica may not have applied a's write yet (a
+    // direct get; read-floors.ts): a process writes a record only after it has heard of it, so b
+    // first sees what a wrote, and then the two race.
+    await waitFor("store b to read generation 1", async () => (await b!.read("race", "db", 1)) ?? undefined, 10_000);
     const writes = [a!, b!].flatMap((cs, w) =>
       Array.from({ length: 20 }, (_, i) => cs.setBindings("race", "db", 1, { password: "secret-1", note: `w${w}-${i}` })),
     );
