@@ -16,6 +16,7 @@ import { ModuleStates } from "@mesh/shared";
 import { ExitCodes, bufferOutput, modulesRevisionNow, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { exitOf } from "./harness/cli-exit.js";
+import { waitFor } from "./harness/wait.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "meshctl-verbs-"));
@@ -183,7 +184,7 @@ describe("meshctl wait", () => {
   it("waits for a module applied meanwhile, redrawing its line on a terminal", async () => {
     const out = bufferOutput({ isTTY: true });
     const waiting = runWait(mesh.store, { module: "later", for: "Ready", timeoutMs: 20_000 }, out);
-    await new Promise((r) => setTimeout(r, 500));
+    await waitFor("wait to say the module has no manifest yet", () => out.stdout.includes("later: no manifest of it is stored"), 10_000);
     expect(
       (await mesh.apply([{ kind: "Module", name: "later", parts: [{ name: "api", node: "node-a" }], requires: [{ name: "key", kind: "secret" }] }])).ok,
     ).toBe(true);

@@ -241,7 +241,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
       30_000,
     );
     const before = parts.map((p) => p.queries);
-    await new Promise((r) => setTimeout(r, 300)); // queries go on after the commit, on k+1
+    await waitFor("queries after the commit, on k+1", () => parts.every((p, i) => p.queries > before[i]!), 10_000);
     await Promise.all(parts.map((p) => p.stop()));
 
     expect(parts.map((p) => p.errors)).toEqual([[], []]);

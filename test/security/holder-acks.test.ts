@@ -123,8 +123,10 @@ describe("rotations held by SDK instances", () => {
     expect(fetches).toBe(0);
     const fetched = await fetchCredential(nc, { grant: "acks/key", part: "app", node: "n1", generation: 2 }, createSealingKey());
     expect(got.map((g) => g.find((u) => u.generation === 2)!.values)).toEqual([fetched.values, fetched.values, fetched.values]);
-    // The late one has generation 2 but has not confirmed: its consumer has not acknowledged, and nothing commits.
-    await new Promise((r) => setTimeout(r, 1_000));
+    // The late one has generation 2 but has not confirmed: its consumer has not acknowledged, and
+    // nothing commits. Once the rotator has counted the two that did, a commit would have come
+    // with the count: it did not.
+    await waitUntil("the rotator counted the two quick confirmations", async () => (await rotationOf("acks")).confirmed === 2);
     const running = await rotationOf("acks");
     expect(running.state).not.toBe(RotationStates.Committed);
     const live = await readHolderAcks(store.jsm, running);
