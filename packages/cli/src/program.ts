@@ -35,7 +35,7 @@ import { printable } from "./style.js";
 import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 
 const out = processOutput();
-/** meshctl's version: its package's, read when it runs (dist/main.js is next to ../package.json). */
+/** meshctl's version: its package's, read when it runs (dist/program.js is next to ../package.json). */
 const version = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
 const collect = (value: string, previous: string[]) => [...previous, value];
 

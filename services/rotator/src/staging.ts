@@ -47,11 +47,11 @@ export function staging(
   // so a try whose record was written before its reply was lost is answered with that rotation,
   // never a second. A resend that arrives while its first send is still staging here waits for
   // that one (another instance's try meets it at the record).
-  const staging = new Map<string, Promise<Rotation>>();
+  const inFlight = new Map<string, Promise<Rotation>>();
   const rotate = (req: RotateRequest): Promise<Rotation> => {
     const once = req.requestId ? req : { ...req, requestId: randomUUID() };
     const key = `${once.grant}\n${once.requestId}`;
-    const running = staging.get(key);
+    const running = inFlight.get(key);
     if (running) {
       log.info(
         { grant: once.grant },
@@ -59,8 +59,8 @@ export function staging(
       );
       return running;
     }
-    const p = retryJetStreamIdempotent(() => rotateOnce(once), STAGING_RIDE_OUT_MS).finally(() => staging.delete(key));
-    staging.set(key, p);
+    const p = retryJetStreamIdempotent(() => rotateOnce(once), STAGING_RIDE_OUT_MS).finally(() => inFlight.delete(key));
+    inFlight.set(key, p);
     return p;
   };
 
