@@ -56,6 +56,15 @@ const code = (text: string) => `\`${text.replace(/`/g, "'")}\``;
 /** `kind` → `kinds`; a phrase (`one of …`, `grant id …`) as it is. */
 const plural = (type: string) => (/^[a-z]+$/.test(type) ? `${type}s` : type);
 
+/** The word for a string pattern the manifest uses for a concept (a name, a duration, a grant id), or undefined. */
+function patternWord(pattern: string | undefined): string | undefined {
+  if (pattern === NAME_PATTERN_PORTABLE) return "name";
+  if (pattern === DURATION_PATTERN.source) return "duration";
+  // The only other pattern with a slash in it is the grant id's, `<module>/<requirement>`.
+  if (pattern?.includes("\\/")) return `grant id ${code("<module>/<requirement>")}`;
+  return undefined;
+}
+
 /** What a schema holds, in words: `name`, `list of kind`, `duration`, `one of auto, report`… */
 function typeOf(s: Schema): string {
   if (s.const !== undefined) return code(String(s.const));
@@ -64,12 +73,7 @@ function typeOf(s: Schema): string {
     return `one of ${s.enum.map((v) => code(String(v))).join(", ")}`;
   }
   if (s.anyOf) return s.anyOf.map(typeOf).join(" or ");
-  if (s.type === "string") {
-    if (s.pattern === NAME_PATTERN_PORTABLE) return "name";
-    if (s.pattern === DURATION_PATTERN.source) return "duration";
-    if (s.pattern?.includes("\\/")) return `grant id ${code("<module>/<requirement>")}`;
-    return "string";
-  }
+  if (s.type === "string") return patternWord(s.pattern) ?? "string";
   if (s.type === "array") return `list of ${s.items ? plural(typeOf(s.items)) : "values"}`;
   if (s.type === "object") {
     if (s.properties) return "object";
@@ -87,8 +91,7 @@ function limitsOf(s: Schema): string {
   if (s.minimum !== undefined && s.maximum !== undefined) l.push(`${s.minimum} to ${s.maximum}`);
   if (s.minItems !== undefined && s.maxItems !== undefined) l.push(`${s.minItems}–${s.maxItems} items`);
   else if (s.maxItems !== undefined) l.push(`at most ${s.maxItems} items`);
-  if (s.type === "string" && s.pattern && s.pattern !== NAME_PATTERN_PORTABLE && s.pattern !== DURATION_PATTERN.source && !s.pattern.includes("\\/"))
-    l.push(`matches ${code(s.pattern)}`);
+  if (s.type === "string" && s.pattern && !patternWord(s.pattern)) l.push(`matches ${code(s.pattern)}`);
   return l.join("; ");
 }
 
