@@ -33,6 +33,7 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startNatsServer, type NatsServer } from "../harness/nats-server.js";
 import { LogCapture } from "../harness/log-capture.js";
 import { expectAcksInConsumers } from "../harness/holder-acks.js";
+import { waitFor } from "../harness/wait.js";
 
 let nats: NatsServer;
 let nc: NatsConnection;
@@ -64,12 +65,9 @@ afterAll(async () => {
   await nats?.stop();
 });
 
+/** Polls `f` every 20 ms until it is true (harness/wait.ts), failing after `timeoutMs` saying what it waited for. */
 async function waitUntil(what: string, f: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await f())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(what, f, timeoutMs, 20);
 }
 
 async function applySecretModule(module: string) {
@@ -218,7 +216,14 @@ describe("rotations held by SDK instances", () => {
     let firstMayConfirm = false;
     const first = await hold("joiner", "first");
     follow(first, () => firstMayConfirm);
-    await new Promise((r) => setTimeout(r, 300));
+    // The rotator has the instance's registration once it has made the instance's consumer (it makes it on seeing the registration).
+    const endpoint = holderEndpoint("joiner/key", "n1/app/first")!;
+    await waitUntil("the rotator to make the first instance's consumer", () =>
+      store.jsm.consumers.info(endpoint.stream, endpoint.consumer).then(
+        () => true,
+        () => false,
+      ),
+    );
     const rotation = await rotator.rotate({ grant: "joiner/key" });
     expect(Object.keys(rotation.holders)).toEqual(["n1/app/first"]);
     const late = await hold("joiner", "late");
