@@ -291,7 +291,7 @@ class MariadbAdapter implements ProviderAdapter {
   private async admin<T>(what: string, fn: (c: Conn) => Promise<T>): Promise<T> {
     let conn: Conn | undefined;
     try {
-      conn = await this.adminPool().getConnection();
+      conn = await this.liveAdminConnection();
       return await fn(conn);
     } catch (e) {
       if (!(e instanceof MeshError)) {
@@ -305,6 +305,24 @@ class MariadbAdapter implements ProviderAdapter {
     }
   }
 
+  /**
+   * A pooled admin connection that answers: one the server ended while it sat idle in the pool
+   * (its `wait_timeout`, a `KILL`, a restart) fails its ping and is replaced before any statement
+   * is sent on it, so no call fails, or half-runs, for a socket the pool had not yet heard close.
+   */
+  private async liveAdminConnection(): Promise<Conn> {
+    for (let attempt = 0; ; attempt++) {
+      const conn = await this.adminPool().getConnection();
+      try {
+        await conn.ping();
+        return conn;
+      } catch (e) {
+        conn.destroy();
+        if (attempt >= ADMIN_POOL_SIZE || !isUnreachable(e)) throw e;
+      }
+    }
+  }
+
   private adminPool(): mysql.Pool {
     if (!this.pool) {
       const { host, port } = this.endpoint;
@@ -313,7 +331,7 @@ class MariadbAdapter implements ProviderAdapter {
         port,
         user: this.adminUser,
         password: this.provider.admin?.password,
-        connectionLimit: 4,
+        connectionLimit: ADMIN_POOL_SIZE,
         connectTimeout: ADMIN_CONNECT_TIMEOUT_MS,
         // Statements are sent one at a time: a name that slipped through could not chain a second one.
         multipleStatements: false,
@@ -487,6 +505,9 @@ async function killSessions(c: Conn, user: string): Promise<void> {
   const [rows] = await c.query<Row[]>("SELECT ID AS id FROM information_schema.PROCESSLIST WHERE USER = ? AND ID <> CONNECTION_ID()", [user]);
   for (const r of rows) await ignoring(ER.NO_SUCH_THREAD, c.query("KILL CONNECTION ?", [Number(r.id)]));
 }
+
+/** Admin connections a provider's pool keeps open at most. */
+const ADMIN_POOL_SIZE = 4;
 
 /** mysql2's own codes for a connection lost or a server that stopped answering, beside the network's. */
 const PROTOCOL_LOST = new Set(["PROTOCOL_CONNECTION_LOST", "PROTOCOL_SEQUENCE_TIMEOUT"]);
