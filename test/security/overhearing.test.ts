@@ -65,6 +65,8 @@ const PREFIXES = [
 ];
 
 const freshEnv = { ...process.env, NATS_URL: "", MESH_NATS_CREDENTIALS: "", MESH_NATS_USER: "", MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "" };
+/** `up`'s: its services log at debug level, where the rotator says what it decided of each witness. */
+const upEnv = { ...freshEnv, MESH_LOG_LEVEL: "debug" };
 
 interface Heard {
   /** The subscription it came through (what the listener asked for). */
@@ -133,7 +135,7 @@ describe("meshctl up with an application, an agent, a part and every service lis
     writeFileSync(manifest, MANIFEST);
     up = spawn(process.execPath, [meshctlBin, "up", "--nodes", "node-a,node-b", "--allow-hook", "reload=/bin/true", "-f", manifest], {
       cwd,
-      env: freshEnv,
+      env: upEnv,
       stdio: ["ignore", "pipe", "pipe"],
     });
     up.stdout!.on("data", (d: Buffer) => (out += d.toString()));
@@ -281,19 +283,28 @@ describe("meshctl up with an application, an agent, a part and every service lis
         await store.kv.receipts.put(receiptKey, data);
         await heard;
       };
-      const still = async (what: string) => {
-        // The rotator acts on what it heard at once; a commit takes it a few writes. Give it ample time, then look.
-        await new Promise((res) => setTimeout(res, 2_000));
+      // What the rotator decided of node-b's part, as its log says at debug level: a witness
+      // alone is not counted (a count would commit, this being the last holder).
+      const decisions = (decision: RegExp) =>
+        readFileSync(join(cwd, ".mesh/logs/rotator.log"), "utf8")
+          .split("\n")
+          .filter((l) => decision.test(l) && l.includes('"holder":"node-b/worker"') && l.includes(r.id)).length;
+      const RECEIPT_ALONE = /a receipt says the part applied the rotation; it counts once/;
+      const ACK_ALONE = /an ack not counted yet: its node's receipt does not say/;
+      const still = async (what: string, decision: RegExp, before: number) => {
+        await waitFor(`the rotator's decision ${what}`, () => decisions(decision) > before, 20_000);
         expect((await rotation())!.state, what).toBe(RotationStates.Stalled);
       };
 
       // 1. A receipt saying the part applied this rotation, with no ack on its consumer.
       const forged = JSON.stringify({ ...DeliveryReceipt.parse(real.json()), confirmed: { rotation: r.id, generation: r.to } });
+      const receiptsBefore = decisions(RECEIPT_ALONE);
       await forgeReceipt(forged);
-      await still("with a forged receipt alone");
+      await still("with a forged receipt alone", RECEIPT_ALONE, receiptsBefore);
 
       // 2. The real receipt back, and an ack on node-b's consumer, sent by whoever heard the delivery (the operator here, who may).
       await forgeReceipt(real.value);
+      const acksBefore = decisions(ACK_ALONE);
       const agentInbox = `${subjects.grantInboxPrefix("mesh", identityRequirement(agentPart("node-b")))}.>`;
       const ackMetric = new Promise<void>((resolve) => {
         const sub = admin.subscribe(`$JS.EVENT.METRIC.CONSUMER.ACK.MESH_HOLD_N_node-b.shop_key_worker`, { callback: () => (sub.unsubscribe(), resolve()) });
@@ -310,7 +321,7 @@ describe("meshctl up with an application, an agent, a part and every service lis
       });
       await acked; // the agent retries the delivery (its hook is still not allowed), and this ack comes first
       await ackMetric;
-      await still("with a forged ack alone");
+      await still("with a forged ack alone", ACK_ALONE, acksBefore);
 
       // 3. Both: it commits, so the two looks above could have seen a commit had there been one.
       await forgeReceipt(forged);

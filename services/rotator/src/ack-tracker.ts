@@ -89,6 +89,7 @@ export function startAckTracker(opts: {
       if (c?.rotation !== t.rotation || c.generation !== t.to) {
         // Acked, and no receipt says the part applied it (yet): counted once one does.
         t.unwitnessed.set(id, ack);
+        log.debug({ rotation: t.rotation, holder: want.holder }, "an ack not counted yet: its node's receipt does not say the part applied the rotation");
         return false;
       }
       t.unwitnessed.delete(id);
@@ -100,8 +101,14 @@ export function startAckTracker(opts: {
   // A receipt that witnesses an ack already seen.
   witnesses.listen((id, c) => {
     const t = byConsumer.get(id);
-    const ack = t?.unwitnessed.get(id);
-    if (!t || !ack || c.rotation !== t.rotation) return;
+    const holder = t?.expect.get(id)?.holder;
+    if (!t || !holder || c.rotation !== t.rotation || t.acks.has(holder)) return;
+    const ack = t.unwitnessed.get(id);
+    if (!ack) {
+      // The usual order: an agent writes its receipt before it acks.
+      log.debug({ rotation: t.rotation, holder }, "a receipt says the part applied the rotation; it counts once the part's consumer has its ack");
+      return;
+    }
     if (count(t, id, ack)) opts.onProgress(t.key, t.expect.size - t.acks.size);
   });
 
