@@ -121,7 +121,12 @@ describe("two verifier processes", () => {
     await db?.stop();
   });
 
-  it("split the grants: each checked once per interval, by one of them, never twice", async () => {
+  /** Two verifier processes, both checking: the running pair, or a new one (the test before may have killed one). */
+  const bothRunning = async (): Promise<[VerifierProcess, VerifierProcess]> => {
+    const alive = (p: VerifierProcess) => p.child.exitCode === null && p.child.signalCode === null;
+    const [x, y] = procs.slice(-2);
+    if (x && y && alive(x) && alive(y)) return [x, y];
+    for (const p of procs) await stop(p, "SIGTERM");
     const [a, b] = [startVerifierProcess("a"), startVerifierProcess("b")];
     // Both have checked something: both have joined.
     await waitFor("both verifiers checking", () => checks.some((c) => instanceOf(a).test(c.by)) && checks.some((c) => instanceOf(b).test(c.by)), 60_000).catch(
@@ -129,9 +134,16 @@ describe("two verifier processes", () => {
         throw new Error(`${String(e)}\n--- a ---\n${a.output()}\n--- b ---\n${b.output()}`);
       },
     );
-    // Past the start (the first checks of each are spread over two seconds), watch four intervals.
-    await new Promise((r) => setTimeout(r, INTERVAL));
+    return [a, b];
+  };
+
+  it("split the grants: each checked once per interval, by one of them, never twice", async () => {
+    const [a, b] = await bothRunning();
+    // Past the start (the first checks of each are spread over an interval): every grant checked since, then four intervals watched.
+    const joined = Date.now();
+    await waitFor("every grant checked since both joined", () => byKey(checksSince(joined)).size === MODULES.length, 4 * INTERVAL);
     const from = Date.now();
+    // The window the counts below are taken over.
     await new Promise((r) => setTimeout(r, 4 * INTERVAL));
     const seen = checksSince(from);
     const perKey = byKey(seen);
@@ -157,11 +169,13 @@ describe("two verifier processes", () => {
   // came 3.4 s after the change (the interval 2 s). How long the verifier takes to keep its
   // interval is the verify bench's to measure; here, no check after the change may pass it by.
   it("drift on a grant of either is seen by the next check of whichever verifier owns it", async () => {
-    const [a] = procs;
+    const [a, b] = await bothRunning();
+    const since = Date.now();
+    await waitFor("every grant checked from now on", () => byKey(checksSince(since)).size === MODULES.length, 4 * INTERVAL);
     // One grant each verifier owns (by its last check).
-    const last = new Map([...byKey(checks)].map(([k, cs]) => [k, cs.at(-1)!]));
-    const ofA = [...last.values()].find((c) => instanceOf(a!).test(c.by))!;
-    const ofB = [...last.values()].find((c) => !instanceOf(a!).test(c.by))!;
+    const last = new Map([...byKey(checksSince(since))].map(([k, cs]) => [k, cs.at(-1)!]));
+    const ofA = [...last.values()].find((c) => instanceOf(a).test(c.by))!;
+    const ofB = [...last.values()].find((c) => instanceOf(b).test(c.by))!;
     expect(ofA && ofB).toBeTruthy();
     for (const c of [ofA, ofB]) {
       const module = c.key.split(".")[0]!;
@@ -182,18 +196,23 @@ describe("two verifier processes", () => {
   }, 60_000);
 
   it("a verifier killed: the other takes its grants over, still never checking one twice", async () => {
-    const [a, b] = procs;
+    const [a, b] = await bothRunning();
     const killedAt = Date.now();
-    await stop(a!, "SIGKILL");
+    await stop(a, "SIGKILL");
     // Its heartbeats stop; after STALE_MS (3.5 s) the survivor owns everything.
-    await new Promise((r) => setTimeout(r, 3_500 + 2 * INTERVAL));
+    await waitFor(
+      "the survivor to check every grant",
+      () => byKey(checksSince(killedAt).filter((c) => instanceOf(b).test(c.by))).size === MODULES.length,
+      3_500 + 6 * INTERVAL,
+    );
     const from = Date.now();
+    // The window the checks below are taken over.
     await new Promise((r) => setTimeout(r, 3 * INTERVAL));
     const perKey = byKey(checksSince(from));
     expect(perKey.size).toBe(MODULES.length);
     for (const [key, cs] of perKey)
       expect(
-        cs.every((c) => instanceOf(b!).test(c.by)),
+        cs.every((c) => instanceOf(b).test(c.by)),
         `${key} after the kill`,
       ).toBe(true);
     // Across the handover too, no grant was checked twice within an interval.
