@@ -74,6 +74,32 @@ async function rotate(requirement: string, generation: number): Promise<string> 
   return value;
 }
 
+/**
+ * `nc` as the code under test gets it, and what became of each request made through it: the
+ * same connection, with its requests' outcomes recorded on the way back.
+ */
+function requestsOf(nc: NatsConnection): { nc: NatsConnection; outcomes: Array<{ subject: string; error?: string }> } {
+  const outcomes: Array<{ subject: string; error?: string }> = [];
+  const request: NatsConnection["request"] = async (subject, payload, opts) => {
+    try {
+      const m = await nc.request(subject, payload, opts);
+      outcomes.push({ subject });
+      return m;
+    } catch (e) {
+      outcomes.push({ subject, error: String(e) });
+      throw e;
+    }
+  };
+  const observed = new Proxy(nc, {
+    get: (target, prop) => {
+      if (prop === "request") return request;
+      const v: unknown = Reflect.get(target, prop, target);
+      return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+  return { nc: observed, outcomes };
+}
+
 /** The next update, or a failure after `ms`. */
 async function next(it: AsyncIterator<CredentialUpdate>, ms = 15_000): Promise<CredentialUpdate> {
   const r = await Promise.race([it.next(), new Promise<never>((_, rej) => setTimeout(() => rej(new Error(`no update within ${ms} ms`)), ms))]);
@@ -127,10 +153,14 @@ describe("watchCredentials", () => {
   it("waits for a provisioner that is not there yet", async () => {
     await responder.stop();
     const value = await rotate("late", 1);
-    const watch = await watchCredentials(nc, { module: "shop", part: "api", requirement: "late" });
+    const fetches = requestsOf(nc);
+    const watch = await watchCredentials(fetches.nc, { module: "shop", part: "api", requirement: "late" });
     const it = watch[Symbol.asyncIterator]();
     const pending = next(it, 20_000);
-    await new Promise((r) => setTimeout(r, 700));
+    const subject = subjects.credentialFetch("shop", "late", "node-a", "api");
+    await waitFor("the watch's fetch to find no provisioner", () =>
+      fetches.outcomes.some((o) => o.subject === subject && /no responders/i.test(o.error ?? "")),
+    );
     responder.start();
     expect((await pending).values.value).toBe(value);
     await watch.stop();

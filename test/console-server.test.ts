@@ -55,8 +55,17 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** Reads Server-Sent Events from `url` until `until` holds of what came, or `ms` pass; returns every event. */
-async function readEvents(url: string, ms: number, until: (events: Array<{ event: string; data: string }>) => boolean = () => false) {
+/**
+ * Reads Server-Sent Events from `url` until `until` holds of what came, or `ms` pass; returns every
+ * event. `onOpen` is called on the server's first comment (`: live`), written once it follows the
+ * page's changes.
+ */
+async function readEvents(
+  url: string,
+  ms: number,
+  until: (events: Array<{ event: string; data: string }>) => boolean = () => false,
+  onOpen: () => void = () => undefined,
+) {
   const ac = new AbortController();
   const events: Array<{ event: string; data: string }> = [];
   const timer = setTimeout(() => ac.abort(), ms);
@@ -70,6 +79,7 @@ async function readEvents(url: string, ms: number, until: (events: Array<{ event
       while ((i = buf.indexOf("\n\n")) >= 0) {
         const block = buf.slice(0, i);
         buf = buf.slice(i + 2);
+        if (block.startsWith(": live")) onOpen();
         const event = /^event: (.*)$/m.exec(block)?.[1];
         const data = /^data: (.*)$/m.exec(block)?.[1];
         if (event && data !== undefined) events.push({ event, data });
@@ -107,10 +117,13 @@ describe("the console server on a real store", () => {
   it("sends nothing on the live channel while nothing changed, then the page again once the module changes", async () => {
     const url = new URL(c.url);
     const live = `${url.origin}/events?token=${c.token}&path=/&since=${c.state.version}`;
+    // Six times the server's debounce (100 ms), after which a page it thought changed would have gone out.
     const quiet = await readEvents(live, 600);
     expect(quiet).toEqual([]);
-    const changed = readEvents(live, 10_000, (ev) => ev.some((e) => e.event === "view" && e.data.includes("Unsatisfiable")));
-    await new Promise((r) => setTimeout(r, 200));
+    let open!: () => void;
+    const following = new Promise<void>((resolve) => (open = resolve));
+    const changed = readEvents(live, 10_000, (ev) => ev.some((e) => e.event === "view" && e.data.includes("Unsatisfiable")), open);
+    await following;
     await store.kv.modules.put("shop", JSON.stringify(shop("Unsatisfiable", "db: no provider serves postgres.database")));
     const events = await changed;
     const view = JSON.parse(events.at(-1)!.data) as { html: string; title: string; version: number };

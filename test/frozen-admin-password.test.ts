@@ -51,6 +51,7 @@ import { explainModule } from "@mesh/cli";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { checkedAfter } from "./verify-helpers.js";
 
 const run = promisify(execFile);
 const SECRET = "pg/admin-password";
@@ -327,7 +328,8 @@ describe("a server whose data directory outlives the admin password it was initi
       async () => getCondition((await mesh.grant("shop-new", "db"))?.conditions ?? [], "Provisioned")?.status === "True" || undefined,
       30_000,
     );
-    await new Promise((resolve) => setTimeout(resolve, 1_500)); // a verifier check of the secret
+    // A check of the secret by the verifier, made after shop-new/db was provisioned.
+    await checkedAfter(mesh, "pg", "admin-password", new Date().toISOString(), 30_000);
     // A rotation under way is not a divergence: nothing repaired, nothing reported.
     expect((await mesh.grant("pg", "admin-password"))?.repairs ?? []).toEqual([]);
     expect(getCondition((await mesh.grant("pg", "admin-password"))!.conditions, "Verified")?.reason).not.toBe("CredentialDiverged");

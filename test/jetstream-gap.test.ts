@@ -138,6 +138,13 @@ describe("meshctl rotate while JetStream does not answer", () => {
     probing$.catch(() => undefined);
     const storm = reloadStorm(STORM_MS);
 
+    // Every rotate request the rotator gets, and every answer to one: a resend answered late must
+    // not start a second rotation, so the count below waits for the last answer.
+    const requests = new Set<string>();
+    const answered = new Set<string>();
+    const sent = mesh.nc.subscribe(subjects.rotate, { callback: (_, m) => void (m.reply && requests.add(m.reply)) });
+    const answers = mesh.nc.subscribe("_INBOX.>", { callback: (_, m) => void answered.add(m.subject) });
+    await mesh.nc.flush();
     // The request goes out once the probe has seen JetStream refuse.
     await waitFor("the JetStream API to stop answering", () => probe.failures > 0, 10_000, 10);
     const sentAt = Date.now();
@@ -173,7 +180,9 @@ describe("meshctl rotate while JetStream does not answer", () => {
     expect(summary).toMatchObject({ rotation: "gap/key#2", from: 1, to: 2, state: RotationStates.Committed });
 
     // Exactly one rotation: the record only ever held #2, and the grant is on generation 2.
-    await new Promise((r) => setTimeout(r, 1_000));
+    await waitFor("the rotator to answer every rotate request it got", () => requests.size > 0 && [...requests].every((r) => answered.has(r)), 30_000);
+    sent.unsubscribe();
+    answers.unsubscribe();
     expect(await rotationIds("key")).toEqual(["gap/key#2"]);
     expect((await mesh.grant("gap", "key"))?.generation).toBe(2);
   }, 150_000);

@@ -68,6 +68,28 @@ export async function verificationOf(mesh: TestMesh, module: string, requirement
   return (await readJson(mesh.store.kv.verifications, keys.grant(module, requirement), Verification))?.value;
 }
 
+/**
+ * Waits for the verifier to check `module/requirement` again after `after` (a `checkedAt` it
+ * wrote, or a moment), `times` times over; returns the last check's `checkedAt`. What a test
+ * waits for before saying that a check changed nothing.
+ */
+export async function checkedAfter(mesh: TestMesh, module: string, requirement: string, after: string, timeoutMs: number, times = 1): Promise<string> {
+  let at = after;
+  for (let n = 1; n <= times; n++) {
+    const since = at;
+    at = await waitFor(
+      `check ${n} of ${times} of ${module}/${requirement} after ${after}`,
+      async () => {
+        const checked = (await verificationOf(mesh, module, requirement))?.checkedAt;
+        return checked !== undefined && checked > since ? checked : undefined;
+      },
+      timeoutMs,
+      20,
+    );
+  }
+  return at;
+}
+
 /** Reads a part's delivered binding of a requirement from its node's bindings root. */
 export function delivered(mesh: TestMesh, node: string, module: string, part: string, requirement: string): Record<string, string> {
   const dir = join(mesh.bindingsRoot, node, module, part, requirement);

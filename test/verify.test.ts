@@ -14,7 +14,7 @@ import { startVerifier } from "@mesh/verifier";
 import { bufferOutput, runStatus, runVerify } from "../packages/cli/src/index.js";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
-import { delivered, moveToGeneration, useAsHolder, verificationOf, verifiedOf, waitVerified, watchVerified } from "./verify-helpers.js";
+import { checkedAfter, delivered, moveToGeneration, useAsHolder, verificationOf, verifiedOf, waitVerified, watchVerified } from "./verify-helpers.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 
 /** The verifier's interval and the agents' probe interval in these tests. */
@@ -60,8 +60,7 @@ describe("drift on a live provider", () => {
     await waitVerified(mesh, "orders", "db", (c) => c.message.includes("node node-a (api)"), "verified from node-a", WITHIN);
     const before = (await mesh.store.kv.grants.get(keys.grant("orders", "db")))!.revision;
     const checked = (await verificationOf(mesh, "orders", "db"))!.checkedAt;
-    await new Promise((r) => setTimeout(r, 3 * INTERVAL));
-    expect((await verificationOf(mesh, "orders", "db"))!.checkedAt > checked).toBe(true);
+    await checkedAfter(mesh, "orders", "db", checked, WITHIN, 2);
     expect((await mesh.store.kv.grants.get(keys.grant("orders", "db")))!.revision).toBe(before);
   });
 
@@ -270,7 +269,7 @@ describe("frozen password: a data directory from before the current generation",
     expect(reported.message).toContain("accepts generation 1 of archive/db, not the current generation 2");
     expect(reported.message).toContain("repair is set to report, so nothing was changed");
     expect(reported.message).toContain("meshctl verify archive/db --repair");
-    await new Promise((r) => setTimeout(r, 3 * INTERVAL));
+    await checkedAfter(mesh, "archive", "db", (await verificationOf(mesh, "archive", "db"))!.checkedAt, WITHIN, 2);
     expect(await verifiedOf(mesh, "archive", "db")).toMatchObject({ status: "False", reason: "CredentialDiverged", observedAt: reported.observedAt });
     expect((await mesh.grant("archive", "db"))!.repairs ?? []).toEqual([]);
     await expect(useAsHolder(archiveHolder)).rejects.toThrow(/password authentication failed/);

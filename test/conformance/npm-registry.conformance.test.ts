@@ -18,6 +18,7 @@ import { createNpmRegistryAdapter } from "../../packages/providers/src/npm-regis
 import { freePort } from "../harness/ports.js";
 import { startOwnVerdaccio, VERDACCIO_INSTALL_TIMEOUT_MS, type OwnVerdaccio } from "../harness/verdaccio.js";
 import { describeProviderConformance, expectMeshError, freshGrant, recordingAdapter } from "./provider-conformance.js";
+import { waitFor } from "../harness/wait.js";
 
 const run = promisify(execFile);
 
@@ -225,7 +226,12 @@ describe("npm.registry adapter, through the npm client", () => {
     })();
     const readsBy = async (n: number) => {
       const until = reads + n;
-      while (reads < until && failures.length === 0) await new Promise((r) => setTimeout(r, 20));
+      await waitFor(
+        () => `${n} more reads by the holders (${reads - until + n} came)`,
+        () => reads >= until || failures.length > 0,
+        30_000,
+        20,
+      );
     };
     try {
       await readsBy(5);

@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import type { BindingValues } from "@mesh/providers";
+import { waitFor } from "./wait.js";
 
 export const OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json";
 
@@ -152,7 +153,12 @@ export function pullThroughout(holder: OciHolder, ref: ImageRef, layer: Buffer, 
     /** Resolves once `n` more pulls succeeded (or one failed). */
     async past(n: number) {
       const target = pulls + n;
-      while (pulls < target && failures.length === 0) await new Promise((r) => setTimeout(r, 20));
+      await waitFor(
+        () => `${n} more pulls (${pulls - target + n} came)`,
+        () => pulls >= target || failures.length > 0,
+        60_000,
+        20,
+      );
     },
     async stop() {
       running = false;

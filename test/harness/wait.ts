@@ -1,6 +1,9 @@
-/** Polls `probe` until it returns a value that is not undefined/false, or fails after `timeoutMs` saying what it waited for. */
+/**
+ * Polls `probe` until it returns a value that is not undefined/false, or fails after `timeoutMs`
+ * saying what it waited for: `what`, or what `what()` says then (what the test saw by the end).
+ */
 export async function waitFor<T>(
-  what: string,
+  what: string | (() => string),
   probe: () => Promise<T | undefined | false> | T | undefined | false,
   timeoutMs = 20_000,
   everyMs = 50,
@@ -15,7 +18,9 @@ export async function waitFor<T>(
       last = e;
     }
     if (Date.now() > deadline) {
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (last error: ${(last as Error).message})` : ""}`);
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${typeof what === "string" ? what : what()}${last ? ` (last error: ${(last as Error).message})` : ""}`,
+      );
     }
     await new Promise((r) => setTimeout(r, everyMs));
   }

@@ -84,6 +84,19 @@ async function applySecretModule(module: string) {
 
 const committed = async (module: string) => (await readJson(store.kv.rotations, keys.grant(module, "key"), Rotation))?.value.state === RotationStates.Committed;
 
+/** When a holder's application may confirm: open from the start, or once the test opens it (never, for one that cannot apply). */
+interface Gate {
+  readonly opened: Promise<void>;
+  open(): void;
+}
+
+function gate(open = false): Gate {
+  let release!: () => void;
+  const opened = new Promise<void>((resolve) => (release = resolve));
+  if (open) release();
+  return { opened, open: release };
+}
+
 describe("rotations held by SDK instances", () => {
   const rotationOf = async (module: string) => (await readJson(store.kv.rotations, keys.grant(module, "key"), Rotation))!.value;
   const hold = async (module: string, instance: string) => {
@@ -91,14 +104,15 @@ describe("rotations held by SDK instances", () => {
     conns.push(c);
     return holdCredential(c, { module, part: "app", requirement: "key", node: "n1", instance });
   };
-  /** The holder's updates, collected as they come; `confirmRotations` says whether it confirms them. */
-  const follow = (h: CredentialHolder, confirmRotations: () => boolean) => {
+  /** The holder's updates, collected as they come; it confirms a rotation's once `confirming` is open. */
+  const follow = (h: CredentialHolder, confirming: Gate) => {
     const got: HeldCredential[] = [];
     void (async () => {
       for await (const u of h) {
         got.push(u);
-        while (u.rotation && !confirmRotations()) await new Promise((r) => setTimeout(r, 20));
-        if (u.rotation) await u.confirm();
+        if (!u.rotation) continue;
+        await confirming.opened;
+        await u.confirm();
       }
     })();
     return got;
@@ -106,10 +120,10 @@ describe("rotations held by SDK instances", () => {
 
   it("each holder confirms by acking the broadcast on its own consumer, after it applied: the rotation commits after the last, and JetStream's consumers show every ack", async () => {
     await applySecretModule("acks");
-    let lateMayConfirm = false;
+    const lateMayConfirm = gate();
     const quick = [await hold("acks", "q1"), await hold("acks", "q2")];
     const late = await hold("acks", "late");
-    const got = [...quick.map((h) => follow(h, () => true)), follow(late, () => lateMayConfirm)];
+    const got = [...quick.map((h) => follow(h, gate(true))), follow(late, lateMayConfirm)];
     await waitUntil("every holder on generation 1", () => got.every((g) => g.some((u) => u.generation === 1)));
     // k+1 comes in the broadcast, under the part's key each instance got with generation 1: none fetches it.
     let fetches = 0;
@@ -135,7 +149,7 @@ describe("rotations held by SDK instances", () => {
         .sort(),
     ).toEqual(["n1/app/q1", "n1/app/q2"]);
     expect(live.find((h) => h.holder === "n1/app/late")!.ackFloor).toBeLessThan(running.broadcasts[0]!.seq);
-    lateMayConfirm = true;
+    lateMayConfirm.open();
     await waitUntil("the commit", () => committed("acks"));
     await expectAcksInConsumers({ store }, await rotationOf("acks"));
     await Promise.all([...quick, late].map((h) => h.stop()));
@@ -146,8 +160,8 @@ describe("rotations held by SDK instances", () => {
     const ok = await hold("noapply", "ok");
     const broken = await hold("noapply", "broken");
     // The application of "broken" fails to switch, so it never calls confirm().
-    follow(ok, () => true);
-    const brokenGot = follow(broken, () => false);
+    follow(ok, gate(true));
+    const brokenGot = follow(broken, gate());
     await waitUntil("both on generation 1", async () => brokenGot.some((u) => u.generation === 1));
     await rotator.rotate({ grant: "noapply/key", timeoutMs: 1_500 });
     await waitUntil("the stall", async () => (await rotationOf("noapply")).state === RotationStates.Stalled);
@@ -168,7 +182,7 @@ describe("rotations held by SDK instances", () => {
   it("a forged broadcast moves no holder: the generation it names is fetched from the provisioner, which has none", async () => {
     await applySecretModule("forged");
     const victim = await hold("forged", "victim");
-    const got = follow(victim, () => true);
+    const got = follow(victim, gate(true));
     await waitUntil("generation 1", () => got.some((u) => u.generation === 1));
     const forged = {
       rotation: "forged/key#999999",
@@ -181,8 +195,22 @@ describe("rotations held by SDK instances", () => {
       to: 999_999,
       publishedAt: new Date().toISOString(),
     };
+    // The holder asks the provisioner for the generation the broadcast names; the provisioner's
+    // answer goes to the holder's inbox, where this connection listens too.
+    const asked = new Set<string>();
+    const answers: Array<{ ok: boolean; error?: { code: string } }> = [];
+    const fetches = nc.subscribe(S.credentialFetch("forged", "key", "n1", "app"), {
+      callback: (_, m) => {
+        if (m.reply && (m.json() as { generation?: number }).generation === 999_999) asked.add(m.reply);
+      },
+    });
+    const replies = nc.subscribe("_INBOX.>", { callback: (_, m) => void (asked.has(m.subject) && answers.push(m.json())) });
+    await nc.flush();
     await store.js.publish(S.partRotation("forged", "n1", "app", "key"), JSON.stringify(forged));
-    await new Promise((r) => setTimeout(r, 2_500));
+    await waitUntil("the provisioner's answer to the victim's fetch of generation 999999", () => answers.length > 0);
+    fetches.unsubscribe();
+    replies.unsubscribe();
+    expect(answers[0]).toMatchObject({ ok: false, error: { code: "NotFound" } });
     expect(got.map((u) => u.generation)).toEqual([1]);
     await victim.stop();
   }, 30_000);
@@ -197,7 +225,7 @@ describe("rotations held by SDK instances", () => {
     for (let i = 0; i < 40; i++) {
       const h = await hold("pair", `p${i}`);
       holders.push(h);
-      gots.push(follow(h, () => true));
+      gots.push(follow(h, gate(true)));
     }
     await waitUntil("every holder on generation 1", () => gots.every((g) => g.some((u) => u.generation === 1)));
     const rotation = await rotator.rotate({ grant: "pair/key" });
@@ -213,9 +241,9 @@ describe("rotations held by SDK instances", () => {
 
   it("gives an instance that starts during a rotation the new generation, with nothing waiting for it", async () => {
     await applySecretModule("joiner");
-    let firstMayConfirm = false;
+    const firstMayConfirm = gate();
     const first = await hold("joiner", "first");
-    follow(first, () => firstMayConfirm);
+    follow(first, firstMayConfirm);
     // The rotator has the instance's registration once it has made the instance's consumer (it makes it on seeing the registration).
     const endpoint = holderEndpoint("joiner/key", "n1/app/first")!;
     await waitUntil("the rotator to make the first instance's consumer", () =>
@@ -227,19 +255,19 @@ describe("rotations held by SDK instances", () => {
     const rotation = await rotator.rotate({ grant: "joiner/key" });
     expect(Object.keys(rotation.holders)).toEqual(["n1/app/first"]);
     const late = await hold("joiner", "late");
-    const got = follow(late, () => true);
+    const got = follow(late, gate(true));
     await waitUntil("the late one on generation 2", () => got.some((u) => u.generation === 2));
     expect(Object.keys((await rotationOf("joiner")).holders)).toEqual(["n1/app/first"]);
-    firstMayConfirm = true;
+    firstMayConfirm.open();
     await waitUntil("the commit", () => committed("joiner"));
     await Promise.all([first.stop(), late.stop()]);
   }, 60_000);
 
   it("a holder's consumer that vanished mid-rotation counts as not confirmed, is made again, and its holder is delivered again; one that stops leaves no consumer", async () => {
     await applySecretModule("vanish");
-    let mayConfirm = false;
+    const mayConfirm = gate();
     const h = await hold("vanish", "v1");
-    const got = follow(h, () => mayConfirm);
+    const got = follow(h, mayConfirm);
     await waitUntil("generation 1", () => got.some((u) => u.generation === 1));
     const e = holderEndpoint("vanish/key", "n1/app/v1")!;
     await waitUntil("its consumer made", async () => (await store.jsm.consumers.info(e.stream, e.consumer).catch(() => undefined)) !== undefined);
@@ -247,7 +275,7 @@ describe("rotations held by SDK instances", () => {
     await waitUntil("generation 2 given", () => got.some((u) => u.generation === 2));
     // Lost with its server, say: deleted before the holder acknowledged.
     await store.jsm.consumers.delete(e.stream, e.consumer);
-    mayConfirm = true;
+    mayConfirm.open();
     // The ack of the lost delivery goes nowhere; the rotator's sweep makes the consumer again, the broadcast comes again, and the holder (on generation 2 already) acknowledges it.
     await waitUntil("the commit", () => committed("vanish"), 30_000);
     expect(logs.lines.some((l) => l.includes("consumers had vanished; made again"))).toBe(true);

@@ -119,7 +119,10 @@ async function refused(nc: NatsConnection, fn: () => Promise<unknown>): Promise<
   }
   await nc.flush().catch(() => undefined);
   // The server's -ERR came before the flush's PONG; the status loop gets it on a later turn.
-  await new Promise((r) => setTimeout(r, 100));
+  const violation = /permissions violation/i;
+  await waitFor("the server's -ERR about it", () => violation.test(thrown) || errors.some((e) => violation.test(e)), 5_000, 10).catch((e: Error) => {
+    throw new Error(`${e.message}; the call said: ${thrown || "nothing"}`, { cause: e });
+  });
   return [thrown, ...errors].join(" | ");
 }
 

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { Supervisor, type ChildEvent } from "./supervisor.js";
+import { waitFor } from "../../../test/harness/wait.js";
 
 const dir = mkdtempSync(join(tmpdir(), "meshctl-supervisor-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -58,10 +59,11 @@ describe("Supervisor", () => {
     const stubbornLog = join(dir, "stubborn.log");
     const p1 = await sup.start({ name: "polite", script: polite, env: { WHO: "p1" }, logFile: politeLog });
     const p2 = await sup.start({ name: "stubborn", script: stubborn, env: {}, logFile: stubbornLog });
-    // Wait until both have installed their handlers.
-    for (let i = 0; i < 100 && !(readFileSync(politeLog, "utf8").includes("up p1") && readFileSync(stubbornLog, "utf8").includes("ready")); i++) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitFor(
+      "both to have installed their handlers",
+      () => readFileSync(politeLog, "utf8").includes("up p1") && readFileSync(stubbornLog, "utf8").includes("ready"),
+      5_000,
+    );
     expect(sup.running().map((r) => r.name)).toEqual(["polite", "stubborn"]);
     const t0 = Date.now();
     await sup.stop(500);

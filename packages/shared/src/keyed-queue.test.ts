@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { KeyedQueue } from "./keyed-queue.js";
 
-const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
+/** A run's work: a few milliseconds in which another run could start, were the queue to let it. */
+const work = () => new Promise((r) => setTimeout(r, 5));
 
 describe("KeyedQueue", () => {
   it("never runs one key twice at once, and runs again for adds made during a run", async () => {
@@ -12,16 +13,21 @@ describe("KeyedQueue", () => {
     // (a 1 ms and a 5 ms timer once came in the other order on a loaded CI machine).
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
+    let started!: () => void;
+    const firstStarted = new Promise<void>((r) => (started = r));
     const q = new KeyedQueue(async () => {
       running++;
       maxRunning = Math.max(maxRunning, running);
       runs++;
-      if (runs === 1) await held;
-      await tick();
+      if (runs === 1) {
+        started();
+        await held;
+      }
+      await work();
       running--;
     });
     const first = q.enqueue("k");
-    await tick(1);
+    await firstStarted;
     const during = [q.enqueue("k"), q.enqueue("k"), q.enqueue("k")];
     expect(runs).toBe(1);
     release();
@@ -37,7 +43,7 @@ describe("KeyedQueue", () => {
     const q = new KeyedQueue(async () => {
       running++;
       max = Math.max(max, running);
-      await tick();
+      await work();
       running--;
     }, 3);
     await Promise.all(Array.from({ length: 20 }, (_, i) => q.enqueue(`k${i}`)));

@@ -10,6 +10,7 @@ import { createLogger } from "./logger.js";
 import { Limits } from "./limits.js";
 import { ErrorCodes } from "./errors.js";
 import { natsForFile } from "../../../test/harness/nats-per-file.js";
+import { waitFor } from "../../../test/harness/wait.js";
 
 const { nc: conn } = natsForFile();
 
@@ -30,9 +31,11 @@ describe("serveJson", () => {
         .then((m) => m.json<{ ok: boolean; error?: { code: string; retryable: boolean } }>());
     const held = Array.from({ length: Limits.requestsInFlight }, (_, i) => ask(i));
     await conn().flush();
-    // Wait until every one of them reached the handler.
-    for (let t = 0; started < Limits.requestsInFlight && t < 600; t++) await new Promise((r) => setTimeout(r, 50));
-    expect(started).toBe(Limits.requestsInFlight);
+    await waitFor(
+      () => `all ${Limits.requestsInFlight} requests in the handler (${started} reached it)`,
+      () => started === Limits.requestsInFlight,
+      30_000,
+    );
 
     const extra = await ask(-1);
     expect(extra).toMatchObject({ ok: false, error: { code: ErrorCodes.Unavailable, retryable: true } });
