@@ -256,7 +256,7 @@ describe("meshctl bootstrap", () => {
       await expect(jsm.streams.info("KV_mesh_records")).rejects.toThrow(/stream not found/);
       // The node records: a bucket no service consumes under a durable of its own, nor watches (so none stops or starts over without it).
       await jsm.streams.delete("KV_mesh-nodes");
-      // The operator's check (the scheduled one was not seen to come within a minute here: see the report of this change).
+      // The operator's check: the scheduled one was not seen to come within a minute on a loaded machine.
       const verify = await mesh.meshctl(["verify", "mesh/records"]);
       expect(verify.code, verify.stdout + verify.stderr).toBe(4);
       expect(verify.stdout).toMatch(/ResourceMissing/);

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ModuleStates } from "@mesh/shared";
+import { ModuleStates, type ModuleDoc } from "@mesh/shared";
 import { ExitCodes, bufferOutput, modulesRevisionNow, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { exitOf } from "./harness/cli-exit.js";
@@ -44,8 +44,24 @@ const meshctl = (args: string[]) =>
     );
   });
 
+/** The modules the get, wait and built-meshctl tests read, one in each state they show. */
+const FIXTURES: ModuleDoc[] = [
+  { kind: "Module", name: "site", parts: [{ name: "web", node: "node-a", installed: true }], requires: [] },
+  { kind: "Module", name: "shop", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "key", kind: "secret" }] },
+  // No provider serves postgres.database here.
+  { kind: "Module", name: "needs-pg", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "db", kind: "postgres.database" }] },
+  // No agent runs on node-z: the secret is provisioned, never delivered.
+  { kind: "Module", name: "far", parts: [{ name: "api", node: "node-z", installed: true }], requires: [{ name: "key", kind: "secret" }] },
+];
+const FIXTURE_NAMES = FIXTURES.map((m) => m.name).sort();
+
 beforeAll(async () => {
   mesh = await startTestMesh({ nodes: ["node-a"] });
+  expect((await mesh.apply(FIXTURES)).ok).toBe(true);
+  await mesh.waitForState("site", "NothingRequired");
+  await mesh.waitForState("shop", "Ready");
+  await mesh.waitForState("needs-pg", "Unsatisfiable");
+  await waitFor("far/key provisioned", async () => ((await mesh.grant("far", "key"))?.generation ?? 0) >= 1);
 });
 
 afterAll(async () => {
@@ -57,29 +73,29 @@ describe("meshctl apply -f DIR --wait", () => {
   it("applies every .yaml and .yml of the directory, then waits until each module is settled", async () => {
     const manifests = join(dir, "manifests");
     mkdirSync(manifests);
-    write(join(manifests, "a-site.yaml"), "kind: Module\nname: site\nparts: [{ name: web, node: node-a }]\n");
-    write(join(manifests, "b-shop.yml"), "kind: Module\nname: shop\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: key, kind: secret }]\n");
+    write(join(manifests, "a-site.yaml"), "kind: Module\nname: dir-site\nparts: [{ name: web, node: node-a }]\n");
+    write(join(manifests, "b-shop.yml"), "kind: Module\nname: dir-shop\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: key, kind: secret }]\n");
     write(join(manifests, "README.md"), "not a manifest");
     const out = bufferOutput();
     expect(await applyWaiting([manifests], out, 20_000)).toBe(ExitCodes.Ok);
     expect(out.stderr).toBe("");
-    expect(out.stdout).toContain("module/site created\nmodule/shop created\n");
-    expect(out.stdout).toMatch(/\d\d:\d\d:\d\d shop /);
-    expect(out.stdout).toMatch(/\nsite NothingRequired: the module declares no requirement\nshop Ready: all requirements are satisfied\n$/);
-    expect((await mesh.moduleStatus("shop"))?.state).toBe("Ready");
+    expect(out.stdout).toContain("module/dir-site created\nmodule/dir-shop created\n");
+    expect(out.stdout).toMatch(/\d\d:\d\d:\d\d dir-shop /);
+    expect(out.stdout).toMatch(/\ndir-site NothingRequired: the module declares no requirement\ndir-shop Ready: all requirements are satisfied\n$/);
+    expect((await mesh.moduleStatus("dir-shop"))?.state).toBe("Ready");
 
     // Applied again, nothing changes: the states of the stored manifests are the answer at once.
     const again = bufferOutput();
     expect(await applyWaiting([manifests], again, 20_000, true)).toBe(ExitCodes.Ok);
     const body = JSON.parse(again.stdout) as { ok: boolean; accepted: unknown[]; wait: { outcome: string; modules: Array<Record<string, unknown>> } };
     expect(body.accepted).toEqual([
-      { kind: "Module", name: "site", action: "unchanged" },
-      { kind: "Module", name: "shop", action: "unchanged" },
+      { kind: "Module", name: "dir-site", action: "unchanged" },
+      { kind: "Module", name: "dir-shop", action: "unchanged" },
     ]);
     expect(body.wait.outcome).toBe("settled");
     expect(body.wait.modules.map((m) => [m.module, m.outcome, m.state])).toEqual([
-      ["site", "met", "NothingRequired"],
-      ["shop", "met", "Ready"],
+      ["dir-site", "met", "NothingRequired"],
+      ["dir-shop", "met", "Ready"],
     ]);
   });
 
@@ -88,26 +104,29 @@ describe("meshctl apply -f DIR --wait", () => {
     const before = await modulesRevisionNow(mesh.store);
     expect(before).toBeGreaterThan(0);
     const file = write(
-      join(dir, "needs-pg.yaml"),
-      "kind: Module\nname: needs-pg\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: db, kind: postgres.database }]\n",
+      join(dir, "apply-pg.yaml"),
+      "kind: Module\nname: apply-pg\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: db, kind: postgres.database }]\n",
     );
     const out = bufferOutput();
     const started = Date.now();
     expect(await applyWaiting([file], out, 30_000)).toBe(ExitCodes.Failure);
     expect(Date.now() - started).toBeLessThan(15_000);
-    expect(out.stdout).toContain("module/needs-pg created");
-    expect(out.stderr).toContain("meshctl: needs-pg Unsatisfiable: db: NoProvider");
-    expect(out.stderr).toContain("meshctl explain needs-pg says what would satisfy it");
-    expect((await mesh.store.kv.modules.get("needs-pg"))!.revision).toBeGreaterThan(before);
+    expect(out.stdout).toContain("module/apply-pg created");
+    expect(out.stderr).toContain("meshctl: apply-pg Unsatisfiable: db: NoProvider");
+    expect(out.stderr).toContain("meshctl explain apply-pg says what would satisfy it");
+    expect((await mesh.store.kv.modules.get("apply-pg"))!.revision).toBeGreaterThan(before);
   });
 
   it("exits 9 when a module is not settled in time, naming what it was seen in", async () => {
     // No agent runs on node-z: the secret is provisioned, never delivered.
-    const file = write(join(dir, "far.yaml"), "kind: Module\nname: far\nparts: [{ name: api, node: node-z }]\nrequires: [{ name: key, kind: secret }]\n");
+    const file = write(
+      join(dir, "apply-far.yaml"),
+      "kind: Module\nname: apply-far\nparts: [{ name: api, node: node-z }]\nrequires: [{ name: key, kind: secret }]\n",
+    );
     const out = bufferOutput();
     expect(await applyWaiting([file], out, 5_000)).toBe(ExitCodes.WaitTimedOut);
     expect(out.stderr.replace(/\s+/g, " ")).toMatch(
-      /meshctl: far is not settled \(Ready or NothingRequired\) after 5\.0 s \(--timeout\): last seen Pending: waiting for key/,
+      /meshctl: apply-far is not settled \(Ready or NothingRequired\) after 5\.0 s \(--timeout\): last seen Pending: waiting for key/,
     );
   });
 
@@ -122,6 +141,13 @@ describe("meshctl apply -f DIR --wait", () => {
   });
 });
 
+/** `meshctl get RESOURCE --json`, parsed. */
+async function runGetJson(resource: "grants"): Promise<{ grants: Array<Record<string, unknown>> }> {
+  const out = bufferOutput();
+  expect(await runGet(mesh.store, { resource, json: true }, out)).toBe(ExitCodes.Ok);
+  return JSON.parse(out.stdout) as { grants: Array<Record<string, unknown>> };
+}
+
 describe("meshctl get", () => {
   it("get modules: an aligned table, --json with a stable shape, exit 3 for a module never processed", async () => {
     const out = bufferOutput();
@@ -129,7 +155,9 @@ describe("meshctl get", () => {
     const lines = out.stdout.trimEnd().split("\n");
     expect(lines[0]).toMatch(/^NAME +STATE +READY +SINCE +REASON$/);
     const col = lines[0]!.indexOf("STATE");
-    expect(lines.slice(1).map((l) => l.slice(0, col).trim())).toEqual(["far", "needs-pg", "shop", "site"]);
+    const names = lines.slice(1).map((l) => l.slice(0, col).trim());
+    expect(names).toEqual([...names].sort());
+    expect(names.filter((n) => FIXTURE_NAMES.includes(n))).toEqual(FIXTURE_NAMES);
     expect(lines.find((l) => l.startsWith("shop"))).toMatch(/^shop +Ready +1\/1 +\d+ s ago +all requirements are satisfied$/);
     expect(lines.find((l) => l.startsWith("needs-pg"))).toMatch(/Unsatisfiable +0\/1 .* db: NoProvider$/);
 
@@ -154,7 +182,7 @@ describe("meshctl get", () => {
     const json = bufferOutput();
     expect(await runGet(mesh.store, { resource: "grants", json: true }, json)).toBe(ExitCodes.Ok);
     const rows = (JSON.parse(json.stdout) as { grants: Array<Record<string, unknown>> }).grants;
-    expect(rows.map((r) => [r.id, r.state, r.reason])).toEqual([
+    expect(rows.filter((r) => FIXTURE_NAMES.includes(String(r.id).split("/")[0]!)).map((r) => [r.id, r.state, r.reason])).toEqual([
       ["far/key", "InProgress", "AwaitingDelivery"],
       ["needs-pg/db", "Unsatisfiable", "NoProvider"],
       ["shop/key", "Satisfied", null],
@@ -167,7 +195,8 @@ describe("meshctl get", () => {
   it("get providers: the built-in one with the grants it serves; exit 5 for no such provider", async () => {
     const out = bufferOutput();
     expect(await runGet(mesh.store, { resource: "providers" }, out)).toBe(ExitCodes.Ok);
-    expect(out.stdout).toMatch(/^NAME +SERVES +NODE +INSTALLED +GRANTS +REACHABLE\nbuiltin-secret +secret +- +yes +2 +built-in\n$/);
+    const served = (await runGetJson("grants")).grants.filter((g) => g.provider === "builtin-secret").length;
+    expect(out.stdout).toMatch(new RegExp(`^NAME +SERVES +NODE +INSTALLED +GRANTS +REACHABLE\nbuiltin-secret +secret +- +yes +${served} +built-in\n$`));
     const missing = await exitOf(() => runGet(mesh.store, { resource: "providers", name: "pg-main" }, bufferOutput()));
     expect(missing.code).toBe(ExitCodes.NotFound);
     expect(missing.message).toContain("provider pg-main does not exist");
@@ -186,7 +215,11 @@ describe("meshctl wait", () => {
     const waiting = runWait(mesh.store, { module: "later", for: "Ready", timeoutMs: 20_000 }, out);
     await waitFor("wait to say the module has no manifest yet", () => out.stdout.includes("later: no manifest of it is stored"), 10_000);
     expect(
-      (await mesh.apply([{ kind: "Module", name: "later", parts: [{ name: "api", node: "node-a" }], requires: [{ name: "key", kind: "secret" }] }])).ok,
+      (
+        await mesh.apply([
+          { kind: "Module", name: "later", parts: [{ name: "api", node: "node-a", installed: true }], requires: [{ name: "key", kind: "secret" }] },
+        ])
+      ).ok,
     ).toBe(true);
     expect(await waiting).toBe(ExitCodes.Ok);
     expect(out.stdout).toContain("\r\x1b[2Klater: no manifest of it is stored");
@@ -246,7 +279,10 @@ describe("the built meshctl", () => {
     const late = await meshctl(["wait", "far", "--for", "Ready", "--timeout", "1s"]);
     expect(late.status).toBe(9);
 
-    const applied = await meshctl(["apply", "-f", join(dir, "manifests"), "--wait", "--timeout", "10s"]);
+    const manifests = join(dir, "built");
+    mkdirSync(manifests);
+    write(join(manifests, "shop.yaml"), "kind: Module\nname: shop\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: key, kind: secret }]\n");
+    const applied = await meshctl(["apply", "-f", manifests, "--wait", "--timeout", "10s"]);
     expect(applied.stderr).toBe("");
     expect(applied.status).toBe(0);
     expect(applied.stdout).toContain("shop Ready: all requirements are satisfied");
