@@ -208,13 +208,15 @@ describe("deleting a module", () => {
   });
 
   it("meshctl delete retained drops what was kept", async () => {
-    const b = dbBinding("keep", "api");
-    await mesh.apply([module("keep", [])]);
-    await waitFor("keep/db to be retained", async () => ((await mesh.grant("keep", "db"))?.retained ? true : undefined), 15_000);
-    expect(await del({ retained: ["keep/db"] })).toEqual({ ok: true, deleted: [{ kind: "Retained", name: "keep/db" }] });
-    await waitFor("keep/db to be gone", async () => ((await mesh.grant("keep", "db")) ? undefined : true), 15_000);
+    await mesh.apply([module("kept", [{ name: "db", kind: "postgres.database" }])]);
+    await mesh.waitForState("kept", "Ready");
+    const b = dbBinding("kept", "api");
+    await mesh.apply([module("kept", [])]);
+    await waitFor("kept/db to be retained", async () => ((await mesh.grant("kept", "db"))?.retained ? true : undefined), 15_000);
+    expect(await del({ retained: ["kept/db"] })).toEqual({ ok: true, deleted: [{ kind: "Retained", name: "kept/db" }] });
+    await waitFor("kept/db to be gone", async () => ((await mesh.grant("kept", "db")) ? undefined : true), 15_000);
     expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
-    const refused = await del({ retained: ["keep/db"] });
+    const refused = await del({ retained: ["kept/db"] });
     expect(refused.ok).toBe(false);
   });
 
@@ -335,6 +337,8 @@ describe("meshctl delete (built)", () => {
   });
 
   it("refuses what it cannot do, with the reason: wrong usage exits 2, a protected or missing one 1, and nothing is deleted", async () => {
+    await mesh.apply([module("mesh", [{ name: "records-key", kind: "secret" }])]);
+    await mesh.waitForState("mesh", "Ready");
     expect((await meshctl(["delete", "modle", "x"])).code).toBe(2);
     expect((await meshctl(["delete"])).code).toBe(2);
     const missing = await meshctl(["delete", "module", "nosuch"]);
