@@ -29,8 +29,13 @@ describe("declare → resolve → provision → deliver", () => {
     await db?.stop();
   });
 
+  // The provider and the example modules, applied by whichever test needs them first; the reply is that first apply's.
+  let applied: ReturnType<TestMesh["apply"]> | undefined;
+  const examples = () =>
+    (applied ??= mesh.apply([harnessProvider(db), shop, { kind: "Module", name: "static-site", parts: [{ name: "web", node: "node-a" }] }]));
+
   it("turns the example module into a real role, database and secret, delivered as files", async () => {
-    const reply = await mesh.apply([harnessProvider(db), shop, { kind: "Module", name: "static-site", parts: [{ name: "web", node: "node-a" }] }]);
+    const reply = await examples();
     expect(reply).toEqual({
       ok: true,
       accepted: [
@@ -77,12 +82,14 @@ describe("declare → resolve → provision → deliver", () => {
   });
 
   it("tells NothingRequired apart from never processed", async () => {
+    await examples();
     const s = await mesh.waitForState("static-site", "NothingRequired");
     expect(s.requirements).toBe(0);
     expect(await mesh.moduleStatus("never-applied")).toBeUndefined();
   });
 
   it("does not provision a requirement none of whose parts is installed", async () => {
+    await examples();
     await mesh.apply([
       {
         kind: "Module",
@@ -132,7 +139,10 @@ describe("declare → resolve → provision → deliver", () => {
   });
 
   it("keeps every secret out of the logs and out of the store in the clear", async () => {
+    await examples();
+    await mesh.waitForState("shop", "Ready");
     const root = join(mesh.bindingsRoot, "node-a", "shop", "api");
+    await waitFor("shop/api's files", () => existsSync(join(root, "db", "password")) && existsSync(join(root, "session-key", "value")));
     const secrets = [read(root, "db", "password"), read(root, "session-key", "value"), read(root, "db", "uri"), db.adminPassword];
     expect(mesh.logs.lines.length).toBeGreaterThan(10);
     for (const s of secrets) expect(mesh.logs.text).not.toContain(s);
