@@ -5,10 +5,9 @@
  * definitions here.
  */
 import { Command, Option } from "commander";
-import { errorMessage, loadMasterKey, parseAllowedHooks, parseTimerDuration, type AllowedHooks } from "@mesh/shared";
+import { errorMessage, loadMasterKey, meshVersion, parseAllowedHooks, parseTimerDuration, type AllowedHooks } from "@mesh/shared";
 import { isJetStreamTimeout, jetStreamTimeoutMessage, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { operatorFiles } from "@mesh/providers";
-import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { hostname, userInfo } from "node:os";
 import { runApply } from "./apply-command.js";
@@ -35,8 +34,8 @@ import { printable } from "./style.js";
 import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
 
 const out = processOutput();
-/** meshctl's version: its package's, read when it runs (dist/program.js is next to ../package.json). */
-const version = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
+/** meshctl's version: the release's, or in the source tree its package's (dist/program.js is next to ../package.json). */
+const version = meshVersion(import.meta.url) ?? "unknown";
 const collect = (value: string, previous: string[]) => [...previous, value];
 
 /** Runs a command with a lazily opened NATS connection, prints a CliError's message, exits with the code. */

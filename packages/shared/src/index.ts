@@ -188,6 +188,7 @@ export {
   type StreamLimitsNow,
 } from "./bucket-limits.js";
 export { DEFAULT_BINDINGS_ROOT, DEFAULT_STATE_DIR, OPERATOR_ADMIN_CREDS, StateFiles } from "./state-dir.js";
+export { meshVersion } from "./release-version.js";
 export {
   agentDurable,
   agentPart,

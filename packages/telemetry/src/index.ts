@@ -3,4 +3,4 @@
  * environment). Not for the SDK: @mesh/client uses only `@opentelemetry/api`, so an
  * application's own tracer provider receives its spans.
  */
-export { startTracing, traced, packageVersion, tracesEndpoint, resourceAttributes, type Tracing } from "./start-tracing.js";
+export { startTracing, traced, tracesEndpoint, resourceAttributes, type Tracing } from "./start-tracing.js";

@@ -14,7 +14,6 @@
  * Everything is registered through `registerTracing` of @mesh/shared, so the API copy the
  * mesh's packages use sees it (this package's SDK modules bring an older one).
  */
-import { readFileSync } from "node:fs";
 import { registerTracing } from "@mesh/shared/runtime";
 import type { RunningService, ServiceContext } from "@mesh/shared/service";
 
@@ -117,13 +116,4 @@ export function traced(
       },
     };
   };
-}
-
-/** The `version` of the package whose module `moduleUrl` is (a service's `dist/main.js`: its `package.json` one level up); undefined if unreadable. */
-export function packageVersion(moduleUrl: string): string | undefined {
-  try {
-    return (JSON.parse(readFileSync(new URL("../package.json", moduleUrl), "utf8")) as { version?: string }).version;
-  } catch {
-    return undefined;
-  }
 }

@@ -15,9 +15,9 @@
  */
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, parseTimerDuration } from "@mesh/shared";
+import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, meshVersion, parseTimerDuration } from "@mesh/shared";
 import { runService } from "@mesh/shared/service";
-import { packageVersion, traced } from "@mesh/telemetry";
+import { traced } from "@mesh/telemetry";
 import { startAgent } from "./agent.js";
 import { allowedHooksOf, type AllowedHooks } from "@mesh/shared";
 import { resolveHookPrograms } from "./hook-runner.js";
@@ -72,7 +72,7 @@ try {
 const hookUser = args["hook-user"] ?? (process.env.MESH_HOOK_USER || undefined);
 await runService(
   "agent",
-  traced("mesh-agent", packageVersion(import.meta.url), ({ store, log }) =>
+  traced("mesh-agent", meshVersion(import.meta.url), ({ store, log }) =>
     startAgent({ store, node, bindingsRoot, log, hooks, ...(hookUser ? { hookUser } : {}), ...(probeIntervalMs ? { probeIntervalMs } : {}) }),
   ),
 );

@@ -10,8 +10,9 @@
  * step of taking a grant back (it prints `TEST-HOOK paused-after <step>`), so a test can
  * SIGKILL it there and show that a fresh provisioner finishes.
  */
+import { meshVersion } from "@mesh/shared";
 import { runService, serviceMasterKey } from "@mesh/shared/service";
-import { packageVersion, traced } from "@mesh/telemetry";
+import { traced } from "@mesh/telemetry";
 import { storeKeyRing } from "@mesh/providers";
 import { startProvisioner } from "./provisioner.js";
 import { TakeBackSteps, type TakeBackStep } from "./provision-deps.js";
@@ -24,7 +25,7 @@ if (pause && !TakeBackSteps.includes(pause)) {
 
 await runService(
   "provisioner",
-  traced("mesh-provisioner", packageVersion(import.meta.url), ({ store, log }) =>
+  traced("mesh-provisioner", meshVersion(import.meta.url), ({ store, log }) =>
     startProvisioner({
       store,
       masterKey: storeKeyRing(store, serviceMasterKey(log)),

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 /** mesh-resolver: `NATS_URL` (default nats://127.0.0.1:4222). Runs until SIGINT/SIGTERM. */
+import { meshVersion } from "@mesh/shared";
 import { runService } from "@mesh/shared/service";
-import { packageVersion, traced } from "@mesh/telemetry";
+import { traced } from "@mesh/telemetry";
 import { startResolver } from "./resolver.js";
 
 await runService(
   "resolver",
-  traced("mesh-resolver", packageVersion(import.meta.url), ({ store, log }) => startResolver({ store, log })),
+  traced("mesh-resolver", meshVersion(import.meta.url), ({ store, log }) => startResolver({ store, log })),
 );

@@ -14,11 +14,11 @@
  * after the kill copies on). Never set either in production.
  */
 import { existsSync, writeFileSync } from "node:fs";
-import { RotationStates, errorMessage, parseTimerDuration, type RotationState } from "@mesh/shared";
+import { RotationStates, errorMessage, meshVersion, parseTimerDuration, type RotationState } from "@mesh/shared";
 import { runService, serviceMasterKey } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
 import { startRotator } from "./rotator.js";
-import { packageVersion, traced } from "@mesh/telemetry";
+import { traced } from "@mesh/telemetry";
 
 function usageError(message: string): never {
   process.stderr.write(`mesh-rotator: ${message}\n`);
@@ -42,7 +42,7 @@ if (history !== undefined && history !== "" && !(/^\d+$/.test(history) && Number
 
 await runService(
   "rotator",
-  traced("mesh-rotator", packageVersion(import.meta.url), ({ store, log }) =>
+  traced("mesh-rotator", meshVersion(import.meta.url), ({ store, log }) =>
     startRotator(
       {
         store,

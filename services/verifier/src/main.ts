@@ -10,10 +10,10 @@
  * provisioner (without them the verifier still logs in, but cannot observe or repair).
  * Exits 1 when it cannot start (a bad `MESH_VERIFY_INTERVAL` included), 0 after SIGINT/SIGTERM.
  */
-import { errorMessage } from "@mesh/shared";
+import { errorMessage, meshVersion } from "@mesh/shared";
 import { runService, serviceMasterKey } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
-import { packageVersion, traced } from "@mesh/telemetry";
+import { traced } from "@mesh/telemetry";
 import { globalInterval } from "./schedule.js";
 import { startVerifier } from "./verifier.js";
 
@@ -26,7 +26,7 @@ try {
 }
 await runService(
   "verifier",
-  traced("mesh-verifier", packageVersion(import.meta.url), async ({ store, log }) =>
+  traced("mesh-verifier", meshVersion(import.meta.url), async ({ store, log }) =>
     startVerifier({ store, masterKey: storeKeyRing(store, serviceMasterKey(log)), log, intervalMs }),
   ),
 );
