@@ -11,12 +11,20 @@ import type { AddressInfo } from "node:net";
 import { errorMessage } from "@mesh/shared";
 import { checkRequest, type AccessPolicy } from "./access.js";
 import { renderDocument, type Linker, type View } from "./html.js";
+import { releaseBuild } from "../release-build.js";
 import type { ConsoleState } from "./state.js";
 import { renderRoute, routeConcerns, routeOf, type Route } from "./views.js";
 
-/** The assets the page loads, served from the package's `assets/` directory. */
+/** The assets the page loads: the package's `assets/` directory, which a release's meshctl carries inside (release-build.ts). */
 const ASSETS: Record<string, string> = { "/assets/console.js": "text/javascript; charset=utf-8", "/assets/console.css": "text/css; charset=utf-8" };
-const assetsDir = new URL("../../assets/", import.meta.url);
+
+/** Asset `name` (`console.js`): from the release build, else from the source tree's `packages/cli/assets/`. */
+function readAsset(name: string): Buffer {
+  if (!releaseBuild) return readFileSync(new URL(`../../assets/${name}`, import.meta.url));
+  const text = releaseBuild.consoleAssets[name];
+  if (text === undefined) throw new Error(`this meshctl was built without the console's ${name}: build the release again with npm run release`);
+  return Buffer.from(text, "utf8");
+}
 
 /** What every answer carries: nothing cached, no script but ours, no framing, no referrer (the URL has the token). */
 const SECURITY_HEADERS = {
@@ -56,7 +64,7 @@ function send(res: ServerResponse, status: number, type: string, body: string | 
 export function createConsoleServer(opts: ConsoleServerOptions): ConsoleServer {
   const { state, access } = opts;
   const link: Linker = (path) => `${path}${path.includes("?") ? "&" : "?"}token=${encodeURIComponent(access.token)}`;
-  const assets = new Map(Object.keys(ASSETS).map((p) => [p, readFileSync(new URL(p.slice("/assets/".length), assetsDir))]));
+  const assets = new Map(Object.keys(ASSETS).map((p) => [p, readAsset(p.slice("/assets/".length))]));
   const channels = new Set<ServerResponse>();
   // One rendering per page and version, shared by every channel that follows the page.
   const rendered = new Map<string, { version: number; view: Promise<View> }>();
