@@ -5,9 +5,9 @@
  *   (packages/shared/src/kv-records.ts), whose write is casUpdate: a plain
  *   `kv.update(key, data, revision)` is not a compare-and-set on a cluster of nats-server
  *   2.9.10, and updates written that way were lost there.
- * - Each workspace's package.json lists exactly the packages its source imports: nothing
- *   missing (it would work only while another workspace hoists it) and nothing unused (the SDK
- *   would install what it never loads).
+ * - Each workspace's package.json lists exactly the packages its source imports (or resolves,
+ *   as meshctl resolves the services it starts): nothing missing (it would work only while
+ *   another workspace hoists it) and nothing unused (the SDK would install what it never loads).
  * - The SDK loads neither pino nor the YAML parser: it imports `@mesh/shared`'s pure entry and
  *   its NATS runtime, not the services' logger; the YAML parser is loaded only when `declare`
  *   is handed a file's text.
@@ -49,10 +49,10 @@ function kvUpdateCalls(text: string): string[] {
   return found.map((m) => m.trim());
 }
 
-/** The packages `text` imports or re-exports by bare name (`pino`, `@nats-io/kv`), Node's own left out. */
+/** The packages `text` imports, re-exports or resolves (`import.meta.resolve`) by bare name (`pino`, `@nats-io/kv`), Node's own left out. */
 function importedPackages(text: string): string[] {
   const names = new Set<string>();
-  const statements = /^\s*(?:import|export)\s[^;]*?\sfrom\s*"([^"]+)"|^\s*import\s*"([^"]+)"|\bimport\(\s*"([^"]+)"\s*\)/gm;
+  const statements = /^\s*(?:import|export)\s[^;]*?\sfrom\s*"([^"]+)"|^\s*import\s*"([^"]+)"|\bimport(?:\.meta\.resolve)?\(\s*"([^"]+)"\s*\)/gm;
   for (const m of text.matchAll(statements)) {
     const spec = (m[1] ?? m[2] ?? m[3])!;
     if (spec.startsWith("node:") || spec.startsWith(".")) continue;
@@ -121,10 +121,11 @@ async function bundleInputs(entry: string): Promise<{ onImport: string[]; onDema
 const packageOf = (input: string) => /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(input)?.[1];
 
 describe("the code's shape", () => {
-  it("reads the packages a file imports, Node's own and relative paths left out", () => {
+  it("reads the packages a file imports or resolves, Node's own and relative paths left out", () => {
     const text =
-      'import { z } from "zod";\nimport type { KV } from "@nats-io/kv";\nimport { join } from "node:path";\nimport { x } from "./x.js";\nconst y = await import("pino");\nexport { w } from "yaml/dist/index.js";\nconst msg = `loaded from "somewhere else"`;';
-    expect(importedPackages(text).sort()).toEqual(["@nats-io/kv", "pino", "yaml", "zod"]);
+      'import { z } from "zod";\nimport type { KV } from "@nats-io/kv";\nimport { join } from "node:path";\nimport { x } from "./x.js";\nconst y = await import("pino");\nexport { w } from "yaml/dist/index.js";\nconst msg = `loaded from "somewhere else"`;\n' +
+      'const main = import.meta.resolve("@mesh/agent/main");';
+    expect(importedPackages(text).sort()).toEqual(["@mesh/agent", "@nats-io/kv", "pino", "yaml", "zod"]);
   });
 
   it("lists in each workspace's package.json exactly the packages its source imports", () => {

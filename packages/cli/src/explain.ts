@@ -16,6 +16,7 @@ import {
   type NodeRecord,
   type ProviderDoc,
 } from "@mesh/shared";
+import { serviceCommand } from "./paths.js";
 
 /** Where a requirement stands, as explain puts it. */
 export const RequirementStates = {
@@ -87,7 +88,7 @@ const serveExample = (kind: string) => (EXAMPLE_PROVIDERS[kind] ? ` (see example
 
 function agentHint(node: string): string {
   return (
-    `start an agent for it: MESH_NODE=${node} MESH_BINDINGS_ROOT=DIR node services/agent/dist/main.js ` +
+    `start an agent for it: MESH_NODE=${node} MESH_BINDINGS_ROOT=DIR ${serviceCommand("agent")} ` +
     `(meshctl up starts one per node named by the applied parts; add it with --nodes)`
   );
 }

@@ -77,7 +77,7 @@ export {
   type MeshSnapshot,
 } from "./live-status.js";
 export { findNatsServer, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
-export { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
+export { bundleFileOf, serviceMain, upPaths, type ServiceProgram, type UpPaths } from "./paths.js";
 export { runVerify, formatVerify, VERIFY_TIMEOUT_MS, type VerifyOptions } from "./verify-command.js";
 export { runRotate, followRotation, alreadyRotatingError, ROTATE_REQUEST_TIMEOUT_MS, WAIT_GRACE_MS, type RotateOptions } from "./rotate-command.js";
 export { runTrace, type TraceOptions } from "./trace-command.js";

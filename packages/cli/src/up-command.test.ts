@@ -35,9 +35,9 @@ describe("chooseNodes", () => {
 describe("serviceSpecs", () => {
   it("runs resolver, provisioner and one agent per node with its own bindings root and log", () => {
     const paths = upPaths({ cwd: "/work/demo" });
-    const specs = serviceSpecs({ root: "/opt/mesh/", paths, natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"] });
+    const specs = serviceSpecs({ main: (name) => `/opt/mesh/mesh-${name}.mjs`, paths, natsUrl: "nats://127.0.0.1:4222", nodes: ["node-a", "node-b"] });
     expect(specs.map((s) => s.name)).toEqual(["resolver", "provisioner", "verifier", "rotator", "agent node-a", "agent node-b"]);
-    expect(specs[0]!.script).toBe("/opt/mesh/services/resolver/dist/main.js");
+    expect(specs[0]!.script).toBe("/opt/mesh/mesh-resolver.mjs");
     // Every service knows where the mesh's own files are; an agent's bindings root is its node's.
     expect(specs[0]!.env).toMatchObject({
       MESH_STATE_DIR: "/work/demo/.mesh",
@@ -45,7 +45,7 @@ describe("serviceSpecs", () => {
       MESH_MASTER_KEY_FILE: "/work/demo/.mesh/master.key",
     });
     expect(specs.at(-1)).toMatchObject({
-      script: "/opt/mesh/services/agent/dist/main.js",
+      script: "/opt/mesh/mesh-agent.mjs",
       logFile: "/work/demo/.mesh/logs/agent-node-b.log",
       env: {
         NATS_URL: "nats://127.0.0.1:4222",
@@ -60,7 +60,7 @@ describe("serviceSpecs", () => {
   it("gives every agent, and only the agents, the hooks and the hook user", () => {
     const hooks = parseAllowedHooks(["reload=/usr/bin/systemctl reload nginx", "flush=/usr/local/bin/flush"]);
     const specs = serviceSpecs({
-      root: "/opt/mesh/",
+      main: (name) => `/opt/mesh/mesh-${name}.mjs`,
       paths: upPaths({ cwd: "/w" }),
       natsUrl: "nats://127.0.0.1:4222",
       nodes: ["node-a", "node-b"],

@@ -45,7 +45,7 @@ import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocal
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
-import { repoRoot, serviceMain, upPaths, type UpPaths } from "./paths.js";
+import { serviceMain, upPaths, type ServiceProgram, type UpPaths } from "./paths.js";
 import { makePrivateDir, tightenTree } from "./private-tree.js";
 import { Supervisor, type ChildEvent, type ServiceSpec } from "./supervisor.js";
 
@@ -66,8 +66,8 @@ export interface UpOptions {
   stateDir?: string;
   /** Master key file handed to the provisioner (default `.mesh/master.key`, or `MESH_MASTER_KEY_FILE`). */
   masterKeyFile?: string;
-  /** Repository root holding `services/` (default: this installation's). */
-  root?: string;
+  /** The entry point of each service (default: this installation's, {@link serviceMain}). */
+  serviceMain?: (name: ServiceProgram) => string;
   reader?: FileReader;
   /**
    * Whether the user named the server (`--server`, `NATS_URL`): only a named server is used
@@ -115,7 +115,7 @@ export function chooseNodes(given: readonly string[] | undefined, files: readonl
  * `MESH_HOOK_USER`): they all run on this machine.
  */
 export function serviceSpecs(opts: {
-  root: string;
+  main: (name: ServiceProgram) => string;
   paths: UpPaths;
   natsUrl: string;
   nodes: readonly string[];
@@ -133,13 +133,13 @@ export function serviceSpecs(opts: {
   const hooks = { ...(opts.hooks?.size ? { MESH_ALLOW_HOOKS: formatHookList(opts.hooks) } : {}), ...(opts.hookUser ? { MESH_HOOK_USER: opts.hookUser } : {}) };
   const log = (name: string) => join(opts.paths.logs, `${name}.log`);
   return [
-    { name: "resolver", script: serviceMain("resolver", opts.root), env: { ...common }, logFile: log("resolver") },
-    { name: "provisioner", script: serviceMain("provisioner", opts.root), env: { ...common }, logFile: log("provisioner") },
-    { name: "verifier", script: serviceMain("verifier", opts.root), env: { ...common }, logFile: log("verifier") },
-    { name: "rotator", script: serviceMain("rotator", opts.root), env: { ...common }, logFile: log("rotator") },
+    { name: "resolver", script: opts.main("resolver"), env: { ...common }, logFile: log("resolver") },
+    { name: "provisioner", script: opts.main("provisioner"), env: { ...common }, logFile: log("provisioner") },
+    { name: "verifier", script: opts.main("verifier"), env: { ...common }, logFile: log("verifier") },
+    { name: "rotator", script: opts.main("rotator"), env: { ...common }, logFile: log("rotator") },
     ...opts.nodes.map((node) => ({
       name: `agent ${node}`,
-      script: serviceMain("agent", opts.root),
+      script: opts.main("agent"),
       env: { ...common, MESH_NODE: node, MESH_BINDINGS_ROOT: join(opts.paths.bindings, node), ...hooks },
       logFile: log(`agent-${node}`),
     })),
@@ -297,12 +297,10 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   const badNode = nodes.find((n) => !isValidName(n));
   if (badNode !== undefined) throw new CliError(`--nodes: ${JSON.stringify(badNode)} is not a node name: a name ${NAME_RULE}`, ExitCodes.Usage);
 
-  const root = opts.root ?? repoRoot();
+  // Each service's program is found (or up says which is missing and how to repair the install) before anything starts.
+  const main = opts.serviceMain ?? serviceMain;
   const probeUrl = opts.natsUrl;
-  const missing = [...new Set(serviceSpecs({ root, paths, natsUrl: probeUrl, nodes }).map((s) => s.script))].filter((s) => !existsSync(s));
-  if (missing.length) {
-    throw new CliError(`the services are not built (missing ${missing.map(show).join(", ")}); build them with: npm run build`);
-  }
+  serviceSpecs({ main, paths, natsUrl: probeUrl, nodes });
   closeStateDir(paths, out, show);
 
   // Internal end: a stop signal (exit 0) or a failure while running (exit 1).
@@ -415,7 +413,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     const store = await openStoreForCli(nc, url);
 
     const specs = serviceSpecs({
-      root,
+      main,
       paths,
       natsUrl: url,
       nodes,
