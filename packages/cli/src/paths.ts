@@ -71,6 +71,11 @@ export function serviceCommand(name: ServiceProgram): string {
   return releaseBuild ? `node ${fileURLToPath(new URL(bundleFileOf(name), import.meta.url))}` : `node services/${name}/dist/main.js`;
 }
 
+/** How a user runs meshctl here, for what it says to run next: `meshctl` from a release, `npx meshctl` in the repository. */
+export function meshctlCommand(): string {
+  return releaseBuild ? "meshctl" : "npx meshctl";
+}
+
 /** Paths of the all-in-one under its state directory (default `.mesh` in the working directory). */
 export interface UpPaths {
   state: string;

@@ -16,6 +16,7 @@ import { checkConsoleOptions, runConsole, type ConsoleOptions } from "./console/
 import { DEFAULT_CONSOLE_LISTEN } from "./console/access.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
+import { EXAMPLES, examplesHelp, runExample } from "./example-command.js";
 import { runExplain } from "./explain-command.js";
 import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
 import { MODULE_STATE_LIST, parseModuleState } from "./module-wait.js";
@@ -356,6 +357,16 @@ program
       return runConsole(await openStoreForCli(await connect(), url), opts, out, stop.signal);
     }),
   );
+
+program
+  .command("example")
+  .description(
+    `write example manifests into the working directory, at their paths under examples/ (${examplesHelp()}), and say what to run next; ` +
+      "a file that exists with other contents is left as it is, and nothing written, unless --force",
+  )
+  .argument("[name]", `the example: ${Object.keys(EXAMPLES).join(", ")}; without it, each one and what it writes`)
+  .option("--force", "overwrite files that exist with other contents")
+  .action((name: string | undefined, o: { force?: boolean }) => run(async () => runExample({ ...(name !== undefined ? { name } : {}), force: o.force }, out)));
 
 /** The options `up` and `bootstrap` share. */
 interface LocalMeshOptions {

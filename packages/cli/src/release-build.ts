@@ -7,6 +7,8 @@
 
 /** The files a release's meshctl carries, each by its path. */
 export interface ReleaseBuild {
+  /** examples/, by path below it (`shop.yaml`, `providers/postgres.yaml`): what `meshctl example` writes. */
+  examples: Record<string, string>;
   /** packages/cli/assets/, by file name (`console.js`): what the web console serves. */
   consoleAssets: Record<string, string>;
 }
