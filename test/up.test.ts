@@ -19,6 +19,7 @@ import { isTcpPortFree } from "@mesh/cli";
 import { runMeshctl } from "./harness/bootstrapped-mesh.js";
 import { entriesOpenToOthers } from "./harness/file-modes.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { dropFromSharedPostgres } from "./harness/postgres.js";
 import { waitFor } from "./harness/wait.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
@@ -26,15 +27,7 @@ const meshctl = join(repo, "packages/cli/bin/meshctl.js");
 const examples = ["examples/providers/postgres.yaml", "examples/shop.yaml", "examples/nothing.yaml"].map((f) => join(repo, f));
 
 // The example provisions shop's database on the machine's shared server; drop what it made.
-async function dropShop(): Promise<void> {
-  const c = new pg.Client({ host: "127.0.0.1", port: 5432, user: "postgres", database: "postgres" });
-  await c.connect();
-  const { rows } = await c.query<{ datname: string }>("select datname from pg_database where datname like 'shop\\_%'");
-  for (const r of rows) await c.query(`drop database if exists "${r.datname}" with (force)`);
-  const roles = await c.query<{ rolname: string }>("select rolname from pg_roles where rolname like 'shop\\_%' order by length(rolname) desc");
-  for (const r of roles.rows) await c.query(`drop role if exists "${r.rolname}"`);
-  await c.end();
-}
+const dropShop = () => dropFromSharedPostgres("shop");
 
 /** The environment of a new user's shell: no NATS address or identity of the mesh's. */
 const freshEnv = { ...process.env, NATS_URL: "", MESH_NATS_CREDENTIALS: "", MESH_NATS_USER: "", MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "" };

@@ -243,3 +243,24 @@ export async function startPostgres(
     },
   };
 }
+
+/**
+ * Drops every database and role whose name starts with `<prefix>_` on the machine's shared
+ * PostgreSQL (127.0.0.1:5432, which trusts the local user `postgres`): what a test's mesh made
+ * there through a provider of that server, such as examples/providers/postgres.yaml. Databases
+ * first, with their connections ended; then roles, longest names first, so a generation's login
+ * role goes before the group it is a member of.
+ */
+export async function dropFromSharedPostgres(prefix: string): Promise<void> {
+  const c = new pg.Client({ host: "127.0.0.1", port: 5432, user: "postgres", database: "postgres" });
+  await c.connect();
+  try {
+    const like = `${prefix}\\_%`;
+    for (const r of (await c.query<{ datname: string }>("select datname from pg_database where datname like $1", [like])).rows)
+      await c.query(`drop database if exists "${r.datname}" with (force)`);
+    for (const r of (await c.query<{ rolname: string }>("select rolname from pg_roles where rolname like $1 order by length(rolname) desc", [like])).rows)
+      await c.query(`drop role if exists "${r.rolname}"`);
+  } finally {
+    await c.end();
+  }
+}

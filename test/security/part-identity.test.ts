@@ -44,6 +44,7 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { startTestMesh, type TestMesh } from "../mesh.js";
 import { waitFor } from "../harness/wait.js";
+import { dropFromSharedPostgres } from "../harness/postgres.js";
 import { serverErrors } from "../harness/refusals.js";
 import { postgresProvider } from "../fixtures.js";
 import pg from "pg";
@@ -155,15 +156,7 @@ afterAll(async () => {
 });
 
 /** The module's database on the machine's PostgreSQL, and its roles: dropped before and after. */
-async function dropDatabases(): Promise<void> {
-  const c = new pg.Client({ host: "127.0.0.1", port: 5432, user: "postgres", database: "postgres" });
-  await c.connect();
-  for (const r of (await c.query<{ datname: string }>("select datname from pg_database where datname like 'idshop\\_%'")).rows)
-    await c.query(`drop database if exists "${r.datname}" with (force)`);
-  for (const r of (await c.query<{ rolname: string }>("select rolname from pg_roles where rolname like 'idshop\\_%' order by length(rolname) desc")).rows)
-    await c.query(`drop role if exists "${r.rolname}"`);
-  await c.end();
-}
+const dropDatabases = () => dropFromSharedPostgres("idshop");
 
 /** Runs a query with a held database credential: it works. */
 async function query(values: Record<string, string>): Promise<void> {
