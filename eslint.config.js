@@ -6,7 +6,7 @@ import tseslint from "typescript-eslint";
 import globals from "globals";
 
 export default tseslint.config(
-  { ignores: ["**/dist/**", "**/node_modules/**", "schemas/**", "packages/cli/src/console/static/**"] },
+  { ignores: ["**/dist/**", "dist-release/**", "**/node_modules/**", "schemas/**", "packages/cli/src/console/static/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
