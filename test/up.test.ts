@@ -19,7 +19,7 @@ import { isTcpPortFree } from "@mesh/cli";
 import { runMeshctl } from "./harness/bootstrapped-mesh.js";
 import { entriesOpenToOthers } from "./harness/file-modes.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
-import { dropFromSharedPostgres } from "./harness/postgres.js";
+import { dropFromSharedPostgres, holdSharedPostgresNames } from "./harness/postgres.js";
 import { waitFor } from "./harness/wait.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
@@ -37,19 +37,23 @@ describe("meshctl up with the examples", () => {
   let up: ChildProcess;
   let out = "";
   let url = "";
+  let release: (() => void) | undefined;
 
+  // test/release.test.ts runs the same example on the same server: each waits for the other.
   beforeAll(async () => {
+    release = await holdSharedPostgresNames("shop");
     await dropShop();
     cwd = mkdtempSync(join(tmpdir(), "mesh-up-"));
     up = spawn(process.execPath, [meshctl, "up", ...examples.flatMap((f) => ["-f", f])], { cwd, env: freshEnv, stdio: ["ignore", "pipe", "pipe"] });
     up.stdout!.on("data", (d: Buffer) => (out += d.toString()));
     up.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-  });
+  }, 320_000);
 
   afterAll(async () => {
     if (up && up.exitCode === null) up.kill("SIGKILL");
     if (cwd) rmSync(cwd, { recursive: true, force: true });
     await dropShop();
+    release?.();
   });
 
   it("starts a NATS server of its own whose operator is the mesh, on 4222 or, taken, on a port it names; no client without credentials gets in", async () => {

@@ -10,15 +10,26 @@
  * bring it back with everything it held.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { freePort } from "./ports.js";
+import { waitFor } from "./wait.js";
 
 const run = promisify(execFile);
+
+/** Whether `pid` runs (a zombie does not: nothing may reap it in a container without init). */
+function isAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
 
 export interface Postgres {
   host: string;
@@ -158,16 +169,6 @@ export async function startPostgres(
     }
   };
 
-  /** Whether `pid` runs (a zombie does not: nothing may reap it in a container without init). */
-  const isAlive = (pid: number): boolean => {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-    } catch {
-      return false;
-    }
-  };
-
   /** PIDs whose parent is `pid`, from /proc. */
   const childrenOf = (pid: number): number[] =>
     readdirSync("/proc")
@@ -263,4 +264,34 @@ export async function dropFromSharedPostgres(prefix: string): Promise<void> {
   } finally {
     await c.end();
   }
+}
+
+/**
+ * Holds the names `<prefix>_*` on the machine's shared PostgreSQL until the returned function
+ * is called, so that test files provisioning the same example there (test/up.test.ts and
+ * test/release.test.ts both make shop's database, shop_db) take turns instead of dropping what
+ * the other made. The hold is a directory in the temporary directory with the holder's PID; a
+ * holder that is gone is taken over.
+ */
+export async function holdSharedPostgresNames(prefix: string, timeoutMs = 300_000): Promise<() => void> {
+  const lock = join(tmpdir(), `mesh-test-shared-postgres-${prefix}.lock`);
+  const pidFile = join(lock, "pid");
+  await waitFor(
+    `the names ${prefix}_* on the shared PostgreSQL, held by another test file (${lock})`,
+    () => {
+      try {
+        mkdirSync(lock);
+        writeFileSync(pidFile, String(process.pid));
+        return true;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      }
+      const holder = existsSync(pidFile) ? Number(readFileSync(pidFile, "utf8")) : NaN;
+      if (holder > 0 && !isAlive(holder)) rmSync(lock, { recursive: true, force: true });
+      return false;
+    },
+    timeoutMs,
+    200,
+  );
+  return () => rmSync(lock, { recursive: true, force: true });
 }

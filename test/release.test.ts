@@ -1,0 +1,191 @@
+/**
+ * A release as an operator installs it, as real processes: `npm run release`, its SHA256SUMS
+ * checked by `sha256sum -c`, then
+ *
+ * - the npm package installed with `npm install -g --omit=dev` into an empty prefix, and its
+ *   `meshctl` run from an empty directory outside the repository: `--version`, `example shop`,
+ *   and `up` with the files that wrote, until shop is Ready, its services the package's;
+ * - the single-file bundles alone (copied from the bundles' archive into an empty directory),
+ *   run with `node` and nothing else: the same.
+ *
+ * `up` starts its own nats-server (the machine's shared one holds 4222, so on a free port) and
+ * provisions shop's database on the machine's PostgreSQL, as test/up.test.ts does: the shop_*
+ * databases and roles there are dropped before and after each run.
+ */
+import { execFile, spawn } from "node:child_process";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dropFromSharedPostgres, holdSharedPostgresNames } from "./harness/postgres.js";
+import { waitFor } from "./harness/wait.js";
+
+const run = promisify(execFile);
+const repo = fileURLToPath(new URL("..", import.meta.url));
+const releaseDir = join(repo, "dist-release");
+const version = (JSON.parse(readFileSync(join(repo, "packages/cli/package.json"), "utf8")) as { version: string }).version;
+const SERVICES = ["resolver", "provisioner", "verifier", "rotator", "agent"];
+
+/**
+ * A new user's shell: no NATS address or identity of the mesh's, no module search path of
+ * Node's, and node on the PATH (the bins' `#!/usr/bin/env node`), after `path` when given.
+ */
+const userEnv = (path = "") => ({
+  ...process.env,
+  NODE_PATH: "",
+  PATH: [path, dirname(process.execPath), process.env.PATH].filter(Boolean).join(delimiter),
+  NATS_URL: "",
+  MESH_NATS_CREDENTIALS: "",
+  MESH_NATS_USER: "",
+  MESH_MASTER_KEY: "",
+  MESH_MASTER_KEY_FILE: "",
+});
+
+const dirs: string[] = [];
+/** A new empty directory outside the repository, removed at the end. */
+function emptyDir(what: string): string {
+  const d = mkdtempSync(join(tmpdir(), `mesh-release-${what}-`));
+  dirs.push(d);
+  return d;
+}
+
+/** Runs a command to its end; its exit code and output, never a rejection. */
+async function runTo(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<{ code: number; out: string }> {
+  try {
+    const { stdout, stderr } = await run(cmd, args, { cwd, env, timeout: 120_000 });
+    return { code: 0, out: stdout + stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string; message: string };
+    return { code: typeof err.code === "number" ? err.code : 1, out: `${err.stdout ?? ""}${err.stderr ?? ""}${err.message}` };
+  }
+}
+
+/** The command lines of the processes that run in directory `cwd` (meshctl up and what it started there). */
+function commandLinesIn(cwd: string): string[] {
+  const lines: string[] = [];
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      if (realpathSync(`/proc/${pid}/cwd`) === realpathSync(cwd)) lines.push(readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" "));
+    } catch {
+      // gone meanwhile, or another user's
+    }
+  }
+  return lines;
+}
+
+/**
+ * `meshctl example shop`, then `meshctl up` with the files it wrote, in `cwd`, until shop is
+ * Ready; checks that every service runs from `programsDir`, then sends `up` SIGINT.
+ */
+async function exampleShopUntilReady(meshctl: { cmd: string; args: string[] }, cwd: string, env: NodeJS.ProcessEnv, programsDir: string): Promise<void> {
+  const example = await runTo(meshctl.cmd, [...meshctl.args, "example", "shop"], cwd, env);
+  expect(example.code, example.out).toBe(0);
+  expect(example.out).toContain("wrote providers/postgres.yaml\nwrote shop.yaml\n");
+  expect(example.out).toContain("next: meshctl up -f providers/postgres.yaml -f shop.yaml\n");
+
+  // test/up.test.ts runs the same example on the same server: each waits for the other.
+  const release = await holdSharedPostgresNames("shop");
+  await dropFromSharedPostgres("shop");
+  const up = spawn(meshctl.cmd, [...meshctl.args, "up", "-f", "providers/postgres.yaml", "-f", "shop.yaml"], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  up.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  up.stderr.on("data", (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((resolve) => up.once("exit", (code) => resolve(code)));
+  try {
+    await waitFor("shop Ready in up's output", () => /\bshop Ready\b/.test(out), 150_000).catch((e: Error) => {
+      throw new Error(`${e.message}\n--- up printed:\n${out}`);
+    });
+    expect(out).toMatch(/starting a NATS server whose operator is the mesh/);
+    expect(existsSync(join(cwd, ".mesh/bindings/node-a/shop/api/db/uri"))).toBe(true);
+    // The services are the release's programs, none of the repository's.
+    const lines = commandLinesIn(cwd);
+    for (const s of SERVICES)
+      expect(
+        lines.some((l) => l.includes(join(programsDir, `mesh-${s}.mjs`))),
+        `${s} running from ${programsDir}`,
+      ).toBe(true);
+    expect(lines.filter((l) => l.includes(repo))).toEqual([]);
+    up.kill("SIGINT");
+    expect(await exited, out).toBe(0);
+    expect(out).toMatch(/stopped nats-server/);
+  } finally {
+    if (up.exitCode === null && up.signalCode === null) up.kill("SIGKILL");
+    await dropFromSharedPostgres("shop");
+    release();
+  }
+}
+
+describe("a release, as an operator installs it", () => {
+  beforeAll(async () => {
+    const release = await runTo("npm", ["run", "release"], repo, process.env);
+    expect(release.code, release.out).toBe(0);
+  }, 180_000);
+
+  afterAll(() => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  });
+
+  it("names its artifacts by version in SHA256SUMS, which sha256sum -c verifies", async () => {
+    const check = await runTo("sha256sum", ["-c", "SHA256SUMS"], releaseDir, process.env);
+    expect(check.code, check.out).toBe(0);
+    expect(check.out).toBe(`mesh-meshctl-${version}.tgz: OK\nmesh-bundles-${version}.tar.gz: OK\n`);
+  });
+
+  describe("the npm package, installed with npm into an empty prefix", () => {
+    let prefix: string;
+    beforeAll(async () => {
+      prefix = emptyDir("prefix");
+      const install = await runTo(
+        "npm",
+        ["install", "-g", "--omit=dev", "--prefix", prefix, join(releaseDir, `mesh-meshctl-${version}.tgz`)],
+        prefix,
+        userEnv(),
+      );
+      expect(install.code, install.out).toBe(0);
+    }, 120_000);
+
+    it("puts meshctl and each service on the PATH, with nothing else installed, and meshctl prints the release's version", async () => {
+      for (const b of ["meshctl", ...SERVICES.map((s) => `mesh-${s}`), "mesh-oci-token-issuer"]) expect(existsSync(join(prefix, "bin", b)), b).toBe(true);
+      expect(existsSync(join(prefix, "lib/node_modules/@mesh/meshctl/node_modules"))).toBe(false);
+      const v = await runTo("meshctl", ["--version"], emptyDir("cwd"), userEnv(join(prefix, "bin")));
+      expect(v).toEqual({ code: 0, out: `${version}\n` });
+    });
+
+    it("writes the shop example and runs it with meshctl up until shop is Ready, from an empty directory", { timeout: 480_000 }, async () => {
+      await exampleShopUntilReady({ cmd: "meshctl", args: [] }, emptyDir("cwd"), userEnv(join(prefix, "bin")), join(prefix, "lib/node_modules/@mesh/meshctl"));
+    });
+  });
+
+  describe("the single-file bundles, run with node alone", () => {
+    let programs: string;
+    beforeAll(async () => {
+      const unpacked = emptyDir("unpacked");
+      const tar = await runTo("tar", ["-xzf", join(releaseDir, `mesh-bundles-${version}.tar.gz`), "-C", unpacked], unpacked, process.env);
+      expect(tar.code, tar.out).toBe(0);
+      // Only the programs, in a directory of their own: nothing else beside them, no node_modules above.
+      programs = emptyDir("programs");
+      const files = readdirSync(join(unpacked, `mesh-${version}`)).filter((f) => f.endsWith(".mjs"));
+      expect(files.sort()).toEqual([
+        "mesh-agent.mjs",
+        "mesh-oci-token-issuer.mjs",
+        "mesh-provisioner.mjs",
+        "mesh-resolver.mjs",
+        "mesh-rotator.mjs",
+        "mesh-verifier.mjs",
+        "meshctl.mjs",
+      ]);
+      for (const f of files) copyFileSync(join(unpacked, `mesh-${version}`, f), join(programs, f));
+    });
+
+    it("prints the release's version", async () => {
+      const v = await runTo(process.execPath, [join(programs, "meshctl.mjs"), "--version"], emptyDir("cwd"), userEnv());
+      expect(v).toEqual({ code: 0, out: `${version}\n` });
+    });
+
+    it("writes the shop example and runs it with meshctl up until shop is Ready", { timeout: 480_000 }, async () => {
+      await exampleShopUntilReady({ cmd: process.execPath, args: [join(programs, "meshctl.mjs")] }, emptyDir("cwd"), userEnv(), programs);
+    });
+  });
+});
