@@ -13,8 +13,9 @@
  * `mesh-<service>.mjs` (meshctl up starts the services from there: packages/cli/src/paths.ts),
  * the release's version baked in (packages/shared/src/release-version.ts), and meshctl's
  * examples and console assets inside it (packages/cli/src/release-build.ts); with them
- * deploy/ (the systemd units and NATS configurations), LICENSE, CHANGELOG.md and the
- * licenses of the packages inside the bundles.
+ * deploy/ (the systemd units and NATS configurations, and how to use them), docs/ and schemas/
+ * (which deploy/README.md links to), LICENSE, CHANGELOG.md and the licenses of the packages
+ * inside the bundles.
  *
  * Why the npm package declares no dependencies and carries the bundles instead:
  * - the workspaces (@mesh/shared, @mesh/providers, …) are private and published nowhere, so
@@ -175,8 +176,8 @@ function readme(version: string, programs: string[]): string {
     "",
     "To try it: `meshctl example shop`, then the `meshctl up -f …` it prints (it needs `nats-server`",
     "and a PostgreSQL server on 127.0.0.1:5432). To run the services apart, under systemd:",
-    "deploy/README.md. What changed: CHANGELOG.md. The packages inside the bundles and their",
-    "licenses: THIRD-PARTY-LICENSES.txt.",
+    "deploy/README.md. Everything else: docs/ (docs/README.md lists it). What changed: CHANGELOG.md.",
+    "The packages inside the bundles and their licenses: THIRD-PARTY-LICENSES.txt.",
     "",
   ].join("\n");
 }
@@ -219,7 +220,7 @@ if (reported !== version)
     `the bundled meshctl printed ${JSON.stringify(reported)} for --version, not ${version}: run it (node ${join(tree, bundleFileOf("meshctl"))} --version) to see why`,
   );
 
-cpSync(join(root, "deploy"), join(tree, "deploy"), { recursive: true });
+for (const d of ["deploy", "docs", "schemas"]) cpSync(join(root, d), join(tree, d), { recursive: true });
 for (const f of ["LICENSE", "CHANGELOG.md"]) cpSync(join(root, f), join(tree, f));
 writeFileSync(join(tree, "THIRD-PARTY-LICENSES.txt"), thirdPartyLicenses(metafiles));
 writeFileSync(
