@@ -75,11 +75,20 @@ function commandLinesIn(cwd: string): string[] {
   return lines;
 }
 
+type Meshctl = { cmd: string; args: string[] };
+
 /**
  * `meshctl example shop`, then `meshctl up` with the files it wrote, in `cwd`, until shop is
- * Ready; checks that every service runs from `programsDir`, then sends `up` SIGINT.
+ * Ready; checks that every service runs from `programsDir`, runs `whileReady`, then sends
+ * `up` SIGINT.
  */
-async function exampleShopUntilReady(meshctl: { cmd: string; args: string[] }, cwd: string, env: NodeJS.ProcessEnv, programsDir: string): Promise<void> {
+async function exampleShopUntilReady(
+  meshctl: Meshctl,
+  cwd: string,
+  env: NodeJS.ProcessEnv,
+  programsDir: string,
+  whileReady?: () => Promise<void>,
+): Promise<void> {
   const example = await runTo(meshctl.cmd, [...meshctl.args, "example", "shop"], cwd, env);
   expect(example.code, example.out).toBe(0);
   expect(example.out).toContain("wrote providers/postgres.yaml\nwrote shop.yaml\n");
@@ -107,6 +116,7 @@ async function exampleShopUntilReady(meshctl: { cmd: string; args: string[] }, c
         `${s} running from ${programsDir}`,
       ).toBe(true);
     expect(lines.filter((l) => l.includes(repo))).toEqual([]);
+    await whileReady?.();
     up.kill("SIGINT");
     expect(await exited, out).toBe(0);
     expect(out).toMatch(/stopped nats-server/);
@@ -114,6 +124,33 @@ async function exampleShopUntilReady(meshctl: { cmd: string; args: string[] }, c
     if (up.exitCode === null && up.signalCode === null) up.kill("SIGKILL");
     await dropFromSharedPostgres("shop");
     release();
+  }
+}
+
+/** `meshctl console` in `cwd`: its page shows shop, and its assets are the repository's, from inside the bundle. */
+async function consoleServesItsAssets(meshctl: Meshctl, cwd: string, env: NodeJS.ProcessEnv): Promise<void> {
+  const consoleProc = spawn(meshctl.cmd, [...meshctl.args, "console", "--listen", "127.0.0.1:0"], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  consoleProc.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  consoleProc.stderr.on("data", (d: Buffer) => (out += d.toString()));
+  try {
+    const url = new URL(
+      await waitFor("the console to print its URL", () => /^(http:\/\/127\.0\.0\.1:\d+\/\?token=[\w-]+)\n/.exec(out)?.[1], 30_000).catch((e: Error) => {
+        throw new Error(`${e.message}\n--- meshctl console printed:\n${out}`);
+      }),
+    );
+    const page = await fetch(url);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain("shop");
+    for (const asset of ["console.js", "console.css"]) {
+      const got = await fetch(new URL(`/assets/${asset}?${url.searchParams}`, url));
+      expect(got.status, asset).toBe(200);
+      expect(await got.text()).toBe(readFileSync(join(repo, "packages/cli/assets", asset), "utf8"));
+    }
+  } finally {
+    const exited = new Promise((resolve) => consoleProc.once("exit", resolve));
+    consoleProc.kill("SIGTERM");
+    await exited;
   }
 }
 
@@ -184,8 +221,10 @@ describe("a release, as an operator installs it", () => {
       expect(v).toEqual({ code: 0, out: `${version}\n` });
     });
 
-    it("writes the shop example and runs it with meshctl up until shop is Ready", { timeout: 480_000 }, async () => {
-      await exampleShopUntilReady({ cmd: process.execPath, args: [join(programs, "meshctl.mjs")] }, emptyDir("cwd"), userEnv(), programs);
+    it("writes the shop example and runs it with meshctl up until shop is Ready; its console serves the assets it carries", { timeout: 480_000 }, async () => {
+      const meshctl = { cmd: process.execPath, args: [join(programs, "meshctl.mjs")] };
+      const cwd = emptyDir("cwd");
+      await exampleShopUntilReady(meshctl, cwd, userEnv(), programs, () => consoleServesItsAssets(meshctl, cwd, userEnv()));
     });
   });
 });
