@@ -20,6 +20,7 @@ import {
 import { bootstrapFiles } from "./bootstrap.js";
 import { CliError } from "./cli-error.js";
 import { isRequestTimeout, rootMessage } from "./nats-errors.js";
+import { meshctlCommand } from "./paths.js";
 
 /** Where `meshctl up` records the address of the NATS server it runs, under the state directory. */
 export const NATS_URL_FILE = "nats-url";
@@ -69,7 +70,7 @@ export function natsUnreachableMessage(url: string, cause: string): string {
   return [
     `cannot reach NATS at ${url} (${cause}).`,
     "The mesh needs a running nats-server with JetStream. Either",
-    "  start the whole mesh on this machine:  npx meshctl up",
+    `  start the whole mesh on this machine:  ${meshctlCommand()} up`,
     "  or start only a server:                nats-server -js",
     "or point NATS_URL (or --server) at a server that runs.",
   ].join("\n");

@@ -16,7 +16,7 @@ import {
   type NodeRecord,
   type ProviderDoc,
 } from "@mesh/shared";
-import { serviceCommand } from "./paths.js";
+import { meshctlCommand, serviceCommand } from "./paths.js";
 
 /** Where a requirement stands, as explain puts it. */
 export const RequirementStates = {
@@ -140,7 +140,7 @@ function explainGrant(
         return result(
           RequirementStates.Unsatisfiable,
           `${g.kind} is served by ${which}, but ${candidates.length > 1 ? "none of them is" : "it is not"} installed`,
-          `once the server runs, set \`installed: true\` in the Provider document of ${candidates.map((p) => p.name).join(" or ") || "the provider"} and re-apply it (npx meshctl apply -f FILE); the requirement then moves on by itself`,
+          `once the server runs, set \`installed: true\` in the Provider document of ${candidates.map((p) => p.name).join(" or ") || "the provider"} and re-apply it (${meshctlCommand()} apply -f FILE); the requirement then moves on by itself`,
         );
       }
       case "ProviderUnreachable": {

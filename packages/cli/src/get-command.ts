@@ -10,6 +10,7 @@ import { ExitCodes } from "./exit-codes.js";
 import { formatGrantRows, formatModuleRows, formatProviderRows } from "./get-format.js";
 import { explainAll, grantRows, loadMeshRecords, moduleRows, providerRows } from "./get-report.js";
 import type { Output } from "./output.js";
+import { meshctlCommand } from "./paths.js";
 import { exposureWarnings } from "./status-command.js";
 import { formatNotProcessed } from "./status-format.js";
 import { checkModuleName, notProcessedError, storedManifest } from "./status-report.js";
@@ -89,7 +90,7 @@ export async function runGet(store: Store, opts: GetOptions, out: Output): Promi
   const explanations = explainAll(records, now);
   if (opts.resource === "modules") {
     const rows = moduleRows(records, explanations).filter((r) => module === undefined || r.name === module);
-    print("modules", rows, () => formatModuleRows(rows, table), "no module has been processed yet; apply one with: npx meshctl apply -f FILE");
+    print("modules", rows, () => formatModuleRows(rows, table), `no module has been processed yet; apply one with: ${meshctlCommand()} apply -f FILE`);
     return ExitCodes.Ok;
   }
   const rows = grantRows(records, explanations).filter(

@@ -13,7 +13,7 @@ import { errorFromReply, requestJson, type NatsConnection } from "@mesh/shared/r
 import { CliError } from "./cli-error.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
-import { serviceCommand } from "./paths.js";
+import { meshctlCommand, serviceCommand } from "./paths.js";
 
 /** A service meshctl sends requests to. */
 export type MeshService = "resolver" | "rotator";
@@ -34,7 +34,7 @@ export interface ServiceRequest {
 export function notRunningMessage(service: MeshService, url: string, notDone: string): string {
   const lines = [
     `no ${service} answers at ${url}: the ${service} is not running, so ${notDone}.`,
-    `Start the whole mesh on this machine with:  npx meshctl up${service === "resolver" ? " -f FILE" : ""}`,
+    `Start the whole mesh on this machine with:  ${meshctlCommand()} up${service === "resolver" ? " -f FILE" : ""}`,
     `or only the ${service} with:${" ".repeat(Math.max(1, 19 - service.length))}NATS_URL=${url} ${serviceCommand(service)}`,
   ];
   if (service === "rotator") lines.push("(it needs the provisioner's master key: MESH_MASTER_KEY_FILE), or the mesh-rotator systemd unit.");

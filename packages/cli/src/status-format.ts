@@ -4,6 +4,7 @@
  * Pure.
  */
 import { describeLastCheck, formatAge } from "@mesh/shared";
+import { meshctlCommand } from "./paths.js";
 import type { NotProcessedError, StatusGrant, StatusModule, StatusReport } from "./status-report.js";
 import { makeStyle, pad, wrapText, type Style } from "./style.js";
 
@@ -132,11 +133,11 @@ export function formatStatus(report: StatusReport, opts: FormatOptions = {}): st
   const width = opts.width ?? 80;
   if (report.error) return formatNotProcessed(report.error, width).join("\n");
   const blocks = report.modules.map((m) => formatModule(m, opts).join("\n"));
-  if (blocks.length === 0) blocks.push("no module has been processed yet; apply one with: npx meshctl apply -f FILE");
+  if (blocks.length === 0) blocks.push(`no module has been processed yet; apply one with: ${meshctlCommand()} apply -f FILE`);
   if (report.unprocessed?.length) {
     blocks.push(
       wrapText(
-        `stored but not processed yet: ${report.unprocessed.join(", ")} (if this lasts, the resolver is not running: npx meshctl up starts it)`,
+        `stored but not processed yet: ${report.unprocessed.join(", ")} (if this lasts, the resolver is not running: ${meshctlCommand()} up starts it)`,
         width,
       ).join("\n"),
     );

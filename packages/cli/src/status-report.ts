@@ -22,7 +22,7 @@ import {
 import { listJson, readJson, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
-import { serviceCommand } from "./paths.js";
+import { meshctlCommand, serviceCommand } from "./paths.js";
 import { rotationProgress } from "./rotation-view.js";
 
 /** One grant of a module, as reported. */
@@ -229,7 +229,7 @@ export function notProcessedError(module: string, stored: { storedAt?: Date } | 
       manifestStored: true,
       hint:
         `a manifest of ${module} was stored${age}, but the resolver has not processed it yet; ` +
-        `if this lasts, the resolver is not running: start the mesh with npx meshctl up, or the resolver alone with ${serviceCommand("resolver")}`,
+        `if this lasts, the resolver is not running: start the mesh with ${meshctlCommand()} up, or the resolver alone with ${serviceCommand("resolver")}`,
     };
   }
   return {
@@ -237,7 +237,7 @@ export function notProcessedError(module: string, stored: { storedAt?: Date } | 
     module,
     message,
     manifestStored: false,
-    hint: `no manifest of ${module} is stored either; apply one with: npx meshctl apply -f FILE`,
+    hint: `no manifest of ${module} is stored either; apply one with: ${meshctlCommand()} apply -f FILE`,
   };
 }
 

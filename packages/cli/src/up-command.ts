@@ -45,7 +45,7 @@ import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocal
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { Output } from "./output.js";
-import { serviceMain, upPaths, type ServiceProgram, type UpPaths } from "./paths.js";
+import { meshctlCommand, serviceMain, upPaths, type ServiceProgram, type UpPaths } from "./paths.js";
 import { makePrivateDir, tightenTree } from "./private-tree.js";
 import { Supervisor, type ChildEvent, type ServiceSpec } from "./supervisor.js";
 
@@ -484,7 +484,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       out.out(
         `restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`,
       );
-      if (opts.bootstrap) out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} npx meshctl status`);
+      if (opts.bootstrap) out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} ${meshctlCommand()} status`);
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
     }
     if (!auth) {
