@@ -251,7 +251,8 @@ const pkg = {
   description: "meshctl and the services of the provisioning mesh, each bundled into one file (see README.md).",
   license: "Apache-2.0",
   type: "module",
-  engines: { node: ">=20" },
+  // The Node.js versions the repository's suite runs on (.ci/run), as its root package.json says.
+  engines: (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { engines: Record<string, string> }).engines,
   bin,
 };
 writeFileSync(join(pkgDir, "package.json"), `${JSON.stringify(pkg, null, 2)}\n`);
