@@ -274,7 +274,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
   });
 
   it("stalls naming an offline holder, keeps k, refuses a forged confirmation, and commits when the holder is back", async () => {
-    expect((await mesh.apply([moduleDoc("shop2")])).ok).toBe(true);
+    expect((await mesh.apply([harnessProvider(db), moduleDoc("shop2")])).ok).toBe(true);
     await mesh.waitForState("shop2", "Ready");
     await waitFor("both holders on generation 1", async () => {
       const g = await mesh.grant("shop2", "db");
