@@ -36,8 +36,30 @@ describe("meshctl up with the examples", () => {
   let cwd: string;
   let up: ChildProcess;
   let out = "";
-  let url = "";
   let release: (() => void) | undefined;
+
+  /** The address up's own nats-server listens on, as up printed it; waited for once, by whichever test asks first. */
+  let listening: Promise<string> | undefined;
+  const serverUrl = () =>
+    (listening ??= waitFor("up to start its nats-server", () => /listening on (nats:\/\/127\.0\.0\.1:\d+).*no monitoring port/.exec(out)?.[1], 30_000).catch(
+      (e: unknown) => {
+        throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
+      },
+    ));
+
+  // On an idle machine of this kind shop is Ready about 18 s after up starts its server: six
+  // services start (each imports for about a second of CPU, on two cores), answer, move onto
+  // their granted identities and start again. Under CI, beside the other test files, that took
+  // past 30 s. up itself waits 60 s for the resolver and 120 s for the control plane, so the
+  // tests allow what a user would wait through, not a fraction of it.
+  let ready: Promise<void> | undefined;
+  const shopReady = () =>
+    (ready ??= waitFor("shop Ready in up's output", () => /\bshop Ready\b/.test(out), 150_000).then(
+      () => undefined,
+      (e: unknown) => {
+        throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
+      },
+    ));
 
   // test/release.test.ts runs the same example on the same server: each waits for the other.
   beforeAll(async () => {
@@ -57,14 +79,7 @@ describe("meshctl up with the examples", () => {
   });
 
   it("starts a NATS server of its own whose operator is the mesh, on 4222 or, taken, on a port it names; no client without credentials gets in", async () => {
-    const started = await waitFor(
-      "up to start its nats-server",
-      () => /listening on (nats:\/\/127\.0\.0\.1:\d+).*no monitoring port/.exec(out) ?? undefined,
-      30_000,
-    ).catch((e) => {
-      throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
-    });
-    url = started[1]!;
+    const url = await serverUrl();
     // No monitoring port unless asked for (--nats-monitor): its /connz would show anyone every identity's connections.
     expect(readFileSync(join(cwd, ".mesh/nats-operator/server.conf"), "utf8")).not.toMatch(/^\s*(http|http_port|monitor_port)\b/m);
     if (!(await isTcpPortFree("127.0.0.1", 4222))) {
@@ -83,15 +98,9 @@ describe("meshctl up with the examples", () => {
     expect(refused).toMatch(/Authorization Violation/);
   });
 
-  // On an idle machine of this kind shop is Ready about 18 s after up starts its server: six
-  // services start (each imports for about a second of CPU, on two cores), answer, move onto
-  // their granted identities and start again. Under CI, beside the other test files, that took
-  // past 30 s. up itself waits 60 s for the resolver and 120 s for the control plane, so the
-  // test allows what a user would wait through, not a fraction of it.
   it("brings shop to Ready and static-site to NothingRequired, with working files", { timeout: 200_000 }, async () => {
-    await waitFor("shop Ready in up's output", () => /\bshop Ready\b/.test(out), 150_000).catch((e) => {
-      throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
-    });
+    await shopReady();
+    const url = await serverUrl();
     await waitFor("static-site NothingRequired", () => /static-site NothingRequired/.test(out), 10_000);
     expect(out).toMatch(/module\/shop created/);
 
@@ -127,21 +136,28 @@ describe("meshctl up with the examples", () => {
     }
   });
 
-  it("every meshctl command run from that directory finds the server and the operator's credentials, with no flag or variable", async () => {
-    const r = await runMeshctl(cwd, ["status", "shop", "--json"], freshEnv);
-    expect(r.code, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
-    expect(JSON.parse(r.stdout)).not.toHaveProperty("warnings");
-    expect(r.stderr).toBe("");
-    // From elsewhere, with the address alone, the server refuses meshctl and it says what to do.
-    expect(url).toMatch(/^nats:\/\//);
-    const elsewhere = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "shop"], { ...freshEnv, NATS_URL: url });
-    expect(elsewhere.code).toBe(1);
-    expect(elsewhere.stderr).toMatch(/refused this process's identity/);
-    expect(elsewhere.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
-  });
+  it(
+    "every meshctl command run from that directory finds the server and the operator's credentials, with no flag or variable",
+    { timeout: 200_000 },
+    async () => {
+      await shopReady();
+      const url = await serverUrl();
+      const r = await runMeshctl(cwd, ["status", "shop", "--json"], freshEnv);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
+      expect(JSON.parse(r.stdout)).not.toHaveProperty("warnings");
+      expect(r.stderr).toBe("");
+      // From elsewhere, with the address alone, the server refuses meshctl and it says what to do.
+      expect(url).toMatch(/^nats:\/\//);
+      const elsewhere = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "shop"], { ...freshEnv, NATS_URL: url });
+      expect(elsewhere.code).toBe(1);
+      expect(elsewhere.stderr).toMatch(/refused this process's identity/);
+      expect(elsewhere.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
+    },
+  );
 
   it("stops every service and its nats-server, and exits 0 on SIGTERM", async () => {
+    const url = await serverUrl();
     const exited = new Promise<number | null>((resolve) => up.once("exit", (code) => resolve(code)));
     up.kill("SIGTERM");
     expect(await exited).toBe(0);
