@@ -86,21 +86,21 @@ describe("a Provider's admin password source", () => {
       },
     ]);
     // All or nothing: not even the valid one.
-    expect(await keysOf(mesh.store.kv.providers)).toEqual([]);
+    for (const name of ["evil-file", "evil-env", "fine"]) expect(await mesh.store.kv.providers.get(name), name).toBeNull();
   });
 
   it("is refused by meshctl apply with the document, the field and the rule", async () => {
     const file = join(dir, "evil.yaml");
     writeFileSync(
       file,
-      `kind: Provider\nname: evil\nserves: [redis.user]\nnode: node-a\nendpoint: redis://127.0.0.1:${port}\nadmin: { username: default, passwordFile: ${masterKeyFile} }\n`,
+      `kind: Provider\nname: evil-yaml\nserves: [redis.user]\nnode: node-a\nendpoint: redis://127.0.0.1:${port}\nadmin: { username: default, passwordFile: ${masterKeyFile} }\n`,
     );
     const out = bufferOutput();
     const code = await runApply(async () => mesh.nc, { files: [file] }, out);
     expect(code).not.toBe(0);
     expect(out.stderr).toContain(`document 0: admin.passwordFile: "${masterKeyFile}" is the mesh's master key`);
     expect(out.stderr).toContain("put the admin password in a file of its own");
-    expect(await keysOf(mesh.store.kv.providers)).toEqual([]);
+    expect(await mesh.store.kv.providers.get("evil-yaml")).toBeNull();
   });
 
   it("is refused where it is read, for a Provider stored without the check: nothing is read or sent, and the grant says why", async () => {
