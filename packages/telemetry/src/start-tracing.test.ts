@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { trace } from "@opentelemetry/api";
@@ -6,6 +6,8 @@ import { resourceAttributes, startTracing, traced, tracesEndpoint } from "./star
 
 describe("startTracing", () => {
   let server: Server | undefined;
+  // The API takes a global provider once per process: each test starts with none set.
+  beforeEach(() => trace.disable());
   afterEach(() => new Promise<void>((r) => (server ? server.close(() => r()) : r())));
 
   it("exports spans over OTLP/HTTP to <OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces", async () => {
@@ -57,7 +59,6 @@ describe("startTracing", () => {
   });
 
   it("a traced service whose stop fails still flushes its spans, and the failure reaches the caller", async () => {
-    trace.disable(); // the global provider is set once per process: the test before set it
     const bodies: string[] = [];
     server = createServer((req, res) => {
       let body = "";
