@@ -127,6 +127,13 @@ describe("meshctl up with an application, an agent, a part and every service lis
     return l;
   };
 
+  /**
+   * `meshctl rotate shop/key --wait`, which stalls: node-b's part may not run its hook, so it
+   * never confirms. Run once, by whichever test needs the stalled rotation first.
+   */
+  let stalling: ReturnType<typeof runMeshctl> | undefined;
+  const stalledRotation = () => (stalling ??= runMeshctl(cwd, ["rotate", "shop/key", "--wait", "--timeout", "25s"], freshEnv, 90_000));
+
   const rotation = async (): Promise<Rotation | undefined> => (await readJson(store.kv.rotations, keys.grant("shop", "key"), Rotation))?.value;
 
   beforeAll(async () => {
@@ -183,7 +190,7 @@ describe("meshctl up with an application, an agent, a part and every service lis
       const k = (await readJson(store.kv.grants, keys.grant("shop", "key"), Grant))!.value.generation;
       const workerK = readFileSync(bindings("node-b", "shop", "worker", "key", "value"), "utf8");
 
-      const r = await runMeshctl(cwd, ["rotate", "shop/key", "--wait", "--timeout", "25s"], freshEnv, 90_000);
+      const r = await stalledRotation();
       expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(8); // Stalled
       expect(`${r.stdout}${r.stderr}`).toMatch(/Stalled/);
       expect(`${r.stdout}${r.stderr}`).toContain("node-b/worker");
@@ -261,6 +268,7 @@ describe("meshctl up with an application, an agent, a part and every service lis
     "the rotator counts node-b's part only with both witnesses: a forged ack alone, or a forged receipt alone, commits nothing; both do",
     { timeout: 120_000 },
     async () => {
+      await stalledRotation();
       const r = (await rotation())!;
       expect(r.state).toBe(RotationStates.Stalled);
       const receiptKey = keys.receipt("node-b", "shop", "key", "worker");
