@@ -118,6 +118,68 @@ describe("the control plane's images and packages handed over from bootstrap to 
       return digest;
     })());
 
+  /**
+   * The handover: both registries installed and preferred, the rotator killed where it froze in
+   * the middle of the image's copy, and both handovers committed; their rotation records. Done
+   * once, by whichever test needs it first.
+   */
+  let handingOver: Promise<{ images: Rotation; packages: Rotation }> | undefined;
+  const handedOver = () =>
+    (handingOver ??= (async () => {
+      // The registries are installed, and preferred.
+      const passwordFile = join(work, "issuer-admin-password");
+      writeFileSync(passwordFile, registry.admin.password, { mode: 0o600 });
+      const providers = [
+        {
+          kind: "Provider",
+          name: "registry-oci",
+          serves: ["oci.registry"],
+          node: "node-a",
+          endpoint: registry.registryUrl,
+          admin: { username: registry.admin.username, passwordFile },
+          options: { issuerUrl: registry.issuerUrl },
+          preference: 10,
+          installed: true,
+        },
+        {
+          kind: "Provider",
+          name: "registry-npm",
+          serves: ["npm.registry"],
+          node: "node-a",
+          endpoint: verdaccio.endpoint,
+          options: { usersDir: verdaccio.usersDir },
+          preference: 10,
+          installed: true,
+        },
+      ];
+      const applyProvider = async (p: (typeof providers)[number]) => {
+        const file = join(work, `${p.name}.yaml`);
+        writeFileSync(file, stringify(p));
+        const applied = await mesh.meshctl(["apply", "-f", file]);
+        expect(applied.code, applied.stdout + applied.stderr).toBe(0);
+      };
+      // The image registry first: its copy (two blobs, then the manifest) is the one killed in the middle.
+      await applyProvider(providers[0]!);
+      // The rotator froze after the first artifact it copied: killed there, mid-copy.
+      await waitFor("the rotator to freeze in the middle of a copy", () => existsSync(marker), 60_000, 100);
+      const pid = Number(readFileSync(marker, "utf8").trim());
+      expect(pid).toBe(mesh.servicePid("rotator"));
+      process.kill(pid, "SIGKILL");
+      await applyProvider(providers[1]!);
+
+      // The supervisor starts it again; it finishes both handovers.
+      const committed = async (requirement: string) => {
+        const e = await (await new Kvm(admin).open(Buckets.rotations)).get(keys.grant("mesh", requirement));
+        const rot = e?.operation === "PUT" ? Rotation.parse(e.json()) : undefined;
+        return rot?.trigger === "handover" && rot.state === RotationStates.Committed ? rot : undefined;
+      };
+      const [images, packages] = await Promise.all([
+        waitFor("mesh/images handed over", () => committed("images"), 120_000, 500),
+        waitFor("mesh/packages handed over", () => committed("packages"), 120_000, 500),
+      ]);
+      return { images, packages };
+    })());
+
   it("at bootstrap, the agent's images and packages are object stores of the mesh's own NATS, which hold what was put there", async () => {
     const grants = await status();
     expect(grants.images).toMatchObject({ kind: "oci.registry", provider: "mesh-nats", generation: 1 });
@@ -192,57 +254,8 @@ describe("the control plane's images and packages handed over from bootstrap to 
       await waitFor("the holder's first reads", () => reads >= 3 || failures.length > 0, 20_000);
       expect(failures).toEqual([]);
 
-      // The registries are installed, and preferred.
-      const passwordFile = join(work, "issuer-admin-password");
-      writeFileSync(passwordFile, registry.admin.password, { mode: 0o600 });
-      const providers = [
-        {
-          kind: "Provider",
-          name: "registry-oci",
-          serves: ["oci.registry"],
-          node: "node-a",
-          endpoint: registry.registryUrl,
-          admin: { username: registry.admin.username, passwordFile },
-          options: { issuerUrl: registry.issuerUrl },
-          preference: 10,
-          installed: true,
-        },
-        {
-          kind: "Provider",
-          name: "registry-npm",
-          serves: ["npm.registry"],
-          node: "node-a",
-          endpoint: verdaccio.endpoint,
-          options: { usersDir: verdaccio.usersDir },
-          preference: 10,
-          installed: true,
-        },
-      ];
-      const applyProvider = async (p: (typeof providers)[number]) => {
-        const file = join(work, `${p.name}.yaml`);
-        writeFileSync(file, stringify(p));
-        const applied = await mesh.meshctl(["apply", "-f", file]);
-        expect(applied.code, applied.stdout + applied.stderr).toBe(0);
-      };
-      // The image registry first: its copy (two blobs, then the manifest) is the one killed in the middle.
-      await applyProvider(providers[0]!);
-      // The rotator froze after the first artifact it copied: killed there, mid-copy.
-      await waitFor("the rotator to freeze in the middle of a copy", () => existsSync(marker), 60_000, 100);
-      const pid = Number(readFileSync(marker, "utf8").trim());
-      expect(pid).toBe(mesh.servicePid("rotator"));
-      process.kill(pid, "SIGKILL");
-      await applyProvider(providers[1]!);
-
-      // The supervisor starts it again; it finishes both handovers.
-      const committed = async (requirement: string) => {
-        const e = await (await new Kvm(admin).open(Buckets.rotations)).get(keys.grant("mesh", requirement));
-        const rot = e?.operation === "PUT" ? Rotation.parse(e.json()) : undefined;
-        return rot?.trigger === "handover" && rot.state === RotationStates.Committed ? rot : undefined;
-      };
-      const [images, packages] = await Promise.all([
-        waitFor("mesh/images handed over", () => committed("images"), 120_000, 500),
-        waitFor("mesh/packages handed over", () => committed("packages"), 120_000, 500),
-      ]);
+      // The registries are installed and preferred; the rotator, killed in the middle of the image's copy, finishes both handovers.
+      const { images, packages } = await handedOver();
       expect(images).toMatchObject({ fromProvider: "mesh-nats", provider: "registry-oci", from: 1, to: 2 });
       expect(packages).toMatchObject({ fromProvider: "mesh-nats", provider: "registry-npm", from: 1, to: 2 });
       // Everything was carried over, two blobs and a manifest, and the package version; what the
@@ -295,6 +308,8 @@ describe("the control plane's images and packages handed over from bootstrap to 
   }, 300_000);
 
   it("a registry stopped shows on the grant its holders read from, in meshctl status mesh, until it is back", async () => {
+    await filled();
+    await handedOver();
     const reachable = (g: GrantView | undefined) => g?.conditions.find((c) => c.type === "Reachable" || c.type === "Verified");
     await registry.stopServer();
     try {
@@ -328,5 +343,5 @@ describe("the control plane's images and packages handed over from bootstrap to 
       90_000,
       1_000,
     );
-  }, 200_000);
+  }, 420_000); // alone, it makes the handover first (up to 180 s of its waits)
 });
