@@ -15,6 +15,7 @@ import { bufferOutput, runStatus, runVerify } from "../packages/cli/src/index.js
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { checkedAfter, delivered, moveToGeneration, useAsHolder, verificationOf, verifiedOf, waitVerified, watchVerified } from "./verify-helpers.js";
+import { waitFor } from "./harness/wait.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 
 /** The verifier's interval and the agents' probe interval in these tests. */
@@ -74,8 +75,10 @@ describe("drift on a live provider", () => {
       instance: "verifier-2",
     });
     try {
-      await new Promise((r) => setTimeout(r, 2 * INTERVAL));
+      // Joined: it has a share of the grants.
+      await waitFor("the second instance to check a grant", () => second.stats().checks > 0, 10 * INTERVAL);
       const [a0, b0] = [mesh.verifier!.stats(), second.stats()];
+      // The window the checks are counted over: six intervals.
       await new Promise((r) => setTimeout(r, 6 * INTERVAL));
       const [a1, b1] = [mesh.verifier!.stats(), second.stats()];
       const checks = a1.checks - a0.checks + (b1.checks - b0.checks);

@@ -60,9 +60,11 @@ describe("faults on the mesh on a three-server cluster", () => {
     const burst = Array.from({ length: 20 }, (_, i) => `burst-${i}`);
     modules.push(...burst);
     const applying = Promise.all(burst.map((m) => applyDocs(t.nc, [secretModule(m)])));
+    // The fault lands with the burst in flight: 300 ms into it.
     await sleep(300);
     const meta = await t.cluster.metaLeader();
     await meta.kill();
+    // Down for 3 s.
     await sleep(3_000);
     await meta.restart();
     const ended = Date.now();
@@ -93,6 +95,7 @@ describe("faults on the mesh on a three-server cluster", () => {
 
   it("the whole cluster restarted", async () => {
     await Promise.all(t.cluster.members.map((m) => m.stop()));
+    // All down for 2 s.
     await sleep(2_000);
     for (const m of t.cluster.members) await m.restart();
     const ended = Date.now();
