@@ -181,6 +181,7 @@ describe("watchCredentials", () => {
   });
 
   it("reports such a failure to onError and goes on when one is given", async () => {
+    await publish("session-key", 4, "worker", "node-b");
     const errors: string[] = [];
     const watch = await watchCredentials(nc, { module: "shop", part: "worker", onError: (e, d) => errors.push(`${d.grant}@${d.generation}: ${e.code}`) });
     await waitFor("the failure reported to onError", () => errors.length > 0 || undefined, 10_000);
