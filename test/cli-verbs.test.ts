@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse as parseYaml } from "yaml";
 import { ModuleStates, type ModuleDoc } from "@mesh/shared";
 import { ExitCodes, bufferOutput, modulesRevisionNow, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
@@ -259,6 +260,33 @@ describe("the built meshctl", () => {
     const r = await meshctl(["--version"]);
     expect(r.status).toBe(0);
     expect(r.stdout.trim()).toBe((JSON.parse(readFileSync(join(repo, "packages/cli/package.json"), "utf8")) as { version: string }).version);
+  });
+
+  it("prints every state it reads as -o yaml the same as -o json, and describe is explain", async () => {
+    const commands = [
+      ["status"],
+      ["status", "shop"],
+      ["get", "modules"],
+      ["get", "grants", "shop"],
+      ["get", "providers"],
+      ["explain", "needs-pg"],
+      ["wait", "shop", "--for", "Ready"],
+    ];
+    for (const args of commands) {
+      const [json, yaml] = [await meshctl([...args, "-o", "json"]), await meshctl([...args, "-o", "yaml"])];
+      expect(json.status, `${args.join(" ")} -o json: ${json.stderr}`).toBe(0);
+      expect(yaml.status, `${args.join(" ")} -o yaml: ${yaml.stderr}`).toBe(0);
+      expect(yaml.stdout.trimStart().startsWith("{"), `${args.join(" ")} -o yaml printed JSON`).toBe(false);
+      expect(parseYaml(yaml.stdout), args.join(" ")).toEqual(JSON.parse(json.stdout));
+      // --json stays the alias of -o json.
+      expect(JSON.parse((await meshctl([...args, "--json"])).stdout), args.join(" ")).toEqual(JSON.parse(json.stdout));
+    }
+    const described = await meshctl(["describe", "needs-pg", "-o", "json"]);
+    expect(described.status).toBe(0);
+    expect(JSON.parse(described.stdout)).toEqual(JSON.parse((await meshctl(["explain", "needs-pg", "--json"])).stdout));
+    const unknown = await meshctl(["status", "-o", "xml"]);
+    expect(unknown.status).toBe(2);
+    expect(unknown.stderr).toContain("Allowed choices are json, yaml");
   });
 
   it("get, wait and apply --wait are wired with their exit codes", async () => {

@@ -23,7 +23,8 @@ import { MODULE_STATE_LIST, parseModuleState } from "./module-wait.js";
 import { checkModuleName } from "./status-report.js";
 import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
 import { ExitCodes } from "./exit-codes.js";
-import { processOutput } from "./output.js";
+import { processOutput, type Output } from "./output.js";
+import { formatOf, formatted, outputOption } from "./output-format.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { runStatus } from "./status-command.js";
@@ -105,6 +106,16 @@ function readCommand(what: string, o: { timeout?: string; verbose?: boolean }, f
   });
 }
 
+/** A command that prints state, in the form `-o json|yaml` or `--json` asks for (output-format.ts). */
+async function printing(o: { json?: boolean; output?: string }, fn: (p: { out: Output; json: boolean }) => Promise<number>): Promise<number> {
+  const f = formatted(out, formatOf(o));
+  try {
+    return await fn(f);
+  } finally {
+    f.done();
+  }
+}
+
 const TIMEOUT_HELP = `how long to keep trying while the service that must answer is not there yet or asks for a retry (default ${DEFAULT_DEADLINE_MS / 1000}s)`;
 const VERBOSE_HELP = "show every attempt that is tried again, and why";
 
@@ -138,18 +149,21 @@ program
   )
   .option("--wait", "then wait until every module applied is Ready or NothingRequired; fail at once on Unsatisfiable")
   .option("--json", "print the outcome as JSON")
+  .addOption(outputOption())
   .option("--force", "apply what the control plane protects itself from: module mesh without a requirement it had")
   .option("--timeout <duration>", `${TIMEOUT_HELP}; with --wait, how long all of it may take (default ${WAIT_TIMEOUT_MS / 1000}s)`)
   .option("--verbose", VERBOSE_HELP)
-  .action((o: { filename: string[]; wait?: boolean; json?: boolean; force?: boolean; timeout?: string; verbose?: boolean }) =>
-    run((connect, url) => {
-      if (!o.wait) return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy: policyOf(o) }, out);
-      // With --wait, --timeout bounds all of it: sending (again while the resolver does not answer) and waiting.
-      const timeoutMs = durationOption("--timeout", o.timeout) ?? WAIT_TIMEOUT_MS;
-      const policy = retryPolicy({ withinMs: timeoutMs, verbose: Boolean(o.verbose) }, out);
-      const store = async () => openStoreForCli(await connect(), url);
-      return runApply(connect, { files: o.filename, json: o.json, force: o.force, policy, wait: { untilMs: policy.deadline, timeoutMs, store } }, out);
-    }),
+  .action((o: { filename: string[]; wait?: boolean; json?: boolean; output?: string; force?: boolean; timeout?: string; verbose?: boolean }) =>
+    run((connect, url) =>
+      printing(o, (p) => {
+        if (!o.wait) return runApply(connect, { files: o.filename, json: p.json, force: o.force, policy: policyOf(o) }, p.out);
+        // With --wait, --timeout bounds all of it: sending (again while the resolver does not answer) and waiting.
+        const timeoutMs = durationOption("--timeout", o.timeout) ?? WAIT_TIMEOUT_MS;
+        const policy = retryPolicy({ withinMs: timeoutMs, verbose: Boolean(o.verbose) }, out);
+        const store = async () => openStoreForCli(await connect(), url);
+        return runApply(connect, { files: o.filename, json: p.json, force: o.force, policy, wait: { untilMs: policy.deadline, timeoutMs, store } }, p.out);
+      }),
+    ),
   );
 
 program
@@ -161,20 +175,22 @@ program
   .option("--force", "delete what the mesh protects: module mesh (its control plane), a provider that still serves grants (they are re-resolved)")
   .option("--wait-timeout <duration>", "how long to wait for the providers to revoke what was deleted (default 60s); exit 9 when they have not")
   .option("--json", 'print {"ok","deleted":[…],"grants":[{"grant","revoked","retained","gone","remains"}]} as JSON')
+  .addOption(outputOption())
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
   .action(
     (
       what: string | undefined,
       names: string[],
-      o: { filename: string[]; force?: boolean; waitTimeout?: string; json?: boolean; timeout?: string; verbose?: boolean },
+      o: { filename: string[]; force?: boolean; waitTimeout?: string; json?: boolean; output?: string; timeout?: string; verbose?: boolean },
     ) =>
       run(async (connect, url) => {
         const force = Boolean(o.force);
         if (o.filename.length && (what || names.length)) throw new CliError("give either -f FILE… or WHAT NAME…, not both", ExitCodes.Usage);
         const request = o.filename.length ? await deleteRequestOfFiles(o.filename, force) : deleteRequestOf(what, names, force);
         const waitMs = durationOption("--wait-timeout", o.waitTimeout);
-        return runDelete(await openStoreForCli(await connect(), url), { request, json: o.json, policy: policyOf(o), ...(waitMs ? { waitMs } : {}) }, out);
+        const store = await openStoreForCli(await connect(), url);
+        return printing(o, (p) => runDelete(store, { request, json: p.json, policy: policyOf(o), ...(waitMs ? { waitMs } : {}) }, p.out));
       }),
   );
 
@@ -183,21 +199,24 @@ program
   .description("processed modules, their state, and each grant with provider, generation and conditions")
   .argument("[module]", "only this module")
   .option("--json", 'print {"modules":[…]} as JSON')
+  .addOption(outputOption())
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((module: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
-    readCommand("status", o, (store) => runStatus(store, { module, json: o.json }, out)),
+  .action((module: string | undefined, o: { json?: boolean; output?: string; timeout?: string; verbose?: boolean }) =>
+    readCommand("status", o, (store) => printing(o, (p) => runStatus(store, { module, json: p.json }, p.out))),
   );
 
 program
   .command("explain")
+  .alias("describe")
   .description("for each requirement of a module, why it is or is not satisfied and what would satisfy it")
   .argument("<module>", "the module")
   .option("--json", "print the explanation as JSON")
+  .addOption(outputOption())
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((module: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
-    readCommand("explain", o, (store) => runExplain(store, { module, json: o.json }, out)),
+  .action((module: string, o: { json?: boolean; output?: string; timeout?: string; verbose?: boolean }) =>
+    readCommand("explain", o, (store) => printing(o, (p) => runExplain(store, { module, json: p.json }, p.out))),
   );
 
 program
@@ -206,14 +225,15 @@ program
   .argument("<what>", GetResources.join(", "))
   .argument("[name]", "modules: one module; grants: the grants of a module (shop) or one grant (shop/db); providers: one provider")
   .option("--json", 'print {"modules"|"grants"|"providers":[…]} as JSON')
+  .addOption(outputOption())
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((what: string, name: string | undefined, o: { json?: boolean; timeout?: string; verbose?: boolean }) => {
+  .action((what: string, name: string | undefined, o: { json?: boolean; output?: string; timeout?: string; verbose?: boolean }) => {
     let resource: ReturnType<typeof parseGetResource> = "modules";
     return readCommand(
       "get",
       o,
-      (store) => runGet(store, { resource, ...(name !== undefined ? { name } : {}), json: o.json }, out),
+      (store) => printing(o, (p) => runGet(store, { resource, ...(name !== undefined ? { name } : {}), json: p.json }, p.out)),
       () => {
         resource = parseGetResource(what);
         checkGetName(resource, name);
@@ -231,12 +251,14 @@ program
     `how long to wait (default ${WAIT_TIMEOUT_MS / 1000}s); then exit 9 naming the state seen last, or 3 when the module still has none`,
   )
   .option("--json", 'print {"module","for","outcome","state","message","since","processedRevision","manifestRevision","why","timedOut"} as JSON')
-  .action((module: string, o: { for: string; timeout?: string; json?: boolean }) =>
+  .addOption(outputOption())
+  .action((module: string, o: { for: string; timeout?: string; json?: boolean; output?: string }) =>
     run(async (connect, url) => {
       const state = parseModuleState(o.for);
       checkModuleName(module);
       const timeoutMs = durationOption("--timeout", o.timeout);
-      return runWait(await openStoreForCli(await connect(), url), { module, for: state, json: o.json, ...(timeoutMs ? { timeoutMs } : {}) }, out);
+      const store = await openStoreForCli(await connect(), url);
+      return printing(o, (p) => runWait(store, { module, for: state, json: p.json, ...(timeoutMs ? { timeoutMs } : {}) }, p.out));
     }),
   );
 
@@ -246,10 +268,11 @@ program
   .argument("<grant>", "the grant: <module>/<requirement>")
   .option("--repair", "repair drift found now, even when the requirement says repair: report")
   .option("--json", "print the result as JSON")
+  .addOption(outputOption())
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((grant: string, o: { repair?: boolean; json?: boolean; timeout?: string; verbose?: boolean }) =>
-    run((connect) => runVerify(connect, { grant, repair: o.repair, json: o.json, policy: policyOf(o) }, out)),
+  .action((grant: string, o: { repair?: boolean; json?: boolean; output?: string; timeout?: string; verbose?: boolean }) =>
+    run((connect) => printing(o, (p) => runVerify(connect, { grant, repair: o.repair, json: p.json, policy: policyOf(o) }, p.out))),
   );
 
 program
@@ -265,6 +288,7 @@ program
   )
   .option("--verbose", VERBOSE_HELP)
   .option("--json", 'print {"rotation","grant","from","to","state","holders":[{"holder","confirmedAt"}],"missing":[…],"evicted":[…]} as JSON')
+  .addOption(outputOption())
   .option(
     "--evict <holder>",
     "commit the grant's running (or Stalled) rotation without this holder (<node>/<part>, or <node>/<part>/<instance> for an SDK instance), which never came back; repeatable",
@@ -274,7 +298,7 @@ program
   .action(
     (
       grant: string | undefined,
-      o: { kind?: string; wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; evict: string[] },
+      o: { kind?: string; wait?: boolean; timeout?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; output?: string; evict: string[] },
     ) =>
       run(async (connect, url) => {
         if ((grant === undefined) === (o.kind === undefined))
@@ -284,10 +308,12 @@ program
         else checkGrantArg(grant!);
         const timeoutMs = durationOption("--timeout", o.timeout);
         const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
-        const common = { wait: o.wait, json: o.json, policy, ...(timeoutMs ? { timeoutMs } : {}) };
         const store = await openStoreForCli(await connect(), url);
-        if (o.kind !== undefined) return runRotateKind(store, { ...common, kind: o.kind }, out);
-        return runRotate(store, { grant: grant!, ...common, ...(o.evict.length ? { evict: o.evict } : {}) }, out);
+        return printing(o, (p) => {
+          const common = { wait: o.wait, json: p.json, policy, ...(timeoutMs ? { timeoutMs } : {}) };
+          if (o.kind !== undefined) return runRotateKind(store, { ...common, kind: o.kind }, p.out);
+          return runRotate(store, { grant: grant!, ...common, ...(o.evict.length ? { evict: o.evict } : {}) }, p.out);
+        });
       }),
   );
 
@@ -300,16 +326,16 @@ program
   .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers (default ${DEFAULT_DEADLINE_MS / 1000}s)`)
   .option("--verbose", VERBOSE_HELP)
   .option("--json", 'print the rotation as rotate --json does, with "lockedOut":[…]')
-  .action((grant: string, o: { reason?: string; grace?: string; requestTimeout?: string; verbose?: boolean; json?: boolean }) =>
+  .addOption(outputOption())
+  .action((grant: string, o: { reason?: string; grace?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; output?: string }) =>
     run(async (connect, url) => {
       checkGrantArg(grant);
       const graceMs = o.grace === "0s" || o.grace === "0" ? 0 : (durationOption("--grace", o.grace) ?? 1_000);
       const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
       const by = `${userInfo().username}@${hostname()}`;
-      return runRotate(
-        await openStoreForCli(await connect(), url),
-        { grant, json: o.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } },
-        out,
+      const store = await openStoreForCli(await connect(), url);
+      return printing(o, (p) =>
+        runRotate(store, { grant, json: p.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } }, p.out),
       );
     }),
   );
@@ -319,13 +345,14 @@ program
   .description("a rotation's fan-out as a timeline: when it was staged, broadcast and committed, and when each holder confirmed")
   .argument("<rotation>", "the rotation: <module>/<requirement>#<generation> (or <module>/<requirement> for its latest)")
   .option("--json", "print the timeline as JSON")
+  .addOption(outputOption())
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((rotation: string, o: { json?: boolean; timeout?: string; verbose?: boolean }) =>
+  .action((rotation: string, o: { json?: boolean; output?: string; timeout?: string; verbose?: boolean }) =>
     readCommand(
       "trace",
       o,
-      (store) => runTrace(store, { rotation, json: o.json }, out),
+      (store) => printing(o, (p) => runTrace(store, { rotation, json: p.json }, p.out)),
       () => checkRotationArg(rotation),
     ),
   );
