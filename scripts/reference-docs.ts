@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 import { DURATION_PATTERN, KIND_LIST, Kinds, NAME_PATTERN_PORTABLE } from "../packages/shared/src/index.js";
 import { SCHEMA_ENTRIES, toJsonSchema } from "./json-schemas.js";
-import { EXIT_CODES_HELP, program } from "../packages/cli/src/program.js";
+import { EXIT_CODES_HELP, program, visibleCommands } from "../packages/cli/src/program.js";
 
 /** The repository's root, which the generated pages' paths are relative to. */
 export const REPO_ROOT = fileURLToPath(new URL("../", import.meta.url));
@@ -191,7 +191,7 @@ function meshctlOptions(): string {
     EXIT_CODES_HELP,
     "```",
     "",
-    ...program.commands.flatMap(commandSection),
+    ...visibleCommands().flatMap(commandSection),
   ].join("\n");
 }
 

@@ -6,7 +6,7 @@
  * state seen last, or 3 for a module that still has none; the built meshctl wires it all and
  * prints its package's version.
  */
-import { execFile } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -287,6 +287,46 @@ describe("the built meshctl", () => {
     const unknown = await meshctl(["status", "-o", "xml"]);
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toContain("Allowed choices are json, yaml");
+  });
+
+  it("completes subcommands, options, their values and the mesh's grants and modules in bash", async () => {
+    const script = await meshctl(["completion", "bash"]);
+    expect(script.status, script.stderr).toBe(0);
+    const file = join(dir, "meshctl.bash");
+    writeFileSync(file, script.stdout);
+    expect(spawnSync("bash", ["-n", file], { encoding: "utf8" }).status).toBe(0);
+    // The meshctl a user's shell runs: this one, on this mesh's server.
+    const bin = join(dir, "bin");
+    mkdirSync(bin, { recursive: true });
+    writeFileSync(
+      join(bin, "meshctl"),
+      `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(join(repo, "packages/cli/bin/meshctl.js"))} "$@"\n`,
+      {
+        mode: 0o755,
+      },
+    );
+    const complete = (...words: string[]) => {
+      const r = spawnSync(
+        "bash",
+        [
+          "-c",
+          `source ${JSON.stringify(file)}; COMP_WORDS=(meshctl ${words.map((w) => JSON.stringify(w)).join(" ")}); COMP_CWORD=${words.length}; _meshctl_complete; printf '%s\\n' "\${COMPREPLY[@]}"`,
+        ],
+        { encoding: "utf8", env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, NATS_URL: mesh.nats.url } },
+      );
+      expect(r.status, r.stderr).toBe(0);
+      return r.stdout.split("\n").filter(Boolean);
+    };
+    expect(complete("ro")).toEqual(["rotate"]);
+    expect(complete("des")).toEqual(["describe"]);
+    expect(complete("status", "--o")).toEqual(["--output"]);
+    expect(complete("status", "-o", "y")).toEqual(["yaml"]);
+    expect(complete("rotate", "shop/")).toEqual(["shop/key"]);
+    expect(complete("rotate", "--timeout", "30s", "f")).toEqual(["far/key"]);
+    expect(complete("explain", "needs")).toEqual(["needs-pg"]);
+    expect(complete("get", "gr")).toEqual(["grants"]);
+    expect(complete("get", "grants", "sh")).toEqual(["shop/key"]);
+    expect(complete("completion", "f")).toEqual(["fish"]);
   });
 
   it("get, wait and apply --wait are wired with their exit codes", async () => {

@@ -25,6 +25,7 @@ import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput, type Output } from "./output.js";
 import { formatOf, formatted, outputOption } from "./output-format.js";
+import { CompletedNames, Shells, completionScript, parseShell, type CompletedCommand, type CompletedName } from "./completion.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { runStatus } from "./status-command.js";
@@ -543,6 +544,97 @@ program
         ).trimEnd(),
       );
       out.err(`operator keys in ${files.dir}; the admin's credentials: ${files.adminCredsFile}; provider option signingKeysFile: ${files.signingKeysFile}`);
+      return ExitCodes.Ok;
+    }),
+  );
+
+/** What each command's first argument names in the mesh, for completion. */
+const NAMES_OF: Record<string, CompletedName> = {
+  status: "modules",
+  explain: "modules",
+  wait: "modules",
+  verify: "grants",
+  rotate: "grants",
+  revoke: "grants",
+  trace: "grants",
+};
+
+/** The first words some commands take, for completion. */
+const FIRST_WORDS: Record<string, readonly string[]> = {
+  get: GetResources,
+  delete: ["module", "provider", "retained"],
+  example: Object.keys(EXAMPLES),
+  completion: Shells,
+};
+
+/** meshctl's commands as its help lists them: not the hidden ones, nor help itself. */
+export function visibleCommands(): Command[] {
+  return program
+    .createHelp()
+    .visibleCommands(program)
+    .filter((c) => c.name() !== "help");
+}
+
+/** meshctl's commands as completion sees them, from their definitions above. */
+function completedCommands(): CompletedCommand[] {
+  return visibleCommands().map((c) => {
+    const choices: Record<string, string[]> = {};
+    const fileOptions: string[] = [];
+    const valueOptions: string[] = [];
+    for (const o of c.options) {
+      const spellings = [o.long, o.short].filter((x): x is string => Boolean(x));
+      if (o.argChoices) for (const f of spellings) choices[f] = o.argChoices;
+      if (o.long === "--filename") fileOptions.push(...spellings);
+      if (o.required || o.optional) valueOptions.push(...spellings);
+    }
+    const first = FIRST_WORDS[c.name()];
+    const names = NAMES_OF[c.name()];
+    return {
+      name: c.name(),
+      aliases: c.aliases(),
+      options: [...c.options.flatMap((o) => [o.long, o.short].filter((x): x is string => Boolean(x))), "--help"],
+      valueOptions,
+      fileOptions,
+      choices,
+      ...(first ? { firstWords: [...first] } : {}),
+      ...(names ? { names } : {}),
+    };
+  });
+}
+
+program
+  .command("completion")
+  .description(
+    "print the completion script of a shell: source <(meshctl completion bash) in ~/.bashrc (zsh alike; fish: > ~/.config/fish/completions/meshctl.fish)",
+  )
+  .argument("<shell>", Shells.join(", "))
+  .action((shell: string) =>
+    run(async () => {
+      out.raw(completionScript(parseShell(shell), completedCommands()));
+      return ExitCodes.Ok;
+    }),
+  );
+
+/** How long a Tab may wait for the mesh's names before completion offers none. */
+const COMPLETE_WITHIN_MS = 1_500;
+
+/** The names completion offers: modules, grants (`shop/db`) or providers, one a line; none when the mesh does not answer in time. */
+program
+  .command("__complete", { hidden: true })
+  .argument("<what>")
+  .action((what: string) =>
+    run(async (connect, url) => {
+      if (!(CompletedNames as readonly string[]).includes(what)) return ExitCodes.Ok;
+      const listed = (async () => {
+        const store = await openStoreForCli(await connect(), url);
+        const kv = { modules: store.kv.manifests, grants: store.kv.grants, providers: store.kv.providers }[what as CompletedName];
+        const names: string[] = [];
+        for await (const k of await kv.keys()) names.push(what === "grants" ? k.replace(".", "/") : k);
+        return names.sort();
+      })();
+      listed.catch(() => undefined); // past the race, a failure is not the user's business
+      const names = await Promise.race([listed, new Promise<string[]>((r) => setTimeout(() => r([]), COMPLETE_WITHIN_MS).unref())]).catch(() => []);
+      for (const n of names) out.out(n);
       return ExitCodes.Ok;
     }),
   );
