@@ -80,7 +80,7 @@ describe("meshctl bootstrap", () => {
     });
     expect(anonymous.code).toBe(1);
     expect(anonymous.stderr).toMatch(/refused this process's identity/);
-    expect(anonymous.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
+    expect(anonymous.stderr).toContain("--creds .mesh/nats-operator/admin.creds");
   });
 
   it("limits each identity to what its service needs: the resolver may not serve rotations", async () => {

@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -152,7 +152,21 @@ describe("meshctl up with the examples", () => {
       const elsewhere = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "shop"], { ...freshEnv, NATS_URL: url });
       expect(elsewhere.code).toBe(1);
       expect(elsewhere.stderr).toMatch(/refused this process's identity/);
-      expect(elsewhere.stderr).toContain("MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds");
+      expect(elsewhere.stderr).toContain("--creds .mesh/nats-operator/admin.creds (or NATS_CREDS=, or MESH_NATS_CREDENTIALS=)");
+      // Named: with --creds, NATS_CREDS, or a context of the nats CLI that holds the server and the credentials.
+      const admin = join(cwd, ".mesh/nats-operator/admin.creds");
+      const named = async (args: string[], env: NodeJS.ProcessEnv) => {
+        const r = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), [...args, "status", "shop", "-o", "json"], { ...freshEnv, ...env });
+        expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(0);
+        expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
+      };
+      await named(["--creds", admin], { NATS_URL: url });
+      await named([], { NATS_URL: url, NATS_CREDS: admin });
+      const config = mkdtempSync(join(tmpdir(), "mesh-nats-config-"));
+      mkdirSync(join(config, "nats/context"), { recursive: true });
+      writeFileSync(join(config, "nats/context/mesh.json"), JSON.stringify({ description: "this mesh", url, creds: admin }));
+      await named(["--context", "mesh"], { XDG_CONFIG_HOME: config });
+      await named([], { XDG_CONFIG_HOME: config, NATS_CONTEXT: "mesh" });
     },
   );
 

@@ -18,20 +18,23 @@ import {
   type Store,
 } from "@mesh/shared/runtime";
 import { bootstrapFiles } from "./bootstrap.js";
-import { CliError } from "./cli-error.js";
+import { CliError, isCliError } from "./cli-error.js";
 import { isRequestTimeout, rootMessage } from "./nats-errors.js";
 import { meshctlCommand } from "./paths.js";
+import type { ChosenIdentity } from "./nats-context.js";
 
 /** Where `meshctl up` records the address of the NATS server it runs, under the state directory. */
 export const NATS_URL_FILE = "nats-url";
 
 /**
- * The NATS URL meshctl uses: `--server`, else `NATS_URL`, else the address `meshctl up` recorded
- * in `.mesh/nats-url` of the working directory, else nats://127.0.0.1:4222.
+ * The NATS URL meshctl uses: `--server`, else `NATS_URL`, else the URL of the NATS context named
+ * (`contextUrl`), else the address `meshctl up` recorded in `.mesh/nats-url` of the working
+ * directory, else nats://127.0.0.1:4222.
  */
-export function natsUrlFrom(option: string | undefined, env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): string {
+export function natsUrlFrom(option: string | undefined, env: NodeJS.ProcessEnv = process.env, cwd = process.cwd(), contextUrl?: string): string {
   if (option) return option;
   if (env.NATS_URL) return env.NATS_URL;
+  if (contextUrl) return contextUrl;
   try {
     const recorded = readFileSync(join(resolve(cwd, ".mesh"), NATS_URL_FILE), "utf8").trim();
     if (recorded) return recorded;
@@ -45,14 +48,33 @@ export function natsUrlFrom(option: string | undefined, env: NodeJS.ProcessEnv =
 export const isNamedServer = (option: string | undefined, env: NodeJS.ProcessEnv = process.env) => Boolean(option || env.NATS_URL);
 
 /**
- * The identity meshctl connects with: `MESH_NATS_CREDENTIALS` (or `MESH_NATS_USER`) when set,
- * else the operator admin's `.creds` that `meshctl up` or `bootstrap` left in `.mesh/` of the
- * working directory, else none. `--server` and `NATS_URL` change only the address.
+ * The identity meshctl connects with: `--creds` (or `NATS_CREDS`) when given, else the identity
+ * of the NATS context named (`--context`), else `MESH_NATS_CREDENTIALS` (or `MESH_NATS_USER`)
+ * when set, else the operator admin's `.creds` that `meshctl up` or `bootstrap` left in `.mesh/`
+ * of the working directory, else none. `--server` and `NATS_URL` change only the address.
  */
-export function cliIdentity(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): Partial<ConnectionOptions> {
+export function cliIdentity(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd(), chosen: ChosenIdentity = {}): Partial<ConnectionOptions> {
+  if (chosen.creds) return credsIdentity(`--creds ${chosen.creds}`, chosen.creds);
+  const c = chosen.context;
+  if (c && (c.creds || c.user || c.token)) {
+    const inbox = c.inboxPrefix ? { inboxPrefix: c.inboxPrefix } : {};
+    if (c.creds) return { ...credsIdentity(`NATS context ${c.name} (${c.file}): creds ${c.creds}`, c.creds), ...inbox };
+    if (c.user) return { ...natsIdentity({ MESH_NATS_USER: c.user, MESH_NATS_PASSWORD: c.password ?? "" }), ...inbox };
+    return { token: c.token, ...inbox };
+  }
   if (env.MESH_NATS_CREDENTIALS || env.MESH_NATS_USER) return natsIdentity(env);
   const creds = ownAdminCreds(env, resolve(cwd, ".mesh"));
   return creds ? natsIdentity({ MESH_NATS_CREDENTIALS: creds }) : {};
+}
+
+/** The identity of a `.creds` file (or `nats.user` binding directory) the command line named, refused in the words of where it was named. */
+function credsIdentity(named: string, path: string): Partial<ConnectionOptions> {
+  try {
+    return natsIdentity({ MESH_NATS_CREDENTIALS: path });
+  } catch (e) {
+    if (!isMeshError(e)) throw e;
+    throw new CliError(`${named}: ${e.message.replace(/^MESH_NATS_CREDENTIALS=\S+: /, "")}`, undefined, { cause: e });
+  }
 }
 
 /**
@@ -112,18 +134,20 @@ export const CLI_CONNECT_DEADLINE_MS = 30_000;
 /** Connects to `url`; a failure is a {@link CliError} that explains how to get a server. */
 export async function connectForCli(
   url: string,
-  o: { timeoutMs?: number; deadlineMs?: number; onRetry?: (line: string) => void } = {},
+  o: { timeoutMs?: number; deadlineMs?: number; onRetry?: (line: string) => void; identity?: ChosenIdentity } = {},
 ): Promise<NatsConnection> {
   const timeoutMs = o.timeoutMs ?? CLI_CONNECT_TIMEOUT_MS;
   const deadline = Date.now() + (o.deadlineMs ?? CLI_CONNECT_DEADLINE_MS);
   for (let attempt = 1; ; attempt++) {
     try {
-      return await connectNats(url, { timeout: timeoutMs, maxReconnectAttempts: 3, ...cliIdentity() });
+      return await connectNats(url, { timeout: timeoutMs, maxReconnectAttempts: 3, ...cliIdentity(process.env, process.cwd(), o.identity) });
     } catch (e) {
+      // What the command line named cannot be used: said as it is.
+      if (isCliError(e)) throw e;
       // The server answered and refused the identity: "start a nats-server" would mislead.
       if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
         throw new CliError(
-          `${e.message}.\nRun meshctl from the directory of the meshctl up or bootstrap that runs this mesh (its .mesh/ holds the operator's credentials), or set MESH_NATS_CREDENTIALS=.mesh/nats-operator/admin.creds`,
+          `${e.message}.\nRun meshctl from the directory of the meshctl up or bootstrap that runs this mesh (its .mesh/ holds the operator's credentials), or name them: --creds .mesh/nats-operator/admin.creds (or NATS_CREDS=, or MESH_NATS_CREDENTIALS=)`,
           undefined,
           { cause: e },
         );

@@ -16,6 +16,7 @@ import { checkConsoleOptions, runConsole, type ConsoleOptions } from "./console/
 import { DEFAULT_CONSOLE_LISTEN } from "./console/access.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
+import { readNatsContext } from "./nats-context.js";
 import { EXAMPLES, examplesHelp, runExample } from "./example-command.js";
 import { runExplain } from "./explain-command.js";
 import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
@@ -43,11 +44,15 @@ const collect = (value: string, previous: string[]) => [...previous, value];
 
 /** Runs a command with a lazily opened NATS connection, prints a CliError's message, exits with the code. */
 async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => Promise<number>): Promise<never> {
-  const url = natsUrlFrom(program.opts<{ server?: string }>().server);
+  const g = program.opts<{ server?: string; creds?: string; context?: string }>();
+  let url = natsUrlFrom(g.server);
   let nc: NatsConnection | undefined;
-  const connect = async () => (nc ??= await connectForCli(url));
   let code: number;
   try {
+    const context = g.context ? readNatsContext(g.context) : undefined;
+    url = natsUrlFrom(g.server, process.env, process.cwd(), context?.url);
+    const identity = { ...(g.creds ? { creds: g.creds } : {}), ...(context ? { context } : {}) };
+    const connect = async () => (nc ??= await connectForCli(url, { identity }));
     code = await fn(connect, url);
   } catch (e) {
     if (isCliError(e)) {
@@ -133,6 +138,17 @@ export const program = new Command("meshctl")
       "-s, --server <url>",
       "NATS server URL(s), comma-separated; default: the one meshctl up recorded in .mesh/nats-url, else nats://127.0.0.1:4222",
     ).env("NATS_URL"),
+  )
+  .addOption(
+    new Option("--creds <file>", "connect as the identity in this .creds file (or nats.user binding directory), before any other meshctl would take").env(
+      "NATS_CREDS",
+    ),
+  )
+  .addOption(
+    new Option(
+      "--context <name>",
+      "take the server and identity of this context of the nats CLI (~/.config/nats/context/NAME.json); --server and --creds still come first",
+    ).env("NATS_CONTEXT"),
   )
   .showHelpAfterError()
   // Wrong usage exits 2 (commander's own default is 1, which meshctl keeps for failures).
