@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 import { DURATION_PATTERN, KIND_LIST, Kinds, NAME_PATTERN_PORTABLE } from "../packages/shared/src/index.js";
 import { SCHEMA_ENTRIES, toJsonSchema } from "./json-schemas.js";
-import { EXIT_CODES_HELP, program, visibleCommands } from "../packages/cli/src/program.js";
+import { ENVIRONMENT, EXIT_CODES_HELP, environmentOf, program, visibleCommands } from "../packages/cli/src/program.js";
 
 /** The repository's root, which the generated pages' paths are relative to. */
 export const REPO_ROOT = fileURLToPath(new URL("../", import.meta.url));
@@ -169,6 +169,8 @@ function commandSection(cmd: Command): string[] {
   const lines = [`## meshctl ${cmd.name()}`, "", "```", `meshctl ${cmd.name()} ${cmd.usage()}`, "```", "", cell(cmd.description()), ""];
   if (args.length) lines.push("| argument | meaning |", "|---|---|", ...args, "");
   if (cmd.options.length) lines.push("| option | meaning |", "|---|---|", ...cmd.options.map(optionRow), "");
+  const env = environmentOf(cmd.name());
+  if (env.length) lines.push("| environment | meaning |", "|---|---|", ...env.map((n) => `| ${code(n)} | ${cell(ENVIRONMENT[n] ?? "")} |`), "");
   return lines;
 }
 

@@ -129,6 +129,44 @@ const VERBOSE_HELP = "show every attempt that is tried again, and why";
 export const EXIT_CODES_HELP =
   "Exit codes: 0 done, 1 failed (the message says why and what to do), 2 wrong usage,\n3 the module named has never been processed (wait, apply --wait: still none at the timeout),\n4 (verify) the grant is not verified, 5 no such grant, rotation or provider,\n6 (rotate) a rotation of the grant is already running, 7 the service that must answer is not running,\n8 (rotate --wait) the rotation stalled, 9 a wait ran out of time (rotate --wait, wait, apply --wait, delete).";
 
+/** The environment variables meshctl reads, and what for; each command's help lists those it reads. */
+export const ENVIRONMENT: Record<string, string> = {
+  NATS_URL: "the server (as --server)",
+  NATS_CREDS: "the identity's .creds file (as --creds)",
+  NATS_CONTEXT: "the nats CLI's context to take the server and identity of (as --context)",
+  MESH_NATS_CREDENTIALS: "the identity, a .creds file or nats.user binding, when no --creds or context names one",
+  MESH_NATS_USER: "with MESH_NATS_PASSWORD or MESH_NATS_PASSWORD_FILE: a user and password instead",
+  MESH_MASTER_KEY: "the master key, hex (else MESH_MASTER_KEY_FILE, else .mesh/master.key)",
+  NATS_SERVER_BIN: "the nats-server to run (else the first on PATH, then /usr/sbin, /usr/local/sbin, /usr/local/bin, /usr/bin)",
+  MESH_LOG_LEVEL: "passed on to the services: their log level (default info)",
+  OTEL_EXPORTER_OTLP_ENDPOINT: "passed on to the services: where they send spans (docs/observability.md)",
+  NO_COLOR: "no colours on a terminal",
+  MESH_DEBUG: "print the stack of an unexpected error",
+};
+const CONNECTING = ["NATS_URL", "NATS_CREDS", "NATS_CONTEXT", "MESH_NATS_CREDENTIALS", "MESH_NATS_USER", "NO_COLOR", "MESH_DEBUG"];
+const MASTER_KEY = ["MESH_MASTER_KEY"];
+
+/** What each command reads of the environment, beyond what every one does (NO_COLOR, MESH_DEBUG). */
+const ENVIRONMENT_OF: Record<string, string[]> = {
+  up: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN", "MESH_LOG_LEVEL", "OTEL_EXPORTER_OTLP_ENDPOINT"],
+  bootstrap: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN"],
+  "control-plane": MASTER_KEY,
+  "nats-config": MASTER_KEY,
+  example: [],
+  completion: [],
+};
+
+/** The environment variables command `name` reads. */
+export function environmentOf(name: string): string[] {
+  return ENVIRONMENT_OF[name] ?? CONNECTING;
+}
+
+/** The "Environment:" lines of a help text for `names`. */
+function environmentHelp(names: string[]): string {
+  const width = Math.max(...names.map((n) => n.length));
+  return ["Environment:", ...names.map((n) => `  ${n.padEnd(width)}  ${ENVIRONMENT[n]}`)].join("\n");
+}
+
 /** meshctl: every command, its arguments and options. Parsing runs the command's action. */
 export const program = new Command("meshctl")
   .version(version, "-V, --version", "print meshctl's version")
@@ -153,7 +191,7 @@ export const program = new Command("meshctl")
   .showHelpAfterError()
   // Wrong usage exits 2 (commander's own default is 1, which meshctl keeps for failures).
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : ExitCodes.Usage))
-  .addHelpText("after", `\n${EXIT_CODES_HELP}`);
+  .addHelpText("after", `\n${EXIT_CODES_HELP}\n\n${environmentHelp(Object.keys(ENVIRONMENT))}`);
 
 program
   .command("apply")
@@ -654,3 +692,9 @@ program
       return ExitCodes.Ok;
     }),
   );
+
+// Each command's help says which of the environment it reads (all of them but the hidden one).
+for (const c of visibleCommands()) {
+  const names = environmentOf(c.name());
+  if (names.length) c.addHelpText("after", `\n${environmentHelp(names)}`);
+}
