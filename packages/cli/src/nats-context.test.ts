@@ -34,6 +34,8 @@ describe("the nats CLI's contexts", () => {
   it("give meshctl their server, credentials and inbox prefix", () => {
     const env = configWith({ prod: { description: "", url: "nats://a:4222", creds: "/x/admin.creds", inbox_prefix: "_I.op", nkey: "" } });
     expect(readNatsContext("prod", env)).toMatchObject({ name: "prod", url: "nats://a:4222", creds: "/x/admin.creds", inboxPrefix: "_I.op" });
+    const home = configWith({ dev: { url: "nats://b:4222", creds: "~/.creds/dev.creds" } });
+    expect(readNatsContext("dev", { ...home, HOME: "/home/op" }).creds).toBe("/home/op/.creds/dev.creds");
   });
 
   it("refuse a context that is not there, a name that would leave their directory, and what meshctl does not use", () => {

@@ -72,7 +72,8 @@ export function readNatsContext(name: string, env: NodeJS.ProcessEnv = process.e
     name,
     file,
     ...(str("url") ? { url: str("url") } : {}),
-    ...(str("creds") ? { creds: str("creds") } : {}),
+    // As the nats CLI reads it: a leading ~ is the home directory.
+    ...(str("creds") ? { creds: str("creds")!.replace(/^~(?=\/|$)/, env.HOME || homedir()) } : {}),
     ...(str("user") ? { user: str("user") } : {}),
     ...(str("password") ? { password: str("password") } : {}),
     ...(str("token") ? { token: str("token") } : {}),
