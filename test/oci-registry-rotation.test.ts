@@ -4,7 +4,7 @@
  * credential its agent delivered: not one pull fails, the holder ends on generation 2, and
  * generation 1 is refused once the rotation committed.
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Rotation, RotationStates, keys, subjects } from "@mesh/shared";
@@ -13,7 +13,7 @@ import { createLogger } from "@mesh/shared/service";
 import { createOciRegistryAdapter } from "@mesh/providers";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
-import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
+import { ociRegistryProvider, startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
 import { OciHolder, pullThroughout } from "./harness/oci-client.js";
 import { waitFor } from "./harness/wait.js";
 
@@ -41,18 +41,7 @@ afterAll(async () => {
 
 describe("rotation of an oci.registry grant through the mesh", () => {
   it("keeps a holder's pulls working throughout, ends it on generation 2, and retires generation 1", async () => {
-    const passwordFile = join(registry.dir, "admin-password");
-    writeFileSync(passwordFile, `${registry.admin.password}\n`, { mode: 0o600 });
-    const provider = {
-      kind: "Provider",
-      name: "oci-rot",
-      serves: ["oci.registry"],
-      node: "node-a",
-      endpoint: registry.registryUrl,
-      admin: { username: registry.admin.username, passwordFile },
-      options: { issuerUrl: registry.issuerUrl },
-      installed: true,
-    };
+    const provider = ociRegistryProvider(registry, "oci-rot", registry.dir);
     const module = {
       kind: "Module",
       name: "rot",

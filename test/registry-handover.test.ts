@@ -22,7 +22,7 @@ import { Buckets, Rotation, RotationStates, agentPart, identityRequirement, keys
 import { natsIdentity } from "@mesh/shared/runtime";
 import { getImage, putImage, putPackage, sha1Hex, sha256Digest } from "@mesh/providers";
 import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
-import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
+import { ociRegistryProvider, startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
 import { startOwnVerdaccio, VERDACCIO_INSTALL_TIMEOUT_MS, type OwnVerdaccio } from "./harness/verdaccio.js";
 import { OciHolder, OCI_MANIFEST } from "./harness/oci-client.js";
 import { npm } from "./harness/npm-cli.js";
@@ -127,20 +127,8 @@ describe("the control plane's images and packages handed over from bootstrap to 
   const handedOver = () =>
     (handingOver ??= (async () => {
       // The registries are installed, and preferred.
-      const passwordFile = join(work, "issuer-admin-password");
-      writeFileSync(passwordFile, registry.admin.password, { mode: 0o600 });
       const providers = [
-        {
-          kind: "Provider",
-          name: "registry-oci",
-          serves: ["oci.registry"],
-          node: "node-a",
-          endpoint: registry.registryUrl,
-          admin: { username: registry.admin.username, passwordFile },
-          options: { issuerUrl: registry.issuerUrl },
-          preference: 10,
-          installed: true,
-        },
+        { ...ociRegistryProvider(registry, "registry-oci", work), preference: 10 },
         {
           kind: "Provider",
           name: "registry-npm",

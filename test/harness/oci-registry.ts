@@ -105,3 +105,22 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?
   }
   return { registryUrl: `http://127.0.0.1:${port}`, issuerUrl: issuer.url, admin, issuer, dir, output: () => output, stopServer, startServer, stop };
 }
+
+/**
+ * The Provider document of the oci.registry `registry` serves, named `name` on node-a, with the
+ * token issuer's admin password in a file of its own under `dir` (0600), as an operator keeps it.
+ */
+export function ociRegistryProvider(registry: OwnOciRegistry, name: string, dir: string) {
+  const passwordFile = join(dir, `${name}-admin-password`);
+  writeFileSync(passwordFile, `${registry.admin.password}\n`, { mode: 0o600 });
+  return {
+    kind: "Provider",
+    name,
+    serves: ["oci.registry"],
+    node: "node-a",
+    endpoint: registry.registryUrl,
+    admin: { username: registry.admin.username, passwordFile },
+    options: { issuerUrl: registry.issuerUrl },
+    installed: true,
+  };
+}
