@@ -146,7 +146,7 @@ export const ENVIRONMENT: Record<string, string> = {
 const CONNECTING = ["NATS_URL", "NATS_CREDS", "NATS_CONTEXT", "MESH_NATS_CREDENTIALS", "MESH_NATS_USER", "NO_COLOR", "MESH_DEBUG"];
 const MASTER_KEY = ["MESH_MASTER_KEY"];
 
-/** What each command reads of the environment, beyond what every one does (NO_COLOR, MESH_DEBUG). */
+/** What each command reads of the environment, where that is not what a command that connects reads (CONNECTING). */
 const ENVIRONMENT_OF: Record<string, string[]> = {
   up: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN", "MESH_LOG_LEVEL", "OTEL_EXPORTER_OTLP_ENDPOINT"],
   bootstrap: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN"],
