@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { completionScript, parseShell, type CompletedCommand } from "./completion.js";
+import { completionScript, parseShell, plainNames, type CompletedCommand } from "./completion.js";
 
 const rotate: CompletedCommand = {
   name: "rotate",
@@ -28,5 +28,9 @@ describe("completion scripts", () => {
   it("holds only plain words: a name that would be shell syntax is refused, not written", () => {
     expect(() => completionScript("bash", [{ ...rotate, name: "rotate; rm -rf ~" }])).toThrow(/is not a plain word/);
     expect(() => completionScript("fish", [{ ...rotate, choices: { "--output": ["$(id)"] } }])).toThrow(/is not a plain word/);
+  });
+
+  it("hands the shell only names that are plain words, which compgen -W cannot run", () => {
+    expect(plainNames(["shop/db", "pg-main", "a.b=c", "$(rm -rf ~)", "`id`", "two words", "-o", ""])).toEqual(["shop/db", "pg-main", "a.b=c"]);
   });
 });

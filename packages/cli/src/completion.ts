@@ -33,6 +33,16 @@ export interface CompletedCommand {
   names?: CompletedName;
 }
 
+/**
+ * The names among `names` a shell may be handed for completion. bash's `compgen -W` expands each
+ * word it is given, command substitution included, so a name is passed on only when it is a plain
+ * word: what the mesh's names are (KV keys), and nothing a store written to by other means could
+ * turn into a command.
+ */
+export function plainNames(names: Iterable<string>): string[] {
+  return [...names].filter((n) => /^[A-Za-z0-9][A-Za-z0-9_./=-]*$/.test(n));
+}
+
 export function parseShell(word: string): Shell {
   if ((Shells as readonly string[]).includes(word)) return word as Shell;
   throw new CliError(`meshctl completion: no script for ${JSON.stringify(word)}; give one of ${Shells.join(", ")}`, ExitCodes.Usage);

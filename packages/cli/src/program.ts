@@ -26,7 +26,7 @@ import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput, type Output } from "./output.js";
 import { formatOf, formatted, outputOption } from "./output-format.js";
-import { CompletedNames, Shells, completionScript, parseShell, type CompletedCommand, type CompletedName } from "./completion.js";
+import { CompletedNames, Shells, completionScript, parseShell, plainNames, type CompletedCommand, type CompletedName } from "./completion.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { runStatus } from "./status-command.js";
@@ -688,7 +688,7 @@ program
       })();
       listed.catch(() => undefined); // past the race, a failure is not the user's business
       const names = await Promise.race([listed, new Promise<string[]>((r) => setTimeout(() => r([]), COMPLETE_WITHIN_MS).unref())]).catch(() => []);
-      for (const n of names) out.out(n);
+      for (const n of plainNames(names)) out.out(n);
       return ExitCodes.Ok;
     }),
   );
