@@ -75,8 +75,12 @@ describe("drift on a live provider", () => {
       instance: "verifier-2",
     });
     try {
-      // Joined: it has a share of the grants.
-      await waitFor("the second instance to check a grant", () => second.stats().checks > 0, 10 * INTERVAL);
+      // Joined: each instance sees both (what decides who owns which grant), as each logs when its view changes.
+      await waitFor(
+        () => `both instances to see two verifiers (${mesh.logs.lines.filter((l) => l.includes("verifier instances: 2")).length} of 2 said so)`,
+        () => mesh.logs.lines.filter((l) => l.includes("verifier instances: 2")).length >= 2,
+        10 * INTERVAL,
+      );
       const [a0, b0] = [mesh.verifier!.stats(), second.stats()];
       // The window the checks are counted over: six intervals.
       await new Promise((r) => setTimeout(r, 6 * INTERVAL));
