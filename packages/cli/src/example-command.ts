@@ -10,7 +10,7 @@ import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
 import { meshctlCommand } from "./paths.js";
-import { releaseBuild } from "./release-build.js";
+import { carriedFile } from "./release-build.js";
 
 /** One example: what it is, the files it writes (paths below examples/) and what to do next. */
 export interface ExampleSet {
@@ -68,10 +68,7 @@ export function examplesHelp(): string {
 
 /** The text of example file `path` (below examples/): the release build's copy, else the repository's. */
 function exampleText(path: string): string {
-  if (!releaseBuild) return readFileSync(new URL(`../../../examples/${path}`, import.meta.url), "utf8");
-  const text = releaseBuild.examples[path];
-  if (text === undefined) throw new CliError(`this meshctl was built without the example file ${path}: build the release again with npm run release`);
-  return text;
+  return carriedFile("examples", path, new URL(`../../../examples/${path}`, import.meta.url));
 }
 
 export interface ExampleOptions {

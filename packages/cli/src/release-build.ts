@@ -5,6 +5,9 @@
  * repository instead.
  */
 
+import { readFileSync } from "node:fs";
+import { CliError } from "./cli-error.js";
+
 /** The files a release's meshctl carries, each by its path. */
 export interface ReleaseBuild {
   /** examples/, by path below it (`shop.yaml`, `providers/postgres.yaml`): what `meshctl example` writes. */
@@ -20,3 +23,14 @@ declare const MESH_RELEASE_BUILD: ReleaseBuild | undefined;
  * undefined in the source tree's build.
  */
 export const releaseBuild: ReleaseBuild | undefined = typeof MESH_RELEASE_BUILD === "undefined" ? undefined : MESH_RELEASE_BUILD;
+
+/**
+ * The text of a file meshctl carries in a release: `group`'s entry `name` in a release build, else
+ * the source tree's file at `source`. Throws, saying how to mend it, when a release lacks it.
+ */
+export function carriedFile(group: keyof ReleaseBuild, name: string, source: URL): string {
+  if (!releaseBuild) return readFileSync(source, "utf8");
+  const text = releaseBuild[group][name];
+  if (text === undefined) throw new CliError(`this meshctl was built without ${name} (${group}): build the release again with npm run release`);
+  return text;
+}

@@ -4,14 +4,13 @@
  * that carry the page's new contents whenever the state behind it changed. Nothing here
  * writes to the mesh.
  */
-import { readFileSync } from "node:fs";
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { errorMessage } from "@mesh/shared";
 import { checkRequest, type AccessPolicy } from "./access.js";
 import { renderDocument, type Linker, type View } from "./html.js";
-import { releaseBuild } from "../release-build.js";
+import { carriedFile } from "../release-build.js";
 import type { ConsoleState } from "./state.js";
 import { renderRoute, routeConcerns, routeOf, type Route } from "./views.js";
 
@@ -20,10 +19,7 @@ const ASSETS: Record<string, string> = { "/assets/console.js": "text/javascript;
 
 /** Asset `name` (`console.js`): from the release build, else from the source tree's `packages/cli/assets/`. */
 function readAsset(name: string): Buffer {
-  if (!releaseBuild) return readFileSync(new URL(`../../assets/${name}`, import.meta.url));
-  const text = releaseBuild.consoleAssets[name];
-  if (text === undefined) throw new Error(`this meshctl was built without the console's ${name}: build the release again with npm run release`);
-  return Buffer.from(text, "utf8");
+  return Buffer.from(carriedFile("consoleAssets", name, new URL(`../../assets/${name}`, import.meta.url)), "utf8");
 }
 
 /** What every answer carries: nothing cached, no script but ours, no framing, no referrer (the URL has the token). */
