@@ -21,6 +21,9 @@ import {
   DeliveryReceipt,
   ErrorReply,
   Grant,
+  MANIFEST_API_VERSION,
+  KIND_LIST,
+  ManifestDoc,
   ModuleDoc,
   ModuleStatus,
   NAME_MAX_LENGTH,
@@ -30,6 +33,8 @@ import {
   ProbeReport,
   ProviderDoc,
   ReachabilityRecord,
+  REQUIREMENT_OPTIONS,
+  RequirementDoc,
   RotateRequest,
   Rotation,
   RotationBroadcast,
@@ -76,6 +81,14 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
       "A Module manifest document: its parts and their nodes, and its requirements. Also checked by the resolver, " +
       "beyond this schema: part and requirement names are unique, a requirement names only parts of the module, " +
       "and a module with requirements has at least one part.",
+  },
+  {
+    name: "Manifest",
+    schema: ManifestDoc,
+    io: "input",
+    description:
+      "One document of a manifest file, a Provider or a Module by its kind: the schema for a file of both (a YAML file's documents are " +
+      "checked one by one). The same as ProviderDoc or ModuleDoc.",
   },
   {
     name: "ApplyRequest",
@@ -240,7 +253,32 @@ export const SCHEMA_ENTRIES: readonly SchemaEntry[] = [
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** Keys that open a schema file, in this order, so a reader sees first what it describes. */
-const LEADING_KEYS = ["$schema", "title", "description"];
+const LEADING_KEYS = ["$schema", "$id", "title", "description"];
+
+/**
+ * The `$id` of a schema: a name, not a place (the files are read from a checkout or a release,
+ * wherever it is), carrying the manifest's version so that a later shape gets other ids.
+ */
+export function schemaId(name: string): string {
+  return `urn:mesh:schema:${MANIFEST_API_VERSION.split("/")[1]}:${name}`;
+}
+
+/**
+ * A requirement's `options` by its kind, as JSON Schema conditionals (`if kind is … then
+ * options is …`): what an editor offers and checks for each kind. A kind that takes no option
+ * gets an empty object. REQUIREMENT_OPTIONS (requirement-options.ts) has them.
+ */
+function optionsByKind(): Json[] {
+  return KIND_LIST.map((kind) => {
+    const typed = REQUIREMENT_OPTIONS[kind];
+    const options = typed
+      ? (typed.toJSONSchema({ io: "input", target: "draft-2020-12", unrepresentable: "throw" }) as { [key: string]: Json })
+      : { type: "object", maxProperties: 0 };
+    delete options.$schema;
+    options.description = typed ? `The options of ${kind}.` : `${kind} takes no options.`;
+    return { if: { properties: { kind: { const: kind } }, required: ["kind"] }, then: { properties: { options } } };
+  });
+}
 
 /**
  * A copy of `value` with the keys of every object in code-point order (at the root, the
@@ -274,6 +312,7 @@ export function toJsonSchema(entry: SchemaEntry): Record<string, unknown> {
       if (def.type === "object" && def.catchall === undefined && entry.io === "output") {
         delete jsonSchema.additionalProperties;
       }
+      if (zodSchema === RequirementDoc) jsonSchema.allOf = optionsByKind() as typeof jsonSchema.allOf;
       // The name rule uses look-ahead, which Go's and Rust's regex engines lack.
       if (def.type === "string" && jsonSchema.pattern === NAME_PATTERN.source) {
         jsonSchema.pattern = NAME_PATTERN_PORTABLE;
@@ -281,7 +320,7 @@ export function toJsonSchema(entry: SchemaEntry): Record<string, unknown> {
       }
     },
   }) as Record<string, unknown>;
-  return { ...generated, title: entry.name, description: entry.description };
+  return { ...generated, $id: schemaId(entry.name), title: entry.name, description: entry.description };
 }
 
 /**

@@ -8,7 +8,7 @@
  */
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
-import { DURATION_PATTERN, KIND_LIST, Kinds, NAME_PATTERN_PORTABLE } from "../packages/shared/src/index.js";
+import { DURATION_PATTERN, KIND_LIST, Kinds, NAME_PATTERN_PORTABLE, REQUIREMENT_OPTIONS } from "../packages/shared/src/index.js";
 import { SCHEMA_ENTRIES, toJsonSchema } from "./json-schemas.js";
 import { ENVIRONMENT, EXIT_CODES_HELP, environmentOf, program, visibleCommands } from "../packages/cli/src/program.js";
 
@@ -127,8 +127,14 @@ function manifestFields(): string {
     "Every field of the two manifest documents, as the mesh validates them. The rules the schemas",
     "cannot say (names unique in a module, a requirement naming only its module's parts, admin",
     "password sources, hooks) are in [manifest.md](manifest.md), and each kind's options in",
-    "[providers.md](providers.md). JSON Schemas of both: `schemas/ProviderDoc.schema.json`,",
-    "`schemas/ModuleDoc.schema.json`.",
+    "[providers.md](providers.md). JSON Schemas: `schemas/Manifest.schema.json` takes a file of both",
+    "(each document by its `kind`), `schemas/ProviderDoc.schema.json` and `schemas/ModuleDoc.schema.json` one",
+    "each. An editor with the YAML language server explains and checks a manifest whose first line",
+    "names the schema, as every file in `examples/` does:",
+    "",
+    "```yaml",
+    "# yaml-language-server: $schema=../schemas/Manifest.schema.json",
+    "```",
     "",
     "A **name** is 1–40 characters of lower-case letters, digits and single inner hyphens, starting",
     `with a letter; a **kind** is one of ${declarable.map(code).join(", ")}`,
@@ -147,6 +153,18 @@ function manifestFields(): string {
     "",
     table(module),
     "",
+    "## Requirement options by kind",
+    "",
+    "What `requires[].options` takes for each kind; a kind not listed takes none. The kind's adapter",
+    "checks them when the grant is provisioned (a bad one is `Provisioned` False `ProvisionFailed`,",
+    "naming it); the schema lets an editor say so as you type.",
+    "",
+    ...Object.entries(REQUIREMENT_OPTIONS).flatMap(([kind, options]) => [
+      `### ${code(kind)}`,
+      "",
+      table(options!.toJSONSchema({ io: "input", target: "draft-2020-12" }) as Schema),
+      "",
+    ]),
   ].join("\n");
 }
 

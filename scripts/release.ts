@@ -198,7 +198,11 @@ const tree = join(out, `mesh-${version}`);
 mkdirSync(tree, { recursive: true });
 
 const versionDefine = { MESH_RELEASE_VERSION: JSON.stringify(version) };
-const meshctlBuild = { examples: filesBelow(join(root, "examples")), consoleAssets: filesBelow(join(root, "packages/cli/assets")) };
+const meshctlBuild = {
+  examples: filesBelow(join(root, "examples")),
+  consoleAssets: filesBelow(join(root, "packages/cli/assets")),
+  schemas: { "Manifest.schema.json": readFileSync(join(root, "schemas/Manifest.schema.json"), "utf8") },
+};
 const programs: Array<{ file: string; entry: string; define: Record<string, string> }> = [
   { file: bundleFileOf("meshctl"), entry: "packages/cli/dist/main.js", define: { ...versionDefine, MESH_RELEASE_BUILD: JSON.stringify(meshctlBuild) } },
   ...(["resolver", "provisioner", "verifier", "rotator", "agent", "oci-token-issuer"] as const).map((s) => ({

@@ -6,8 +6,11 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { fileURLToPath } from "node:url";
 import fc from "fast-check";
-import { NAME_MAX_LENGTH, NAME_PATTERN, NAME_PATTERN_PORTABLE } from "@mesh/shared";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { parseAllDocuments } from "yaml";
+import { KIND_LIST, NAME_MAX_LENGTH, NAME_PATTERN, NAME_PATTERN_PORTABLE, requirementOptionNames, validateDocuments } from "@mesh/shared";
 import { SCHEMAS_DIR, SCHEMA_ENTRIES, generateSchemas } from "../scripts/json-schemas.js";
 
 describe("schemas/", () => {
@@ -27,14 +30,14 @@ describe("schemas/", () => {
     expect([...generateSchemas()]).toEqual([...generateSchemas()]);
   });
 
-  it("has one file per entry, each with its title and the 2020-12 dialect", () => {
+  it("has one file per entry, each with its id, title and the 2020-12 dialect", () => {
     const generated = generateSchemas();
     expect(generated.size).toBe(SCHEMA_ENTRIES.length);
     for (const entry of SCHEMA_ENTRIES) {
       const schema = JSON.parse(generated.get(`${entry.name}.schema.json`)!) as Record<string, unknown>;
       expect(schema.$schema).toBe("https://json-schema.org/draft/2020-12/schema");
       expect(schema.title).toBe(entry.name);
-      expect(Object.keys(schema).slice(0, 3)).toEqual(["$schema", "title", "description"]);
+      expect(Object.keys(schema).slice(0, 4)).toEqual(["$schema", "$id", "title", "description"]);
     }
   });
 
@@ -82,5 +85,94 @@ describe("NAME_PATTERN_PORTABLE", () => {
       fc.property(fc.oneof(noisy, wellFormed), (s) => accepts(s) === NAME_PATTERN.test(s)),
       { numRuns: 5_000 },
     );
+  });
+});
+
+/** Paths of the properties below `node` that carry no description, through items, unions and conditionals. */
+function undescribed(node: unknown, path = ""): string[] {
+  if (node === null || typeof node !== "object") return [];
+  const n = node as Record<string, unknown>;
+  const missing: string[] = [];
+  for (const [name, field] of Object.entries((n.properties ?? {}) as Record<string, Record<string, unknown>>)) {
+    // A conditional's `then` repeats a property to narrow it; its description is where it is declared.
+    if (!field.description && !path.includes("then")) missing.push(`${path}${name}`);
+    missing.push(...undescribed(field, `${path}${name}.`));
+  }
+  if (n.items) missing.push(...undescribed(n.items, `${path.replace(/\.$/, "")}[].`));
+  for (const key of ["anyOf", "oneOf", "allOf"]) for (const sub of (n[key] ?? []) as unknown[]) missing.push(...undescribed(sub, path));
+  if (n.then) missing.push(...undescribed(n.then, `${path}then.`));
+  return missing;
+}
+
+describe("what an editor explains", () => {
+  const schema = (name: string) => JSON.parse(generateSchemas().get(`${name}.schema.json`)!) as Record<string, unknown>;
+  const ajv = new Ajv2020({ allErrors: true, strict: false });
+  const manifest = ajv.compile(schema("Manifest"));
+  const exampleFiles = (dir: string): string[] =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? exampleFiles(join(dir, e.name)) : e.name.endsWith(".yaml") ? [join(dir, e.name)] : [],
+    );
+
+  it.each(["ModuleDoc", "ProviderDoc", "Manifest", "CredentialValues"])("describes every property of %s, options of every kind included", (name) => {
+    expect(undescribed(schema(name))).toEqual([]);
+  });
+
+  it("gives every schema a $id of its own", () => {
+    const ids = SCHEMA_ENTRIES.map((e) => schema(e.name).$id);
+    expect(ids.every((id) => typeof id === "string" && id.startsWith("urn:mesh:schema:v1:"))).toBe(true);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it("accepts every document of every example file, as the mesh does", () => {
+    const files = exampleFiles(fileURLToPath(new URL("../examples/", import.meta.url)));
+    expect(files.length).toBeGreaterThan(5);
+    for (const file of files) {
+      const docs = parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS() as unknown);
+      expect(validateDocuments(docs).ok, file).toBe(true);
+      for (const doc of docs) expect(manifest(doc) ? [] : manifest.errors, file).toEqual([]);
+    }
+  });
+
+  const module = (requirement: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+    kind: "Module",
+    name: "shop",
+    parts: [{ name: "api", node: "node-a" }],
+    requires: [{ name: "r", ...requirement }],
+    ...extra,
+  });
+  it.each([
+    ["an option of another kind", module({ kind: "nats.user", options: { history: 3 } }), "/requires/0/options"],
+    ["an option misspelt", module({ kind: "kv.bucket", options: { histroy: 3 } }), "/requires/0/options"],
+    ["a value out of range", module({ kind: "kv.bucket", options: { history: 100 } }), "/requires/0/options/history"],
+    ["options on a kind that takes none", module({ kind: "postgres.database", options: { publish: "x" } }), "/requires/0/options"],
+    ["a subject list of numbers", module({ kind: "nats.user", options: { publish: [1] } }), "/requires/0/options/publish"],
+    ["an apiVersion this mesh does not read", module({ kind: "secret" }, { apiVersion: "mesh/v2" }), "/apiVersion"],
+  ])("refuses %s where the mistake is", (_what, doc, where) => {
+    expect(manifest(doc)).toBe(false);
+    expect(manifest.errors!.map((e) => e.instancePath)).toContain(where);
+  });
+
+  it("accepts each kind's own options, and apiVersion mesh/v1", () => {
+    for (const doc of [
+      module({ kind: "nats.user", options: { publish: "app.shop.>", subscribe: ["app.shop.>", "app.other.events"], allowResponses: true } }),
+      module({ kind: "kv.bucket", options: { history: 5, ttl: "30d", maxBytes: 1024, replicas: 1 } }),
+      module({ kind: "object.store", options: { ttl: "2h" } }, { apiVersion: "mesh/v1" }),
+    ]) {
+      expect(manifest(doc) ? [] : manifest.errors).toEqual([]);
+      expect(validateDocuments([doc]).ok).toBe(true);
+    }
+  });
+
+  it("lists in each kind's options exactly what its adapter accepts", () => {
+    for (const kind of KIND_LIST) {
+      const requires = (
+        schema("ModuleDoc").properties as Record<
+          string,
+          { items: { allOf: Array<{ if: unknown; then: { properties: { options: { properties?: object } } } }> } }
+        >
+      ).requires!;
+      const branch = requires.items.allOf.find((b) => JSON.stringify(b.if).includes(`"${kind}"`))!;
+      expect(Object.keys(branch.then.properties.options.properties ?? {}), kind).toEqual([...requirementOptionNames(kind)].sort());
+    }
   });
 });

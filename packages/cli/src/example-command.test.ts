@@ -1,14 +1,23 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { isCliError } from "./cli-error.js";
-import { EXAMPLES, examplesHelp, runExample } from "./example-command.js";
+import { EXAMPLE_SCHEMA, EXAMPLES, examplesHelp, runExample } from "./example-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { bufferOutput } from "./output.js";
 
 const examples = new URL("../../../examples/", import.meta.url);
+const manifestSchema = new URL("../../../schemas/Manifest.schema.json", import.meta.url);
+
+/** The schema file a manifest's first line (the YAML language server's modeline) names, resolved from `file`. */
+function modelineSchema(file: string, text: string): string {
+  const m = /^# yaml-language-server: \$schema=(\S+)\n/.exec(text);
+  expect(m, `${file} has no modeline`).not.toBeNull();
+  return resolve(dirname(file), m![1]!);
+}
 const dirs: string[] = [];
 const emptyDir = () => {
   const d = mkdtempSync(join(tmpdir(), "mesh-example-"));
@@ -37,12 +46,29 @@ describe("meshctl example", () => {
     }
   });
 
+  it("points each example's modeline at the manifest schema, in the repository and where it is written", () => {
+    const cwd = emptyDir();
+    for (const [name, set] of Object.entries(EXAMPLES)) {
+      expect(runExample({ name, cwd }, bufferOutput())).toBe(ExitCodes.Ok);
+      for (const f of set.files) {
+        const source = fileURLToPath(new URL(f, examples));
+        expect(modelineSchema(source, readFileSync(source, "utf8")), f).toBe(fileURLToPath(manifestSchema));
+        const written = join(cwd, f);
+        expect(modelineSchema(written, readFileSync(written, "utf8")), f).toBe(join(cwd, EXAMPLE_SCHEMA));
+      }
+    }
+    expect(readFileSync(join(cwd, EXAMPLE_SCHEMA), "utf8")).toBe(readFileSync(manifestSchema, "utf8"));
+  });
+
   it("writes shop and the provider it needs at their paths, and says what to run next", () => {
     const cwd = emptyDir();
     const out = bufferOutput();
     expect(runExample({ name: "shop", cwd }, out)).toBe(ExitCodes.Ok);
-    for (const f of ["shop.yaml", "providers/postgres.yaml"]) expect(readFileSync(join(cwd, f), "utf8")).toBe(readFileSync(new URL(f, examples), "utf8"));
-    expect(out.stdout).toContain("wrote providers/postgres.yaml\nwrote shop.yaml\n");
+    // As in the repository, but for the modeline (the test above).
+    const body = (text: string) => text.split("\n").slice(1).join("\n");
+    for (const f of ["shop.yaml", "providers/postgres.yaml"])
+      expect(body(readFileSync(join(cwd, f), "utf8"))).toBe(body(readFileSync(new URL(f, examples), "utf8")));
+    expect(out.stdout).toContain(`wrote providers/postgres.yaml\nwrote shop.yaml\nwrote ${EXAMPLE_SCHEMA}\n`);
     expect(out.stdout).toContain("next: npx meshctl up -f providers/postgres.yaml -f shop.yaml\n");
   });
 

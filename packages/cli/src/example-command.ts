@@ -5,7 +5,7 @@
  * examples inside (release-build.ts); the source tree's reads them from examples/.
  */
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { dirname, relative, resolve } from "node:path";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
@@ -66,9 +66,27 @@ export function examplesHelp(): string {
     .join("; ");
 }
 
-/** The text of example file `path` (below examples/): the release build's copy, else the repository's. */
+/** The first line of every example: where an editor (the YAML language server) finds the schema that explains it. */
+const MODELINE = /^# yaml-language-server: \$schema=\S+\n/;
+
+/**
+ * The manifest schema written beside the examples, so that their modelines point at a file
+ * that is there: the repository's is below schemas/, which a directory of examples lacks.
+ */
+export const EXAMPLE_SCHEMA = "manifest.schema.json";
+
+/**
+ * The text of example file `path` (below examples/) as written: the release build's copy, else
+ * the repository's, its modeline pointing at {@link EXAMPLE_SCHEMA} written beside it.
+ */
 function exampleText(path: string): string {
-  return carriedFile("examples", path, new URL(`../../../examples/${path}`, import.meta.url));
+  const text = carriedFile("examples", path, new URL(`../../../examples/${path}`, import.meta.url));
+  return text.replace(MODELINE, `# yaml-language-server: $schema=${relative(dirname(resolve("/", path)), resolve("/", EXAMPLE_SCHEMA))}\n`);
+}
+
+/** The schema an example's modeline names: the release build's copy, else the repository's. */
+function schemaText(): string {
+  return carriedFile("schemas", "Manifest.schema.json", new URL("../../../schemas/Manifest.schema.json", import.meta.url));
 }
 
 export interface ExampleOptions {
@@ -99,9 +117,8 @@ export function runExample(opts: ExampleOptions, out: Output): number {
       ExitCodes.Usage,
     );
   const cwd = opts.cwd ?? process.cwd();
-  const plan = set.files.map((path) => {
+  const plan = [...set.files.map((path) => ({ path, text: exampleText(path) })), { path: EXAMPLE_SCHEMA, text: schemaText() }].map(({ path, text }) => {
     const target = resolve(cwd, path);
-    const text = exampleText(path);
     if (!existsSync(target)) return { path, target, text, state: "new" as const };
     if (!statSync(target).isFile())
       throw new CliError(`${path} exists here and is not a file; nothing was written. Move it away, or run meshctl example ${opts.name} in another directory.`);

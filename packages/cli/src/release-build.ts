@@ -14,6 +14,8 @@ export interface ReleaseBuild {
   examples: Record<string, string>;
   /** packages/cli/assets/, by file name (`console.js`): what the web console serves. */
   consoleAssets: Record<string, string>;
+  /** schemas/, by file name (`Manifest.schema.json`): what `meshctl example` writes beside the examples for editors. */
+  schemas: Record<string, string>;
 }
 
 declare const MESH_RELEASE_BUILD: ReleaseBuild | undefined;

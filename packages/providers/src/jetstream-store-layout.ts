@@ -9,7 +9,17 @@
  * Two valid mesh names make at most 100 characters (a 100-character bucket works on 2.9.10), so
  * nothing is shortened.
  */
-import { ErrorCodes, Kinds, MeshError, parseDuration, type RequirementOptions } from "@mesh/shared";
+import {
+  ErrorCodes,
+  Kinds,
+  MAX_HISTORY,
+  MAX_REPLICAS,
+  MIN_TTL_MS,
+  MeshError,
+  parseDuration,
+  requirementOptionNames,
+  type RequirementOptions,
+} from "@mesh/shared";
 import { grantBaseName } from "./grant-base-name.js";
 
 /** Bucket names NATS accepts for KV buckets and object stores alike (the clients' `^[-\w]+$`). */
@@ -61,21 +71,13 @@ export interface StoreLimits {
   replicas: number;
 }
 
-/** The options each kind accepts, in the order they are listed in messages. */
+/** The options each kind accepts, in the order they are listed in messages (their types: requirement-options.ts in @mesh/shared). */
 export const STORE_OPTIONS: Record<StoreKind, readonly string[]> = {
-  [Kinds.KvBucket]: ["history", "ttl", "maxBytes", "replicas"],
-  [Kinds.ObjectStore]: ["ttl", "maxBytes", "replicas"],
-  // Images and packages are kept until deleted: no ttl.
-  [Kinds.OciRegistry]: ["maxBytes", "replicas"],
-  [Kinds.NpmRegistry]: ["maxBytes", "replicas"],
+  [Kinds.KvBucket]: requirementOptionNames(Kinds.KvBucket),
+  [Kinds.ObjectStore]: requirementOptionNames(Kinds.ObjectStore),
+  [Kinds.OciRegistry]: requirementOptionNames(Kinds.OciRegistry),
+  [Kinds.NpmRegistry]: requirementOptionNames(Kinds.NpmRegistry),
 };
-
-/** Most KV history: the clients' limit, enforced here because nats-server 2.9.10 takes more. */
-export const MAX_HISTORY = 64;
-/** The shortest ttl: nats-server refuses a stream `max_age` below 100 ms. */
-export const MIN_TTL_MS = 100;
-/** JetStream's largest replica count. */
-export const MAX_REPLICAS = 5;
 
 /**
  * The limits the requirement options of `kind` ask for (see {@link StoreLimits}). Throws

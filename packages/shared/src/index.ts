@@ -66,6 +66,7 @@ export { Condition, ConditionStatus, type ConditionType, ConditionTypes, getCond
 export {
   formatPath,
   formatProblems,
+  MANIFEST_API_VERSION,
   ManifestDoc,
   ModuleDoc,
   Name,
@@ -78,6 +79,15 @@ export {
   RequirementOptions,
   validateDocuments,
 } from "./schemas/manifest.js";
+export {
+  MAX_HISTORY,
+  MAX_REPLICAS,
+  MAX_SUBJECT_LENGTH,
+  MAX_SUBJECTS,
+  MIN_TTL_MS,
+  REQUIREMENT_OPTIONS,
+  requirementOptionNames,
+} from "./schemas/requirement-options.js";
 export {
   DeliveryReceipt,
   Grant,
@@ -260,8 +270,6 @@ export {
   checkWithinCeiling,
   identityPermissions,
   inboxRefusal,
-  MAX_SUBJECT_LENGTH,
-  MAX_SUBJECTS,
   natsCeiling,
   natsPermissions,
   type NatsPermissions,

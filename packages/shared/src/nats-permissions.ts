@@ -16,13 +16,11 @@ import {
   parseCeilingEntry,
   type NatsCeiling,
 } from "./nats-ceiling.js";
+import { Kinds } from "./kinds.js";
 import type { ProviderOptions, RequirementOptions } from "./schemas/manifest.js";
+import { MAX_SUBJECT_LENGTH, MAX_SUBJECTS, requirementOptionNames } from "./schemas/requirement-options.js";
 import { moduleSubjectPattern, subjects } from "./subjects.js";
 import { overlap, uncovered } from "./subject-containment.js";
-
-/** Longest subject pattern, and most patterns in one list, that a requirement may ask for. */
-export const MAX_SUBJECT_LENGTH = 255;
-export const MAX_SUBJECTS = 64;
 
 /** One subject token that is not a wildcard: letters, digits, `_`, `-` and `$` (for `$JS`, `$KV`). */
 const SUBJECT_TOKEN = /^[A-Za-z0-9_$-]+$/;
@@ -74,7 +72,7 @@ const RESPONSES_OPTION = "allowResponses";
  * patterns, or a refused pattern.
  */
 export function natsPermissions(module: string, options: RequirementOptions = {}): NatsPermissions {
-  const accepted: readonly string[] = [...PERMISSION_OPTIONS, DENY_OPTION, RESPONSES_OPTION];
+  const accepted = requirementOptionNames(Kinds.NatsUser);
   for (const key of Object.keys(options)) {
     if (!accepted.includes(key)) {
       throw new MeshError(

@@ -96,6 +96,14 @@ extra: 1
     if (!long.ok) expect(long.problems[0]!.message).toMatch(/^"sh -c 'x{53}…" is not a hook name/);
   });
 
+  it("takes apiVersion mesh/v1 or none, and refuses another naming the one it reads", () => {
+    expect(parseManifestText(`apiVersion: mesh/v1\nkind: Module\nname: a`)).toMatchObject({ ok: true, documents: [{ apiVersion: "mesh/v1" }] });
+    const r = parseManifestText(`apiVersion: mesh/v2\nkind: Module\nname: a`);
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(formatProblems(r.problems)).toBe("document 0: apiVersion: this mesh reads manifests of apiVersion mesh/v1: write that, or leave apiVersion out");
+  });
+
   it("reports YAML syntax errors and empty files", () => {
     expect(parseManifestText("kind: [unclosed")).toMatchObject({ ok: false });
     expect(parseManifestText("")).toMatchObject({ ok: false, problems: [{ message: "no documents" }] });

@@ -81,7 +81,19 @@ export const RequirementOptions = z
   .superRefine(countItems);
 export type RequirementOptions = z.infer<typeof RequirementOptions>;
 
+/**
+ * The version of the manifest's shape, reserved so that a later shape can be told apart: the one
+ * this mesh reads. Optional: a document without it is of this version.
+ */
+export const MANIFEST_API_VERSION = "mesh/v1";
+
+const ApiVersion = z
+  .literal(MANIFEST_API_VERSION, { message: `this mesh reads manifests of apiVersion ${MANIFEST_API_VERSION}: write that, or leave apiVersion out` })
+  .optional()
+  .describe(`The version of the manifest's shape: ${MANIFEST_API_VERSION}, the one this mesh reads, when left out.`);
+
 export const ProviderDoc = z.strictObject({
+  apiVersion: ApiVersion,
   kind: z.literal("Provider").describe("The document kind."),
   name: Name.describe("The provider's name, shown in grants (provider: pg-main)."),
   serves: z
@@ -185,6 +197,7 @@ export type RequirementDoc = z.infer<typeof RequirementDoc>;
 
 export const ModuleDoc = z
   .strictObject({
+    apiVersion: ApiVersion,
     kind: z.literal("Module").describe("The document kind."),
     name: Name.describe("The module's name."),
     parts: z
