@@ -120,6 +120,7 @@ describe("watchCredentials", () => {
       requirement: "session-key",
       generation: 2,
       values: { type: "secret", provider: "builtin-secret", value: v2 },
+      env: {},
     });
     expect(first.values.value).not.toBe(v1);
 

@@ -8,7 +8,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BINDING_KEY_PATTERN, DATA_KINDS, ErrorCodes, isMeshError, isValidName, type ErrorCode, type Kind } from "@mesh/shared";
+import { BINDING_KEYS, BINDING_KEY_PATTERN, DATA_KINDS, ErrorCodes, isMeshError, isValidName, type ErrorCode, type Kind } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter } from "@mesh/providers";
 
 /** A name every adapter must refuse (InvalidName): in an SQL identifier it would break out and drop a role. */
@@ -125,6 +125,8 @@ export function describeProviderConformance(name: string, makeAdapter: () => Pro
       const secret = adapter.generate();
       const { bindings, resource } = await create(grant, secret);
       for (const key of Object.keys(bindings)) expect(key, `binding key ${key}`).toMatch(BINDING_KEY_PATTERN);
+      // What a requirement's env may name is what the kind binds.
+      for (const key of Object.keys(bindings)) expect(BINDING_KEYS[name as Kind], `binding key ${key} of ${name}`).toContain(key);
       for (const v of Object.values(secret)) for (const r of Object.values(resource)) expect(r).not.toContain(v);
       expect(bindings.provider).toBeTruthy();
       expect(bindings.type).toBeTruthy();

@@ -46,6 +46,8 @@ import {
   backoffMs,
   sleep,
   type CredentialValues,
+  mappedEnv,
+  type EnvMapping,
 } from "@mesh/shared";
 import {
   type contextFrom,
@@ -82,6 +84,12 @@ export interface HeldCredential {
   grant: string;
   generation: number;
   values: CredentialValues;
+  /**
+   * The values under the variable names the requirement's `env` maps them to (`{ DATABASE_URL:
+   * "postgresql://…" }`), as the grant said when this instance started; empty when it maps none.
+   * Secret, as `values`.
+   */
+  env: Record<string, string>;
   /**
    * The rotation that staged it, when this instance is one of its holders (it must confirm);
    * undefined for the generation held at start, and for one taken from a rotation that started
@@ -146,6 +154,8 @@ class Holder implements CredentialHolder {
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
   private chain: Promise<void> = Promise.resolve();
+  /** The grant's `env` mapping, read at start. */
+  private env: EnvMapping | undefined;
   /** The part's rotation key (secret), from the first credential fetched: a rotation's values in its broadcast open with it. */
   private partKey: MasterKey | undefined;
 
@@ -203,6 +213,7 @@ class Holder implements CredentialHolder {
   private async current(): Promise<void> {
     const e = await this.kv.grants.get(keys.grant(this.opts.module, this.opts.requirement));
     const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(e.json()) : undefined;
+    if (g?.success) this.env = g.data.env;
     if (g?.success && g.data.generation > 0) await this.take(g.data.generation, undefined, new Date());
   }
 
@@ -316,7 +327,7 @@ class Holder implements CredentialHolder {
           span?.end();
         }
       })());
-    this.push({ grant: this.grant, generation, values, ...(rotation ? { rotation } : {}), confirm });
+    this.push({ grant: this.grant, generation, values, env: mappedEnv(this.env, values).env, ...(rotation ? { rotation } : {}), confirm });
     if (!rotation) span?.end();
     return true;
   }

@@ -19,6 +19,7 @@ import {
   subjects,
   backoffMs,
   type CredentialValues,
+  mappedEnv,
 } from "@mesh/shared";
 import { fetchCredential, errorFromReply, orderedMessages, requestJson, type MessageStream, type NatsConnection } from "@mesh/shared/runtime";
 
@@ -60,6 +61,11 @@ export interface CredentialUpdate {
   requirement: string;
   generation: number;
   values: CredentialValues;
+  /**
+   * The values under the variable names the requirement's `env` maps them to (`{ DATABASE_URL:
+   * "postgresql://…" }`); empty when it maps none. Secret, as `values`.
+   */
+  env: Record<string, string>;
 }
 
 /**
@@ -258,7 +264,13 @@ class Watch implements CredentialWatch {
           timeoutMs: this.opts.fetchTimeoutMs ?? 5_000,
         });
         this.yielded.set(d.grant, fetched.generation);
-        return { grant: d.grant, requirement: d.requirement, generation: fetched.generation, values: fetched.values };
+        return {
+          grant: d.grant,
+          requirement: d.requirement,
+          generation: fetched.generation,
+          values: fetched.values,
+          env: mappedEnv(d.env, fetched.values).env,
+        };
       } catch (e) {
         if (isMeshError(e) && !e.retryable) {
           if (this.opts.onError) this.opts.onError(e, d);

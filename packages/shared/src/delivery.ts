@@ -1,6 +1,7 @@
 /**
  * The `Delivered` condition of a grant, from what its holders have confirmed receiving. Pure.
  */
+import { envDigest } from "./binding-env.js";
 import { setCondition, type Condition } from "./conditions.js";
 import { holderKey, type Grant } from "./schemas/grant.js";
 
@@ -13,16 +14,25 @@ export function isTarget(grant: Grant, node: string, part: string): boolean {
  * The message id of the Delivery of `g`'s current generation to `node/part`, which makes a
  * repeat within the stream's duplicate window free. The grant's incarnation (`createdAt`) and
  * the holder's last withdrawal are in it, so a new delivery of the same generation number (a
- * grant deleted and declared again, a part uninstalled and installed again) is no repeat.
+ * grant deleted and declared again, a part uninstalled and installed again) is no repeat; so is
+ * its `env` (a changed mapping is delivered again at the same generation).
  */
 export function deliveryMsgId(g: Grant, node: string, part: string): string {
   const withdrawn = g.withdrawn?.[holderKey(node, part)];
-  return `${g.id}@${g.createdAt ?? ""}:g${g.generation}:${node}:${part}${withdrawn ? `:after-${withdrawn}` : ""}`;
+  const env = envDigest(g.env);
+  return `${g.id}@${g.createdAt ?? ""}:g${g.generation}:${node}:${part}${withdrawn ? `:after-${withdrawn}` : ""}${env ? `:env-${env}` : ""}`;
 }
 
-/** Targets that do not yet hold the grant's current generation. */
+/**
+ * Targets that do not yet hold the grant's current generation, or hold it with an env file
+ * written for another `env` mapping than the grant's.
+ */
 export function undelivered(grant: Grant): Grant["targets"] {
-  return grant.targets.filter((t) => (grant.holders[holderKey(t.node, t.part)]?.generation ?? 0) < grant.generation);
+  const env = envDigest(grant.env);
+  return grant.targets.filter((t) => {
+    const held = grant.holders[holderKey(t.node, t.part)];
+    return (held?.generation ?? 0) < grant.generation || (held?.env ?? "") !== env;
+  });
 }
 
 /** The grant's conditions with `Delivered` computed from its targets and holders. */
@@ -49,8 +59,20 @@ export function withDeliveredCondition(grant: Grant, now = new Date()): Conditio
       type: "Delivered",
       status: "False",
       reason: "AwaitingDelivery",
-      message: `waiting for the agent of ${missing.map((t) => `node ${t.node} (part ${t.part})`).join(", ")} to write generation ${grant.generation}`,
+      message: awaitingMessage(grant, missing),
     },
     now,
   );
+}
+
+/** What `Delivered` False waits for: each agent to write the generation, or (holding it) the env file of a changed `env`. */
+function awaitingMessage(grant: Grant, missing: Grant["targets"]): string {
+  const who = (ts: Grant["targets"]) => ts.map((t) => `node ${t.node} (part ${t.part})`).join(", ");
+  const generation = missing.filter((t) => (grant.holders[holderKey(t.node, t.part)]?.generation ?? 0) < grant.generation);
+  const env = missing.filter((t) => !generation.includes(t));
+  const parts = [
+    ...(generation.length ? [`the agent of ${who(generation)} to write generation ${grant.generation}`] : []),
+    ...(env.length ? [`the agent of ${who(env)} to write the env file for the requirement's changed env`] : []),
+  ];
+  return `waiting for ${parts.join(", and ")}`;
 }

@@ -186,6 +186,7 @@ export {
 export { type Backoff, backoffMs, DEFAULT_JITTER, sleep } from "./backoff.js";
 export { KeyedQueue } from "./keyed-queue.js";
 export { kvFilter, kvKeyOf, kvStream } from "./kv-names.js";
+export { BINDING_KEYS, ENV_NAME_PATTERN, type EnvMapping, envDigest, mappedEnv } from "./binding-env.js";
 export {
   type BucketLimitsPlan,
   fillLimit,

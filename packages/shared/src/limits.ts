@@ -44,6 +44,8 @@ export const Limits = {
   needs: 32,
   /** Options of one requirement or provider. */
   options: 32,
+  /** Variables one requirement maps to its binding's keys (`env`). */
+  env: 32,
   /** Items of one list option of a requirement (a `nats.user`'s subjects…). */
   optionItems: 256,
   /** One option value, and each item of a list option, in characters. */

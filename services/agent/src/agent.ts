@@ -17,6 +17,7 @@ import {
   NAME_RULE,
   Streams,
   createSealingKey,
+  envDigest,
   errorMessage,
   grantId,
   isMeshError,
@@ -48,8 +49,10 @@ import {
   migrateBindings,
   pruneBinding,
   removeBinding,
+  setBindingEnv,
   writeBinding,
   type PartBinding,
+  type PartEnvResult,
 } from "./bindings-writer.js";
 import { applyRotation, isHookError, isRotationDue, type AgentHooks } from "./rotation-confirm.js";
 import { consumeRotations } from "./rotations.js";
@@ -208,9 +211,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       async (span) => {
         /** Generation `d.generation` is in the part's binding and no receipt says so yet. */
         let written = false;
+        /** The fingerprint of the `env` mapping the part's env file is written with: the grant's. */
+        let envFingerprint = "";
         try {
           const grant = await readJson(store.kv.grants, keys.grant(d.module, d.requirement), Grant);
           const binding = bindingNameOf(d.part, d.requirement);
+          // The names the part's env file gives the values besides REQUIREMENT_KEY, as the grant says now.
+          const env = grant?.value.env;
+          envFingerprint = envDigest(env);
           if (d.withdraw) {
             // The part no longer needs the grant: its binding goes (unless it is a target again by now).
             if (grant && isTarget(grant.value, node, d.part)) {
@@ -254,20 +262,30 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
               }
             }
             const written = writeBinding(
-              { root: bindingsRoot, module: d.module, part: d.part, requirement: binding, generation: fetched.generation, values: fetched.values },
+              {
+                root: bindingsRoot,
+                module: d.module,
+                part: d.part,
+                requirement: binding,
+                generation: fetched.generation,
+                values: fetched.values,
+                ...(env ? { env } : {}),
+              },
               { graceMs },
             );
             if (written.retained) schedulePrune({ module: d.module, part: d.part, binding });
-            if (written.envCollisions.length) {
-              dlog.warn({ names: written.envCollisions, envFile: written.envFile }, "some env names are produced twice; the first is kept");
-            }
+            warnOfEnv(dlog, written);
             dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");
             values = fetched.values;
+          } else if (plan.action === "record") {
+            // In place already: the env file is written again for the grant's env, which may be what changed.
+            const set = setBindingEnv(bindingsRoot, d.module, d.part, binding, env);
+            if (set) warnOfEnv(dlog, set);
           }
           // In a rotation, what was written is recorded with the confirmation (one write), or with the failure.
           written = plan.action !== "skip";
           if (written && !rotationDue) {
-            await receipt((r) => receiptDelivered(r, d.generation, new Date()));
+            await receipt((r) => receiptDelivered(r, d.generation, new Date(), envFingerprint));
             written = false;
             dlog.info("delivery recorded");
           }
@@ -289,7 +307,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
               log: dlog,
             });
             // The receipt's witness of the confirmation, before the ack (a hook failure it said in this rotation is over).
-            await receipt((r) => receiptConfirmed(written ? receiptDelivered(r, d.generation, new Date()) : r, d.rotation!, d.generation));
+            await receipt((r) => receiptConfirmed(written ? receiptDelivered(r, d.generation, new Date(), envFingerprint) : r, d.rotation!, d.generation));
             written = false;
             dlog.info("delivery and confirmation recorded");
           }
@@ -301,7 +319,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
           const retryable = !isMeshError(e) || e.retryable;
           span.setStatus({ code: 2, message: errorMessage(e) });
           // The binding holds what was written, though the rotation is not confirmed: the receipt says so.
-          const held = (r: DeliveryReceipt | undefined) => (written ? receiptDelivered(r, d.generation, new Date()) : r);
+          const held = (r: DeliveryReceipt | undefined) => (written ? receiptDelivered(r, d.generation, new Date(), envFingerprint) : r);
           if (isHookError(e)) {
             // The operator must act on this node: shown on the grant (meshctl status) through the node's receipt, and tried again, so the rotation confirms by itself once fixed.
             dlog.warn({ err: e, attempt: m.info.deliveryCount }, "the part's onRotate hook did not run through; the confirmation waits and is tried again");
@@ -391,5 +409,16 @@ function startHooks(opts: AgentOptions, log: Logger): AgentHooks {
   } catch (e) {
     if (e instanceof HookOptionError) throw new MeshError(ErrorCodes.InvalidRequest, e.message, { cause: e });
     throw e;
+  }
+}
+
+/** Says in the log what the part's env file could not give as asked: names produced twice, mapped keys the binding lacks. */
+function warnOfEnv(log: Logger, r: PartEnvResult): void {
+  if (r.envCollisions.length) log.warn({ names: r.envCollisions, envFile: r.envFile }, "some env names are produced twice; the first is kept");
+  if (r.envUnmapped.length) {
+    log.warn(
+      { names: r.envUnmapped, envFile: r.envFile },
+      "the requirement's env names keys its binding does not carry; those variables are not in the env file",
+    );
   }
 }

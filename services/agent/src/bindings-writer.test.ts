@@ -26,7 +26,9 @@ import {
   partEnvFile,
   pruneBinding,
   quoteEnvValue,
+  removeBinding,
   renderPartEnv,
+  setBindingEnv,
   writeBinding,
 } from "./bindings-writer.js";
 
@@ -82,6 +84,23 @@ describe("writeBinding", () => {
     expect(readdirSync(join(root, "shop")).sort()).toEqual([".api.generations", "api", "api.env"]);
     expect(partBindingsDir(root, "shop", "api")).toBe(partDir());
     expect(partEnvFile(root, "shop", "api")).toBe(join(root, "shop", "api.env"));
+  });
+
+  it("writes a requirement's env into the env file, keeps it across generations, changes it in place, and drops it with the binding", () => {
+    const env = () => readFileSync(join(root, "shop", "api.env"), "utf8");
+    writeBinding({ ...db(1, "one"), env: { PGPASSWORD: "password" } });
+    expect(env()).toContain("PGPASSWORD='one'\nDB_DATABASE=");
+    // The binding's own directory holds its keys alone.
+    expect(readdirSync(join(partDir(), "db")).sort()).toEqual(["database", "password", "provider", "type", "username"]);
+    writeBinding({ ...db(2, "two"), env: { PGPASSWORD: "password" } });
+    expect(env()).toContain("PGPASSWORD='two'\n");
+    expect(setBindingEnv(root, "shop", "api", "db", { PGUSER: "username", PGPASS: "secret" })).toMatchObject({ envUnmapped: ["PGPASS"] });
+    expect(env()).toContain("PGUSER='shop_db_a'\n");
+    expect(env()).not.toContain("PGPASSWORD");
+    expect(setBindingEnv(root, "shop", "api", "absent", { X: "y" })).toBeUndefined();
+    removeBinding(root, "shop", "api", "db");
+    expect(readdirSync(gens()).filter((e) => e.startsWith("."))).toEqual([]);
+    expect(env()).not.toContain("PGUSER");
   });
 
   it("replaces a previous generation; its directory stays for the grace, then goes", () => {
@@ -356,6 +375,27 @@ describe("env rendering", () => {
     [`it's $x "y" \`z\` \\`, `"it's \\$x \\"y\\" \\\`z\\\` \\\\"`],
   ])("quotes %j as %s", (value, quoted) => {
     expect(quoteEnvValue(value)).toBe(quoted);
+  });
+
+  it("gives the names a requirement's env maps first, beside the plain ones, and reports a key its binding lacks", () => {
+    const r = renderPartEnv([
+      {
+        requirement: "db",
+        values: new Map([
+          ["uri", "postgresql://x"],
+          ["password", "p"],
+        ]),
+        env: { DATABASE_URL: "uri", DB_PASSWORD: "username", PGHOST: "host" },
+      },
+      { requirement: "cache", values: new Map([["uri", "redis://y"]]) },
+    ]);
+    expect(r.text.split("\n").slice(2)).toEqual(["DATABASE_URL='postgresql://x'", "CACHE_URI='redis://y'", "DB_PASSWORD='p'", "DB_URI='postgresql://x'", ""]);
+    // DB_PASSWORD is asked for as the username, which the binding lacks: the plain name keeps its value.
+    expect(r.unmapped).toEqual(["DB_PASSWORD", "PGHOST"]);
+    const injected = renderPartEnv([{ requirement: "db", values: new Map([["uri", "x"]]), env: { "A\nB": "uri" } }]);
+    expect(injected.unmapped).toEqual(["A\nB"]);
+    expect(injected.text).not.toContain("A\nB");
+    expect(r.collisions).toEqual([]);
   });
 
   it("keeps the first of two colliding names and reports it", () => {

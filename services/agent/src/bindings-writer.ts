@@ -3,7 +3,8 @@
  *
  *     <root>/<module>/<part>/<binding>/<key>           one entry per binding and nothing else: the part's SERVICE_BINDING_ROOT
  *     <root>/<module>/<part>.env                       every binding of the part, for process managers
- *     <root>/<module>/.<part>.generations/             generation directories, temporary links and files
+ *     <root>/<module>/.<part>.generations/             generation directories, temporary links and files,
+ *                                                      and each binding's env mapping (.env-names-<binding>.json)
  *
  * `<binding>` (a requirement's name, or `identity`) is a symlink to
  * `../.<part>.generations/<binding>-g<generation>-<random>`, the directory holding the files
@@ -54,8 +55,11 @@ import { basename, join } from "node:path";
 import {
   BINDING_KEY_PATTERN,
   ErrorCodes,
+  ENV_NAME_PATTERN,
   MeshError,
   NAME_RULE,
+  mappedEnv,
+  type EnvMapping,
   bindingGenerationDirPattern,
   bindingGenerationsDirName,
   isValidName,
@@ -80,6 +84,8 @@ export interface BindingWrite {
   generation: number;
   /** Key → value; one file per key. Secret: never logged. */
   values: Readonly<Record<string, string>>;
+  /** The requirement's `env` (variable → key): more names of the env file for its values; none when left out. */
+  env?: EnvMapping;
 }
 
 export interface BindingWriteResult {
@@ -96,6 +102,15 @@ export interface BindingWriteResult {
   retained: boolean;
   /** Env names that more than one requirement/key map to (`a-b`+`c` and `a`+`b-c`); the first in sorted order is kept. */
   envCollisions: string[];
+  /** Variables an `env` mapping names whose key no binding of the part carries: not in the env file. */
+  envUnmapped: string[];
+}
+
+/** What regenerating a part's env file found: where it is, and the names it could not give as asked. */
+export interface PartEnvResult {
+  envFile: string;
+  envCollisions: string[];
+  envUnmapped: string[];
 }
 
 function refuse(what: string, value: string, rule: string): never {
@@ -147,6 +162,50 @@ function tempLinkPrefix(binding: string): string {
 
 /** Temporary files of the env file's regeneration, in the generations directory. */
 const TEMP_ENV_PREFIX = ".env-tmp-";
+
+/** A binding's `env` mapping as its env file was last written with, in the generations directory (a leading `.` never starts a generation's name). */
+const envNamesFile = (binding: string) => `.env-names-${binding}.json`;
+
+/** The `env` mapping stored for `binding` of the part; none when there is none (or it is unreadable: the env file then has only the plain names). */
+function readEnvNames(genDir: string, binding: string): EnvMapping | undefined {
+  try {
+    const parsed = JSON.parse(readFileSync(join(genDir, envNamesFile(binding)), "utf8")) as unknown;
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return undefined;
+    return Object.fromEntries(Object.entries(parsed).filter((e): e is [string, string] => typeof e[1] === "string"));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Stores `binding`'s `env` mapping (atomically: a temporary file renamed over it), or removes it for none. */
+function storeEnvNames(genDir: string, binding: string, env: EnvMapping | undefined): void {
+  const path = join(genDir, envNamesFile(binding));
+  if (!env || Object.keys(env).length === 0) {
+    rmSync(path, { force: true });
+    return;
+  }
+  const text = JSON.stringify(env);
+  try {
+    if (readFileSync(path, "utf8") === text) return;
+  } catch {
+    // Not there yet.
+  }
+  const temp = join(genDir, `${TEMP_ENV_PREFIX}${randomBytes(6).toString("hex")}`);
+  writeFileSync(temp, text, { mode: 0o600, flag: "wx" });
+  renameSync(temp, path);
+}
+
+/**
+ * Sets the `env` mapping of a binding already in place and regenerates the part's env file: a
+ * requirement whose `env` changed while its generation did not. Nothing is done for a binding
+ * that is not there.
+ */
+export function setBindingEnv(root: string, module: string, part: string, requirement: string, env: EnvMapping | undefined): PartEnvResult | undefined {
+  if (!lstatOrUndefined(bindingPath(root, module, part, requirement))?.isSymbolicLink()) return undefined;
+  storeEnvNames(generationsDir(root, module, part), requirement, env);
+  const written = writePartEnv(root, module, part);
+  return { envFile: written.path, envCollisions: written.collisions, envUnmapped: written.unmapped };
+}
 
 /** What agents before the generations directory left in a part's directory. */
 const Legacy = {
@@ -273,7 +332,7 @@ export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Da
     if (opts.onlyOver !== undefined && readLink(linkPath) !== opts.onlyOver) {
       rmSync(tempLink, { force: true });
       rmSync(dir, { recursive: true, force: true });
-      return { path: linkPath, envFile: join(w.root, w.module, partEnvFileName(w.part)), changed: false, envCollisions: [], retained: false };
+      return { path: linkPath, envFile: join(w.root, w.module, partEnvFileName(w.part)), changed: false, envCollisions: [], envUnmapped: [], retained: false };
     }
     // A real directory there (not ours) cannot be replaced by rename; move it out of the way first.
     const st = lstatOrUndefined(linkPath);
@@ -290,8 +349,9 @@ export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Da
   }
 
   const retained = removeStale(w.root, w.module, w.part, w.requirement, cutoff(now, grace));
+  storeEnvNames(genDir, w.requirement, w.env);
   const env = writePartEnv(w.root, w.module, w.part);
-  return { path: linkPath, envFile: env.path, changed, envCollisions: env.collisions, retained };
+  return { path: linkPath, envFile: env.path, changed, envCollisions: env.collisions, envUnmapped: env.unmapped, retained };
 }
 
 /**
@@ -359,6 +419,7 @@ export function removeBinding(root: string, module: string, part: string, requir
   rmSync(linkPath, { recursive: true, force: true });
   // With the link gone no generation is current: every one of them goes, whatever its age.
   removeStale(root, module, part, requirement, Infinity);
+  rmSync(join(generationsDir(root, module, part), envNamesFile(requirement)), { force: true });
   writePartEnv(root, module, part);
   return { removed: had };
 }
@@ -461,13 +522,17 @@ export function quoteEnvValue(value: string): string {
 }
 
 /**
- * The text of a part's env file from its requirements' values: one `NAME=value` line each,
- * sorted by requirement then key, quoted by {@link quoteEnvValue}. A name produced twice keeps
- * the first and is reported in `collisions`.
+ * The text of a part's env file from its requirements' values: first the names each
+ * requirement's `env` maps (sorted by requirement then name: the names an application asked
+ * for win), then one `REQUIREMENT_KEY` line per key, sorted by requirement then key; each value
+ * quoted by {@link quoteEnvValue}. A name produced twice keeps the first and is reported in
+ * `collisions`; a mapped name whose key the binding lacks, or that is no variable name, is left
+ * out and reported in `unmapped`.
  */
-export function renderPartEnv(requirements: ReadonlyArray<{ requirement: string; values: ReadonlyMap<string, string> }>): {
+export function renderPartEnv(requirements: ReadonlyArray<{ requirement: string; values: ReadonlyMap<string, string>; env?: EnvMapping }>): {
   text: string;
   collisions: string[];
+  unmapped: string[];
 } {
   const lines = [
     "# Written by the mesh agent; regenerated on every delivery. Do not edit.",
@@ -475,18 +540,29 @@ export function renderPartEnv(requirements: ReadonlyArray<{ requirement: string;
   ];
   const seen = new Set<string>();
   const collisions: string[] = [];
-  for (const r of [...requirements].sort((a, b) => a.requirement.localeCompare(b.requirement))) {
-    for (const key of [...r.values.keys()].sort()) {
-      const name = envName(r.requirement, key);
-      if (seen.has(name)) {
-        collisions.push(name);
-        continue;
-      }
-      seen.add(name);
-      lines.push(`${name}=${quoteEnvValue(r.values.get(key)!)}`);
+  const unmapped: string[] = [];
+  const add = (name: string, value: string) => {
+    if (seen.has(name)) {
+      collisions.push(name);
+      return;
+    }
+    seen.add(name);
+    lines.push(`${name}=${quoteEnvValue(value)}`);
+  };
+  const sorted = [...requirements].sort((a, b) => a.requirement.localeCompare(b.requirement));
+  for (const r of sorted) {
+    const mapped = mappedEnv(r.env, Object.fromEntries(r.values));
+    unmapped.push(...mapped.missing);
+    for (const [name, value] of Object.entries(mapped.env)) {
+      // Checked at apply already; a name that could end its line and start another never reaches the file.
+      if (ENV_NAME_PATTERN.test(name)) add(name, value);
+      else unmapped.push(name);
     }
   }
-  return { text: lines.join("\n") + "\n", collisions };
+  for (const r of sorted) {
+    for (const key of [...r.values.keys()].sort()) add(envName(r.requirement, key), r.values.get(key)!);
+  }
+  return { text: lines.join("\n") + "\n", collisions, unmapped };
 }
 
 /**
@@ -495,16 +571,17 @@ export function renderPartEnv(requirements: ReadonlyArray<{ requirement: string;
  * the file alone when it already says the same. Removes the `part.env` an older agent kept in
  * the part's directory.
  */
-function writePartEnv(root: string, module: string, part: string): { path: string; collisions: string[] } {
+function writePartEnv(root: string, module: string, part: string): { path: string; collisions: string[]; unmapped: string[] } {
   const partDir = join(root, module, part);
   const genDir = generationsDir(root, module, part);
-  const requirements: Array<{ requirement: string; values: Map<string, string> }> = [];
+  const requirements: Array<{ requirement: string; values: Map<string, string>; env?: EnvMapping }> = [];
   for (const entry of readdirSync(partDir)) {
     if (!isValidName(entry) || !lstatOrUndefined(join(partDir, entry))?.isSymbolicLink()) continue;
     const values = readValues(join(partDir, entry));
-    if (values) requirements.push({ requirement: entry, values });
+    const env = readEnvNames(genDir, entry);
+    if (values) requirements.push({ requirement: entry, values, ...(env ? { env } : {}) });
   }
-  const { text, collisions } = renderPartEnv(requirements);
+  const { text, collisions, unmapped } = renderPartEnv(requirements);
   const path = join(root, module, partEnvFileName(part));
   let existing: string | undefined;
   try {
@@ -524,5 +601,5 @@ function writePartEnv(root: string, module: string, part: string): { path: strin
   for (const entry of readdirSync(partDir)) {
     if (entry === Legacy.envFile || entry.startsWith(Legacy.tempEnvPrefix)) rmSync(join(partDir, entry), { force: true });
   }
-  return { path, collisions };
+  return { path, collisions, unmapped };
 }

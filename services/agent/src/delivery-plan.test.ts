@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { Delivery, Grant } from "@mesh/shared";
+import { envDigest, type Delivery, type Grant } from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
 import { planDelivery } from "./delivery-plan.js";
 
@@ -23,6 +23,9 @@ function delivery(generation: number, patch: Partial<Delivery> = {}): Delivery {
 }
 
 const held = (generation: number) => ({ "node-a/api": { generation, deliveredAt: now.toISOString() } });
+const heldWithEnv = (generation: number, env: Record<string, string>) => ({
+  "node-a/api": { generation, deliveredAt: now.toISOString(), env: envDigest(env) },
+});
 
 describe("planDelivery", () => {
   it.each<[string, Delivery, Grant | undefined, number | undefined, string]>([
@@ -34,6 +37,15 @@ describe("planDelivery", () => {
     ["first delivery", delivery(2), grant(), undefined, "apply"],
     ["new generation over an old one", delivery(2), grant({ holders: held(1) }), 1, "apply"],
     ["recorded and on disk", delivery(2), grant({ holders: held(2) }), 2, "skip"],
+    ["recorded and on disk, with the grant's env", delivery(2), grant({ env: { URL: "uri" }, holders: heldWithEnv(2, { URL: "uri" }) }), 2, "skip"],
+    [
+      "recorded and on disk, the grant's env changed since",
+      delivery(2),
+      grant({ env: { DATABASE_URL: "uri" }, holders: heldWithEnv(2, { URL: "uri" }) }),
+      2,
+      "record",
+    ],
+    ["recorded and on disk, the grant's env removed since", delivery(2), grant({ holders: heldWithEnv(2, { URL: "uri" }) }), 2, "record"],
     ["on disk but not recorded (crash between)", delivery(2), grant({ holders: held(1) }), 2, "record"],
     ["recorded but the files are gone", delivery(2), grant({ holders: held(2) }), undefined, "apply"],
     ["newer than the grant says", delivery(3), grant(), 2, "apply"],

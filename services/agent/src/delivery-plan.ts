@@ -2,7 +2,7 @@
  * What the agent does with one Delivery, decided from plain data: the Delivery, the grant as
  * stored, and the generation already on disk. Pure, so every case is tested without NATS.
  */
-import { holderKey, isTarget, type Delivery, type Grant } from "@mesh/shared";
+import { envDigest, holderKey, isTarget, type Delivery, type Grant } from "@mesh/shared";
 
 /**
  * - `apply`: fetch the values, write the binding, record the holder (its receipt).
@@ -38,7 +38,9 @@ export function planDelivery(delivery: Delivery, grant: Grant | undefined, local
   }
   const held = grant.holders[holderKey(delivery.node, delivery.part)]?.generation ?? 0;
   if (localGeneration === delivery.generation) {
-    return held >= delivery.generation ? { action: "skip", reason: "already delivered" } : { action: "record" };
+    // Held, but its env file written for another `env` mapping: written again with the grant's, and recorded.
+    const envAsHeld = (grant.holders[holderKey(delivery.node, delivery.part)]?.env ?? "") === envDigest(grant.env);
+    return held >= delivery.generation && envAsHeld ? { action: "skip", reason: "already delivered" } : { action: "record" };
   }
   return { action: "apply" };
 }

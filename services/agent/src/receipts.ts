@@ -12,15 +12,17 @@ const bounded = (message: string) => (message.length > RECEIPT_MESSAGE_MAX ? `${
 /**
  * Generation `generation` written (or found written) to the part's binding, now: always a new
  * receipt, so a holder the grant lost is folded in again. A failure of that generation or an
- * older one is over.
+ * older one is over. `env` is the fingerprint (`envDigest`) of the `env` mapping the part's env
+ * file was written with ("" for none).
  */
-export function receiptDelivered(r: DeliveryReceipt | undefined, generation: number, now: Date): DeliveryReceipt {
-  const { failure, withdrawnAt: _withdrawn, ...rest } = r ?? { generation: 0 };
+export function receiptDelivered(r: DeliveryReceipt | undefined, generation: number, now: Date, env = ""): DeliveryReceipt {
+  const { failure, withdrawnAt: _withdrawn, env: _env, ...rest } = r ?? { generation: 0 };
   return {
     ...rest,
     generation: Math.max(rest.generation, generation),
     deliveredAt: now.toISOString(),
     ...(failure && failure.generation > generation ? { failure } : {}),
+    ...(env ? { env } : {}),
   };
 }
 

@@ -106,6 +106,7 @@ export async function handleCredentialList(store: Store, subject: string, now = 
       provider: g.provider!,
       generation: g.generation,
       publishedAt: now.toISOString(),
+      ...(g.env ? { env: g.env } : {}),
     }));
   return { ok: true, deliveries };
 }

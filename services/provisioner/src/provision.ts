@@ -158,6 +158,7 @@ async function announce(store: Store, grant: Grant, log: Logger): Promise<void> 
       provider: grant.provider!,
       generation: grant.generation,
       publishedAt: new Date().toISOString(),
+      ...(grant.env ? { env: grant.env } : {}),
     };
     await store.js.publish(subjects.delivery(t.node, grant.module, t.part, grant.requirement), JSON.stringify(d), {
       msgID: deliveryMsgId(grant, t.node, t.part),

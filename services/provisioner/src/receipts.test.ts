@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { deliveryMsgId, getCondition, type DeliveryReceipt, type Grant } from "@mesh/shared";
+import { deliveryMsgId, envDigest, getCondition, withDeliveredCondition, type DeliveryReceipt, type Grant } from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
 import { clearHookFailure, foldReceipt, recordDeliveryFailure, recordHolder, recordHookFailure } from "./receipts.js";
 
@@ -31,6 +31,36 @@ describe("recordHolder", () => {
     expect(recordHolder(grant({ holders: held(3) }), "node-a", "api", 2, now)).toBeUndefined();
     expect(recordHolder(grant(), "node-z", "api", 2, now)).toBeUndefined();
     expect(recordHolder(undefined, "node-a", "api", 2, now)).toBeUndefined();
+  });
+
+  it("records the env its env file was written with, at the same generation too, and Delivered waits for it", () => {
+    const mapped = grant({ env: { DATABASE_URL: "uri" }, holders: held(2), targets: [{ part: "api", node: "node-a" }] });
+    expect(
+      getCondition(recordHolder(grant({ holders: held(1), targets: [{ part: "api", node: "node-a" }] }), "node-a", "api", 2, now)!.conditions, "Delivered")
+        ?.status,
+    ).toBe("True");
+    const digest = envDigest({ DATABASE_URL: "uri" });
+    const g = recordHolder(mapped, "node-a", "api", 2, now, digest)!;
+    expect(g.holders["node-a/api"]).toEqual({ generation: 2, deliveredAt: now.toISOString(), env: digest });
+    expect(getCondition(g.conditions, "Delivered")).toMatchObject({ status: "True" });
+    expect(recordHolder(g, "node-a", "api", 2, now, digest)).toBeUndefined();
+    // Held with another env than the grant's: not delivered, and the message says what it waits for.
+    const stale = recordHolder({ ...g, env: { URL: "uri" } }, "node-a", "api", 2, now, digest);
+    expect(stale).toBeUndefined();
+    const waiting = withDeliveredCondition({ ...g, env: { URL: "uri" } }, now);
+    expect(getCondition(waiting, "Delivered")).toMatchObject({
+      status: "False",
+      message: "waiting for the agent of node node-a (part api) to write the env file for the requirement's changed env",
+    });
+    // An older generation's receipt never records an env over the newer one's.
+    expect(recordHolder(g, "node-a", "api", 1, now, "")).toBeUndefined();
+  });
+
+  it("puts the env in a delivery's message id, so a changed one is delivered again", () => {
+    const g = grant({ env: { DATABASE_URL: "uri" } });
+    expect(deliveryMsgId(g, "node-a", "api")).not.toBe(deliveryMsgId(grant(), "node-a", "api"));
+    expect(deliveryMsgId(g, "node-a", "api")).not.toBe(deliveryMsgId(grant({ env: { URL: "uri" } }), "node-a", "api"));
+    expect(deliveryMsgId(grant({ env: {} }), "node-a", "api")).toBe(deliveryMsgId(grant(), "node-a", "api"));
   });
 });
 

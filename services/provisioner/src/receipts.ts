@@ -30,15 +30,20 @@ import { consumeKeys, mutateJson, readJson, type Consumption, type Store } from 
 import type { Logger } from "@mesh/shared/service";
 
 /**
- * The grant with `node/part` recorded as holding `generation` and `Delivered` recomputed, or
- * undefined when there is nothing to write: the grant is gone, the part is no longer a
- * target, or the holder already has this generation or a newer one.
+ * The grant with `node/part` recorded as holding `generation`, its env file written for the
+ * mapping whose fingerprint is `env` (`envDigest`), and `Delivered` recomputed; or undefined
+ * when there is nothing to write: the grant is gone, the part is no longer a target, or the
+ * holder already has a newer generation, or this one with the same `env`.
  */
-export function recordHolder(grant: Grant | undefined, node: string, part: string, generation: number, now: Date): Grant | undefined {
+export function recordHolder(grant: Grant | undefined, node: string, part: string, generation: number, now: Date, env = ""): Grant | undefined {
   if (!grant || !isTarget(grant, node, part)) return undefined;
   const key = holderKey(node, part);
-  if ((grant.holders[key]?.generation ?? 0) >= generation) return undefined;
-  const updated: Grant = { ...grant, holders: { ...grant.holders, [key]: { generation, deliveredAt: now.toISOString() } } };
+  const held = grant.holders[key];
+  const newer = (held?.generation ?? 0) < generation;
+  // The same generation with its env file written for another mapping: that is recorded, not older generations.
+  if (!newer && (held?.generation !== generation || (held.env ?? "") === env)) return undefined;
+  const state = { generation, deliveredAt: now.toISOString(), ...(env ? { env } : {}) };
+  const updated: Grant = { ...grant, holders: { ...grant.holders, [key]: state } };
   // Held again: its withdrawal is over.
   if (updated.withdrawn && Object.hasOwn(updated.withdrawn, key)) {
     const { [key]: _over, ...rest } = updated.withdrawn;
@@ -138,7 +143,7 @@ export function foldReceipt(grant: Grant | undefined, node: string, part: string
     return { ...grant, holders, withdrawn: { ...grant.withdrawn, [key]: r.withdrawnAt } };
   }
   let g = grant;
-  if (r.generation > 0) g = recordHolder(g, node, part, r.generation, r.deliveredAt ? new Date(r.deliveredAt) : now) ?? g;
+  if (r.generation > 0) g = recordHolder(g, node, part, r.generation, r.deliveredAt ? new Date(r.deliveredAt) : now, r.env) ?? g;
   if (r.failure && r.failure.generation > r.generation) g = recordDeliveryFailure(g, node, part, r.failure.generation, r.failure.message, now) ?? g;
   if (r.hook) {
     const { failed, ...hook } = r.hook;

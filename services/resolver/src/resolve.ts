@@ -53,6 +53,8 @@ export interface Resolution {
   repair?: RepairPolicy;
   /** The requirement's kind-specific options, copied onto the grant for the adapter. */
   options?: RequirementOptions;
+  /** The requirement's `env:`, copied onto the grant for the agents and the SDK. */
+  env?: Record<string, string>;
   /** The requirement's `deletionPolicy:`, copied onto the grant for when nothing needs it any more. */
   deletionPolicy?: DeletionPolicy;
 }
@@ -195,6 +197,7 @@ export function resolveModule(
       ...(req.verify ? { verify: req.verify } : {}),
       ...(req.repair ? { repair: req.repair } : {}),
       ...(req.options ? { options: req.options } : {}),
+      ...(req.env && Object.keys(req.env).length ? { env: req.env } : {}),
       ...(req.deletionPolicy ? { deletionPolicy: req.deletionPolicy } : {}),
     };
   });
@@ -291,6 +294,7 @@ export function applyResolution(current: Grant | undefined, r: Resolution, now =
     verify: r.verify,
     repair: r.repair,
     options: r.options,
+    env: r.env,
     deletionPolicy: r.deletionPolicy,
     // Declared again: no longer being removed, and what was retained is adopted.
     removal: undefined,

@@ -70,6 +70,8 @@ export const Delivery = z.object({
   rotation: z.string().optional(),
   /** Set when the part is no longer a target of the grant: the agent removes its binding, and the receipt says so. */
   withdraw: z.literal(true).optional(),
+  /** The requirement's `env` (variable → binding key): the names the application reads the values under. */
+  env: z.record(z.string(), z.string()).optional(),
 });
 export type Delivery = z.infer<typeof Delivery>;
 

@@ -15,6 +15,8 @@ export type GrantTarget = z.infer<typeof GrantTarget>;
 export const HolderState = z.object({
   generation: z.number().int().nonnegative(),
   deliveredAt: z.string(),
+  /** The fingerprint (`envDigest`) of the grant's `env` its env file was written with; absent: none. */
+  env: z.string().optional(),
 });
 export type HolderState = z.infer<typeof HolderState>;
 
@@ -53,6 +55,8 @@ export const DeliveryReceipt = z.object({
    * agent may write), so a forged ack alone commits nothing.
    */
   confirmed: z.object({ rotation: z.string().max(200), generation: z.number().int().positive() }).optional(),
+  /** The fingerprint (`envDigest`) of the grant's `env` the part's env file was written with; absent: none. */
+  env: z.string().max(64).optional(),
 });
 export type DeliveryReceipt = z.infer<typeof DeliveryReceipt>;
 
@@ -84,6 +88,8 @@ export const Grant = z.object({
   repair: RepairPolicy.optional(),
   /** The requirement's kind-specific `options:`, copied by the resolver for the adapter. */
   options: RequirementOptions.optional(),
+  /** The requirement's `env:` (variable → binding key), copied by the resolver for the agents and the SDK. */
+  env: z.record(z.string(), z.string()).optional(),
   /** The verifier's repairs of this grant, oldest first, at most REPAIR_HISTORY_LIMIT (the newest). */
   repairs: z.array(RepairEvent).optional(),
   /** The requirement's `deletionPolicy:`, copied by the resolver (absent: its kind's default, `deletionPolicyOf`). */

@@ -7,11 +7,12 @@
  */
 import { z } from "zod";
 import { RotatePolicy } from "./rotation.js";
-import { IDENTITY_BINDING, NAME_RULE, NAME_PATTERN, isReservedRequirementName } from "../names.js";
+import { BINDING_KEY_PATTERN, IDENTITY_BINDING, NAME_RULE, NAME_PATTERN, isReservedRequirementName } from "../names.js";
 import { parseGrantId } from "../subjects.js";
 import { KIND_LIST, Kinds } from "../kinds.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
 import { Limits } from "../limits.js";
+import { BINDING_KEYS, ENV_NAME_PATTERN } from "../binding-env.js";
 
 /** "at most N <what>", the message of every list and length limit. */
 const atMost = (n: number, what: string) => ({ message: `at most ${n} ${what}` });
@@ -165,6 +166,14 @@ export const PartDoc = z.strictObject({
 });
 export type PartDoc = z.infer<typeof PartDoc>;
 
+/** A requirement's `env` (binding-env.ts): variable name → binding key. */
+const EnvMap = z
+  .record(
+    z.string().max(128).regex(ENV_NAME_PATTERN, { message: "must be an environment variable name: letters, digits and _, not starting with a digit" }),
+    z.string().regex(BINDING_KEY_PATTERN, { message: "must be a key of the requirement's binding, such as uri or password" }),
+  )
+  .refine((e) => Object.keys(e).length <= Limits.env, atMost(Limits.env, "variables"));
+
 export const RequirementDoc = z.strictObject({
   name: Name.describe("The requirement's name, unique in the module; the grant's id is <module>/<name>."),
   kind: z.enum(KIND_LIST).describe("What is needed."),
@@ -185,6 +194,9 @@ export const RequirementDoc = z.strictObject({
   rotate: RotatePolicy.optional().describe("How often the rotator rotates the grant ({ every: 30d }); never when left out."),
   options: RequirementOptions.optional().describe(
     "Settings of the kind: publish, subscribe and denyPublish (nats.user); history, ttl, maxBytes, replicas (kv.bucket, object.store); docs/reference/providers.md has each kind's. The kind's adapter checks them when the grant is provisioned: an unknown or invalid option is Provisioned False ProvisionFailed, naming it.",
+  ),
+  env: EnvMap.optional().describe(
+    "Variables that carry a key of the binding under the name the application reads ({ DATABASE_URL: uri }), as ServiceBinding's .spec.env: written into the part's env file beside the <REQUIREMENT>_<KEY> names, and handed by the SDK with each generation. The binding's directory is unchanged. A key must be one the kind binds (docs/reference/bindings.md).",
   ),
   deletionPolicy: z
     .enum(["Retain", "Delete"])
@@ -225,6 +237,8 @@ export const ModuleDoc = z
       partNames.add(p.name);
     });
     const reqNames = new Set<string>();
+    /** Each variable a requirement's env sets, and which requirement set it first. */
+    const envNames = new Map<string, string>();
     m.requires.forEach((r, i) => {
       if (reqNames.has(r.name)) ctx.addIssue({ code: "custom", path: ["requires", i, "name"], message: `duplicate requirement ${r.name}` });
       reqNames.add(r.name);
@@ -233,6 +247,16 @@ export const ModuleDoc = z
       }
       if (r.kind === Kinds.MeshIdentity) {
         ctx.addIssue({ code: "custom", path: ["requires", i, "kind"], message: `${Kinds.MeshIdentity} is not declared: every installed part gets its identity from the mesh (binding ${IDENTITY_BINDING}); for application traffic declare a ${Kinds.NatsUser}` });
+      }
+      for (const [name, key] of Object.entries(r.env ?? {})) {
+        const keys = BINDING_KEYS[r.kind];
+        if (!keys.includes(key)) {
+          ctx.addIssue({ code: "custom", path: ["requires", i, "env", name], message: `${r.kind} binds no key ${key}; it binds ${keys.join(", ")}` });
+        }
+        const first = envNames.get(name);
+        if (first !== undefined) {
+          ctx.addIssue({ code: "custom", path: ["requires", i, "env", name], message: `${name} is also set by requirement ${first}: give each variable one source` });
+        } else envNames.set(name, r.name);
       }
       (r.parts ?? []).forEach((p, j) => {
         if (!partNames.has(p)) {
