@@ -6,7 +6,7 @@
  * state seen last, or 3 for a module that still has none; the built meshctl wires it all and
  * prints its package's version.
  */
-import { execFile, spawnSync } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -166,7 +166,14 @@ describe("meshctl get", () => {
     expect(await runGet(mesh.store, { resource: "modules", name: "shop", json: true }, json)).toBe(ExitCodes.Ok);
     const body = JSON.parse(json.stdout) as { modules: unknown[] };
     expect(body.modules).toEqual([
-      { name: "shop", state: "Ready", ready: { satisfied: 1, total: 1 }, message: "all requirements are satisfied", since: expect.any(String) },
+      {
+        name: "shop",
+        state: "Ready",
+        ready: { satisfied: 1, total: 1 },
+        message: "all requirements are satisfied",
+        since: expect.any(String),
+        parts: [{ name: "api", node: "node-a", installed: true }],
+      },
     ]);
 
     const never = bufferOutput();
@@ -201,6 +208,79 @@ describe("meshctl get", () => {
     const missing = await exitOf(() => runGet(mesh.store, { resource: "providers", name: "pg-main" }, bufferOutput()));
     expect(missing.code).toBe(ExitCodes.NotFound);
     expect(missing.message).toContain("provider pg-main does not exist");
+  });
+});
+
+describe("meshctl get -o name|wide, status -o name", () => {
+  it("prints <kind>/<name> a line, and more columns in wide", async () => {
+    const names = bufferOutput();
+    expect(await runGet(mesh.store, { resource: "grants", name: "shop", output: "name" }, names)).toBe(ExitCodes.Ok);
+    expect(names.stdout).toBe("grant/shop/key\n");
+    const providers = bufferOutput();
+    await runGet(mesh.store, { resource: "providers", output: "name" }, providers);
+    expect(providers.stdout).toBe("provider/builtin-secret\n");
+    const wide = bufferOutput();
+    await runGet(mesh.store, { resource: "grants", name: "far", output: "wide" }, wide);
+    expect(wide.stdout).toMatch(
+      /^NAME +KIND +PROVIDER +GEN +HOLDERS +STATE +VERIFIED +TARGETS +REASON +UPDATED\nfar\/key +secret +builtin-secret +1 +0\/1 +InProgress +- +api@node-z +AwaitingDelivery +\d+ s ago\n$/,
+    );
+    const status = await meshctl(["status", "-o", "name"]);
+    expect(status.status).toBe(0);
+    expect(status.stdout.split("\n").filter((l) => FIXTURE_NAMES.some((n) => l === `module/${n}`))).toEqual(FIXTURE_NAMES.map((n) => `module/${n}`));
+  });
+});
+
+describe("meshctl get -w", () => {
+  /** Module `watched` with secret requirements `reqs`, applied. */
+  const watched = async (reqs: string[]) => {
+    const doc: ModuleDoc = {
+      kind: "Module",
+      name: "watched",
+      parts: [{ name: "api", node: "node-a", installed: true }],
+      requires: reqs.map((name) => ({ name, kind: "secret" })),
+    };
+    expect((await mesh.apply([doc])).ok).toBe(true);
+  };
+
+  it("lists the rows, then prints each row again as it changes, a deleted one marked, until stopped", async () => {
+    await watched(["key"]);
+    await mesh.waitForState("watched", "Ready");
+    const out = bufferOutput();
+    const stop = new AbortController();
+    const running = runGet(mesh.store, { resource: "grants", name: "watched", watch: stop.signal }, out);
+    await waitFor("the list", () => out.stdout.includes("watched/key"));
+    expect(out.stdout.split("\n")[0]).toMatch(/^NAME +KIND +PROVIDER +GEN +HOLDERS +STATE +REASON +UPDATED$/);
+    await watched(["extra", "key"]);
+    await waitFor("watched/extra, Satisfied", () => /\nwatched\/extra .* Satisfied /.test(out.stdout), 20_000);
+    await watched(["key"]);
+    await waitFor("watched/extra gone", () => /\nwatched\/extra .*\(deleted\)\n/.test(out.stdout), 20_000);
+    stop.abort();
+    expect(await running).toBe(ExitCodes.Ok);
+    // The header once, at the top.
+    expect(out.stdout.match(/^NAME /gm)).toHaveLength(1);
+  });
+
+  it("prints one JSON event a line from the built meshctl, and exits 0 on Ctrl-C", async () => {
+    await watched(["key"]);
+    await mesh.waitForState("watched", "Ready");
+    const child = spawn(process.execPath, [join(repo, "packages/cli/bin/meshctl.js"), "get", "grants", "watched", "-w", "-o", "json"], {
+      env: { ...process.env, NO_COLOR: "1", NATS_URL: mesh.nats.url },
+    });
+    let stdout = "";
+    child.stdout.on("data", (b: Buffer) => (stdout += b.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    const events = () =>
+      stdout
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { type: string; grant: { id: string; state: string } });
+    await waitFor("the first event", () => events().some((e) => e.type === "ADDED" && e.grant.id === "watched/key"));
+    await watched(["key", "more"]);
+    await waitFor("watched/more added and then satisfied", () => events().some((e) => e.grant.id === "watched/more" && e.grant.state === "Satisfied"), 20_000);
+    expect(events().find((e) => e.grant.id === "watched/more")?.type).toBe("ADDED");
+    child.kill("SIGINT");
+    expect(await exited).toBe(0);
+    await watched(["key"]);
   });
 });
 

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import type { ModuleDoc, ReachabilityRecord } from "@mesh/shared";
 import type { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
-import { checkGetName, parseGetResource } from "./get-command.js";
+import { checkGetName, parseGetResource, rowChanges } from "./get-command.js";
 import { formatGrantRows, formatModuleRows, formatProviderRows, formatTable } from "./get-format.js";
 import { grantRows, moduleRows, providerRows, type MeshRecords } from "./get-report.js";
 import { NOW, ago, cond, grant, moduleStatus, nodeA, pgMain, readyDb } from "./test-fixtures.js";
@@ -56,8 +56,8 @@ describe("get modules", () => {
   it("lists modules by name with state, requirements satisfied, age and reason", () => {
     const rows = moduleRows(records());
     expect(rows).toEqual([
-      { name: "blog", state: "NothingRequired", ready: { satisfied: 0, total: 0 }, message: "the module declares no requirement", since: ago(7) },
-      { name: "shop", state: "Pending", ready: { satisfied: 1, total: 2 }, message: "waiting for key", since: ago(120) },
+      { name: "blog", state: "NothingRequired", ready: { satisfied: 0, total: 0 }, message: "the module declares no requirement", since: ago(7), parts: [] },
+      { name: "shop", state: "Pending", ready: { satisfied: 1, total: 2 }, message: "waiting for key", since: ago(120), parts: [] },
     ]);
     expect(formatModuleRows(rows, { now: NOW }).split("\n")).toEqual([
       "NAME  STATE            READY  SINCE      REASON",
@@ -102,6 +102,29 @@ describe("get grants", () => {
     expect(moduleRows(r).find((m) => m.name === "shop")!.ready).toEqual({ satisfied: 1, total: 3 });
   });
 
+  it("shows with -o wide where each grant goes and what the verifier says, and each module's parts", () => {
+    const doc: ModuleDoc = {
+      kind: "Module",
+      name: "shop",
+      parts: [
+        { name: "api", node: "node-a", installed: true },
+        { name: "worker", node: "node-b", installed: false },
+      ],
+      requires: [{ name: "db", kind: "postgres.database" }],
+    };
+    const verified = { ...readyDb, conditions: [...readyDb.conditions, cond("Verified", "True", "Verified", "logs in", 3)] };
+    const r = records({ grants: [verified], manifests: new Map([["shop", { doc, revision: 1 }]]) });
+    const grants = formatGrantRows(grantRows(r), { now: NOW, wide: true }).split("\n");
+    expect(grants[0]).toBe("NAME     KIND               PROVIDER  GEN  HOLDERS  STATE      VERIFIED       TARGETS     REASON  UPDATED");
+    expect(grants[1]).toBe("shop/db  postgres.database  pg-main   1    1/1      Satisfied  True Verified  api@node-a  -       3 s ago");
+    const modules = formatModuleRows(moduleRows(r), { now: NOW, wide: true }).split("\n");
+    expect(modules[0]).toBe("NAME  STATE            READY  SINCE      PARTS                                    REASON");
+    expect(modules[2]).toBe("shop  Pending          1/1    2 min ago  api@node-a,worker@node-b(not installed)  waiting for key");
+    expect(formatProviderRows(providerRows(r), { wide: true }).split("\n")[0]).toBe(
+      "NAME            SERVES             NODE    INSTALLED  GRANTS  PREFERENCE  ENDPOINT                   REACHABLE",
+    );
+  });
+
   it("shows terminal escapes in a record as text", () => {
     const rows = moduleRows(records({ modules: [moduleStatus({ message: "evil \x1b]0;title\x07" })] }));
     expect(formatModuleRows(rows, { now: NOW })).toContain("evil \\x1b]0;title\\x07");
@@ -129,6 +152,27 @@ describe("get providers", () => {
       "builtin-secret  secret             -       yes        1       built-in",
       "pg-main         postgres.database  node-a  yes        1       1/2 nodes, not from node-b",
     ]);
+  });
+});
+
+describe("get -w", () => {
+  it("says which rows were added, changed and deleted since the last look, in name order", () => {
+    const prev = new Map([
+      ["a", { v: 1 }],
+      ["b", { v: 1 }],
+      ["c", { v: 1 }],
+    ]);
+    const next = new Map([
+      ["a", { v: 1 }],
+      ["d", { v: 1 }],
+      ["b", { v: 2 }],
+    ]);
+    expect(rowChanges(prev, next)).toEqual([
+      { event: "MODIFIED", id: "b", row: { v: 2 } },
+      { event: "DELETED", id: "c", row: { v: 1 } },
+      { event: "ADDED", id: "d", row: { v: 1 } },
+    ]);
+    expect(rowChanges(next, next)).toEqual([]);
   });
 });
 

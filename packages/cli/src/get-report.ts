@@ -4,7 +4,18 @@
  * The row shapes are what `--json` prints (`{"modules":[…]}`, `{"grants":[…]}`,
  * `{"providers":[…]}`); fields may be added, never renamed. The builders are pure.
  */
-import { BUILTIN_SECRET_PROVIDER, Grant, Kinds, ModuleDoc, ModuleStatus, NodeRecord, ProviderDoc, ReachabilityRecord, holderKey } from "@mesh/shared";
+import {
+  BUILTIN_SECRET_PROVIDER,
+  Grant,
+  Kinds,
+  getCondition,
+  ModuleDoc,
+  ModuleStatus,
+  NodeRecord,
+  ProviderDoc,
+  ReachabilityRecord,
+  holderKey,
+} from "@mesh/shared";
 import { listJson, type Store } from "@mesh/shared/runtime";
 import { explainModuleAndIdentities, type Explanation, type RequirementState } from "./explain.js";
 import { storedManifestNames } from "./status-report.js";
@@ -19,6 +30,8 @@ export interface ModuleRow {
   message: string;
   /** When the state last changed. */
   since: string;
+  /** Its parts and where they run, as its manifest says (`-o wide`); empty before it is read. */
+  parts: Array<{ name: string; node: string; installed: boolean }>;
 }
 
 /** One requirement's grant, as `get grants` lists it. */
@@ -40,6 +53,10 @@ export interface GrantRow {
   holders: { current: number; total: number };
   /** When a condition last moved or was re-checked; null before the first. */
   updatedAt: string | null;
+  /** The parts it is delivered to, `<part>@<node>` (`-o wide`). */
+  targets: string[];
+  /** The verifier's `Verified` condition: its status and reason; null before the first check. */
+  verified: { status: string; reason: string } | null;
 }
 
 /** One provider, as `get providers` lists it. */
@@ -129,6 +146,7 @@ export function moduleRows(r: MeshRecords, explanations = explainAll(r)): Module
         ready: { satisfied: reqs.filter((q) => q.satisfied).length, total: reqs.length },
         message: m.message,
         since: m.since,
+        parts: (r.manifests.get(m.module)?.doc.parts ?? []).map((p) => ({ name: p.name, node: p.node, installed: p.installed })),
       };
     });
 }
@@ -136,6 +154,12 @@ export function moduleRows(r: MeshRecords, explanations = explainAll(r)): Module
 /** The reason of the first condition of `g` that is not True, or null. */
 export function firstUnmetReason(g: Grant | undefined): string | null {
   return g?.conditions.find((c) => c.status !== "True")?.reason ?? null;
+}
+
+/** The verifier's `Verified` condition of `g`, as a row carries it. */
+function verifiedOf(g: Grant | undefined): GrantRow["verified"] {
+  const c = g ? getCondition(g.conditions, "Verified") : undefined;
+  return c ? { status: c.status, reason: c.reason } : null;
 }
 
 /** The rows of `get grants`: every requirement of every processed module, sorted by id. Pure. */
@@ -164,6 +188,8 @@ export function grantRows(r: MeshRecords, explanations = explainAll(r)): GrantRo
         message: q.why,
         holders: { current, total: targets.length },
         updatedAt: updated,
+        targets: targets.map((t) => `${t.part}@${t.node}`),
+        verified: verifiedOf(g),
       });
     }
   }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { bufferOutput } from "./output.js";
-import { formatOf, formatted } from "./output-format.js";
+import { OutputFormats, formatOf, formatted, outputOption } from "./output-format.js";
 
 describe("formatOf", () => {
   it("takes -o over --json, and leaves the human form when neither is given", () => {
@@ -9,6 +9,15 @@ describe("formatOf", () => {
     expect(formatOf({ output: "json" })).toBe("json");
     expect(formatOf({ json: true })).toBe("json");
     expect(formatOf({})).toBeUndefined();
+    expect(formatOf({ output: "wide", json: true })).toBe("wide");
+    expect(formatOf({ output: "name" })).toBe("name");
+  });
+
+  it("offers a command the formats it takes, and says what each prints", () => {
+    expect(outputOption().argChoices).toEqual(["json", "yaml"]);
+    const all = outputOption(OutputFormats);
+    expect(all.argChoices).toEqual(["json", "yaml", "wide", "name"]);
+    expect(all.description).toBe("print as json, yaml, wide (a table with more columns) or name (<kind>/<name>, one a line) (--json is -o json)");
   });
 });
 

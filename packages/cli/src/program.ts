@@ -25,7 +25,7 @@ import { checkModuleName } from "./status-report.js";
 import { WAIT_TIMEOUT_MS, runWait } from "./wait-command.js";
 import { ExitCodes } from "./exit-codes.js";
 import { processOutput, type Output } from "./output.js";
-import { formatOf, formatted, outputOption } from "./output-format.js";
+import { OutputFormats, formatOf, formatted, outputOption, type OutputFormat } from "./output-format.js";
 import { CompletedNames, Shells, completionScript, parseShell, plainNames, type CompletedCommand, type CompletedName } from "./completion.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
@@ -113,7 +113,10 @@ function readCommand(what: string, o: { timeout?: string; verbose?: boolean }, f
 }
 
 /** A command that prints state, in the form `-o json|yaml` or `--json` asks for (output-format.ts). */
-async function printing(o: { json?: boolean; output?: string }, fn: (p: { out: Output; json: boolean }) => Promise<number>): Promise<number> {
+async function printing(
+  o: { json?: boolean; output?: string },
+  fn: (p: { out: Output; json: boolean; format: OutputFormat | undefined }) => Promise<number>,
+): Promise<number> {
   const f = formatted(out, formatOf(o));
   try {
     return await fn(f);
@@ -254,11 +257,11 @@ program
   .description("processed modules, their state, and each grant with provider, generation and conditions")
   .argument("[module]", "only this module")
   .option("--json", 'print {"modules":[…]} as JSON')
-  .addOption(outputOption())
+  .addOption(outputOption(["json", "yaml", "name"]))
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
   .action((module: string | undefined, o: { json?: boolean; output?: string; timeout?: string; verbose?: boolean }) =>
-    readCommand("status", o, (store) => printing(o, (p) => runStatus(store, { module, json: p.json }, p.out))),
+    readCommand("status", o, (store) => printing(o, (p) => runStatus(store, { module, json: p.json, names: p.format === "name" }, p.out))),
   );
 
 program
@@ -276,19 +279,29 @@ program
 
 program
   .command("get")
-  .description("list modules, grants or providers as a table: state, why, how long")
+  .description("list modules, grants or providers as a table: state, why, how long; -w goes on printing each change")
   .argument("<what>", GetResources.join(", "))
   .argument("[name]", "modules: one module; grants: the grants of a module (shop) or one grant (shop/db); providers: one provider")
   .option("--json", 'print {"modules"|"grants"|"providers":[…]} as JSON')
-  .addOption(outputOption())
+  .addOption(outputOption(OutputFormats))
+  .option("-w, --watch", "after the list, print each row again whenever it changes, until interrupted (Ctrl-C)")
   .option("--timeout <duration>", TIMEOUT_HELP)
   .option("--verbose", VERBOSE_HELP)
-  .action((what: string, name: string | undefined, o: { json?: boolean; output?: string; timeout?: string; verbose?: boolean }) => {
+  .action((what: string, name: string | undefined, o: { json?: boolean; output?: string; watch?: boolean; timeout?: string; verbose?: boolean }) => {
     let resource: ReturnType<typeof parseGetResource> = "modules";
+    const only = name !== undefined ? { name } : {};
+    const listing = (format: OutputFormat | undefined) => (format === "wide" || format === "name" || format === "yaml" ? { output: format } : {});
+    const stop = new AbortController();
+    if (o.watch) for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.once(s, () => stop.abort());
+    const watching = (store: Store) => {
+      // Each change is a document of its own as it comes: nothing is collected to print at the end.
+      const format = formatOf(o);
+      return runGet(store, { resource, ...only, json: format === "json", ...listing(format), watch: stop.signal }, out);
+    };
     return readCommand(
       "get",
       o,
-      (store) => printing(o, (p) => runGet(store, { resource, ...(name !== undefined ? { name } : {}), json: p.json }, p.out)),
+      (store) => (o.watch ? watching(store) : printing(o, (p) => runGet(store, { resource, ...only, json: p.json, ...listing(p.format) }, p.out))),
       () => {
         resource = parseGetResource(what);
         checkGetName(resource, name);

@@ -6,12 +6,15 @@ import type { Store } from "@mesh/shared/runtime";
 import { unauthenticatedWarning } from "@mesh/shared/service";
 import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
+import { nameLine } from "./output-format.js";
 import { formatStatus } from "./status-format.js";
 import { loadStatus } from "./status-report.js";
 
 export interface StatusOptions {
   module?: string;
   json?: boolean;
+  /** `-o name`: `module/<name>` for each processed module, one a line. */
+  names?: boolean;
   now?: Date;
 }
 
@@ -38,6 +41,10 @@ export async function runStatus(store: Store, opts: StatusOptions, out: Output):
     return code;
   }
   for (const w of warnings) out.err(w);
+  if (opts.names && !report.error) {
+    for (const m of report.modules) out.out(nameLine("module", m.module));
+    return code;
+  }
   const text = formatStatus(report, { now, color: out.color, width: out.columns });
   if (report.error) out.err(text);
   else out.out(text);
