@@ -198,7 +198,9 @@ const tree = join(out, `mesh-${version}`);
 mkdirSync(tree, { recursive: true });
 
 const versionDefine = { MESH_RELEASE_VERSION: JSON.stringify(version) };
-const meshctlBuild = { examples: filesBelow(join(root, "examples")), consoleAssets: filesBelow(join(root, "packages/cli/assets")) };
+// The manifests alone: examples/app is a program of its own (with its build), which `meshctl example` never writes.
+const exampleManifests = Object.fromEntries(Object.entries(filesBelow(join(root, "examples"))).filter(([path]) => path.endsWith(".yaml")));
+const meshctlBuild = { examples: exampleManifests, consoleAssets: filesBelow(join(root, "packages/cli/assets")) };
 const programs: Array<{ file: string; entry: string; define: Record<string, string> }> = [
   { file: bundleFileOf("meshctl"), entry: "packages/cli/dist/main.js", define: { ...versionDefine, MESH_RELEASE_BUILD: JSON.stringify(meshctlBuild) } },
   ...(["resolver", "provisioner", "verifier", "rotator", "agent", "oci-token-issuer"] as const).map((s) => ({
