@@ -21,8 +21,12 @@ export function openPool(values: CredentialValues, max: number): pg.Pool {
   return pool;
 }
 
-/** Proves that `pool` logs in as the generation's user: throws when it does not. */
+/**
+ * Proves that `pool` logs in as the generation's user: throws when it does not. The session's
+ * user, not `current_user`: the mesh's login roles act as their group role, which owns the
+ * database (docs/reference/providers.md), so `current_user` is the same for every generation.
+ */
 export async function checkPool(pool: pg.Pool, values: CredentialValues): Promise<void> {
-  const r = await pool.query<{ user: string }>("select current_user as user");
+  const r = await pool.query<{ user: string }>("select session_user as user");
   if (r.rows[0]?.user !== values.username) throw new Error(`the new pool logged in as ${r.rows[0]?.user}, not as ${values.username}`);
 }
