@@ -37,7 +37,10 @@ export default defineConfig({
     // that fit CI), and `faults` (test/cluster/faults/: the long ones, `npm run test:faults`,
     // which sets MESH_FAULTS=1; left out of `npm test` otherwise).
     projects: [
-      { extends: true as const, test: { name: "unit", include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts"] } },
+      {
+        extends: true as const,
+        test: { name: "unit", include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "examples/*/src/**/*.test.ts"] },
+      },
       { extends: true as const, test: { name: "integration", include: ["test/**/*.test.ts"], exclude: ["test/cluster/**"] } },
       // Each file runs a cluster of three servers and a mesh twice over (npm run test:faults runs them one at a time).
       { extends: true as const, test: { name: "cluster", include: ["test/cluster/*.test.ts"], testTimeout: 300_000, hookTimeout: 300_000 } },

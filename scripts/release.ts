@@ -6,9 +6,12 @@
  *   `meshctl` and each service (`mesh-resolver`, `mesh-agent`, …) on the PATH;
  * - `mesh-bundles-X.Y.Z.tar.gz`, the same programs for machines without npm: one directory,
  *   `mesh-X.Y.Z/`, each program one file that `node` runs alone;
- * - `SHA256SUMS` of both, in the format `sha256sum -c SHA256SUMS` checks.
+ * - `mesh-client-X.Y.Z.tgz`, the SDK (`@mesh/client`) as a package of its own for modules to
+ *   depend on: its code and @mesh/shared's (private, published nowhere) bundled into it, its
+ *   third-party packages left as dependencies (see `packClient` below for why this one differs);
+ * - `SHA256SUMS` of all three, in the format `sha256sum -c SHA256SUMS` checks.
  *
- * Both carry the same files: each program bundled by esbuild into one ES module with every
+ * The first two carry the same files: each program bundled by esbuild into one ES module with every
  * package it uses inside (the workspaces and the third-party ones alike), `meshctl.mjs` beside
  * `mesh-<service>.mjs` (meshctl up starts the services from there: packages/cli/src/paths.ts),
  * the release's version baked in (packages/shared/src/release-version.ts), and meshctl's
@@ -40,7 +43,9 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
-import { build, type Metafile } from "esbuild";
+import { build, type Metafile, type Plugin } from "esbuild";
+import { rollup } from "rollup";
+import { dts } from "rollup-plugin-dts";
 
 const root = fileURLToPath(new URL("../", import.meta.url));
 const out = join(root, "dist-release");
@@ -182,6 +187,111 @@ function readme(version: string, programs: string[]): string {
   ].join("\n");
 }
 
+/** The package a bare import names (`@nats-io/kv` of `@nats-io/kv/lib/x.js`); undefined for a path or one of Node's own. */
+function packageOfImport(spec: string): string | undefined {
+  if (spec.startsWith(".") || spec.startsWith("/") || spec.startsWith("node:")) return undefined;
+  const parts = spec.split("/");
+  return spec.startsWith("@") ? `${parts[0]}/${parts[1]}` : parts[0];
+}
+
+/** Inside the SDK's package: its own code and @mesh/shared's. Every other package it imports stays a dependency. */
+const isInlined = (spec: string) => packageOfImport(spec) === "@mesh/shared";
+
+/** Leaves every import of a package outside the SDK's package to be resolved at run time. */
+const thirdPartyExternal: Plugin = {
+  name: "third-party-external",
+  setup(b) {
+    b.onResolve({ filter: /^[^./]/ }, (a) => (isInlined(a.path) ? undefined : { path: a.path, external: true }));
+  },
+};
+
+/**
+ * The SDK's npm package, `mesh-client-X.Y.Z.tgz` in `out`; returns its file name. Unlike
+ * meshctl's, it declares dependencies: an application installs it beside its own packages, which
+ * must be the very copies the SDK uses (one `@opentelemetry/api`, whose global tracer provider
+ * the application registers; one NATS client), and it must not carry what the SDK never loads
+ * (pino, the providers' drivers). So only @mesh/shared, which is published nowhere, goes inside:
+ * esbuild bundles the build of packages/client with it (split at the dynamic import of the YAML
+ * parser, so `yaml` still loads only for a manifest's text), and rollup-plugin-dts does the same
+ * for its types. Its dependencies are exactly the packages the bundle imports, read from
+ * esbuild's metafile, at the ranges packages/client and packages/shared ask for.
+ */
+async function packClient(version: string, engines: Record<string, string>): Promise<string> {
+  const dir = join(out, "client-package");
+  const result = await build({
+    entryPoints: { index: join(root, "packages/client/dist/index.js") },
+    outdir: dir,
+    bundle: true,
+    splitting: true,
+    chunkNames: "chunks/[name]-[hash]",
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    plugins: [thirdPartyExternal],
+    metafile: true,
+    logLevel: "warning",
+  }).catch(() => fail("esbuild could not bundle packages/client/dist/index.js (its errors are above)"));
+  const imported = new Set<string>();
+  for (const o of Object.values(result.metafile.outputs))
+    for (const i of o.imports) if (i.external && packageOfImport(i.path)) imported.add(packageOfImport(i.path)!);
+
+  const types = await rollup({
+    input: join(root, "packages/client/dist/index.d.ts"),
+    // respectExternal: packages' types are followed, and inlined unless `external` says otherwise.
+    // The client's tsconfig: NodeNext resolution, which reads @mesh/shared's `exports` (its /runtime entry).
+    plugins: [dts({ respectExternal: true, tsconfig: join(root, "packages/client/tsconfig.json") })],
+    external: (id) => packageOfImport(id) !== undefined && !isInlined(id),
+  }).catch((e: unknown) => fail(`rollup-plugin-dts could not bundle packages/client/dist/index.d.ts: ${e instanceof Error ? e.message : String(e)}`));
+  const typesOut = await types.write({ file: join(dir, "index.d.ts"), format: "es" });
+  await types.close();
+  const typesImport = new Set(
+    typesOut.output
+      .flatMap((c) => (c.type === "chunk" ? c.imports : []))
+      .map(packageOfImport)
+      .filter((p) => p !== undefined),
+  );
+
+  const [client, shared] = ["packages/client", "packages/shared"].map(
+    (w) => JSON.parse(readFileSync(join(root, w, "package.json"), "utf8")) as { description: string; dependencies: Record<string, string> },
+  );
+  const rangeOf = (name: string) => client!.dependencies[name] ?? shared!.dependencies[name];
+  const dependencies = Object.fromEntries(
+    [...imported]
+      .sort()
+      .map((name) => [name, rangeOf(name) ?? fail(`the SDK's bundle imports ${name}, which neither packages/client nor packages/shared lists`)]),
+  );
+  const untyped = [...typesImport].filter((p) => !(p in dependencies));
+  if (untyped.length)
+    fail(
+      `the SDK's types import ${untyped.join(", ")}, which its code does not: an installed SDK would not find those types; import them in code too, or keep them out of its API`,
+    );
+  const pkg = {
+    name: "@mesh/client",
+    version,
+    description: client!.description,
+    license: "Apache-2.0",
+    type: "module",
+    main: "./index.js",
+    types: "./index.d.ts",
+    exports: { ".": { types: "./index.d.ts", default: "./index.js" } },
+    engines,
+    dependencies,
+  };
+  writeFileSync(join(dir, "package.json"), `${JSON.stringify(pkg, null, 2)}\n`);
+  cpSync(join(root, "packages/client/README.md"), join(dir, "README.md"));
+  cpSync(join(root, "LICENSE"), join(dir, "LICENSE"));
+  return packDir(dir);
+}
+
+/** `npm pack` of the package in `dir` into `out`, then `dir` removed; returns the tarball's file name. */
+function packDir(dir: string): string {
+  const packed = output("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", out], dir);
+  const tarball = packed && (JSON.parse(packed) as Array<{ filename: string }>)[0]?.filename;
+  if (!tarball || !existsSync(join(out, tarball))) fail(`npm pack made no tarball in ${out} (it printed: ${packed ?? "nothing"}); run it in ${dir} to see why`);
+  rmSync(dir, { recursive: true });
+  return tarball;
+}
+
 const version = releaseVersion();
 const tag = `v${version}`;
 if (!(output("git", ["tag", "--points-at", "HEAD"]) ?? "").split("\n").includes(tag))
@@ -198,8 +308,10 @@ const tree = join(out, `mesh-${version}`);
 mkdirSync(tree, { recursive: true });
 
 const versionDefine = { MESH_RELEASE_VERSION: JSON.stringify(version) };
+// The manifests alone: examples/app is a program of its own (with its build), which `meshctl example` never writes.
+const exampleManifests = Object.fromEntries(Object.entries(filesBelow(join(root, "examples"))).filter(([path]) => path.endsWith(".yaml")));
 const meshctlBuild = {
-  examples: filesBelow(join(root, "examples")),
+  examples: exampleManifests,
   consoleAssets: filesBelow(join(root, "packages/cli/assets")),
   schemas: { "Manifest.schema.json": readFileSync(join(root, "schemas/Manifest.schema.json"), "utf8") },
 };
@@ -248,6 +360,8 @@ runShown("gzip", ["-n", "-9", `mesh-bundles-${version}.tar`], out);
 // The npm package: the same tree with a package.json whose bins are the bundles.
 const pkgDir = join(out, "npm-package");
 cpSync(tree, pkgDir, { recursive: true });
+// The Node.js versions the repository's suite runs on (.ci/run), as its root package.json says.
+const engines = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { engines: Record<string, string> }).engines;
 const bin = Object.fromEntries(programs.map((p) => [p.file.replace(/\.mjs$/, ""), p.file]));
 const pkg = {
   name: "@mesh/meshctl",
@@ -255,19 +369,17 @@ const pkg = {
   description: "meshctl and the services of the provisioning mesh, each bundled into one file (see README.md).",
   license: "Apache-2.0",
   type: "module",
-  // The Node.js versions the repository's suite runs on (.ci/run), as its root package.json says.
-  engines: (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { engines: Record<string, string> }).engines,
+  engines,
   bin,
 };
 writeFileSync(join(pkgDir, "package.json"), `${JSON.stringify(pkg, null, 2)}\n`);
-const packed = output("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", out], pkgDir);
-const tarball = packed && (JSON.parse(packed) as Array<{ filename: string }>)[0]?.filename;
-if (!tarball || !existsSync(join(out, tarball)))
-  fail(`npm pack made no tarball in ${out} (it printed: ${packed ?? "nothing"}); run it in ${pkgDir} to see why`);
-rmSync(pkgDir, { recursive: true });
+const tarball = packDir(pkgDir);
 rmSync(tree, { recursive: true });
 
-const artifacts = [tarball, bundlesArchive];
+console.log("bundling the SDK, packages/client, with @mesh/shared inside");
+const clientTarball = await packClient(version, engines);
+
+const artifacts = [tarball, bundlesArchive, clientTarball];
 const sums = artifacts.map(
   (f) =>
     `${createHash("sha256")

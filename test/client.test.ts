@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Grant, QueueGroups, keys, subjects, type Delivery } from "@mesh/shared";
 import { connectNats, mutateJson, openStore, serveJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
-import { declare, isManifestRejectedError, isMeshError, watchCredentials, type CredentialUpdate } from "@mesh/client";
+import { declare, holdCredential, isManifestRejectedError, isMeshError, watchCredentials, type CredentialUpdate } from "@mesh/client";
 import { handleApply } from "@mesh/resolver";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
@@ -194,6 +194,25 @@ describe("watchCredentials", () => {
   it("refuses bad names at once", async () => {
     await expect(watchCredentials(nc, { module: "shop", part: "../x" })).rejects.toThrow(/part/);
     await expect(watchCredentials(nc, { module: "shop", part: "api", requirement: "a.b" })).rejects.toThrow(/requirement/);
+  });
+});
+
+describe("holdCredential", () => {
+  it("yields the first generation of a grant provisioned after it started holding", async () => {
+    const holder = await holdCredential(nc, { module: "shop", part: "api", node: "node-a", requirement: "held-late" });
+    try {
+      const it = holder[Symbol.asyncIterator]();
+      const first = it.next();
+      // Nothing to yield yet: no grant. Then it is provisioned, as a declared requirement is moments later.
+      await waitFor("the holder's registration", async () => {
+        for await (const k of await store.kv.holders.keys()) if (k.startsWith("shop.held-late.")) return true;
+        return false;
+      });
+      const value = await rotate("held-late", 1);
+      expect((await first).value).toMatchObject({ grant: "shop/held-late", generation: 1, values: { value } });
+    } finally {
+      await holder.stop();
+    }
   });
 });
 

@@ -8,12 +8,16 @@
  * - the single-file bundles alone (copied from the bundles' archive into an empty directory),
  *   run with `node` and nothing else: the same.
  *
+ * - the SDK's package installed with `npm install` into an empty project: it brings none of the
+ *   mesh's private workspaces, a file written against its types type-checks (and a wrong call
+ *   does not), and a program imports it and talks to a nats-server with it.
+ *
  * `up` starts its own nats-server (the machine's shared one holds 4222, so on a free port) and
  * provisions shop's database on the machine's PostgreSQL, as test/up.test.ts does: the shop_*
  * databases and roles there are dropped before and after each run.
  */
 import { execFile, spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,6 +25,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dropFromSharedPostgres, holdSharedPostgresNames } from "./harness/postgres.js";
 import { waitFor } from "./harness/wait.js";
+import { startNatsServer } from "./harness/nats-server.js";
 
 const run = promisify(execFile);
 const repo = fileURLToPath(new URL("..", import.meta.url));
@@ -167,7 +172,7 @@ describe("a release, as an operator installs it", () => {
   it("names its artifacts by version in SHA256SUMS, which sha256sum -c verifies", async () => {
     const check = await runTo("sha256sum", ["-c", "SHA256SUMS"], releaseDir, process.env);
     expect(check.code, check.out).toBe(0);
-    expect(check.out).toBe(`mesh-meshctl-${version}.tgz: OK\nmesh-bundles-${version}.tar.gz: OK\n`);
+    expect(check.out).toBe(`mesh-meshctl-${version}.tgz: OK\nmesh-bundles-${version}.tar.gz: OK\nmesh-client-${version}.tgz: OK\n`);
   });
 
   describe("the npm package, installed with npm into an empty prefix", () => {
@@ -225,6 +230,101 @@ describe("a release, as an operator installs it", () => {
       const meshctl = { cmd: process.execPath, args: [join(programs, "meshctl.mjs")] };
       const cwd = emptyDir("cwd");
       await exampleShopUntilReady(meshctl, cwd, userEnv(), programs, () => consoleServesItsAssets(meshctl, cwd, userEnv()));
+    });
+  });
+  describe("the SDK's package, installed with npm into an empty project", () => {
+    let project: string;
+    beforeAll(async () => {
+      project = emptyDir("sdk");
+      writeFileSync(join(project, "package.json"), JSON.stringify({ name: "uses-the-sdk", private: true, type: "module" }));
+      const install = await runTo(
+        "npm",
+        ["install", "--omit=dev", "--no-audit", "--no-fund", join(releaseDir, `mesh-client-${version}.tgz`)],
+        project,
+        userEnv(),
+      );
+      expect(install.code, install.out).toBe(0);
+    }, 120_000);
+
+    it("brings its third-party dependencies and nothing of the mesh's private workspaces", () => {
+      const installed = JSON.parse(readFileSync(join(project, "node_modules/@mesh/client/package.json"), "utf8")) as {
+        dependencies: Record<string, string>;
+        private?: boolean;
+      };
+      expect(installed.private).toBeUndefined();
+      expect(Object.keys(installed.dependencies)).toContain("@nats-io/transport-node");
+      expect(Object.keys(installed.dependencies).filter((d) => d.startsWith("@mesh/") || d === "pino")).toEqual([]);
+      expect(readdirSync(join(project, "node_modules/@mesh"))).toEqual(["client"]);
+      expect(existsSync(join(project, "node_modules/pino"))).toBe(false);
+    });
+
+    it("type-checks a module written against it, and refuses a wrong call", async () => {
+      writeFileSync(
+        join(project, "tsconfig.json"),
+        JSON.stringify({
+          compilerOptions: {
+            module: "NodeNext",
+            moduleResolution: "NodeNext",
+            target: "ES2022",
+            strict: true,
+            noEmit: true,
+            // The package's own declarations are checked too, not only their use.
+            skipLibCheck: false,
+            types: ["node"],
+            typeRoots: [join(repo, "node_modules/@types")],
+          },
+          include: ["app.ts"],
+        }),
+      );
+      writeFileSync(
+        join(project, "app.ts"),
+        [
+          'import { connect } from "@nats-io/transport-node";',
+          'import { declare, holdCredential, isMeshError, registerTracing, type Declared, type HeldCredential } from "@mesh/client";',
+          "export async function run(): Promise<number> {",
+          '  const nc = await connect({ servers: "127.0.0.1:4222" });',
+          '  const declared: Declared = await declare(nc, [{ kind: "Module", name: "shop", parts: [{ name: "api", node: "node-a" }], requires: [] }]);',
+          '  const holder = await holdCredential(nc, { module: "shop", part: "api", node: "node-a", requirement: "db" });',
+          "  for await (const held of holder) {",
+          "    const h: HeldCredential = held;",
+          "    await h.confirm();",
+          "    return h.generation;",
+          "  }",
+          "  // @ts-expect-error a holder needs its module, part, node and requirement",
+          '  await holdCredential(nc, { module: "shop" });',
+          "  return declared.accepted.length + (isMeshError(undefined) ? 1 : 0) + (registerTracing.length > 0 ? 0 : 1);",
+          "}",
+          "",
+        ].join("\n"),
+      );
+      const tsc = await runTo(process.execPath, [join(repo, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.json"], project, userEnv());
+      expect(tsc, "tsc against the installed package").toEqual({ code: 0, out: "" });
+    });
+
+    it("runs: a program imports it and asks a nats-server with it", async () => {
+      const nats = await startNatsServer();
+      try {
+        writeFileSync(
+          join(project, "run.mjs"),
+          [
+            'import { connect } from "@nats-io/transport-node";',
+            'import { declare, isMeshError } from "@mesh/client";',
+            "const nc = await connect({ servers: process.argv[2] });",
+            "const codes = [];",
+            "// Text: loads the YAML parser, which rejects it before anything is sent.",
+            'for (const manifest of ["kind: Module\\nname: Bad_Name\\n", [{ kind: "Module", name: "shop", parts: [], requires: [] }]])',
+            "  await declare(nc, manifest, { timeoutMs: 500 }).catch((e) => codes.push(isMeshError(e) ? e.code : String(e)));",
+            "await nc.close();",
+            "console.log(codes.join(' '));",
+            "",
+          ].join("\n"),
+        );
+        const ran = await runTo(process.execPath, ["run.mjs", nats.url], project, userEnv());
+        // Refused here, then no resolver to answer on that server.
+        expect(ran).toEqual({ code: 0, out: "InvalidManifest Unavailable\n" });
+      } finally {
+        await nats.stop();
+      }
     });
   });
 });

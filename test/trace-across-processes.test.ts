@@ -9,9 +9,6 @@
  * the resource from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES with service.version; and the
  * agent's log lines inside its span carry its trace_id and span_id.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kinds, Rotation, RotationStates, keys, subjects, type ModuleDoc } from "@mesh/shared";
@@ -19,101 +16,10 @@ import { SEMCONV_SCHEMA_URL, readJson } from "@mesh/shared/runtime";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 import { expectAcksInConsumers } from "./harness/holder-acks.js";
+import { KIND, startReceiver, type OtlpReceiver } from "./harness/otlp-receiver.js";
+import { startProcess, stopProcess, type SourceProcess } from "./harness/source-process.js";
 
 const repo = join(import.meta.dirname, "..");
-const sources = join(repo, "test/harness/tsconfig.sources.json");
-
-/** OTLP JSON as the exporter sends it (only what is read here). */
-interface OtlpValue {
-  stringValue?: string;
-  intValue?: string | number;
-}
-interface OtlpSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  name: string;
-  kind: number;
-  attributes: Array<{ key: string; value: OtlpValue }>;
-}
-interface OtlpRequest {
-  resourceSpans: Array<{
-    resource: { attributes: Array<{ key: string; value: OtlpValue }> };
-    scopeSpans: Array<{ scope: { name: string }; schemaUrl?: string; spans: OtlpSpan[] }>;
-  }>;
-}
-/** A received span with its process's resource and scope. */
-interface Received {
-  resource: Record<string, string>;
-  scope: string;
-  schemaUrl: string | undefined;
-  span: OtlpSpan;
-  attrs: Record<string, string | number | undefined>;
-}
-
-const KIND = { internal: 1, producer: 4, consumer: 5 } as const;
-
-const flat = (attrs: Array<{ key: string; value: OtlpValue }>) =>
-  Object.fromEntries(attrs.map((a) => [a.key, a.value.stringValue ?? (a.value.intValue !== undefined ? Number(a.value.intValue) : undefined)]));
-
-/** A small OTLP/HTTP receiver: POST /v1/traces with OTLP JSON, every span kept. */
-async function startReceiver(): Promise<{ url: string; spans: Received[]; requests: number; close(): Promise<void> }> {
-  const spans: Received[] = [];
-  let requests = 0;
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (d: Buffer) => chunks.push(d));
-    req.on("end", () => {
-      requests++;
-      if (req.method !== "POST" || req.url !== "/v1/traces" || !String(req.headers["content-type"]).includes("json")) {
-        res.writeHead(415).end();
-        return;
-      }
-      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as OtlpRequest;
-      for (const rs of body.resourceSpans) {
-        const resource = flat(rs.resource.attributes) as Record<string, string>;
-        for (const ss of rs.scopeSpans)
-          for (const span of ss.spans) spans.push({ resource, scope: ss.scope.name, schemaUrl: ss.schemaUrl, span, attrs: flat(span.attributes) });
-      }
-      res.writeHead(200, { "content-type": "application/json" }).end("{}");
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    spans,
-    get requests() {
-      return requests;
-    },
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
-}
-
-/**
- * A process from sources, its output kept (for the failure message) and scanned. Node itself with
- * tsx as its loader, not the tsx command: that one runs node as a child and relays a SIGTERM to
- * it, and when the child does not say within 30 ms that it handles the signal (a loaded machine)
- * it sends the signal again, which a service takes as "exit at once", before its spans are flushed.
- */
-function startProcess(args: string[], env: NodeJS.ProcessEnv): { child: ChildProcess; output: () => string } {
-  let out = "";
-  const child = spawn(process.execPath, ["--import", "tsx", ...args], {
-    cwd: repo,
-    env: { ...process.env, ...env, TSX_TSCONFIG_PATH: sources },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  for (const s of [child.stdout!, child.stderr!]) s.on("data", (d: Buffer) => (out = (out + d.toString()).slice(-20_000)));
-  return { child, output: () => out };
-}
-
-async function stopProcess(p: { child: ChildProcess } | undefined): Promise<void> {
-  if (!p || p.child.exitCode !== null) return;
-  const exited = new Promise<void>((r) => p.child.once("exit", () => r()));
-  p.child.kill("SIGTERM");
-  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-  if (p.child.exitCode === null) p.child.kill("SIGKILL");
-}
 
 const traced: ModuleDoc = {
   kind: "Module",
@@ -127,8 +33,8 @@ const traced: ModuleDoc = {
 
 describe("a rotation as one trace across processes", () => {
   let mesh: TestMesh;
-  let receiver: Awaited<ReturnType<typeof startReceiver>>;
-  const procs: Record<string, ReturnType<typeof startProcess>> = {};
+  let receiver: OtlpReceiver;
+  const procs: Record<string, SourceProcess> = {};
 
   beforeAll(async () => {
     receiver = await startReceiver();

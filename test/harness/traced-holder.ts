@@ -13,8 +13,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BasicTracerProvider, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
-import { registerTracing } from "@mesh/shared/runtime";
-import { holdCredential } from "@mesh/client";
+import { holdCredential, registerTracing } from "@mesh/client";
 
 const env = (name: string): string => {
   const v = process.env[name];

@@ -209,12 +209,19 @@ class Holder implements CredentialHolder {
     this.chain = this.chain.then(fn).catch(() => undefined);
   }
 
-  /** The current generation, at start. */
+  /**
+   * The current generation, at start; looked for again until there is one. A module that
+   * declares its requirement and holds it at once starts before the grant is provisioned, and
+   * its first generation comes in no rotation: read only once, it would never be yielded.
+   */
   private async current(): Promise<void> {
-    const e = await this.kv.grants.get(keys.grant(this.opts.module, this.opts.requirement));
-    const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(e.json()) : undefined;
-    if (g?.success) this.env = g.data.env;
-    if (g?.success && g.data.generation > 0) await this.take(g.data.generation, undefined, new Date());
+    for (let attempt = 1; !this.done && this.generation === 0; attempt++) {
+      const e = await this.kv.grants.get(keys.grant(this.opts.module, this.opts.requirement)).catch(() => null);
+      const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(e.json()) : undefined;
+      if (g?.success) this.env = g.data.env;
+      if (g?.success && g.data.generation > 0 && (await this.take(g.data.generation, undefined, new Date()))) return;
+      await sleep(backoffMs(attempt, { firstMs: 100, maxMs: 2_000 }));
+    }
   }
 
   /**

@@ -15,3 +15,6 @@ export {
   type IdentityConnection,
 } from "./connect-with-identity.js";
 export { natsUserConnectOptions } from "./nats-user-binding.js";
+// The SDK's spans go to the tracer provider registered with its copy of @opentelemetry/api; an
+// application whose own copy is another minor version registers through this, or they go nowhere.
+export { registerTracing } from "@mesh/shared/runtime";
