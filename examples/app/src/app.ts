@@ -27,13 +27,17 @@ export interface RunningApp {
   stop(): Promise<LoadCounts>;
 }
 
-/** The module the application declares: `module` with `part` on `node`, requiring a PostgreSQL database for that part. */
+/**
+ * The module the application declares: `module` with `part` on `node`, requiring a PostgreSQL
+ * database for that part, whose URL it reads as `DATABASE_URL` (in the part's env file, and in
+ * each generation the SDK hands over).
+ */
 export function appModule(o: Pick<AppOptions, "module" | "part" | "node" | "requirement">) {
   return {
     kind: "Module",
     name: o.module,
     parts: [{ name: o.part, node: o.node }],
-    requires: [{ name: o.requirement, kind: "postgres.database", parts: [o.part] }],
+    requires: [{ name: o.requirement, kind: "postgres.database", parts: [o.part], env: { DATABASE_URL: "uri" } }],
   };
 }
 
@@ -58,7 +62,7 @@ export async function startApp(o: AppOptions, print: (line: AppLine) => void): P
       ...(o.instance ? { instance: o.instance } : {}),
     });
     const following = await followCredential<pg.Pool>(holder, {
-      open: (values) => openPool(values, o.poolMax),
+      open: (credential) => openPool(credential, o.poolMax),
       check: checkPool,
       onEvent: print,
     });

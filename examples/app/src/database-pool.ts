@@ -1,21 +1,16 @@
 /**
- * A `pg.Pool` from one generation of a `postgres.database` grant's values, as the mesh delivers
- * them (docs/reference/bindings.md: `host`, `port`, `database`, `username`, `password`).
+ * A `pg.Pool` from one generation of a `postgres.database` grant, as the mesh delivers it: the
+ * URL its requirement's `env` names `DATABASE_URL` (the binding's `uri`, see app.ts), the name
+ * most applications already read their database from.
  */
 import pg from "pg";
-import type { CredentialValues } from "@mesh/client";
+import type { CredentialValues, HeldCredential } from "@mesh/client";
 
-/** A pool of at most `max` connections logging in with `values`; an idle connection's error is kept from ending the process. */
-export function openPool(values: CredentialValues, max: number): pg.Pool {
-  const pool = new pg.Pool({
-    host: values.host,
-    port: Number(values.port),
-    database: values.database,
-    user: values.username,
-    password: values.password,
-    max,
-    connectionTimeoutMillis: 5_000,
-  });
+/** A pool of at most `max` connections logging in with the generation's credential; an idle connection's error is kept from ending the process. */
+export function openPool(credential: Pick<HeldCredential, "env">, max: number): pg.Pool {
+  const url = credential.env.DATABASE_URL;
+  if (!url) throw new Error("the requirement maps no DATABASE_URL: declare it with env: { DATABASE_URL: uri }");
+  const pool = new pg.Pool({ connectionString: url, max, connectionTimeoutMillis: 5_000 });
   // pg emits an idle connection's error on the pool, and an unheard `error` event ends the process.
   pool.on("error", () => undefined);
   return pool;

@@ -26,6 +26,7 @@ function feed() {
 const held = (generation: number, log: string[], password = `p${generation}`): Held => ({
   generation,
   values: { username: `u${generation}`, password },
+  env: {},
   confirm: async () => void log.push(`confirm ${generation}`),
 });
 
@@ -38,7 +39,7 @@ describe("followCredential", () => {
     const f = feed();
     f.push(held(1, log));
     const following = await followCredential<Pool>(f.iterable, {
-      open: (v) => ({ user: v.username, end: async () => void log.push(`end ${v.username}`) }),
+      open: ({ values: v }) => ({ user: v.username, end: async () => void log.push(`end ${v.username}`) }),
       check: async (p) => void log.push(`check ${p.user}`),
       onEvent: (e) => events.push(e),
     });
@@ -57,7 +58,7 @@ describe("followCredential", () => {
     f.push(held(1, log));
     let refusals = 2;
     const following = await followCredential<Pool>(f.iterable, {
-      open: (v) => ({ user: v.username, end: async () => void log.push(`end ${v.username}`) }),
+      open: ({ values: v }) => ({ user: v.username, end: async () => void log.push(`end ${v.username}`) }),
       check: async (p) => {
         if (p.user === "u2" && refusals-- > 0) {
           log.push(`refused ${p.user} (old in use: ${following.pools.inUse.generation})`);
@@ -77,7 +78,7 @@ describe("followCredential", () => {
     const f = feed();
     f.push(held(2, log));
     const following = await followCredential<Pool>(f.iterable, {
-      open: (v) => ({ user: v.username, end: async () => undefined }),
+      open: ({ values: v }) => ({ user: v.username, end: async () => undefined }),
       check: async () => undefined,
     });
     f.push(held(2, log));

@@ -14,7 +14,7 @@ import type { HeldCredential } from "@mesh/client";
 import { PoolSwap, type Endable } from "./pool-swap.js";
 
 /** What the follower needs of each item the SDK's holder yields. */
-export type Held = Pick<HeldCredential, "generation" | "values" | "confirm">;
+export type Held = Pick<HeldCredential, "generation" | "values" | "env" | "confirm">;
 
 /** One step of following, for the application's log; never a value of the credential. */
 export type FollowEvent =
@@ -26,8 +26,8 @@ export type FollowEvent =
   | { event: "confirmed"; generation: number };
 
 export interface FollowOptions<P extends Endable> {
-  /** A pool built from one generation's values (`host`, `port`, `database`, `username`, `password`). */
-  open(values: Held["values"]): P;
+  /** A pool built from one generation: its values (`host`, `port`, `database`, `username`, `password`), or the variables its requirement's `env` names. */
+  open(credential: Pick<Held, "values" | "env">): P;
   /** Proves that `pool`, built from `values`, works; throws when it does not. */
   check(pool: P, values: Held["values"]): Promise<void>;
   /** Told of each step. */
@@ -79,7 +79,7 @@ async function moveTo<P extends Endable>(h: Held, pools: PoolSwap<P>, opts: Foll
 /** A pool of `h`'s generation that passed its check; built again until one does. */
 async function openChecked<P extends Endable>(h: Held, opts: FollowOptions<P>): Promise<P> {
   for (let attempt = 1; ; attempt++) {
-    const pool = opts.open(h.values);
+    const pool = opts.open(h);
     try {
       await opts.check(pool, h.values);
       return pool;
