@@ -14,3 +14,4 @@ export {
   sourceOfRecordProblem,
   unauthenticatedWarning,
 } from "./service-main.js";
+export { SERVICES, type ServiceName, serviceCommandLine, serviceHelp } from "./service-environment.js";

@@ -16,7 +16,7 @@
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, meshVersion, parseTimerDuration } from "@mesh/shared";
-import { runService } from "@mesh/shared/service";
+import { runService, serviceHelp } from "@mesh/shared/service";
 import { traced } from "@mesh/telemetry";
 import { startAgent } from "./agent.js";
 import { allowedHooksOf, type AllowedHooks } from "@mesh/shared";
@@ -30,7 +30,7 @@ function usageError(message: string): never {
   process.exit(2);
 }
 
-let args: { node?: string; bindings?: string; "allow-hook"?: string[]; "hook-user"?: string; help?: boolean };
+let args: { node?: string; bindings?: string; "allow-hook"?: string[]; "hook-user"?: string; help?: boolean; version?: boolean };
 try {
   args = parseArgs({
     options: {
@@ -39,6 +39,7 @@ try {
       "allow-hook": { type: "string", multiple: true },
       "hook-user": { type: "string" },
       help: { type: "boolean", short: "h" },
+      version: { type: "boolean" },
     },
     strict: true,
     allowPositionals: false,
@@ -47,7 +48,11 @@ try {
   usageError(errorMessage(e));
 }
 if (args.help) {
-  process.stdout.write(`${USAGE}\n`);
+  process.stdout.write(serviceHelp("agent", USAGE));
+  process.exit(0);
+}
+if (args.version) {
+  process.stdout.write(`${meshVersion(import.meta.url) ?? "unknown"}\n`);
   process.exit(0);
 }
 const node = args.node ?? process.env.MESH_NODE;

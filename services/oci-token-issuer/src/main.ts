@@ -13,13 +13,14 @@
  * - `MESH_OCI_SERVICE` (default `mesh-registry`) and `MESH_OCI_ISSUER_NAME` (default
  *   `mesh-oci-token-issuer`): the registry's `auth.token.service` and `auth.token.issuer`;
  * - `MESH_OCI_TOKEN_LIFETIME` seconds (1 … 60, default 60); `MESH_LOG_LEVEL`.
- * Exits 1 when it cannot start, 0 after SIGINT/SIGTERM.
+ * Exits 1 when it cannot start, 0 after SIGINT/SIGTERM, 2 for an argument (`--help` lists all this).
  */
 import { join } from "node:path";
-import { errorMessage } from "@mesh/shared";
-import { createLogger } from "@mesh/shared/service";
+import { errorMessage, meshVersion } from "@mesh/shared";
+import { createLogger, serviceCommandLine } from "@mesh/shared/service";
 import { startTokenIssuer } from "./issuer.js";
 
+serviceCommandLine("oci-token-issuer", meshVersion(import.meta.url));
 const env = process.env;
 const log = createLogger("oci-token-issuer");
 try {

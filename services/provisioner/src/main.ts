@@ -11,11 +11,13 @@
  * SIGKILL it there and show that a fresh provisioner finishes.
  */
 import { meshVersion } from "@mesh/shared";
-import { runService, serviceMasterKey } from "@mesh/shared/service";
+import { runService, serviceMasterKey, serviceCommandLine } from "@mesh/shared/service";
 import { traced } from "@mesh/telemetry";
 import { storeKeyRing } from "@mesh/providers";
 import { startProvisioner } from "./provisioner.js";
 import { TakeBackSteps, type TakeBackStep } from "./provision-deps.js";
+
+serviceCommandLine("provisioner", meshVersion(import.meta.url));
 
 const pause = process.env.MESH_PROVISIONER_TEST_PAUSE_AFTER as TakeBackStep | undefined;
 if (pause && !TakeBackSteps.includes(pause)) {

@@ -15,10 +15,12 @@
  */
 import { existsSync, writeFileSync } from "node:fs";
 import { RotationStates, errorMessage, meshVersion, parseTimerDuration, type RotationState } from "@mesh/shared";
-import { runService, serviceMasterKey } from "@mesh/shared/service";
+import { runService, serviceMasterKey, serviceCommandLine } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
 import { startRotator } from "./rotator.js";
 import { traced } from "@mesh/telemetry";
+
+serviceCommandLine("rotator", meshVersion(import.meta.url));
 
 function usageError(message: string): never {
   process.stderr.write(`mesh-rotator: ${message}\n`);

@@ -11,11 +11,13 @@
  * Exits 1 when it cannot start (a bad `MESH_VERIFY_INTERVAL` included), 0 after SIGINT/SIGTERM.
  */
 import { errorMessage, meshVersion } from "@mesh/shared";
-import { runService, serviceMasterKey } from "@mesh/shared/service";
+import { runService, serviceMasterKey, serviceCommandLine } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
 import { traced } from "@mesh/telemetry";
 import { globalInterval } from "./schedule.js";
 import { startVerifier } from "./verifier.js";
+
+serviceCommandLine("verifier", meshVersion(import.meta.url));
 
 let intervalMs: number;
 try {
