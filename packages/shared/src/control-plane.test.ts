@@ -71,6 +71,12 @@ describe("the control plane's own module", () => {
       "$JS.API.DIRECT.GET.KV_mesh-reachability.$KV.mesh-reachability.node-b.>",
       "$JS.API.DIRECT.GET.KV_mesh-receipts.$KV.mesh-receipts.node-b.>",
     ]);
+    // It lists its own receipts (what its bindings root should hold), no other node's, and may not take over the provisioner's durable there.
+    expect(agent.publish.filter((s) => s.startsWith("$JS.API.CONSUMER.") && s.includes("mesh-receipts"))).toEqual([
+      "$JS.API.CONSUMER.CREATE.KV_mesh-receipts.*.$KV.mesh-receipts.node-b.>",
+      "$JS.API.CONSUMER.INFO.KV_mesh-receipts.*",
+    ]);
+    expect(agent.denyPublish).toContain("$JS.API.CONSUMER.CREATE.KV_mesh-receipts.provisioner-receipts.>");
     // The provisioner, which folds the receipts into the grants, may consume them under its durable.
     expect(servicePermissions("provisioner").publish).toContain("$JS.API.CONSUMER.MSG.NEXT.KV_mesh-receipts.provisioner-receipts");
   });

@@ -72,6 +72,9 @@ function agentJetStream(node: string): string[] {
     ...own,
     ...durableOf(Streams.deliveries, agentDurable(node)),
     ...listing(Buckets.providers),
+    // Its own receipts, listed to find what its bindings root should hold (a root emptied is written again): the filter is in the subject.
+    `$JS.API.CONSUMER.CREATE.KV_${Buckets.receipts}.*.$KV.${Buckets.receipts}.${keys.receiptsOfNode(node)}`,
+    `$JS.API.CONSUMER.INFO.KV_${Buckets.receipts}.*`,
     ...holderStreamUse(agentHolderStream(node)),
     ...BOOTSTRAP_REGISTRY_BUCKETS.flatMap(objectStoreReads),
   ];
@@ -195,7 +198,7 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
 
 /** The JetStream API of a service (or a node's agent): what it may use, and what of that is denied. */
 function jetStreamPermissions(service: ControlPlaneService | { agent: string }): { allow: string[]; deny: string[] } {
-  if (typeof service === "object") return { allow: agentJetStream(service.agent), deny: othersDurables([Buckets.providers], []) };
+  if (typeof service === "object") return { allow: agentJetStream(service.agent), deny: othersDurables([Buckets.providers, Buckets.receipts], []) };
   const { durables, lists } = serviceUse(service);
   const allow = jetStreamOf(durables, lists);
   const deny = othersDurables(lists, durables);

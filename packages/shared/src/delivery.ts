@@ -48,7 +48,7 @@ export function withDeliveredCondition(grant: Grant, now = new Date()): Conditio
         type: "Delivered",
         status: "True",
         reason: "Delivered",
-        message: `generation ${grant.generation} delivered to ${grant.targets.map((t) => `${t.part}@${t.node}`).join(", ")}`,
+        message: `generation ${grant.generation} delivered to ${grant.targets.map((t) => `${t.part}@${t.node}`).join(", ")}${restoredNote(grant)}`,
       },
       now,
     );
@@ -75,4 +75,13 @@ function awaitingMessage(grant: Grant, missing: Grant["targets"]): string {
     ...(env.length ? [`the agent of ${who(env)} to write the env file for the requirement's changed env`] : []),
   ];
   return `waiting for ${parts.join(", and ")}`;
+}
+
+/** What a Delivered message adds for holders whose agent wrote the generation again after the node had lost it. */
+function restoredNote(grant: Grant): string {
+  const again = grant.targets.flatMap((t) => {
+    const h = grant.holders[holderKey(t.node, t.part)];
+    return h?.restoredAt && h.generation === grant.generation ? [`${t.part}@${t.node} at ${h.restoredAt}`] : [];
+  });
+  return again.length ? ` (written again, the node having lost it: ${again.join(", ")})` : "";
 }

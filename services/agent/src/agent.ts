@@ -61,6 +61,7 @@ import { receiptConfirmed, receiptDelivered, receiptFailed, receiptHookFailed, r
 import { DEFAULT_HOOK_USER, decideHookRunAs, resolveHookPrograms } from "./hook-runner.js";
 import { HookOptionError } from "@mesh/shared";
 import { startProber } from "./prober.js";
+import { restoreLostBindings } from "./restore.js";
 
 /** A running agent. */
 export interface Agent {
@@ -348,7 +349,22 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   };
 
   // Before consuming: a delivery asks it to probe the new binding.
-  const prober = startProber({ store, node, bindingsRoot, log, ...(opts.probeIntervalMs ? { intervalMs: opts.probeIntervalMs } : {}) });
+  // What this node's receipts say it holds and its bindings root lost is written again, now and before every probe round.
+  const restore = () =>
+    restoreLostBindings({
+      store,
+      node,
+      bindingsRoot,
+      key,
+      graceMs,
+      ...(opts.fetchTimeoutMs ? { fetchTimeoutMs: opts.fetchTimeoutMs } : {}),
+      log,
+      onWritten: (b, written) => {
+        if (written.retained) schedulePrune(b);
+        warnOfEnv(log, written);
+      },
+    });
+  const prober = startProber({ store, node, bindingsRoot, log, beforeRound: restore, ...(opts.probeIntervalMs ? { intervalMs: opts.probeIntervalMs } : {}) });
   // The rotations of what this node holds, each on its own consumer (made by the control plane).
   const rotations = consumeRotations({ store, node, log, handle: rotate });
   const consumption = await consumeMessages({

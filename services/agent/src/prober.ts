@@ -51,6 +51,8 @@ export interface ProberOptions {
   intervalMs?: number;
   /** Logins in flight at once; default 8. */
   concurrency?: number;
+  /** Run at the start of every round, the first at once (the agent writes again what its node lost, restore.ts). */
+  beforeRound?: () => Promise<unknown>;
 }
 
 /** The running probes of one node's agent. */
@@ -264,6 +266,7 @@ export function startProber(opts: ProberOptions): Prober {
   const runRound = () => {
     round = (async () => {
       try {
+        await opts.beforeRound?.();
         await probeReachability();
         publish(await probeBindings(heldBindings(root)));
       } catch (e) {

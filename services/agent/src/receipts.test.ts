@@ -1,11 +1,18 @@
 import { describe, expect, it } from "vitest";
 import { RECEIPT_MESSAGE_MAX, DeliveryReceipt } from "@mesh/shared";
 import { hookNotAllowed } from "./rotation-confirm.js";
-import { receiptConfirmed, receiptDelivered, receiptFailed, receiptHookFailed } from "./receipts.js";
+import { receiptConfirmed, receiptDelivered, receiptFailed, receiptHookFailed, receiptRestored } from "./receipts.js";
 
 const now = new Date("2030-01-01T00:00:00Z");
 const later = new Date("2030-01-01T00:01:00Z");
 const d = { part: "api", rotation: "shop/db#3", generation: 3 };
+
+describe("receiptRestored", () => {
+  it("says the generation was written again, delivered now", () => {
+    const r = receiptRestored(receiptDelivered(undefined, 2, now), 2, later, "abc");
+    expect(r).toEqual({ generation: 2, deliveredAt: later.toISOString(), env: "abc", restored: { generation: 2, at: later.toISOString() } });
+  });
+});
 
 describe("the agent's receipts", () => {
   it("a delivery is recorded anew each time (so a holder the grant lost is folded in again), never backwards", () => {

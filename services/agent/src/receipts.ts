@@ -26,6 +26,14 @@ export function receiptDelivered(r: DeliveryReceipt | undefined, generation: num
   };
 }
 
+/**
+ * Generation `generation` written again, now, because the part's binding was gone from the node
+ * (a bindings root emptied, a node re-imaged): delivered, and said so.
+ */
+export function receiptRestored(r: DeliveryReceipt | undefined, generation: number, now: Date, env = ""): DeliveryReceipt {
+  return { ...receiptDelivered(r, generation, now, env), restored: { generation, at: now.toISOString() } };
+}
+
 /** A delivery of `generation` that cannot succeed as things are, and why; undefined when the receipt says so already (or holds it). */
 export function receiptFailed(r: DeliveryReceipt | undefined, generation: number, message: string, now: Date): DeliveryReceipt | undefined {
   const cur = r ?? { generation: 0 };

@@ -56,6 +56,21 @@ describe("recordHolder", () => {
     expect(recordHolder(g, "node-a", "api", 1, now, "")).toBeUndefined();
   });
 
+  it("records a generation written again after the node lost it, once, and Delivered says so", () => {
+    const one = grant({ holders: held(2), targets: [{ part: "api", node: "node-a" }] });
+    const at = "2030-01-01T00:00:05.000Z";
+    const g = recordHolder(one, "node-a", "api", 2, now, "", at)!;
+    expect(g.holders["node-a/api"]).toEqual({ generation: 2, deliveredAt: now.toISOString(), restoredAt: at });
+    expect(getCondition(g.conditions, "Delivered")?.message).toBe(
+      `generation 2 delivered to api@node-a (written again, the node having lost it: api@node-a at ${at})`,
+    );
+    expect(recordHolder(g, "node-a", "api", 2, now, "", at)).toBeUndefined();
+    // Through the receipt: only a restore of the generation it holds counts.
+    const r: DeliveryReceipt = { generation: 2, deliveredAt: now.toISOString(), restored: { generation: 2, at } };
+    expect(foldReceipt(one, "node-a", "api", r, now)?.holders["node-a/api"]?.restoredAt).toBe(at);
+    expect(foldReceipt(one, "node-a", "api", { ...r, restored: { generation: 1, at } }, now)).toBeUndefined();
+  });
+
   it("puts the env in a delivery's message id, so a changed one is delivered again", () => {
     const g = grant({ env: { DATABASE_URL: "uri" } });
     expect(deliveryMsgId(g, "node-a", "api")).not.toBe(deliveryMsgId(grant(), "node-a", "api"));

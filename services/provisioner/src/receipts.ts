@@ -31,18 +31,28 @@ import type { Logger } from "@mesh/shared/service";
 
 /**
  * The grant with `node/part` recorded as holding `generation`, its env file written for the
- * mapping whose fingerprint is `env` (`envDigest`), and `Delivered` recomputed; or undefined
- * when there is nothing to write: the grant is gone, the part is no longer a target, or the
- * holder already has a newer generation, or this one with the same `env`.
+ * mapping whose fingerprint is `env` (`envDigest`), written again at `restoredAt` when the node
+ * had lost it, and `Delivered` recomputed; or undefined when there is nothing to write: the
+ * grant is gone, the part is no longer a target, or the holder already has a newer generation,
+ * or this one as it is.
  */
-export function recordHolder(grant: Grant | undefined, node: string, part: string, generation: number, now: Date, env = ""): Grant | undefined {
+export function recordHolder(
+  grant: Grant | undefined,
+  node: string,
+  part: string,
+  generation: number,
+  now: Date,
+  env = "",
+  restoredAt?: string,
+): Grant | undefined {
   if (!grant || !isTarget(grant, node, part)) return undefined;
   const key = holderKey(node, part);
   const held = grant.holders[key];
   const newer = (held?.generation ?? 0) < generation;
-  // The same generation with its env file written for another mapping: that is recorded, not older generations.
-  if (!newer && (held?.generation !== generation || (held.env ?? "") === env)) return undefined;
-  const state = { generation, deliveredAt: now.toISOString(), ...(env ? { env } : {}) };
+  // The same generation with its env file written for another mapping, or written again after it was lost: that is recorded, not older generations.
+  const again = held?.generation === generation && ((held.env ?? "") !== env || (restoredAt !== undefined && held.restoredAt !== restoredAt));
+  if (!newer && !again) return undefined;
+  const state = { generation, deliveredAt: now.toISOString(), ...(env ? { env } : {}), ...(restoredAt ? { restoredAt } : {}) };
   const updated: Grant = { ...grant, holders: { ...grant.holders, [key]: state } };
   // Held again: its withdrawal is over.
   if (updated.withdrawn && Object.hasOwn(updated.withdrawn, key)) {
@@ -143,7 +153,10 @@ export function foldReceipt(grant: Grant | undefined, node: string, part: string
     return { ...grant, holders, withdrawn: { ...grant.withdrawn, [key]: r.withdrawnAt } };
   }
   let g = grant;
-  if (r.generation > 0) g = recordHolder(g, node, part, r.generation, r.deliveredAt ? new Date(r.deliveredAt) : now, r.env) ?? g;
+  if (r.generation > 0) {
+    const restoredAt = r.restored?.generation === r.generation ? r.restored.at : undefined;
+    g = recordHolder(g, node, part, r.generation, r.deliveredAt ? new Date(r.deliveredAt) : now, r.env, restoredAt) ?? g;
+  }
   if (r.failure && r.failure.generation > r.generation) g = recordDeliveryFailure(g, node, part, r.failure.generation, r.failure.message, now) ?? g;
   if (r.hook) {
     const { failed, ...hook } = r.hook;

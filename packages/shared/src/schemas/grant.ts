@@ -17,6 +17,8 @@ export const HolderState = z.object({
   deliveredAt: z.string(),
   /** The fingerprint (`envDigest`) of the grant's `env` its env file was written with; absent: none. */
   env: z.string().optional(),
+  /** When the node's agent wrote this generation again because its bindings were gone from the node (a root emptied, a node re-imaged). */
+  restoredAt: z.string().optional(),
 });
 export type HolderState = z.infer<typeof HolderState>;
 
@@ -57,6 +59,8 @@ export const DeliveryReceipt = z.object({
   confirmed: z.object({ rotation: z.string().max(200), generation: z.number().int().positive() }).optional(),
   /** The fingerprint (`envDigest`) of the grant's `env` the part's env file was written with; absent: none. */
   env: z.string().max(64).optional(),
+  /** The agent found generation `generation` gone from the part's bindings (a root emptied, a node re-imaged) and wrote it again at `at`, without a rotation. */
+  restored: z.object({ generation: z.number().int().positive(), at: z.string() }).optional(),
 });
 export type DeliveryReceipt = z.infer<typeof DeliveryReceipt>;
 
