@@ -204,7 +204,6 @@ export interface RotationTrace {
   /** Holders ordered by confirmation (those that have not confirmed last, by id). */
   holders: TraceHolder[];
   missing: string[];
-  refused: Rotation["refused"];
 }
 
 function event(r: Rotation, ms: number | undefined, clock: TraceEvent["clock"]): TraceEvent | null {
@@ -236,7 +235,6 @@ export function traceRotation(r: Rotation): RotationTrace {
     states: r.history.map((h) => ({ state: h.state, offsetMs: Math.max(0, Date.parse(h.at) - start), at: h.at, clock: "rotator" as const })),
     holders,
     missing: rotationProgress(r).missing,
-    refused: r.refused,
   };
 }
 
@@ -274,9 +272,5 @@ export function formatTrace(t: RotationTrace, opts: { color?: boolean; width?: n
       width,
     ),
   );
-  if (t.refused.length) {
-    lines.push("", s.bold("refused confirmations"));
-    for (const x of t.refused) lines.push(...wrapText(`${x.at} ${x.holder}: ${x.reason}`, width, "    "));
-  }
   return lines.join("\n");
 }

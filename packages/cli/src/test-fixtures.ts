@@ -68,7 +68,6 @@ export function rotationFixture(over: Partial<Rotation> = {}): Rotation {
     requestedAt: ago(60),
     deadline: ago(30),
     holders: { "node-a/api": { r: 12, a: 140, c: 151 }, "node-b/worker/i-1": { r: 20 } },
-    refused: [],
     broadcasts: [],
     resource: {},
     history: [

@@ -125,8 +125,6 @@ export {
   isRotationRunning,
   parseHolderId,
   parseRotationId,
-  REFUSED_LIMIT,
-  RefusedConfirmation,
   RotatePolicy,
   RotateReply,
   RotateRequest,

@@ -68,7 +68,6 @@ export function newRotation(opts: {
     requestedAt: now.toISOString(),
     deadline: new Date(now.getTime() + (opts.revoke ? opts.revoke.graceMs : opts.timeoutMs)).toISOString(),
     holders: Object.fromEntries(opts.holders.map((h) => [h, {}])),
-    refused: [],
     broadcasts: [],
     resource: opts.resource,
     ...(opts.traceparent ? { traceparent: opts.traceparent } : {}),

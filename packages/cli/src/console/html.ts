@@ -217,7 +217,6 @@ export function renderRotation(t: RotationTimeline, link: Linker): View {
         `<td class="status">${badge(r.status === "stalled" ? "Stalled: not confirmed" : r.status, r.tone)}</td><td class="bar-cell">${timelineBar(t, r)}</td></tr>`,
     )
     .join("");
-  const refused = t.refused.map((x) => `<li>${time(x.at)} ${esc(`${x.holder}: ${x.reason}`)}</li>`).join("");
   const html =
     `<p><a href="${esc(link("/"))}">← mesh</a> · <a href="${esc(link(grantHref(t.grant)))}">grant ${esc(t.grant)}</a></p>` +
     `<h1>rotation ${esc(t.id)} <span class="rotation-state" data-state="${esc(t.state)}">${badge(t.state, t.tone)}</span></h1>` +
@@ -232,8 +231,7 @@ export function renderRotation(t: RotationTimeline, link: Linker): View {
     `<dt>applied</dt><dd>${esc(TIME_SOURCES.applied)}</dd><dt>confirmed</dt><dd>${esc(TIME_SOURCES.confirmed)}</dd></dl>` +
     `<p class="note">Offsets are from the request (${time(t.requestedAt)}, the rotator's clock); a holder's clock may differ from the rotator's by their skew.</p>` +
     `<h2>States</h2><table class="states"><tbody>${states}</tbody></table>` +
-    `<h2>Fan-out</h2>${rows ? `<table class="timeline"><thead><tr><th>holder</th><th>broadcast reached</th><th>applied</th><th>confirmed</th><th>status</th><th>timeline</th></tr></thead><tbody>${rows}</tbody></table>` : `<p class="none">no holder had to confirm (none held the grant when the rotation started)</p>`}` +
-    (refused ? `<h2>Refused confirmations</h2><ul>${refused}</ul>` : "");
+    `<h2>Fan-out</h2>${rows ? `<table class="timeline"><thead><tr><th>holder</th><th>broadcast reached</th><th>applied</th><th>confirmed</th><th>status</th><th>timeline</th></tr></thead><tbody>${rows}</tbody></table>` : `<p class="none">no holder had to confirm (none held the grant when the rotation started)</p>`}`;
   return { title: `rotation ${t.id}: ${t.state}`, html };
 }
 

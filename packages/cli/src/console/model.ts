@@ -462,7 +462,6 @@ export interface RotationTimeline {
   confirmed: number;
   total: number;
   missing: string[];
-  refused: Rotation["refused"];
   /** The largest offset on the page (at least 1 ms): bars are drawn as a share of it. */
   spanMs: number;
   /** The outcome in one sentence. */
@@ -505,7 +504,6 @@ export function rotationTimeline(r: Rotation): RotationTimeline {
     rows,
     ...p,
     missing: t.missing,
-    refused: t.refused,
     spanMs: Math.max(1, ...offsets),
     outcome,
   };

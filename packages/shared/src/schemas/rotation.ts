@@ -62,10 +62,6 @@ export const HolderProgress = z.object({
 });
 export type HolderProgress = z.infer<typeof HolderProgress>;
 
-/** A confirmation the rotator refused (kept so operators see forged or stray confirmations). */
-export const RefusedConfirmation = z.object({ holder: z.string(), at: z.string(), reason: z.string() });
-export type RefusedConfirmation = z.infer<typeof RefusedConfirmation>;
-
 export const Rotation = z.object({
   /** `<module>/<requirement>#<to>`: what `meshctl trace` takes. */
   id: z.string(),
@@ -85,8 +81,6 @@ export const Rotation = z.object({
    * `<node>/<part>/<instance>` for an SDK instance.
    */
   holders: z.record(z.string(), HolderProgress),
-  /** Older records: refused confirmations (an ack on another's consumer is now refused by the server itself). */
-  refused: z.array(RefusedConfirmation).default([]),
   /**
    * The broadcast as published: one message per holder stream that has holders of the grant
    * (see holder-streams.ts), with the stream sequence each got. A holder has confirmed once its
@@ -154,9 +148,6 @@ export const Rotation = z.object({
     .optional(),
 });
 export type Rotation = z.infer<typeof Rotation>;
-
-/** The most refused confirmations a rotation record keeps. */
-export const REFUSED_LIMIT = 20;
 
 /** Request on `subjects.rotate`: start rotating a grant. */
 export const RotateRequest = z.object({
