@@ -12,6 +12,8 @@ import { retryJetStreamGap } from "./jetstream-retry.js";
 import type { Store } from "./store.js";
 import type { KeyedQueue } from "./keyed-queue.js";
 import { noteRevision } from "./read-floors.js";
+import { kvFilter, kvStream } from "./kv-names.js";
+import type { KvDurable } from "./subjects.js";
 
 /** A running consumption; `stop()` ends it, `closed` settles when it has ended. */
 export interface Consumption {
@@ -183,9 +185,12 @@ export async function orderedMessages(nc: NatsConnection, opts: { stream: string
  */
 export function consumeKeys(opts: {
   store: Store;
-  stream: string;
-  durable: string;
-  filter: string;
+  /**
+   * One of the mesh's own durables (`Durables`), whose bucket it consumes: the permissions deny
+   * every one of them to the identities that do not own it, so a durable named anywhere else
+   * would be one an identity that lists its bucket could take over.
+   */
+  durable: KvDurable;
   keyOf: (subject: string) => string | undefined;
   queue: KeyedQueue;
   log: Logger;
@@ -198,9 +203,12 @@ export function consumeKeys(opts: {
 }): Promise<Consumption> {
   const { keyOf, queue, acted } = opts;
   // The store's handle of the bucket this stream is (its reads are the ones held to the floor).
-  const bucket = Object.values(opts.store.kv).find((kv) => (kv as { bucketName?: () => string }).bucketName?.() === opts.stream);
+  const bucket = Object.values(opts.store.kv).find((kv) => (kv as { bucketName?: () => string }).bucketName?.() === kvStream(opts.durable.bucket));
   return consumeMessages({
     ...opts,
+    stream: kvStream(opts.durable.bucket),
+    durable: opts.durable.name,
+    filter: kvFilter(opts.durable.bucket),
     // No ordering per key here: the queue collapses and serialises keys itself.
     keyOf: (m) => String(m.seq),
     maxAckPending: 1_000,

@@ -73,6 +73,9 @@ export const Durables = {
   provisionerReceipts: { bucket: Buckets.receipts, name: "provisioner-receipts" },
 } as const satisfies Record<string, { bucket: BucketName; name: string }>;
 
+/** One of the mesh's own durables of a bucket's stream. */
+export type KvDurable = (typeof Durables)[keyof typeof Durables];
+
 /** Queue groups, so that several instances of a service share the work. */
 export const QueueGroups = {
   resolver: "mesh-resolver",

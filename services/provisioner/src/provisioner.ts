@@ -4,7 +4,7 @@
  * compare-and-set, and resources are created idempotently, so two instances on one grant
  * converge.
  */
-import { Durables, Buckets, KeyedQueue, QueueGroups, kvFilter, kvKeyOf, kvStream, meshSealingKey, subjects, type MasterKey } from "@mesh/shared";
+import { Durables, Buckets, KeyedQueue, QueueGroups, kvKeyOf, meshSealingKey, subjects, type MasterKey } from "@mesh/shared";
 import { consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { AdapterPool, CredentialStore, keysOf, type CredentialKeys } from "@mesh/providers";
@@ -44,9 +44,7 @@ export async function startProvisioner(opts: {
   const list = serveJson(store.nc, subjects.credentialListsAll, QueueGroups.provisioner, log, (_body, m) => handleCredentialList(store, m.subject));
   const consumer = await consumeKeys({
     store,
-    stream: kvStream(Buckets.grants),
-    durable: Durables.provisioner.name,
-    filter: kvFilter(Buckets.grants),
+    durable: Durables.provisioner,
     keyOf: kvKeyOf(Buckets.grants),
     queue,
     log,

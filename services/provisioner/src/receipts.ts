@@ -19,9 +19,7 @@ import {
   holderKey,
   isTarget,
   keys,
-  kvFilter,
   kvKeyOf,
-  kvStream,
   parseReceiptKey,
   setCondition,
   withDeliveredCondition,
@@ -196,9 +194,7 @@ export function foldReceipts(opts: { store: Store; log: Logger }): Promise<Consu
   const { store, log } = opts;
   return consumeKeys({
     store,
-    stream: kvStream(Buckets.receipts),
-    durable: Durables.provisionerReceipts.name,
-    filter: kvFilter(Buckets.receipts),
+    durable: Durables.provisionerReceipts,
     keyOf: kvKeyOf(Buckets.receipts),
     queue: new KeyedQueue((key) => foldReceiptKey(store, key, log), 16),
     log,

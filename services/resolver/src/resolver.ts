@@ -3,7 +3,7 @@
  * provider, or one of its grants changes. Several instances share the work through durable
  * consumers; compare-and-set on every write keeps them from undoing each other.
  */
-import { Durables, Buckets, KeyedQueue, adminPasswordPolicy, QueueGroups, kvFilter, kvKeyOf, kvStream, subjects } from "@mesh/shared";
+import { Durables, Buckets, KeyedQueue, adminPasswordPolicy, QueueGroups, kvKeyOf, subjects } from "@mesh/shared";
 import { ProviderCatalog, consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { handleApply, partOfApplySubject } from "./apply.js";
@@ -66,18 +66,14 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
   const consumers = await Promise.all([
     consumeKeys({
       store,
-      stream: kvStream(Buckets.manifests),
-      durable: Durables.resolverManifests.name,
-      filter: kvFilter(Buckets.manifests),
+      durable: Durables.resolverManifests,
       keyOf: kvKeyOf(Buckets.manifests),
       queue: modules,
       log,
     }),
     consumeKeys({
       store,
-      stream: kvStream(Buckets.providers),
-      durable: Durables.resolverProviders.name,
-      filter: kvFilter(Buckets.providers),
+      durable: Durables.resolverProviders,
       // Every provider change collapses onto one key: "all modules".
       keyOf: (s) => (kvKeyOf(Buckets.providers)(s) ? "*" : undefined),
       queue: providers,
@@ -85,9 +81,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
     }),
     consumeKeys({
       store,
-      stream: kvStream(Buckets.reachability),
-      durable: Durables.resolverReachability.name,
-      filter: kvFilter(Buckets.reachability),
+      durable: Durables.resolverReachability,
       // A provider became (un)reachable from a node: any module may be affected, as for a provider change.
       keyOf: (s) => (kvKeyOf(Buckets.reachability)(s) ? "*" : undefined),
       queue: providers,
@@ -95,9 +89,7 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
     }),
     consumeKeys({
       store,
-      stream: kvStream(Buckets.grants),
-      durable: Durables.resolverGrants.name,
-      filter: kvFilter(Buckets.grants),
+      durable: Durables.resolverGrants,
       // A grant changed: its module's state may have changed.
       keyOf: (s) => kvKeyOf(Buckets.grants)(s)?.split(".")[0],
       queue: modules,

@@ -16,9 +16,7 @@ import {
   setCondition,
   isRotationRunning,
   isTrue,
-  kvFilter,
   kvKeyOf,
-  kvStream,
   type RotateRequest,
 } from "@mesh/shared";
 import { mutateJson, consumeKeys, readJson, type Consumption, type Store } from "@mesh/shared/runtime";
@@ -70,9 +68,7 @@ export async function startHandovers(opts: { store: Store; log: Logger; rotate: 
   }, 4);
   return consumeKeys({
     store,
-    stream: kvStream(Buckets.grants),
-    durable: Durables.rotatorHandovers.name,
-    filter: kvFilter(Buckets.grants),
+    durable: Durables.rotatorHandovers,
     keyOf: kvKeyOf(Buckets.grants),
     queue,
     log,

@@ -23,9 +23,7 @@ import {
   RotationStates,
   isRotationRunning,
   keys,
-  kvFilter,
   kvKeyOf,
-  kvStream,
   parseGrantId,
   parseHolderId,
   subjects,
@@ -290,9 +288,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
 
   const changes = await consumeKeys({
     store,
-    stream: kvStream(Buckets.rotations),
-    durable: Durables.rotator.name,
-    filter: kvFilter(Buckets.rotations),
+    durable: Durables.rotator,
     keyOf: kvKeyOf(Buckets.rotations),
     queue,
     log,
