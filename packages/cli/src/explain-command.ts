@@ -1,6 +1,6 @@
 /** `meshctl explain MODULE [--json]`: why each requirement is or is not satisfied. */
 import { Grant, ModuleDoc, ModuleStatus, NodeRecord, ProviderDoc, keys } from "@mesh/shared";
-import { listJson, readJson, type Store } from "@mesh/shared/runtime";
+import { listJson, readJson, readJsonIfValid, type Store } from "@mesh/shared/runtime";
 import { explainModule, type Explanation } from "./explain.js";
 import { formatExplanation } from "./explain-format.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -20,7 +20,8 @@ export async function loadExplanation(store: Store, module: string, now = new Da
   const status = await readJson(store.kv.modules, module, ModuleStatus);
   if (!status) return undefined;
   const [manifest, grants, providers, nodes] = await Promise.all([
-    readJson(store.kv.manifests, module, ModuleDoc),
+    // One stored under an earlier version's rules is explained from its grants: its state says why.
+    readJsonIfValid(store.kv.manifests, module, ModuleDoc),
     listJson(store.kv.grants, Grant, keys.grantsOf(module)),
     listJson(store.kv.providers, ProviderDoc),
     listJson(store.kv.nodes, NodeRecord),

@@ -99,8 +99,9 @@ export async function loadMeshRecords(store: Store): Promise<MeshRecords> {
     listJson(store.kv.reachability, ReachabilityRecord),
   ]);
   const processed = new Set(modules.map((m) => m.value.module));
-  // Only processed modules are explained; their manifests say which requirements they declare.
-  const manifests = await listJson(store.kv.manifests, ModuleDoc).then((all) => all.filter((m) => processed.has(m.key)));
+  // Only processed modules are explained; their manifests say which requirements they declare. One
+  // stored under an earlier version's rules is left out: its module's state says so.
+  const manifests = await listJson(store.kv.manifests, ModuleDoc, ">", { skipInvalid: true }).then((all) => all.filter((m) => processed.has(m.key)));
   return {
     modules: modules.map((m) => m.value),
     grants: grants.map((g) => g.value),

@@ -56,15 +56,37 @@ export async function getAtFloor(kv: KV, key: string) {
   }
 }
 
-/** Reads and validates a JSON record; undefined when the key is missing or deleted. Never older than a change of the key this process heard of (read-floors.ts). */
+/** What {@link readJson} throws for a record that does not match its schema (written by another version, say). */
+export class RecordSchemaError extends MeshError {
+  constructor(
+    readonly key: string,
+    detail: string | undefined,
+  ) {
+    super(ErrorCodes.Internal, `record ${key} does not match its schema: ${detail}`);
+  }
+}
+
+/**
+ * Reads and validates a JSON record; undefined when the key is missing or deleted. Never older
+ * than a change of the key this process heard of (read-floors.ts). Throws {@link RecordSchemaError}
+ * for a record that does not match `schema`.
+ */
 export async function readJson<T>(kv: KV, key: string, schema: z.ZodType<T>): Promise<Record_<T> | undefined> {
   const e = await getAtFloor(kv, key);
   if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
   const parsed = schema.safeParse(e.json());
-  if (!parsed.success) {
-    throw new MeshError(ErrorCodes.Internal, `record ${key} does not match its schema: ${parsed.error.issues[0]?.message}`);
-  }
+  if (!parsed.success) throw new RecordSchemaError(key, parsed.error.issues[0]?.message);
   return { value: parsed.data, revision: e.revision };
+}
+
+/** {@link readJson}, with a record that does not match `schema` read as none: for a reader that shows what it can (the state says why). */
+export async function readJsonIfValid<T>(kv: KV, key: string, schema: z.ZodType<T>): Promise<Record_<T> | undefined> {
+  try {
+    return await readJson(kv, key, schema);
+  } catch (e) {
+    if (e instanceof RecordSchemaError) return undefined;
+    throw e;
+  }
 }
 
 /** How many times {@link casModify} tries again after a compare-and-set conflict, by default. */
@@ -213,8 +235,16 @@ function casRaced(key: string, revision: number): JetStreamApiError {
   });
 }
 
-/** Every value of a bucket matching `filter`, validated. */
-export async function listJson<T>(kv: KV, schema: z.ZodType<T>, filter = ">"): Promise<Array<Record_<T> & { key: string }>> {
+/**
+ * Every value of a bucket matching `filter`, validated; with `skipInvalid`, a record that does
+ * not match `schema` is left out rather than thrown ({@link readJsonIfValid}).
+ */
+export async function listJson<T>(
+  kv: KV,
+  schema: z.ZodType<T>,
+  filter = ">",
+  opts: { skipInvalid?: boolean } = {},
+): Promise<Array<Record_<T> & { key: string }>> {
   const keys = await retryJetStreamGap(async () => {
     const found: string[] = [];
     for await (const k of await kv.keys(filter)) found.push(k);
@@ -223,7 +253,7 @@ export async function listJson<T>(kv: KV, schema: z.ZodType<T>, filter = ">"): P
   const out: Array<Record_<T> & { key: string }> = [];
   await Promise.all(
     keys.map(async (key) => {
-      const r = await readJson(kv, key, schema);
+      const r = await (opts.skipInvalid ? readJsonIfValid : readJson)(kv, key, schema);
       if (r) out.push({ ...r, key });
     }),
   );

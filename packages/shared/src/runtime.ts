@@ -50,6 +50,8 @@ export {
   mutateJson,
   READ_FLOOR_WAIT_MS,
   readJson,
+  readJsonIfValid,
+  RecordSchemaError,
   type Record_,
 } from "./kv-records.js";
 export { noteRevision } from "./read-floors.js";

@@ -3,8 +3,21 @@
  * write the grants that changed, mark the grants of requirements it no longer declares to be
  * taken back (the provisioner does it), and record the module's state.
  */
-import { Grant, ModuleDoc, ModuleStatus, type ProviderDoc, deriveModuleState, deletedModuleState, keys, withRemoval, type DerivedState } from "@mesh/shared";
-import { type ProviderCatalog, listJson, mutateJson, readJson, type Store } from "@mesh/shared/runtime";
+import {
+  Grant,
+  type ModuleDoc,
+  ModuleStates,
+  ModuleStatus,
+  type Problem,
+  type ProviderDoc,
+  deriveModuleState,
+  deletedModuleState,
+  keys,
+  validateDocuments,
+  withRemoval,
+  type DerivedState,
+} from "@mesh/shared";
+import { type ProviderCatalog, getAtFloor, listJson, mutateJson, readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { applyResolution, resolveModule } from "./resolve.js";
 import { neededGrant, neededGrantIds, type NeededGrant } from "./dependencies.js";
@@ -52,7 +65,13 @@ export async function reconcileModule(
   index?: GrantIndex,
 ): Promise<Map<string, boolean>> {
   const neededHere = new Map<string, boolean>();
-  const manifest = await readJson(store.kv.manifests, name, ModuleDoc);
+  const stored = await readStoredManifest(store, name);
+  if (stored && "problems" in stored) {
+    // Stored by an earlier version under rules it no longer meets: shown, and the grants left as they are.
+    await writeModuleState(store, name, unreadableManifestState(stored.problems), stored.requirements, stored.revision, log);
+    return neededHere;
+  }
+  const manifest = stored;
   const existing = await grantsOf(store, name, index);
   if (!manifest) {
     // The module was deleted: every grant of it is taken back (removal.ts says how far each is).
@@ -86,6 +105,39 @@ export async function reconcileModule(
   const derived = deriveModuleState(resolutions.length, grants, resolutions.length - manifest.value.requires.length);
   await writeModuleState(store, name, derived, manifest.value.requires.length, manifest.revision, log);
   return neededHere;
+}
+
+/**
+ * The stored manifest of module `name`: its document, or, when it no longer meets the rules (a
+ * manifest stored by an earlier version, such as a part's `onRotate` that was shell text), its
+ * problems; undefined when none is stored.
+ */
+async function readStoredManifest(
+  store: Store,
+  name: string,
+): Promise<{ value: ModuleDoc; revision: number } | { problems: Problem[]; requirements: number; revision: number } | undefined> {
+  const e = await retryJetStreamGap(() => getAtFloor(store.kv.manifests, name));
+  if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
+  let raw: unknown;
+  try {
+    raw = e.json();
+  } catch {
+    raw = undefined;
+  }
+  const r = validateDocuments([raw]);
+  if (r.ok && r.documents[0]?.kind === "Module") return { value: r.documents[0], revision: e.revision };
+  const requires = (raw as { requires?: unknown } | undefined)?.requires;
+  const problems = r.ok ? [{ document: 0, path: "kind", message: "is not a Module" }] : r.problems;
+  return { problems, requirements: Array.isArray(requires) ? requires.length : 0, revision: e.revision };
+}
+
+/** A module whose stored manifest no longer reads: Degraded, saying where and what to do. Pure. */
+export function unreadableManifestState(problems: readonly Problem[]): DerivedState {
+  const where = problems.map((p) => `${p.path ? `${p.path}: ` : ""}${p.message}`).join("; ");
+  return {
+    state: ModuleStates.Degraded,
+    message: `its stored manifest no longer meets this version's rules (${where}); its grants are left as they are, and changes reach it again once it is applied fixed (meshctl apply -f FILE)`,
+  };
 }
 
 /** Marks the grant under `key` to be taken back (once; a grant already marked, or retained, is left as it is). */
