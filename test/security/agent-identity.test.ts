@@ -87,6 +87,34 @@ describe("as node node-a's agent", () => {
     }
   });
 
+  it("may list its own node's receipts (what its bindings root should hold), no other node's, and not under the provisioner's durable", async () => {
+    const nc = await connectAs(AGENT);
+    const errors = serverErrors(nc);
+    try {
+      const receipts = await new Kvm(nc).open("mesh-receipts");
+      const own: string[] = [];
+      for await (const k of await receipts.keys("node-a.>")) own.push(k);
+      expect(own).toContain("node-a.mesh.records.resolver");
+      // Another node's: the consumer that would list them is refused, so nothing is listed.
+      const theirs = await (async () => {
+        const found: string[] = [];
+        for await (const k of await receipts.keys("node-b.>")) found.push(k);
+        return found;
+      })().catch((e: unknown) => e);
+      expect(theirs).toBeInstanceOf(Error);
+      // The provisioner's durable on that stream, which folds every receipt into the grants: not its to take over.
+      const stream = "KV_mesh-receipts";
+      nc.publish(
+        `$JS.API.CONSUMER.CREATE.${stream}.provisioner-receipts.$KV.mesh-receipts.node-a.>`,
+        JSON.stringify({ stream_name: stream, config: { durable_name: "provisioner-receipts" } }),
+      );
+      await nc.flush();
+      await waitFor("the server to refuse the durable", () => errors.some((e) => e.includes("provisioner-receipts")), 5_000);
+    } finally {
+      await nc.close();
+    }
+  });
+
   it("may fetch and confirm (ack on a holder consumer) only for its own node's parts", async () => {
     const nc = await connectAs(AGENT);
     const errors = serverErrors(nc);
