@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { ModuleStates, type ModuleDoc } from "@mesh/shared";
 import { ExitCodes, bufferOutput, modulesRevisionNow, runApply, runGet, runWait, type ApplyOptions, type BufferedOutput } from "../packages/cli/src/index.js";
+import { connectNats, openStore } from "@mesh/shared/runtime";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { exitOf } from "./harness/cli-exit.js";
 import { waitFor } from "./harness/wait.js";
@@ -258,6 +259,20 @@ describe("meshctl get -w", () => {
     expect(await running).toBe(ExitCodes.Ok);
     // The header once, at the top.
     expect(out.stdout.match(/^NAME /gm)).toHaveLength(1);
+  });
+
+  it("fails, saying so, when its connection closes for good, rather than watch nothing", async () => {
+    await watched(["key"]);
+    await mesh.waitForState("watched", "Ready");
+    const nc = await connectNats(mesh.nats.url);
+    const store = await openStore(nc);
+    const out = bufferOutput();
+    const running = exitOf(() => runGet(store, { resource: "grants", name: "watched", watch: new AbortController().signal }, out));
+    await waitFor("the list", () => out.stdout.includes("watched/key"));
+    await nc.close();
+    const r = await running;
+    expect(r.code).toBe(ExitCodes.Failure);
+    expect(r.message).toContain("the watch ended: the connection to NATS closed");
   });
 
   it("prints one JSON event a line from the built meshctl, and exits 0 on Ctrl-C", async () => {

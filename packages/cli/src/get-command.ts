@@ -5,7 +5,7 @@
  */
 import { KvWatchInclude } from "@nats-io/kv";
 import { stringify } from "yaml";
-import { NAME_RULE, isValidName, parseGrantId } from "@mesh/shared";
+import { NAME_RULE, errorMessage, isValidName, parseGrantId } from "@mesh/shared";
 import { retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import { CliError, isCliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -206,28 +206,42 @@ async function watchRows(store: Store, opts: GetOptions, out: Output, first: Row
     looking = looking.then(async () => {
       if (signal.aborted) return;
       const now = new Date();
-      const chosen = await select(store, await loadMeshRecords(store), opts, now).catch((e: unknown) =>
-        isCliError(e) ? { rows: [], none: "" } : Promise.reject(e),
-      );
-      // A module named that is no longer processed lists nothing, as a deleted grant does.
-      const rows = "rows" in chosen ? chosen.rows : [];
-      const next = byId(rows);
-      print(rowChanges(shown, next), now);
-      shown = next;
+      try {
+        const chosen = await select(store, await loadMeshRecords(store), opts, now).catch((e: unknown) =>
+          isCliError(e) ? { rows: [], none: "" } : Promise.reject(e),
+        );
+        // A module named that is no longer processed lists nothing, as a deleted grant does.
+        const rows = "rows" in chosen ? chosen.rows : [];
+        const next = byId(rows);
+        print(rowChanges(shown, next), now);
+        shown = next;
+      } catch (e) {
+        // The store not answering for a moment (a cluster electing a leader): said, and looked at again at the next change.
+        out.err(`meshctl: could not read the records (${errorMessage(e)}); the watch goes on and looks again at the next change`);
+      }
     });
   };
   const watches = await Promise.all(buckets.map((kv) => retryJetStreamGap(() => kv.watch({ key: ">", include: KvWatchInclude.UpdatesOnly }))));
-  for (const w of watches) {
-    void (async () => {
-      for await (const _ of w) if (!timer) timer = setTimeout(look, WATCH_SETTLE_MS);
-    })().catch(() => undefined);
-  }
-  await new Promise<void>((resolve) => {
+  // A watch ends by itself only when the connection has closed for good: then nothing more would be printed.
+  const ended = new Promise<void>((resolve) => {
+    for (const w of watches) {
+      void (async () => {
+        for await (const _ of w) if (!timer) timer = setTimeout(look, WATCH_SETTLE_MS);
+      })()
+        .catch(() => undefined)
+        .finally(resolve);
+    }
+  });
+  const stopped = new Promise<void>((resolve) => {
     if (signal.aborted) resolve();
     else signal.addEventListener("abort", () => resolve(), { once: true });
   });
+  await Promise.race([stopped, ended]);
   if (timer) clearTimeout(timer);
   for (const w of watches) w.stop();
   await looking;
+  if (!signal.aborted) {
+    throw new CliError("the watch ended: the connection to NATS closed; run meshctl get -w again once the server answers");
+  }
   return ExitCodes.Ok;
 }
