@@ -67,7 +67,11 @@ async function writtenAgain(node: string, name: string, value: string): Promise<
     10_000,
   );
   expect(readFileSync(join(mesh.bindingsRoot, node, name, "api.env"), "utf8")).toContain(`SECRET_VALUE='${value}'`);
-  const receipt = (await readJson(mesh.store.kv.receipts, keys.receipt(node, name, "key", "api"), DeliveryReceipt))?.value;
+  // The receipt is written once the files are: waited for, not read at once.
+  const receipt = await waitFor("the receipt to say it was written again", async () => {
+    const r = (await readJson(mesh.store.kv.receipts, keys.receipt(node, name, "key", "api"), DeliveryReceipt))?.value;
+    return r?.restored ? r : undefined;
+  });
   expect(receipt).toMatchObject({ generation: 1, restored: { generation: 1 } });
   const g = await waitFor("the grant to say it was written again", async () => {
     const g = await mesh.grant(name, "key");

@@ -168,6 +168,10 @@ describe("the mesh on a three-server cluster", () => {
     // Every stream of the mesh as it is before the server goes: each must have a leader on the two left before the rotation is asked for.
     const streams: string[] = [];
     for await (const si of t.store.jsm.streams.list()) streams.push(si.config.name);
+    // And every consumer of them (the holders' among them): one whose leader was on the server stopped needs an election of its own.
+    const consumers: Array<[string, string]> = [];
+    for (const stream of streams)
+      for await (const ci of t.store.jsm.consumers.list(stream)) if (ci.config.durable_name) consumers.push([stream, ci.config.durable_name]);
     await down.stop();
     step(`${down.name} stopped`);
     try {
@@ -182,6 +186,16 @@ describe("the mesh on a three-server cluster", () => {
         250,
       );
       step("every stream has a leader on the two servers left");
+      await waitFor(
+        "the two servers left to have a leader for every durable consumer",
+        async () => {
+          for (const [stream, name] of consumers) await t.store.jsm.consumers.info(stream, name);
+          return true;
+        },
+        60_000,
+        250,
+      );
+      step(`every durable consumer (${consumers.length}) has a leader on the two servers left`);
       // The rotation commits on the two servers left, and revokes generation `from` there.
       // Killed past its own bounds: 30 s to connect, 30 s to be answered, the rotation's 90 s and 15 s more.
       const r = await t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"], {}, 180_000);
