@@ -269,7 +269,8 @@ describe("meshctl get -w", () => {
     const out = bufferOutput();
     const running = exitOf(() => runGet(store, { resource: "grants", name: "watched", watch: new AbortController().signal }, out));
     await waitFor("the list", () => out.stdout.includes("watched/key"));
-    await nc.close();
+    // Drained, not closed: a request in flight is answered first, so only the watches end.
+    await nc.drain();
     const r = await running;
     expect(r.code).toBe(ExitCodes.Failure);
     expect(r.message).toContain("the watch ended: the connection to NATS closed");
