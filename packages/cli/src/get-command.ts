@@ -118,9 +118,18 @@ async function select(store: Store, records: MeshRecords, opts: GetOptions, now:
 export async function runGet(store: Store, opts: GetOptions, out: Output): Promise<number> {
   checkGetName(opts.resource, opts.name);
   const now = opts.now ?? new Date();
-  const chosen = await select(store, await loadMeshRecords(store), opts, now);
+  // A watch listens before it lists, so that no change between the two is missed.
+  const watches = opts.watch ? await openWatches(store) : undefined;
+  let chosen: Selection;
+  try {
+    chosen = await select(store, await loadMeshRecords(store), opts, now);
+  } catch (e) {
+    for (const w of watches ?? []) w.stop();
+    throw e;
+  }
   const warnings = exposureWarnings(store);
   if ("notProcessed" in chosen) {
+    for (const w of watches ?? []) w.stop();
     const error = chosen.notProcessed;
     if (opts.json) out.out(JSON.stringify({ [opts.resource]: [], error }, null, 2));
     else out.err(formatNotProcessed(error, out.columns).join("\n"));
@@ -128,7 +137,7 @@ export async function runGet(store: Store, opts: GetOptions, out: Output): Promi
   }
   const { rows, none } = chosen;
   const resource = RESOURCES[opts.resource];
-  if (opts.watch) return watchRows(store, opts, out, rows, warnings);
+  if (watches) return watchRows(store, opts, out, rows, warnings, watches);
   if (opts.json) {
     out.out(JSON.stringify({ [opts.resource]: rows, ...(warnings.length ? { warnings } : {}) }, null, 2));
     return ExitCodes.Ok;
@@ -169,7 +178,25 @@ const WATCH_SETTLE_MS = 100;
  * one document per event, `{"type":"ADDED"|"MODIFIED"|"DELETED","<kind>":row}` (JSON one a
  * line, YAML separated by `---`), the first ones ADDED.
  */
-async function watchRows(store: Store, opts: GetOptions, out: Output, first: Row[], warnings: string[]): Promise<number> {
+/** A KV watch, as `kv.watch` opens it. */
+type KvWatch = Awaited<ReturnType<Store["kv"]["grants"]["watch"]>>;
+
+/** Watches of every bucket `get`'s rows come from, each telling of any write from now on. */
+async function openWatches(store: Store): Promise<KvWatch[]> {
+  const buckets = [store.kv.modules, store.kv.grants, store.kv.manifests, store.kv.providers, store.kv.nodes, store.kv.reachability];
+  const opened: KvWatch[] = [];
+  try {
+    for (const kv of buckets) opened.push(await retryJetStreamGap(() => kv.watch({ key: ">", include: KvWatchInclude.UpdatesOnly })));
+  } catch (e) {
+    for (const w of opened) w.stop();
+    throw new CliError(`could not watch the mesh's records (${errorMessage(e)}); run meshctl get -w again once the server answers`, ExitCodes.Failure, {
+      cause: e,
+    });
+  }
+  return opened;
+}
+
+async function watchRows(store: Store, opts: GetOptions, out: Output, first: Row[], warnings: string[], watches: KvWatch[]): Promise<number> {
   const resource = RESOURCES[opts.resource];
   for (const w of warnings) out.err(w);
   const byId = (rows: Row[]) => new Map(rows.map((r) => [resource.id(r), r]));
@@ -198,7 +225,6 @@ async function watchRows(store: Store, opts: GetOptions, out: Output, first: Row
 
   // Any write to a record the rows come from: look again, once the burst has settled.
   const signal = opts.watch!;
-  const buckets = [store.kv.modules, store.kv.grants, store.kv.manifests, store.kv.providers, store.kv.nodes, store.kv.reachability];
   let timer: NodeJS.Timeout | undefined;
   let looking = Promise.resolve();
   const look = () => {
@@ -221,7 +247,6 @@ async function watchRows(store: Store, opts: GetOptions, out: Output, first: Row
       }
     });
   };
-  const watches = await Promise.all(buckets.map((kv) => retryJetStreamGap(() => kv.watch({ key: ">", include: KvWatchInclude.UpdatesOnly }))));
   // A watch ends by itself only when the connection has closed for good: then nothing more would be printed.
   const ended = new Promise<void>((resolve) => {
     for (const w of watches) {
