@@ -117,19 +117,21 @@ async function select(store: Store, records: MeshRecords, opts: GetOptions, now:
 /** Prints the table (or `{"<resource>":[…]}`, or `<kind>/<name>` lines) and returns the exit code; with `watch`, goes on printing changes. */
 export async function runGet(store: Store, opts: GetOptions, out: Output): Promise<number> {
   checkGetName(opts.resource, opts.name);
-  const now = opts.now ?? new Date();
   // A watch listens before it lists, so that no change between the two is missed.
   const watches = opts.watch ? await openWatches(store) : undefined;
-  let chosen: Selection;
   try {
-    chosen = await select(store, await loadMeshRecords(store), opts, now);
-  } catch (e) {
+    return await listRows(store, opts, out, watches);
+  } finally {
     for (const w of watches ?? []) w.stop();
-    throw e;
   }
+}
+
+/** The listing of {@link runGet}; with `watches`, the changes after it too. */
+async function listRows(store: Store, opts: GetOptions, out: Output, watches: KvWatch[] | undefined): Promise<number> {
+  const now = opts.now ?? new Date();
+  const chosen = await select(store, await loadMeshRecords(store), opts, now);
   const warnings = exposureWarnings(store);
   if ("notProcessed" in chosen) {
-    for (const w of watches ?? []) w.stop();
     const error = chosen.notProcessed;
     if (opts.json) out.out(JSON.stringify({ [opts.resource]: [], error }, null, 2));
     else out.err(formatNotProcessed(error, out.columns).join("\n"));

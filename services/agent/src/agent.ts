@@ -50,7 +50,7 @@ import {
   pruneBinding,
   removeBinding,
   setBindingEnv,
-  writeBinding,
+  writeFetchedBinding,
   type PartBinding,
   type PartEnvResult,
 } from "./bindings-writer.js";
@@ -262,18 +262,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
                 return "ack";
               }
             }
-            const written = writeBinding(
-              {
-                root: bindingsRoot,
-                module: d.module,
-                part: d.part,
-                requirement: binding,
-                generation: fetched.generation,
-                values: fetched.values,
-                ...(env ? { env } : {}),
-              },
-              { graceMs },
-            );
+            const written = writeFetchedBinding(bindingsRoot, { module: d.module, part: d.part, binding }, fetched, env, graceMs);
             if (written.retained) schedulePrune({ module: d.module, part: d.part, binding });
             warnOfEnv(dlog, written);
             dlog.info({ path: written.path, keys: Object.keys(fetched.values).sort(), changed: written.changed }, "binding written");

@@ -355,6 +355,23 @@ export function writeBinding(w: BindingWrite, opts: { graceMs?: number; now?: Da
 }
 
 /**
+ * Writes generation `fetched` of a grant into `binding` of `module`'s `part`, its env file
+ * with the requirement's `env`: what a delivery, a rotation and a restore of a lost binding write.
+ */
+export function writeFetchedBinding(
+  root: string,
+  at: { module: string; part: string; binding: string },
+  fetched: { generation: number; values: Readonly<Record<string, string>> },
+  env: EnvMapping | undefined,
+  graceMs: number,
+): BindingWriteResult {
+  return writeBinding(
+    { root, module: at.module, part: at.part, requirement: at.binding, generation: fetched.generation, values: fetched.values, ...(env ? { env } : {}) },
+    { graceMs },
+  );
+}
+
+/**
  * Removes the temporary links of `binding`, and its generation directories other than the one
  * its symlink points to that went out of use before `before` (ms since the epoch), in the
  * generations directory and (left by an older agent) in the part's directory. Returns whether

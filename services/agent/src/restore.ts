@@ -9,7 +9,7 @@
 import { DeliveryReceipt, Grant, bindingNameOf, envDigest, errorMessage, grantId, isTarget, keys, parseReceiptKey, type KeyPair } from "@mesh/shared";
 import { fetchCredential, listJson, mutateJson, readJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
-import { bindingGeneration, writeBinding, type BindingWriteResult } from "./bindings-writer.js";
+import { bindingGeneration, writeFetchedBinding, type BindingWriteResult } from "./bindings-writer.js";
 import { receiptRestored } from "./receipts.js";
 
 export interface RestoreOptions {
@@ -56,18 +56,7 @@ export async function restoreLostBindings(o: RestoreOptions): Promise<Restored[]
       });
       // Looked at again with no await before the write: a delivery or a rotation may have written it meanwhile.
       if (bindingGeneration(root, k.module, k.part, binding) !== undefined) continue;
-      const written = writeBinding(
-        {
-          root,
-          module: k.module,
-          part: k.part,
-          requirement: binding,
-          generation: fetched.generation,
-          values: fetched.values,
-          ...(grant.env ? { env: grant.env } : {}),
-        },
-        { graceMs: o.graceMs },
-      );
+      const written = writeFetchedBinding(root, { module: k.module, part: k.part, binding }, fetched, grant.env, o.graceMs);
       o.onWritten?.({ module: k.module, part: k.part, binding }, written);
       await mutateJson(store.kv.receipts, key, DeliveryReceipt, (r) => receiptRestored(r, fetched.generation, new Date(), envDigest(grant.env)));
       glog.warn(
