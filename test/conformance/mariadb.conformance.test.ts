@@ -11,7 +11,8 @@ import { ErrorCodes, isMeshError } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter, ProviderConfig } from "@mesh/providers";
 import { createMariadbAdapter, nativePasswordHash } from "../../packages/providers/src/mariadb.js";
 import { freePort } from "../harness/ports.js";
-import { INJECTION_NAME, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
+import { startOwnMariadb, type OwnMariadb } from "../harness/mariadb.js";
+import { INJECTION_NAME, describeAdminVerbs, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
 
 const HOST = process.env.MARIADB_TEST_HOST ?? "127.0.0.1";
 const PORT = Number(process.env.MARIADB_TEST_PORT ?? 3306);
@@ -360,4 +361,36 @@ describe("mariadb.database adapter", () => {
       await asRoot.close();
     }
   });
+});
+
+describe("mariadb.database on a MariaDB of the test's own", () => {
+  let server: OwnMariadb;
+  beforeAll(async () => {
+    server = await startOwnMariadb({ adminPassword: `root-${randomBytes(12).toString("hex")}` });
+  }, 60_000);
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  describeAdminVerbs("mariadb.database", () => ({
+    admin: async (user, password) => {
+      const c = await server.connect(server.adminPassword);
+      await c.query(`CREATE USER \`${user}\`@'%' IDENTIFIED BY ?`, [password]);
+      await c.query(`GRANT ALL ON *.* TO \`${user}\`@'%' WITH GRANT OPTION`);
+      await c.end();
+      return {
+        adapter: createMariadbAdapter(providerOf({ endpoint: server.endpoint, admin: { username: user, password: "unused" } })),
+        remove: async () => {
+          const r = await server.connect(server.adminPassword);
+          await r.query(`DROP USER IF EXISTS \`${user}\`@'%'`);
+          await r.end();
+        },
+      };
+    },
+    restart: async () => {
+      await server.stop({ keepData: true });
+      await server.start();
+    },
+    unreachable: (user) => createMariadbAdapter(providerOf({ endpoint: `mysql://127.0.0.1:${deadPort}`, admin: { username: user, password: "unused" } })),
+  }));
 });

@@ -353,3 +353,72 @@ export function describeProviderConformance(name: string, makeAdapter: () => Pro
     }
   });
 }
+
+/**
+ * A server of the test's own, for the admin verbs: an admin user made there with `password`, and
+ * an adapter of that server whose admin it is (its document's own password is not used by them).
+ */
+export interface AdminVerbsFixture {
+  /** Makes admin user `user` with `password` at the server; returns an adapter naming it, and how to remove the user. */
+  admin(user: string, password: string): Promise<{ adapter: ProviderAdapter; remove(): Promise<void> }>;
+  /** Restarts the server keeping its data, to show a set password outlives a restart. */
+  restart?(): Promise<void>;
+  /** An adapter of the same kind whose admin is `user` at an address nobody listens on. */
+  unreachable(user: string): ProviderAdapter;
+}
+
+/**
+ * Registers the checks of the admin verbs (`loginAdmin`, `setAdminPassword`) the frozen-password
+ * engine relies on, against a server the test owns: a right password from a wrong one; setting
+ * the next with the current one, then again (a no-op); neither working, said without a password;
+ * a server that does not answer; and, given `restart`, the new password kept across it.
+ */
+export function describeAdminVerbs(name: string, fixture: () => AdminVerbsFixture): void {
+  describe(`${name} admin verbs`, () => {
+    const pw = (n: number) => `generation-${n}-${randomBytes(6).toString("hex")}`;
+
+    it("loginAdmin tells the admin's password from a wrong one; setAdminPassword sets it with the old one, and again is a no-op", async () => {
+      const [p1, p2, p3] = [pw(1), pw(2), pw(3)];
+      const user = `admin_check_${randomBytes(3).toString("hex")}`;
+      const { adapter, remove } = await fixture().admin(user, p1);
+      try {
+        expect(adapter.loginAdmin && adapter.setAdminPassword, "the adapter has both admin verbs").toBeTruthy();
+        expect(await adapter.loginAdmin!({ password: p1 })).toEqual({ ok: true });
+        const wrong = await adapter.loginAdmin!({ password: p2 });
+        expect(wrong).toMatchObject({ ok: false, reason: "rejected" });
+        expect(JSON.stringify(wrong)).not.toContain(p2);
+        await adapter.setAdminPassword!({ current: p1, next: p2 });
+        expect(await adapter.loginAdmin!({ password: p2 })).toEqual({ ok: true });
+        expect(await adapter.loginAdmin!({ password: p1 })).toMatchObject({ ok: false, reason: "rejected" });
+        // Done already (another instance, or a run that died after it): succeeds without change.
+        await adapter.setAdminPassword!({ current: p1, next: p2 });
+        expect(await adapter.loginAdmin!({ password: p2 })).toEqual({ ok: true });
+        // Neither works: an error naming the user, never a password.
+        const e = await expectMeshError(adapter.setAdminPassword!({ current: p3, next: p1 }), ErrorCodes.ProviderMisconfigured);
+        expect(e.message).toContain(user);
+        for (const p of [p1, p2, p3]) expect(e.message).not.toContain(p);
+        const restart = fixture().restart;
+        if (restart) {
+          await restart();
+          expect(await adapter.loginAdmin!({ password: p2 }), "the password set is kept across a restart").toEqual({ ok: true });
+          expect(await adapter.loginAdmin!({ password: p1 })).toMatchObject({ ok: false, reason: "rejected" });
+        }
+      } finally {
+        await adapter.close();
+        await remove();
+      }
+    });
+
+    it("a server that does not answer: loginAdmin says unreachable, setAdminPassword fails as ProviderUnreachable, retryable", async () => {
+      const dead = fixture().unreachable("admin_check");
+      try {
+        expect(await dead.loginAdmin!({ password: "whatever" })).toMatchObject({ ok: false, reason: "unreachable" });
+        const e = await expectMeshError(dead.setAdminPassword!({ current: "a-password", next: "b-password" }), ErrorCodes.ProviderUnreachable);
+        expect(isMeshError(e) && e.retryable).toBe(true);
+        expect(e.message).not.toMatch(/[ab]-password/);
+      } finally {
+        await dead.close();
+      }
+    });
+  });
+}

@@ -14,7 +14,7 @@ import { ErrorCodes, isMeshError } from "@mesh/shared";
 import type { BindingValues, GrantRef, ProviderAdapter, ProviderConfig } from "@mesh/providers";
 import { createRabbitmqAdapter, rabbitmqPasswordHash } from "../../packages/providers/src/rabbitmq.js";
 import { freePort } from "../harness/ports.js";
-import { INJECTION_NAME, describeProviderConformance, recordingAdapter, expectMeshError, freshGrant } from "./provider-conformance.js";
+import { INJECTION_NAME, describeAdminVerbs, describeProviderConformance, recordingAdapter, expectMeshError, freshGrant } from "./provider-conformance.js";
 
 const AMQP_PORT = Number(process.env.RABBITMQ_TEST_AMQP_PORT ?? 5672);
 const MANAGEMENT_URL = process.env.RABBITMQ_TEST_MANAGEMENT_URL ?? "http://127.0.0.1:15672";
@@ -80,6 +80,27 @@ describeProviderConformance("rabbitmq.vhost", () => makeAdapter(), {
     bindings: (b) => ({ ...b, port: String(deadPorts.amqp) }),
   },
 });
+
+// No restart: the run's node is shared by this file's tests; the password lives in the node's database.
+describeAdminVerbs("rabbitmq.vhost", () => ({
+  admin: async (user, password) => {
+    expect((await api("PUT", `/users/${user}`, { password, tags: ["administrator"] })).status).toBe(201);
+    return {
+      adapter: createRabbitmqAdapter(providerOf({ admin: { username: user, password: "unused" } })),
+      remove: async () => {
+        await api("DELETE", `/users/${user}`);
+      },
+    };
+  },
+  unreachable: (user) =>
+    createRabbitmqAdapter(
+      providerOf({
+        endpoint: `amqp://127.0.0.1:${deadPorts.amqp}`,
+        admin: { username: user, password: "unused" },
+        options: { managementUrl: `http://127.0.0.1:${deadPorts.management}` },
+      }),
+    ),
+}));
 
 /** The base name of a fresh grant (`conf-…/res` → `conf__…_res`). */
 const baseOf = (g: Omit<GrantRef, "generation">) => `${g.module.replaceAll("-", "__")}_${g.requirement}`;

@@ -11,7 +11,7 @@ import type { BindingValues, ProviderAdapter, ProviderConfig } from "@mesh/provi
 import { createRedisAdapter } from "../../packages/providers/src/redis.js";
 import { freePort } from "../harness/ports.js";
 import { startOwnRedis, type OwnRedis } from "../harness/redis.js";
-import { INJECTION_NAME, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
+import { INJECTION_NAME, describeAdminVerbs, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
 
 const ENDPOINT = "redis://127.0.0.1:6379";
 let deadPort: number;
@@ -353,6 +353,31 @@ describe("redis.user on a Redis that requires authentication", () => {
       root.disconnect();
     }
   });
+
+  describeAdminVerbs("redis.user", () => ({
+    admin: async (user, password) => {
+      const root = await client(server.port);
+      await root.call("AUTH", server.adminUser, server.adminPassword);
+      await root.call("ACL", "SETUSER", user, "on", `>${password}`, "~*", "&*", "+@all");
+      await root.call("ACL", "SAVE");
+      root.disconnect();
+      return {
+        adapter: createRedisAdapter(providerOn(server, { username: user, password: "unused" })),
+        remove: async () => {
+          const r = await client(server.port);
+          await r.call("AUTH", server.adminUser, server.adminPassword);
+          await r.call("ACL", "DELUSER", user);
+          await r.call("ACL", "SAVE");
+          r.disconnect();
+        },
+      };
+    },
+    restart: async () => {
+      await server.stop({ keepData: true });
+      await server.start();
+    },
+    unreachable: (user) => createRedisAdapter(providerOf({ endpoint: `redis://127.0.0.1:${deadPort}`, admin: { username: user, password: "unused" } })),
+  }));
 
   it("a stopped server is unreachable; once it is back, the same credential logs in again", async () => {
     const grant = freshGrant();

@@ -5,13 +5,13 @@
  * disk. stop() ends only the server it started (by its PID); start() again reuses the port and
  * the ACL file.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { once } from "node:events";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports.js";
+import { endProcess, spawnServer } from "./processes.js";
 
 export const REDIS_SERVER_BIN = process.env.REDIS_SERVER_BIN || "redis-server";
 
@@ -28,10 +28,11 @@ export interface OwnRedis {
   stop(opts?: { keepData?: boolean }): Promise<void>;
 }
 
-export async function startOwnRedis(): Promise<OwnRedis> {
+/** Starts a server whose user `admin` has `opts.adminPassword` (default: a fresh one). */
+export async function startOwnRedis(opts: { adminPassword?: string } = {}): Promise<OwnRedis> {
   const dir = mkdtempSync(join(tmpdir(), "mesh-redis-"));
   const port = await freePort();
-  const adminPassword = randomBytes(12).toString("hex");
+  const adminPassword = opts.adminPassword ?? randomBytes(12).toString("hex");
   const aclFile = join(dir, "users.acl");
   const adminHash = createHash("sha256").update(adminPassword).digest("hex");
   writeFileSync(aclFile, `user default off\nuser admin on #${adminHash} ~* &* +@all\n`);
@@ -55,27 +56,14 @@ export async function startOwnRedis(): Promise<OwnRedis> {
       "--logfile",
       join(dir, "redis.log"),
     ];
-    const proc = spawn(REDIS_SERVER_BIN, args, { stdio: "ignore" });
-    child = proc;
-    proc.once("exit", () => {
+    child = await spawnServer(REDIS_SERVER_BIN, args, "install redis-server or set REDIS_SERVER_BIN", (proc) => {
       if (child === proc) child = undefined;
-    });
-    await new Promise<void>((resolve, reject) => {
-      proc.once("error", (e) => reject(new Error(`cannot run ${REDIS_SERVER_BIN} (${e.message}); install redis-server or set REDIS_SERVER_BIN`)));
-      proc.once("spawn", resolve);
     });
     await waitForPort(port);
   };
 
   const stop = async (opts: { keepData?: boolean } = {}) => {
-    const proc = child;
-    if (proc && proc.exitCode === null) {
-      const exited = once(proc, "exit");
-      proc.kill("SIGTERM");
-      const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
-      await exited;
-      clearTimeout(timer);
-    }
+    await endProcess(child, 10_000);
     child = undefined;
     if (!opts.keepData) rmSync(dir, { recursive: true, force: true });
   };

@@ -56,7 +56,13 @@ export interface AdminSecretProbe {
 function adminVerbsAdapter(doc: ProviderDoc, kind?: Kind): ProviderAdapter | undefined {
   for (const k of kind ? [kind] : doc.serves) {
     try {
-      const a = createAdapter(k, { name: doc.name, node: doc.node, endpoint: doc.endpoint, ...(doc.admin ? { admin: { username: doc.admin.username } } : {}) });
+      const a = createAdapter(k, {
+        name: doc.name,
+        node: doc.node,
+        endpoint: doc.endpoint,
+        ...(doc.admin ? { admin: { username: doc.admin.username } } : {}),
+        ...(doc.options ? { options: doc.options } : {}),
+      });
       if (a.loginAdmin && a.setAdminPassword) return a;
       void a.close();
     } catch {

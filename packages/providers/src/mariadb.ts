@@ -25,6 +25,7 @@ import mysql from "mysql2/promise";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type {
   AdapterFactory,
+  AdminLoginRequest,
   CreateRequest,
   CreateResult,
   DeleteRequest,
@@ -35,6 +36,7 @@ import type {
   ProviderAdapter,
   ProviderConfig,
   RetireRequest,
+  SetAdminPasswordRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
@@ -279,6 +281,51 @@ class MariadbAdapter implements ProviderAdapter {
     } finally {
       await conn?.end().catch(() => conn?.destroy());
     }
+  }
+
+  /** Connects as the admin user with `req.password` (no database) and runs `select 1`; never mutates. */
+  async loginAdmin(req: AdminLoginRequest): Promise<LoginResult> {
+    const { host, port } = this.endpoint;
+    const where = `${host}:${port}`;
+    let conn: mysql.Connection | undefined;
+    try {
+      conn = await this.adminConnection(req.password, LOGIN_TIMEOUT_MS);
+      await conn.query({ sql: "select 1", timeout: LOGIN_TIMEOUT_MS });
+      return { ok: true };
+    } catch (e) {
+      return classifyLogin(e, where, this.adminUser, "");
+    } finally {
+      await conn?.end().catch(() => conn?.destroy());
+    }
+  }
+
+  /**
+   * `SET PASSWORD = '<hash>'` (the admin's own account, whichever host entry it logged in
+   * through) on a connection made with `req.current`; the plaintext never reaches the server. An
+   * account that also authenticates by another plugin (`unix_socket OR mysql_native_password`)
+   * keeps it: SET PASSWORD changes the password-based one only.
+   */
+  async setAdminPassword(req: SetAdminPasswordRequest): Promise<void> {
+    const what = `set the admin user ${JSON.stringify(this.adminUser)}'s password`;
+    let conn: mysql.Connection | undefined;
+    try {
+      conn = await this.adminConnection(req.current, ADMIN_CONNECT_TIMEOUT_MS);
+      await conn.query(`SET PASSWORD = ${mysql.escape(nativePasswordHash(req.next))}`);
+    } catch (e) {
+      // Set already (by another instance, or a run that died after it): nothing to do.
+      if (LOGIN_REFUSED.has((e as SqlError).errno ?? -1) && (await this.loginAdmin({ password: req.next })).ok) return;
+      throw this.adminError(what, redactHashes(e));
+    } finally {
+      await conn?.end().catch(() => conn?.destroy());
+    }
+  }
+
+  /** A connection of its own (not the pool's) as the admin user with `password`. */
+  private async adminConnection(password: string, timeoutMs: number): Promise<mysql.Connection> {
+    const { host, port } = this.endpoint;
+    const conn = await mysql.createConnection({ host, port, user: this.adminUser, password, connectTimeout: timeoutMs, multipleStatements: false });
+    conn.on("error", () => {}); // a late socket error must not crash the process; the call reports it
+    return conn;
   }
 
   async close(): Promise<void> {

@@ -40,6 +40,7 @@ import amqplib from "amqplib";
 import { ErrorCodes, Kinds, MeshError, errorMessage, isMeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
+  AdminLoginRequest,
   CreateRequest,
   CreateResult,
   DeleteRequest,
@@ -50,6 +51,7 @@ import type {
   ProviderAdapter,
   ProviderConfig,
   RetireRequest,
+  SetAdminPasswordRequest,
 } from "./adapter.js";
 import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
@@ -140,6 +142,9 @@ export function rabbitmqPasswordHash(password: string, salt: Buffer = randomByte
   return Buffer.concat([salt, digest]).toString("base64");
 }
 
+/** An HTTP Basic `authorization` header value. */
+const basicAuthorization = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}`;
+
 /** The mark of what the mesh made for a grant: a vhost's description, a user's one tag. */
 const markOf = (module: string, requirement: string) => `mesh grant ${module}/${requirement}`;
 
@@ -218,15 +223,15 @@ class RabbitmqAdapter implements ProviderAdapter {
       this.api = `${parseManagementUrl(provider)}/api`;
       const admin = provider.admin;
       const password = admin?.password ?? (admin?.username === "guest" ? GUEST_DEFAULT_PASSWORD : undefined);
+      this.adminUser = admin?.username ?? "";
       if (!admin?.username || password === undefined) {
         throw new MeshError(
           ErrorCodes.ProviderMisconfigured,
           `provider ${provider.name}: the RabbitMQ management API needs an admin user with the administrator tag; set admin.username and admin.passwordEnv or admin.passwordFile (or admin.username guest alone, for RabbitMQ's default guest/guest on this host)`,
         );
       }
-      this.adminUser = admin.username;
       this.guestDefault = admin.password === undefined;
-      this.authorization = `Basic ${Buffer.from(`${admin.username}:${password}`).toString("base64")}`;
+      this.authorization = basicAuthorization(admin.username, password);
     } catch (e) {
       if (!isMeshError(e)) throw e;
       this.managementProblem = e;
@@ -372,6 +377,51 @@ class RabbitmqAdapter implements ProviderAdapter {
     }
   }
 
+  /**
+   * Asks the management API who `admin.username` is, with `req.password`; never mutates. A
+   * refusal is `rejected`; a broker that does not answer (or whose management plugin is off) is
+   * `unreachable`.
+   */
+  async loginAdmin(req: AdminLoginRequest): Promise<LoginResult> {
+    const user = this.provider.admin?.username;
+    if (!user) return { ok: false, reason: "rejected", message: `provider ${this.provider.name} names no admin.username` };
+    try {
+      await this.request("log in as the admin user", "GET", "/whoami", undefined, {}, basicAuthorization(user, req.password));
+      return { ok: true };
+    } catch (e) {
+      if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) return { ok: false, reason: "rejected", message: errorMessage(e) };
+      return { ok: false, reason: "unreachable", message: errorMessage(e) };
+    }
+  }
+
+  /**
+   * Sets the admin user's password hash (computed here, as for every user) through the
+   * management API, authenticated with `req.current`; its tags stay as they are. Connections
+   * open with the old password stay open.
+   */
+  async setAdminPassword(req: SetAdminPasswordRequest): Promise<void> {
+    const user = this.provider.admin?.username;
+    if (!user) throw new MeshError(ErrorCodes.ProviderMisconfigured, `provider ${this.provider.name} names no admin.username whose password could be set`);
+    const what = `set the admin user ${JSON.stringify(user)}'s password`;
+    const authorization = basicAuthorization(user, req.current);
+    try {
+      const info = await this.request<UserInfo>(what, "GET", userPath(user), undefined, {}, authorization);
+      if (!info) throw new MeshError(ErrorCodes.ProviderMisconfigured, `${this.at()} has no user ${JSON.stringify(user)}, so could not ${what}`);
+      await this.request(
+        what,
+        "PUT",
+        userPath(user),
+        { password_hash: rabbitmqPasswordHash(req.next), hashing_algorithm: HASHING_ALGORITHM, tags: tagsOf(info) },
+        {},
+        authorization,
+      );
+    } catch (e) {
+      // Set already (by another instance, or a run that died after it): nothing to do.
+      if (isMeshError(e, ErrorCodes.ProviderMisconfigured) && (await this.loginAdmin({ password: req.next })).ok) return;
+      throw e;
+    }
+  }
+
   async close(): Promise<void> {
     // Nothing held: every management call is a request of its own.
   }
@@ -443,14 +493,25 @@ class RabbitmqAdapter implements ProviderAdapter {
     }
   }
 
-  /** One management API request; maps every failure to a MeshError that says what to do. */
-  private async request<T>(what: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T | undefined> {
-    if (this.managementProblem) throw this.managementProblem;
+  /**
+   * One management API request, as the provider's admin (or with `authorization`, the admin
+   * verbs' own login); maps every failure to a MeshError that says what to do.
+   */
+  private async request<T>(
+    what: string,
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+    authorization?: string,
+  ): Promise<T | undefined> {
+    // With a login of its own, only a management URL it cannot use stands in the way.
+    if (this.managementProblem && (authorization === undefined || this.api === "")) throw this.managementProblem;
     let res: Response;
     try {
       res = await fetch(`${this.api}${path}`, {
         method,
-        headers: { authorization: this.authorization, ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
+        headers: { authorization: authorization ?? this.authorization, ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
         ...(body === undefined ? {} : { body: JSON.stringify(body) }),
         signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
       });

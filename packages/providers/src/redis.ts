@@ -22,6 +22,7 @@ import { Redis } from "ioredis";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type {
   AdapterFactory,
+  AdminLoginRequest,
   CreateRequest,
   CreateResult,
   DeleteRequest,
@@ -32,6 +33,7 @@ import type {
   ProviderAdapter,
   ProviderConfig,
   RetireRequest,
+  SetAdminPasswordRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
@@ -171,8 +173,43 @@ class RedisAdapter implements ProviderAdapter {
     }
   }
 
+  /** AUTH as the admin user (`default` when the document names none) with `req.password`; never mutates. */
+  async loginAdmin(req: AdminLoginRequest): Promise<LoginResult> {
+    const { host, port } = this.endpoint;
+    return this.login({ bindings: { host, port: String(port), username: this.adminUser(), password: req.password } });
+  }
+
+  /**
+   * `ACL SETUSER <admin> resetpass #<sha256 of next>` on a connection authenticated with
+   * `req.current` (the plaintext never reaches the server), then saved where the server keeps its
+   * users: its ACL file, or else its configuration file (`CONFIG REWRITE`), so a restart keeps the
+   * new password. A server with neither keeps it until a restart, and the verifier sets it again.
+   */
+  async setAdminPassword(req: SetAdminPasswordRequest): Promise<void> {
+    const user = this.adminUser();
+    const what = `set the admin user ${JSON.stringify(user)}'s password`;
+    let c: Redis | undefined;
+    try {
+      c = await open(this.endpoint, ADMIN_TIMEOUT_MS);
+      await c.call("AUTH", user, req.current);
+      await c.call("ACL", "SETUSER", user, "resetpass", `#${passwordHash(req.next)}`);
+      await persistUsers(c);
+    } catch (e) {
+      // Set already (by another instance, or a run that died after it): nothing to do.
+      if (replyCode(e) === "WRONGPASS" && (await this.loginAdmin({ password: req.next })).ok) return;
+      throw this.adminError(what, e);
+    } finally {
+      c?.disconnect();
+    }
+  }
+
   async close(): Promise<void> {
     // Nothing held: every operation closes its own connection.
+  }
+
+  /** The admin user's name: the document's, or Redis' `default` (what `requirepass` sets). */
+  private adminUser(): string {
+    return this.provider.admin?.username ?? "default";
   }
 
   /** Runs `fn` on a new admin connection; maps every failure to a MeshError that says what to do. */
@@ -287,6 +324,24 @@ async function readUser(c: Redis, user: string): Promise<AclUser | undefined> {
 async function saveAcl(c: Redis): Promise<void> {
   const [, file] = (await c.call("CONFIG", "GET", "aclfile")) as string[];
   if (file) await c.call("ACL", "SAVE");
+}
+
+/**
+ * Writes the users where a restart reads them again: the ACL file when the server has one, else
+ * its configuration file. A server started without either (all from its command line) has
+ * nowhere to keep them, and Redis says so; that is not a failure of the change itself.
+ */
+async function persistUsers(c: Redis): Promise<void> {
+  const [, file] = (await c.call("CONFIG", "GET", "aclfile")) as string[];
+  if (file) {
+    await c.call("ACL", "SAVE");
+    return;
+  }
+  try {
+    await c.call("CONFIG", "REWRITE");
+  } catch (e) {
+    if (!/without a config file/i.test(errorMessage(e))) throw e;
+  }
 }
 
 /**

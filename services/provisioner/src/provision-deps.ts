@@ -1,4 +1,5 @@
 /** What provisioning and taking back a grant work with, and the steps a test may freeze a take-back after. */
+import { hostname } from "node:os";
 import type { Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import type { AdapterPool, CredentialStore } from "@mesh/providers";
@@ -17,3 +18,6 @@ export interface ProvisionDeps {
 /** The steps of taking a grant back after which a test may freeze the provisioner. */
 export const TakeBackSteps = ["Revoked", "Purged"] as const;
 export type TakeBackStep = (typeof TakeBackSteps)[number];
+
+/** Who a provisioner is in the records it writes (a repair's `by`): `provisioner@<host>/<pid>`. */
+export const PROVISIONER_INSTANCE = `provisioner@${hostname()}/${process.pid}`;

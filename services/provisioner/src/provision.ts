@@ -3,7 +3,6 @@
  * the generation to every target that does not hold it yet. Level-triggered: it reads the
  * grant and acts on what it says, whatever event woke it.
  */
-import { hostname } from "node:os";
 import {
   BUILTIN_SECRET_PROVIDER,
   ErrorCodes,
@@ -26,10 +25,9 @@ import { mutateJson, readJson, traceHeaders, type Store } from "@mesh/shared/run
 import type { Logger } from "@mesh/shared/service";
 import { recordedResource, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { takeBack } from "./take-back.js";
-import type { ProvisionDeps } from "./provision-deps.js";
+import { PROVISIONER_INSTANCE, type ProvisionDeps } from "./provision-deps.js";
 
 /** Who repairs a provider's admin secret, in the secret grant's repair history. */
-const PROVISIONER_INSTANCE = `provisioner@${hostname()}/${process.pid}`;
 
 /**
  * The generation a grant should be provisioned at, or undefined when there is nothing for the

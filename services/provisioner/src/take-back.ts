@@ -24,7 +24,8 @@ import {
   type Delivery,
 } from "@mesh/shared";
 import { mutateJson, readJson, traceHeaders } from "@mesh/shared/runtime";
-import type { ProvisionDeps, TakeBackStep } from "./provision-deps.js";
+import { withAdminSecret, type ProviderAdapter } from "@mesh/providers";
+import { PROVISIONER_INSTANCE, type ProvisionDeps, type TakeBackStep } from "./provision-deps.js";
 
 /** TEST HOOK: freezes for good after `step` when the deps say so (the test then SIGKILLs the process). */
 async function testPause(deps: ProvisionDeps, step: TakeBackStep): Promise<void> {
@@ -75,9 +76,8 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
       });
       throw new MeshError("NotFound", `provider ${provider} of ${g.id} is not registered`, { retryable: true });
     }
-    const adapter = adapters.get(g.kind, doc);
     const ref = { module: g.module, requirement: g.requirement };
-    try {
+    const revokeAt = async (adapter: ProviderAdapter) => {
       if (drop) {
         await adapter.delete({ grant: ref });
       } else {
@@ -85,6 +85,10 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
         const stored = await credentials.generations(g.module, g.requirement);
         for (const generation of new Set([...stored, g.generation])) await adapter.retire({ grant: { ...ref, generation } });
       }
+    };
+    try {
+      // A provider whose admin password is a mesh secret may hold another generation of it than the current one.
+      await (doc ? withAdminSecret(deps, g.kind, doc, PROVISIONER_INSTANCE, revokeAt) : revokeAt(adapters.get(g.kind, undefined)));
     } catch (e) {
       glog.warn({ err: errorMessage(e) }, "revoking at the provider failed; tried again");
       await setTakeBackCondition(deps, key, {
