@@ -6,7 +6,9 @@
  * binding file the agent writes (docs/bootstrap.md, "Provider dependencies").
  *
  * - the secret rotated (the server gets generation 2 before its holders are told), then the
- *   server's admin set back to generation 1, as a restore of an older copy does: the verifier says
+ *   server's admin set back to generation 1 (MariaDB: the module's own server, its data directory
+ *   restored from a copy made at generation 1; the others by the test's own client, as a restore
+ *   would leave it): the verifier says
  *   `CredentialDiverged` naming both, repairs it, and a new module served by it becomes Ready;
  * - the same divergence met by a take-back, before any verifier looks: the provisioner goes
  *   through the same engine, repairs it and revokes.
@@ -15,10 +17,12 @@
  * `mariadb-install-db`, its own `redis-server`); RabbitMQ is the test run's own node
  * (test/global-setup.ts), with an administrator made for each test.
  */
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import { Redis } from "ioredis";
 import { getCondition, Grant, keys, Kinds, Rotation, RotationStates, type Kind, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
@@ -32,6 +36,7 @@ import { startOwnRedis } from "./harness/redis.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 
+const run = promisify(execFile);
 const SECRET = "db/admin-password";
 
 /** A server of the test's own whose admin password the test can set behind the mesh's back. */
@@ -39,7 +44,9 @@ interface AdminServer {
   endpoint: string;
   adminUser: string;
   options?: ProviderDoc["options"];
-  /** Sets the admin's password from `current` to `old` the test's own way, as a restored older copy would have it. */
+  /** Keeps what the server holds now, for `setBack` to bring back (a server whose data directory is copied). */
+  snapshot?(): Promise<void>;
+  /** Sets the admin's password from `current` back to `old`: the snapshot restored, or the test's own client. */
   setBack(current: string, old: string): Promise<void>;
   /** Whether the admin logs in with `password` now (the test's own client). */
   accepts(password: string): Promise<boolean>;
@@ -82,8 +89,10 @@ async function redisAs(port: number, user: string, password: string): Promise<Re
 const SERVERS: Array<{ kind: Kind; start(generation1: string): Promise<AdminServer> }> = [
   {
     kind: Kinds.MariadbDatabase,
+    // The module's own server: its data directory is copied at generation 1, and that copy comes back.
     start: async (generation1) => {
       const s = await startOwnMariadb({ adminPassword: generation1 });
+      const copy = join(s.dataDir, "..", "copy");
       const accepts = async (password: string) => {
         const c = await s.connect(password).catch(() => undefined);
         await c?.end();
@@ -93,16 +102,16 @@ const SERVERS: Array<{ kind: Kind; start(generation1: string): Promise<AdminServ
         endpoint: s.endpoint,
         adminUser: s.adminUser,
         accepts,
-        setBack: async (current, old) => {
-          const c = await s.connect(current);
-          await c.query("SET PASSWORD = PASSWORD(?)", [old]);
-          // A changed password leaves open sessions open (the services' pooled admin connections too).
-          await c
-            .query("SELECT CONCAT('KILL ', ID) AS k FROM information_schema.PROCESSLIST WHERE USER = 'root' AND ID <> CONNECTION_ID()")
-            .then(async ([rows]) => {
-              for (const { k } of rows as Array<{ k: string }>) await c.query(k).catch(() => {});
-            });
-          await c.end();
+        snapshot: async () => {
+          await s.stop({ keepData: true });
+          await run("cp", ["-a", s.dataDir, copy]);
+          await s.start();
+        },
+        setBack: async () => {
+          await s.stop({ keepData: true });
+          await run("rm", ["-rf", s.dataDir]);
+          await run("cp", ["-a", copy, s.dataDir]);
+          await s.start();
         },
         stop: () => s.stop(),
       };
@@ -260,6 +269,7 @@ async function startWorld(kind: Kind, start: (generation1: string) => Promise<Ad
  * mesh's back. Returns both values.
  */
 async function rotateThenSetBack(w: World & { server: AdminServer }): Promise<{ generation1: string; generation2: string }> {
+  await w.server.snapshot?.();
   const r = await w.rotator.rotate({ grant: SECRET });
   expect(r).toMatchObject({ from: 1, to: 2 });
   await waitFor(
