@@ -19,6 +19,7 @@ import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./co
 import { readNatsContext } from "./nats-context.js";
 import { EXAMPLES, examplesHelp, runExample } from "./example-command.js";
 import { runExplain } from "./explain-command.js";
+import { runReissueAgent } from "./reissue-agent-command.js";
 import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
 import { MODULE_STATE_LIST, parseModuleState } from "./module-wait.js";
 import { checkModuleName } from "./status-report.js";
@@ -405,6 +406,27 @@ program
       return printing(o, (p) =>
         runRotate(store, { grant, json: p.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } }, p.out),
       );
+    }),
+  );
+
+program
+  .command("reissue-agent")
+  .description(
+    "for a node that lost its disk: issue its agent's identity again, revoke the current one at once, and write the new one to a directory to start the agent with",
+  )
+  .argument("<node>", "the node whose agent lost its identity")
+  .requiredOption("--out <dir>", "where to write the new identity (creds, inboxPrefix …, readable by you only): a new or empty directory")
+  .option("--reason <text>", "why, recorded on the grant with who revoked and when (default: names the node)")
+  .option("--request-timeout <duration>", `how long to keep sending the request while no rotator answers (default ${DEFAULT_DEADLINE_MS / 1000}s)`)
+  .option("--verbose", VERBOSE_HELP)
+  .option("--json", 'print {"node","grant","rotation","revoked","generation","out"} as JSON')
+  .addOption(outputOption())
+  .action((node: string, o: { out: string; reason?: string; requestTimeout?: string; verbose?: boolean; json?: boolean; output?: string }) =>
+    run(async (connect, url) => {
+      const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
+      const by = `${userInfo().username}@${hostname()}`;
+      const store = await openStoreForCli(await connect(), url);
+      return printing(o, (p) => runReissueAgent(store, { node, out: o.out, by, json: p.json, policy, ...(o.reason ? { reason: o.reason } : {}) }, p.out));
     }),
   );
 
