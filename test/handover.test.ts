@@ -4,67 +4,89 @@
  * holder moves over through the rotation fan-out (node agents, and an SDK holder that confirms
  * only when the test lets it), and only once all confirmed does the old credential stop working
  * on the old provider; the old resource is kept with its data (the mesh moves no data).
- * Two Redis servers of the test's own play the two providers.
+ * And `meshctl delete provider NAME --force` while it still serves the grant: the grant is
+ * re-resolved to the other provider of its kind, by the same handover, and its holder moves
+ * without a failed login. Two Redis servers of the test's own play the two providers.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { Kinds, Rotation, keys, readHolderAcks } from "@mesh/shared";
+import { DeleteReply, Kinds, Rotation, getCondition, keys, readHolderAcks, subjects, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
 import { readJson, type NatsConnection } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { createAdapter, type BindingValues, type ProviderAdapter } from "@mesh/providers";
 import { holdCredential, type HeldCredential } from "@mesh/client";
-import { startRotator, type Rotator } from "@mesh/rotator";
+import { startRotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { startOwnRedis, type OwnRedis } from "./harness/redis.js";
 import { waitFor } from "./harness/wait.js";
 
+/**
+ * A mesh (agents on `nodes`) with a rotator, and two Redis servers of the test's own, whose admin
+ * passwords the providers read from BOOT_REDIS_PASSWORD and LATER_REDIS_PASSWORD; `login` logs
+ * in as a holder would, with no admin credential.
+ */
+async function twoRedisWorld(nodes: string[]) {
+  const [boot, later] = await Promise.all([startOwnRedis(), startOwnRedis()]);
+  const env = { ...process.env, BOOT_REDIS_PASSWORD: boot.adminPassword, LATER_REDIS_PASSWORD: later.adminPassword };
+  const mesh = await startTestMesh({ nodes, env });
+  const rotator = await startRotator({
+    store: mesh.store,
+    masterKey: mesh.masterKey,
+    env,
+    log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+    sweepMs: 500,
+  });
+  const login = createAdapter(Kinds.RedisUser, { name: "check", node: "node-a", endpoint: boot.endpoint });
+  return {
+    mesh,
+    rotator,
+    boot,
+    later,
+    login,
+    async stop() {
+      await login.close();
+      await rotator.stop();
+      await mesh.stop();
+      await Promise.all([boot.stop(), later.stop()]);
+    },
+  };
+}
+
+/** Provider `name` of redis.user at `r`, its admin's password in `passwordEnv`. */
+const provider = (name: string, r: OwnRedis, passwordEnv: string, preference?: number): ProviderDoc => ({
+  kind: "Provider",
+  name,
+  serves: [Kinds.RedisUser],
+  node: "node-a",
+  endpoint: r.endpoint,
+  admin: { username: r.adminUser, passwordEnv },
+  installed: true,
+  ...(preference ? { preference } : {}),
+});
+
 describe("handing a grant over to a preferred provider", () => {
+  let world: Awaited<ReturnType<typeof twoRedisWorld>>;
   let mesh: TestMesh;
-  let rotator: Rotator;
   let boot: OwnRedis;
   let later: OwnRedis;
   let sdk: NatsConnection;
   let login: ProviderAdapter;
-  const env = { ...process.env };
 
   beforeAll(async () => {
-    [boot, later] = await Promise.all([startOwnRedis(), startOwnRedis()]);
-    env.BOOT_REDIS_PASSWORD = boot.adminPassword;
-    env.LATER_REDIS_PASSWORD = later.adminPassword;
-    mesh = await startTestMesh({ nodes: ["node-a", "node-b"], env });
-    rotator = await startRotator({
-      store: mesh.store,
-      masterKey: mesh.masterKey,
-      env,
-      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
-      sweepMs: 500,
-    });
-    // Logins as a holder would make them: no admin credential.
-    login = createAdapter(Kinds.RedisUser, { name: "check", node: "node-a", endpoint: boot.endpoint });
+    world = await twoRedisWorld(["node-a", "node-b"]);
+    ({ mesh, boot, later, login } = world);
   }, 60_000);
   afterAll(async () => {
     await sdk?.close();
-    await login?.close();
-    await rotator?.stop();
-    await mesh?.stop();
-    await Promise.all([boot?.stop(), later?.stop()]);
+    await world?.stop();
   });
 
   const logsIn = async (bindings: BindingValues) => (await login.login({ bindings })).ok;
 
   it("moves every holder to the new provider; the old credential works until all confirmed, and its resource is kept", async () => {
-    const provider = (name: string, r: OwnRedis, passwordEnv: string, preference?: number) => ({
-      kind: "Provider",
-      name,
-      serves: ["redis.user"],
-      node: "node-a",
-      endpoint: r.endpoint,
-      admin: { username: r.adminUser, passwordEnv },
-      ...(preference ? { preference } : {}),
-    });
     const app = {
       kind: "Module",
       name: "app",
@@ -175,4 +197,94 @@ describe("handing a grant over to a preferred provider", () => {
     );
     await mesh.waitForState("app", "Ready");
   }, 90_000);
+});
+
+describe("deleting a provider that still serves a grant, with --force", () => {
+  let world: Awaited<ReturnType<typeof twoRedisWorld>>;
+  let mesh: TestMesh;
+  let first: OwnRedis;
+  let second: OwnRedis;
+  let login: ProviderAdapter;
+  beforeAll(async () => {
+    world = await twoRedisWorld(["node-a"]);
+    ({ mesh, boot: first, later: second, login } = world);
+  }, 60_000);
+  afterAll(async () => {
+    await world?.stop();
+  });
+
+  const app: ModuleDoc = {
+    kind: "Module",
+    name: "app",
+    parts: [{ name: "api", node: "node-a", installed: true }],
+    requires: [{ name: "cache", kind: Kinds.RedisUser }],
+  };
+
+  it("re-resolves the grant to the other provider; the holder moves over and no binding it had fails to log in", async () => {
+    expect(
+      (await mesh.apply([provider("first-redis", first, "BOOT_REDIS_PASSWORD", 10), provider("second-redis", second, "LATER_REDIS_PASSWORD"), app])).ok,
+    ).toBe(true);
+    await mesh.waitForState("app", "Ready");
+    expect((await mesh.grant("app", "cache"))?.provider).toBe("first-redis");
+
+    // The holder, all along: whatever binding is on disk now must log in.
+    const dir = join(mesh.bindingsRoot, "node-a", "app", "api", "cache");
+    const read = (): BindingValues | undefined => {
+      try {
+        return Object.fromEntries(["host", "port", "username", "password"].map((k) => [k, readFileSync(join(dir, k), "utf8")]));
+      } catch {
+        return undefined; // between two generations' directories: read again
+      }
+    };
+    const failures: string[] = [];
+    const ports = new Set<string>();
+    let logins = 0;
+    let stop = false;
+    const holder = (async () => {
+      while (!stop) {
+        const b = existsSync(dir) ? read() : undefined;
+        if (b) {
+          const r = await login.login({ bindings: b });
+          logins++;
+          ports.add(b.port!);
+          if (!r.ok) failures.push(`${b.port}: ${r.message}`);
+        }
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    })();
+
+    const refused = await del({ documents: [{ kind: "Provider", name: "first-redis" }] });
+    expect(refused.ok).toBe(false);
+    const reply = await del({ documents: [{ kind: "Provider", name: "first-redis" }], force: true });
+    expect(reply).toMatchObject({ ok: true, deleted: [{ kind: "Provider", name: "first-redis" }] });
+
+    const key = keys.grant("app", "cache");
+    const committed = await waitFor(
+      "the handover to second-redis committed",
+      async () => {
+        const r = (await readJson(mesh.store.kv.rotations, key, Rotation))?.value;
+        return r?.state === "Committed" && r.provider === "second-redis" ? r : undefined;
+      },
+      60_000,
+    );
+    expect(committed).toMatchObject({ trigger: "handover", fromProvider: "first-redis", from: 1, to: 2 });
+    await waitFor("the holder's binding on second-redis", () => read()?.port === String(second.port));
+    const before = logins;
+    await waitFor("logins on second-redis", () => logins > before + 3);
+    stop = true;
+    await holder;
+
+    expect(failures).toEqual([]);
+    expect([...ports].sort()).toEqual([String(first.port), String(second.port)].sort());
+    const g = (await mesh.grant("app", "cache"))!;
+    expect(g).toMatchObject({ provider: "second-redis", generation: 2 });
+    // The old server is out of the mesh's reach now: the grant says what it left there is the operator's.
+    expect(getCondition(g.conditions, "Provisioned")?.message).toContain("handed over from first-redis, which is not registered any more");
+    await mesh.waitForState("app", "Ready", 30_000);
+  }, 120_000);
+
+  async function del(body: object): Promise<DeleteReply> {
+    const m = await mesh.nc.request(subjects.delete, JSON.stringify({ retained: [], ...body }), { timeout: 10_000 });
+    return DeleteReply.parse(m.json());
+  }
 });
