@@ -10,6 +10,7 @@ import type { Artifact, ArtifactContent, ArtifactSink, BindingValues } from "./a
 import { artifactId } from "./artifacts.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
+import { latestAfter } from "./npm-dist-tags.js";
 
 /** How long one request to a registry may take (a blob's upload included). */
 const REQUEST_TIMEOUT_MS = 30_000;
@@ -152,19 +153,28 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
   const auth = basic(bindings.username!, bindings.password!);
   const full = (name: string) => `${bindings.scope}/${name}`;
   const packumentUrl = (name: string) => new URL(encodeURIComponent(full(name)).replace(/^%40/, "@"), registry);
+  /** Each package's `latest` dist-tag at the registry, as last read or written (undefined: it has none). */
+  const latestOf = new Map<string, string | undefined>();
+
+  /** The package's packument at the registry, undefined when it has none; its `latest` is remembered. */
+  const packument = async (what: string, name: string): Promise<Packument | undefined> => {
+    const res = await send(what, packumentUrl(name), { headers: { authorization: auth, accept: "application/json" } });
+    if (res.status === 404) {
+      await res.body?.cancel();
+      latestOf.set(name, undefined);
+      return undefined;
+    }
+    if (!res.ok) throw await refused(what, res);
+    const p = (await res.json()) as Packument;
+    latestOf.set(name, typeof p["dist-tags"]?.latest === "string" ? p["dist-tags"].latest : undefined);
+    return p;
+  };
 
   return {
     async has(a) {
       if (a.type !== "package") throw new MeshError(ErrorCodes.InvalidRequest, `an npm registry holds no ${artifactId(a)}`);
-      const what = `looking up ${full(a.name)}@${a.version} at ${registry}`;
-      const res = await send(what, packumentUrl(a.name), { headers: { authorization: auth, accept: "application/json" } });
-      if (res.status === 404) {
-        await res.body?.cancel();
-        return false;
-      }
-      if (!res.ok) throw await refused(what, res);
-      const p = (await res.json()) as { versions?: Record<string, { dist?: { shasum?: string } }> };
-      const v = p.versions?.[a.version];
+      const p = await packument(`looking up ${full(a.name)}@${a.version} at ${registry}`, a.name);
+      const v = p?.versions?.[a.version];
       if (!v) return false;
       if (v.dist?.shasum && v.dist.shasum !== a.shasum) {
         throw new MeshError(
@@ -190,10 +200,13 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
           tarball: new URL(`${encodeURIComponent(name).replace(/^%40/, "@")}/-/${file}`, registry).toString(),
         },
       };
+      // `latest` moves only up, by semver: versions arrive in name order, and some may be there already.
+      if (!latestOf.has(a.name)) await packument(`looking up ${name}'s dist-tags at ${registry}`, a.name);
+      const latest = latestAfter(latestOf.get(a.name), a.version);
       const body = {
         _id: name,
         name,
-        "dist-tags": { latest: a.version },
+        "dist-tags": { latest },
         versions: { [a.version]: version },
         _attachments: {
           [file]: { content_type: "application/octet-stream", data: Buffer.from(content.data).toString("base64"), length: content.data.byteLength },
@@ -206,6 +219,13 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
       });
       if (!res.ok) throw await refused(what, res);
       await res.body?.cancel();
+      latestOf.set(a.name, latest);
     },
   };
+}
+
+/** What a copy reads of a packument. */
+interface Packument {
+  "dist-tags"?: { latest?: unknown };
+  versions?: Record<string, { dist?: { shasum?: string } }>;
 }
