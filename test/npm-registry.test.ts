@@ -201,12 +201,13 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
       expect(res.status).toBe(200);
       return (await res.json()) as { "dist-tags": Record<string, string>; versions: Record<string, unknown> };
     };
-    const os = await new Objm(jetstream(mesh.nc)).create("npm_semver_src");
+    const js = jetstream(mesh.nc);
+    const os = await new Objm(js).create("npm_semver_src");
     const put = (version: string) =>
       putPackage(os, { name: "ranked", version, manifest: { name: `${scope}/ranked`, version }, tarball: Buffer.from(`ranked ${version}`) });
     const copy = () =>
       copyArtifacts(
-        objectStoreArtifacts(os, Kinds.NpmRegistry, "the test's object store"),
+        objectStoreArtifacts(js, os, Kinds.NpmRegistry, "the test's object store"),
         npmRegistrySink({ registry: read("registry"), scope, username: read("username"), password: read("password") }),
       );
     // Name order (the order a copy takes them) and semver order differ: 1.10.0 < 1.2.0 < 1.9.0.

@@ -24,6 +24,9 @@ export type {
   ArtifactRequest,
   ArtifactSink,
   ArtifactSource,
+  BlobArtifact,
+  OpenBlob,
+  WholeArtifact,
 } from "./adapter.js";
 export { recordedResource } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
