@@ -16,6 +16,10 @@ import { getCondition, keys, Kinds, parseAllowedHooks, ProviderDoc, Rotation, Ro
 import { readJson } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { bindingGeneration, bindingPath, startAgent, type Agent } from "@mesh/agent";
+import { jetstream } from "@nats-io/jetstream";
+import { Objm } from "@nats-io/obj";
+import { copyArtifacts, objectStoreArtifacts, putPackage } from "@mesh/providers";
+import { npmRegistrySink } from "../packages/providers/src/registry-artifacts.js";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { startOwnVerdaccio, VERDACCIO_INSTALL_TIMEOUT_MS, type OwnVerdaccio } from "./harness/verdaccio.js";
@@ -188,5 +192,33 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
       await r.body?.cancel();
       return r.status === 401 || undefined;
     });
+  });
+
+  it("copies a package's versions in any order and leaves dist-tags.latest at the highest by semver", async () => {
+    const scope = read("scope");
+    const packumentOf = async (name: string) => {
+      const res = await fetch(`${registry.endpoint}/${encodeURIComponent(`${scope}/${name}`)}`, { headers: { authorization: `Basic ${read("auth")}` } });
+      expect(res.status).toBe(200);
+      return (await res.json()) as { "dist-tags": Record<string, string>; versions: Record<string, unknown> };
+    };
+    const js = jetstream(mesh.nc);
+    const os = await new Objm(js).create("npm_semver_src");
+    const put = (version: string) =>
+      putPackage(os, { name: "ranked", version, manifest: { name: `${scope}/ranked`, version }, tarball: Buffer.from(`ranked ${version}`) });
+    const copy = () =>
+      copyArtifacts(
+        objectStoreArtifacts(js, os, Kinds.NpmRegistry, "the test's object store"),
+        npmRegistrySink({ registry: read("registry"), scope, username: read("username"), password: read("password") }),
+      );
+    // Name order (the order a copy takes them) and semver order differ: 1.10.0 < 1.2.0 < 1.9.0.
+    for (const v of ["1.2.0", "1.10.0", "1.9.0"]) await put(v);
+    expect(await copy()).toMatchObject({ total: 3, copied: 3 });
+    const first = await packumentOf("ranked");
+    expect(Object.keys(first.versions).sort()).toEqual(["1.10.0", "1.2.0", "1.9.0"]);
+    expect(first["dist-tags"].latest).toBe("1.10.0");
+    // A lower version copied later leaves it; a higher one moves it up; a prerelease does not take it.
+    for (const v of ["1.3.0", "1.11.0", "2.0.0-rc.1"]) await put(v);
+    expect(await copy()).toMatchObject({ total: 6, copied: 3, present: 3 });
+    expect((await packumentOf("ranked"))["dist-tags"].latest).toBe("1.11.0");
   });
 });

@@ -2,15 +2,26 @@
  * What `oci.registry` must do, against a distribution registry of the test's own and
  * the mesh's token issuer: push and pull of an image manifest and blob over the registry's HTTP
  * API with the delivered credential; refused outside the module's namespace and with a retired
- * generation; a rotation with a holder pulling throughout, and no failure.
+ * generation; a rotation with a holder pulling throughout, and no failure. And a handover's
+ * copy into it from the bootstrap registry: a large blob streamed in bounded chunks, an upload
+ * that goes on where it stood after a chunk is lost, and one that starts over when the
+ * registry lost it.
  */
-import { randomBytes } from "node:crypto";
+import { createCipheriv, createHash, randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ProviderAdapter, BindingValues } from "@mesh/providers";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstream } from "@nats-io/jetstream";
+import { Objm } from "@nats-io/obj";
+import { copyArtifacts, createAdapter, type ArtifactSource, type ProviderAdapter, type BindingValues } from "@mesh/providers";
 import { createOciRegistryAdapter } from "../packages/providers/src/oci-registry.js";
+import { ociObjectName } from "../packages/providers/src/artifacts.js";
+import { BLOB_CHUNK_BYTES } from "../packages/providers/src/blob-chunks.js";
+import { ociRegistrySink } from "../packages/providers/src/registry-artifacts.js";
 import { startOwnOciRegistry, type OwnOciRegistry } from "./harness/oci-registry.js";
 import { OciHolder, RegistryRefusal, pullThroughout } from "./harness/oci-client.js";
-import { ErrorCodes } from "@mesh/shared";
+import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { startHttpRelay, type HttpRelay } from "./harness/http-relay.js";
+import { ErrorCodes, Kinds } from "@mesh/shared";
 import { createLogger } from "@mesh/shared/service";
 import { expectMeshError, freshGrant } from "./conformance/provider-conformance.js";
 import { LogCapture } from "./harness/log-capture.js";
@@ -207,4 +218,180 @@ describe("oci.registry with the delivered credential", () => {
     }
     await adapter.delete({ grant });
   });
+});
+
+const MiB = 1024 * 1024;
+
+/** `size` bytes that depend on `seed` alone (an AES-CTR key stream), made as they are read, 1 MiB at a time. */
+function madeBytes(size: number, seed: Buffer): ReadableStream<Uint8Array> {
+  const cipher = createCipheriv("aes-256-ctr", seed, Buffer.alloc(16));
+  const zeros = Buffer.alloc(MiB);
+  let left = size;
+  return new ReadableStream<Uint8Array>(
+    {
+      pull(c) {
+        if (left === 0) return c.close();
+        const n = Math.min(MiB, left);
+        left -= n;
+        c.enqueue(cipher.update(zeros.subarray(0, n)));
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/** The OCI digest of a stream's bytes, read as they come. */
+async function digestOf(stream: ReadableStream<Uint8Array>): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const piece of stream) hash.update(piece);
+  return `sha256:${hash.digest("hex")}`;
+}
+
+describe("a handover's copy of an image from the bootstrap registry into the registry", () => {
+  let nats: NatsServer;
+  let nc: NatsConnection;
+  let boot: ProviderAdapter;
+  let relay: HttpRelay;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    nc = await connect({ servers: nats.url });
+    boot = createAdapter(Kinds.OciRegistry, { name: "boot", node: "node-a", endpoint: nats.url });
+    relay = await startHttpRelay(registry.registryUrl);
+  });
+  afterAll(async () => {
+    await boot?.close();
+    await nc?.close();
+    await relay?.close();
+    await nats?.stop();
+  });
+
+  /**
+   * A bootstrap grant's object store holding one blob of `size` made bytes, put there as a
+   * stream: the copy's source, counting what is read of it and how far that ran ahead of what
+   * the relay had passed on to the registry; and the blob's digest.
+   */
+  const bootstrapped = async (size: number) => {
+    const grant = freshGrant();
+    const { bindings } = await boot.create({ grant, secret: boot.generate() });
+    const seed = randomBytes(32);
+    const digest = await digestOf(madeBytes(size, seed));
+    const os = await new Objm(jetstream(nc)).open(bindings.bucket!);
+    await os.put({ name: ociObjectName({ type: "blob", repository: "app", digest }) }, madeBytes(size, seed));
+    const inner = await boot.artifactSource!({ grant, bindings });
+    const m = { read: 0, opened: 0, ahead: 0 };
+    const passed = () => relay.requests.reduce((n, r) => n + r.bytes, 0);
+    const took = (n: number) => {
+      m.read += n;
+      m.ahead = Math.max(m.ahead, m.read - passed());
+    };
+    const source: ArtifactSource = {
+      list: () => inner.list(),
+      read: async (a) => {
+        const c = await inner.read(a);
+        took(c.data.byteLength);
+        return c;
+      },
+      openBlob: async (a) => {
+        m.opened++;
+        return (await inner.openBlob(a)).pipeThrough(
+          new TransformStream<Uint8Array, Uint8Array>({
+            transform(piece, c) {
+              took(piece.byteLength);
+              c.enqueue(piece);
+            },
+          }),
+        );
+      },
+    };
+    return { source, digest, m };
+  };
+
+  /** A fresh grant at the registry; its bindings, with the registry reached through the relay. */
+  const atRegistry = async () => {
+    const grant = freshGrant();
+    const { bindings } = await create(grant);
+    return { grant, bindings, relayed: { ...bindings, url: relay.url } };
+  };
+
+  /** The digest of what the registry holds under `digest`, read back as a stream. */
+  const heldDigest = async (bindings: BindingValues, repository: string, digest: string) => {
+    const res = await new OciHolder(bindings).request("GET", `/v2/${repository}/blobs/${digest}`);
+    expect(res.status).toBe(200);
+    return digestOf(res.body!);
+  };
+
+  /** The requests of blob uploads the relay passed (the registry's challenges left out): `<method> [<range>] <status or loss>`. */
+  const uploads = () =>
+    relay.requests
+      .filter((r) => r.path.includes("/blobs/uploads/") && r.status !== 401)
+      .map((r) => [r.method, r.range, r.lost ? `lost ${r.lost}` : r.status].filter((x) => x !== undefined).join(" "));
+
+  it("streams a 40 MiB blob in chunks of at most 8 MiB, never holding it whole", async () => {
+    const size = 40 * MiB + 12_345;
+    const { source, digest, m } = await bootstrapped(size);
+    const { grant, bindings, relayed } = await atRegistry();
+    const sink = await adapter.artifactSink!({ grant, bindings: relayed });
+    relay.requests.length = 0;
+    expect(await copyArtifacts(source, sink)).toMatchObject({ total: 1, copied: 1, bytes: size });
+    // No request carried more than a chunk: the blob went as 6 of them.
+    expect(BLOB_CHUNK_BYTES).toBe(8 * MiB);
+    expect(Math.max(...relay.requests.map((r) => r.bytes))).toBeLessThanOrEqual(8 * MiB);
+    const patches = relay.requests.filter((r) => r.method === "PATCH");
+    expect(patches.map((r) => r.range)).toEqual([0, 1, 2, 3, 4, 5].map((i) => `${i * 8 * MiB}-${Math.min((i + 1) * 8 * MiB, size) - 1}`));
+    // What was read of the source ran ahead of what the registry had taken by a chunk, and the
+    // few pieces between the store and the upload, at most.
+    expect(m.ahead).toBeLessThanOrEqual(8 * MiB + MiB);
+    expect(m.read).toBe(size);
+    expect(await heldDigest(bindings, `${grant.module}/app`, digest)).toBe(digest);
+    // Copied again, it is found there.
+    expect(await copyArtifacts(source, sink)).toMatchObject({ total: 1, copied: 0, present: 1 });
+  }, 120_000);
+
+  it("goes on from where the registry stands when a chunk is lost on the way, sending nothing twice", async () => {
+    const size = 3 * MiB + MiB / 2;
+    const { source, digest, m } = await bootstrapped(size);
+    const { grant, bindings, relayed } = await atRegistry();
+    const sink = ociRegistrySink(relayed, new URL(registry.issuerUrl).origin, { chunkBytes: MiB });
+    relay.requests.length = 0;
+    relay.lose("before", (r) => r.method === "PATCH" && r.range === `${2 * MiB}-${3 * MiB - 1}`);
+    expect(await copyArtifacts(source, sink)).toMatchObject({ copied: 1, bytes: size });
+    expect(uploads()).toEqual([
+      "POST 202",
+      `PATCH 0-${MiB - 1} 202`,
+      `PATCH ${MiB}-${2 * MiB - 1} 202`,
+      `PATCH ${2 * MiB}-${3 * MiB - 1} lost before`,
+      // Where the upload stands: two chunks held, so the third goes again, and the upload goes on.
+      "GET 204",
+      `PATCH ${2 * MiB}-${3 * MiB - 1} 202`,
+      `PATCH ${3 * MiB}-${size - 1} 202`,
+      "PUT 201",
+    ]);
+    expect(relay.requests.reduce((n, r) => n + r.bytes, 0)).toBe(size);
+    expect(m.opened).toBe(1);
+    expect(await heldDigest(bindings, `${grant.module}/app`, digest)).toBe(digest);
+  }, 60_000);
+
+  it("starts over from a fresh read when the registry dropped the upload after an answer was lost", async () => {
+    const size = 2 * MiB + 100;
+    const { source, digest, m } = await bootstrapped(size);
+    const { grant, bindings, relayed } = await atRegistry();
+    const sink = ociRegistrySink(relayed, new URL(registry.issuerUrl).origin, { chunkBytes: MiB });
+    relay.requests.length = 0;
+    // The registry took the second chunk, but its answer is lost: the upload's URL the copy holds
+    // names the state before it, which this registry refuses and drops the upload for.
+    relay.lose("after", (r) => r.method === "PATCH" && r.range === `${MiB}-${2 * MiB - 1}`);
+    expect(await copyArtifacts(source, sink)).toMatchObject({ copied: 1, bytes: size });
+    const seen = uploads();
+    expect(seen.slice(0, 4)).toEqual([
+      "POST 202",
+      `PATCH 0-${MiB - 1} 202`,
+      `PATCH ${MiB}-${2 * MiB - 1} lost after`,
+      expect.stringMatching(/^GET (400|404)$/),
+    ]);
+    expect(seen.filter((x) => x.startsWith("POST"))).toEqual(["POST 202", "POST 202"]);
+    expect(seen.slice(-4)).toEqual([`PATCH 0-${MiB - 1} 202`, `PATCH ${MiB}-${2 * MiB - 1} 202`, `PATCH ${2 * MiB}-${size - 1} 202`, "PUT 201"]);
+    expect(m.opened).toBe(2);
+    expect(await heldDigest(bindings, `${grant.module}/app`, digest)).toBe(digest);
+  }, 60_000);
 });

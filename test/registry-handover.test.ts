@@ -5,8 +5,8 @@
  * issuer) and a Verdaccio are registered as preferred providers, and both grants are handed over
  * through the k+1 fan-out while the agent's holder reads the image and the package throughout,
  * each time from wherever its binding says. The rotator is SIGKILLed in the middle of the copy
- * (a test hook freezes it after its first artifact), and the one the supervisor starts again
- * resumes it. Then the registry is stopped: `meshctl status mesh` shows it on the grant the
+ * (a test hook freezes it after its first artifact), its rotation record saying how far the
+ * copy had come, and the one the supervisor starts again resumes it. Then the registry is stopped: `meshctl status mesh` shows it on the grant the
  * agents read their images from, until it is back.
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
@@ -123,7 +123,7 @@ describe("the control plane's images and packages handed over from bootstrap to 
    * the middle of the image's copy, and both handovers committed; their rotation records. Done
    * once, by whichever test needs it first.
    */
-  let handingOver: Promise<{ images: Rotation; packages: Rotation }> | undefined;
+  let handingOver: Promise<{ images: Rotation; packages: Rotation; frozen: Rotation }> | undefined;
   const handedOver = () =>
     (handingOver ??= (async () => {
       // The registries are installed, and preferred.
@@ -148,24 +148,28 @@ describe("the control plane's images and packages handed over from bootstrap to 
       };
       // The image registry first: its copy (two blobs, then the manifest) is the one killed in the middle.
       await applyProvider(providers[0]!);
-      // The rotator froze after the first artifact it copied: killed there, mid-copy.
+      const record = async (requirement: string) => {
+        const e = await (await new Kvm(admin).open(Buckets.rotations)).get(keys.grant("mesh", requirement));
+        return e?.operation === "PUT" ? Rotation.parse(e.json()) : undefined;
+      };
+      // The rotator froze after the first artifact it copied: killed there, mid-copy, its record as it left it.
       await waitFor("the rotator to freeze in the middle of a copy", () => existsSync(marker), 60_000, 100);
       const pid = Number(readFileSync(marker, "utf8").trim());
       expect(pid).toBe(mesh.servicePid("rotator"));
+      const frozen = (await record("images"))!;
       process.kill(pid, "SIGKILL");
       await applyProvider(providers[1]!);
 
       // The supervisor starts it again; it finishes both handovers.
       const committed = async (requirement: string) => {
-        const e = await (await new Kvm(admin).open(Buckets.rotations)).get(keys.grant("mesh", requirement));
-        const rot = e?.operation === "PUT" ? Rotation.parse(e.json()) : undefined;
+        const rot = await record(requirement);
         return rot?.trigger === "handover" && rot.state === RotationStates.Committed ? rot : undefined;
       };
       const [images, packages] = await Promise.all([
         waitFor("mesh/images handed over", () => committed("images"), 120_000, 500),
         waitFor("mesh/packages handed over", () => committed("packages"), 120_000, 500),
       ]);
-      return { images, packages };
+      return { images, packages, frozen };
     })());
 
   it("at bootstrap, the agent's images and packages are object stores of the mesh's own NATS, which hold what was put there", async () => {
@@ -243,7 +247,13 @@ describe("the control plane's images and packages handed over from bootstrap to 
       expect(failures).toEqual([]);
 
       // The registries are installed and preferred; the rotator, killed in the middle of the image's copy, finishes both handovers.
-      const { images, packages } = await handedOver();
+      const { images, packages, frozen } = await handedOver();
+      // In the middle of the copy its record said how far it had come: the first blob streamed (its
+      // first report is written at once, the next a second later at the earliest), none done yet.
+      expect(frozen).toMatchObject({ state: RotationStates.Staged, carrying: { total: 3, copied: 0, present: 0 } });
+      expect(frozen.carrying!.artifact).toMatch(/^blob agent@sha256:[0-9a-f]{64}$/);
+      expect([config.length, layer.length]).toContain(frozen.carrying!.bytes);
+      expect(frozen.carried).toBeUndefined();
       expect(images).toMatchObject({ fromProvider: "mesh-nats", provider: "registry-oci", from: 1, to: 2 });
       expect(packages).toMatchObject({ fromProvider: "mesh-nats", provider: "registry-npm", from: 1, to: 2 });
       // Everything was carried over, two blobs and a manifest, and the package version; what the
@@ -252,6 +262,9 @@ describe("the control plane's images and packages handed over from bootstrap to 
       // The first blob was there already; the rest the rotator started again copied.
       expect(images.carried).toMatchObject({ total: 3, present: 1, copied: 2 });
       expect(packages.carried).toMatchObject({ total: 1, present: 0, copied: 1 });
+      // Once complete, the outcome replaced the progress.
+      expect(images.carrying).toBeUndefined();
+      expect(packages.carrying).toBeUndefined();
       // Every holder confirmed before the commit.
       for (const r of [images, packages]) expect(Object.values(r.holders).every((h) => h.c !== undefined)).toBe(true);
 

@@ -52,6 +52,20 @@ describe("progress and outcome lines", () => {
     expect(progressLine(rotation({ holders: { "node-a/api": { c: 1 } } }))).toBe("confirmed 1/1 holder");
   });
 
+  it("says how far a handover's copy has come while it runs, from what the record says", () => {
+    const copying = rotation({
+      state: "Staged",
+      trigger: "handover",
+      fromProvider: "mesh-nats",
+      holders: { "node-a/agent": {} },
+      carrying: { total: 3, copied: 1, present: 1, bytes: 42 * 1024 * 1024 + 5, at: plus(2_000), artifact: "blob agent@sha256:ab" },
+    });
+    expect(progressLine(copying)).toBe("copying what it stores from mesh-nats: 2/3 artifacts, 42 MiB copied; confirmed 0/1 holder");
+    // A record from before, or one past its copy, says confirmations alone.
+    expect(progressLine({ ...copying, carrying: undefined })).toBe("confirmed 0/1 holder");
+    expect(progressLine({ ...copying, state: "Broadcast" })).toBe("confirmed 0/1 holder");
+  });
+
   it("says when it started and how many must confirm", () => {
     expect(formatStarted(rotation())).toBe(`rotation shop/db#3 started: grant shop/db, generation 2 → 3; 2 holders must confirm by ${plus(60_000)}`);
   });

@@ -4,7 +4,7 @@
  * function reads only the {@link Rotation} it is given (times in it are offsets from
  * `requestedAt`, in milliseconds).
  */
-import { RotationStates, type Rotation } from "@mesh/shared";
+import { RotationStates, formatBytes, type Rotation } from "@mesh/shared";
 import { makeStyle, wrapText } from "./style.js";
 
 /**
@@ -101,10 +101,13 @@ export function summarizeRotation(r: Rotation): RotationSummary {
   };
 }
 
-/** `confirmed 37/40 holders`. */
+/** `confirmed 37/40 holders`; while a handover's copy runs, how far it has come before that. */
 export function progressLine(r: Rotation): string {
   const p = rotationProgress(r);
-  return `confirmed ${p.confirmed}/${p.total} holder${p.total === 1 ? "" : "s"}`;
+  const confirmed = `confirmed ${p.confirmed}/${p.total} holder${p.total === 1 ? "" : "s"}`;
+  const c = r.state === RotationStates.Staged ? r.carrying : undefined;
+  if (!c) return confirmed;
+  return `copying what it stores from ${r.fromProvider}: ${c.copied + c.present}/${c.total} artifacts, ${formatBytes(c.bytes)} copied; ${confirmed}`;
 }
 
 /** A short list of holders: the first `max`, then how many more. */

@@ -176,7 +176,12 @@ export type Artifact =
   /** One version of a package: its manifest (the package.json it was published with) and its tarball, whose sha1 is `shasum`. */
   | { type: "package"; name: string; version: string; shasum: string };
 
-/** An artifact's bytes: a blob's, a manifest's, or a package version's tarball (with its manifest). */
+/** An image blob: what a copy moves as a stream, never whole in memory (a layer may be gigabytes). */
+export type BlobArtifact = Extract<Artifact, { type: "blob" }>;
+/** A manifest or a package version: what a copy moves whole (a manifest; a version's manifest and tarball, inside npm's publish request). */
+export type WholeArtifact = Exclude<Artifact, BlobArtifact>;
+
+/** The bytes of a {@link WholeArtifact}: a manifest's, or a package version's tarball (with its manifest). */
 export interface ArtifactContent {
   data: Uint8Array;
   /** A manifest's media type (from the manifest itself when the source keeps none). */
@@ -185,18 +190,33 @@ export interface ArtifactContent {
   manifest?: Record<string, unknown>;
 }
 
+/**
+ * A blob's bytes as a copy hands them to a sink: each call reads them from the first byte, as
+ * a stream checked against the blob's digest as it passes (it errors at its end, before a
+ * sink could commit them, when they are not the blob's). A sink that must start over calls it
+ * again.
+ */
+export type OpenBlob = () => Promise<ReadableStream<Uint8Array>>;
+
 /** What a copy reads: every artifact of one grant at one provider. */
 export interface ArtifactSource {
   /** Every artifact, in no particular order (see {@link copyOrder}). */
   list(): Promise<Artifact[]>;
-  read(a: Artifact): Promise<ArtifactContent>;
+  read(a: WholeArtifact): Promise<ArtifactContent>;
+  /** A blob's bytes from the first, as a stream that reads ahead of its reader by a bounded amount; each call a read of its own. */
+  openBlob(a: BlobArtifact): Promise<ReadableStream<Uint8Array>>;
 }
 
 /** What a copy writes to: one grant at one provider, through the generation's own bindings. */
 export interface ArtifactSink {
   /** Whether the artifact is there with the same digest; throws `Conflict` when it is there with another. */
   has(a: Artifact): Promise<boolean>;
-  write(a: Artifact, content: ArtifactContent): Promise<void>;
+  write(a: WholeArtifact, content: ArtifactContent): Promise<void>;
+  /**
+   * Writes a blob as `open`'s stream is read, holding a bounded part of it at a time; nothing
+   * of it is committed unless the stream ends without error.
+   */
+  writeBlob(a: BlobArtifact, open: OpenBlob): Promise<void>;
 }
 
 /** Where an adapter reads or writes one grant's artifacts: the grant (its generation) and that generation's bindings. */

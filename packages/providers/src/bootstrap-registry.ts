@@ -6,21 +6,31 @@
  * written by whoever fills the store (an operator's tooling, the tests) through
  * {@link putImage} and {@link putPackage}, so the layout has one writer.
  */
+import type { JetStreamClient, JsMsg } from "@nats-io/jetstream";
 import type { ObjectInfo, ObjectStore } from "@nats-io/obj";
-import { ErrorCodes, Kinds, MeshError } from "@mesh/shared";
-import type { Artifact, ArtifactSink, ArtifactSource } from "./adapter.js";
+import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
+import type { Artifact, ArtifactContent, ArtifactSink, ArtifactSource, BlobArtifact, OpenBlob, WholeArtifact } from "./adapter.js";
 import { artifactId, manifestMediaType, npmObjectNames, npmVersionOfObject, ociArtifactOfObject, ociObjectName, sha1Hex, sha256Digest } from "./artifacts.js";
 
 /** The registry kinds the bootstrap registry serves. */
 export type RegistryKind = typeof Kinds.OciRegistry | typeof Kinds.NpmRegistry;
 
-/** The artifacts of one grant's object store, to read and to write. */
-export function objectStoreArtifacts(os: ObjectStore, kind: RegistryKind, where: string): ArtifactSource & ArtifactSink {
+/** How many of an object's chunks (128 KiB each as putBlob and put cut them) a read asks the server for ahead of its reader. */
+const READ_AHEAD_CHUNKS = 4;
+/** How long a read waits for the next chunk of an object. */
+const CHUNK_WAIT_MS = 30_000;
+
+/**
+ * The artifacts of one grant's object store `os`, to read and to write; `js` (of the same
+ * connection) reads a blob's chunks at its reader's pace.
+ */
+export function objectStoreArtifacts(js: JetStreamClient, os: ObjectStore, kind: RegistryKind, where: string): ArtifactSource & ArtifactSink {
   const missing = (a: Artifact) =>
     new MeshError(ErrorCodes.Conflict, `${artifactId(a)} is listed in ${where} but has no content there (deleted during the copy?); the copy is tried again`, {
       retryable: true,
     });
   return {
+    ...objectStoreWriter(os),
     async list() {
       const infos = (await os.list()).filter((i) => !i.deleted);
       if (kind === Kinds.OciRegistry) {
@@ -48,7 +58,18 @@ export function objectStoreArtifacts(os: ObjectStore, kind: RegistryKind, where:
       }
       const data = await os.getBlob(ociObjectName(a));
       if (!data) throw missing(a);
-      return a.type === "manifest" ? { data, mediaType: manifestMediaType(data) } : { data };
+      return { data, mediaType: manifestMediaType(data) };
+    },
+    async openBlob(a) {
+      const info = await os.info(ociObjectName(a));
+      if (!info || info.deleted) throw missing(a);
+      if (info.options?.link) {
+        throw new MeshError(
+          ErrorCodes.Conflict,
+          `${artifactId(a)} in ${where} is a link to another object, which a copy does not follow; put the blob itself there (putImage), and the copy resumes`,
+        );
+      }
+      return objectChunks(js, info, `${artifactId(a)} in ${where}`);
     },
     async has(a) {
       if (a.type === "package") return (await os.info(npmObjectNames(a.name, a.version).tarball)) !== null;
@@ -62,7 +83,13 @@ export function objectStoreArtifacts(os: ObjectStore, kind: RegistryKind, where:
       }
       return true;
     },
-    async write(a, content) {
+  };
+}
+
+/** What writes the layout into an object store: a copy's sink, and {@link putImage} and {@link putPackage}. */
+function objectStoreWriter(os: ObjectStore): Pick<ArtifactSink, "write" | "writeBlob"> {
+  return {
+    async write(a: WholeArtifact, content: ArtifactContent) {
       if (a.type === "package") {
         const names = npmObjectNames(a.name, a.version);
         // The manifest first: a tarball without its manifest is not listed (npmVersionOfObject finds tarballs and reads their manifest).
@@ -72,7 +99,75 @@ export function objectStoreArtifacts(os: ObjectStore, kind: RegistryKind, where:
       }
       await os.putBlob({ name: ociObjectName(a) }, content.data);
     },
+    // The store cuts the stream into its chunks as it reads it; a stream that errors leaves nothing (put removes the chunks it wrote).
+    async writeBlob(a: BlobArtifact, open: OpenBlob) {
+      await os.put({ name: ociObjectName(a) }, await open());
+    },
   };
+}
+
+/**
+ * The bytes of object `info` as a stream read at its reader's pace: an ordered consumer of the
+ * object's chunks, asked for {@link READ_AHEAD_CHUNKS} at a time (`os.get` would take every
+ * chunk as fast as the server sends it, whatever its reader does). Failures become a retryable
+ * `ProviderUnreachable` naming `what`.
+ */
+function objectChunks(js: JetStreamClient, info: ObjectInfo, what: string): ReadableStream<Uint8Array> {
+  let read = 0;
+  const failed = (e: unknown) =>
+    new MeshError(
+      ErrorCodes.ProviderUnreachable,
+      `reading ${what} failed after ${read} of its ${info.size} bytes (${errorMessage(e)}); the copy is tried again, skipping what it copied already`,
+      { retryable: true, cause: e },
+    );
+  if (info.size === 0) return new ReadableStream({ start: (c) => c.close() });
+  let messages: { stop(): void } | undefined;
+  let next: () => Promise<IteratorResult<JsMsg>>;
+  return new ReadableStream<Uint8Array>(
+    {
+      async start() {
+        try {
+          // The object store's layout (ADR-20): stream OBJ_<bucket>, the object's chunks on $O.<bucket>.C.<nuid>.
+          const consumer = await js.consumers.get(`OBJ_${info.bucket}`, { filter_subjects: `$O.${info.bucket}.C.${info.nuid}` });
+          const m = await consumer.consume({ max_messages: READ_AHEAD_CHUNKS });
+          messages = m;
+          const it = m[Symbol.asyncIterator]();
+          next = () => it.next();
+        } catch (e) {
+          throw failed(e);
+        }
+      },
+      async pull(controller) {
+        let got: IteratorResult<JsMsg>;
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          got = await Promise.race([
+            next(),
+            new Promise<never>((_, reject) => {
+              timer = setTimeout(() => reject(new Error(`no chunk came within ${CHUNK_WAIT_MS / 1000} s`)), CHUNK_WAIT_MS);
+            }),
+          ]);
+        } catch (e) {
+          messages?.stop();
+          throw failed(e);
+        } finally {
+          clearTimeout(timer);
+        }
+        if (got.done) throw failed(new Error("its chunks ended early"));
+        read += got.value.data.byteLength;
+        if (got.value.data.byteLength > 0) controller.enqueue(got.value.data);
+        if (got.value.info.pending === 0) {
+          messages?.stop();
+          controller.close();
+        }
+      },
+      cancel() {
+        messages?.stop();
+      },
+    },
+    // Nothing read ahead beyond the consumer's own few chunks.
+    { highWaterMark: 0 },
+  );
 }
 
 /**
@@ -80,8 +175,10 @@ export function objectStoreArtifacts(os: ObjectStore, kind: RegistryKind, where:
  * under `tag`. Returns the manifest's digest.
  */
 export async function putImage(os: ObjectStore, image: { repository: string; tag: string; manifest: Uint8Array; blobs: Uint8Array[] }): Promise<string> {
-  const store = objectStoreArtifacts(os, Kinds.OciRegistry, "the object store");
-  for (const data of image.blobs) await store.write({ type: "blob", repository: image.repository, digest: sha256Digest(data) }, { data });
+  const store = objectStoreWriter(os);
+  for (const data of image.blobs) {
+    await store.writeBlob({ type: "blob", repository: image.repository, digest: sha256Digest(data) }, async () => new Blob([data]).stream());
+  }
   const digest = sha256Digest(image.manifest);
   await store.write({ type: "manifest", repository: image.repository, tag: image.tag, digest }, { data: image.manifest });
   return digest;
@@ -94,10 +191,7 @@ export async function putPackage(
 ): Promise<string> {
   const shasum = sha1Hex(pkg.tarball);
   const manifest = { ...pkg.manifest, dist: { ...(pkg.manifest.dist as object | undefined), shasum } };
-  await objectStoreArtifacts(os, Kinds.NpmRegistry, "the object store").write(
-    { type: "package", name: pkg.name, version: pkg.version, shasum },
-    { data: pkg.tarball, manifest },
-  );
+  await objectStoreWriter(os).write({ type: "package", name: pkg.name, version: pkg.version, shasum }, { data: pkg.tarball, manifest });
   return shasum;
 }
 

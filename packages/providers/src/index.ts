@@ -24,6 +24,9 @@ export type {
   ArtifactRequest,
   ArtifactSink,
   ArtifactSource,
+  BlobArtifact,
+  OpenBlob,
+  WholeArtifact,
 } from "./adapter.js";
 export { recordedResource } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
@@ -82,6 +85,6 @@ export { CredentialStore, CredentialRecord, isMasterKeyRecord, keysOf, singleKey
 export { MasterKeyRing, RING_REFRESH_MS, storeKeyRing } from "./master-key-ring.js";
 export { AdapterPool, providerConfig } from "./adapter-pool.js";
 export { probeAdminSecret, repairAdminSecret, setAdminSecret, withAdminSecret, type AdminSecretDeps, type AdminSecretProbe } from "./admin-secret-engine.js";
-export { artifactId, copyArtifacts, copyOrder, sha1Hex, sha256Digest, type CopyOutcome } from "./artifacts.js";
+export { artifactId, copyArtifacts, copyOrder, sha1Hex, sha256Digest, type CopyHooks, type CopyOutcome, type CopyProgress } from "./artifacts.js";
 export { getImage, objectStoreArtifacts, putImage, putPackage } from "./bootstrap-registry.js";
 export { SLOTS, slotName, slotOf, type Slot } from "./alternating.js";

@@ -308,15 +308,18 @@ class JetStreamStoreAdapter implements ProviderAdapter {
       throw new MeshError(ErrorCodes.InvalidRequest, `a ${this.flavour.what} holds no images or packages to carry over`);
     }
     const names = this.names(req.grant);
-    const os = await this.withAdmin(`open ${this.flavour.what} ${names.bucket}`, async ({ js }) => new Objm(js).open(names.bucket));
+    const { js, os } = await this.withAdmin(`open ${this.flavour.what} ${names.bucket}`, async ({ js }) => ({ js, os: await new Objm(js).open(names.bucket) }));
     const where = `${this.flavour.what} ${names.bucket} at ${this.provider.endpoint}`;
-    const store = objectStoreArtifacts(os, kind, where);
-    // Every call through the admin's retries and error mapping, as the adapter's other verbs.
+    const store = objectStoreArtifacts(js, os, kind, where);
+    // Every call through the admin's retries and error mapping, as the adapter's other verbs; a
+    // blob's stream says its own failures, and a blob written again reads it again from the start.
     return {
       list: () => this.withAdmin(`list ${where}`, () => store.list()),
       read: (a) => this.withAdmin(`read ${where}`, () => store.read(a)),
+      openBlob: (a) => this.withAdmin(`read ${where}`, () => store.openBlob(a)),
       has: (a) => this.withAdmin(`look in ${where}`, () => store.has(a)),
       write: (a, c) => this.withAdmin(`write to ${where}`, () => store.write(a, c)),
+      writeBlob: (a, open) => this.withAdmin(`write to ${where}`, () => store.writeBlob(a, open)),
     };
   }
 

@@ -2,17 +2,24 @@
  * The artifacts of a registry grant on a registry server, written and looked up over the
  * server's own HTTP API with the generation's bindings (the credential holders get), as a
  * holder would push: the OCI distribution API for `oci.registry` (a token per repository scope
- * from the registry's Bearer challenge, sent only to the provider's issuer), npm's publish and
- * packument requests for `npm.registry` (HTTP Basic). What a handover copies into (artifacts.ts).
+ * from the registry's Bearer challenge, sent only to the provider's issuer; a blob in chunks,
+ * resumed where the registry stands after a failure), npm's publish and packument requests for
+ * `npm.registry` (HTTP Basic). What a handover copies into (artifacts.ts).
  */
-import { ErrorCodes, MeshError } from "@mesh/shared";
-import type { Artifact, ArtifactContent, ArtifactSink, BindingValues } from "./adapter.js";
+import { ErrorCodes, MeshError, backoffMs, sleep } from "@mesh/shared";
+import type { Artifact, ArtifactContent, ArtifactSink, BindingValues, OpenBlob } from "./adapter.js";
 import { artifactId } from "./artifacts.js";
+import { BLOB_CHUNK_BYTES, MAX_BLOB_CHUNK_BYTES, chunkSize, chunksOf, heldAfterChunk, resumeAt, uploadedBytes } from "./blob-chunks.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
+import { latestAfter } from "./npm-dist-tags.js";
 
-/** How long one request to a registry may take (a blob's upload included). */
+/** How long one request to a registry may take (a chunk of a blob's upload included). */
 const REQUEST_TIMEOUT_MS = 30_000;
+/** Failures in a row a blob's upload lives through (each waited out, then the registry asked where the upload stands) before it gives up. */
+const UPLOAD_TRIES = 5;
+/** The wait after an upload's failure, doubling from there. */
+const UPLOAD_BACKOFF = { firstMs: 250, maxMs: 4_000 };
 
 /** Throws `ProviderRejected` unless the bindings have `keys`. */
 function need(bindings: BindingValues, what: string, keys: string[]): void {
@@ -40,17 +47,22 @@ async function refused(what: string, res: Response): Promise<MeshError> {
   });
 }
 
+/** A request to a registry: `path` under it, or a URL it gave (an upload's). */
+type RegistryRequest = (what: string, method: string, path: string, init?: { body?: Uint8Array; headers?: Record<string, string> }) => Promise<Response>;
+
 /**
  * The repositories of an `oci.registry` grant on a distribution registry: `<namespace>/<repository>`.
  * `issuerOrigin` is where the provider's tokens come from: a challenge naming another realm gets no password.
+ * A blob is uploaded in chunks of `chunkBytes` (default {@link BLOB_CHUNK_BYTES}), one held at a time.
  */
-export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string): ArtifactSink {
+export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string, opts: { chunkBytes?: number } = {}): ArtifactSink {
   need(bindings, "the OCI registry", ["url", "namespace", "username", "password"]);
   const base = bindings.url!.replace(/\/+$/, "");
   const tokens = new Map<string, string>();
+  const chunkBytes = Math.min(opts.chunkBytes ?? BLOB_CHUNK_BYTES, MAX_BLOB_CHUNK_BYTES);
 
   /** A request to `path` under the registry, answering its Bearer challenge with a token for the challenge's scope. */
-  const request = async (what: string, method: string, path: string, init: { body?: Uint8Array; headers?: Record<string, string> } = {}): Promise<Response> => {
+  const request: RegistryRequest = async (what, method, path, init = {}) => {
     const url = path.startsWith("http") ? path : `${base}${path}`;
     const go = (token?: string) =>
       send(what, url, {
@@ -112,29 +124,150 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string): 
       }
       return true;
     },
-    async write(a: Artifact, content: ArtifactContent) {
-      if (a.type === "package") throw new MeshError(ErrorCodes.InvalidRequest, `an OCI registry holds no ${artifactId(a)}`);
+    async write(a, content: ArtifactContent) {
+      if (a.type !== "manifest") throw new MeshError(ErrorCodes.InvalidRequest, `an OCI registry holds no ${artifactId(a)}`);
       const what = `copying ${artifactId(a)} to ${base}`;
-      if (a.type === "manifest") {
-        const res = await request(what, "PUT", `/v2/${repo(a)}/manifests/${a.tag}`, {
-          body: content.data,
-          headers: { "content-type": content.mediaType ?? "application/vnd.oci.image.manifest.v1+json" },
-        });
+      const res = await request(what, "PUT", `/v2/${repo(a)}/manifests/${a.tag}`, {
+        body: content.data,
+        headers: { "content-type": content.mediaType ?? "application/vnd.oci.image.manifest.v1+json" },
+      });
+      if (res.status !== 201) throw await refused(what, res);
+      await res.body?.cancel();
+    },
+    writeBlob: (a, open) => uploadBlob(request, { what: `copying ${artifactId(a)} to ${base}`, base, repo: repo(a), digest: a.digest }, open, chunkBytes),
+  };
+}
+
+/**
+ * Uploads a blob into `repo` in chunks read from `open`'s stream, one held at a time (the OCI
+ * distribution spec's chunked upload): POST opens the upload, a PATCH sends each chunk with
+ * its `Content-Range`, PUT with the digest closes it, and the registry checks the digest then.
+ *
+ * A request that fails in the middle (no answer, or 5xx or 429) is waited out and the
+ * upload's URL asked how much it holds (GET, `Range`); the upload goes on from there within
+ * the chunk in hand. A registry that lost the upload, or holds less than the chunk in hand
+ * starts with, has it start over from a fresh read. {@link UPLOAD_TRIES} failures in a row
+ * end it with the last one; a failure of the source's stream ends it at once. An upload left
+ * unfinished is the registry's to purge (distribution drops old ones by itself): the grant's
+ * credential may push, not delete.
+ */
+async function uploadBlob(
+  request: RegistryRequest,
+  b: { what: string; base: string; repo: string; digest: string },
+  open: OpenBlob,
+  chunkBytes: number,
+): Promise<void> {
+  const { what } = b;
+  let failures = 0;
+  /** Lives through a retryable failure, waiting before the next try; throws it once there were too many in a row. */
+  const survive = async (e: unknown) => {
+    if (!(e instanceof MeshError && e.retryable) || ++failures >= UPLOAD_TRIES) throw e;
+    await sleep(backoffMs(failures, UPLOAD_BACKOFF));
+  };
+  /** `fn` until it answers, living through failures. */
+  const retrying = async <T>(fn: () => Promise<T>): Promise<T> => {
+    for (;;) {
+      try {
+        return await fn();
+      } catch (e) {
+        await survive(e);
+      }
+    }
+  };
+  const locationOf = (res: Response, current: string) => {
+    const l = res.headers.get("location");
+    return l ? new URL(l, b.base).toString() : current;
+  };
+  /** Where the upload at `location` stands (its URL now, the bytes it holds); undefined when the registry has it no more. */
+  const status = (location: string) =>
+    retrying(async () => {
+      const res = await request(`${what} (asking where its upload stands)`, "GET", location);
+      if (res.status === 400 || res.status === 404 || res.status === 416) {
+        await res.body?.cancel();
+        return undefined;
+      }
+      if (res.status !== 204 && res.status !== 200) throw await refused(what, res);
+      await res.body?.cancel();
+      return { location: locationOf(res, location), held: uploadedBytes(res.headers.get("range")) };
+    });
+  /** Whether the registry has the blob (a closing PUT whose answer was lost may have landed). */
+  const there = () =>
+    retrying(async () => {
+      const res = await request(what, "HEAD", `/v2/${b.repo}/blobs/${b.digest}`);
+      await res.body?.cancel();
+      if (res.status === 404) return false;
+      if (!res.ok) throw await refused(what, res);
+      return true;
+    });
+
+  /** One upload from the first byte: whether the blob is there after it (false: start over). */
+  const once = async (): Promise<boolean> => {
+    const opened = await retrying(async () => {
+      const res = await request(what, "POST", `/v2/${b.repo}/blobs/uploads/`);
+      if (res.status !== 202) throw await refused(what, res);
+      await res.body?.cancel();
+      const size = chunkSize(chunkBytes, res.headers.get("oci-chunk-min-length"));
+      if (size === undefined) {
+        throw new MeshError(
+          ErrorCodes.ProviderRejected,
+          `${what}: the registry asks for upload chunks of at least ${res.headers.get("oci-chunk-min-length")} bytes (OCI-Chunk-Min-Length), more than the ${MAX_BLOB_CHUNK_BYTES} a copy holds in memory; lower the registry's minimum`,
+        );
+      }
+      if (!res.headers.get("location"))
+        throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the registry opened an upload without saying where (no Location)`);
+      return { location: locationOf(res, ""), size };
+    });
+    let location = opened.location;
+    let held = 0;
+    for await (const chunk of chunksOf(await open(), opened.size)) {
+      const start = held;
+      const end = start + chunk.byteLength;
+      while (held < end) {
+        try {
+          const res = await request(what, "PATCH", location, {
+            body: chunk.subarray(held - start),
+            headers: { "content-type": "application/octet-stream", "content-range": `${held}-${end - 1}` },
+          });
+          if (res.status !== 202) throw await refused(what, res);
+          await res.body?.cancel();
+          location = locationOf(res, location);
+          const now = resumeAt(start, end, heldAfterChunk(res.headers.get("range"), end));
+          if (now === undefined) return false;
+          if (now <= held)
+            throw new MeshError(ErrorCodes.ProviderRejected, `${what}: the registry took none of the chunk at byte ${held}`, { retryable: true });
+          held = now;
+          failures = 0;
+        } catch (e) {
+          await survive(e);
+          const at = await status(location);
+          const now = at ? resumeAt(start, end, at.held) : undefined;
+          if (!at || now === undefined) return false;
+          location = at.location;
+          held = now;
+        }
+      }
+    }
+    for (;;) {
+      const closing = new URL(location);
+      closing.searchParams.set("digest", b.digest);
+      try {
+        const res = await request(what, "PUT", closing.toString(), { headers: { "content-type": "application/octet-stream" } });
         if (res.status !== 201) throw await refused(what, res);
         await res.body?.cancel();
-        return;
+        return true;
+      } catch (e) {
+        await survive(e);
+        const at = await status(location);
+        if (!at) return there();
+        if (at.held !== held) return false;
+        location = at.location;
       }
-      // A monolithic upload: POST opens it, PUT with the digest closes it with the bytes.
-      const start = await request(what, "POST", `/v2/${repo(a)}/blobs/uploads/`);
-      if (start.status !== 202) throw await refused(what, start);
-      await start.body?.cancel();
-      const location = new URL(start.headers.get("location") ?? "", base);
-      location.searchParams.set("digest", a.digest);
-      const done = await request(what, "PUT", location.toString(), { body: content.data, headers: { "content-type": "application/octet-stream" } });
-      if (done.status !== 201) throw await refused(what, done);
-      await done.body?.cancel();
-    },
+    }
   };
+
+  while (!(await once())) {
+    await survive(new MeshError(ErrorCodes.ProviderUnreachable, `${what}: the registry lost the upload in the middle; it starts over`, { retryable: true }));
+  }
 }
 
 /** The manifest types a lookup accepts (a registry answers 404 for a stored type the client does not name). */
@@ -152,19 +285,28 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
   const auth = basic(bindings.username!, bindings.password!);
   const full = (name: string) => `${bindings.scope}/${name}`;
   const packumentUrl = (name: string) => new URL(encodeURIComponent(full(name)).replace(/^%40/, "@"), registry);
+  /** Each package's `latest` dist-tag at the registry, as last read or written (undefined: it has none). */
+  const latestOf = new Map<string, string | undefined>();
+
+  /** The package's packument at the registry, undefined when it has none; its `latest` is remembered. */
+  const packument = async (what: string, name: string): Promise<Packument | undefined> => {
+    const res = await send(what, packumentUrl(name), { headers: { authorization: auth, accept: "application/json" } });
+    if (res.status === 404) {
+      await res.body?.cancel();
+      latestOf.set(name, undefined);
+      return undefined;
+    }
+    if (!res.ok) throw await refused(what, res);
+    const p = (await res.json()) as Packument;
+    latestOf.set(name, typeof p["dist-tags"]?.latest === "string" ? p["dist-tags"].latest : undefined);
+    return p;
+  };
 
   return {
     async has(a) {
       if (a.type !== "package") throw new MeshError(ErrorCodes.InvalidRequest, `an npm registry holds no ${artifactId(a)}`);
-      const what = `looking up ${full(a.name)}@${a.version} at ${registry}`;
-      const res = await send(what, packumentUrl(a.name), { headers: { authorization: auth, accept: "application/json" } });
-      if (res.status === 404) {
-        await res.body?.cancel();
-        return false;
-      }
-      if (!res.ok) throw await refused(what, res);
-      const p = (await res.json()) as { versions?: Record<string, { dist?: { shasum?: string } }> };
-      const v = p.versions?.[a.version];
+      const p = await packument(`looking up ${full(a.name)}@${a.version} at ${registry}`, a.name);
+      const v = p?.versions?.[a.version];
       if (!v) return false;
       if (v.dist?.shasum && v.dist.shasum !== a.shasum) {
         throw new MeshError(
@@ -190,10 +332,13 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
           tarball: new URL(`${encodeURIComponent(name).replace(/^%40/, "@")}/-/${file}`, registry).toString(),
         },
       };
+      // `latest` moves only up, by semver: versions arrive in name order, and some may be there already.
+      if (!latestOf.has(a.name)) await packument(`looking up ${name}'s dist-tags at ${registry}`, a.name);
+      const latest = latestAfter(latestOf.get(a.name), a.version);
       const body = {
         _id: name,
         name,
-        "dist-tags": { latest: a.version },
+        "dist-tags": { latest },
         versions: { [a.version]: version },
         _attachments: {
           [file]: { content_type: "application/octet-stream", data: Buffer.from(content.data).toString("base64"), length: content.data.byteLength },
@@ -206,6 +351,16 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
       });
       if (!res.ok) throw await refused(what, res);
       await res.body?.cancel();
+      latestOf.set(a.name, latest);
+    },
+    async writeBlob(a) {
+      throw new MeshError(ErrorCodes.InvalidRequest, `an npm registry holds no ${artifactId(a)}`);
     },
   };
+}
+
+/** What a copy reads of a packument. */
+interface Packument {
+  "dist-tags"?: { latest?: unknown };
+  versions?: Record<string, { dist?: { shasum?: string } }>;
 }

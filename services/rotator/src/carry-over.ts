@@ -7,12 +7,15 @@
  *
  * Resumable by being idempotent: a rotator that dies in the middle leaves the rotation
  * `Staged`; the next one runs the copy again, which skips every artifact the new provider has
- * with the same digest. The outcome is written with the move to `Broadcast` (`carried`).
+ * with the same digest. While it runs, the record says how far it has come (`carrying`, at most
+ * once a second: copy-progress.ts); the outcome is written with the move to `Broadcast`
+ * (`carried`).
  */
 import { ErrorCodes, MeshError, ProviderDoc, REGISTRY_KINDS, errorMessage, getCondition, keys, setCondition, type Rotation } from "@mesh/shared";
 import { readJson } from "@mesh/shared/runtime";
-import { copyArtifacts, type Artifact, type ArtifactSource, type CopyOutcome } from "@mesh/providers";
+import { copyArtifacts, type Artifact, type ArtifactSource, type CopyOutcome, type CopyProgress } from "@mesh/providers";
 import type { RotatorContext } from "./rotator-context.js";
+import { PROGRESS_WRITE_MS, everyAtMost, withCarrying } from "./copy-progress.js";
 
 export type Carried = NonNullable<Rotation["carried"]>;
 
@@ -20,7 +23,7 @@ export type Carried = NonNullable<Rotation["carried"]>;
 export const carriesOver = (r: Rotation) => r.fromProvider !== undefined && REGISTRY_KINDS.includes(r.kind);
 
 export function carrier(ctx: RotatorContext, hooks: { onCopied?: (a: Artifact, done: CopyOutcome) => Promise<void> | void } = {}) {
-  const { credentials, log, withAdapterOf, setGrant } = ctx;
+  const { credentials, log, withAdapterOf, setGrant, records } = ctx;
 
   /**
    * Copies `r`'s artifacts from `r.fromProvider` to `r.provider`; undefined when `r` carries
@@ -77,7 +80,16 @@ export function carrier(ctx: RotatorContext, hooks: { onCopied?: (a: Artifact, d
         }
         const sink = await next.artifactSink({ grant: grant(r.to), bindings: to.bindings! });
         rlog.info(`handover ${r.id}: carrying over what ${r.grant} stores at ${r.fromProvider} to ${r.provider}`);
+        const due = everyAtMost(PROGRESS_WRITE_MS);
+        /** Writes how far the copy has come into the record; a failed write is not the copy's: the next one says more. */
+        const report = async (p: CopyProgress) => {
+          if (!due(Date.now())) return;
+          await records
+            .update(keys.grant(r.module, r.requirement), (x) => withCarrying(x, r, p, at()))
+            .catch((e: unknown) => rlog.debug({ err: e }, `handover ${r.id}: could not write the copy's progress`));
+        };
         const out = await copyArtifacts(source, sink, {
+          onProgress: report,
           onCopied: async (a, done) => {
             rlog.info({ artifact: a }, `handover ${r.id}: copied ${done.copied + done.present}/${done.total}`);
             await hooks.onCopied?.(a, done);

@@ -173,7 +173,11 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
             // The grant's Rotating condition is written beside the broadcast, off the path to the
             // commit; should that fail, the next step writes it.
             const [broadcasts] = await Promise.all([broadcast(r), markRotating(key, r, now).catch(() => undefined)]);
-            const next = await transition(key, r, RotationStates.Broadcast, now, () => true, { broadcasts, ...(carried ? { carried } : {}) });
+            // The copy's outcome replaces its progress.
+            const next = await transition(key, r, RotationStates.Broadcast, now, () => true, {
+              broadcasts,
+              ...(carried ? { carried, carrying: undefined } : {}),
+            });
             if (next) acks.track(key, next);
             continue;
           }

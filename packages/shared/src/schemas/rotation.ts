@@ -62,6 +62,20 @@ export const HolderProgress = z.object({
 });
 export type HolderProgress = z.infer<typeof HolderProgress>;
 
+/** What a handover's copy of a registry grant's artifacts did, or has done so far. */
+const CopyCounts = z.object({
+  /** Artifacts at the old provider. */
+  total: z.number().int().nonnegative(),
+  /** Copied by the run (that completed the copy, or that is under way). */
+  copied: z.number().int().nonnegative(),
+  /** Already at the new provider when that run looked (copied by an earlier run, or put there). */
+  present: z.number().int().nonnegative(),
+  /** Bytes that run copied. */
+  bytes: z.number().int().nonnegative(),
+  /** When this was written. */
+  at: z.string(),
+});
+
 export const Rotation = z.object({
   /** `<module>/<requirement>#<to>`: what `meshctl trace` takes. */
   id: z.string(),
@@ -112,20 +126,21 @@ export const Rotation = z.object({
    * complete; a rotator that died in the middle left none, and its successor's copy skips what
    * is there already (`present`).
    */
-  carried: z
-    .object({
-      /** Artifacts at the old provider. */
-      total: z.number().int().nonnegative(),
-      /** Copied by the run that completed the copy. */
-      copied: z.number().int().nonnegative(),
-      /** Already at the new provider when that run looked (copied by an earlier run, or put there). */
-      present: z.number().int().nonnegative(),
-      bytes: z.number().int().nonnegative(),
-      at: z.string(),
-      /** Set when nothing could be copied, and why (the old provider's adapter cannot list what it holds). */
-      skipped: z.string().optional(),
-    })
-    .optional(),
+  carried: CopyCounts.extend({
+    /** Set when nothing could be copied, and why (the old provider's adapter cannot list what it holds). */
+    skipped: z.string().optional(),
+  }).optional(),
+  /**
+   * For a handover of a registry grant, while its copy runs: how far the run under way has
+   * come, `bytes` counting the blob it is streaming; written after its first artifact or
+   * piece of a blob, then at most once a second. Dropped when the copy completes (`carried`
+   * then says what it did); after a rotator died in the middle, the last one it wrote stays
+   * until its successor's copy writes its own.
+   */
+  carrying: CopyCounts.extend({
+    /** The artifact under way (`blob agent@sha256:…`, `manifest agent:1.0`, `package lib@1.0.0`), while one is. */
+    artifact: z.string().optional(),
+  }).optional(),
   /**
    * The `requestId` of the rotate request that started it: a request sent again with the same
    * id (a retry after a lost reply or a refusal marked retryable) is answered with this
