@@ -118,6 +118,8 @@ export async function followRotation(
       last = cur;
       onChange(cur);
       if (cur.state === RotationStates.Committed || cur.state === RotationStates.Stalled) break;
+      // It cannot go on by itself (the server lost its streams): waiting longer says nothing more.
+      if (cur.blocked) break;
     }
   } finally {
     following.stop();
@@ -173,6 +175,12 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   const until = Date.parse(started.deadline) + (opts.graceMs ?? WAIT_GRACE_MS);
   const { rotation, timedOut } = await followRotation(store, started, until, show);
   progress.done();
+  if (rotation.blocked && isRotationRunning(rotation)) {
+    throw new CliError(
+      `rotation ${rotation.id} cannot go on: ${rotation.blocked.message}. It goes on by itself once that is fixed; meshctl status ${id.module} shows it`,
+      ExitCodes.Failure,
+    );
+  }
   const lockedOut = opts.revoke && rotation.state === RotationStates.Committed ? rotationProgress(rotation).missing : [];
   if (opts.json) out.out(JSON.stringify({ ...summarizeRotation(rotation), ...(opts.revoke ? { lockedOut } : {}) }, null, 2));
   else {

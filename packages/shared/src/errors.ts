@@ -29,6 +29,13 @@ export const ErrorCodes = {
   AdminSecretDiverged: "AdminSecretDiverged",
   /** No instance of the service that answers a request is running (no responders, or a timeout). */
   Unavailable: "Unavailable",
+  /**
+   * The NATS server runs and JetStream answers, but a stream the mesh made is gone from it while
+   * its store on disk is whole (nats-server 2.9.10 after a reload that read its configuration
+   * half-written): only a restart of the server brings it back. Not said of a cluster, where a
+   * stream is missing for moments while it is placed.
+   */
+  StreamsLost: "StreamsLost",
   /** One of the mesh's store buckets is full (its `max_bytes`): the write was refused, nothing was lost. */
   StoreFull: "StoreFull",
   Internal: "Internal",

@@ -37,6 +37,7 @@ export {
   retryJetStreamIdempotent,
   retryJetStreamSetup,
 } from "./jetstream-retry.js";
+export { lostStream, streamsLostMessage } from "./lost-streams.js";
 export {
   CAS_ATTEMPTS,
   type CasModified,

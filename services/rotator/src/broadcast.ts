@@ -15,7 +15,7 @@ import {
   type Rotation,
   type RotationBroadcast,
 } from "@mesh/shared";
-import { holderSpanAttributes, readJson, withProducerSpan } from "@mesh/shared/runtime";
+import { holderSpanAttributes, isJetStreamGap, lostStream, readJson, withProducerSpan } from "@mesh/shared/runtime";
 import { contextOfTraceparent } from "./trace-context.js";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
 import type { RotatorContext } from "./rotator-context.js";
@@ -78,7 +78,11 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
           e.sdk ? SubjectTemplates.partRotation : SubjectTemplates.agentRotation,
           attributes,
           contextOfTraceparent(r.traceparent),
-          (headers) => store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }),
+          (headers) =>
+            store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }).catch(async (err: unknown) => {
+              // No stream took it: one the server lost (a restart brings it back) is said as such.
+              throw (isJetStreamGap(err) ? await lostStream(store.nc, store.jsm, e.stream) : undefined) ?? err;
+            }),
         );
         return { stream: e.stream, subject: e.subject, seq: ack.seq };
       }),

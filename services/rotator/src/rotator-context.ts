@@ -90,7 +90,10 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
     patch: Partial<Rotation> = {},
   ): Promise<Rotation | undefined> => {
     await holdIfPaused();
-    const out = await records.update(key, (x) => (x && x.id === r.id && x.state === r.state && allowed(x) ? enter({ ...x, ...patch }, state, now) : undefined));
+    // A state entered is past what blocked the last one.
+    const out = await records.update(key, (x) =>
+      x && x.id === r.id && x.state === r.state && allowed(x) ? enter({ ...x, blocked: undefined, ...patch }, state, now) : undefined,
+    );
     if (!out.wrote) return undefined;
     persisted(out.record!.value);
     return out.record!.value;

@@ -14,6 +14,7 @@ import {
   Durables,
   Buckets,
   ErrorCodes,
+  isMeshError,
   KeyedQueue,
   MeshError,
   QueueGroups,
@@ -220,6 +221,17 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
         }
       } catch (e) {
         if (isCasConflict(e)) continue; // someone else moved it: look again
+        if (isMeshError(e, ErrorCodes.StreamsLost)) {
+          // Said on the record, where meshctl rotate --wait and trace read it; tried again all the same.
+          const wrote = await records
+            .update(key, (x) =>
+              x && x.id === r.id && isRotationRunning(x) && x.blocked?.message !== e.message
+                ? { ...x, blocked: { reason: "StreamsLost", message: e.message, at: new Date().toISOString() } }
+                : undefined,
+            )
+            .catch(() => undefined);
+          if (wrote?.wrote) rlog.error(`rotation ${r.id} cannot go on: ${e.message}`);
+        }
         rlog.warn({ err: e }, "rotation step failed; it is retried");
         throw e;
       }

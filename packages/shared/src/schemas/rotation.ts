@@ -116,6 +116,12 @@ export const Rotation = z.object({
    */
   trigger: z.enum(["manual", "schedule", "handover"]).default("manual"),
   /**
+   * Why the rotation cannot go on by itself, while that holds: `StreamsLost`, the NATS server
+   * lost the streams the broadcast goes through and needs a restart (lost-streams.ts). Written by
+   * the step that met it, dropped by the next state the rotation enters.
+   */
+  blocked: z.object({ reason: z.enum(["StreamsLost"]), message: z.string().max(2_048), at: z.string() }).optional(),
+  /**
    * For a handover: the provider generation `from` lives on. At commit generation `from` is
    * retired there; the resource there is kept with its data, for the operator to move or drop.
    */
