@@ -12,6 +12,7 @@ import {
   partRotationKey,
   SubjectTemplates,
   type HolderEndpoint,
+  type MeshError,
   type Rotation,
   type RotationBroadcast,
 } from "@mesh/shared";
@@ -53,6 +54,9 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
       publishedAt: new Date().toISOString(),
     };
     const plain = JSON.stringify(b);
+    // Asked once per broadcast: a server that lost one of the account's streams lost them all, and
+    // thousands of holder streams must not each ask it.
+    let lost: Promise<MeshError | undefined> | undefined;
     const targets = new Map<string, { e: HolderEndpoint; holder: string }>();
     for (const { endpoint, holder } of endpoints) targets.set(`${endpoint.stream} ${endpoint.subject}`, { e: endpoint, holder });
     // For the SDK instances of a part: k+1 in the message, under the part's key, so none of them need fetch it.
@@ -81,7 +85,7 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
           (headers) =>
             store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }).catch(async (err: unknown) => {
               // No stream took it: one the server lost (a restart brings it back) is said as such.
-              throw (isJetStreamGap(err) ? await lostStream(store.nc, store.jsm, e.stream) : undefined) ?? err;
+              throw (isJetStreamGap(err) ? await (lost ??= lostStream(store.nc, store.jsm, e.stream)) : undefined) ?? err;
             }),
         );
         return { stream: e.stream, subject: e.subject, seq: ack.seq };
