@@ -64,8 +64,8 @@ function checkOut(dir: string): void {
 /** Issues `opts.node`'s agent identity again and revokes the current one; see the file's comment. */
 export async function runReissueAgent(store: Store, opts: ReissueAgentOptions, out: Output): Promise<number> {
   if (!isValidName(opts.node)) throw new CliError(`node ${JSON.stringify(opts.node)} is not a node name: ${NAME_RULE}`, ExitCodes.Usage);
-  const out_ = resolve(opts.out);
-  checkOut(out_);
+  const dir = resolve(opts.out);
+  checkOut(dir);
   const g = agentIdentityGrant(opts.node);
   const key = keys.grant(g.module, g.requirement);
   const grant = (await retrying("read the grant", opts.policy, () => readJson(store.kv.grants, key, Grant), { read: true }))?.value;
@@ -92,15 +92,24 @@ export async function runReissueAgent(store: Store, opts: ReissueAgentOptions, o
   const rotation = (await readJson(store.kv.rotations, key, Rotation))?.value;
   if (!rotation)
     throw new CliError(`the revocation of ${g.id} committed but its record is gone; run meshctl reissue-agent ${opts.node} again`, ExitCodes.Failure);
-  const fetched = await fetchCredential(store.nc, { grant: g.id, node: opts.node, part: g.part, generation: rotation.to }, createSealingKey());
-  writeIdentity(out_, fetched.values);
+  try {
+    const fetched = await fetchCredential(store.nc, { grant: g.id, node: opts.node, part: g.part, generation: rotation.to }, createSealingKey());
+    writeIdentity(dir, fetched.values);
+  } catch (e) {
+    throw new CliError(
+      `generation ${rotation.to} of ${g.id} was issued (generation ${rotation.from} is revoked) but could not be fetched and written to ${dir}: ${errorMessage(e)}. ` +
+        `Run meshctl reissue-agent ${opts.node} again (with an --out this user can write to, and the provisioner running)`,
+      ExitCodes.Failure,
+      { cause: e },
+    );
+  }
   if (opts.json) {
-    out.out(JSON.stringify({ node: opts.node, grant: g.id, rotation: rotation.id, revoked: rotation.from, generation: rotation.to, out: out_ }, null, 2));
+    out.out(JSON.stringify({ node: opts.node, grant: g.id, rotation: rotation.id, revoked: rotation.from, generation: rotation.to, out: dir }, null, 2));
     return ExitCodes.Ok;
   }
   out.out(
     [
-      `generation ${rotation.to} of ${g.id} written to ${out_} (its creds and the binding's other files, readable by you only); generation ${rotation.from} is revoked.`,
+      `generation ${rotation.to} of ${g.id} written to ${dir} (its creds and the binding's other files, readable by you only); generation ${rotation.from} is revoked.`,
       `On node ${opts.node}: copy that directory there, and start its agent once with MESH_NATS_CREDENTIALS set to it.`,
       `It writes its own binding again (${CONTROL_PLANE_MODULE}/${g.part}/${g.requirement} under its bindings root) and every other binding of the node, and confirms.`,
       `Then point MESH_NATS_CREDENTIALS back at that binding, restart the agent, and delete the copy.`,
