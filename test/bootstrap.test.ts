@@ -4,7 +4,7 @@
  * mesh issued them (user JWTs), each limited to what it needs, shown by `meshctl status mesh`
  * like any module.
  */
-import { mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
@@ -12,10 +12,10 @@ import { Kvm } from "@nats-io/kv";
 import { CONTROL_PLANE_SERVICES, SOURCE_OF_RECORD, agentPart, identityRequirement } from "@mesh/shared";
 import { natsIdentity, openStore } from "@mesh/shared/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { tmpdir } from "node:os";
 import { runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
 import { serverErrors } from "./harness/refusals.js";
+import { scratchDir } from "./harness/scratch.js";
 
 const parts = [...CONTROL_PLANE_SERVICES, agentPart("node-a")];
 /** The name of the user JWT of generation `generation` of part `part`'s identity (see nats-user.ts). */
@@ -72,7 +72,7 @@ describe("meshctl bootstrap", () => {
     expect(text.stdout).toMatch(/mesh\s+Ready/);
     // Without an identity, meshctl says so, and how to get one, rather than "start a nats-server".
     // (From another directory: in the mesh's own, meshctl finds the operator's credentials in .mesh/.)
-    const anonymous = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "mesh"], {
+    const anonymous = await runMeshctl(scratchDir("mesh-elsewhere-"), ["status", "mesh"], {
       ...process.env,
       NATS_URL: mesh.url,
       MESH_NATS_CREDENTIALS: "",

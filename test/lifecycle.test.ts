@@ -6,7 +6,7 @@
  * is kept unless `deletionPolicy: Delete`, and adopted when declared again.
  */
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -24,6 +24,7 @@ import { adminEnv, harnessProvider } from "./fixtures.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { runMeshctl } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { scratchDir } from "./harness/scratch.js";
 
 let db: Postgres;
 let mesh: TestMesh;
@@ -323,7 +324,7 @@ describe("meshctl delete (built)", () => {
     expect((await db.query("select 1 from pg_database where datname = $1", [b.database])).rowCount).toBe(0);
     await waitFor("cli to have no state", async () => ((await meshctl(["status", "cli"])).code === 3 ? true : undefined), 15_000);
 
-    const dir = mkdtempSync(join(tmpdir(), "mesh-delete-"));
+    const dir = scratchDir("mesh-delete-");
     const f = join(dir, "m.yaml");
     writeFileSync(f, "kind: Module\nname: clif\nparts: [{ name: api, node: node-a }]\nrequires: [{ name: key, kind: secret }]\n");
     expect((await meshctl(["apply", "-f", f])).code).toBe(0);
@@ -363,7 +364,7 @@ describe("a holder that never comes back", () => {
     });
     try {
       // Part away runs on node-z: its agent takes generation 1, then stops for good.
-      const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
+      const zRoot = scratchDir("mesh-node-z-");
       const z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
       await mesh.apply([
         module(
@@ -410,7 +411,7 @@ describe("meshctl revoke", () => {
       env: adminEnv(db),
       sweepMs: 200,
     });
-    const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
+    const zRoot = scratchDir("mesh-node-z-");
     let z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
     try {
       const parts: ModuleDoc["parts"] = [
@@ -480,7 +481,7 @@ describe("meshctl revoke during a rotation", () => {
       env: adminEnv(db),
       sweepMs: 200,
     });
-    const zRoot = mkdtempSync(join(tmpdir(), "mesh-node-z-"));
+    const zRoot = scratchDir("mesh-node-z-");
     const z = await startAgent({ store: mesh.store, node: "node-z", bindingsRoot: zRoot, log: createLogger("agent", { destination: mesh.logs }) });
     try {
       const parts: ModuleDoc["parts"] = [
@@ -575,7 +576,7 @@ describe("the resolver and an agent SIGKILLed in the middle of a deletion", () =
 
   it("a fresh resolver and a fresh agent finish it: nothing is left that logs in, no file on the node, no value in the store", async () => {
     // node-q's agent runs as a process of its own; the resolver too, in place of the test's.
-    const qRoot = mkdtempSync(join(tmpdir(), "mesh-node-q-"));
+    const qRoot = scratchDir("mesh-node-q-");
     let agent = spawnService("agent", { MESH_NODE: "node-q", MESH_BINDINGS_ROOT: qRoot });
     await mesh.resolver.stop();
     const resolver = spawnService("resolver", {});

@@ -48,7 +48,8 @@ describe("the control plane's images and packages handed over from bootstrap to 
   let verdaccio: OwnVerdaccio;
   let admin: NatsConnection;
   let work: string;
-  const marker = join(mkdtempSync(join(tmpdir(), "mesh-carry-")), "paused");
+  const markerDir = mkdtempSync(join(tmpdir(), "mesh-carry-"));
+  const marker = join(markerDir, "paused");
 
   // The image and the package the control plane stored before any registry ran.
   const layer = Buffer.from(`layer of the agent image ${Date.now()}`);
@@ -92,6 +93,7 @@ describe("the control plane's images and packages handed over from bootstrap to 
     await admin?.close();
     await mesh?.stop();
     await Promise.all([registry?.stop(), verdaccio?.stop()]);
+    rmSync(markerDir, { recursive: true, force: true });
     if (work) rmSync(work, { recursive: true, force: true });
   });
 

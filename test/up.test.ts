@@ -21,6 +21,7 @@ import { entriesOpenToOthers } from "./harness/file-modes.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { dropFromSharedPostgres, holdSharedPostgresNames } from "./harness/postgres.js";
 import { waitFor } from "./harness/wait.js";
+import { scratchDir } from "./harness/scratch.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
 const meshctl = join(repo, "packages/cli/bin/meshctl.js");
@@ -149,14 +150,14 @@ describe("meshctl up with the examples", () => {
       expect(r.stderr).toBe("");
       // From elsewhere, with the address alone, the server refuses meshctl and it says what to do.
       expect(url).toMatch(/^nats:\/\//);
-      const elsewhere = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), ["status", "shop"], { ...freshEnv, NATS_URL: url });
+      const elsewhere = await runMeshctl(scratchDir("mesh-elsewhere-"), ["status", "shop"], { ...freshEnv, NATS_URL: url });
       expect(elsewhere.code).toBe(1);
       expect(elsewhere.stderr).toMatch(/refused this process's identity/);
       expect(elsewhere.stderr).toContain("--creds .mesh/nats-operator/admin.creds (or NATS_CREDS=, or MESH_NATS_CREDENTIALS=)");
       // Named: with --creds, NATS_CREDS, or a context of the nats CLI that holds the server and the credentials.
       const admin = join(cwd, ".mesh/nats-operator/admin.creds");
       const named = async (args: string[], env: NodeJS.ProcessEnv) => {
-        const r = await runMeshctl(mkdtempSync(join(tmpdir(), "mesh-elsewhere-")), [...args, "status", "shop", "-o", "json"], { ...freshEnv, ...env });
+        const r = await runMeshctl(scratchDir("mesh-elsewhere-"), [...args, "status", "shop", "-o", "json"], { ...freshEnv, ...env });
         expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(0);
         expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
       };

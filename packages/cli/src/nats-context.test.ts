@@ -1,14 +1,21 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { createUser } from "@nats-io/nkeys";
 import { cliIdentity } from "./connect.js";
 import { natsContextFile, readNatsContext } from "./nats-context.js";
 
+/** A temporary directory, removed when the test that made it finishes. */
+function scratch(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
 /** A config directory with the nats CLI's contexts `contexts` (name → its JSON). */
 function configWith(contexts: Record<string, unknown>): NodeJS.ProcessEnv {
-  const config = mkdtempSync(join(tmpdir(), "mesh-nats-context-"));
+  const config = scratch("mesh-nats-context-");
   mkdirSync(join(config, "nats", "context"), { recursive: true });
   for (const [name, body] of Object.entries(contexts)) writeFileSync(join(config, "nats", "context", `${name}.json`), JSON.stringify(body));
   return { XDG_CONFIG_HOME: config, HOME: "/nonexistent" };
@@ -17,7 +24,7 @@ function configWith(contexts: Record<string, unknown>): NodeJS.ProcessEnv {
 /** A .creds file of a new user. */
 function credsFile(): string {
   const kp = createUser();
-  const file = join(mkdtempSync(join(tmpdir(), "mesh-creds-")), "user.creds");
+  const file = join(scratch("mesh-creds-"), "user.creds");
   writeFileSync(
     file,
     `-----BEGIN NATS USER JWT-----\neyJ.a.jwt\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n${new TextDecoder().decode(kp.getSeed())}\n------END USER NKEY SEED------\n`,
@@ -50,7 +57,7 @@ describe("the identity meshctl connects with", () => {
   it("is --creds first, then the context's, then MESH_NATS_CREDENTIALS, then none here", () => {
     const creds = credsFile();
     const env = { MESH_NATS_USER: "someone", MESH_NATS_PASSWORD: "pw" };
-    const cwd = mkdtempSync(join(tmpdir(), "mesh-cwd-"));
+    const cwd = scratch("mesh-cwd-");
     expect(cliIdentity(env, cwd, { creds })).toHaveProperty("authenticator");
     const context = { name: "t", file: "/x/t.json", token: "s3cret", inboxPrefix: "_I.t" };
     expect(cliIdentity(env, cwd, { context })).toEqual({ token: "s3cret", inboxPrefix: "_I.t" });

@@ -1,14 +1,21 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { isMeshError } from "./errors.js";
 import { createUser } from "@nats-io/nkeys";
 import { natsIdentity } from "./connect.js";
 
+/** A temporary directory, removed when the test that made it finishes. */
+function scratch(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
 describe("natsIdentity", () => {
   it("reads a nats.user binding again on every connect, so a rotated one is used on the next reconnect", () => {
-    const dir = mkdtempSync(join(tmpdir(), "mesh-ident-"));
+    const dir = scratch("mesh-ident-");
     writeFileSync(join(dir, "username"), "mesh_nats__agent_a\n");
     writeFileSync(join(dir, "password"), "first\n");
     const { authenticator } = natsIdentity({ MESH_NATS_CREDENTIALS: dir });
@@ -31,7 +38,7 @@ describe("natsIdentity", () => {
   });
 
   it("signs with the .creds in a binding (or a .creds file), read again on every connect", () => {
-    const dir = mkdtempSync(join(tmpdir(), "mesh-ident-"));
+    const dir = scratch("mesh-ident-");
     const creds = (jwt: string, seed: string) =>
       `-----BEGIN NATS USER JWT-----\n${jwt}\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n${seed}\n------END USER NKEY SEED------\n`;
     const first = createUser();
@@ -49,7 +56,7 @@ describe("natsIdentity", () => {
   });
 
   it("takes a fixed identity, the password from a file, and nothing when no variable is set", () => {
-    const dir = mkdtempSync(join(tmpdir(), "mesh-ident-"));
+    const dir = scratch("mesh-ident-");
     writeFileSync(join(dir, "pw"), "s3cret\n");
     expect(natsIdentity({ MESH_NATS_USER: "admin", MESH_NATS_PASSWORD_FILE: join(dir, "pw") })).toEqual({ user: "admin", pass: "s3cret" });
     expect(natsIdentity({})).toEqual({});
