@@ -303,7 +303,8 @@ class MariadbAdapter implements ProviderAdapter {
    * `SET PASSWORD = '<hash>'` (the admin's own account, whichever host entry it logged in
    * through) on a connection made with `req.current`; the plaintext never reaches the server. An
    * account that also authenticates by another plugin (`unix_socket OR mysql_native_password`)
-   * keeps it: SET PASSWORD changes the password-based one only.
+   * should keep it, as MariaDB documents SET PASSWORD to change only the password-based ones (not
+   * tried here: the tests' servers authenticate root by password alone).
    */
   async setAdminPassword(req: SetAdminPasswordRequest): Promise<void> {
     const what = `set the admin user ${JSON.stringify(this.adminUser)}'s password`;
