@@ -106,3 +106,13 @@ describe("createRabbitmqAdapter", () => {
     expect(a.kinds).toEqual([Kinds.RabbitmqVhost]);
   });
 });
+
+describe("the admin verbs of a provider whose management URL cannot be used", () => {
+  it("loginAdmin says unreachable, naming the option, without trying any password", async () => {
+    const a = createRabbitmqAdapter(provider({ options: {} }));
+    const r = await a.loginAdmin!({ password: "tried-nowhere" });
+    expect(r).toMatchObject({ ok: false, reason: "unreachable" });
+    expect(!r.ok && r.message).toContain("options.managementUrl is not set");
+    expect(JSON.stringify(r)).not.toContain("tried-nowhere");
+  });
+});

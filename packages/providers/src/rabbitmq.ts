@@ -385,6 +385,8 @@ class RabbitmqAdapter implements ProviderAdapter {
   async loginAdmin(req: AdminLoginRequest): Promise<LoginResult> {
     const user = this.provider.admin?.username;
     if (!user) return { ok: false, reason: "rejected", message: `provider ${this.provider.name} names no admin.username` };
+    // A management URL it cannot use says nothing of the password: no login was tried.
+    if (this.api === "" && this.managementProblem) return { ok: false, reason: "unreachable", message: this.managementProblem.message };
     try {
       await this.request("log in as the admin user", "GET", "/whoami", undefined, {}, basicAuthorization(user, req.password));
       return { ok: true };
