@@ -19,7 +19,7 @@
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -35,6 +35,7 @@ import { startOwnMariadb } from "./harness/mariadb.js";
 import { startOwnRedis } from "./harness/redis.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { stopInOrder } from "./harness/teardown.js";
 
 const run = promisify(execFile);
 const SECRET = "db/admin-password";
@@ -175,11 +176,7 @@ afterEach(async () => {
   const w = world;
   world = undefined;
   if (!w) return;
-  await w.rotator.stop();
-  await w.agent.stop();
-  await w.mesh.stop();
-  await w.server?.stop();
-  rmSync(w.root, { recursive: true, force: true });
+  await stopInOrder([w.rotator, w.agent, w.mesh, w.server], [w.root]);
 });
 
 const dbModule: ModuleDoc = {

@@ -23,7 +23,7 @@
  * Each test has its own mesh (its own nats-server) and its own PostgreSQL.
  */
 import { execFile } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -52,6 +52,7 @@ import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 import { checkedAfter } from "./verify-helpers.js";
+import { stopInOrder } from "./harness/teardown.js";
 
 const run = promisify(execFile);
 const SECRET = "pg/admin-password";
@@ -71,11 +72,7 @@ afterEach(async () => {
   const w = world;
   world = undefined;
   if (!w) return;
-  await w.rotator.stop();
-  await w.agent.stop();
-  await w.mesh.stop();
-  await w.db?.stop();
-  for (const d of w.dirs) rmSync(d, { recursive: true, force: true });
+  await stopInOrder([w.rotator, w.agent, w.mesh, w.db], w.dirs);
 });
 
 const pgModule = (repair: "auto" | "report", onRotate?: string): ModuleDoc => ({
