@@ -1,13 +1,54 @@
 import { describe, expect, it } from "vitest";
 import { JetStreamApiError } from "@nats-io/jetstream";
-import { isJetStreamGap, isJetStreamTimeout, isStoreCreateFailure, jetStreamTimeoutMessage, retryJetStreamIdempotent } from "./jetstream-retry.js";
+import {
+  isJetStreamGap,
+  isJetStreamTimeout,
+  isStoreCreateFailure,
+  jetStreamTimeoutMessage,
+  jetStreamUnavailable,
+  retryJetStreamIdempotent,
+} from "./jetstream-retry.js";
 
 describe("isJetStreamGap", () => {
   it("knows the gap in each of the words 2.9.10 says it with, and nothing else", () => {
-    for (const m of ["503 no responders available", "jetstream is not enabled", "JetStream not enabled for account"])
+    for (const m of [
+      "503 no responders available",
+      "jetstream is not enabled",
+      "JetStream not enabled for account",
+      "JetStream system temporarily unavailable",
+    ])
       expect(isJetStreamGap(new Error(m)), m).toBe(true);
     for (const m of ["stream not found", "wrong last sequence: 3", 'Permissions Violation for Publish to "$JS.API.INFO"'])
       expect(isJetStreamGap(new Error(m)), m).toBe(false);
+  });
+});
+
+describe("jetStreamUnavailable", () => {
+  const timeout = () => Object.assign(new Error("timeout"), { name: "TimeoutError" });
+  const noLeader = new JetStreamApiError({ code: 503, err_code: 10008, description: "JetStream system temporarily unavailable" });
+  const noAccount = new JetStreamApiError({ code: 503, err_code: 10039, description: "JetStream not enabled for account" });
+  const silent = new Error("jetstream is not enabled", { cause: new Error("503") });
+  const one = { jetstream: true };
+  const member = { jetstream: true, cluster: "mesh" };
+
+  it("tells a cluster without a leader from a server or an account without JetStream, and from one server not answering", () => {
+    // A member that knows it has no meta leader says so, whatever else it said of itself.
+    expect(jetStreamUnavailable(noLeader, member)).toBe("cluster-electing");
+    expect(jetStreamUnavailable(new Error("opening the store failed", { cause: noLeader }), member)).toBe("cluster-electing");
+    expect(jetStreamUnavailable(noAccount, one)).toBe("account-without-jetstream");
+    // Silence: what the server said of itself in its INFO decides.
+    expect(jetStreamUnavailable(silent, { jetstream: false })).toBe("server-without-jetstream");
+    expect(jetStreamUnavailable(silent, {})).toBe("server-without-jetstream");
+    expect(jetStreamUnavailable(silent, one)).toBe("no-answer");
+    expect(jetStreamUnavailable(silent, member)).toBe("cluster-electing");
+    expect(jetStreamUnavailable(timeout(), one)).toBe("no-answer");
+    expect(jetStreamUnavailable(new Error("listing the keys failed", { cause: timeout() }), member)).toBe("cluster-electing");
+    expect(jetStreamUnavailable(timeout(), undefined)).toBe("no-answer");
+  });
+
+  it("is undefined for what says something else", () => {
+    for (const m of ["stream not found", "wrong last sequence: 3", 'Permissions Violation for Publish to "$JS.API.INFO"'])
+      expect(jetStreamUnavailable(new Error(m), member), m).toBeUndefined();
   });
 });
 

@@ -6,10 +6,50 @@ import { backoffMs, sleep } from "./backoff.js";
 import { JetStreamApiError } from "@nats-io/jetstream";
 import { errorMessage } from "./errors.js";
 
-/** Whether `e` says that JetStream did not answer for now, rather than that it is missing for good. */
+/**
+ * Whether `e` says that JetStream did not answer for now, rather than that it is missing for good.
+ * 2.9.10 says it both ways during a reload ("jetstream is not enabled", "JetStream not enabled for
+ * account"), and a cluster member that knows it has no meta leader answers "JetStream system
+ * temporarily unavailable" (10008) until the others elect one.
+ */
 export function isJetStreamGap(e: unknown): boolean {
-  // 2.9.10 says it both ways during a reload: "jetstream is not enabled", "JetStream not enabled for account".
-  return /no responders|jetstream (is )?not enabled/i.test(errorMessage(e));
+  return /no responders|jetstream (is )?not enabled|jetstream system temporarily unavailable/i.test(errorMessage(e));
+}
+
+/**
+ * Why JetStream was not there for a request, as far as its client can tell:
+ * - `cluster-electing`: a member of a cluster with no leader for what was asked (its meta
+ *   group, or a stream's), as while the others elect one after a server was lost. Such a member
+ *   answers "JetStream system temporarily unavailable" (10008) once it knows, and nothing at all
+ *   before (a timeout, or no responders while it restarts).
+ * - `server-without-jetstream`: no one answers JetStream's API, and the server said in its INFO
+ *   that it runs without JetStream.
+ * - `account-without-jetstream`: the server has JetStream, not for the connection's account (10039);
+ *   2.9.10 also says so for a moment while it reloads its configuration.
+ * - `no-answer`: one server with JetStream did not answer in time (loaded or stuck), or had no
+ *   responders for its API (reloading).
+ */
+export type JetStreamUnavailable = "cluster-electing" | "server-without-jetstream" | "account-without-jetstream" | "no-answer";
+
+/**
+ * Which {@link JetStreamUnavailable} `e` (or one of its causes) is, met by a JetStream request on a
+ * connection to a server that said `info` of itself in its INFO; undefined for any other error.
+ */
+export function jetStreamUnavailable(e: unknown, info: { jetstream?: boolean; cluster?: string } | undefined): JetStreamUnavailable | undefined {
+  const said = causeMessages(e);
+  if (/jetstream system temporarily unavailable/i.test(said)) return "cluster-electing";
+  if (/not enabled for account/i.test(said)) return "account-without-jetstream";
+  const silent = isJetStreamTimeout(e) || /no responders|jetstream (is )?not enabled/i.test(said);
+  if (!silent) return undefined;
+  if (info && info.jetstream !== true) return "server-without-jetstream";
+  return info?.cluster ? "cluster-electing" : "no-answer";
+}
+
+/** The messages of `e` and of its causes, one per line. */
+function causeMessages(e: unknown): string {
+  const all: string[] = [];
+  for (let cur = e, i = 0; cur && i < 8; cur = (cur as { cause?: unknown }).cause, i++) all.push(errorMessage(cur));
+  return all.join("\n");
 }
 
 /**

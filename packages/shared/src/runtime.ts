@@ -33,6 +33,8 @@ export {
   isStoreCreateFailure,
   JETSTREAM_GAP_RIDE_OUT_MS,
   jetStreamTimeoutMessage,
+  jetStreamUnavailable,
+  type JetStreamUnavailable,
   retryJetStreamGap,
   retryJetStreamIdempotent,
   retryJetStreamSetup,

@@ -18,7 +18,7 @@ import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { BUCKET_LIMITS, type BucketLimits } from "./limits.js";
 import { planBucketLimits } from "./bucket-limits.js";
-import { isJetStreamGap, retryJetStreamSetup } from "./jetstream-retry.js";
+import { isJetStreamGap, jetStreamUnavailable, retryJetStreamSetup, type JetStreamUnavailable } from "./jetstream-retry.js";
 import { kvStream } from "./kv-names.js";
 
 export type { KV, JetStreamClient, JetStreamManager, JsMsg };
@@ -60,6 +60,10 @@ export interface OpenStoreOptions {
   log?: StoreLog;
   /** Limits other than limits.ts's `BUCKET_LIMITS`, per bucket, for the buckets this call makes or brings up to them (a store sized otherwise; a test's bucket that fills up). */
   bucketLimits?: Partial<Record<keyof typeof Buckets, Partial<BucketLimits>>>;
+  /** How long to ride out a JetStream that does not answer or fails to make a stream's store; default 20 s, 0 for one attempt (a caller with a deadline of its own). */
+  rideOutMs?: number;
+  /** How long the store's JetStream requests wait for an answer; default 10 s. */
+  apiTimeoutMs?: number;
 }
 
 /**
@@ -70,7 +74,7 @@ export interface OpenStoreOptions {
  */
 export async function openStore(nc: NatsConnection, opts: OpenStoreOptions = {}): Promise<Store> {
   const replicas = opts.replicas ?? storeReplicas(nc.info, process.env);
-  return retryJetStreamSetup(() => openStoreOnce(nc, replicas, opts), 20_000);
+  return retryJetStreamSetup(() => openStoreOnce(nc, replicas, opts), opts.rideOutMs ?? 20_000);
 }
 
 /**
@@ -94,15 +98,27 @@ export function storeReplicas(info: { cluster?: string; connect_urls?: string[] 
   return info?.cluster && (info.connect_urls?.length ?? 0) >= 3 ? 3 : 1;
 }
 
+/** What a service's log says of a JetStream that was not there when it opened the store. */
+const UNAVAILABLE_WORDS: Readonly<Record<JetStreamUnavailable, string>> = {
+  "cluster-electing": "its cluster has no JetStream leader to answer now (one is elected while a majority of its servers run)",
+  "server-without-jetstream": "it runs without JetStream: start it with -js (see deploy/nats/single.conf)",
+  "account-without-jetstream": "JetStream is not enabled for this identity's account",
+  "no-answer": "JetStream did not answer in time",
+};
+
 async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenStoreOptions): Promise<Store> {
-  const jsm = await jetstreamManager(nc, { timeout: 10_000 }).catch((e: unknown) => {
+  const timeout = opts.apiTimeoutMs ?? 10_000;
+  const jsm = await jetstreamManager(nc, { timeout }).catch((e: unknown) => {
+    const why = jetStreamUnavailable(e, nc.info);
     throw new MeshError(
       ErrorCodes.ProviderUnreachable,
-      `the NATS server at ${nc.getServer()} has no JetStream: start it with -js (see deploy/nats/single.conf). ${errorMessage(e)}`,
-      { cause: e },
+      `the NATS server at ${nc.getServer()}: ${why ? UNAVAILABLE_WORDS[why] : "JetStream refused"} (${errorMessage(e)})`,
+      {
+        cause: e,
+      },
     );
   });
-  const js = jetstream(nc, { timeout: 10_000 });
+  const js = jetstream(nc, { timeout });
   const kvm = new Kvm(js);
   const kv = {} as Record<keyof typeof Buckets, KV>;
   let log = opts.log;
