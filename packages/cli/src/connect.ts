@@ -11,7 +11,8 @@ import {
   connectNats,
   isJetStreamTimeout,
   isStoreCreateFailure,
-  jetStreamTimeoutMessage,
+  JETSTREAM_GAP_RIDE_OUT_MS,
+  jetStreamUnavailable,
   natsIdentity,
   openStore,
   type NatsConnection,
@@ -21,6 +22,7 @@ import { bootstrapFiles } from "./bootstrap.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { isRequestTimeout, rootMessage } from "./nats-errors.js";
 import { meshctlCommand } from "./paths.js";
+import { remainingMs, retrying, type RetryPolicy } from "./retry.js";
 import type { ChosenIdentity } from "./nats-context.js";
 
 /** Where `meshctl up` records the address of the NATS server it runs, under the state directory. */
@@ -98,19 +100,46 @@ export function natsUnreachableMessage(url: string, cause: string): string {
   ].join("\n");
 }
 
-/** What to tell a user whose NATS at `url` has no JetStream. */
-export function noJetStreamMessage(url: string, cause: string): string {
+/** What to tell a user whose NATS server at `url` runs without JetStream (its INFO says so, and no one answers JetStream's API). */
+export function noJetStreamMessage(url: string): string {
   return [
-    `the NATS server at ${url} answers but JetStream is not available (${cause}).`,
-    "The mesh keeps its state in JetStream: restart the server with -js (nats-server -js),",
+    `the NATS server at ${url} runs without JetStream (it says so when a client connects, and no one answers JetStream's API).`,
+    "The mesh keeps its state in JetStream: restart the server with -js (nats-server -js, or jetstream {} in its config),",
     "or point NATS_URL (or --server) at a server with JetStream.",
+  ].join("\n");
+}
+
+/** What to tell a user whose identity's account has no JetStream on the server at `url`, which has it. */
+export function accountWithoutJetStreamMessage(url: string): string {
+  return [
+    `the NATS server at ${url} runs JetStream, but not for the account meshctl connected to ("JetStream not enabled for account").`,
+    "Connect as an identity of the account that holds the mesh: --creds FILE (or NATS_CREDS=; meshctl up and bootstrap leave the",
+    "operator admin's in .mesh/nats-operator/admin.creds), or enable JetStream for this account: jetstream: enabled in its block",
+    "of the server's accounts {…}, or JetStream limits in its JWT under an operator (nsc edit account --js-disk-storage -1 --js-mem-storage -1).",
+  ].join("\n");
+}
+
+/** What to tell a user whose NATS cluster at `url` had no JetStream leader to answer (`why`: what it said, or that it said nothing). */
+export function clusterElectingMessage(url: string, why: string): string {
+  return [
+    `the NATS cluster at ${url} has no JetStream leader to answer now (${why}): its servers elect one after a server was lost or restarted.`,
+    "An election ends by itself within seconds while a majority of the cluster's servers run and reach each other. If it goes on, check",
+    "that they do: each server's /healthz?js-server-only=true on its monitoring port, or nats server report jetstream.",
+  ].join("\n");
+}
+
+/** What to tell a user whose one NATS server at `url`, with JetStream, did not answer its JetStream request. */
+export function noAnswerMessage(url: string): string {
+  return [
+    `JetStream of the NATS server at ${url} did not answer in time: the server or its machine is overloaded, or it is reloading its configuration.`,
+    "Try again in a few seconds; if it goes on, see the server's log (and its /jsz on the monitoring port).",
   ].join("\n");
 }
 
 /** What to tell a user whose NATS at `url` kept failing to create the store's streams. */
 export function storeCreateFailedMessage(url: string): string {
   return [
-    `the NATS server at ${url} could not create the mesh's streams for 20 s ("error creating store for stream"; the server's own log says why).`,
+    `the NATS server at ${url} could not create the mesh's streams ("error creating store for stream"; the server's own log says why).`,
     "On a cluster that is still forming, try again in a few seconds. Otherwise check that the server's store directory",
     "(its jetstream store_dir) is writable and has room.",
   ].join("\n");
@@ -171,13 +200,58 @@ const storeNotes = {
   warn: (_: object, msg: string) => void process.stderr.write(`meshctl: warning: ${msg}\n`),
 };
 
-/** Opens the mesh's store on `nc`; a server without JetStream is a {@link CliError}. */
-export async function openStoreForCli(nc: NatsConnection, url: string): Promise<Store> {
-  try {
-    return await openStore(nc, { log: storeNotes });
-  } catch (e) {
-    if (isStoreCreateFailure(e)) throw new CliError(storeCreateFailedMessage(url), undefined, { cause: e, retryable: true });
-    if (isJetStreamTimeout(e)) throw new CliError(jetStreamTimeoutMessage("opening the mesh's store", url), undefined, { cause: e, retryable: true });
-    throw new CliError(noJetStreamMessage(url, rootMessage(e)), undefined, { cause: e });
+/**
+ * How long an account without JetStream is taken for a server reloading its configuration,
+ * which says the same for a moment (2.9.10): past it, the account has none.
+ */
+const ACCOUNT_RELOAD_MS = JETSTREAM_GAP_RIDE_OUT_MS;
+
+/** How long one JetStream request of meshctl waits for an answer, unless its deadline is nearer. */
+const CLI_JETSTREAM_TIMEOUT_MS = 10_000;
+
+/**
+ * Opens the mesh's store on `nc`, trying again within `policy`'s deadline while JetStream is not
+ * there for now (a cluster electing its leaders, a server reloading, a stream's store not made
+ * yet), and saying once on stderr what it waits for. What it cannot ride out is a {@link CliError}
+ * whose advice fits what the server said: a server without JetStream, an account without it, a
+ * cluster with no leader, or no answer. Each of the store's requests waits at most a third of
+ * the deadline (and 10 s).
+ */
+export async function openStoreForCli(nc: NatsConnection, url: string, policy: RetryPolicy): Promise<Store> {
+  const began = Date.now();
+  // A third of the deadline at most, so that an election that ends within it is met by a later attempt.
+  const apiTimeoutMs = Math.min(CLI_JETSTREAM_TIMEOUT_MS, Math.max(1_000, Math.floor(remainingMs(policy) / 3)));
+  return retrying("opening the mesh's store", policy, async () => {
+    try {
+      // One attempt each: the deadline is the command's.
+      return await openStore(nc, { log: storeNotes, rideOutMs: 0, apiTimeoutMs });
+    } catch (e) {
+      if (isStoreCreateFailure(e)) throw new CliError(storeCreateFailedMessage(url), undefined, { cause: e, retryable: true });
+      throw (
+        jetStreamUnavailableError(e, url, nc.info, Date.now() - began) ??
+        new CliError(`could not open the mesh's store on the NATS server at ${url}: ${rootMessage(e)}`, undefined, { cause: e })
+      );
+    }
+  });
+}
+
+/**
+ * `e`, met by a JetStream request `elapsedMs` after the command's first, on a connection to the
+ * server at `url` that said `info` of itself, as a {@link CliError} whose advice fits why
+ * JetStream was not there ({@link jetStreamUnavailable}), retryable while that may pass by itself;
+ * undefined when `e` says something else.
+ */
+export function jetStreamUnavailableError(e: unknown, url: string, info: NatsConnection["info"], elapsedMs: number): CliError | undefined {
+  switch (jetStreamUnavailable(e, info)) {
+    case "cluster-electing":
+      return new CliError(clusterElectingMessage(url, isJetStreamTimeout(e) ? "no answer in time" : rootMessage(e)), undefined, { cause: e, retryable: true });
+    case "server-without-jetstream":
+      return new CliError(noJetStreamMessage(url), undefined, { cause: e });
+    case "account-without-jetstream":
+      return new CliError(accountWithoutJetStreamMessage(url), undefined, { cause: e, retryable: elapsedMs < ACCOUNT_RELOAD_MS });
+    case "no-answer":
+      return new CliError(noAnswerMessage(url), undefined, { cause: e, retryable: true });
+    default:
+      return undefined;
   }
 }

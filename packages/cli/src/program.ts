@@ -15,7 +15,7 @@ import { deleteRequestOf, deleteRequestOfFiles, runDelete } from "./delete-comma
 import { checkConsoleOptions, runConsole, type ConsoleOptions } from "./console/command.js";
 import { DEFAULT_CONSOLE_LISTEN } from "./console/access.js";
 import { CliError, isCliError } from "./cli-error.js";
-import { connectForCli, isNamedServer, natsUrlFrom, openStoreForCli } from "./connect.js";
+import { connectForCli, isNamedServer, jetStreamUnavailableError, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { readNatsContext } from "./nats-context.js";
 import { EXAMPLES, examplesHelp, runExample } from "./example-command.js";
 import { runExplain } from "./explain-command.js";
@@ -108,8 +108,13 @@ function readCommand(what: string, o: { timeout?: string; verbose?: boolean }, f
   return run(async (connect, url) => {
     check?.();
     const policy = policyOf(o);
-    const store = await openStoreForCli(await connect(), url);
-    return retrying(what, policy, () => fn(store));
+    const nc = await connect();
+    const store = await openStoreForCli(nc, url, policy);
+    const began = Date.now();
+    // What a read meets of a cluster electing its leaders is said as such, and ridden out within the deadline.
+    return retrying(what, policy, () => fn(store).catch((e: unknown) => Promise.reject(jetStreamUnavailableError(e, url, nc.info, Date.now() - began) ?? e)), {
+      read: true,
+    });
   });
 }
 
@@ -219,7 +224,7 @@ program
         // With --wait, --timeout bounds all of it: sending (again while the resolver does not answer) and waiting.
         const timeoutMs = durationOption("--timeout", o.timeout) ?? WAIT_TIMEOUT_MS;
         const policy = retryPolicy({ withinMs: timeoutMs, verbose: Boolean(o.verbose) }, out);
-        const store = async () => openStoreForCli(await connect(), url);
+        const store = async () => openStoreForCli(await connect(), url, policy);
         return runApply(connect, { files: o.filename, json: p.json, force: o.force, policy, wait: { untilMs: policy.deadline, timeoutMs, store } }, p.out);
       }),
     ),
@@ -248,8 +253,9 @@ program
         if (o.filename.length && (what || names.length)) throw new CliError("give either -f FILE… or WHAT NAME…, not both", ExitCodes.Usage);
         const request = o.filename.length ? await deleteRequestOfFiles(o.filename, force) : deleteRequestOf(what, names, force);
         const waitMs = durationOption("--wait-timeout", o.waitTimeout);
-        const store = await openStoreForCli(await connect(), url);
-        return printing(o, (p) => runDelete(store, { request, json: p.json, policy: policyOf(o), ...(waitMs ? { waitMs } : {}) }, p.out));
+        const policy = policyOf(o);
+        const store = await openStoreForCli(await connect(), url, policy);
+        return printing(o, (p) => runDelete(store, { request, json: p.json, policy, ...(waitMs ? { waitMs } : {}) }, p.out));
       }),
   );
 
@@ -326,7 +332,8 @@ program
       const state = parseModuleState(o.for);
       checkModuleName(module);
       const timeoutMs = durationOption("--timeout", o.timeout);
-      const store = await openStoreForCli(await connect(), url);
+      // The store is opened within the wait's own time, riding out a cluster's election meanwhile.
+      const store = await openStoreForCli(await connect(), url, retryPolicy({ withinMs: timeoutMs ?? WAIT_TIMEOUT_MS }, out));
       return printing(o, (p) => runWait(store, { module, for: state, json: p.json, ...(timeoutMs ? { timeoutMs } : {}) }, p.out));
     }),
   );
@@ -377,7 +384,7 @@ program
         else checkGrantArg(grant!);
         const timeoutMs = durationOption("--timeout", o.timeout);
         const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
-        const store = await openStoreForCli(await connect(), url);
+        const store = await openStoreForCli(await connect(), url, policy);
         return printing(o, (p) => {
           const common = { wait: o.wait, json: p.json, policy, ...(timeoutMs ? { timeoutMs } : {}) };
           if (o.kind !== undefined) return runRotateKind(store, { ...common, kind: o.kind }, p.out);
@@ -402,7 +409,7 @@ program
       const graceMs = o.grace === "0s" || o.grace === "0" ? 0 : (durationOption("--grace", o.grace) ?? 1_000);
       const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
       const by = `${userInfo().username}@${hostname()}`;
-      const store = await openStoreForCli(await connect(), url);
+      const store = await openStoreForCli(await connect(), url, policy);
       return printing(o, (p) =>
         runRotate(store, { grant, json: p.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } }, p.out),
       );
@@ -425,7 +432,7 @@ program
     run(async (connect, url) => {
       const policy = policyOf({ timeout: o.requestTimeout, verbose: o.verbose }, "--request-timeout");
       const by = `${userInfo().username}@${hostname()}`;
-      const store = await openStoreForCli(await connect(), url);
+      const store = await openStoreForCli(await connect(), url, policy);
       return printing(o, (p) => runReissueAgent(store, { node, out: o.out, by, json: p.json, policy, ...(o.reason ? { reason: o.reason } : {}) }, p.out));
     }),
   );
@@ -471,7 +478,7 @@ program
       checkConsoleOptions(opts);
       const stop = new AbortController();
       for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.once(s, () => stop.abort());
-      return runConsole(await openStoreForCli(await connect(), url), opts, out, stop.signal);
+      return runConsole(await openStoreForCli(await connect(), url, policyOf({})), opts, out, stop.signal);
     }),
   );
 
@@ -715,7 +722,7 @@ program
     run(async (connect, url) => {
       if (!(CompletedNames as readonly string[]).includes(what)) return ExitCodes.Ok;
       const listed = (async () => {
-        const store = await openStoreForCli(await connect(), url);
+        const store = await openStoreForCli(await connect(), url, retryPolicy({ withinMs: COMPLETE_WITHIN_MS, option: null }, { err: () => undefined }));
         const kv = { modules: store.kv.manifests, grants: store.kv.grants, providers: store.kv.providers }[what as CompletedName];
         const names: string[] = [];
         for await (const k of await kv.keys()) names.push(what === "grants" ? k.replace(".", "/") : k);

@@ -410,7 +410,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
     if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
     if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
-    const store = await openStoreForCli(nc, url);
+    const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out));
 
     const specs = serviceSpecs({
       main,
