@@ -3,7 +3,9 @@
  * and one agent per node, all real processes: the JetStream meta leader, then the leader of
  * the stream that carries the rotation, SIGKILLed in the middle of a rotation. The rotation
  * finishes by itself, nothing is retired before its holders confirmed, holders querying every
- * 50 ms never see a failed login, and the store's history stays consistent.
+ * 50 ms never see a failed login, and the store's history stays consistent. A revocation made
+ * while a server is down is enforced there when it is back; and `meshctl rotate --wait` started
+ * as the meta leader is SIGKILLed rides out the election within its own deadline.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -223,6 +225,33 @@ describe("the mesh on a three-server cluster", () => {
     step("a meta leader every member follows");
     await allReady(t.store, ["app"], 30_000);
     step("app Ready");
+    expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
+  });
+
+  it("meshctl rotate --wait, started as the meta leader is SIGKILLed, rides out the election and commits", async () => {
+    await t.cluster.waitMeta();
+    const from = await generationOf(t.store, "app", "bus");
+    const dir = bindingDir(t.mesh, "node-a", "app", "api", "bus");
+    const old = readFileSync(join(dir, "creds"), "utf8");
+    const meta = await t.cluster.metaLeader();
+    // The command starts first, so the kill lands while it connects and opens the store: the cluster elects meanwhile.
+    const rotate = t.mesh.meshctl(["rotate", "app/bus", "--wait", "--timeout", "90s", "--json"], {}, 180_000);
+    await meta.kill();
+    await new Promise((r) => setTimeout(r, 2_000));
+    await meta.restart();
+    const r = await rotate;
+    console.log(`[cluster] meshctl rotate across the meta leader's SIGKILL said on stderr: ${JSON.stringify(r.stderr)}`);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).not.toContain("restart the server with -js");
+    expect(JSON.parse(r.stdout)).toMatchObject({ state: "Committed", from, to: from + 1 });
+    await allReady(t.store, ["app"], 30_000);
+    // The new generation logs in on every server, and the old one is refused there, the member killed included once it is back.
+    await waitFor("node-a's binding on the new generation", () => readFileSync(join(dir, "creds"), "utf8") !== old, 10_000);
+    const fresh = readFileSync(join(dir, "creds"), "utf8");
+    for (const m of t.cluster.members) {
+      await waitFor(`generation ${from} refused at ${m.name}`, async () => !(await logsInAt(m.url, old)), 30_000, 200);
+      expect(await logsInAt(m.url, fresh), `generation ${from + 1} at ${m.name}`).toBe(true);
+    }
     expect(await grantInvariants(t.store, t.cluster, "app", "bus")).toEqual([]);
   });
 });

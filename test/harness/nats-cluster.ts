@@ -173,20 +173,7 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
     url,
     adminCreds,
     member: byName,
-    async metaLeader() {
-      return waitFor(
-        "the JetStream meta group to have a leader",
-        async () => {
-          for (const m of members.filter((x) => x.up)) {
-            const j = await getJson<{ meta_cluster?: { leader?: string } }>(`${m.monitorUrl}/jsz`).catch(() => undefined);
-            if (j?.meta_cluster?.leader) return byName(j.meta_cluster.leader);
-          }
-          return undefined;
-        },
-        30_000,
-        200,
-      );
-    },
+    metaLeader: () => metaLeaderAmong(members, (m) => m.monitorUrl, byName),
     async streamLeader(nc, stream) {
       const jsm = await jetstreamManager(nc, { timeout: 3_000 });
       return waitFor(
@@ -227,11 +214,39 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
 }
 
 /**
+ * The member of `members` that leads the JetStream meta group now, asked of each one's `/jsz`
+ * at `monitorUrl` (one that is down refuses at once), found by its server name with `named`.
+ */
+function metaLeaderAmong<T>(members: T[], monitorUrl: (m: T) => string, named: (serverName: string) => T): Promise<T> {
+  return waitFor(
+    "the JetStream meta group to have a leader",
+    async () => {
+      for (const m of members) {
+        const leader = (await getJson<{ meta_cluster?: { leader?: string } }>(`${monitorUrl(m)}/jsz`).catch(() => undefined))?.meta_cluster?.leader;
+        if (leader) return named(leader);
+      }
+      return undefined;
+    },
+    30_000,
+    200,
+  );
+}
+
+/**
  * A cluster of `size` (default 3) members with JetStream and no authentication, for a
  * benchmark that compares the mesh on a cluster with the mesh on one server (bench/): the same
  * layout as startOperatorCluster, without the operator.
  */
-export async function startPlainCluster(opts: { size?: number } = {}): Promise<{ url: string; members: NatsServer[]; stop(): Promise<void> }> {
+export interface PlainCluster {
+  /** Every member's client URL, comma-separated: what NATS_URL takes. */
+  url: string;
+  members: NatsServer[];
+  /** The member that leads the JetStream meta group now. */
+  metaLeader(): Promise<NatsServer>;
+  stop(): Promise<void>;
+}
+
+export async function startPlainCluster(opts: { size?: number } = {}): Promise<PlainCluster> {
   const size = opts.size ?? 3;
   const dir = mkdtempSync(join(tmpdir(), "mesh-plain-cluster-"));
   const ports = await Promise.all(Array.from({ length: size }, async () => ({ client: await freePort(), cluster: await freePort() })));
@@ -267,6 +282,13 @@ export async function startPlainCluster(opts: { size?: number } = {}): Promise<{
   return {
     url: members.map((m) => m.url).join(","),
     members,
+    // Member i is server_name mesh-n<i+1>.
+    metaLeader: () =>
+      metaLeaderAmong(
+        members,
+        (m) => `http://127.0.0.1:${m.monitorPort}`,
+        (name) => members[Number(name.replace(/^mesh-n/, "")) - 1]!,
+      ),
     async stop() {
       await Promise.all(members.map((m) => m.stop({ keepStore: true }).catch(() => {})));
       rmSync(dir, { recursive: true, force: true });
