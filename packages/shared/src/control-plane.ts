@@ -11,6 +11,7 @@ import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.
 import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } from "./subjects.js";
 import { CeilingOptions, DEFAULT_NATS_CEILING, RESPONSES_CEILING_OPTION, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
+import { microPermissions } from "./micro.js";
 
 /** The bootstrap provider: the mesh's own NATS, serving identities and JetStream stores. */
 export const BOOTSTRAP_PROVIDER = "mesh-nats";
@@ -248,7 +249,7 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
           subjects.credentialFetchesOfNode(node),
           `mesh.probe.report.${node}.>`,
         ],
-        subscribe: [subjects.probeRequest(node)],
+        subscribe: [subjects.probeRequest(node), ...microPermissions(microServiceName(service))],
       };
     }
     switch (service) {
@@ -278,13 +279,24 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     }
   })();
   const api = jetStreamPermissions(service);
+  // Each service answers the NATS micro protocol (PING, INFO, STATS) under its own name; an agent's is added above.
+  const micro = typeof service === "object" ? [] : microPermissions(microServiceName(service));
   return {
     publish: [...api.allow, ...COMMON.publish, ...own.publish],
-    subscribe: [...COMMON.subscribe, ...own.subscribe],
+    subscribe: [...COMMON.subscribe, ...own.subscribe, ...micro],
     ...(api.deny.length ? { denyPublish: api.deny } : {}),
     // The services answer requests, and an agent answers its node's probe requests; nothing else does.
     allowResponses: true,
   };
+}
+
+/**
+ * The name a service answers the NATS micro protocol as (micro.ts): `mesh-<service>`, and an
+ * agent's `mesh-agent-<node>`, so that one node's agent may not listen for what is asked of
+ * another's.
+ */
+export function microServiceName(service: string | { agent: string }): string {
+  return typeof service === "object" ? `mesh-agent-${service.agent}` : `mesh-${service}`;
 }
 
 /** Where the control plane runs: its services on one node, an agent on each node. */

@@ -199,6 +199,17 @@ export {
 export { DEFAULT_BINDINGS_ROOT, DEFAULT_STATE_DIR, OPERATOR_ADMIN_CREDS, StateFiles } from "./state-dir.js";
 export { meshVersion } from "./release-version.js";
 export {
+  endpointName,
+  MICRO_VERBS,
+  MicroEndpoints,
+  microPermissions,
+  microResponse,
+  microSubjects,
+  type MicroEndpointStats,
+  type MicroService,
+  type MicroVerb,
+} from "./micro.js";
+export {
   agentDurable,
   agentPart,
   BOOTSTRAP_PROVIDER,
@@ -210,6 +221,7 @@ export {
   type ControlPlaneService,
   identityRequirement,
   MASTER_KEY_GRANT,
+  microServiceName,
   RECORDS_GRANT,
   servesModule,
   servicePermissions,

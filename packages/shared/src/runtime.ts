@@ -40,6 +40,7 @@ export {
   retryJetStreamSetup,
 } from "./jetstream-retry.js";
 export { lostStream, streamsLostMessage } from "./lost-streams.js";
+export { microEndpoints, serveMicro } from "./micro-service.js";
 export {
   CAS_ATTEMPTS,
   type CasModified,

@@ -3,13 +3,15 @@ import { isInboxSubject } from "./inboxes.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { Limits } from "./limits.js";
 import type { Logger } from "./logger.js";
+import { microEndpoints } from "./micro-service.js";
 
 /**
  * Answers requests on `subject` in a queue group with JSON; a handler that throws gets a
  * structured error reply (`{ok:false, error:{code,message,retryable}}`), never a timeout.
  * At most `maxInFlight` requests (default {@link Limits.requestsInFlight}) are worked on at
  * once; one more is answered at once with a retryable `Unavailable`, so a flood costs the
- * service a bounded amount of memory and its callers a retry, not a timeout.
+ * service a bounded amount of memory and its callers a retry, not a timeout. What it served is
+ * counted for the NATS micro protocol's STATS of the service on `nc` (micro-service.ts).
  */
 export function serveJson(
   nc: NatsConnection,
@@ -26,6 +28,7 @@ export function serveJson(
   });
   let inFlight = 0;
   let shed = 0;
+  const record = microEndpoints(nc).add(subject, queue);
   const sub = nc.subscribe(subject, { queue });
   void (async () => {
     for await (const m of sub) {
@@ -46,11 +49,14 @@ export function serveJson(
         shed = 0;
       }
       inFlight++;
+      const began = performance.now();
+      let failed: string | undefined;
       void (async () => {
         let body: unknown;
         try {
           body = m.data.length ? m.json() : {};
         } catch {
+          failed = `${ErrorCodes.InvalidRequest}: the request body is not JSON`;
           m.respond(JSON.stringify({ ok: false, error: { code: ErrorCodes.InvalidRequest, message: "the request body is not JSON", retryable: false } }));
           return;
         }
@@ -60,9 +66,13 @@ export function serveJson(
         } catch (e) {
           const err = e instanceof MeshError ? e.toJSON() : { code: ErrorCodes.Internal, message: errorMessage(e), retryable: true };
           if (!(e instanceof MeshError)) log.error({ err: e, subject }, "request handler failed");
+          failed = `${err.code}: ${err.message}`;
           m.respond(JSON.stringify({ ok: false, error: err }));
         }
-      })().finally(() => inFlight--);
+      })().finally(() => {
+        inFlight--;
+        record(performance.now() - began, failed);
+      });
     }
   })();
   return { stop: () => sub.drain() };

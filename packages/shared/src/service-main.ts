@@ -12,6 +12,10 @@ import { loadMasterKey, type MasterKey } from "./crypto.js";
 import { connectNats, type NatsConnection } from "./connect.js";
 import { openStore, type Store } from "./store.js";
 import { DEFAULT_STATE_DIR, StateFiles } from "./state-dir.js";
+import { meshVersion } from "./release-version.js";
+import { serveMicro } from "./micro-service.js";
+import type { MicroService } from "./micro.js";
+import { microServiceName } from "./control-plane.js";
 
 /** A started service: `stop()` ends its work; `closed`, if given, rejecting means it failed for good. */
 export interface RunningService {
@@ -25,8 +29,16 @@ export interface ServiceContext {
   log: Logger;
 }
 
-/** Runs service `name` (`mesh-<name>` in messages) until a signal. Never returns normally. */
-export async function runService(name: string, start: (ctx: ServiceContext) => Promise<RunningService>, log: Logger = createLogger(name)): Promise<void> {
+/**
+ * Runs service `name` (`mesh-<name>` in messages) until a signal. Never returns normally. It
+ * answers the NATS micro protocol as `micro.name` (default {@link microServiceName}) with `micro.metadata`.
+ */
+export async function runService(
+  name: string,
+  start: (ctx: ServiceContext) => Promise<RunningService>,
+  log: Logger = createLogger(name),
+  micro: { name?: string; metadata?: Record<string, string> } = {},
+): Promise<void> {
   try {
     const nc = await connectNats(undefined, { name: `mesh-${name}` });
     // What the server refuses (a permission this identity lacks) reaches no caller when it was a
@@ -43,7 +55,14 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
     const store = await openStore(nc, { log });
     checkSourceOfRecord(log);
     const service = await start({ nc, store, log });
-    log.info({ nats: nc.getServer() }, `${name} started`);
+    const described: MicroService = {
+      name: micro.name ?? microServiceName(name),
+      version: meshVersion(import.meta.url) ?? "0.0.0",
+      description: `the mesh's ${name}`,
+      ...(micro.metadata ? { metadata: micro.metadata } : {}),
+    };
+    const answering = serveMicro(nc, described, log);
+    log.info({ nats: nc.getServer(), micro: { name: described.name, id: answering.id } }, `${name} started`);
     if (nc.info && !nc.info.auth_required) log.warn({ nats: nc.getServer() }, unauthenticatedWarning(nc.getServer()));
     const identity = followIdentity(nc, log);
     let stopping = false;
@@ -53,6 +72,7 @@ export async function runService(name: string, start: (ctx: ServiceContext) => P
       log.info({ signal }, `${name} stopping`);
       identity?.stop();
       try {
+        await answering.stop();
         await service.stop();
         await nc.drain();
         process.exit(0);

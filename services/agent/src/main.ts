@@ -19,7 +19,7 @@ import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, meshVersio
 import { runService, serviceHelp } from "@mesh/shared/service";
 import { traced } from "@mesh/telemetry";
 import { startAgent } from "./agent.js";
-import { allowedHooksOf, type AllowedHooks } from "@mesh/shared";
+import { allowedHooksOf, microServiceName, type AllowedHooks } from "@mesh/shared";
 import { resolveHookPrograms } from "./hook-runner.js";
 
 const USAGE =
@@ -80,4 +80,6 @@ await runService(
   traced("mesh-agent", meshVersion(import.meta.url), ({ store, log }) =>
     startAgent({ store, node, bindingsRoot, log, hooks, ...(hookUser ? { hookUser } : {}), ...(probeIntervalMs ? { probeIntervalMs } : {}) }),
   ),
+  undefined,
+  { name: microServiceName({ agent: node }), metadata: { node } },
 );
