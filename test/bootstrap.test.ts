@@ -6,10 +6,11 @@
  */
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
-import { CONTROL_PLANE_SERVICES, SOURCE_OF_RECORD, agentPart, identityRequirement } from "@mesh/shared";
+import { CONTROL_PLANE_SERVICES, SOURCE_OF_RECORD, agentPart, identityRequirement, microServiceName } from "@mesh/shared";
 import { natsIdentity, openStore } from "@mesh/shared/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
@@ -93,6 +94,61 @@ describe("meshctl bootstrap", () => {
         (e: unknown) => e,
       );
       expect(String(outcome)).toMatch(/permissions violation/i);
+      expect(own.isClosed()).toBe(false);
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it("every service answers the NATS micro protocol under its own name: PING from each, INFO with its endpoints, STATS counting what it served", async () => {
+    // One request the resolver counts, on top of the control plane's apply (made before the resolver moved onto its identity).
+    const applied = await mesh.meshctl(["apply", "-f", fileURLToPath(new URL("../examples/nothing.yaml", import.meta.url))]);
+    expect(applied.code, applied.stderr).toBe(0);
+    const nc = await connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: mesh.adminCredsFile }), reconnect: false });
+    try {
+      const ask = async (subject: string) => {
+        const answers: Array<Record<string, unknown>> = [];
+        for await (const m of await nc.requestMany(subject, "", { maxWait: 1_500 })) answers.push(m.json());
+        return answers;
+      };
+      const pings = await ask("$SRV.PING");
+      expect(pings.map((p) => p.name).sort()).toEqual(
+        [...CONTROL_PLANE_SERVICES.map((x) => microServiceName(x)), microServiceName({ agent: "node-a" })].sort(),
+      );
+      for (const p of pings) {
+        expect(p.type).toBe("io.nats.micro.v1.ping_response");
+        expect(p.version).toMatch(/^\d+\.\d+\.\d+/);
+        expect(p.id).toMatch(/^[0-9a-f]{22}$/);
+      }
+      expect((await ask(`$SRV.PING.${microServiceName({ agent: "node-a" })}`))[0]!.metadata).toEqual({ node: "node-a" });
+      const [info] = await ask("$SRV.INFO.mesh-resolver");
+      expect(info!.type).toBe("io.nats.micro.v1.info_response");
+      expect((info!.endpoints as Array<{ subject: string }>).map((e) => e.subject)).toContain("mesh.api.apply");
+      const [stats] = await ask(`$SRV.STATS.mesh-resolver.${String(info!.id)}`);
+      const apply = (stats!.endpoints as Array<{ subject: string; num_requests: number; num_errors: number }>).find((e) => e.subject === "mesh.api.apply")!;
+      expect(apply.num_requests).toBeGreaterThanOrEqual(1);
+      expect(apply.num_errors).toBe(0);
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it("a service may answer the micro protocol under its own name only: an agent may not listen for the resolver's or another node's", async () => {
+    const nc = await connectAs(mesh, agentPart("node-a"));
+    try {
+      const own = nc.subscribe(`$SRV.PING.${microServiceName({ agent: "node-a" })}.*`);
+      for (const foreign of ["$SRV.PING.mesh-resolver", `$SRV.INFO.${microServiceName({ agent: "node-b" })}.*`]) {
+        const sub = nc.subscribe(foreign);
+        expect(
+          String(
+            await sub.closed.then(
+              (e) => e,
+              (e: unknown) => e,
+            ),
+          ),
+          foreign,
+        ).toMatch(/permissions violation/i);
+      }
       expect(own.isClosed()).toBe(false);
     } finally {
       await nc.close();
