@@ -478,7 +478,8 @@ program
       checkConsoleOptions(opts);
       const stop = new AbortController();
       for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.once(s, () => stop.abort());
-      return runConsole(await openStoreForCli(await connect(), url, policyOf({})), opts, out, stop.signal);
+      // console has no --timeout: the default deadline, and no option named in what it says while it waits.
+      return runConsole(await openStoreForCli(await connect(), url, retryPolicy({ option: null }, out)), opts, out, stop.signal);
     }),
   );
 
