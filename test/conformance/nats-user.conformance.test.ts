@@ -19,6 +19,7 @@ import {
   newUserSeed,
   openSigningKeys,
   sealSigningKeys,
+  withRevocations,
   type BindingValues,
   type ProviderAdapter,
   type ProviderConfig,
@@ -403,6 +404,25 @@ describe("nats.user adapter (operator mode)", () => {
     } finally {
       await Promise.all(adapters.map((a) => a.close()));
     }
+  });
+
+  it("pushes a revocation again while the server stores it but does not enforce it", async () => {
+    // What two writers' claims updates leave when the server applies them in the other order than
+    // it stored them (see pushRevocations): its store revokes the key, the account in memory,
+    // which decides logins, does not. Made here by writing the store's file of the account, which
+    // the server reads for a lookup and not for a login.
+    const grant = freshGrant();
+    const { bindings } = await create(grant);
+    const keys = openSigningKeys(nats.masterKey, readFileSync(nats.files.signingKeysFile, "utf8"));
+    const file = join(nats.files.resolverDir, `${nats.operator.account}.jwt`);
+    const stored = readFileSync(file, "utf8");
+    const revocations = { ...accountClaims(stored).revocations, [bindings.nkey!]: Math.floor(Date.now() / 1000) + 3600 };
+    writeFileSync(file, await withRevocations(stored, keys.operatorSigningSeed, revocations));
+    expect((await serverAccount()).revocations[bindings.nkey!]).toBeGreaterThan(0);
+    expect(await adapter.login({ bindings })).toEqual({ ok: true });
+    await adapter.retire({ grant });
+    expect(await adapter.login({ bindings })).toMatchObject({ ok: false, reason: "rejected" });
+    await adapter.delete({ grant });
   });
 
   it("issuing and retiring reload nothing and disturb no other client: the admin, a JetStream consumer and another user's subscription", async () => {

@@ -427,7 +427,14 @@ class NatsUserAdapter implements ProviderAdapter {
   /**
    * Makes the server's account JWT revoke every revoked record's key: looks it up, adds what is
    * missing, drops revocations of keys whose JWT has expired (and their records), pushes it, and
-   * looks again, until a lookup shows everything the records say.
+   * looks again, until a lookup shows everything the records say and the server enforces it.
+   *
+   * Both are asked because they can differ: nats-server (2.9.10, and still) stores a claims
+   * update, then reads its store again and applies what it read, in the goroutine of the
+   * connection that sent it, so of two writers' updates that arrive together the older can be
+   * applied last. The lookup (the store) then shows the newer JWT while the account in memory,
+   * which decides logins, keeps the older one's revocations. A push makes the server apply what
+   * it stores again.
    */
   private async pushRevocations(what: string): Promise<void> {
     const { kv } = await this.adminConn(what);
@@ -441,9 +448,11 @@ class NatsUserAdapter implements ProviderAdapter {
       const wanted = { ...account.revocations };
       for (const { entry } of expired) delete wanted[entry.user];
       for (const { entry } of live) wanted[entry.user] = Math.max(wanted[entry.user] ?? 0, entry.revokedAt);
-      const done =
+      const stored =
         live.every(({ entry }) => (account.revocations[entry.user] ?? 0) >= entry.revokedAt) &&
         expired.every(({ entry }) => !(entry.user in account.revocations));
+      const enforced = stored ? await this.enforcedRevocations(what) : undefined;
+      const done = stored && (enforced === undefined || live.every(({ entry }) => (enforced[entry.user] ?? 0) >= entry.revokedAt));
       if (done) {
         for (const r of expired) {
           await this.kvCall(what, async () => {
@@ -454,7 +463,13 @@ class NatsUserAdapter implements ProviderAdapter {
         }
         return;
       }
-      const jwt = await withRevocations(account.jwt, keys.operatorSigningSeed, wanted);
+      let jwt = await withRevocations(account.jwt, keys.operatorSigningSeed, wanted);
+      if (jwt === account.jwt) {
+        // Stored, not enforced: the server applies an update only when it differs from what it
+        // stores, and the same claims signed within the same second are the same JWT.
+        await new Promise((r) => setTimeout(r, 1_000 - (Date.now() % 1_000)));
+        jwt = await withRevocations(account.jwt, keys.operatorSigningSeed, wanted);
+      }
       await this.systemRequest(what, `$SYS.REQ.ACCOUNT.${keys.account}.CLAIMS.UPDATE`, jwt, (reply) => {
         const r = JSON.parse(reply) as { data?: { code?: number; message?: string }; error?: { code?: number; description?: string } };
         if (r.error || r.data?.code !== 200) {
@@ -472,6 +487,20 @@ class NatsUserAdapter implements ProviderAdapter {
         retryable: true,
       },
     );
+  }
+
+  /**
+   * The revocations the server enforces now (its account in memory: `revoked_user` of the
+   * account's INFO), in unix seconds by user key; undefined when the server has not loaded the
+   * account, which it then loads from its store when it is first used.
+   */
+  private async enforcedRevocations(what: string): Promise<Record<string, number> | undefined> {
+    const keys = this.signingKeys();
+    return this.systemRequest(what, `$SYS.REQ.ACCOUNT.${keys.account}.INFO`, "", (reply) => {
+      const r = JSON.parse(reply) as { data?: { revoked_user?: Record<string, string> } };
+      if (!r.data) return undefined;
+      return Object.fromEntries(Object.entries(r.data.revoked_user ?? {}).map(([user, at]) => [user, Math.floor(Date.parse(at) / 1000)]));
+    });
   }
 
   /** The account's JWT as the server has it, with its signing keys and revocations. */
