@@ -163,7 +163,7 @@ describe("meshctl up with the examples", () => {
       };
       await named(["--creds", admin], { NATS_URL: url });
       await named([], { NATS_URL: url, NATS_CREDS: admin });
-      const config = mkdtempSync(join(tmpdir(), "mesh-nats-config-"));
+      const config = scratchDir("mesh-nats-config-");
       mkdirSync(join(config, "nats/context"), { recursive: true });
       writeFileSync(join(config, "nats/context/mesh.json"), JSON.stringify({ description: "this mesh", url, creds: admin }));
       await named(["--context", "mesh"], { XDG_CONFIG_HOME: config });

@@ -4,8 +4,7 @@
  * nats-operator.ts, made by the same code as meshctl bootstrap). Never the shared server on 4222.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { connect, credsAuthenticator, type NatsConnection, type Status } from "@nats-io/transport-node";
@@ -28,6 +27,7 @@ import { createNatsUserAdapter } from "../../packages/providers/src/nats-user.js
 import { startOperatorNats, type OperatorNats } from "../harness/nats-operator.js";
 import { freePort } from "../harness/ports.js";
 import { waitFor } from "../harness/wait.js";
+import { scratchDir } from "../harness/scratch.js";
 import { INJECTION_NAME, atPort, describeProviderConformance, expectMeshError, freshGrant } from "./provider-conformance.js";
 
 let nats: OperatorNats;
@@ -547,7 +547,7 @@ describe("nats.user adapter (operator mode)", () => {
   it("a wrong admin, or signing keys of another operator, is ProviderMisconfigured, naming what to check; nothing is recorded", async () => {
     const records = await recordCount();
     const other = await createOperatorSetup();
-    const dir = mkdtempSync(join(tmpdir(), "mesh-keys-"));
+    const dir = scratchDir("mesh-keys-");
     const foreignKeys = join(dir, "signing-keys.json");
     writeFileSync(foreignKeys, sealSigningKeys(nats.masterKey, { ...other.signing }));
     const cases: [Partial<ProviderConfig>, RegExp][] = [
