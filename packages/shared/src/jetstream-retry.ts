@@ -13,7 +13,8 @@ import { errorMessage } from "./errors.js";
  * temporarily unavailable" (10008) until the others elect one.
  */
 export function isJetStreamGap(e: unknown): boolean {
-  return /no responders|jetstream (is )?not enabled|jetstream system temporarily unavailable/i.test(errorMessage(e));
+  const said = errorMessage(e);
+  return SILENT.test(said) || NO_META_LEADER.test(said) || NO_ACCOUNT.test(said);
 }
 
 /**
@@ -31,25 +32,32 @@ export function isJetStreamGap(e: unknown): boolean {
  */
 export type JetStreamUnavailable = "cluster-electing" | "server-without-jetstream" | "account-without-jetstream" | "no-answer";
 
+/** What JetStream's API says when no one answers it: no responders, which the client calls "jetstream is not enabled". */
+const SILENT = /no responders|jetstream (is )?not enabled/i;
+/** 10008, from a cluster member that knows it has no meta leader. */
+const NO_META_LEADER = /jetstream system temporarily unavailable/i;
+/** 10039. */
+const NO_ACCOUNT = /not enabled for account/i;
+
 /**
  * Which {@link JetStreamUnavailable} `e` (or one of its causes) is, met by a JetStream request on a
  * connection to a server that said `info` of itself in its INFO; undefined for any other error.
  */
 export function jetStreamUnavailable(e: unknown, info: { jetstream?: boolean; cluster?: string } | undefined): JetStreamUnavailable | undefined {
-  const said = causeMessages(e);
-  if (/jetstream system temporarily unavailable/i.test(said)) return "cluster-electing";
-  if (/not enabled for account/i.test(said)) return "account-without-jetstream";
-  const silent = isJetStreamTimeout(e) || /no responders|jetstream (is )?not enabled/i.test(said);
+  const said = causes(e).map(errorMessage).join("\n");
+  if (NO_META_LEADER.test(said)) return "cluster-electing";
+  if (NO_ACCOUNT.test(said)) return "account-without-jetstream";
+  const silent = isJetStreamTimeout(e) || SILENT.test(said);
   if (!silent) return undefined;
   if (info && info.jetstream !== true) return "server-without-jetstream";
   return info?.cluster ? "cluster-electing" : "no-answer";
 }
 
-/** The messages of `e` and of its causes, one per line. */
-function causeMessages(e: unknown): string {
-  const all: string[] = [];
-  for (let cur = e, i = 0; cur && i < 8; cur = (cur as { cause?: unknown }).cause, i++) all.push(errorMessage(cur));
-  return all.join("\n");
+/** `e` and its causes, at most eight deep. */
+function causes(e: unknown): unknown[] {
+  const all: unknown[] = [];
+  for (let cur = e, i = 0; cur && i < 8; cur = (cur as { cause?: unknown }).cause, i++) all.push(cur);
+  return all;
 }
 
 /**
@@ -59,10 +67,7 @@ function causeMessages(e: unknown): string {
  * an overloaded or stuck server. Safe to try again only for what changes nothing (a read, a watch).
  */
 export function isJetStreamTimeout(e: unknown): boolean {
-  for (let cur = e, i = 0; cur && i < 8; cur = (cur as { cause?: unknown }).cause, i++) {
-    if (cur instanceof Error && (cur.name === "TimeoutError" || /^timeout$/i.test(cur.message))) return true;
-  }
-  return false;
+  return causes(e).some((cur) => cur instanceof Error && (cur.name === "TimeoutError" || /^timeout$/i.test(cur.message)));
 }
 
 /** What to tell a user whose `what` met {@link isJetStreamTimeout} (at `url`): what happened, and what to do about it. */

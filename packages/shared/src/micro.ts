@@ -79,7 +79,8 @@ export function microSubjects(name: string, id: string): string[] {
 
 /** What an identity that runs service `name` may subscribe to for the protocol, whatever its instances' ids. */
 export function microPermissions(name: string): string[] {
-  return MICRO_VERBS.flatMap((v) => [`$SRV.${v}`, `$SRV.${v}.${name}`, `$SRV.${v}.${name}.*`]);
+  // Every instance's subjects, the id a wildcard.
+  return microSubjects(name, "*");
 }
 
 /** The protocol's answer to `verb` of instance `id` of `service`, started at `started`, with `endpoints`. */
