@@ -3,9 +3,12 @@
  * rotation-operator.bench.ts so the process under measurement holds only the services: it opens
  * `count` NATS connections, runs one SDK holder (`holdCredential`) and one plain floor responder
  * on each, and answers its parent over IPC (bench-child.ts):
- * - `start` `{ url, module, part?, node?, requirement, first, count, floorSubject, identityDir?, pgEndpoint? }`:
+ * - `start` `{ url, module, part?, node?, requirement, first, count, floorSubject, bare?, identityDir?, pgEndpoint? }`:
  *   connects (with `identityDir`, as the part whose identity binding that is, with its inbox
- *   prefix: `connectWithIdentity`), holds, subscribes the floor responders; with `pgEndpoint`
+ *   prefix: `connectWithIdentity`), holds, subscribes the floor responders; with `bare`, also
+ *   pulls from and acknowledges every message of consumer `<consumerPrefix><first + i>` of the
+ *   bare JetStream floor's stream on connection i, as the SDK pulls from its own (no mesh code:
+ *   rotation-rounds.ts's BareFloor); with `pgEndpoint`
  *   each holder logs in with the new values before it confirms (at most {@link LOGINS_AT_ONCE}
  *   logins at once in this process); answers, with `identityDir`, `{ refused }`: whether the
  *   server refused a connection a publish outside the part's permissions;
@@ -15,6 +18,7 @@
  * - `stop`: stops the holders, closes the connections, and the process exits.
  */
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstream, type ConsumerMessages } from "@nats-io/jetstream";
 import { Kinds } from "@mesh/shared";
 import { createAdapter, type ProviderAdapter } from "@mesh/providers";
 import { connectWithIdentity, holdCredential, type CredentialHolder } from "@mesh/client";
@@ -36,6 +40,8 @@ interface Start {
   first: number;
   count: number;
   floorSubject: string;
+  /** The bare JetStream floor's stream and the prefix of its consumers' names (rotation-rounds.ts's BareFloor). */
+  bare?: { stream: string; consumerPrefix: string };
   /** The part's identity binding (its `identity` directory), to connect as the part instead of without credentials. */
   identityDir?: string;
   /** A Provider document's `endpoint` (`postgres://host:port`). */
@@ -46,6 +52,7 @@ let conns: NatsConnection[] = [];
 /** Closes each connection: a drain for one made with an identity. */
 let closers: Array<() => Promise<void>> = [];
 let holders: CredentialHolder[] = [];
+let bareMessages: ConsumerMessages[] = [];
 let generations: number[] = [];
 let adapter: ProviderAdapter | undefined;
 
@@ -109,6 +116,17 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
         }
       })(),
   );
+  if (s.bare) {
+    const { stream, consumerPrefix } = s.bare;
+    // The SDK's own pull (hold-credential.ts): the consumer looked up once, consumed with room for 16, each message acknowledged.
+    bareMessages = await Promise.all(
+      conns.map(async (c, i) => (await jetstream(c).consumers.get(stream, `${consumerPrefix}${s.first + i}`)).consume({ max_messages: 16 })),
+    );
+    for (const msgs of bareMessages)
+      void (async () => {
+        for await (const m of msgs) m.ack();
+      })();
+  }
   // The floor's message names the subject to answer on (rotation-rounds.ts's Floor).
   for (const c of conns) c.subscribe(s.floorSubject, { callback: (_e, m) => c.publish(m.string(), "ok") });
   await Promise.all(conns.map((c) => c.flush()));
@@ -132,6 +150,8 @@ async function handle(op: string, body: Record<string, unknown>): Promise<unknow
       return toggleProfile();
     case "stop":
       await Promise.all(holders.map((h) => h.stop()));
+      for (const m of bareMessages) m.stop();
+      bareMessages = [];
       await Promise.all(closers.map((close) => close()));
       await adapter?.close();
       holders = [];

@@ -1,15 +1,26 @@
 /**
  * What the rotation benchmarks (rotation.bench.ts, rotation-operator.bench.ts) share: the holder
- * processes, the floor (one message to N responders on the holders' connections, N replies),
- * one rotation from the rotate request until a watch sees it `Committed`, and the rounds of
- * both, interleaved, with the CPU each process spent and the peak memory, printed as one row
- * per size beside the floor.
+ * processes, the core floor (one message to N responders on the holders' connections, N
+ * replies), the bare JetStream floor (the rotation's own shape with no mesh code), one rotation
+ * from the rotate request until a watch sees it `Committed`, and the rounds of all three,
+ * interleaved, with the CPU each process spent and the peak memory, printed as one row per size
+ * beside the floors.
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Grant, HOLDER_STREAM_PREFIX, Rotation, RotationStates, keys, subjects } from "@mesh/shared";
-import { readJson, type JetStreamManager, type KV, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import {
+  Grant,
+  HOLDER_STREAM_PREFIX,
+  Rotation,
+  RotationStates,
+  holderConsumerConfig,
+  holderStreamConfig,
+  keys,
+  subjects,
+  type HolderEndpoint,
+} from "@mesh/shared";
+import { readJson, type JetStreamClient, type JetStreamManager, type KV, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { BenchChild, cpuOf, rssOf } from "./bench-child.js";
 import { startProfile } from "./profile.js";
 
@@ -76,6 +87,8 @@ export interface HoldersStart {
   node?: string;
   requirement: string;
   floorSubject: string;
+  /** The bare JetStream floor's consumers, one per holder connection ({@link BareFloor}). */
+  bare?: { stream: string; consumerPrefix: string };
   identityDir?: string;
   pgEndpoint?: string;
 }
@@ -181,6 +194,115 @@ export class Floor {
 
   stop(): void {
     for (const s of this.subs) s.unsubscribe();
+  }
+}
+
+/**
+ * The bare JetStream floor: the rotation's own shape with no mesh code. One stream made as a
+ * holder stream is (holderStreamConfig), one consumer per holder made as a holder's is
+ * (holderConsumerConfig: explicit ack, one pending, every ack sampled, in memory on one server,
+ * R3 on file on a cluster), each pulled from on a holder's own connection as the SDK pulls
+ * (holder-process.ts: `consume` with room for 16) and acknowledged as it arrives. A round
+ * publishes one message (with a message id, as a broadcast is) and is timed until the server's
+ * ack metrics (`$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>`, what the rotator counts)
+ * have named every consumer at that sequence or later. What it leaves out, by design, is the
+ * mesh: the rotate request, the rotation record's writes, the consumers made sure of before the
+ * broadcast, the holders' parsing and decrypting of the values, and the commit.
+ *
+ * The rotator (in the benchmark's process) hears these metrics too, as it hears every consumer
+ * ack, and drops them by their stream's name: a cost the floor carries, which the mesh's
+ * rotations do not (the bare consumers are idle while a rotation runs).
+ */
+export class BareFloor {
+  static readonly STREAM = "BENCH_BARE";
+  static readonly CONSUMER_PREFIX = "h";
+  private round = 0;
+  private want = Infinity;
+  private readonly acked = new Set<string>();
+  /** The last sequence acknowledged on each consumer, for acks that come before the publish's own answer. */
+  private readonly lastSeq = new Map<string, number>();
+  private done: (() => void) | undefined;
+  private readonly sub: { unsubscribe(): void };
+  private readonly subject: string;
+  /** A message of a broadcast's size (a part's broadcast with its sealed values: about 600 bytes). */
+  private readonly payload = JSON.stringify({ pad: "x".repeat(560) });
+
+  private constructor(
+    private readonly nc: NatsConnection,
+    private readonly js: JetStreamClient,
+    private readonly jsm: JetStreamManager,
+    private readonly n: number,
+    /** How long making the stream and its n consumers took, in ms. */
+    readonly madeInMs: number,
+  ) {
+    this.subject = BareFloor.endpoint(0).subject;
+    this.sub = nc.subscribe(`$JS.EVENT.METRIC.CONSUMER.ACK.${BareFloor.STREAM}.*`, {
+      callback: (_e, m) => {
+        let seq: unknown;
+        try {
+          seq = (m.json() as { stream_seq?: unknown }).stream_seq;
+        } catch {
+          return;
+        }
+        if (typeof seq !== "number") return;
+        const consumer = m.subject.slice(m.subject.lastIndexOf(".") + 1);
+        this.lastSeq.set(consumer, seq);
+        this.count(consumer, seq);
+      },
+    });
+  }
+
+  /** Where holder i's consumer is: the stream, its consumer and the subject of the round's message. */
+  private static endpoint(i: number): HolderEndpoint {
+    return { stream: BareFloor.STREAM, consumer: `${BareFloor.CONSUMER_PREFIX}${i}`, subject: "bench.bare.key", streamSubjects: "bench.bare.>", sdk: true };
+  }
+
+  /** Makes the stream and `n` consumers (`replicas` each, as the mesh would make them), 64 at a time as the rotator does. */
+  static async open(nc: NatsConnection, js: JetStreamClient, jsm: JetStreamManager, n: number, replicas: number): Promise<BareFloor> {
+    const t0 = performance.now();
+    await jsm.streams.delete(BareFloor.STREAM).catch(() => undefined);
+    await jsm.streams.add(holderStreamConfig(BareFloor.endpoint(0), replicas));
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 64 }, async () => {
+        for (let i = next++; i < n; i = next++) await jsm.consumers.add(BareFloor.STREAM, holderConsumerConfig(BareFloor.endpoint(i), replicas));
+      }),
+    );
+    return new BareFloor(nc, js, jsm, n, performance.now() - t0);
+  }
+
+  private count(consumer: string, seq: number): void {
+    if (seq < this.want || this.acked.has(consumer)) return;
+    this.acked.add(consumer);
+    if (this.acked.size === this.n) this.done?.();
+  }
+
+  /** One round, in ms: one message published, until every consumer's ack of it was heard. */
+  async once(): Promise<number> {
+    await this.nc.flush();
+    this.round++;
+    this.acked.clear();
+    this.want = Infinity;
+    const all = new Promise<void>((resolve) => (this.done = resolve));
+    const t0 = performance.now();
+    const ack = await this.js.publish(this.subject, this.payload, { msgID: `bare-${process.pid}-${this.round}` });
+    this.want = ack.seq;
+    for (const [consumer, seq] of this.lastSeq) this.count(consumer, seq);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`bare JetStream floor: ${this.acked.size}/${this.n} acks within 60 s`)), 60_000)),
+    );
+    try {
+      await Promise.race([all, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+    return performance.now() - t0;
+  }
+
+  async stop(): Promise<void> {
+    this.sub.unsubscribe();
+    await this.jsm.streams.delete(BareFloor.STREAM).catch(() => undefined);
   }
 }
 
@@ -346,9 +468,12 @@ export interface Rounds {
   runs: number;
   times: number[];
   floors: number[];
+  /** The bare JetStream floor's rounds; empty when it was not measured. */
+  bares: number[];
   /** The first round of each, timed but not counted (warm-up: the code paths). */
-  first: { rotation: number; floor: number };
+  first: { rotation: number; floor: number; bare?: number };
   floorCpu: CpuSpent;
+  bareCpu: CpuSpent;
   rotationCpu: CpuSpent;
   /** Peak RSS of this process and of the holders' processes (summed) during the rounds. */
   rotatorRss: number;
@@ -356,14 +481,17 @@ export interface Rounds {
 }
 
 /**
- * One round of `floor` and one of `rotate` not counted, then `runs` rounds of both, interleaved
- * so both see the same load of the machine; the holders run in `procs` (their CPU and memory
- * counted as the holders'), profiled under `BENCH_PROFILE_DIR` as `label`.
+ * One round of `floor`, of `bare` (when given) and of `rotate` not counted, then `runs` rounds
+ * of each, interleaved so all see the same load of the machine; the holders run in `procs`
+ * (their CPU and memory counted as the holders'), profiled under `BENCH_PROFILE_DIR` as `label`
+ * (the rotations' rounds and the floors' alike).
  */
 export async function measureRounds(o: {
   label: string;
   runs: number;
   floor: () => Promise<number>;
+  /** The bare JetStream floor ({@link BareFloor}). */
+  bare?: () => Promise<number>;
   rotate: () => Promise<number>;
   procs: readonly BenchChild[];
   pids: Omit<CpuPids, "holders">;
@@ -375,17 +503,21 @@ export async function measureRounds(o: {
     runs: o.runs,
     times: [],
     floors: [],
+    bares: [],
     first: { rotation: 0, floor: 0 },
     floorCpu: zero(),
+    bareCpu: zero(),
     rotationCpu: zero(),
   };
   const peaks = await peaksDuring(
     () => o.procs.reduce((t, p) => t + p.rss(), 0),
     async () => {
-      r.first = { floor: await o.floor(), rotation: await o.rotate() };
+      const bare = o.bare;
+      r.first = { floor: await o.floor(), ...(bare ? { bare: await bare() } : {}), rotation: await o.rotate() };
       const stopProfiles = await startProfiles(o.label, o.procs);
       for (let i = 0; i < o.runs; i++) {
         r.floors.push(await cpuDuring(pids, r.floorCpu, o.floor));
+        if (bare) r.bares.push(await cpuDuring(pids, r.bareCpu, bare));
         r.times.push(await cpuDuring(pids, r.rotationCpu, o.rotate));
       }
       await stopProfiles();
@@ -408,7 +540,7 @@ async function countHolderStreams(jsm: JetStreamManager): Promise<{ streams: num
 
 /** The column header of {@link printRounds}'s rows; `holders` names what holds (and so whose processes' memory is shown). */
 export function roundsHeader(holders: string): string {
-  return `${holders} | rotate→Committed p50 / p99 (runs) | floor p50 / p99 (1 request, N responders on the holders' connections) | ratio p50 | memory: holders' processes' RSS (count), rotator process peak RSS, nats-server RSS`;
+  return `${holders} | rotate→Committed p50 / p99 (runs) | core floor p50 / p99 (1 request, N responders on the holders' connections) | ratio p50 | bare JetStream floor p50 / p99 (1 publish, N consumers acking) | ratio p50 | memory: holders' processes' RSS (count), rotator process peak RSS, nats-server RSS`;
 }
 
 /** Prints one size's row (figures, ratio to the floor, memory), the CPU per round, what the server holds, and the uncounted first round. */
@@ -417,24 +549,31 @@ export async function printRounds(n: number, r: Rounds, o: { jsm: JetStreamManag
   // What the server holds for the holders: a consumer each (in their holder streams), beside the mesh's own.
   const account = await o.jsm.getAccountInfo();
   const holderStreams = await countHolderStreams(o.jsm);
-  const { times, floors, runs } = r;
+  const { times, floors, bares, runs } = r;
+  const ratio = (xs: number[]) => `${(pct(times, 50) / pct(xs, 50)).toFixed(bares.length ? 2 : 1)}×`;
+  const bare = bares.length ? `${ms(pct(bares, 50))} / ${ms(pct(bares, 99))} | ${ratio(bares)}` : "- | -";
   console.log(
-    `${String(n).padStart(7)} | ${ms(pct(times, 50))} / ${ms(pct(times, 99))} (${runs}) | ${ms(pct(floors, 50))} / ${ms(pct(floors, 99))} | ${(pct(times, 50) / pct(floors, 50)).toFixed(1)}× | ${mib(r.holdersRss)} (${o.processes}), ${mib(r.rotatorRss)}, ${serverRss === undefined ? "?" : mib(serverRss)}`,
+    `${String(n).padStart(7)} | ${ms(pct(times, 50))} / ${ms(pct(times, 99))} (${runs}) | ${ms(pct(floors, 50))} / ${ms(pct(floors, 99))} | ${ratio(floors)} | ${bare} | ${mib(r.holdersRss)} (${o.processes}), ${mib(r.rotatorRss)}, ${serverRss === undefined ? "?" : mib(serverRss)}`,
   );
   const per = (c: CpuSpent) =>
     `${ms((c.rotator + c.holders + c.services + c.server) / runs)} (rotator's process ${ms(c.rotator / runs)}, holders ${ms(c.holders / runs)}, other services ${ms(c.services / runs)}, nats-server ${ms(c.server / runs)})`;
-  console.log(`        CPU per round (10 ms ticks): floor ${per(r.floorCpu)}; rotation ${per(r.rotationCpu)}`);
+  console.log(
+    `        CPU per round (10 ms ticks): core floor ${per(r.floorCpu)}; ${bares.length ? `bare JetStream floor ${per(r.bareCpu)}; ` : ""}rotation ${per(r.rotationCpu)}`,
+  );
   console.log(
     `        the server holds ${account.consumers} consumers (${holderStreams.consumers} of them in ${holderStreams.streams} holder streams) in ${account.streams} streams, at ${serverRss === undefined ? "?" : mib(serverRss)} RSS`,
   );
-  console.log(`        first round, not counted above (warm-up): rotation ${ms(r.first.rotation)}, floor ${ms(r.first.floor)}`);
+  console.log(
+    `        first round, not counted above (warm-up): rotation ${ms(r.first.rotation)}, core floor ${ms(r.first.floor)}${r.first.bare === undefined ? "" : `, bare JetStream floor ${ms(r.first.bare)}`}`,
+  );
 }
 
 /**
  * One size of SDK holders, measured and printed: `n` holders of `start`'s grant (declared and
- * provisioned), the floor answered on `replyTo`, `runs` rounds. Answers what each holder
- * process's `start` answered; undefined, with the row saying why, when this process may not
- * open that many connections.
+ * provisioned), the core floor answered on `replyTo`, with `bareReplicas` the bare JetStream
+ * floor too (its consumers at that many replicas, pulled from on the holders' connections),
+ * `runs` rounds. Answers what each holder process's `start` answered; undefined, with the row
+ * saying why, when this process may not open that many connections.
  */
 export async function measureSdkHolders(o: {
   n: number;
@@ -445,14 +584,21 @@ export async function measureSdkHolders(o: {
   runs: number;
   label: string;
   pids: Omit<CpuPids, "holders">;
+  bareReplicas?: number;
 }): Promise<unknown[] | undefined> {
-  const { n, nc, start } = o;
+  const { n, nc } = o;
   const short = openFilesShort(n);
   if (short) {
     console.log(short);
     return undefined;
   }
-  const h = await startHolders(n, start);
+  // Made before the holders start, so its consumers are there to be pulled from.
+  const bare = o.bareReplicas === undefined ? undefined : await BareFloor.open(nc, o.store.js, o.store.jsm, n, o.bareReplicas);
+  const start: HoldersStart = bare ? { ...o.start, bare: { stream: BareFloor.STREAM, consumerPrefix: BareFloor.CONSUMER_PREFIX } } : o.start;
+  const h = await startHolders(n, start).catch(async (e: unknown) => {
+    await bare?.stop();
+    throw e;
+  });
   const commits = await CommitWatch.open(o.store.kv.rotations, start.module, start.requirement);
   const floor = new Floor(nc, [{ subject: start.floorSubject, responders: n, replyTo: o.replyTo }]);
   try {
@@ -461,15 +607,18 @@ export async function measureSdkHolders(o: {
       label: o.label,
       runs: o.runs,
       floor: () => floor.once(),
+      ...(bare ? { bare: () => bare.once() } : {}),
       rotate: () => rotateOnce(nc, [commits]),
       procs: h.procs,
       pids: o.pids,
     });
     await printRounds(n, rounds, { jsm: o.store.jsm, serverPids: o.pids.server, processes: h.procs.length });
+    if (bare) console.log(`        the bare floor's stream and ${n} consumers (R${o.bareReplicas}) were made in ${ms(bare.madeInMs)}, 64 requests at a time`);
     return h.started;
   } finally {
     floor.stop();
     commits.stop();
     await h.stop();
+    await bare?.stop();
   }
 }

@@ -1,17 +1,21 @@
 /**
  * Rotation fan-out: time from `rotate` to `Committed` for a `secret` grant held by 10, 100,
- * 1,000 and 5,000 SDK holders (each on its own NATS connection), beside the raw floor measured
- * in the same run on the same connections: one NATS request answered by the same number of
- * plain responders (no mesh logic). Then one `postgres.database` rotation with 100 holders that
- * each prove the new credential by logging in, beside the bare cost of those 100 logins.
+ * 1,000 and 5,000 SDK holders (each on its own NATS connection), beside two floors measured in
+ * the same run on the same connections: the core floor, one NATS request answered by the same
+ * number of plain responders (no mesh logic), and the bare JetStream floor, the design's own
+ * shape with no mesh code (rotation-rounds.ts's BareFloor: a stream and consumers made as the
+ * holders' are, one publish, every holder pulling and acknowledging, the acks counted from the
+ * server's ack metrics as the rotator counts them). Then one `postgres.database` rotation with
+ * 100 holders that each prove the new credential by logging in, beside the bare cost of those
+ * 100 logins.
  *
- * The holders and the floor's responders run in forked holder processes (holder-process.ts, at
- * most `BENCH_HOLDERS_PER_PROCESS`, default 500, each), the resolver and the provisioner in a
- * process of their own (services-process.ts), so this process runs only the rotator and the
- * benchmark's requests and timing (on a connection of its own). The floor requests and the
- * rotations alternate, so both see the same load of the machine; the CPU each process spent
- * on them is printed too. Each size starts with one round of both that is timed and printed
- * but not counted in the percentiles (warm-up: the code paths). The rounds, the floor and the
+ * The holders and the floors' responders and consumers run in forked holder processes
+ * (holder-process.ts, at most `BENCH_HOLDERS_PER_PROCESS`, default 500, each), the resolver and
+ * the provisioner in a process of their own (services-process.ts), so this process runs only
+ * the rotator and the benchmark's requests and timing (on a connection of its own). The floors
+ * and the rotations alternate, so all see the same load of the machine; the CPU each process
+ * spent on them is printed too. Each size starts with one round of each that is timed and
+ * printed but not counted in the percentiles (warm-up: the code paths). The rounds, the floor and the
  * holder processes are rotation-rounds.ts's, shared with rotation-operator.bench.ts (the same
  * measure in operator mode, with every holder's permissions in force).
  *
@@ -112,6 +116,7 @@ for (const n of sizes) {
     runs: RUNS ?? (n >= 5000 ? 5 : 20),
     label: String(n),
     pids: { services: [services.pid], server: serverPids() },
+    bareReplicas: onCluster ? 3 : 1,
   });
 }
 
