@@ -58,12 +58,29 @@ export function partHolderStream(module: string, node: string, part: string): st
   return `${HOLDER_STREAM_PREFIX}P_${checkedName(module)}_${checkedName(node)}_${checkedName(part)}`;
 }
 
+/** Endpoints worked out, by `<grant> <holder>`: the rotator asks for every holder's on every rotation. */
+const endpoints = new Map<string, Readonly<HolderEndpoint> | undefined>();
+/** How many {@link endpoints} are kept (a few MB at most); the oldest go first. */
+const ENDPOINTS_KEPT = 50_000;
+
 /**
  * Where holder `holder` (`<node>/<part>` or `<node>/<part>/<instance>`) of grant `grant`
  * (`<module>/<requirement>`) is told of its rotations; undefined for a malformed id.
  * Names use `_` between names, which no name contains, so two holders never share a consumer.
+ * Worked out once per pair and kept (frozen: callers share it), since the names are checked on
+ * the way and a rotation of thousands of holders asks for each several times.
  */
-export function holderEndpoint(grant: string, holder: string): HolderEndpoint | undefined {
+export function holderEndpoint(grant: string, holder: string): Readonly<HolderEndpoint> | undefined {
+  const id = `${grant} ${holder}`;
+  const kept = endpoints.get(id);
+  if (kept !== undefined || endpoints.has(id)) return kept;
+  const e = endpointOf(grant, holder);
+  if (endpoints.size >= ENDPOINTS_KEPT) endpoints.delete(endpoints.keys().next().value!);
+  endpoints.set(id, e && Object.freeze(e));
+  return e;
+}
+
+function endpointOf(grant: string, holder: string): HolderEndpoint | undefined {
   const g = parseGrantId(grant);
   const h = parseHolderId(holder);
   if (!g || !h || !isValidName(h.node) || !isValidName(h.part) || (h.instance !== undefined && !isValidName(h.instance))) return undefined;

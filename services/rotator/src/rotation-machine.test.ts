@@ -4,6 +4,8 @@ import { grantFixture } from "../../../test/fixtures.js";
 import {
   IllegalTransition,
   TRANSITIONS,
+  ACK_LOOKUP_AFTER_MS,
+  ackLookupDue,
   confirmedCount,
   evictHolders,
   generationsToPurge,
@@ -114,6 +116,23 @@ describe("newRotation and enter", () => {
     expect(c.history.map((h) => h.state)).toEqual(["Staged", "Broadcast", "AwaitingHolders", "Committed"]);
     expect(c.committedAt).toBe(at(30).toISOString());
     expect(b.committedAt).toBeUndefined();
+  });
+});
+
+describe("ackLookupDue", () => {
+  it("leaves a rotation's acks to the metrics until ACK_LOOKUP_AFTER_MS after its broadcast", () => {
+    const staged = rotation(undefined, RotationStates.Staged);
+    expect(ackLookupDue(staged, at(60_000))).toBe(false);
+    const broadcast = enter(staged, RotationStates.Broadcast, at(10));
+    const awaiting = enter(broadcast, RotationStates.AwaitingHolders, at(20));
+    for (const r of [broadcast, awaiting]) {
+      expect(ackLookupDue(r, at(10 + ACK_LOOKUP_AFTER_MS - 1))).toBe(false);
+      expect(ackLookupDue(r, at(10 + ACK_LOOKUP_AFTER_MS))).toBe(true);
+    }
+  });
+
+  it("looks at a running rotation whose record has no broadcast in its history", () => {
+    expect(ackLookupDue(rotation(), T0)).toBe(true);
   });
 });
 

@@ -178,6 +178,23 @@ export function confirmedCount(r: Rotation): number {
   return n;
 }
 
+/**
+ * How long after its broadcast a rotation's acks are left to the server's ack metrics alone.
+ * The sweep's look at every missing holder's consumer (one JetStream API request each: a
+ * thousand at a thousand holders) is for what the metrics missed (one lost, acks before this
+ * instance ran, a consumer that vanished); in a rotation's first seconds the metrics are still
+ * coming, and a look then costs the server and the rotator what the acks themselves do.
+ */
+export const ACK_LOOKUP_AFTER_MS = 2_000;
+
+/** Whether the sweep should look at the consumers of running rotation `r`'s missing holders now: broadcast at least {@link ACK_LOOKUP_AFTER_MS} ago. Pure. */
+export function ackLookupDue(r: Rotation, now: Date): boolean {
+  const broadcast = r.history.find((h) => h.state === RotationStates.Broadcast);
+  // Written by an older rotator without the entry: looked at, as before.
+  if (!broadcast) return r.state !== RotationStates.Staged;
+  return now.getTime() - Date.parse(broadcast.at) >= ACK_LOOKUP_AFTER_MS;
+}
+
 /** The next thing to do for a rotation. */
 export type RotationStep =
   | { action: "broadcast" }

@@ -33,7 +33,7 @@ import {
 } from "@mesh/shared";
 import { consumeKeys, isCasConflict, storeReplicas, serveJson, tracer } from "@mesh/shared/runtime";
 import type { RotatorOptions, RotatorTestHooks } from "./rotator-options.js";
-import { confirmedCount, enter, evictHolders, nameHolders, nextStep, withAcks, withRotatingCondition } from "./rotation-machine.js";
+import { ackLookupDue, confirmedCount, enter, evictHolders, nameHolders, nextStep, withAcks, withRotatingCondition } from "./rotation-machine.js";
 import { contextOfTraceparent } from "./trace-context.js";
 import { startSchedule } from "./schedule.js";
 import { startHandovers } from "./handover.js";
@@ -249,7 +249,8 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
         // Acks whose metric was lost, or came before this instance ran; consumers that vanished are made again.
         if (r.state !== RotationStates.Staged) {
           acks.track(key, r);
-          await acks.lookup(r).catch((e: unknown) => log.debug({ rotation: r.id, err: e }, "could not look at the holders' consumers"));
+          if (ackLookupDue(r, new Date()))
+            await acks.lookup(r).catch((e: unknown) => log.debug({ rotation: r.id, err: e }, "could not look at the holders' consumers"));
         }
         void queue.enqueue(key).catch(() => undefined);
       }
