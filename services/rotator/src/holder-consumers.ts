@@ -8,6 +8,7 @@
  * made is remembered, so a registration's heartbeat costs nothing.
  */
 import { JetStreamApiError } from "@nats-io/jetstream";
+import pLimit from "p-limit";
 import {
   Buckets,
   DeliveryReceipt,
@@ -33,7 +34,13 @@ export interface HolderConsumers {
   stop(): Promise<void>;
 }
 
-/** How many consumers are made at once before a broadcast (each is one JetStream API request). */
+/**
+ * How many consumers one rotator instance makes or removes at once, whatever asks
+ * (registrations, receipts, the check before a broadcast): each is one JetStream API request,
+ * and on a cluster a Raft group the meta leader places or removes. A thousand holders stopping
+ * together sent a thousand deletes at once, and the meta leader answered most of them after the
+ * client had given up.
+ */
 const CREATE_CONCURRENCY = 64;
 
 /**
@@ -57,6 +64,8 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
   const { store, log } = opts;
   const streams = new Map<string, Promise<void>>();
   const consumers = new Map<string, Promise<void>>();
+  const creating = pLimit(CREATE_CONCURRENCY);
+  let stopping = false;
 
   const makeStream = (e: HolderEndpoint) => {
     let p = streams.get(e.stream);
@@ -85,7 +94,7 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     if (!p) {
       p = (async () => {
         await makeStream(e);
-        await retryJetStreamGap(() => store.jsm.consumers.add(e.stream, holderConsumerConfig(e, opts.replicas)));
+        await creating(() => retryJetStreamGap(() => store.jsm.consumers.add(e.stream, holderConsumerConfig(e, opts.replicas))));
       })();
       consumers.set(id, p);
       p.catch(() => consumers.delete(id));
@@ -98,9 +107,11 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     if (!e) return;
     consumers.delete(`${e.stream}/${e.consumer}`);
     try {
-      await store.jsm.consumers.delete(e.stream, e.consumer);
+      await creating(() => store.jsm.consumers.delete(e.stream, e.consumer));
       log.debug({ grant, holder, stream: e.stream, consumer: e.consumer }, "holder's consumer removed");
     } catch (err) {
+      // Stopping: removals still queued end with the connection. An SDK instance's consumer goes by itself once idle (SDK_CONSUMER_INACTIVE_MS).
+      if (stopping) return;
       if (!(err instanceof JetStreamApiError) || !/not found/i.test(err.message))
         log.warn({ grant, holder, err }, "could not remove a holder's consumer; the next registration change tries again");
     }
@@ -186,6 +197,7 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     ensure,
     remove,
     async stop() {
+      stopping = true;
       clearInterval(replicaTimer);
       receiptsWatch?.stop();
       await watching;
