@@ -7,7 +7,7 @@
  *   connects (with `identityDir`, as the part whose identity binding that is, with its inbox
  *   prefix: `connectWithIdentity`), holds, subscribes the floor responders; with `bare`, also
  *   pulls from and acknowledges every message of consumer `<consumerPrefix><first + i>` of the
- *   bare JetStream floor's stream on connection i, as the SDK pulls from its own (no mesh code:
+ *   bare JetStream floor's stream on connection i, pulling as the SDK pulls from its own (no mesh code:
  *   rotation-rounds.ts's BareFloor); with `pgEndpoint`
  *   each holder logs in with the new values before it confirms (at most {@link LOGINS_AT_ONCE}
  *   logins at once in this process); answers, with `identityDir`, `{ refused }`: whether the
@@ -52,7 +52,9 @@ let conns: NatsConnection[] = [];
 /** Closes each connection: a drain for one made with an identity. */
 let closers: Array<() => Promise<void>> = [];
 let holders: CredentialHolder[] = [];
-let bareMessages: ConsumerMessages[] = [];
+/** The bare floor's pulls in flight, closed at stop. */
+const bareBatches = new Set<ConsumerMessages>();
+let stopping = false;
 let generations: number[] = [];
 let adapter: ProviderAdapter | undefined;
 
@@ -118,13 +120,20 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
   );
   if (s.bare) {
     const { stream, consumerPrefix } = s.bare;
-    // The SDK's own pull (hold-credential.ts): the consumer looked up once, consumed with room for 16, each message acknowledged.
-    bareMessages = await Promise.all(
-      conns.map(async (c, i) => (await jetstream(c).consumers.get(stream, `${consumerPrefix}${s.first + i}`)).consume({ max_messages: 16 })),
-    );
-    for (const msgs of bareMessages)
+    // The SDK's own pull (hold-credential.ts): the consumer looked up once, then one message per pull, each acknowledged.
+    const consumers = await Promise.all(conns.map((c, i) => jetstream(c).consumers.get(stream, `${consumerPrefix}${s.first + i}`)));
+    for (const consumer of consumers)
       void (async () => {
-        for await (const m of msgs) m.ack();
+        while (!stopping) {
+          try {
+            const batch = await consumer.fetch({ max_messages: 1, expires: 30_000 });
+            bareBatches.add(batch);
+            for await (const m of batch) m.ack();
+            bareBatches.delete(batch);
+          } catch {
+            // A leader that moved, or the connection closing: pulled again (or ended).
+          }
+        }
       })();
   }
   // The floor's message names the subject to answer on (rotation-rounds.ts's Floor).
@@ -150,8 +159,8 @@ async function handle(op: string, body: Record<string, unknown>): Promise<unknow
       return toggleProfile();
     case "stop":
       await Promise.all(holders.map((h) => h.stop()));
-      for (const m of bareMessages) m.stop();
-      bareMessages = [];
+      stopping = true;
+      for (const b of bareBatches) b.stop();
       await Promise.all(closers.map((close) => close()));
       await adapter?.close();
       holders = [];

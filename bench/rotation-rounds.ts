@@ -202,7 +202,7 @@ export class Floor {
  * holder stream is (holderStreamConfig), one consumer per holder made as a holder's is
  * (holderConsumerConfig: explicit ack, one pending, every ack sampled, in memory on one server,
  * R3 on file on a cluster), each pulled from on a holder's own connection as the SDK pulls
- * (holder-process.ts: `consume` with room for 16) and acknowledged as it arrives. A round
+ * (holder-process.ts: one message per pull) and acknowledged as it arrives. A round
  * publishes one message (with a message id, as a broadcast is) and is timed until the server's
  * ack metrics (`$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>`, what the rotator counts)
  * have named every consumer at that sequence or later. What it leaves out, by design, is the
@@ -595,14 +595,18 @@ export async function measureSdkHolders(o: {
   // Made before the holders start, so its consumers are there to be pulled from.
   const bare = o.bareReplicas === undefined ? undefined : await BareFloor.open(nc, o.store.js, o.store.jsm, n, o.bareReplicas);
   const start: HoldersStart = bare ? { ...o.start, bare: { stream: BareFloor.STREAM, consumerPrefix: BareFloor.CONSUMER_PREFIX } } : o.start;
+  const commits = await CommitWatch.open(o.store.kv.rotations, start.module, start.requirement);
   const h = await startHolders(n, start).catch(async (e: unknown) => {
+    commits.stop();
     await bare?.stop();
     throw e;
   });
-  const commits = await CommitWatch.open(o.store.kv.rotations, start.module, start.requirement);
   const floor = new Floor(nc, [{ subject: start.floorSubject, responders: n, replyTo: o.replyTo }]);
   try {
-    await waitUntil("holders on generation 1", async () => (await h.generation()) >= 1, 120_000, 20);
+    // Joining: every holder registered (each holdCredential resolved), a rotation requested at
+    // once, timed until it commits: the consumers the registrations asked for are made on the way.
+    const joined = await rotateOnce(nc, [commits]);
+    await waitUntil("holders on the grant's generation", async () => (await h.generation()) >= 2, 120_000, 20);
     const rounds = await measureRounds({
       label: o.label,
       runs: o.runs,
@@ -613,7 +617,9 @@ export async function measureSdkHolders(o: {
       pids: o.pids,
     });
     await printRounds(n, rounds, { jsm: o.store.jsm, serverPids: o.pids.server, processes: h.procs.length });
-    if (bare) console.log(`        the bare floor's stream and ${n} consumers (R${o.bareReplicas}) were made in ${ms(bare.madeInMs)}, 64 requests at a time`);
+    console.log(
+      `        joining: from the last of ${n} registrations to the commit of a rotation requested at once ${ms(joined)}${bare ? `; the bare floor's stream and ${n} consumers (R${o.bareReplicas}) were made in ${ms(bare.madeInMs)}, 64 requests at a time (ratio ${(joined / bare.madeInMs).toFixed(2)}×)` : ""}`,
+    );
     return h.started;
   } finally {
     floor.stop();

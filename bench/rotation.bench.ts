@@ -73,7 +73,7 @@ const nats = onCluster ? await startPlainCluster() : await startNatsServer();
 console.log(onCluster ? `on a three-server cluster (R3): ${nats.url}` : `on one server: ${nats.url}`);
 /** The nats-server processes: their CPU and memory are summed as "nats-server". */
 const serverPids = () => ("members" in nats ? nats.members.map((m) => m.pid) : [nats.pid]);
-const log = createLogger("bench", { level: "error" });
+const log = createLogger("bench", { level: (process.env.BENCH_ROTATOR_LOG ?? "error") as "error" });
 // The rotator's connection, and the benchmark's own (requests, the floor, watching for the commit).
 const store = await openStore(await connectNats(nats.url));
 const nc = await connectNats(nats.url);

@@ -138,6 +138,9 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
   return h;
 }
 
+/** How long each pull of a holder waits on the server for a rotation before it is made again (the client's default). */
+const PULL_EXPIRES_MS = 30_000;
+
 class Holder implements CredentialHolder {
   readonly holder: string;
   private readonly grant: string;
@@ -228,21 +231,33 @@ class Holder implements CredentialHolder {
    * Consumes the instance's own consumer until it stops: looked for until the control plane has
    * made it, and looked for again should it vanish (its server lost; made again by the rotator,
    * it delivers the last rotation again).
+   *
+   * One message per pull, each pull a request of its own (`fetch`), not the client's `consume`:
+   * a pull lives only on the consumer's leader, and when the leader moves (a server lost, a
+   * step-down) its successor answers the pulls it knows of with 409 "Leadership Change", which
+   * ends a fetch at once but only stalls a `consume` until two heartbeats are missed (30 s with
+   * its defaults: on a cluster whose consumer leaders moved, rotations waited 30 s for some of
+   * their holders). A `consume` renewing its pull every 5 s instead left holders without a pull
+   * at times on a loaded server, each until that pull expired. What a pull per message costs,
+   * and what it does not fix (a pull sent before a new consumer's leader is settled), is in
+   * docs/design.md, "Rotation fan-out". At rest: one pull every {@link PULL_EXPIRES_MS}.
    */
   private async consume(): Promise<void> {
     for (let attempt = 0; !this.done;) {
       try {
         const consumer = await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
         attempt = 0;
-        // Ended when the consumer is deleted (lost with its server, say): looked for again, as made again by the rotator.
-        // Room for more than one, though the consumer hands out one at a time: the client then need not send a new pull after every message.
-        this.messages = await consumer.consume({ max_messages: 16, abort_on_missing_resource: true });
-        if (this.done) break;
-        for await (const m of this.messages) this.enqueue(() => this.rotation(m));
+        // Ended by an error when the consumer is deleted (lost with its server, say): looked for again, as made again by the rotator.
+        while (!this.done) {
+          this.messages = await consumer.fetch({ max_messages: 1, expires: PULL_EXPIRES_MS });
+          if (this.done) break;
+          for await (const m of this.messages) this.enqueue(() => this.rotation(m));
+        }
       } catch (e) {
         if (this.done) break;
-        // Not made yet (or gone): looked for again, soon at first.
-        if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout/i.test(errorMessage(e))) attempt = Math.max(attempt, 4);
+        // A leader that moved: pulled again at once. Not made yet (or gone): looked for again, soon at first.
+        const message = errorMessage(e);
+        if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout|leadership change/i.test(message)) attempt = Math.max(attempt, 4);
       }
       if (this.done) break;
       await sleep(backoffMs(++attempt, { firstMs: 50, maxMs: 2_000 }));
