@@ -30,7 +30,8 @@
  * size (after the first); `BENCH_PHASES=1` prints, per rotation, when each state was entered and the spread of the
  * holders' confirmations (the server's times of their acks); `BENCH_PROFILE_DIR=DIR` writes a CPU profile of this
  * process and of each holder process over each size's counted rounds
- * (`rotator-<n>.cpuprofile`, `holders-<n>-<i>.cpuprofile`). 5,000 holders need about 5,300
+ * (`rotator-<n>.cpuprofile`, `holders-<n>-<i>.cpuprofile`); `BENCH_ROTATOR_LOG=warn` shows the
+ * rotator's warnings (default: errors only). 5,000 holders need about 5,300
  * open files (nats-server holds one end of each connection): bench/run.mjs raises the soft
  * limit to the hard one; this file says when it is short.
  */
