@@ -32,7 +32,7 @@ import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
-import { parseNatsMonitor, runUp } from "./up-command.js";
+import { parseMetricsListen, parseNatsMonitor, runUp } from "./up-command.js";
 import { bootstrapFiles, controlPlaneYaml, natsConfigText } from "./bootstrap.js";
 import { runVerify } from "./verify-command.js";
 import { printable } from "./style.js";
@@ -501,6 +501,7 @@ interface LocalMeshOptions {
   allowHook: string[];
   hookUser?: string;
   natsMonitor?: string;
+  metricsListen?: string;
 }
 
 /** `--allow-hook` of up and bootstrap, checked before anything starts (exit 2 when wrong). */
@@ -520,11 +521,16 @@ const NATS_MONITOR_HELP =
   "open the monitoring port of the NATS server this command starts, at 127.0.0.1:PORT (port 0 picks a free one); default: none. " +
   "It answers anyone who can reach it, without authentication, with every identity's connections and subscriptions (/connz)";
 
+const METRICS_LISTEN_HELP =
+  "serve each service's metrics (/metrics, Prometheus) and health (/healthz, /readyz) over HTTP: the first service at HOST:PORT, " +
+  "the others on the ports after it, in the order up lists them (port 0: any free one each); default: none. No authentication: keep it on loopback or a network only your scraper reaches";
+
 /** `up` and `bootstrap`: run until a signal; a first signal stops everything in order, a second kills at once. */
 function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }): Promise<never> {
   return run(async (_connect, url) => {
     const hooks = hooksOption(o.allowHook);
     const natsMonitor = o.natsMonitor === undefined ? undefined : parseNatsMonitor(o.natsMonitor);
+    const metricsListen = o.metricsListen === undefined ? undefined : parseMetricsListen(o.metricsListen);
     const stop = new AbortController();
     let signals = 0;
     const onSignal = () => {
@@ -552,6 +558,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
         ...(hooks ? { hooks } : {}),
         ...(o.hookUser ? { hookUser: o.hookUser } : {}),
         ...(natsMonitor ? { natsMonitor } : {}),
+        ...(metricsListen ? { metricsListen } : {}),
       },
       out,
       stop.signal,
@@ -568,6 +575,7 @@ program
   .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
   .option("--hook-user <user>", HOOK_USER_HELP)
   .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
+  .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
   .action((o: LocalMeshOptions) => runLocalMesh(o));
 
 program
@@ -583,6 +591,7 @@ program
   .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
   .option("--hook-user <user>", HOOK_USER_HELP)
   .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
+  .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
   .action((o: LocalMeshOptions & { servicesNode?: string }) => runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}));
 
 program

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { chooseNodes, displayPath, monitorExposureLine, parseNatsMonitor, serviceSpecs } from "./up-command.js";
+import { chooseNodes, displayPath, monitorExposureLine, parseMetricsListen, parseNatsMonitor, serviceSpecs, withMetricsListen } from "./up-command.js";
 import { isCliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { loopbackAddress } from "./local-nats.js";
@@ -55,6 +55,26 @@ describe("serviceSpecs", () => {
       },
     });
     expect(upPaths({ cwd: "/w", bindings: "/srv/b" }).bindings).toBe("/srv/b");
+  });
+
+  it("gives each service its metrics address with --metrics-listen: the first at the port given, the others after it", () => {
+    const specs = serviceSpecs({
+      main: (name) => `/opt/mesh/mesh-${name}.mjs`,
+      paths: upPaths({ cwd: "/w" }),
+      natsUrl: "nats://127.0.0.1:4222",
+      nodes: ["node-a"],
+    });
+    expect(specs.some((s) => "MESH_METRICS_LISTEN" in s.env)).toBe(false);
+    expect(withMetricsListen(specs, parseMetricsListen("127.0.0.1:9464")).map((s) => [s.name, s.env.MESH_METRICS_LISTEN])).toEqual([
+      ["resolver", "127.0.0.1:9464"],
+      ["provisioner", "127.0.0.1:9465"],
+      ["verifier", "127.0.0.1:9466"],
+      ["rotator", "127.0.0.1:9467"],
+      ["agent node-a", "127.0.0.1:9468"],
+    ]);
+    expect(withMetricsListen(specs, parseMetricsListen("[::1]:0")).map((s) => s.env.MESH_METRICS_LISTEN)).toEqual(Array(5).fill("[::1]:0"));
+    expect(() => parseMetricsListen("9464")).toThrow(/--metrics-listen "9464" is not HOST:PORT; give e.g. 127.0.0.1:9464/);
+    expect(() => withMetricsListen(specs, parseMetricsListen("127.0.0.1:65533"))).toThrow(/take ports 65533 to 65537; give a lower port/);
   });
 
   it("gives every agent, and only the agents, the hooks and the hook user", () => {

@@ -36,7 +36,7 @@ import { connectNats, type NatsConnection, storeReplicas } from "@mesh/shared/ru
 import { unauthenticatedWarning } from "@mesh/shared/service";
 import { reportApply, sendApply } from "./apply-command.js";
 import { pause, retryPolicy } from "./retry.js";
-import { hostForUrl, parseHostPort, type ListenAddress } from "./host-port.js";
+import { hostForUrl, parseHostPort, type ListenAddress } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli, ownAdminCreds } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -80,6 +80,8 @@ export interface UpOptions {
    * does not start.
    */
   natsMonitor?: ListenAddress;
+  /** `--metrics-listen`: where the services serve their metrics and health ({@link withMetricsListen}). */
+  metricsListen?: ListenAddress;
   /** How long to wait for the resolver to answer (default 60 s). */
   resolverWaitMs?: number;
   /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
@@ -144,6 +146,31 @@ export function serviceSpecs(opts: {
       logFile: log(`agent-${node}`),
     })),
   ];
+}
+
+/** `--metrics-listen HOST:PORT`, checked before anything starts; throws a CliError (exit 2) that says what to give. */
+export function parseMetricsListen(spec: string): ListenAddress {
+  const addr = parseHostPort(spec);
+  if (!addr)
+    throw new CliError(
+      `--metrics-listen ${JSON.stringify(spec)} is not HOST:PORT; give e.g. 127.0.0.1:9464 ([::1]:9464 for IPv6; port 0 gives each service a free port)`,
+      ExitCodes.Usage,
+    );
+  return addr;
+}
+
+/**
+ * `specs` with their metrics and health addresses (`MESH_METRICS_LISTEN`): the first service's
+ * at `at`, the others' on the ports after it, one each, in order (port 0: each any free one,
+ * which its log names). Throws a CliError (exit 2) when the ports would run past 65535.
+ */
+export function withMetricsListen(specs: readonly ServiceSpec[], at: ListenAddress): ServiceSpec[] {
+  if (at.port !== 0 && at.port + specs.length - 1 > 65535)
+    throw new CliError(
+      `--metrics-listen ${hostForUrl(at.host)}:${at.port}: the ${specs.length} services take ports ${at.port} to ${at.port + specs.length - 1}; give a lower port`,
+      ExitCodes.Usage,
+    );
+  return specs.map((spec, i) => ({ ...spec, env: { ...spec.env, MESH_METRICS_LISTEN: `${hostForUrl(at.host)}:${at.port === 0 ? 0 : at.port + i}` } }));
 }
 
 /** The hosts `--nats-monitor` takes: the server up starts listens on loopback, and serves monitoring on that address. */
@@ -412,7 +439,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
     const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out));
 
-    const specs = serviceSpecs({
+    const plain = serviceSpecs({
       main,
       paths,
       natsUrl: url,
@@ -421,8 +448,12 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.hookUser ? { hookUser: opts.hookUser } : {}),
     });
+    const specs = opts.metricsListen ? withMetricsListen(plain, opts.metricsListen) : plain;
     const started: string[] = [];
     for (const spec of specs) started.push(`${spec.name} (pid ${await supervisor.start(spec)})`);
+    const metricsAt = specs.flatMap((s) => (s.env.MESH_METRICS_LISTEN ? [`${s.name} http://${s.env.MESH_METRICS_LISTEN}`] : []));
+    if (metricsAt.length && !metricsAt[0]!.endsWith(":0")) out.out(`metrics (/metrics) and health (/healthz, /readyz): ${metricsAt.join(", ")}`);
+    else if (metricsAt.length) out.out(`metrics and health: each service on a free port, which its log names ("serving metrics at …")`);
     out.out(`started ${started.join(", ")}`);
     out.out(`logs: ${show(paths.logs)}/ (${specs.map((s) => s.logFile.slice(paths.logs.length + 1)).join(", ")})`);
     out.out(`bindings: ${show(paths.bindings)}/<node>/<module>/<part>/<requirement>/   master key: ${show(paths.masterKey)}`);

@@ -304,3 +304,4 @@ export {
 } from "./holder-streams.js";
 export { broadcastTargets, type HolderConsumerState, readHolderAcks } from "./holder-acks.js";
 export { decryptForPart, encryptForPart, partRotationKey } from "./part-rotation-key.js";
+export { hostForUrl, parseHostPort, type ListenAddress } from "./host-port.js";

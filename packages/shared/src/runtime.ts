@@ -1,6 +1,6 @@
 /**
  * @mesh/shared/runtime: talking to NATS the mesh's way: connecting on an identity, requests and
- * replies, the store and its records, retries over JetStream's gaps, consumers, tracing,
+ * replies, the store and its records, retries over JetStream's gaps, consumers, tracing, metrics,
  * membership. Used by the services and the SDK; loads neither a logger nor a YAML parser.
  */
 export { connectNats, DEFAULT_NATS_URL, type NatsConnection, natsIdentity } from "./connect.js";
@@ -92,4 +92,5 @@ export {
   withConsumerSpan,
   withProducerSpan,
 } from "./tracing.js";
+export { MetricNames, recordRequest, recordRotation, registerMetrics } from "./metrics.js";
 export { type Heartbeat, HEARTBEAT_MS, JOIN_TIMEOUT_MS, joinMembership, liveMembers, memberKey, type Membership, ownerOf, STALE_MS } from "./membership.js";

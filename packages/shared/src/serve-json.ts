@@ -4,6 +4,8 @@ import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 import { Limits } from "./limits.js";
 import type { Logger } from "./logger.js";
 import { microEndpoints } from "./micro-service.js";
+import { endpointName } from "./micro.js";
+import { recordRequest } from "./metrics.js";
 
 /**
  * Answers requests on `subject` in a queue group with JSON; a handler that throws gets a
@@ -11,7 +13,8 @@ import { microEndpoints } from "./micro-service.js";
  * At most `maxInFlight` requests (default {@link Limits.requestsInFlight}) are worked on at
  * once; one more is answered at once with a retryable `Unavailable`, so a flood costs the
  * service a bounded amount of memory and its callers a retry, not a timeout. What it served is
- * counted for the NATS micro protocol's STATS of the service on `nc` (micro-service.ts).
+ * counted for the NATS micro protocol's STATS of the service on `nc` (micro-service.ts), and in
+ * the process's metrics (metrics.ts), by the subject's endpoint name.
  */
 export function serveJson(
   nc: NatsConnection,
@@ -29,6 +32,7 @@ export function serveJson(
   let inFlight = 0;
   let shed = 0;
   const record = microEndpoints(nc).add(subject, queue);
+  const endpoint = endpointName(subject);
   const sub = nc.subscribe(subject, { queue });
   void (async () => {
     for await (const m of sub) {
@@ -51,12 +55,14 @@ export function serveJson(
       inFlight++;
       const began = performance.now();
       let failed: string | undefined;
+      let failedCode: string | undefined;
       void (async () => {
         let body: unknown;
         try {
           body = m.data.length ? m.json() : {};
         } catch {
-          failed = `${ErrorCodes.InvalidRequest}: the request body is not JSON`;
+          failedCode = ErrorCodes.InvalidRequest;
+          failed = `${failedCode}: the request body is not JSON`;
           m.respond(JSON.stringify({ ok: false, error: { code: ErrorCodes.InvalidRequest, message: "the request body is not JSON", retryable: false } }));
           return;
         }
@@ -66,12 +72,15 @@ export function serveJson(
         } catch (e) {
           const err = e instanceof MeshError ? e.toJSON() : { code: ErrorCodes.Internal, message: errorMessage(e), retryable: true };
           if (!(e instanceof MeshError)) log.error({ err: e, subject }, "request handler failed");
+          failedCode = err.code;
           failed = `${err.code}: ${err.message}`;
           m.respond(JSON.stringify({ ok: false, error: err }));
         }
       })().finally(() => {
         inFlight--;
-        record(performance.now() - began, failed);
+        const elapsedMs = performance.now() - began;
+        record(elapsedMs, failed);
+        recordRequest(endpoint, elapsedMs / 1000, failedCode);
       });
     }
   })();

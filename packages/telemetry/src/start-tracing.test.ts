@@ -2,7 +2,8 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { trace } from "@opentelemetry/api";
-import { resourceAttributes, startTracing, traced, tracesEndpoint } from "./start-tracing.js";
+import { resourceAttributes, startTracing, tracesEndpoint } from "./start-tracing.js";
+import { observed } from "./observed.js";
 
 describe("startTracing", () => {
   let server: Server | undefined;
@@ -58,7 +59,7 @@ describe("startTracing", () => {
     expect(tracesEndpoint(env)).toBe(url);
   });
 
-  it("a traced service whose stop fails still flushes its spans, and the failure reaches the caller", async () => {
+  it("an observed service whose stop fails still flushes its spans, and the failure reaches the caller", async () => {
     const bodies: string[] = [];
     server = createServer((req, res) => {
       let body = "";
@@ -70,7 +71,7 @@ describe("startTracing", () => {
     });
     await new Promise<void>((r) => server!.listen(0, "127.0.0.1", r));
     const { port } = server.address() as AddressInfo;
-    const start = traced(
+    const start = observed(
       "mesh-rotator",
       "0.1.0",
       async () => ({
@@ -84,7 +85,9 @@ describe("startTracing", () => {
       }),
       { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}` },
     );
-    const running = await start({ log: { info: () => undefined } } as unknown as Parameters<typeof start>[0]);
+    // No NATS here: the connection's status is all the wrapper reads of it, and it never changes.
+    const nc = { status: async function* () {}, isClosed: () => false };
+    const running = await start({ log: { info: () => undefined }, nc } as unknown as Parameters<typeof start>[0]);
     await expect(running.stop()).rejects.toThrow("a consumer would not stop");
     expect(bodies.join("")).toContain("shop/db#2");
   });

@@ -15,7 +15,6 @@
  * mesh's packages use sees it (this package's SDK modules bring an older one).
  */
 import { registerTracing } from "@mesh/shared/runtime";
-import type { RunningService, ServiceContext } from "@mesh/shared/service";
 
 /** Tracing as started: `stop()` flushes what is buffered and shuts the exporter down. */
 export interface Tracing {
@@ -82,38 +81,4 @@ export async function startTracing(service: string, env: NodeJS.ProcessEnv = pro
   });
   registerTracing(provider, new W3CTraceContextPropagator(), new AsyncLocalStorageContextManager());
   return { exporting: true, stop: () => provider.shutdown() };
-}
-
-/**
- * `start` of `runService`, with tracing started before it and stopped (flushed) after the
- * service stops: every service's main is `runService(name, traced("mesh-<name>", version, start))`.
- */
-export function traced(
-  service: string,
-  version: string | undefined,
-  start: (ctx: ServiceContext) => Promise<RunningService>,
-  env: NodeJS.ProcessEnv = process.env,
-): (ctx: ServiceContext) => Promise<RunningService> {
-  return async (ctx) => {
-    const tracing = await startTracing(service, env, version);
-    if (tracing.exporting) ctx.log.info({ endpoint: tracesEndpoint(env) }, `exporting spans over OTLP/HTTP to ${tracesEndpoint(env)}`);
-    let running: RunningService;
-    try {
-      running = await start(ctx);
-    } catch (e) {
-      await tracing.stop();
-      throw e;
-    }
-    return {
-      ...running,
-      async stop() {
-        // Flushed also when the service's stop fails: its spans say what it did before.
-        try {
-          await running.stop();
-        } finally {
-          await tracing.stop();
-        }
-      },
-    };
-  };
 }

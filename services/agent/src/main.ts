@@ -17,7 +17,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { DEFAULT_BINDINGS_ROOT, NAME_RULE, errorMessage, isValidName, meshVersion, parseTimerDuration } from "@mesh/shared";
 import { runService, serviceHelp } from "@mesh/shared/service";
-import { traced } from "@mesh/telemetry";
+import { observed } from "@mesh/telemetry";
 import { startAgent } from "./agent.js";
 import { allowedHooksOf, microServiceName, type AllowedHooks } from "@mesh/shared";
 import { resolveHookPrograms } from "./hook-runner.js";
@@ -77,7 +77,7 @@ try {
 const hookUser = args["hook-user"] ?? (process.env.MESH_HOOK_USER || undefined);
 await runService(
   "agent",
-  traced("mesh-agent", meshVersion(import.meta.url), ({ store, log }) =>
+  observed("mesh-agent", meshVersion(import.meta.url), ({ store, log }) =>
     startAgent({ store, node, bindingsRoot, log, hooks, ...(hookUser ? { hookUser } : {}), ...(probeIntervalMs ? { probeIntervalMs } : {}) }),
   ),
   undefined,

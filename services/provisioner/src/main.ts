@@ -12,7 +12,7 @@
  */
 import { meshVersion } from "@mesh/shared";
 import { runService, serviceMasterKey, serviceCommandLine } from "@mesh/shared/service";
-import { traced } from "@mesh/telemetry";
+import { observed } from "@mesh/telemetry";
 import { storeKeyRing } from "@mesh/providers";
 import { startProvisioner } from "./provisioner.js";
 import { TakeBackSteps, type TakeBackStep } from "./provision-deps.js";
@@ -27,7 +27,7 @@ if (pause && !TakeBackSteps.includes(pause)) {
 
 await runService(
   "provisioner",
-  traced("mesh-provisioner", meshVersion(import.meta.url), ({ store, log }) =>
+  observed("mesh-provisioner", meshVersion(import.meta.url), ({ store, log }) =>
     startProvisioner({
       store,
       masterKey: storeKeyRing(store, serviceMasterKey(log)),

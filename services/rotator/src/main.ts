@@ -18,7 +18,7 @@ import { RotationStates, errorMessage, meshVersion, parseTimerDuration, type Rot
 import { runService, serviceMasterKey, serviceCommandLine } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
 import { startRotator } from "./rotator.js";
-import { traced } from "@mesh/telemetry";
+import { observed } from "@mesh/telemetry";
 
 serviceCommandLine("rotator", meshVersion(import.meta.url));
 
@@ -44,7 +44,7 @@ if (history !== undefined && history !== "" && !(/^\d+$/.test(history) && Number
 
 await runService(
   "rotator",
-  traced("mesh-rotator", meshVersion(import.meta.url), ({ store, log }) =>
+  observed("mesh-rotator", meshVersion(import.meta.url), ({ store, log }) =>
     startRotator(
       {
         store,

@@ -31,7 +31,7 @@ import {
   type RotateReply,
   type RotationState,
 } from "@mesh/shared";
-import { consumeKeys, isCasConflict, storeReplicas, serveJson, tracer } from "@mesh/shared/runtime";
+import { consumeKeys, isCasConflict, recordRotation, storeReplicas, serveJson, tracer } from "@mesh/shared/runtime";
 import type { RotatorOptions, RotatorTestHooks } from "./rotator-options.js";
 import { ackLookupDue, confirmedCount, enter, evictHolders, nameHolders, nextStep, withAcks, withRotatingCondition } from "./rotation-machine.js";
 import { contextOfTraceparent } from "./trace-context.js";
@@ -192,6 +192,8 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
             await setGrant(key, (g) => ({ ...g, conditions: withRotatingCondition(g.conditions, next, now) }));
             // Who is missing, as JetStream has it, is written once, with the state.
             if (!(await transition(key, r, RotationStates.Stalled, now, () => true, { holders: view.holders, confirmed: confirmedCount(view) }))) continue;
+            // Counted by the instance whose write took: once across instances.
+            recordRotation(r.kind, "stalled", (now.getTime() - Date.parse(r.requestedAt)) / 1000);
             rlog.warn(
               { missing: step.missing },
               `rotation ${r.id} stalled: ${step.missing.length} holders have not confirmed (${nameHolders(step.missing)}); generation ${r.from} is kept`,
@@ -203,6 +205,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
             // The one write of who confirmed, and where: the record keeps it once JetStream's consumers are gone.
             const next = await transition(key, r, RotationStates.Committed, now, () => true, { holders: view.holders, confirmed: confirmedCount(view) });
             if (!next) continue;
+            recordRotation(r.kind, "committed", (now.getTime() - Date.parse(r.requestedAt)) / 1000);
             marked.delete(r.id);
             countedAt.delete(key);
             acks.forget(r);

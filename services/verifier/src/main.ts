@@ -13,7 +13,7 @@
 import { errorMessage, meshVersion } from "@mesh/shared";
 import { runService, serviceMasterKey, serviceCommandLine } from "@mesh/shared/service";
 import { storeKeyRing } from "@mesh/providers";
-import { traced } from "@mesh/telemetry";
+import { observed } from "@mesh/telemetry";
 import { globalInterval } from "./schedule.js";
 import { startVerifier } from "./verifier.js";
 
@@ -28,7 +28,7 @@ try {
 }
 await runService(
   "verifier",
-  traced("mesh-verifier", meshVersion(import.meta.url), async ({ store, log }) =>
+  observed("mesh-verifier", meshVersion(import.meta.url), async ({ store, log }) =>
     startVerifier({ store, masterKey: storeKeyRing(store, serviceMasterKey(log)), log, intervalMs }),
   ),
 );

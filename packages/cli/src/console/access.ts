@@ -8,9 +8,9 @@ import { timingSafeEqual } from "node:crypto";
 import { isIP } from "node:net";
 import { CliError } from "../cli-error.js";
 import { ExitCodes } from "../exit-codes.js";
-import { hostForUrl, parseHostPort, type ListenAddress } from "../host-port.js";
+import { hostForUrl, parseHostPort, type ListenAddress } from "@mesh/shared";
 
-export { hostForUrl, type ListenAddress } from "../host-port.js";
+export { hostForUrl, type ListenAddress } from "@mesh/shared";
 
 /** Where the console listens unless told: loopback only. */
 export const DEFAULT_CONSOLE_LISTEN = "127.0.0.1:8470";

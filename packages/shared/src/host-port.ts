@@ -1,4 +1,4 @@
-/** `HOST:PORT` as an option names where something listens (`--listen`, `--nats-monitor`). */
+/** `HOST:PORT` as an option or a variable names where something listens (`--listen`, `--nats-monitor`, `MESH_METRICS_LISTEN`). */
 import { isIP } from "node:net";
 
 /** An address to listen on. */
