@@ -149,6 +149,7 @@ export const ENVIRONMENT: Record<string, string> = {
   NATS_SERVER_BIN: "the nats-server to run (else the first on PATH, then /usr/sbin, /usr/local/sbin, /usr/local/bin, /usr/bin)",
   MESH_LOG_LEVEL: "passed on to the services: their log level (default info)",
   OTEL_EXPORTER_OTLP_ENDPOINT: "passed on to the services: where they send spans (docs/observability.md)",
+  MESH_METRICS_LISTEN: "up and bootstrap: the default of --metrics-listen (never passed on as it is: each service gets a port of its own)",
   NO_COLOR: "no colours on a terminal",
   MESH_DEBUG: "print the stack of an unexpected error",
 };
@@ -157,8 +158,8 @@ const MASTER_KEY = ["MESH_MASTER_KEY"];
 
 /** What each command reads of the environment, where that is not what a command that connects reads (CONNECTING). */
 const ENVIRONMENT_OF: Record<string, string[]> = {
-  up: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN", "MESH_LOG_LEVEL", "OTEL_EXPORTER_OTLP_ENDPOINT"],
-  bootstrap: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN"],
+  up: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN", "MESH_LOG_LEVEL", "OTEL_EXPORTER_OTLP_ENDPOINT", "MESH_METRICS_LISTEN"],
+  bootstrap: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN", "MESH_METRICS_LISTEN"],
   "control-plane": MASTER_KEY,
   "nats-config": MASTER_KEY,
   example: [],
@@ -523,14 +524,15 @@ const NATS_MONITOR_HELP =
 
 const METRICS_LISTEN_HELP =
   "serve each service's metrics (/metrics, Prometheus) and health (/healthz, /readyz) over HTTP: the first service at HOST:PORT, " +
-  "the others on the ports after it, in the order up lists them (port 0: any free one each); default: none. No authentication: keep it on loopback or a network only your scraper reaches";
+  "the others on the ports after it, in the order up lists them (port 0: any free one each); default: MESH_METRICS_LISTEN, else none. No authentication: keep it on loopback or a network only your scraper reaches";
 
 /** `up` and `bootstrap`: run until a signal; a first signal stops everything in order, a second kills at once. */
 function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }): Promise<never> {
   return run(async (_connect, url) => {
     const hooks = hooksOption(o.allowHook);
     const natsMonitor = o.natsMonitor === undefined ? undefined : parseNatsMonitor(o.natsMonitor);
-    const metricsListen = o.metricsListen === undefined ? undefined : parseMetricsListen(o.metricsListen);
+    const metricsSpec = o.metricsListen ?? (process.env.MESH_METRICS_LISTEN || undefined);
+    const metricsListen = metricsSpec === undefined ? undefined : parseMetricsListen(metricsSpec);
     const stop = new AbortController();
     let signals = 0;
     const onSignal = () => {

@@ -64,7 +64,8 @@ describe("serviceSpecs", () => {
       natsUrl: "nats://127.0.0.1:4222",
       nodes: ["node-a"],
     });
-    expect(specs.some((s) => "MESH_METRICS_LISTEN" in s.env)).toBe(false);
+    // Off unless asked for: an inherited MESH_METRICS_LISTEN would have every service try the same port.
+    expect(specs.every((s) => s.env.MESH_METRICS_LISTEN === "")).toBe(true);
     expect(withMetricsListen(specs, parseMetricsListen("127.0.0.1:9464")).map((s) => [s.name, s.env.MESH_METRICS_LISTEN])).toEqual([
       ["resolver", "127.0.0.1:9464"],
       ["provisioner", "127.0.0.1:9465"],

@@ -130,6 +130,8 @@ export function serviceSpecs(opts: {
     MESH_MASTER_KEY_FILE: opts.paths.masterKey,
     MESH_STATE_DIR: opts.paths.state,
     MESH_BINDINGS_ROOT: opts.paths.bindings,
+    // Not meshctl's own, which every service would inherit and try to listen on: each gets a port of its own (withMetricsListen).
+    MESH_METRICS_LISTEN: "",
     ...opts.env,
   };
   const hooks = { ...(opts.hooks?.size ? { MESH_ALLOW_HOOKS: formatHookList(opts.hooks) } : {}), ...(opts.hookUser ? { MESH_HOOK_USER: opts.hookUser } : {}) };
@@ -451,7 +453,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     const specs = opts.metricsListen ? withMetricsListen(plain, opts.metricsListen) : plain;
     const started: string[] = [];
     for (const spec of specs) started.push(`${spec.name} (pid ${await supervisor.start(spec)})`);
-    const metricsAt = specs.flatMap((s) => (s.env.MESH_METRICS_LISTEN ? [`${s.name} http://${s.env.MESH_METRICS_LISTEN}`] : []));
+    const metricsAt = specs.flatMap(({ name, env: own }) => (own.MESH_METRICS_LISTEN ? [`${name} http://${own.MESH_METRICS_LISTEN}`] : []));
     if (metricsAt.length && !metricsAt[0]!.endsWith(":0")) out.out(`metrics (/metrics) and health (/healthz, /readyz): ${metricsAt.join(", ")}`);
     else if (metricsAt.length) out.out(`metrics and health: each service on a free port, which its log names ("serving metrics at …")`);
     out.out(`started ${started.join(", ")}`);
