@@ -129,6 +129,17 @@ export async function startHolders(n: number, start: HoldersStart): Promise<Hold
   };
 }
 
+/** Waits for `p`, failing with `what()` (said when it fails) after `ms`. */
+async function within(p: Promise<void>, ms: number, what: () => string): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(what())), ms)));
+  try {
+    await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Where one floor message goes: the subject its responders listen on, how many there are, and the subject (a prefix) they answer on. */
 export interface FloorTarget {
   subject: string;
@@ -180,15 +191,7 @@ export class Floor {
     const all = new Promise<void>((resolve) => (this.done = resolve));
     const t0 = performance.now();
     for (const t of this.targets) this.nc.publish(t.subject, `${t.replyTo}.${this.round}`);
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>(
-      (_, reject) => (timer = setTimeout(() => reject(new Error(`floor: ${this.got}/${this.total} replies within 30 s`)), 30_000)),
-    );
-    try {
-      await Promise.race([all, late]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await within(all, 30_000, () => `floor: ${this.got}/${this.total} replies within 30 s`);
     return performance.now() - t0;
   }
 
@@ -288,15 +291,7 @@ export class BareFloor {
     const ack = await this.js.publish(this.subject, this.payload, { msgID: `bare-${process.pid}-${this.round}` });
     this.want = ack.seq;
     for (const [consumer, seq] of this.lastSeq) this.count(consumer, seq);
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>(
-      (_, reject) => (timer = setTimeout(() => reject(new Error(`bare JetStream floor: ${this.acked.size}/${this.n} acks within 60 s`)), 60_000)),
-    );
-    try {
-      await Promise.race([all, late]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await within(all, 60_000, () => `bare JetStream floor: ${this.acked.size}/${this.n} acks within 60 s`);
     return performance.now() - t0;
   }
 
