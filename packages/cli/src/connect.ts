@@ -21,6 +21,7 @@ import {
 import { bootstrapFiles } from "./bootstrap.js";
 import { CliError, isCliError } from "./cli-error.js";
 import { isRequestTimeout, rootMessage } from "./nats-errors.js";
+import { rememberIdentity } from "./operator-identity.js";
 import { meshctlCommand } from "./paths.js";
 import { remainingMs, retrying, type RetryPolicy } from "./retry.js";
 import type { ChosenIdentity } from "./nats-context.js";
@@ -169,7 +170,10 @@ export async function connectForCli(
   const deadline = Date.now() + (o.deadlineMs ?? CLI_CONNECT_DEADLINE_MS);
   for (let attempt = 1; ; attempt++) {
     try {
-      return await connectNats(url, { timeout: timeoutMs, maxReconnectAttempts: 3, ...cliIdentity(process.env, process.cwd(), o.identity) });
+      const identity = cliIdentity(process.env, process.cwd(), o.identity);
+      const nc = await connectNats(url, { timeout: timeoutMs, maxReconnectAttempts: 3, ...identity });
+      rememberIdentity(nc, identity.inboxPrefix);
+      return nc;
     } catch (e) {
       // What the command line named cannot be used: said as it is.
       if (isCliError(e)) throw e;
@@ -217,14 +221,14 @@ const CLI_JETSTREAM_TIMEOUT_MS = 10_000;
  * cluster with no leader, or no answer. Each of the store's requests waits at most a third of
  * the deadline (and 10 s).
  */
-export async function openStoreForCli(nc: NatsConnection, url: string, policy: RetryPolicy): Promise<Store> {
+export async function openStoreForCli(nc: NatsConnection, url: string, policy: RetryPolicy, auditRetentionMs?: number): Promise<Store> {
   const began = Date.now();
   // A third of the deadline at most, so that an election that ends within it is met by a later attempt.
   const apiTimeoutMs = Math.min(CLI_JETSTREAM_TIMEOUT_MS, Math.max(1_000, Math.floor(remainingMs(policy) / 3)));
   return retrying("opening the mesh's store", policy, async () => {
     try {
       // One attempt each: the deadline is the command's.
-      return await openStore(nc, { log: storeNotes, rideOutMs: 0, apiTimeoutMs });
+      return await openStore(nc, { log: storeNotes, rideOutMs: 0, apiTimeoutMs, ...(auditRetentionMs ? { auditRetentionMs } : {}) });
     } catch (e) {
       if (isStoreCreateFailure(e)) throw new CliError(storeCreateFailedMessage(url), undefined, { cause: e, retryable: true });
       throw (

@@ -5,7 +5,7 @@
  * definitions here.
  */
 import { Command, Option } from "commander";
-import { errorMessage, loadMasterKey, meshVersion, parseAllowedHooks, parseTimerDuration, type AllowedHooks } from "@mesh/shared";
+import { errorMessage, loadMasterKey, meshVersion, parseAllowedHooks, parseDuration, parseTimerDuration, type AllowedHooks } from "@mesh/shared";
 import { isJetStreamTimeout, jetStreamTimeoutMessage, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { operatorFiles } from "@mesh/providers";
 import { resolve } from "node:path";
@@ -20,6 +20,8 @@ import { readNatsContext } from "./nats-context.js";
 import { EXAMPLES, examplesHelp, runExample } from "./example-command.js";
 import { runExplain } from "./explain-command.js";
 import { runReissueAgent } from "./reissue-agent-command.js";
+import { runAudit, sinceTime } from "./audit-command.js";
+import { runAdminAdd, runAdminList, runAdminRemove } from "./admin-command.js";
 import { GetResources, checkGetName, parseGetResource, runGet } from "./get-command.js";
 import { MODULE_STATE_LIST, parseModuleState } from "./module-wait.js";
 import { checkModuleName } from "./status-report.js";
@@ -439,6 +441,88 @@ program
   );
 
 program
+  .command("audit")
+  .description(
+    "who asked what of the mesh, when, and what came of it: the audit trail, one line per request (apply, delete, rotate, revoke, evict, verify, repair, fetch, a part's declaration)",
+  )
+  .option("--since <when>", "from this long ago (1h, 7d) or this time (2026-12-01T00:00:00Z); default: all the trail keeps")
+  .option("--grant <grant>", "only requests of this grant (<module>/<requirement>)")
+  .option(
+    "--who <who>",
+    "only requests by this identity: an operator's name, or as the trail names it (operator:alice, admin (break-glass), part:shop/api@node-a)",
+  )
+  .option("--limit <n>", "the latest n requests at most (default 1000)")
+  .option("--json", 'print {"requests":[{"id","at","who","action","grant","target","outcome","message","service","node"}]} as JSON')
+  .addOption(outputOption())
+  .action((o: { since?: string; grant?: string; who?: string; limit?: string; json?: boolean; output?: string }) =>
+    run(async (connect) => {
+      const limit = o.limit === undefined ? undefined : Number(o.limit);
+      if (limit !== undefined && (!Number.isInteger(limit) || limit < 1))
+        throw new CliError(`--limit ${o.limit} is not a whole number of 1 or more`, ExitCodes.Usage);
+      sinceTime(o.since);
+      const nc = await connect();
+      return printing(o, (p) =>
+        runAudit(
+          nc,
+          {
+            json: p.json,
+            ...(o.since ? { since: o.since } : {}),
+            ...(o.grant ? { grant: o.grant } : {}),
+            ...(o.who ? { who: o.who } : {}),
+            ...(limit ? { limit } : {}),
+          },
+          p.out,
+        ),
+      );
+    }),
+  );
+
+const admin = program
+  .command("admin")
+  .description(
+    "operators with names: each gets an identity of its own, whose requests the audit trail records by name; the bootstrap admin stays, as the break-glass identity",
+  );
+
+admin
+  .command("add")
+  .description("issue operator NAME's identity and write it to a directory (run as the bootstrap admin, where meshctl up or bootstrap runs the mesh)")
+  .argument("<name>", "the operator's name: lower-case letters, digits and -")
+  .requiredOption("--out <dir>", "where to write the identity (creds, inboxPrefix …, readable by you only): a new or empty directory")
+  .option("--json", 'print {"name","out","user","expiresAt"} as JSON')
+  .addOption(outputOption())
+  .action((name: string, o: { out: string; json?: boolean; output?: string }) =>
+    run(async (connect, url) => {
+      const store = await openStoreForCli(await connect(), url, policyOf({}, "--request-timeout"));
+      return printing(o, (p) => runAdminAdd(store, { name, out: o.out, json: p.json }, p.out));
+    }),
+  );
+
+admin
+  .command("remove")
+  .description("revoke operator NAME's identity: the server closes its connections at once and refuses it from then on")
+  .argument("<name>", "the operator's name")
+  .option("--json", 'print {"name","revoked":[…]} as JSON')
+  .addOption(outputOption())
+  .action((name: string, o: { json?: boolean; output?: string }) =>
+    run(async (connect, url) => {
+      const store = await openStoreForCli(await connect(), url, policyOf({}, "--request-timeout"));
+      return printing(o, (p) => runAdminRemove(store, { name, json: p.json }, p.out));
+    }),
+  );
+
+admin
+  .command("list")
+  .description("the named operators, their identities' keys and when each expires")
+  .option("--json", 'print {"operators":[{"name","user","generation","expiresAt"}],"breakGlass"} as JSON')
+  .addOption(outputOption())
+  .action((o: { json?: boolean; output?: string }) =>
+    run(async (connect, url) => {
+      const store = await openStoreForCli(await connect(), url, policyOf({}, "--request-timeout"));
+      return printing(o, (p) => runAdminList(store, { json: p.json }, p.out));
+    }),
+  );
+
+program
   .command("trace")
   .description("a rotation's fan-out as a timeline: when it was staged, broadcast and committed, and when each holder confirmed")
   .argument("<rotation>", "the rotation: <module>/<requirement>#<generation> (or <module>/<requirement> for its latest)")
@@ -503,6 +587,7 @@ interface LocalMeshOptions {
   hookUser?: string;
   natsMonitor?: string;
   metricsListen?: string;
+  auditRetention?: string;
 }
 
 /** `--allow-hook` of up and bootstrap, checked before anything starts (exit 2 when wrong). */
@@ -522,6 +607,22 @@ const NATS_MONITOR_HELP =
   "open the monitoring port of the NATS server this command starts, at 127.0.0.1:PORT (port 0 picks a free one); default: none. " +
   "It answers anyone who can reach it, without authentication, with every identity's connections and subscriptions (/connz)";
 
+const AUDIT_RETENTION_HELP =
+  "how long the audit trail keeps each record (from 1m to 3650d; default 90d for a new trail, an existing one keeps its own); the trail also drops its oldest records past 2 GiB";
+
+/** `--audit-retention` in milliseconds; a CliError for a duration that is not one, or out of bounds. */
+function auditRetentionOption(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  let ms: number;
+  try {
+    ms = parseDuration(value);
+  } catch (e) {
+    throw new CliError(`--audit-retention: ${errorMessage(e)}`, ExitCodes.Usage);
+  }
+  if (ms < 60_000 || ms > 3_650 * 86_400_000) throw new CliError(`--audit-retention ${value}: give from 1m to 3650d`, ExitCodes.Usage);
+  return ms;
+}
+
 const METRICS_LISTEN_HELP =
   "serve each service's metrics (/metrics, Prometheus) and health (/healthz, /readyz) over HTTP: the first service at HOST:PORT, " +
   "the others on the ports after it, in the order up lists them (port 0: any free one each); default: MESH_METRICS_LISTEN, else none. No authentication: keep it on loopback or a network only your scraper reaches";
@@ -533,6 +634,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
     const natsMonitor = o.natsMonitor === undefined ? undefined : parseNatsMonitor(o.natsMonitor);
     const metricsSpec = o.metricsListen ?? (process.env.MESH_METRICS_LISTEN || undefined);
     const metricsListen = metricsSpec === undefined ? undefined : parseMetricsListen(metricsSpec);
+    const auditRetentionMs = auditRetentionOption(o.auditRetention);
     const stop = new AbortController();
     let signals = 0;
     const onSignal = () => {
@@ -561,6 +663,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
         ...(o.hookUser ? { hookUser: o.hookUser } : {}),
         ...(natsMonitor ? { natsMonitor } : {}),
         ...(metricsListen ? { metricsListen } : {}),
+        ...(auditRetentionMs ? { auditRetentionMs } : {}),
       },
       out,
       stop.signal,
@@ -578,6 +681,7 @@ program
   .option("--hook-user <user>", HOOK_USER_HELP)
   .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
   .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
+  .option("--audit-retention <duration>", AUDIT_RETENTION_HELP)
   .action((o: LocalMeshOptions) => runLocalMesh(o));
 
 program
@@ -594,6 +698,7 @@ program
   .option("--hook-user <user>", HOOK_USER_HELP)
   .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
   .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
+  .option("--audit-retention <duration>", AUDIT_RETENTION_HELP)
   .action((o: LocalMeshOptions & { servicesNode?: string }) => runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}));
 
 program

@@ -50,7 +50,7 @@ export function agentIdentityGrant(node: string): { module: string; requirement:
 }
 
 /** Refuses an `--out` that holds something: the identity is never written over other files. */
-function checkOut(dir: string): void {
+export function checkOut(dir: string): void {
   if (!existsSync(dir)) return;
   let entries: string[];
   try {
@@ -119,7 +119,7 @@ export async function runReissueAgent(store: Store, opts: ReissueAgentOptions, o
 }
 
 /** Writes `values` as a binding directory (one file per key, 0600, in a 0700 directory). */
-function writeIdentity(dir: string, values: Record<string, string>): void {
+export function writeIdentity(dir: string, values: Record<string, string>): void {
   makePrivateDir(dir);
   for (const [k, v] of Object.entries(values)) {
     const file = join(dir, k);

@@ -14,6 +14,7 @@ import { CliError } from "./cli-error.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import { meshctlCommand, serviceCommand } from "./paths.js";
+import { requestSubject } from "./operator-identity.js";
 
 /** A service meshctl sends requests to. */
 export type MeshService = "resolver" | "rotator";
@@ -67,7 +68,11 @@ export function exitCodeOf(code: ErrorCode): ExitCode {
  */
 export async function requestService(nc: NatsConnection, subject: string, body: unknown, req: ServiceRequest): Promise<unknown> {
   try {
-    return await requestJson(nc, subject, body, { service: req.service, timeoutMs: req.timeoutMs, ...(req.encoded ? { encoded: true } : {}) });
+    return await requestJson(nc, requestSubject(nc, subject), body, {
+      service: req.service,
+      timeoutMs: req.timeoutMs,
+      ...(req.encoded ? { encoded: true } : {}),
+    });
   } catch (e) {
     if (isNoResponders(e)) {
       throw new CliError(notRunningMessage(req.service, serverUrlOf(nc), NOT_DONE[req.what] ?? `the ${req.what} was not done`), ExitCodes.ServiceUnavailable, {

@@ -82,6 +82,8 @@ export interface UpOptions {
   natsMonitor?: ListenAddress;
   /** `--metrics-listen`: where the services serve their metrics and health ({@link withMetricsListen}). */
   metricsListen?: ListenAddress;
+  /** How long the audit trail keeps a record (`--audit-retention`): set on the stream when it differs. */
+  auditRetentionMs?: number;
   /** How long to wait for the resolver to answer (default 60 s). */
   resolverWaitMs?: number;
   /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
@@ -439,7 +441,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
     if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
     if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
-    const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out));
+    const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out), opts.auditRetentionMs);
 
     const plain = serviceSpecs({
       main,

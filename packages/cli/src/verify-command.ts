@@ -11,6 +11,7 @@ import { ExitCodes } from "./exit-codes.js";
 import type { Output } from "./output.js";
 import { makeStyle, wrapText } from "./style.js";
 import { ageOf } from "./status-format.js";
+import { requestSubject } from "./operator-identity.js";
 
 /** How long meshctl waits for the verifier: a check, agents' probes (3 s) and maybe a repair. */
 export const VERIFY_TIMEOUT_MS = 30_000;
@@ -70,7 +71,7 @@ export async function runVerify(connect: () => Promise<NatsConnection>, opts: Ve
     try {
       body = await requestJson(
         nc,
-        subjects.verify,
+        requestSubject(nc, subjects.verify),
         { grant: opts.grant, ...(opts.repair ? { repair: true } : {}) },
         { service: "verifier", timeoutMs: Math.min(timeoutMs, remainingMs(policy)) },
       );

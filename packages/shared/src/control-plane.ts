@@ -12,6 +12,7 @@ import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } 
 import { CeilingOptions, DEFAULT_NATS_CEILING, RESPONSES_CEILING_OPTION, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 import { microPermissions } from "./micro.js";
+import { OPERATOR_TOKEN, operatorSubjectsOf } from "./audit.js";
 
 /** The bootstrap provider: the mesh's own NATS, serving identities and JetStream stores. */
 export const BOOTSTRAP_PROVIDER = "mesh-nats";
@@ -228,6 +229,9 @@ const HOLDER_STREAMS_ADMIN = [
   "$JS.API.CONSUMER.LEADER.STEPDOWN.*.*",
 ];
 
+/** The operator's requests on `subjects`: each bare (the bootstrap admin's) and as every named operator sends it (audit.ts). */
+const operatorRequests = (...subjects: string[]) => subjects.flatMap((s) => [s, operatorSubjectsOf(s)]);
+
 /** KV writes are publishes to `$KV.<bucket>.<key>`: each service may write the buckets it owns, and no other. */
 const writes = (...buckets: BucketName[]) => buckets.map((b) => `$KV.${b}.>`);
 
@@ -255,26 +259,35 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     switch (service) {
       case "resolver":
         return {
-          publish: writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers),
-          subscribe: [subjects.apply, subjects.applyPartsAll, subjects.delete],
+          publish: [...writes(Buckets.grants, Buckets.modules, Buckets.manifests, Buckets.providers), subjects.audit(service)],
+          subscribe: [...operatorRequests(subjects.apply, subjects.delete), subjects.applyPartsAll],
         };
       case "provisioner":
         return {
-          publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll, subjects.withdrawalsAll],
+          publish: [...writes(Buckets.grants, Buckets.credentials), subjects.deliveriesAll, subjects.withdrawalsAll, subjects.audit(service)],
           subscribe: [subjects.credentialFetchesAll, subjects.credentialListsAll],
         };
       case "verifier":
         return {
           // Its own heartbeats only: no other service's membership.
-          publish: [...writes(Buckets.grants, Buckets.verifications), `$KV.${Buckets.instances}.${keys.instancesOf("verifier")}`, "mesh.probe.request.*"],
-          subscribe: [subjects.verify, subjects.probeReportsAll],
+          publish: [
+            ...writes(Buckets.grants, Buckets.verifications),
+            `$KV.${Buckets.instances}.${keys.instancesOf("verifier")}`,
+            "mesh.probe.request.*",
+            subjects.audit(service),
+          ],
+          subscribe: [...operatorRequests(subjects.verify), subjects.probeReportsAll],
         };
       case "rotator":
         return {
           // mesh-holders: an evicted SDK instance's registration is removed.
-          publish: [...writes(Buckets.grants, Buckets.rotations, Buckets.credentials, Buckets.holders), subjects.rotationBroadcastsAll],
+          publish: [
+            ...writes(Buckets.grants, Buckets.rotations, Buckets.credentials, Buckets.holders),
+            subjects.rotationBroadcastsAll,
+            subjects.audit(service),
+          ],
           // Every holder's ack, as the server's ack metric.
-          subscribe: [subjects.rotate, subjects.evict, subjects.holderAckMetricsAll],
+          subscribe: [...operatorRequests(subjects.rotate, subjects.evict), subjects.holderAckMetricsAll],
         };
     }
   })();
@@ -287,6 +300,52 @@ export function servicePermissions(service: ControlPlaneService | { agent: strin
     ...(api.deny.length ? { denyPublish: api.deny } : {}),
     // The services answer requests, and an agent answers its node's probe requests; nothing else does.
     allowResponses: true,
+  };
+}
+
+/**
+ * What a named operator's identity may do (`meshctl admin add`): send the operator's requests
+ * under its own name only (`mesh.api.<verb>.op.<name>`: the services read who asked from that),
+ * read the store (stream info, reads by key and by sequence, ordered consumers of its streams:
+ * `meshctl status`, `get`, `rotate --wait`, `audit`), and ask the services the NATS micro
+ * protocol's questions. Nothing that writes the store, acks a delivery, creates or changes a
+ * stream, or creates or deletes a consumer under one of the mesh's durable names: everything
+ * it changes goes through a service, and so into the audit trail. Its own inbox prefix is added
+ * where every identity's is (nats-permissions.ts `identityPermissions`).
+ */
+export function operatorPermissions(name: string): NatsPermissions {
+  const durables = Object.values(Durables).flatMap((d) => [
+    `$JS.API.CONSUMER.CREATE.KV_${d.bucket}.${d.name}`,
+    `$JS.API.CONSUMER.CREATE.KV_${d.bucket}.${d.name}.>`,
+    `$JS.API.CONSUMER.DELETE.KV_${d.bucket}.${d.name}`,
+  ]);
+  return {
+    publish: [
+      `mesh.api.*.${OPERATOR_TOKEN}.${name}`,
+      "$JS.API.INFO",
+      "$JS.API.STREAM.INFO.*",
+      "$JS.API.STREAM.NAMES",
+      "$JS.API.STREAM.LIST",
+      "$JS.API.STREAM.MSG.GET.*",
+      "$JS.API.DIRECT.GET.>",
+      // Ordered consumers (named by the client, filtered in the subject on 2.9), and deleting them when done.
+      "$JS.API.CONSUMER.CREATE.*",
+      "$JS.API.CONSUMER.CREATE.*.*",
+      "$JS.API.CONSUMER.CREATE.*.*.>",
+      "$JS.API.CONSUMER.INFO.*.*",
+      "$JS.API.CONSUMER.DELETE.*.*",
+      // Reading the audit trail pulls from an ordered consumer of it; no other stream's consumers are pulled from.
+      `$JS.API.CONSUMER.MSG.NEXT.${Streams.audit}.*`,
+      "$JS.FC.>",
+      "$SRV.>",
+    ],
+    subscribe: [],
+    denyPublish: [
+      ...durables,
+      `$JS.API.CONSUMER.CREATE.${Streams.deliveries}.*`,
+      `$JS.API.CONSUMER.CREATE.${Streams.deliveries}.*.>`,
+      `$JS.API.CONSUMER.DELETE.${Streams.deliveries}.*`,
+    ],
   };
 }
 

@@ -51,6 +51,7 @@ export { confineToInbox, INBOX_ROOT_PATTERNS, InboxRoots, isInboxSubject } from 
 export { type ErrorCode, ErrorCodes, errorMessage, isMeshError, MeshError } from "./errors.js";
 export { DURATION_PATTERN, durationAtMost, formatAge, parseDuration, parseTimerDuration } from "./duration.js";
 export {
+  AUDIT_LIMITS,
   BUCKET_LIMITS,
   type BucketLimits,
   CREDENTIAL_HISTORY,
@@ -217,6 +218,7 @@ export {
   CONTROL_PLANE_SERVICES,
   type ControlPlaneLayout,
   controlPlaneManifest,
+  operatorPermissions,
   ControlPlaneRequirements,
   type ControlPlaneService,
   identityRequirement,
@@ -305,3 +307,19 @@ export {
 export { broadcastTargets, type HolderConsumerState, readHolderAcks } from "./holder-acks.js";
 export { decryptForPart, encryptForPart, partRotationKey } from "./part-rotation-key.js";
 export { hostForUrl, parseHostPort, type ListenAddress } from "./host-port.js";
+export {
+  AuditedRequests,
+  type AuditedRequest,
+  AuditRecord,
+  type AuditTarget,
+  checkOperatorName,
+  OPERATOR_TOKEN,
+  operatorOfInboxPrefix,
+  operatorOfRequirement,
+  operatorRequirement,
+  operatorSubject,
+  operatorSubjectsOf,
+  type Requester,
+  requesterName,
+  requesterOf,
+} from "./audit.js";

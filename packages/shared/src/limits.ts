@@ -154,6 +154,15 @@ export const BUCKET_LIMITS: Record<keyof typeof Buckets, BucketLimits> = {
 };
 
 /**
+ * The audit trail's stream (`MESH_AUDIT`, audit.ts): records older than `maxAgeMs` age out
+ * (the operator sets it: `meshctl up --audit-retention`), and past `maxBytes` the oldest go
+ * first, so the trail never refuses for being full. A record is about 0.5 KiB with its subject
+ * and framing: 2 GiB is about 4 million records, a year of 10,000 holders fetching a monthly
+ * rotation of each of 30 grants, besides the operators' requests.
+ */
+export const AUDIT_LIMITS = { maxAgeMs: 90 * 24 * 3_600_000, maxBytes: 2 * GiB, maxRecordSize: 16 * KiB } as const;
+
+/**
  * The nats.user adapter's records on its provider's server (`mesh-nats-identities`, one
  * revision per key): a record per generation whose JWT has not expired (about 1.5 KiB) and an
  * index entry per revoked key (0.3 KiB). 10,000 grants × 4 live generations × 1.8 KiB = 72 MB.

@@ -5,7 +5,8 @@
  */
 export { connectNats, DEFAULT_NATS_URL, type NatsConnection, natsIdentity } from "./connect.js";
 export { errorFromReply, requestJson, type RequestJsonOptions } from "./request-json.js";
-export { serveJson } from "./serve-json.js";
+export { serveJson, type ServedRequest } from "./serve-json.js";
+export { AuditLog } from "./audit-log.js";
 export {
   credentialFetchSubject,
   type CredentialFetchTarget,

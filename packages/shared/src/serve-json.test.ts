@@ -9,6 +9,11 @@ import { serveJson } from "./serve-json.js";
 import { createLogger } from "./logger.js";
 import { Limits } from "./limits.js";
 import { ErrorCodes } from "./errors.js";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { AuditLog } from "./audit-log.js";
+import { AuditRecord, AuditedRequests, operatorSubject, operatorSubjectsOf } from "./audit.js";
+import { openStore } from "./store.js";
+import { Streams } from "./subjects.js";
 import { natsForFile } from "../../../test/harness/nats-per-file.js";
 import { waitFor } from "../../../test/harness/wait.js";
 
@@ -79,4 +84,81 @@ describe("serveJson", () => {
     watch.unsubscribe();
     await api.stop();
   });
+
+  it("records a request in the audit trail before answering it, with who the subject names; refuses one the trail does not take, unserved", async () => {
+    await openStore(conn(), { replicas: 1 });
+    const jsm = await jetstreamManager(conn());
+    const records = async () => {
+      const info = await jsm.streams.info(Streams.audit);
+      const out: AuditRecord[] = [];
+      for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++)
+        out.push(AuditRecord.parse((await jsm.streams.getMessage(Streams.audit, { seq }))!.json()));
+      return out;
+    };
+    let handled = 0;
+    const trail = new AuditLog(conn(), "rotator", { name: "rotator@test", node: "node-t" });
+    const api = serveJson(
+      conn(),
+      ["test.rotate", operatorSubjectsOf("test.rotate")],
+      "q",
+      createLogger("test", { level: "silent" }),
+      async (body, m) => {
+        handled++;
+        // The record of the request is in the trail before the handler runs.
+        expect((await records()).filter((r) => r.phase === "request")).toHaveLength(handled);
+        return { ok: true, who: m.requester };
+      },
+      { audit: { log: trail, request: AuditedRequests.rotate } },
+    );
+    await conn().flush();
+    const ask = (subject: string, body: object) =>
+      conn()
+        .request(subject, JSON.stringify(body), { timeout: 10_000 })
+        .then((m) => m.json<Record<string, unknown>>());
+    expect(await ask(operatorSubject("test.rotate", "alice"), { grant: "shop/db", revoke: { graceMs: 0, reason: "leak", by: "claims to be bob" } })).toEqual({
+      ok: true,
+      who: { kind: "operator", name: "alice" },
+    });
+    expect(await ask("test.rotate", { grant: "shop/db" })).toMatchObject({ who: { kind: "admin" } });
+    const [req, outcome, req2, outcome2] = await records();
+    expect(req).toMatchObject({
+      phase: "request",
+      who: "operator:alice",
+      action: "revoke",
+      grant: "shop/db",
+      target: { reason: "leak", graceMs: 0 },
+      node: "node-t",
+    });
+    expect(outcome).toMatchObject({ id: req!.id, phase: "outcome", outcome: "ok" });
+    expect(req2).toMatchObject({ who: "admin (break-glass)", action: "rotate" });
+    expect(outcome2).toMatchObject({ id: req2!.id, outcome: "ok" });
+    // What the body called its sender is nowhere in the trail.
+    expect(JSON.stringify(await records())).not.toContain("bob");
+
+    // A trail that takes nothing (here: its stream gone) refuses the change before it is worked on.
+    await jsm.streams.delete(Streams.audit);
+    const refused = await ask("test.rotate", { grant: "shop/db" });
+    expect(refused).toMatchObject({ ok: false, error: { code: ErrorCodes.Unavailable, retryable: true } });
+    expect(String((refused.error as { message: string }).message)).toContain("nothing is served unrecorded");
+    expect(handled).toBe(2);
+    // A read is worked out, but its answer is not sent: the refusal is.
+    let read = 0;
+    const fetches = serveJson(
+      conn(),
+      "test.fetch",
+      "q",
+      createLogger("test", { level: "silent" }),
+      async () => {
+        read++;
+        return { ok: true, values: "secret" };
+      },
+      { audit: { log: trail, request: AuditedRequests.fetch } },
+    );
+    await conn().flush();
+    const answer = await ask("test.fetch", { grant: "shop/db", generation: 2 });
+    expect(answer).toMatchObject({ ok: false, error: { code: ErrorCodes.Unavailable } });
+    expect(JSON.stringify(answer)).not.toContain("secret");
+    expect(read).toBe(1);
+    await Promise.all([api.stop(), fetches.stop()]);
+  }, 30_000);
 });

@@ -12,7 +12,7 @@ describe("the source of record as grant mesh/records names it", () => {
     const bound = { buckets: Object.values(Buckets).join(","), streams: Object.values(Streams).join(",") };
     expect(sourceOfRecordProblem(bound)).toBeUndefined();
     expect(sourceOfRecordProblem({ ...bound, buckets: "mesh-grants" })).toMatch(
-      /names buckets mesh-grants and streams MESH_DELIVERIES, but this service keeps its state in buckets mesh-manifests,.*meshctl bootstrap/,
+      /names buckets mesh-grants and streams MESH_DELIVERIES,MESH_AUDIT, but this service keeps its state in buckets mesh-manifests,.*meshctl bootstrap/,
     );
     expect(sourceOfRecordProblem({})).toMatch(/names buckets \(none\)/);
   });

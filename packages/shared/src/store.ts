@@ -4,6 +4,7 @@
  */
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
+  DiscardPolicy,
   JetStreamApiError,
   jetstream,
   jetstreamManager,
@@ -16,7 +17,8 @@ import {
 import { Kvm, type KV } from "@nats-io/kv";
 import { Buckets, Streams, subjects, type BucketName } from "./subjects.js";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
-import { BUCKET_LIMITS, type BucketLimits } from "./limits.js";
+import { AUDIT_LIMITS, BUCKET_LIMITS, type BucketLimits } from "./limits.js";
+import { formatAge } from "./duration.js";
 import { planBucketLimits } from "./bucket-limits.js";
 import { isJetStreamGap, jetStreamUnavailable, retryJetStreamSetup, type JetStreamUnavailable } from "./jetstream-retry.js";
 import { kvStream } from "./kv-names.js";
@@ -64,6 +66,12 @@ export interface OpenStoreOptions {
   rideOutMs?: number;
   /** How long the store's JetStream requests wait for an answer; default 10 s. */
   apiTimeoutMs?: number;
+  /**
+   * How long the audit trail keeps a record (limits.ts `AUDIT_LIMITS`): the stream is made with
+   * it, and one made with another is changed to it (which only the operator's identity may do).
+   * Unset: made with the default, an existing one left as it is.
+   */
+  auditRetentionMs?: number;
 }
 
 /**
@@ -143,6 +151,7 @@ async function openStoreOnce(nc: NatsConnection, replicas: number, opts: OpenSto
     // The latest few deliveries of each grant to each part; older ones are superseded.
     max_msgs_per_subject: 4,
   });
+  await ensureAuditStream(jsm, { ...common }, opts.auditRetentionMs, log ?? stderrStoreLog);
   return { nc, js, jsm, kv };
 }
 
@@ -176,6 +185,38 @@ export async function ensureBucketLimits(jsm: JetStreamManager, bucket: string, 
     return;
   }
   log.info({ bucket, ...changes }, `the mesh's store bucket ${bucket}: limits brought up to date`);
+}
+
+/**
+ * The audit trail (audit.ts): append-only, so made with `deny_delete` and `deny_purge` (no
+ * identity, the operator's included, deletes a record or purges the stream through the API;
+ * records leave only by age or, past `max_bytes`, oldest first). A retention asked for that
+ * differs from the stream's is set with a stream update.
+ */
+async function ensureAuditStream(
+  jsm: JetStreamManager,
+  common: { retention: RetentionPolicy; num_replicas: number; storage: StorageType; duplicate_window: number },
+  retentionMs: number | undefined,
+  log: StoreLog,
+): Promise<void> {
+  const maxAge = (retentionMs ?? AUDIT_LIMITS.maxAgeMs) * 1_000_000;
+  await ensureStream(jsm, {
+    ...common,
+    name: Streams.audit,
+    subjects: [subjects.auditAll],
+    max_age: maxAge,
+    max_bytes: AUDIT_LIMITS.maxBytes,
+    max_msg_size: AUDIT_LIMITS.maxRecordSize,
+    discard: DiscardPolicy.Old,
+    deny_delete: true,
+    deny_purge: true,
+    duplicate_window: Math.min(common.duplicate_window, maxAge),
+  });
+  if (retentionMs === undefined) return;
+  const si = await jsm.streams.info(Streams.audit);
+  if (si.config.max_age === maxAge) return;
+  await jsm.streams.update(Streams.audit, { max_age: maxAge, duplicate_window: Math.min(si.config.duplicate_window, maxAge) });
+  log.info({ stream: Streams.audit, maxAgeMs: retentionMs }, `the audit trail ${Streams.audit} now keeps records for ${formatAge(retentionMs)}`);
 }
 
 async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamManager["streams"]["add"]>[0]): Promise<void> {

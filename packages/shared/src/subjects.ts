@@ -45,6 +45,11 @@ export type BucketName = (typeof Buckets)[keyof typeof Buckets];
 export const Streams = {
   /** Delivery notifications to holders (no secret values in them). */
   deliveries: "MESH_DELIVERIES",
+  /**
+   * The audit trail (audit.ts): who asked what, and what came of it. Append-only: made with
+   * `deny_delete` and `deny_purge`, aged out by its own limits, never written over.
+   */
+  audit: "MESH_AUDIT",
 } as const;
 
 /**
@@ -186,6 +191,10 @@ export const subjects = {
    * subscribe under it.
    */
   grantInboxPrefix: (module: string, requirement: string) => `${InboxRoots.grant}.${checked(module, requirement)}`,
+  /** Where service `service` records what it was asked (the audit stream's subjects; a service's identity may publish under its own name only). */
+  audit: (service: string) => `mesh.audit.${checked(service)}`,
+  /** The audit stream's subject space. */
+  auditAll: "mesh.audit.>",
   /** The delivery subject of one grant to one part on one node. */
   delivery: (node: string, module: string, part: string, requirement: string) => `mesh.delivery.${checked(node, module, part, requirement)}`,
 } as const;

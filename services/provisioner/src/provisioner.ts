@@ -4,8 +4,8 @@
  * compare-and-set, and resources are created idempotently, so two instances on one grant
  * converge.
  */
-import { Durables, Buckets, KeyedQueue, QueueGroups, kvKeyOf, meshSealingKey, subjects, type MasterKey } from "@mesh/shared";
-import { consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
+import { AuditedRequests, Durables, Buckets, KeyedQueue, QueueGroups, kvKeyOf, meshSealingKey, subjects, type MasterKey } from "@mesh/shared";
+import { AuditLog, consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { AdapterPool, CredentialStore, keysOf, type CredentialKeys } from "@mesh/providers";
 import { handleCredentialFetch, handleCredentialList } from "./fetch.js";
@@ -38,10 +38,19 @@ export async function startProvisioner(opts: {
   const queue = new KeyedQueue((key) => reconcileGrant(deps, key), 16);
   // From the key-encryption key, which no rotation changes: holders pin its public half.
   const sealer = meshSealingKey(keys.kek);
-  const api = serveJson(store.nc, subjects.credentialFetchesAll, QueueGroups.provisioner, log, (body, m) =>
-    handleCredentialFetch(store, credentials, body, sealer, m.subject, keys.kek),
+  // Every fetch and list is in the audit trail before its answer goes out.
+  const trail = new AuditLog(store.nc, "provisioner");
+  const api = serveJson(
+    store.nc,
+    subjects.credentialFetchesAll,
+    QueueGroups.provisioner,
+    log,
+    (body, m) => handleCredentialFetch(store, credentials, body, sealer, m.subject, keys.kek),
+    { audit: { log: trail, request: AuditedRequests.fetch } },
   );
-  const list = serveJson(store.nc, subjects.credentialListsAll, QueueGroups.provisioner, log, (_body, m) => handleCredentialList(store, m.subject));
+  const list = serveJson(store.nc, subjects.credentialListsAll, QueueGroups.provisioner, log, (_body, m) => handleCredentialList(store, m.subject), {
+    audit: { log: trail, request: AuditedRequests.list },
+  });
   const consumer = await consumeKeys({
     store,
     durable: Durables.provisioner,

@@ -3,8 +3,8 @@
  * provider, or one of its grants changes. Several instances share the work through durable
  * consumers; compare-and-set on every write keeps them from undoing each other.
  */
-import { Durables, Buckets, KeyedQueue, adminPasswordPolicy, QueueGroups, kvKeyOf, subjects } from "@mesh/shared";
-import { ProviderCatalog, consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
+import { AuditedRequests, Durables, Buckets, KeyedQueue, adminPasswordPolicy, QueueGroups, kvKeyOf, operatorSubjectsOf, subjects } from "@mesh/shared";
+import { AuditLog, ProviderCatalog, consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { handleApply, partOfApplySubject } from "./apply.js";
 import { handleDelete } from "./delete.js";
@@ -57,11 +57,23 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
     await Promise.all(names.map((n) => modules.enqueue(n)));
   }, 1);
 
-  const api = serveJson(store.nc, subjects.apply, QueueGroups.resolver, log, (body) => handleApply(store, body, policy));
-  const deletes = serveJson(store.nc, subjects.delete, QueueGroups.resolver, log, (body) => handleDelete(store, body));
+  // Every apply, delete and declaration is in the audit trail before it is answered.
+  const trail = new AuditLog(store.nc, "resolver");
+  const operator = (s: string) => [s, operatorSubjectsOf(s)];
+  const api = serveJson(store.nc, operator(subjects.apply), QueueGroups.resolver, log, (body) => handleApply(store, body, policy), {
+    audit: { log: trail, request: AuditedRequests.apply },
+  });
+  const deletes = serveJson(store.nc, operator(subjects.delete), QueueGroups.resolver, log, (body) => handleDelete(store, body), {
+    audit: { log: trail, request: AuditedRequests.delete },
+  });
   // A module's own subject: what a part's identity may declare (its module, nothing else).
-  const partApi = serveJson(store.nc, subjects.applyPartsAll, QueueGroups.resolver, log, (body, m) =>
-    handleApply(store, body, policy, partOfApplySubject(m.subject) ?? "unknown"),
+  const partApi = serveJson(
+    store.nc,
+    subjects.applyPartsAll,
+    QueueGroups.resolver,
+    log,
+    (body, m) => handleApply(store, body, policy, partOfApplySubject(m.subject) ?? "unknown"),
+    { audit: { log: trail, request: AuditedRequests.declare } },
   );
   const consumers = await Promise.all([
     consumeKeys({

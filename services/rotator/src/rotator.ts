@@ -11,6 +11,9 @@
  */
 import type { Span } from "@opentelemetry/api";
 import {
+  AuditedRequests,
+  operatorSubjectsOf,
+  requesterName,
   Durables,
   Buckets,
   ErrorCodes,
@@ -31,7 +34,7 @@ import {
   type RotateReply,
   type RotationState,
 } from "@mesh/shared";
-import { consumeKeys, isCasConflict, recordRotation, storeReplicas, serveJson, tracer } from "@mesh/shared/runtime";
+import { AuditLog, consumeKeys, isCasConflict, recordRotation, storeReplicas, serveJson, tracer } from "@mesh/shared/runtime";
 import type { RotatorOptions, RotatorTestHooks } from "./rotator-options.js";
 import { ackLookupDue, confirmedCount, enter, evictHolders, nameHolders, nextStep, withAcks, withRotatingCondition } from "./rotation-machine.js";
 import { contextOfTraceparent } from "./trace-context.js";
@@ -262,16 +265,31 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
     }
   };
 
-  const api = serveJson(store.nc, subjects.rotate, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
-    const parsed = RotateRequest.safeParse(body);
-    if (!parsed.success) {
-      throw new MeshError(ErrorCodes.InvalidRequest, `not a rotate request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
-    }
-    return { ok: true, rotation: await rotate(parsed.data) };
-  });
+  // Every rotate, revoke and evict is in the audit trail before it is answered.
+  const trail = new AuditLog(store.nc, "rotator");
+  const api = serveJson(
+    store.nc,
+    [subjects.rotate, operatorSubjectsOf(subjects.rotate)],
+    QueueGroups.rotator,
+    log,
+    async (body, m): Promise<RotateReply> => {
+      const parsed = RotateRequest.safeParse(body);
+      if (!parsed.success) {
+        throw new MeshError(
+          ErrorCodes.InvalidRequest,
+          `not a rotate request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+        );
+      }
+      // Who revoked is whom the subject names; what the body says is kept beside it, as what the sender calls itself.
+      const req = parsed.data;
+      const by = req.revoke && (req.revoke.by ? `${requesterName(m.requester)} (${req.revoke.by})` : requesterName(m.requester));
+      return { ok: true, rotation: await rotate(req.revoke ? { ...req, revoke: { ...req.revoke, by: by!.slice(0, 200) } } : req) };
+    },
+    { audit: { log: trail, request: AuditedRequests.rotate } },
+  );
 
   // Holders that never came back: the operator commits without them (meshctl rotate --evict).
-  const evictApi = serveJson(store.nc, subjects.evict, QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
+  const evictApi = serveJson(store.nc, [subjects.evict, operatorSubjectsOf(subjects.evict)], QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
     const parsed = EvictRequest.safeParse(body);
     if (!parsed.success)
       throw new MeshError(ErrorCodes.InvalidRequest, `not an evict request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);

@@ -19,6 +19,8 @@
  */
 import { hostname } from "node:os";
 import {
+  AuditedRequests,
+  operatorSubjectsOf,
   Buckets,
   ErrorCodes,
   KeyedQueue,
@@ -33,7 +35,7 @@ import {
   subjects,
   type VerifyReply,
 } from "@mesh/shared";
-import { joinMembership, serveJson, type Membership } from "@mesh/shared/runtime";
+import { AuditLog, joinMembership, serveJson, type Membership } from "@mesh/shared/runtime";
 import { AdapterPool, CredentialStore, keysOf } from "@mesh/providers";
 import type { CheckDeps } from "./check.js";
 import { CheckScheduler } from "./check-scheduler.js";
@@ -212,26 +214,37 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     return outcomes.get(key) ?? { checked: false, notCheckable: "the verifier is stopping" };
   };
 
-  const api = serveJson(store.nc, subjects.verify, QueueGroups.verifier, log, async (body): Promise<VerifyReply> => {
-    const parsed = VerifyRequest.safeParse(body);
-    if (!parsed.success)
-      throw new MeshError(ErrorCodes.InvalidRequest, `not a verify request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
-    const id = parseGrantId(parsed.data.grant);
-    if (!id)
-      throw new MeshError(
-        ErrorCodes.InvalidRequest,
-        `not a grant id: ${JSON.stringify(parsed.data.grant)} (expected <module>/<requirement>, as meshctl status shows)`,
-      );
-    const o = await verify(keys.grant(id.module, id.requirement), { repair: parsed.data.repair ?? false });
-    if (!o.grant) throw new MeshError(ErrorCodes.NotFound, `grant ${parsed.data.grant} does not exist; meshctl status lists the grants`);
-    const condition = getCondition(o.grant.conditions, "Verified");
-    if (!o.checked && o.notCheckable) {
-      throw new MeshError(ErrorCodes.Conflict, `grant ${parsed.data.grant} cannot be verified now: ${o.notCheckable}`, { retryable: true });
-    }
-    if (!condition || !o.verification)
-      throw new MeshError(ErrorCodes.Internal, `grant ${parsed.data.grant} was checked but has no Verified condition`, { retryable: true });
-    return { ok: true, grant: o.grant.id, condition, verification: o.verification, ...(o.repair ? { repair: o.repair } : {}) };
-  });
+  const trail = new AuditLog(store.nc, "verifier");
+  const api = serveJson(
+    store.nc,
+    [subjects.verify, operatorSubjectsOf(subjects.verify)],
+    QueueGroups.verifier,
+    log,
+    async (body): Promise<VerifyReply> => {
+      const parsed = VerifyRequest.safeParse(body);
+      if (!parsed.success)
+        throw new MeshError(
+          ErrorCodes.InvalidRequest,
+          `not a verify request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+        );
+      const id = parseGrantId(parsed.data.grant);
+      if (!id)
+        throw new MeshError(
+          ErrorCodes.InvalidRequest,
+          `not a grant id: ${JSON.stringify(parsed.data.grant)} (expected <module>/<requirement>, as meshctl status shows)`,
+        );
+      const o = await verify(keys.grant(id.module, id.requirement), { repair: parsed.data.repair ?? false });
+      if (!o.grant) throw new MeshError(ErrorCodes.NotFound, `grant ${parsed.data.grant} does not exist; meshctl status lists the grants`);
+      const condition = getCondition(o.grant.conditions, "Verified");
+      if (!o.checked && o.notCheckable) {
+        throw new MeshError(ErrorCodes.Conflict, `grant ${parsed.data.grant} cannot be verified now: ${o.notCheckable}`, { retryable: true });
+      }
+      if (!condition || !o.verification)
+        throw new MeshError(ErrorCodes.Internal, `grant ${parsed.data.grant} was checked but has no Verified condition`, { retryable: true });
+      return { ok: true, grant: o.grant.id, condition, verification: o.verification, ...(o.repair ? { repair: o.repair } : {}) };
+    },
+    { audit: { log: trail, request: AuditedRequests.verify } },
+  );
 
   const statsNow = (): VerifierStats => ({ ...stats, leadMs: Math.round(scheduler.lead.lead(defaultInterval)) });
   log.info({ instance, intervalMs: defaultInterval }, `verifier started (default interval ${defaultInterval} ms)`);
