@@ -184,7 +184,11 @@ function serviceUse(service: ControlPlaneService): { durables: Array<{ stream: s
     case "verifier":
       // The providers: a secret that is a provider's admin password is checked at that provider's server.
       // The instances: its membership (which verifier checks which grant) is watched there.
-      return { durables: [], lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes, Buckets.providers, Buckets.instances] };
+      // The modules: their states are one of the store's gauges, which one verifier reports (store-gauges.ts).
+      return {
+        durables: [],
+        lists: [Buckets.grants, Buckets.verifications, Buckets.reachability, Buckets.nodes, Buckets.providers, Buckets.instances, Buckets.modules],
+      };
     case "rotator":
       // The manifests: its schedule check reads every module's rotate policies (once a minute,
       // which the trace missed; seen refused in a rehearsal of the README's first command).

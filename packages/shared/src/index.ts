@@ -123,6 +123,7 @@ export {
   HOLDER_STALE_MS,
   HolderProgress,
   HolderRegistration,
+  isHolderPending,
   isRotationRunning,
   parseHolderId,
   parseRotationId,
@@ -323,3 +324,4 @@ export {
   requesterName,
   requesterOf,
 } from "./audit.js";
+export { type GrantSummary, storeGauges, summarizeGrant } from "./store-gauges.js";

@@ -12,7 +12,7 @@
  * scraper, and the names of what the mesh holds are the operator's business, not the scraper's
  * (`meshctl get` says what each grant is doing).
  */
-import { metrics, type Counter, type Histogram, type Meter, type MeterProvider } from "@opentelemetry/api";
+import { metrics, type Attributes, type Counter, type Histogram, type Meter, type MeterProvider } from "@opentelemetry/api";
 
 /** Every metric the mesh records, as OpenTelemetry names them (the Prometheus exporter writes `mesh_requests_total`, `mesh_request_duration_bucket`, …, the unit in `# UNIT`). */
 export const MetricNames = {
@@ -24,6 +24,24 @@ export const MetricNames = {
   rotations: "mesh.rotations",
   /** From the rotate request (or schedule) to the commit, in seconds: `mesh.kind`. */
   rotationDuration: "mesh.rotation.duration",
+  /** Checks of a grant at its provider: `mesh.kind`, `mesh.result` (`verified`, `failed`), `mesh.reason` (the check's reason when it failed). */
+  verifications: "mesh.verifications",
+  /** Repairs the verifier made: `mesh.kind`, `mesh.action`, `mesh.outcome` (`repaired`, `unverified`, `failed`). */
+  repairs: "mesh.repairs",
+  /** Generations the provisioner made at their provider: `mesh.kind`, `mesh.outcome` (`ok`, `error`), `mesh.error.code`. */
+  provisionings: "mesh.provisionings",
+  /** How long making a generation at its provider took, in seconds: `mesh.kind`. */
+  provisioningDuration: "mesh.provisioning.duration",
+  /** Grants now (a gauge of the store, see {@link observeStore}): `mesh.kind`, `mesh.provider`, `mesh.condition`, `mesh.status`. */
+  grants: "mesh.grants",
+  /** Modules now, by `mesh.state` (`Ready`, `Pending`, `NothingRequired`, …; `NeverProcessed` has no record and is not counted). */
+  modules: "mesh.modules",
+  /** Holders that have not confirmed the running rotations yet, by `mesh.kind`. */
+  holdersPending: "mesh.rotation.holders.pending",
+  /** The oldest current generation of each kind, in seconds since it was first delivered: `mesh.kind`. */
+  credentialAge: "mesh.credential.age",
+  /** Seconds since each node's agent last reported: `mesh.node`. */
+  agentReportAge: "mesh.agent.report.age",
 } as const;
 
 /** Registers `provider` (a MeterProvider of any OpenTelemetry SDK) as the one the mesh's packages record through; false when one was registered already. */
@@ -72,4 +90,70 @@ export function recordRotation(kind: string, outcome: "committed" | "stalled", s
   const { count, duration } = rotations();
   count.add(1, { "mesh.kind": kind, "mesh.outcome": outcome });
   if (outcome === "committed") duration.record(seconds, { "mesh.kind": kind });
+}
+
+const verifications = (() => {
+  let made: { checks: Counter; repairs: Counter } | undefined;
+  return () =>
+    (made ??= {
+      checks: meter().createCounter(MetricNames.verifications, { description: "Checks of grants at their providers, by kind and result" }),
+      repairs: meter().createCounter(MetricNames.repairs, { description: "Repairs the verifier made, by kind, action and outcome" }),
+    });
+})();
+
+/** Records one check of a `kind` grant at its provider: verified, or failed for `reason`. */
+export function recordVerification(kind: string, ok: boolean, reason?: string): void {
+  verifications().checks.add(1, { "mesh.kind": kind, "mesh.result": ok ? "verified" : "failed", ...(ok ? {} : { "mesh.reason": reason ?? "Unknown" }) });
+}
+
+/** Records one repair of a `kind` grant. */
+export function recordRepair(kind: string, action: string, outcome: string): void {
+  verifications().repairs.add(1, { "mesh.kind": kind, "mesh.action": action, "mesh.outcome": outcome });
+}
+
+const provisionings = countAndDuration(
+  { name: MetricNames.provisionings, description: "Generations the provisioner made at their provider, by kind and outcome" },
+  { name: MetricNames.provisioningDuration, description: "How long making a generation at its provider took" },
+);
+
+/** Records one generation of a `kind` grant made at its provider in `seconds`, or failed with `errorCode`. */
+export function recordProvisioning(kind: string, seconds: number, errorCode?: string): void {
+  const { count, duration } = provisionings();
+  count.add(1, { "mesh.kind": kind, "mesh.outcome": errorCode ? "error" : "ok", ...(errorCode ? { "mesh.error.code": errorCode } : {}) });
+  if (!errorCode) duration.record(seconds, { "mesh.kind": kind });
+}
+
+/** One value of a gauge of the store, with its attributes. */
+export interface GaugeValue {
+  value: number;
+  attributes: Attributes;
+}
+
+/** The store's gauges at one moment ({@link observeStore}), by metric name. */
+export type StoreGauges = Partial<Record<"grants" | "modules" | "holdersPending" | "credentialAge" | "agentReportAge", GaugeValue[]>>;
+
+const STORE_GAUGES = {
+  grants: { unit: "{grant}", description: "Grants in the store, by kind, provider and condition" },
+  modules: { unit: "{module}", description: "Modules in the store, by state" },
+  holdersPending: { unit: "{holder}", description: "Holders that have not confirmed the running rotations yet" },
+  credentialAge: { unit: "s", description: "The oldest current generation of each kind, since it was first delivered" },
+  agentReportAge: { unit: "s", description: "Seconds since each node's agent last reported" },
+} as const satisfies Record<keyof StoreGauges, { unit: string; description: string }>;
+
+/**
+ * Observes the store's gauges through `read`, at each collection (a scrape): what it returns
+ * now, nothing when it returns undefined. The store is one for every instance, so only one
+ * instance of the mesh may report it (the verifier that owns the key `store-gauges` in its
+ * membership): `read` returns undefined on every other, and a gauge is counted once.
+ */
+export function observeStore(read: () => StoreGauges | undefined): void {
+  const m = meter();
+  const gauges = Object.fromEntries(
+    (Object.keys(STORE_GAUGES) as Array<keyof StoreGauges>).map((k) => [k, m.createObservableGauge(MetricNames[k], STORE_GAUGES[k])]),
+  ) as Record<keyof StoreGauges, ReturnType<Meter["createObservableGauge"]>>;
+  m.addBatchObservableCallback((result) => {
+    const now = read();
+    if (!now) return;
+    for (const k of Object.keys(gauges) as Array<keyof StoreGauges>) for (const v of now[k] ?? []) result.observe(gauges[k], v.value, v.attributes);
+  }, Object.values(gauges));
 }

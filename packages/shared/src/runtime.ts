@@ -93,5 +93,16 @@ export {
   withConsumerSpan,
   withProducerSpan,
 } from "./tracing.js";
-export { MetricNames, recordRequest, recordRotation, registerMetrics } from "./metrics.js";
+export {
+  type GaugeValue,
+  MetricNames,
+  observeStore,
+  recordProvisioning,
+  recordRepair,
+  recordRequest,
+  recordRotation,
+  recordVerification,
+  registerMetrics,
+  type StoreGauges,
+} from "./metrics.js";
 export { type Heartbeat, HEARTBEAT_MS, JOIN_TIMEOUT_MS, joinMembership, liveMembers, memberKey, type Membership, ownerOf, STALE_MS } from "./membership.js";

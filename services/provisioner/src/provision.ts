@@ -21,7 +21,7 @@ import {
   withDeliveredCondition,
   type Delivery,
 } from "@mesh/shared";
-import { mutateJson, readJson, traceHeaders, type Store } from "@mesh/shared/runtime";
+import { mutateJson, readJson, recordProvisioning, traceHeaders, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { recordedResource, withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { takeBack } from "./take-back.js";
@@ -67,10 +67,13 @@ export async function reconcileGrant(deps: ProvisionDeps, key: string): Promise<
   let current = grant;
   if (generation !== undefined) {
     const glog = log.child({ grant: grant.id, provider: grant.provider, generation });
+    const began = performance.now();
     try {
       current = (await provision(deps, grant, generation)) ?? grant;
+      recordProvisioning(grant.kind, (performance.now() - began) / 1000);
       glog.info({ resource: current.resource }, "provisioned");
     } catch (e) {
+      recordProvisioning(grant.kind, (performance.now() - began) / 1000, isMeshError(e) ? e.code : ErrorCodes.Internal);
       if (isMeshError(e, ErrorCodes.AdminSecretDiverged)) {
         // Not a failure of this grant: it waits for its provider's admin secret to be repaired.
         glog.warn({ err: e }, "waiting for the provider's admin secret");

@@ -4,6 +4,7 @@
  * No NATS, no clock of its own (every function takes `now`), so every case is unit-tested.
  */
 import {
+  isHolderPending,
   HOLDER_STALE_MS,
   RotationStates,
   holderKey,
@@ -114,14 +115,14 @@ export function enter(r: Rotation, state: RotationState, now: Date): Rotation {
 /** Holders that have neither confirmed nor been evicted yet, sorted. */
 export function missingHolders(r: Rotation): string[] {
   return Object.entries(r.holders)
-    .filter(([, p]) => p.c === undefined && p.e === undefined)
+    .filter(([, p]) => isHolderPending(p))
     .map(([h]) => h)
     .sort();
 }
 
 /** True when every holder has confirmed or was evicted (no list made: this runs on every confirmation batch). */
 export function allConfirmed(r: Rotation): boolean {
-  for (const h in r.holders) if (r.holders[h]!.c === undefined && r.holders[h]!.e === undefined) return false;
+  for (const h in r.holders) if (isHolderPending(r.holders[h]!)) return false;
   return true;
 }
 

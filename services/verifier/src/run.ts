@@ -6,7 +6,7 @@
  * write is a compare-and-set; a repair is idempotent, so two runs of one grant converge.
  */
 import { Grant, Verification, errorMessage, getCondition, holderKey, setCondition, type CheckResult, type RepairEvent } from "@mesh/shared";
-import { mutateJson, readJson, type Store } from "@mesh/shared/runtime";
+import { mutateJson, readJson, recordRepair, recordVerification, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { checkGrant, repairGrant, type CheckDeps } from "./check.js";
 import type { CheckScheduler } from "./check-scheduler.js";
@@ -155,6 +155,7 @@ export async function runGrant(ctx: RunContext, key: string, p: RunRequest): Pro
   if (d.check) {
     result = await checkGrant(ctx.deps, g);
     stats.checks++;
+    if (result) recordVerification(g.kind, result.ok, result.reason);
     if (result && p.dueAt !== undefined) {
       scheduler.lead.add(Date.parse(result.observedAt) - p.dueAt);
       // Only against this instance's own check before: after a start or a handover the gap says nothing of its capacity.
@@ -176,6 +177,7 @@ export async function runGrant(ctx: RunContext, key: string, p: RunRequest): Pro
         did = await repairGrant(ctx.deps, g, action, by);
         const again = await checkGrant(ctx.deps, g);
         stats.checks++;
+        if (again) recordVerification(g.kind, again.ok, again.reason);
         if (again) result = again;
         outcome = again?.ok ? "repaired" : "unverified";
         if (!again?.ok) repairFailed = "it was applied, but the check still fails";
@@ -187,6 +189,7 @@ export async function runGrant(ctx: RunContext, key: string, p: RunRequest): Pro
         repairFailed = errorMessage(e);
       }
       stats.repairs++;
+      recordRepair(g.kind, action, outcome);
       const message = `${describeRepair(action, diagnosed, g.generation, foundMessage, did)}${repairFailed ? `; ${outcome}: ${repairFailed}` : ""}`;
       repair = { at, by, action, reason: diagnosed, generation: g.generation, outcome, message, requested: p.repair };
       const fields = { repair: { action, reason: diagnosed, generation: g.generation, outcome, by } };

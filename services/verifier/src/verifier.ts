@@ -43,6 +43,7 @@ import { reportedGrantKey } from "./probes.js";
 import { mergeRun, type RunRequest, type RunWant } from "./run-request.js";
 import { runGrant, type RunContext, type VerifierStats, type VerifyOutcome } from "./run.js";
 import { globalInterval } from "./schedule.js";
+import { startStoreGauges } from "./store-gauges.js";
 import type { VerifierOptions } from "./verifier-options.js";
 
 /** A running verifier. */
@@ -54,6 +55,15 @@ export interface Verifier {
   stats(): VerifierStats;
   /** Stops scheduling and serving, waits for the runs in work. Idempotent. */
   stop(): Promise<void>;
+}
+
+/** A watched grant's record, or undefined when it is not JSON. */
+function jsonOf(e: { json<T>(): T }): unknown {
+  try {
+    return e.json<unknown>();
+  } catch {
+    return undefined;
+  }
 }
 
 /** Starts a verifier; see the file's doc comment. */
@@ -156,6 +166,11 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     );
   }
 
+  // The store's gauges: reported by the verifier that owns them in the membership.
+  const gauges = startStoreGauges({ store, log, owns });
+  const firstGauges = setTimeout(() => void gauges.refresh(), 2_000);
+  firstGauges.unref();
+
   // Every instance watches every grant: the initial values spread the first checks of its own
   // over two seconds; a change of one of its own asks for a run at once (skipped if its basis
   // did not change).
@@ -163,6 +178,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const watching = (async () => {
     for await (const e of watch) {
       if (stopped) break;
+      gauges.note(e.key, e.operation === "PUT" ? jsonOf(e) : undefined);
       if (e.operation !== "PUT") {
         known.delete(e.key);
         scheduler.cancel(e.key);
@@ -257,6 +273,8 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       stopping ??= (async () => {
         stopped = true;
         scheduler.stop();
+        gauges.stop();
+        clearTimeout(firstGauges);
         await membership?.leave();
         await api.stop().catch(() => undefined);
         await probeSub.drain().catch(() => undefined);

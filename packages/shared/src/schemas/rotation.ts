@@ -280,6 +280,11 @@ export function parseHolderId(id: string): { node: string; part: string; instanc
 }
 
 /** True while a rotation still has work to do (not `Committed`). */
+/** True while holder `p` of a rotation has neither confirmed nor been evicted. */
+export function isHolderPending(p: Rotation["holders"][string]): boolean {
+  return p.c === undefined && p.e === undefined;
+}
+
 export function isRotationRunning(r: Rotation | undefined): r is Rotation {
   return r !== undefined && r.state !== RotationStates.Committed;
 }

@@ -1,0 +1,148 @@
+/**
+ * The mesh's metrics as an operator scrapes them: `meshctl bootstrap` with every service's
+ * metrics on (`MESH_METRICS_LISTEN=127.0.0.1:0`), 50 modules with a secret each and two that
+ * require nothing, a second verifier and a second rotator started as the first ones were. The
+ * store's gauges are reported by one verifier and so counted once; a rotation is counted once
+ * across both rotators; the verifiers' checks and the provisioner's generations are counted.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startBootstrappedMesh, SECOND_INSTANCE_ENV, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { freePort } from "./harness/ports.js";
+import { waitFor } from "./harness/wait.js";
+import { endProcess } from "./harness/processes.js";
+
+const MODULES = 50;
+
+/** Every sample of `name` in Prometheus text whose labels include all of `labels`. */
+function samples(text: string, name: string, labels: Record<string, string> = {}): number[] {
+  const out: number[] = [];
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)/.exec(line);
+    if (!m || m[1] !== name) continue;
+    if (Object.entries(labels).every(([k, v]) => (m[2] ?? "").includes(`${k}="${v}"`))) out.push(Number(m[3]));
+  }
+  return out;
+}
+const sum = (texts: string[], name: string, labels: Record<string, string> = {}) => texts.flatMap((t) => samples(t, name, labels)).reduce((a, b) => a + b, 0);
+
+/** The last metrics address a service's log names (a service restarted onto its identity names a new one). */
+function metricsUrlIn(logFile: string): string | undefined {
+  let url: string | undefined;
+  for (const line of readFileSync(logFile, "utf8").split("\n")) {
+    const m = /"url":"(http:\/\/127\.0\.0\.1:\d+)".*serving metrics at/.exec(line);
+    if (m) url = m[1];
+  }
+  return url;
+}
+
+describe("the mesh's metrics, scraped from every service with two verifiers and two rotators", () => {
+  let mesh: BootstrappedMesh;
+  const seconds: Array<{ name: string; child: ChildProcess; url: string }> = [];
+  const scrape = async (url: string) => (await fetch(`${url}/metrics`)).text();
+
+  /** Starts another instance of bootstrap's `service` with its environment and identity, its metrics at a port of its own. */
+  async function secondInstance(service: "verifier" | "rotator") {
+    const pid = mesh.servicePid(service);
+    expect(pid, service).toBeDefined();
+    const env = Object.fromEntries(
+      readFileSync(`/proc/${pid}/environ`, "utf8")
+        .split("\0")
+        .filter(Boolean)
+        .map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
+    );
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
+    const port = await freePort();
+    const child = spawn(argv[0]!, argv.slice(1), {
+      env: { ...env, MESH_METRICS_LISTEN: `127.0.0.1:${port}`, [SECOND_INSTANCE_ENV]: "1" },
+      stdio: ["ignore", "ignore", "ignore"],
+    });
+    const url = `http://127.0.0.1:${port}`;
+    seconds.push({ name: service, child, url });
+    await waitFor(`the second ${service} ready`, async () => (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200, 60_000);
+  }
+
+  beforeAll(async () => {
+    mesh = await startBootstrappedMesh({ nodes: ["node-a", "node-b"], env: { MESH_METRICS_LISTEN: "127.0.0.1:0" } });
+    const docs = [
+      ...Array.from({ length: MODULES }, (_, i) =>
+        ["kind: Module", `name: mod-${i}`, "parts:", "  - { name: api, node: node-a, installed: true }", "requires:", "  - { name: key, kind: secret }"].join(
+          "\n",
+        ),
+      ),
+      ...["idle-a", "idle-b"].map((m) => ["kind: Module", `name: ${m}`, "parts:", "  - { name: web, node: node-b, installed: true }"].join("\n")),
+    ];
+    const file = join(mesh.cwd, "modules.yaml");
+    writeFileSync(file, `${docs.join("\n---\n")}\n`);
+    const applied = await mesh.meshctl(["apply", "-f", file, "--wait", "--timeout", "180s"]);
+    expect(applied.code, applied.stderr).toBe(0);
+    await secondInstance("verifier");
+    await secondInstance("rotator");
+  }, 400_000);
+  afterAll(async () => {
+    await Promise.all(seconds.map((s) => endProcess(s.child, 10_000)));
+    await mesh?.stop();
+  });
+
+  it("counts the store's grants, modules, agents and credentials once, whichever verifier reports them", { timeout: 240_000 }, async () => {
+    const logs = join(mesh.cwd, ".mesh/logs");
+    const verifiers = [metricsUrlIn(join(logs, "verifier.log"))!, ...seconds.filter((s) => s.name === "verifier").map((s) => s.url)];
+    // The control plane's master key is a secret of the built-in provider too.
+    const secrets = MODULES + 1;
+    const texts = await waitFor(
+      "every grant and module counted by the verifiers' scrapes",
+      async () => {
+        const t = await Promise.all(verifiers.map(scrape));
+        const provisioned = sum(t, "mesh_grants", { mesh_kind: "secret", mesh_condition: "Provisioned", mesh_status: "True" });
+        return provisioned === secrets && sum(t, "mesh_modules", { mesh_state: "Ready" }) >= MODULES ? t : undefined;
+      },
+      120_000,
+    );
+    // One of the two reports the store; the other reports none of it.
+    expect(texts.filter((t) => samples(t, "mesh_grants").length > 0)).toHaveLength(1);
+    // Each grant once per condition: never more than there are.
+    expect(sum(texts, "mesh_grants", { mesh_kind: "secret", mesh_provider: "builtin-secret", mesh_condition: "Resolved" })).toBe(secrets);
+    expect(sum(texts, "mesh_modules", { mesh_state: "NothingRequired" })).toBe(2);
+    expect(sum(texts, "mesh_modules", { mesh_state: "Ready" })).toBeGreaterThanOrEqual(MODULES);
+    for (const node of ["node-a", "node-b"]) {
+      const ages = texts.flatMap((t) => samples(t, "mesh_agent_report_age", { mesh_node: node }));
+      expect(ages, node).toHaveLength(1);
+      expect(ages[0]).toBeLessThan(60);
+    }
+    expect(texts.flatMap((t) => samples(t, "mesh_credential_age", { mesh_kind: "secret" }))).toHaveLength(1);
+    // No name of a module or grant in any series; a node's name only on the agents' gauge.
+    for (const t of texts) expect(t).not.toMatch(/mod-\d|idle-a/);
+    // Every grant was checked at its provider by one of them.
+    await waitFor(
+      "the verifiers' checks counted",
+      async () => sum(await Promise.all(verifiers.map(scrape)), "mesh_verifications_total", { mesh_kind: "secret", mesh_result: "verified" }) >= MODULES,
+      60_000,
+    );
+  });
+
+  it("counts a rotation once across two rotators, and the provisioner's generations with their duration", async () => {
+    const rotated = await mesh.meshctl(["rotate", "mod-0/key", "--wait", "--timeout", "60s"]);
+    expect(rotated.code, rotated.stderr).toBe(0);
+    const logs = join(mesh.cwd, ".mesh/logs");
+    const rotators = [metricsUrlIn(join(logs, "rotator.log"))!, ...seconds.filter((s) => s.name === "rotator").map((s) => s.url)];
+    const texts = await waitFor(
+      "the commit counted",
+      async () => {
+        const t = await Promise.all(rotators.map(scrape));
+        return sum(t, "mesh_rotations_total", { mesh_kind: "secret", mesh_outcome: "committed" }) >= 1 ? t : undefined;
+      },
+      15_000,
+    );
+    expect(sum(texts, "mesh_rotations_total", { mesh_kind: "secret", mesh_outcome: "committed" })).toBe(1);
+    expect(sum(texts, "mesh_rotation_duration_count", { mesh_kind: "secret" })).toBe(1);
+
+    const provisioner = await scrape(metricsUrlIn(join(logs, "provisioner.log"))!);
+    expect(sum([provisioner], "mesh_provisionings_total", { mesh_kind: "secret", mesh_outcome: "ok" })).toBeGreaterThanOrEqual(MODULES);
+    expect(sum([provisioner], "mesh_provisioning_duration_count", { mesh_kind: "secret" })).toBeGreaterThanOrEqual(MODULES);
+    // Each service that serves metrics names itself; every service's log names its address.
+    const served = readdirSync(logs).filter((f) => f.endsWith(".log") && metricsUrlIn(join(logs, f)));
+    expect(served.sort()).toEqual(["agent-node-a.log", "agent-node-b.log", "provisioner.log", "resolver.log", "rotator.log", "verifier.log"]);
+  });
+});
