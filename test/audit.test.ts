@@ -15,7 +15,8 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Buckets, CONTROL_PLANE_SERVICES, Streams, identityRequirement } from "@mesh/shared";
 import { Kvm } from "@nats-io/kv";
 import { natsIdentity } from "@mesh/shared/runtime";
-import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { meshctlBin, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { spawn } from "node:child_process";
 import { serverErrors } from "./harness/refusals.js";
 import { waitFor } from "./harness/wait.js";
 import { writeFileSync } from "node:fs";
@@ -126,6 +127,25 @@ describe("named operators and the audit trail", () => {
       await reader.close();
     }
   }, 240_000);
+
+  it("records a console session by who opened it, from its start to its end", async () => {
+    const console_ = spawn(process.execPath, [meshctlBin, "console", "--listen", "127.0.0.1:0"], {
+      cwd: mesh.cwd,
+      env: { ...process.env, ...mesh.adminEnv, ...asAlice() },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    console_.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+    console_.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+    await waitFor("the console's URL", () => /http:\/\/127\.0\.0\.1:\d+\/\?token=/.test(out) || undefined, 30_000).catch((e: unknown) => {
+      throw new Error(`${(e as Error).message}\n--- console printed:\n${out}`);
+    });
+    const exited = new Promise((r) => console_.once("exit", r));
+    console_.kill("SIGINT");
+    await exited;
+    const sessions = (await audit(["--who", "alice"])).filter((l) => l.action === "console");
+    expect(sessions.map((l) => [l.who, l.outcome])).toEqual([["operator:alice", "ok"]]);
+  });
 
   it("lets no identity send in another's name, nor write the store, as alice", async () => {
     const nc = await connectWith(aliceDir);

@@ -4,7 +4,7 @@
  * request, before it was worked on, and its outcome) are joined by their id.
  */
 import { DeliverPolicy, jetstream, type JsMsg } from "@nats-io/jetstream";
-import { AuditRecord, Streams, parseDuration } from "@mesh/shared";
+import { AuditRecord, Streams, isConsoleAuditSubject, parseDuration, requesterName, requesterOf } from "@mesh/shared";
 import type { NatsConnection } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -111,7 +111,8 @@ async function readTrail(nc: NatsConnection, start: Date | undefined): Promise<A
     for await (const m of batch as AsyncIterable<JsMsg>) {
       got++;
       const parsed = AuditRecord.safeParse(safeJson(m));
-      if (parsed.success) out.push(parsed.data);
+      // A console session's record names who opened it by its subject, which only that identity may publish on.
+      if (parsed.success) out.push(isConsoleAuditSubject(m.subject) ? { ...parsed.data, who: requesterName(requesterOf(m.subject)) } : parsed.data);
       if (m.seq >= last || m.info.pending === 0) {
         done = true;
         break;

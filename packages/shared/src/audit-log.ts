@@ -30,6 +30,8 @@ export class AuditLog {
       node: process.env.MESH_NODE || hostname(),
     },
     timeoutMs = 5_000,
+    /** Where its records go instead of `mesh.audit.<service>` (a console session's: its operator's own subject). */
+    private readonly subject = subjects.audit(service),
   ) {
     this.js = jetstream(nc, { timeout: timeoutMs });
   }
@@ -54,7 +56,7 @@ export class AuditLog {
     if (!record.target) delete record.target;
     try {
       // The message id makes a retried publish of the same record one record.
-      await this.js.publish(subjects.audit(this.service), JSON.stringify(record), { msgID: `${record.id}:${record.phase}` });
+      await this.js.publish(this.subject, JSON.stringify(record), { msgID: `${record.id}:${record.phase}` });
     } catch (e) {
       throw new MeshError(
         ErrorCodes.Unavailable,

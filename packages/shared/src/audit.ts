@@ -17,6 +17,7 @@
 import { z } from "zod";
 import { CONTROL_PLANE_MODULE, isValidName } from "./names.js";
 import { InboxRoots } from "./inboxes.js";
+import { subjects } from "./subjects.js";
 
 /** The token between a request subject and an operator's name: `mesh.api.rotate.op.alice`. */
 export const OPERATOR_TOKEN = "op";
@@ -89,6 +90,22 @@ export function requesterOf(subject: string): Requester {
   const t = subject.split(".");
   if (t.length >= 2 && t[t.length - 2] === OPERATOR_TOKEN && isValidName(t[t.length - 1]!)) return { kind: "operator", name: t[t.length - 1]! };
   return { kind: "admin" };
+}
+
+/**
+ * Where `meshctl console` records its sessions: `mesh.audit.console` for the bootstrap admin,
+ * `mesh.audit.console.op.<name>` for a named operator, whose identity may publish there and on
+ * no other audit subject. A reader takes who opened the session from that subject.
+ */
+export function consoleAuditSubject(operator: string | undefined): string {
+  const s = subjects.audit("console");
+  return operator ? operatorSubject(s, operator) : s;
+}
+
+/** True for a subject {@link consoleAuditSubject} makes: its record's `who` is the subject's, not the body's. */
+export function isConsoleAuditSubject(subject: string): boolean {
+  const s = subjects.audit("console");
+  return subject === s || subject.startsWith(`${s}.${OPERATOR_TOKEN}.`);
 }
 
 /** What a request did to its target, as the trail records it: names and numbers, never a value. */

@@ -12,7 +12,7 @@ import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } 
 import { CeilingOptions, DEFAULT_NATS_CEILING, RESPONSES_CEILING_OPTION, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 import { microPermissions } from "./micro.js";
-import { OPERATOR_TOKEN, operatorSubjectsOf } from "./audit.js";
+import { OPERATOR_TOKEN, consoleAuditSubject, operatorSubjectsOf } from "./audit.js";
 
 /** The bootstrap provider: the mesh's own NATS, serving identities and JetStream stores. */
 export const BOOTSTRAP_PROVIDER = "mesh-nats";
@@ -326,6 +326,8 @@ export function operatorPermissions(name: string): NatsPermissions {
   return {
     publish: [
       `mesh.api.*.${OPERATOR_TOKEN}.${name}`,
+      // Its console sessions, recorded under its own name.
+      consoleAuditSubject(name),
       "$JS.API.INFO",
       "$JS.API.STREAM.INFO.*",
       "$JS.API.STREAM.NAMES",

@@ -314,6 +314,8 @@ export {
   AuditRecord,
   type AuditTarget,
   checkOperatorName,
+  consoleAuditSubject,
+  isConsoleAuditSubject,
   OPERATOR_TOKEN,
   operatorOfInboxPrefix,
   operatorOfRequirement,

@@ -5,14 +5,15 @@
  */
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { errorMessage } from "@mesh/shared";
-import type { Store } from "@mesh/shared/runtime";
+import { consoleAuditSubject, errorMessage, requesterName } from "@mesh/shared";
+import { AuditLog, type Store } from "@mesh/shared/runtime";
 import { CliError } from "../cli-error.js";
 import { DEFAULT_CONSOLE_LISTEN, allowedHosts, checkListen, hostForUrl, parseListen, type ListenAddress } from "./access.js";
 import { createConsoleServer, type ConsoleServer } from "./server.js";
 import { startConsoleState, type ConsoleState } from "./state.js";
 import { ExitCodes } from "../exit-codes.js";
 import type { Output } from "../output.js";
+import { operatorOf } from "../operator-identity.js";
 
 export interface ConsoleOptions {
   /** `HOST:PORT`; default {@link DEFAULT_CONSOLE_LISTEN}. */
@@ -113,6 +114,15 @@ export async function startConsole(store: Store, opts: ConsoleOptions = {}): Pro
 
 /** Runs the console until `signal` aborts or the connection to NATS ends; returns the exit code. */
 export async function runConsole(store: Store, opts: ConsoleOptions, out: Output, signal: AbortSignal): Promise<number> {
+  // The session is in the audit trail before anything is served, under the subject of whoever runs it.
+  const operator = operatorOf(store.nc);
+  const trail = new AuditLog(store.nc, "console", undefined, undefined, consoleAuditSubject(operator));
+  const session = { id: AuditLog.newId(), who: requesterName(operator ? { kind: "operator", name: operator } : { kind: "admin" }), action: "console" };
+  try {
+    await trail.record({ ...session, phase: "request" });
+  } catch (e) {
+    throw new CliError(`the console was not started: ${errorMessage(e)}`, ExitCodes.Failure, { cause: e, retryable: true });
+  }
   const c = await startConsole(store, opts);
   out.out(c.url);
   out.err(
@@ -123,6 +133,8 @@ export async function runConsole(store: Store, opts: ConsoleOptions, out: Output
   );
   const why = await Promise.race([aborted, c.state.closed.then(() => "closed" as const)]);
   await c.stop();
+  // Its end, when NATS still answers (a session whose end is not recorded shows its outcome as unknown).
+  if (why !== "closed") await trail.record({ ...session, phase: "outcome", outcome: "ok", message: "the console stopped" }).catch(() => undefined);
   if (why === "closed") {
     throw new CliError(`the connection to NATS at ${store.nc.getServer()} ended, so the console stopped; start it again once the server runs`);
   }
