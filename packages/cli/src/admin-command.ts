@@ -99,13 +99,13 @@ export async function runAdminAdd(store: Store, opts: { name: string; out: strin
   checkName(opts.name);
   const dir = resolve(opts.out);
   checkOut(dir);
+  const doc = await identityProvider(store);
   if ((await listOperators(store)).some((o) => o.name === opts.name)) {
     throw new CliError(
       `operator ${opts.name} has an identity already; to issue a new one, remove it first (${meshctlCommand()} admin remove ${opts.name}: its current one stops working at once)`,
       ExitCodes.Failure,
     );
   }
-  const doc = await identityProvider(store);
   const adapter = identityAdapter(doc);
   try {
     const p = operatorPermissions(opts.name);
@@ -137,11 +137,12 @@ export async function runAdminAdd(store: Store, opts: { name: string; out: strin
 /** `meshctl admin remove NAME`: revokes every identity of operator NAME (its connections close at once). */
 export async function runAdminRemove(store: Store, opts: { name: string; json?: boolean }, out: Output): Promise<number> {
   checkName(opts.name);
+  const doc = await identityProvider(store);
   const had = (await listOperators(store)).filter((o) => o.name === opts.name);
   if (had.length === 0) {
     throw new CliError(`there is no operator ${opts.name}; ${meshctlCommand()} admin list names them`, ExitCodes.NotFound);
   }
-  const adapter = identityAdapter(await identityProvider(store));
+  const adapter = identityAdapter(doc);
   try {
     await adapter.delete({ grant: { module: CONTROL_PLANE_MODULE, requirement: operatorRequirement(opts.name) } });
   } catch (e) {
@@ -157,6 +158,7 @@ export async function runAdminRemove(store: Store, opts: { name: string; json?: 
 
 /** `meshctl admin list`: the named operators. */
 export async function runAdminList(store: Store, opts: { json?: boolean }, out: Output): Promise<number> {
+  await identityProvider(store);
   const all = await listOperators(store);
   if (opts.json) {
     out.out(JSON.stringify({ operators: all, breakGlass: "the bootstrap admin (admin.creds)" }, null, 2));

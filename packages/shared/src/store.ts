@@ -200,6 +200,31 @@ async function ensureAuditStream(
   log: StoreLog,
 ): Promise<void> {
   const maxAge = (retentionMs ?? AUDIT_LIMITS.maxAgeMs) * 1_000_000;
+  try {
+    await ensureAudit(jsm, common, maxAge);
+  } catch (e) {
+    if (isJetStreamGap(e) || retentionMs !== undefined) throw e;
+    // A store made by an older release, opened by a service whose identity may make no stream:
+    // it runs, and refuses what it records until the operator opens the store (meshctl up, bootstrap, status).
+    log.warn(
+      { stream: Streams.audit, err: errorMessage(e) },
+      `the audit trail (stream ${Streams.audit}) is not there and this identity may not make it (${errorMessage(e)}): requests that are recorded are refused until the operator's meshctl up, bootstrap or status opens the store, which makes it`,
+    );
+    return;
+  }
+  if (retentionMs === undefined) return;
+  const si = await jsm.streams.info(Streams.audit);
+  if (si.config.max_age === maxAge) return;
+  await jsm.streams.update(Streams.audit, { max_age: maxAge, duplicate_window: Math.min(si.config.duplicate_window, maxAge) });
+  log.info({ stream: Streams.audit, maxAgeMs: retentionMs }, `the audit trail ${Streams.audit} now keeps records for ${formatAge(retentionMs)}`);
+}
+
+/** Makes the audit stream unless it is there. */
+async function ensureAudit(
+  jsm: JetStreamManager,
+  common: { retention: RetentionPolicy; num_replicas: number; storage: StorageType; duplicate_window: number },
+  maxAge: number,
+): Promise<void> {
   await ensureStream(jsm, {
     ...common,
     name: Streams.audit,
@@ -212,11 +237,6 @@ async function ensureAuditStream(
     deny_purge: true,
     duplicate_window: Math.min(common.duplicate_window, maxAge),
   });
-  if (retentionMs === undefined) return;
-  const si = await jsm.streams.info(Streams.audit);
-  if (si.config.max_age === maxAge) return;
-  await jsm.streams.update(Streams.audit, { max_age: maxAge, duplicate_window: Math.min(si.config.duplicate_window, maxAge) });
-  log.info({ stream: Streams.audit, maxAgeMs: retentionMs }, `the audit trail ${Streams.audit} now keeps records for ${formatAge(retentionMs)}`);
 }
 
 async function ensureStream(jsm: JetStreamManager, cfg: Parameters<JetStreamManager["streams"]["add"]>[0]): Promise<void> {
