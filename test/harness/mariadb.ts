@@ -17,6 +17,7 @@ import { promisify } from "node:util";
 import mysql from "mysql2/promise";
 import { freePort, waitForPort } from "./ports.js";
 import { endProcess, spawnServer } from "./processes.js";
+import { waitFor } from "./wait.js";
 
 const run = promisify(execFile);
 
@@ -98,7 +99,12 @@ export async function startOwnMariadb(opts: { adminPassword: string }): Promise<
   };
 
   await start();
-  const c = await mysql.createConnection({ socketPath: socket, user: "root" });
+  // mariadbd opens its TCP port a moment before its socket (seen under CI: ECONNREFUSED on the socket right after the port answered).
+  const c = await waitFor(
+    "the test's own mariadbd to accept connections on its socket",
+    () => mysql.createConnection({ socketPath: socket, user: "root" }).catch(() => undefined),
+    15_000,
+  );
   try {
     const [others] = await c.query<mysql.RowDataPacket[]>("SELECT Host FROM mysql.user WHERE User = 'root' AND Host <> 'localhost'");
     for (const { Host } of others) await c.query("DROP USER 'root'@?", [Host]);
