@@ -5,14 +5,12 @@
  * store's gauges are reported by one verifier and so counted once; a rotation is counted once
  * across both rotators; the verifiers' checks and the provisioner's generations are counted.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startBootstrappedMesh, SECOND_INSTANCE_ENV, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
-import { freePort } from "./harness/ports.js";
+import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { startSecondInstances, type SecondInstances } from "./harness/service-instances.js";
 import { waitFor } from "./harness/wait.js";
-import { endProcess } from "./harness/processes.js";
 
 const MODULES = 50;
 
@@ -40,29 +38,8 @@ function metricsUrlIn(logFile: string): string | undefined {
 
 describe("the mesh's metrics, scraped from every service with two verifiers and two rotators", () => {
   let mesh: BootstrappedMesh;
-  const seconds: Array<{ name: string; child: ChildProcess; url: string }> = [];
+  let seconds: SecondInstances | undefined;
   const scrape = async (url: string) => (await fetch(`${url}/metrics`)).text();
-
-  /** Starts another instance of bootstrap's `service` with its environment and identity, its metrics at a port of its own. */
-  async function secondInstance(service: "verifier" | "rotator") {
-    const pid = mesh.servicePid(service);
-    expect(pid, service).toBeDefined();
-    const env = Object.fromEntries(
-      readFileSync(`/proc/${pid}/environ`, "utf8")
-        .split("\0")
-        .filter(Boolean)
-        .map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
-    );
-    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
-    const port = await freePort();
-    const child = spawn(argv[0]!, argv.slice(1), {
-      env: { ...env, MESH_METRICS_LISTEN: `127.0.0.1:${port}`, [SECOND_INSTANCE_ENV]: "1" },
-      stdio: ["ignore", "ignore", "ignore"],
-    });
-    const url = `http://127.0.0.1:${port}`;
-    seconds.push({ name: service, child, url });
-    await waitFor(`the second ${service} ready`, async () => (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200, 60_000);
-  }
 
   beforeAll(async () => {
     mesh = await startBootstrappedMesh({ nodes: ["node-a", "node-b"], env: { MESH_METRICS_LISTEN: "127.0.0.1:0" } });
@@ -78,17 +55,24 @@ describe("the mesh's metrics, scraped from every service with two verifiers and 
     writeFileSync(file, `${docs.join("\n---\n")}\n`);
     const applied = await mesh.meshctl(["apply", "-f", file, "--wait", "--timeout", "180s"]);
     expect(applied.code, applied.stderr).toBe(0);
-    await secondInstance("verifier");
-    await secondInstance("rotator");
+    // The same programs with the same environment: their metrics on free ports of their own, which their logs name.
+    seconds = await startSecondInstances(mesh, ["verifier", "rotator"]);
+    const logs = join(mesh.cwd, ".mesh/logs");
+    for (const s of ["verifier", "rotator"])
+      await waitFor(
+        `the second ${s} serving metrics`,
+        () => (existsSync(join(logs, `${s}-2.log`)) && metricsUrlIn(join(logs, `${s}-2.log`))) || undefined,
+        60_000,
+      );
   }, 400_000);
   afterAll(async () => {
-    await Promise.all(seconds.map((s) => endProcess(s.child, 10_000)));
+    await seconds?.stop();
     await mesh?.stop();
   });
 
   it("counts the store's grants, modules, agents and credentials once, whichever verifier reports them", { timeout: 240_000 }, async () => {
     const logs = join(mesh.cwd, ".mesh/logs");
-    const verifiers = [metricsUrlIn(join(logs, "verifier.log"))!, ...seconds.filter((s) => s.name === "verifier").map((s) => s.url)];
+    const verifiers = ["verifier.log", "verifier-2.log"].map((f) => metricsUrlIn(join(logs, f))!);
     // The control plane's master key is a secret of the built-in provider too.
     const secrets = MODULES + 1;
     const texts = await waitFor(
@@ -126,7 +110,7 @@ describe("the mesh's metrics, scraped from every service with two verifiers and 
     const rotated = await mesh.meshctl(["rotate", "mod-0/key", "--wait", "--timeout", "60s"]);
     expect(rotated.code, rotated.stderr).toBe(0);
     const logs = join(mesh.cwd, ".mesh/logs");
-    const rotators = [metricsUrlIn(join(logs, "rotator.log"))!, ...seconds.filter((s) => s.name === "rotator").map((s) => s.url)];
+    const rotators = ["rotator.log", "rotator-2.log"].map((f) => metricsUrlIn(join(logs, f))!);
     const texts = await waitFor(
       "the commit counted",
       async () => {
@@ -143,6 +127,15 @@ describe("the mesh's metrics, scraped from every service with two verifiers and 
     expect(sum([provisioner], "mesh_provisioning_duration_count", { mesh_kind: "secret" })).toBeGreaterThanOrEqual(MODULES);
     // Each service that serves metrics names itself; every service's log names its address.
     const served = readdirSync(logs).filter((f) => f.endsWith(".log") && metricsUrlIn(join(logs, f)));
-    expect(served.sort()).toEqual(["agent-node-a.log", "agent-node-b.log", "provisioner.log", "resolver.log", "rotator.log", "verifier.log"]);
+    expect(served.sort()).toEqual([
+      "agent-node-a.log",
+      "agent-node-b.log",
+      "provisioner.log",
+      "resolver.log",
+      "rotator-2.log",
+      "rotator.log",
+      "verifier-2.log",
+      "verifier.log",
+    ]);
   });
 });
