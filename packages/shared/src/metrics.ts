@@ -58,14 +58,21 @@ function meter(): Meter {
 /** Seconds buckets for request and rotation durations: 1 ms to 5 min. */
 const SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
+/** What `make` makes, made on its first use (see the file comment) and kept. */
+function lazily<T>(make: () => T): () => T {
+  let made: T | undefined;
+  return () => (made ??= make());
+}
+
 /** A counter and a duration histogram (seconds), made together on first use. */
-function countAndDuration(count: { name: string; description: string }, duration: { name: string; description: string }) {
-  let made: { count: Counter; duration: Histogram } | undefined;
-  return () =>
-    (made ??= {
-      count: meter().createCounter(count.name, { description: count.description }),
-      duration: meter().createHistogram(duration.name, { description: duration.description, unit: "s", advice: { explicitBucketBoundaries: SECONDS_BUCKETS } }),
-    });
+function countAndDuration(
+  count: { name: string; description: string },
+  duration: { name: string; description: string },
+): () => { count: Counter; duration: Histogram } {
+  return lazily(() => ({
+    count: meter().createCounter(count.name, { description: count.description }),
+    duration: meter().createHistogram(duration.name, { description: duration.description, unit: "s", advice: { explicitBucketBoundaries: SECONDS_BUCKETS } }),
+  }));
 }
 
 const requests = countAndDuration(
@@ -92,14 +99,10 @@ export function recordRotation(kind: string, outcome: "committed" | "stalled", s
   if (outcome === "committed") duration.record(seconds, { "mesh.kind": kind });
 }
 
-const verifications = (() => {
-  let made: { checks: Counter; repairs: Counter } | undefined;
-  return () =>
-    (made ??= {
-      checks: meter().createCounter(MetricNames.verifications, { description: "Checks of grants at their providers, by kind and result" }),
-      repairs: meter().createCounter(MetricNames.repairs, { description: "Repairs the verifier made, by kind, action and outcome" }),
-    });
-})();
+const verifications = lazily(() => ({
+  checks: meter().createCounter(MetricNames.verifications, { description: "Checks of grants at their providers, by kind and result" }),
+  repairs: meter().createCounter(MetricNames.repairs, { description: "Repairs the verifier made, by kind, action and outcome" }),
+}));
 
 /** Records one check of a `kind` grant at its provider: verified, or failed for `reason`. */
 export function recordVerification(kind: string, ok: boolean, reason?: string): void {
