@@ -83,10 +83,18 @@ describe("meshctl on a cluster without authentication", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).not.toContain("restart the server with -js");
     expect(JSON.parse(r.stdout)).toMatchObject({ state: "Committed", from, to: from + 1 });
-    await allReady(store, ["app"], 30_000);
     await waitFor("the holder's binding on the new generation", () => readFileSync(binding, "utf8") !== old, 10_000);
-    const status = await runMeshctl(cwd, ["status", "app", "--json"], env);
-    expect(status.code, status.stderr).toBe(0);
+    // Its Delivered condition follows the agent's receipt of the new generation, folded a moment after the file is written.
+    await allReady(store, ["app"], 30_000);
+    const status = await waitFor(
+      "meshctl status to show app Ready",
+      async () => {
+        const s = await runMeshctl(cwd, ["status", "app", "--json"], env);
+        return s.code === 0 && s.stdout.includes('"Ready"') ? s : undefined;
+      },
+      30_000,
+      500,
+    );
     expect(status.stdout).toContain('"Ready"');
   });
 });
