@@ -78,6 +78,15 @@ export function operatorSubjectsOf(subject: string): string {
 }
 
 /**
+ * The subjects operator request `subject` is served on: bare (the bootstrap admin's) and as every
+ * named operator sends it. The services subscribe to these and their identities are allowed them
+ * (control-plane.ts), from this one place.
+ */
+export function operatorRequestSubjects(subject: string): [string, string] {
+  return [subject, operatorSubjectsOf(subject)];
+}
+
+/**
  * Who sent a request on `subject`: a part's subject names that part (or its node's agent, for a
  * fetch); `<subject>.op.<name>` that operator; a bare operator subject the admin.
  */

@@ -12,7 +12,7 @@ import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } 
 import { CeilingOptions, DEFAULT_NATS_CEILING, RESPONSES_CEILING_OPTION, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 import { microPermissions } from "./micro.js";
-import { OPERATOR_TOKEN, consoleAuditSubject, operatorSubjectsOf } from "./audit.js";
+import { OPERATOR_TOKEN, consoleAuditSubject, operatorRequestSubjects } from "./audit.js";
 
 /** The bootstrap provider: the mesh's own NATS, serving identities and JetStream stores. */
 export const BOOTSTRAP_PROVIDER = "mesh-nats";
@@ -234,7 +234,7 @@ const HOLDER_STREAMS_ADMIN = [
 ];
 
 /** The operator's requests on `subjects`: each bare (the bootstrap admin's) and as every named operator sends it (audit.ts). */
-const operatorRequests = (...subjects: string[]) => subjects.flatMap((s) => [s, operatorSubjectsOf(s)]);
+const operatorRequests = (...subjects: string[]) => subjects.flatMap(operatorRequestSubjects);
 
 /** KV writes are publishes to `$KV.<bucket>.<key>`: each service may write the buckets it owns, and no other. */
 const writes = (...buckets: BucketName[]) => buckets.map((b) => `$KV.${b}.>`);

@@ -319,6 +319,7 @@ export {
   OPERATOR_TOKEN,
   operatorOfInboxPrefix,
   operatorOfRequirement,
+  operatorRequestSubjects,
   operatorRequirement,
   operatorSubject,
   operatorSubjectsOf,

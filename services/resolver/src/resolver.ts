@@ -3,7 +3,7 @@
  * provider, or one of its grants changes. Several instances share the work through durable
  * consumers; compare-and-set on every write keeps them from undoing each other.
  */
-import { AuditedRequests, Durables, Buckets, KeyedQueue, adminPasswordPolicy, QueueGroups, kvKeyOf, operatorSubjectsOf, subjects } from "@mesh/shared";
+import { AuditedRequests, Durables, Buckets, KeyedQueue, adminPasswordPolicy, QueueGroups, kvKeyOf, operatorRequestSubjects, subjects } from "@mesh/shared";
 import { AuditLog, ProviderCatalog, consumeKeys, serveJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { handleApply, partOfApplySubject } from "./apply.js";
@@ -59,11 +59,10 @@ export async function startResolver(opts: { store: Store; log: Logger; env?: Nod
 
   // Every apply, delete and declaration is in the audit trail before it is answered.
   const trail = new AuditLog(store.nc, "resolver");
-  const operator = (s: string) => [s, operatorSubjectsOf(s)];
-  const api = serveJson(store.nc, operator(subjects.apply), QueueGroups.resolver, log, (body) => handleApply(store, body, policy), {
+  const api = serveJson(store.nc, operatorRequestSubjects(subjects.apply), QueueGroups.resolver, log, (body) => handleApply(store, body, policy), {
     audit: { log: trail, request: AuditedRequests.apply },
   });
-  const deletes = serveJson(store.nc, operator(subjects.delete), QueueGroups.resolver, log, (body) => handleDelete(store, body), {
+  const deletes = serveJson(store.nc, operatorRequestSubjects(subjects.delete), QueueGroups.resolver, log, (body) => handleDelete(store, body), {
     audit: { log: trail, request: AuditedRequests.delete },
   });
   // A module's own subject: what a part's identity may declare (its module, nothing else).

@@ -12,7 +12,7 @@
 import type { Span } from "@opentelemetry/api";
 import {
   AuditedRequests,
-  operatorSubjectsOf,
+  operatorRequestSubjects,
   requesterName,
   Durables,
   Buckets,
@@ -269,7 +269,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   const trail = new AuditLog(store.nc, "rotator");
   const api = serveJson(
     store.nc,
-    [subjects.rotate, operatorSubjectsOf(subjects.rotate)],
+    operatorRequestSubjects(subjects.rotate),
     QueueGroups.rotator,
     log,
     async (body, m): Promise<RotateReply> => {
@@ -289,7 +289,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
   );
 
   // Holders that never came back: the operator commits without them (meshctl rotate --evict).
-  const evictApi = serveJson(store.nc, [subjects.evict, operatorSubjectsOf(subjects.evict)], QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
+  const evictApi = serveJson(store.nc, operatorRequestSubjects(subjects.evict), QueueGroups.rotator, log, async (body): Promise<RotateReply> => {
     const parsed = EvictRequest.safeParse(body);
     if (!parsed.success)
       throw new MeshError(ErrorCodes.InvalidRequest, `not an evict request: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);

@@ -20,7 +20,7 @@
 import { hostname } from "node:os";
 import {
   AuditedRequests,
-  operatorSubjectsOf,
+  operatorRequestSubjects,
   Buckets,
   ErrorCodes,
   KeyedQueue,
@@ -233,7 +233,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const trail = new AuditLog(store.nc, "verifier");
   const api = serveJson(
     store.nc,
-    [subjects.verify, operatorSubjectsOf(subjects.verify)],
+    operatorRequestSubjects(subjects.verify),
     QueueGroups.verifier,
     log,
     async (body): Promise<VerifyReply> => {
