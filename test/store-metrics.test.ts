@@ -75,12 +75,15 @@ describe("the mesh's metrics, scraped from every service with two verifiers and 
     const verifiers = ["verifier.log", "verifier-2.log"].map((f) => metricsUrlIn(join(logs, f))!);
     // The control plane's master key is a secret of the built-in provider too.
     const secrets = MODULES + 1;
+    let seen = "no scrape yet";
     const texts = await waitFor(
-      "every grant and module counted by the verifiers' scrapes",
+      () => `every grant and module counted by the verifiers' scrapes (last seen: ${seen})`,
       async () => {
         const t = await Promise.all(verifiers.map(scrape));
         const provisioned = sum(t, "mesh_grants", { mesh_kind: "secret", mesh_condition: "Provisioned", mesh_status: "True" });
-        return provisioned === secrets && sum(t, "mesh_modules", { mesh_state: "Ready" }) >= MODULES ? t : undefined;
+        const ready = sum(t, "mesh_modules", { mesh_state: "Ready" });
+        seen = `${provisioned} of ${secrets} secrets provisioned, ${ready} modules Ready, reported by ${t.filter((x) => samples(x, "mesh_grants").length > 0).length} verifiers; ${t.flatMap((x) => x.split("\n").filter((l) => /^mesh_(grants|modules)\{/.test(l))).join("; ")}`;
+        return provisioned === secrets && ready >= MODULES ? t : undefined;
       },
       120_000,
     );

@@ -170,12 +170,14 @@ export function queryEvery50ms(cluster: OperatorCluster, holders: Array<{ holder
 
 /** Every module in `modules` is Ready (waited for up to `timeoutMs`). */
 export async function allReady(store: Store, modules: string[], timeoutMs = 30_000): Promise<void> {
+  let seen = "nothing read yet";
   await waitFor(
-    `modules ${modules.join(", ")} Ready`,
+    () => `modules ${modules.join(", ")} Ready (last seen: ${seen})`,
     async () => {
       // All at once: one read that meets a leader election must not hold up the others.
-      const states = await Promise.all(modules.map((m) => readJson(store.kv.modules, m, ModuleStatus).then((r) => r?.value.state)));
-      return states.every((s) => s === "Ready") || undefined;
+      const states = await Promise.all(modules.map((m) => readJson(store.kv.modules, m, ModuleStatus).then((r) => r?.value)));
+      seen = states.map((s, i) => `${modules[i]} ${s ? `${s.state}: ${s.message}` : "no status"}`).join("; ");
+      return states.every((s) => s?.state === "Ready") || undefined;
     },
     timeoutMs,
     100,
