@@ -30,6 +30,8 @@ export interface StoreGaugeSource {
   note(key: string, record: unknown): void;
   /** Reads the store now when this instance owns the gauges (what the timer does). */
   refresh(): Promise<void>;
+  /** The membership changed: an instance that gained the gauges reads the store at once rather than at its next tick. */
+  membershipChanged(): void;
   /** What a scrape reports: the last reading, while this instance owns the gauges. */
   read(): StoreGauges | undefined;
   stop(): void;
@@ -38,13 +40,14 @@ export interface StoreGaugeSource {
 export function startStoreGauges(opts: { store: Store; log: Logger; owns: (key: string) => boolean }): StoreGaugeSource {
   const { store, log, owns } = opts;
   const grants = new Map<string, GrantSummary>();
+  // The last reading is kept while another instance owns the gauges: when they come back (a
+  // membership that flapped under load), a scrape reads it until the refresh on gaining them is in.
   let last: StoreGauges | undefined;
   let failing = false;
+  let owned = false;
   const refresh = async () => {
-    if (!owns(STORE_GAUGES_KEY)) {
-      last = undefined;
-      return;
-    }
+    owned = owns(STORE_GAUGES_KEY);
+    if (!owned) return;
     try {
       const [modules, nodes] = await Promise.all([
         listJson(store.kv.modules, ModuleStatus, ">", { skipInvalid: true }),
@@ -75,6 +78,9 @@ export function startStoreGauges(opts: { store: Store; log: Logger; owns: (key: 
       else grants.delete(key);
     },
     refresh,
+    membershipChanged() {
+      if (!owned && owns(STORE_GAUGES_KEY)) void refresh();
+    },
     read: () => (owns(STORE_GAUGES_KEY) ? last : undefined),
     stop: () => clearInterval(timer),
   };

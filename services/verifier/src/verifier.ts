@@ -146,6 +146,8 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   // changes it schedules those it gained. A grant it gained is checked when its record says it
   // is due: the instance that had it checked it within the interval, which is not repeated.
   const known = new Set<string>();
+  // Set once the store's gauges exist (below), which need the membership made first.
+  let gaugesMembershipChanged = () => {};
   const spread = () => Math.round(random() * Math.min(defaultInterval, 2_000));
   try {
     membership = await joinMembership({
@@ -155,6 +157,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       log,
       onChange: () => {
         for (const key of known) if (!scheduler.has(key) && owns(key)) scheduler.after(key, spread());
+        gaugesMembershipChanged();
       },
     });
   } catch (e) {
@@ -168,6 +171,8 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
 
   // The store's gauges: reported by the verifier that owns them in the membership.
   const gauges = startStoreGauges({ store, log, owns });
+  gaugesMembershipChanged = () => gauges.membershipChanged();
+  // Read again soon in any case (an empty bucket's watch delivers nothing to catch up with).
   const firstGauges = setTimeout(() => void gauges.refresh(), 2_000);
   firstGauges.unref();
 
@@ -175,10 +180,16 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   // over two seconds; a change of one of its own asks for a run at once (skipped if its basis
   // did not change).
   const watch = await store.kv.grants.watch();
+  let caughtUp = false;
   const watching = (async () => {
     for await (const e of watch) {
       if (stopped) break;
       gauges.note(e.key, e.operation === "PUT" ? jsonOf(e) : undefined);
+      // The grants as they are now all noted: the gauges read at once, not with some of them missing.
+      if (!caughtUp && e.delta === 0) {
+        caughtUp = true;
+        void gauges.refresh();
+      }
       if (e.operation !== "PUT") {
         known.delete(e.key);
         scheduler.cancel(e.key);
