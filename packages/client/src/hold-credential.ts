@@ -140,6 +140,15 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
 
 /** How long each pull of a holder waits on the server for a rotation before it is made again (the client's default). */
 const PULL_EXPIRES_MS = 30_000;
+/**
+ * How long each pull waits instead while the consumer is new to this instance: for
+ * {@link SETTLING_MS} after it found the consumer, or found it again after a pull failed (the
+ * consumer made again, or its leader moved). A pull sent to a consumer whose leader is not
+ * settled yet (one just made on a cluster) can be lost, and a lost pull is given up on only when
+ * its heartbeats are missed, half its expiry twice over.
+ */
+const SETTLING_PULL_EXPIRES_MS = 2_000;
+const SETTLING_MS = 30_000;
 
 class Holder implements CredentialHolder {
   readonly holder: string;
@@ -239,25 +248,28 @@ class Holder implements CredentialHolder {
    * its defaults: on a cluster whose consumer leaders moved, rotations waited 30 s for some of
    * their holders). A `consume` renewing its pull every 5 s instead left holders without a pull
    * at times on a loaded server, each until that pull expired. What a pull per message costs,
-   * and what it does not fix (a pull sent before a new consumer's leader is settled), is in
-   * docs/design.md, "Rotation fan-out". At rest: one pull every {@link PULL_EXPIRES_MS}.
+   * and what the short pulls on a new consumer bought (a pull sent before its leader is settled
+   * is lost), is in docs/design.md, "Rotation fan-out". At rest: one pull every {@link PULL_EXPIRES_MS}; while
+   * the consumer is new to it, one every {@link SETTLING_PULL_EXPIRES_MS}.
    */
   private async consume(): Promise<void> {
     for (let attempt = 0; !this.done;) {
       try {
         const consumer = await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
+        const settledAt = Date.now() + SETTLING_MS;
         attempt = 0;
         // Ended by an error when the consumer is deleted (lost with its server, say): looked for again, as made again by the rotator.
         while (!this.done) {
-          this.messages = await consumer.fetch({ max_messages: 1, expires: PULL_EXPIRES_MS });
+          this.messages = await consumer.fetch({ max_messages: 1, expires: Date.now() < settledAt ? SETTLING_PULL_EXPIRES_MS : PULL_EXPIRES_MS });
           if (this.done) break;
           for await (const m of this.messages) this.enqueue(() => this.rotation(m));
         }
       } catch (e) {
         if (this.done) break;
-        // A leader that moved: pulled again at once. Not made yet (or gone): looked for again, soon at first.
+        // A leader that moved, or a pull lost (its heartbeats missed): pulled again at once. Not made yet (or gone): looked for again, soon at first.
         const message = errorMessage(e);
-        if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout|leadership change/i.test(message)) attempt = Math.max(attempt, 4);
+        if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout|leadership change|heartbeats missed/i.test(message))
+          attempt = Math.max(attempt, 4);
       }
       if (this.done) break;
       await sleep(backoffMs(++attempt, { firstMs: 50, maxMs: 2_000 }));
