@@ -39,13 +39,41 @@ export default defineConfig({
     projects: [
       {
         extends: true as const,
-        test: { name: "unit", include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "examples/*/src/**/*.test.ts"] },
+        test: {
+          name: "unit",
+          include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "examples/*/src/**/*.test.ts"],
+          sequence: { groupOrder: 0 },
+        },
       },
-      { extends: true as const, test: { name: "integration", include: ["test/**/*.test.ts"], exclude: ["test/cluster/**"] } },
-      // Each file runs a cluster of three servers and a mesh twice over (npm run test:faults runs them one at a time).
-      { extends: true as const, test: { name: "cluster", include: ["test/cluster/*.test.ts"], testTimeout: 300_000, hookTimeout: 300_000 } },
+      { extends: true as const, test: { name: "integration", include: ["test/**/*.test.ts"], exclude: ["test/cluster/**"], sequence: { groupOrder: 0 } } },
+      // Each file runs a cluster of three servers and a mesh twice over, which on two cores is
+      // the whole machine: they run after the other projects, one file at a time, so neither
+      // they nor an integration test beside them wait out their bounds on a starved CPU.
+      {
+        extends: true as const,
+        test: {
+          name: "cluster",
+          include: ["test/cluster/*.test.ts"],
+          testTimeout: 300_000,
+          hookTimeout: 300_000,
+          sequence: { groupOrder: 1 },
+          poolOptions: { forks: { singleFork: true } },
+        },
+      },
       ...(process.env.MESH_FAULTS === "1"
-        ? [{ extends: true as const, test: { name: "faults", include: ["test/cluster/faults/*.test.ts"], testTimeout: 600_000, hookTimeout: 300_000 } }]
+        ? [
+            {
+              extends: true as const,
+              test: {
+                name: "faults",
+                include: ["test/cluster/faults/*.test.ts"],
+                testTimeout: 600_000,
+                hookTimeout: 300_000,
+                sequence: { groupOrder: 2 },
+                poolOptions: { forks: { singleFork: true } },
+              },
+            },
+          ]
         : []),
     ],
     testTimeout: 60_000,
