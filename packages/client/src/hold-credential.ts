@@ -249,8 +249,9 @@ class Holder implements CredentialHolder {
    * their holders). A `consume` renewing its pull every 5 s instead left holders without a pull
    * at times on a loaded server, each until that pull expired. What a pull per message costs,
    * and what the short pulls on a new consumer bought (a pull sent before its leader is settled
-   * is lost), is in docs/design.md, "Rotation fan-out". At rest: one pull every {@link PULL_EXPIRES_MS}; while
-   * the consumer is new to it, one every {@link SETTLING_PULL_EXPIRES_MS}.
+   * is lost), is in docs/design.md, "Rotation fan-out". At rest: one pull every
+   * {@link PULL_EXPIRES_MS}; while the consumer is new to it, one every
+   * {@link SETTLING_PULL_EXPIRES_MS}.
    */
   private async consume(): Promise<void> {
     for (let attempt = 0; !this.done;) {
