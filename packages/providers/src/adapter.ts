@@ -52,6 +52,8 @@ export interface CreateRequest {
    * `InvalidRequest`, naming the option.
    */
   options?: RequirementOptions;
+  /** The parts that hold the grant (its `parts`): where a kind names its default after them (`tls.certificate`: `<part>.<module>.mesh`). */
+  parts?: readonly string[];
 }
 
 export interface CreateResult {

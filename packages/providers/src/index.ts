@@ -31,6 +31,35 @@ export type {
 export { recordedResource } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
 export { createSecretAdapter, SECRET_BYTES } from "./secret.js";
+export { createMeshCaAdapter, TLS_BINDING } from "./tls-certificate.js";
+export {
+  BACKDATE_MS,
+  CA_LIFETIME_MS,
+  caFiles,
+  checkCertificate,
+  ensureMeshCa,
+  issueCertificate,
+  newAuthority,
+  newPrivateKeyPem,
+  openCaKey,
+  readAuthority,
+  sealCaKey,
+  subjectAltNames,
+  type Authority,
+  type CaFiles,
+  type CertificateCheck,
+  type CertificateSpec,
+} from "./mesh-ca.js";
+export {
+  caCeiling,
+  certificateRequest,
+  isDnsName,
+  DEFAULT_DNS_CEILING,
+  DEFAULT_IP_CEILING,
+  DEFAULT_MAX_LIFETIME,
+  type CaCeiling,
+  type CertificateRequest,
+} from "./tls-request.js";
 export { createPostgresAdapter, LOGIN_TIMEOUT_MS } from "./postgres.js";
 export { PASSWORD_BYTES, generatePassword } from "./password.js";
 export { PG_IDENTIFIER, baseName, checkIdentifier, loginRoleName, postgresNames, quoteIdentifier, type PostgresNames } from "./postgres-identifiers.js";

@@ -12,6 +12,7 @@ import { createRabbitmqAdapter } from "./rabbitmq.js";
 import { createOciRegistryAdapter } from "./oci-registry.js";
 import { createBootstrapNpmRegistryAdapter, createBootstrapOciRegistryAdapter, createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 import { createNpmRegistryAdapter } from "./npm-registry.js";
+import { createMeshCaAdapter } from "./tls-certificate.js";
 
 const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.Secret]: createSecretAdapter,
@@ -25,6 +26,7 @@ const factories: Partial<Record<Kind, AdapterFactory>> = {
   [Kinds.KvBucket]: createKvBucketAdapter,
   [Kinds.ObjectStore]: createObjectStoreAdapter,
   [Kinds.NpmRegistry]: createNpmRegistryAdapter,
+  [Kinds.TlsCertificate]: createMeshCaAdapter,
 };
 
 /**

@@ -37,6 +37,8 @@ export const BINDING_KEYS: Readonly<Record<Kind, readonly string[]>> = {
   [Kinds.ObjectStore]: [...SERVER, "bucket", "uri"],
   [Kinds.Secret]: ["type", "provider", "value"],
   [Kinds.MeshIdentity]: [...SERVER, ...NATS_LOGIN, "url", "grant", "module", "part", "node"],
+  // servicebinding.io's TLS layout: the chain, its key and the authority's bundle.
+  [Kinds.TlsCertificate]: ["type", "provider", "tls.crt", "tls.key", "ca.crt"],
 };
 
 /**

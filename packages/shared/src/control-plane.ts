@@ -4,7 +4,7 @@
  * else is installed (docs/design.md, "The control plane is a consumer too"). `meshctl bootstrap`
  * applies what these functions return; nothing here talks to NATS.
  */
-import { Kinds, REGISTRY_KINDS, type Kind } from "./kinds.js";
+import { Kinds, MESH_CA_PROVIDER, REGISTRY_KINDS, type Kind } from "./kinds.js";
 import { CONTROL_PLANE_MODULE, NAME_RULE, isValidName } from "./names.js";
 import type { NatsPermissions } from "./nats-permissions.js";
 import type { ModuleDoc, ProviderDoc, RequirementDoc } from "./schemas/manifest.js";
@@ -442,6 +442,23 @@ export function servesModule(provider: Pick<ProviderDoc, "name">, kind: Kind, mo
  * need JetStream's API and the mesh's own subjects) ask for anything, and every other module
  * only the default: its own namespace.
  */
+/**
+ * The mesh's certificate authority as provider `mesh-ca` of `tls.certificate`: its files are
+ * on `node`, where the services that issue read them (the key sealed under the master key).
+ * Its ceiling is the default: each module's own names (`<part>.<module>.mesh`) and loopback.
+ */
+export function meshCaProvider(opts: { node: string; certFile: string; keyFile: string }): ProviderDoc {
+  return {
+    kind: "Provider",
+    name: MESH_CA_PROVIDER,
+    serves: [Kinds.TlsCertificate],
+    node: opts.node,
+    endpoint: "builtin://mesh-ca",
+    installed: true,
+    options: { caCertFile: opts.certFile, caKeyFile: opts.keyFile },
+  };
+}
+
 export function bootstrapProvider(opts: {
   url: string;
   node: string;

@@ -22,6 +22,7 @@ export {
 } from "./names.js";
 export {
   BUILTIN_SECRET_PROVIDER,
+  MESH_CA_PROVIDER,
   DATA_KINDS,
   type DeletionPolicy,
   deletionPolicyOf,
@@ -86,6 +87,10 @@ export {
   MAX_SUBJECT_LENGTH,
   MAX_SUBJECTS,
   MIN_TTL_MS,
+  CERTIFICATE_USAGES,
+  DEFAULT_CERTIFICATE_LIFETIME,
+  MIN_CERTIFICATE_LIFETIME_MS,
+  type CertificateUsage,
   REQUIREMENT_OPTIONS,
   requirementOptionNames,
 } from "./schemas/requirement-options.js";
@@ -216,6 +221,7 @@ export {
   agentPart,
   BOOTSTRAP_PROVIDER,
   bootstrapProvider,
+  meshCaProvider,
   CONTROL_PLANE_SERVICES,
   type ControlPlaneLayout,
   controlPlaneManifest,

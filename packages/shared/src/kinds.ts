@@ -25,6 +25,12 @@ export const Kinds = {
    * mesh's bus (`mesh-nats`).
    */
   MeshIdentity: "mesh.identity",
+  /**
+   * An X.509 certificate and its key for the requirement's parts (DNS names and IP addresses,
+   * a lifetime, server or client use), issued by the mesh's own certificate authority
+   * (provider `mesh-ca`, mesh-ca.ts) and renewed through the ordinary rotation before it expires.
+   */
+  TlsCertificate: "tls.certificate",
 } as const;
 export type Kind = (typeof Kinds)[keyof typeof Kinds];
 export const KIND_LIST = Object.values(Kinds) as [Kind, ...Kind[]];
@@ -64,6 +70,9 @@ export function deletionPolicyOf(kind: Kind, declared: DeletionPolicy | undefine
   if (!DATA_KINDS.includes(kind)) return "Delete";
   return declared ?? "Retain";
 }
+
+/** The provider of `tls.certificate` that `meshctl up` and `meshctl bootstrap` register: the mesh's own certificate authority. */
+export const MESH_CA_PROVIDER = "mesh-ca";
 
 /** The built-in provider of `secret`: it needs no external system and is always installed. */
 export const BUILTIN_SECRET_PROVIDER = "builtin-secret";

@@ -28,10 +28,11 @@ export const NAME_PATTERN_PORTABLE = "^[a-z](?:-?[a-z0-9])*$";
 
 /**
  * A binding key: a file name in a requirement's binding directory (servicebinding.io) and the
- * tail of an env name (`DB_HOST`; `inboxPrefix` → `IDENTITY_INBOX_PREFIX`). Every adapter's
- * bindings use only such keys.
+ * tail of an env name (`DB_HOST`; `inboxPrefix` → `IDENTITY_INBOX_PREFIX`; `tls.crt` →
+ * `CERT_TLS_CRT`). Every adapter's bindings use only such keys. A dot may only stand between two
+ * other characters (`tls.crt`, servicebinding.io's TLS layout), so no key is `.`, `..` or hidden.
  */
-export const BINDING_KEY_PATTERN = /^[a-z][A-Za-z0-9_-]*$/;
+export const BINDING_KEY_PATTERN = /^[a-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*$/;
 
 /**
  * Where a part's bindings lie under a bindings root (the agent's bindings-writer.ts writes them):

@@ -255,7 +255,7 @@ function validateWrite(w: BindingWrite): void {
     throw new MeshError(ErrorCodes.InvalidRequest, `generation must be a positive integer, got ${w.generation}`);
   }
   for (const [key, value] of Object.entries(w.values)) {
-    if (!BINDING_KEY_PATTERN.test(key)) refuse("binding key", key, "must be letters, digits, '_' and '-', starting with a lower-case letter");
+    if (!BINDING_KEY_PATTERN.test(key)) refuse("binding key", key, "must be letters, digits, '_', '-' and inner dots, starting with a lower-case letter");
     if (typeof value !== "string") throw new MeshError(ErrorCodes.InvalidRequest, `binding key ${key} of ${w.requirement} has no string value`);
     // The value itself is never quoted in a message.
     if (value.includes("\0"))
@@ -518,11 +518,11 @@ export function migrateBindings(root: string, opts: { graceMs?: number; now?: Da
   return { migrated, retained };
 }
 
-/** `REQUIREMENT_KEY` in upper snake case: `db` + `password` → `DB_PASSWORD`, `session-key` + `value` → `SESSION_KEY_VALUE`. */
+/** `REQUIREMENT_KEY` in upper snake case: `db` + `password` → `DB_PASSWORD`, `session-key` + `value` → `SESSION_KEY_VALUE`, `cert` + `tls.crt` → `CERT_TLS_CRT`. */
 export function envName(requirement: string, key: string): string {
   return `${requirement}_${key}`
     .replace(/([a-z0-9])([A-Z])/g, "$1_$2")
-    .replace(/-/g, "_")
+    .replace(/[-.]/g, "_")
     .toUpperCase();
 }
 

@@ -100,7 +100,7 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
   }
   const create = async (adapter: ProviderAdapter) => {
     const secret = await credentials.ensure(grant, generation, grant.provider!, () => adapter.generate());
-    return adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret, options: grant.options });
+    return adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret, options: grant.options, parts: grant.parts });
   };
   // A provider whose admin password is a mesh secret may hold another generation of it than the current one.
   const result = doc ? await withAdminSecret(deps, grant.kind, doc, PROVISIONER_INSTANCE, create) : await create(adapters.get(grant.kind, undefined));

@@ -97,7 +97,7 @@ export function staging(
       // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
       const secret = await credentials.ensure(g, to, g.provider!, () => adapter.generate());
       // Stage k+1 beside k: both log in from here until the commit.
-      return adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options });
+      return adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options, parts: g.parts });
     });
     await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
     // A secret that is a provider's admin password: k+1 is set at its server before any holder is told.

@@ -216,6 +216,7 @@ export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairA
         grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation },
         secret: cred.secret,
         options: grant.options,
+        parts: grant.parts,
       }),
     );
     return undefined;
@@ -235,6 +236,7 @@ export async function repairGrant(deps: CheckDeps, grant: Grant, action: RepairA
       grant: { module: grant.module, requirement: grant.requirement, generation: grant.generation },
       secret: cred.secret,
       options: grant.options,
+      parts: grant.parts,
     });
     return undefined;
   } finally {

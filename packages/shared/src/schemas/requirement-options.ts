@@ -50,6 +50,30 @@ const KvBucketOptions = z.strictObject({
 /** Images and packages are kept until deleted: no ttl. Only a registry served from the mesh's NATS (the control plane's bootstrap registry) takes these. */
 const RegistryOptions = z.strictObject({ maxBytes: maxBytes.optional(), replicas: replicas.optional() });
 
+/** The shortest and the default lifetime of a `tls.certificate`; its longest is the provider's `maxLifetime`. */
+export const MIN_CERTIFICATE_LIFETIME_MS = 10_000;
+export const DEFAULT_CERTIFICATE_LIFETIME = "24h";
+/** What a certificate may be used for: TLS servers, TLS clients, or both. */
+export const CERTIFICATE_USAGES = ["server", "client", "both"] as const;
+export type CertificateUsage = (typeof CERTIFICATE_USAGES)[number];
+
+const Names = (what: string) => z.union([z.string().min(1).max(253), z.array(z.string().min(1).max(253)).max(MAX_SUBJECTS)]).describe(what);
+
+const TlsCertificateOptions = z.strictObject({
+  dnsNames: Names(
+    "The DNS names the certificate is for; <part>.<module>.mesh for each part that holds it when left out. Within the provider's allowDnsNames ceiling; no wildcards.",
+  ).optional(),
+  ipAddresses: Names("The IP addresses the certificate is for; none when left out. Within the provider's allowIpAddresses ceiling (loopback by default).").optional(),
+  lifetime: z
+    .string()
+    .regex(DURATION_PATTERN)
+    .optional()
+    .describe(
+      `How long each certificate is valid, at least ${MIN_CERTIFICATE_LIFETIME_MS / 1000}s and at most the provider's maxLifetime; ${DEFAULT_CERTIFICATE_LIFETIME} when left out. Renewed after two thirds of it.`,
+    ),
+  usage: z.enum(CERTIFICATE_USAGES).optional().describe("server, client or both: the extended key usages; server when left out."),
+});
+
 /**
  * The options each kind takes; a kind not listed takes none (`mesh.identity`'s `part` and
  * `node` are the resolver's, never declared).
@@ -60,6 +84,7 @@ export const REQUIREMENT_OPTIONS: Partial<Record<Kind, z.ZodObject>> = {
   [Kinds.ObjectStore]: StoreOptions,
   [Kinds.OciRegistry]: RegistryOptions,
   [Kinds.NpmRegistry]: RegistryOptions,
+  [Kinds.TlsCertificate]: TlsCertificateOptions,
 };
 
 /** The names of the options `kind` takes, in the order they are listed in messages. */
