@@ -16,7 +16,7 @@ import {
   waitForControlPlane,
   waitForIdentityBindings,
 } from "./bootstrap.js";
-import { prepareOperatorServer } from "@mesh/providers";
+import { caFiles, ensureMeshCa, prepareOperatorServer } from "@mesh/providers";
 import { join, relative, isAbsolute } from "node:path";
 import {
   BOOTSTRAP_PROVIDER,
@@ -25,9 +25,13 @@ import {
   IDENTITY_BINDING,
   Kinds,
   NAME_RULE,
+  errorMessage,
   isMeshError,
   isValidName,
   loadMasterKey,
+  MESH_CA_PROVIDER,
+  StateFiles,
+  meshCaProvider,
   subjects,
   formatHookList,
   type AllowedHooks,
@@ -542,6 +546,28 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
           `the server at ${url} is not this directory's mesh (its identity comes from MESH_NATS_CREDENTIALS), so parts get no identity binding: apply a provider of ${Kinds.MeshIdentity} with that server's signing keys (examples/providers/nats.yaml)`,
         );
       }
+    }
+    {
+      // The mesh's certificate authority, made once under the master key the services hold, as provider mesh-ca.
+      const ca = caFiles(join(paths.state, StateFiles.caDir));
+      const { key } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
+      let created: boolean;
+      try {
+        ({ created } = await ensureMeshCa(ca, key));
+      } catch (e) {
+        throw new CliError(`cannot set up the mesh's certificate authority in ${show(ca.dir)}: ${errorMessage(e)}`);
+      }
+      const outcome = await sendApply(
+        nc,
+        [{ source: "meshctl up", documents: [meshCaProvider({ node: servicesNode ?? nodes[0]!, certFile: ca.certFile, keyFile: ca.keyFile })] }],
+        undefined,
+        retryPolicy({ option: null }, out),
+      );
+      const code = reportApply(outcome, false, out);
+      if (code !== ExitCodes.Ok) return code;
+      out.out(
+        `${created ? "made" : "using"} the mesh's certificate authority (${show(ca.certFile)}; its key sealed under the master key) as provider ${MESH_CA_PROVIDER} of ${Kinds.TlsCertificate}`,
+      );
     }
     if (files.length) {
       // Under bootstrap the resolver was just restarted on its own identity: a moment without one is ridden out.

@@ -14,6 +14,8 @@ export const StateFiles = {
   masterKey: "master.key",
   /** The operator's directory: its keys (sealed), JWTs, the admin's `.creds`, a server's config. */
   operatorDir: "nats-operator",
+  /** The mesh's certificate authority: its certificate and its key (sealed). */
+  caDir: "mesh-ca",
   /** `<node>/<module>/<part>/<requirement>/`: what `meshctl up`'s agents write. */
   bindings: "bindings",
   logs: "logs",
