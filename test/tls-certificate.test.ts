@@ -6,7 +6,8 @@
  * client that trusts the delivered ca.crt alone, through `meshctl rotate` and through the
  * renewal the rotator starts by itself after two thirds of the lifetime: no request fails, and
  * the server presents each generation's serial in turn. A request outside the authority's
- * ceiling gets nothing issued and a condition that says what to widen.
+ * ceiling gets nothing issued and a condition that says what to widen. A revoke says until when
+ * the revoked certificate stays valid; a take-back stops the renewals and says the same.
  */
 import { execFileSync } from "node:child_process";
 import { X509Certificate, createPrivateKey } from "node:crypto";
@@ -160,11 +161,40 @@ describe("a tls.certificate from the mesh's authority", () => {
     } finally {
       asking = false;
       await loop;
+      clearInterval(reload);
+      reload = undefined;
     }
     expect(failures).toEqual([]);
     expect(sent).toBeGreaterThan(100);
     expect(seen.size).toBeGreaterThanOrEqual(3);
     const trigger = await mesh.store.kv.rotations.get("shop.cert");
     expect(JSON.parse(trigger!.string()).trigger).toBe("schedule");
+  }, 90_000);
+
+  it("says on revoke and on take-back until when the last certificate stays valid, and renews it no more", async () => {
+    const before = (await mesh.grant("shop", "cert"))!;
+    const out = bufferOutput();
+    const code = await runRotate(mesh.store, { grant: "shop/cert", timeoutMs: 30_000, revoke: { graceMs: 500, by: "test" } }, out);
+    expect(code).toBe(ExitCodes.Ok);
+    expect(out.stdout).toContain(
+      `generation ${before.generation} is retired, but a certificate cannot be disabled: it stays valid until ${before.resource.expires}, when it expires`,
+    );
+
+    // Part web uninstalled: the grant is taken back.
+    const revoked = (await mesh.grant("shop", "cert"))!;
+    const uninstalled: ModuleDoc = { ...shop, parts: [{ name: "web", node: "node-a", installed: false }] };
+    expect((await mesh.apply([uninstalled])).ok).toBe(true);
+    const taken = await waitFor("shop/cert taken back", async () => {
+      const g = await mesh.grant("shop", "cert");
+      return g?.revoked?.done ? g : undefined;
+    });
+    expect(getCondition(taken.conditions, "Provisioned")?.message).toContain(
+      `no longer renewed; the last one issued stays valid until ${revoked.resource.expires}, when it expires`,
+    );
+    // Past the point where it would have been renewed (two thirds of its lifetime), nothing was.
+    const renewAt = Date.parse(revoked.resource.expires!) - (LIFETIME_S * 1_000) / 3;
+    await new Promise((r) => setTimeout(r, Math.max(0, renewAt - Date.now()) + 2_000));
+    expect((await mesh.grant("shop", "cert"))?.generation).toBe(revoked.generation);
+    expect(JSON.parse((await mesh.store.kv.rotations.get("shop.cert"))!.string()).to).toBe(revoked.generation);
   }, 90_000);
 });

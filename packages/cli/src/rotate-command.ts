@@ -7,7 +7,7 @@
  * (default 30 s); it carries a request id, so however often it is sent, it starts one rotation.
  */
 import { randomBytes } from "node:crypto";
-import { ErrorCodes, Grant, RotateReply, Rotation, RotationStates, isRotationRunning, keys, parseGrantId, subjects } from "@mesh/shared";
+import { ErrorCodes, Grant, RotateReply, Rotation, RotationStates, isRotationRunning, keys, parseGrantId, subjects, validAfterRevocation } from "@mesh/shared";
 import { readJson, type Store, errorFromReply } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -145,7 +145,8 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
   const key = keys.grant(id.module, id.requirement);
   const policy = opts.policy ?? retryPolicy({ option: "--request-timeout" }, out);
   // Checked here too so these answers do not depend on a rotator running; the rotator checks again.
-  if (!(await retrying("read the grant", policy, () => readJson(store.kv.grants, key, Grant), { read: true }))) {
+  const before = (await retrying("read the grant", policy, () => readJson(store.kv.grants, key, Grant), { read: true }))?.value;
+  if (!before) {
     throw new CliError(
       `grant ${opts.grant} does not exist: module ${id.module} has no requirement ${id.requirement} that the resolver processed; meshctl status lists the grants`,
       ExitCodes.NotFound,
@@ -182,12 +183,18 @@ export async function runRotate(store: Store, opts: RotateOptions, out: Output):
     );
   }
   const lockedOut = opts.revoke && rotation.state === RotationStates.Committed ? rotationProgress(rotation).missing : [];
-  if (opts.json) out.out(JSON.stringify({ ...summarizeRotation(rotation), ...(opts.revoke ? { lockedOut } : {}) }, null, 2));
+  // A certificate cannot be disabled: the revoked generation stays valid until it expires.
+  const validUntil = opts.revoke && before.generation === rotation.from ? validAfterRevocation(before) : undefined;
+  if (opts.json)
+    out.out(JSON.stringify({ ...summarizeRotation(rotation), ...(opts.revoke ? { lockedOut, ...(validUntil ? { validUntil } : {}) } : {}) }, null, 2));
   else {
     out.out(formatOutcome(rotation, { color: out.color, width: out.columns }).join("\n"));
     if (opts.revoke && rotation.state === RotationStates.Committed) {
+      const revoked = validUntil
+        ? `generation ${rotation.from} is retired, but a certificate cannot be disabled: it stays valid until ${validUntil}, when it expires (a shorter lifetime shortens this)`
+        : `generation ${rotation.from} is revoked at ${rotation.provider}`;
       out.out(
-        `generation ${rotation.from} is revoked at ${rotation.provider}${lockedOut.length ? `; locked out until they take generation ${rotation.to}: ${lockedOut.join(", ")}` : "; every holder is on generation " + rotation.to}`,
+        `${revoked}${lockedOut.length ? `; locked out until they take generation ${rotation.to}: ${lockedOut.join(", ")}` : "; every holder is on generation " + rotation.to}`,
       );
     }
   }

@@ -23,6 +23,7 @@ export {
 export {
   BUILTIN_SECRET_PROVIDER,
   MESH_CA_PROVIDER,
+  SELF_EXPIRING_KINDS,
   DATA_KINDS,
   type DeletionPolicy,
   deletionPolicyOf,
@@ -168,6 +169,7 @@ export {
   pendingWithdrawals,
   removalDone,
   removalRemains,
+  validAfterRevocation,
   revocationDue,
   withRemoval,
 } from "./removal.js";

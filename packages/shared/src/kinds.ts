@@ -71,6 +71,13 @@ export function deletionPolicyOf(kind: Kind, declared: DeletionPolicy | undefine
   return declared ?? "Retain";
 }
 
+/**
+ * The kinds whose generations cannot be disabled before they expire: a retired or taken-back
+ * certificate stays valid until its `notAfter` (the grant's `resource.expires`); a short
+ * lifetime is their revocation.
+ */
+export const SELF_EXPIRING_KINDS: readonly Kind[] = [Kinds.TlsCertificate];
+
 /** The provider of `tls.certificate` that `meshctl up` and `meshctl bootstrap` register: the mesh's own certificate authority. */
 export const MESH_CA_PROVIDER = "mesh-ca";
 

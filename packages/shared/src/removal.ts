@@ -13,10 +13,19 @@
  *
  * Pure: what is due and what remains, from the grant alone.
  */
-import { deletionPolicyOf } from "./kinds.js";
+import { SELF_EXPIRING_KINDS, deletionPolicyOf } from "./kinds.js";
 import { holderKey, ModuleStates, type Grant } from "./schemas/grant.js";
 import { withDeliveredCondition } from "./delivery.js";
 import type { DerivedState } from "./module-state.js";
+
+/**
+ * Until when what `g` last issued keeps working after it is revoked or taken back, for a kind
+ * whose generations cannot be disabled before they expire (`SELF_EXPIRING_KINDS`): its
+ * `resource.expires`; undefined for every other kind, whose revocation takes effect at once.
+ */
+export function validAfterRevocation(g: Pick<Grant, "kind" | "resource">): string | undefined {
+  return SELF_EXPIRING_KINDS.includes(g.kind) ? g.resource.expires : undefined;
+}
 
 /** The grant marked to be taken back because `reason`: no targets any more, and the time it was asked. */
 export function withRemoval(g: Grant, reason: string, now = new Date()): Grant {

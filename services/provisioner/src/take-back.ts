@@ -19,6 +19,7 @@ import {
   revocationDue,
   setCondition,
   subjects,
+  validAfterRevocation,
   withDeliveredCondition,
   type Condition,
   type Delivery,
@@ -119,11 +120,20 @@ async function revoke(deps: ProvisionDeps, key: string, g: Grant): Promise<Grant
       type: "Provisioned",
       status: "False",
       reason: "NoInstalledPart",
-      message: `${cur.removal ? `taken back (${cur.removal.reason})` : `not needed by an installed part (${cur.parts.join(", ")})`}: generation${cur.generation > 1 ? `s 1-${cur.generation}` : ` ${cur.generation}`} revoked at ${provider ?? "its provider"}${drop ? ", the resource dropped" : ", the data kept"}`,
+      message: `${cur.removal ? `taken back (${cur.removal.reason})` : `not needed by an installed part (${cur.parts.join(", ")})`}: ${revokedWords(cur, provider, drop)}`,
     });
     next.conditions = withDeliveredCondition(next);
     return next;
   });
+}
+
+/** What taking `g` back did at its provider, in words; for a certificate, that it is not renewed and until when it stays valid. */
+function revokedWords(g: Grant, provider: string | null | undefined, drop: boolean): string {
+  const generations = `generation${g.generation > 1 ? `s 1-${g.generation}` : ` ${g.generation}`}`;
+  const until = validAfterRevocation(g);
+  if (until)
+    return `${generations} no longer renewed; the last one issued stays valid until ${until}, when it expires (a certificate cannot be disabled before)`;
+  return `${generations} revoked at ${provider ?? "its provider"}${drop ? ", the resource dropped" : ", the data kept"}`;
 }
 
 /** Asks the agent of every holder that is no longer a target to remove its binding (again at every reconcile until its receipt says it did). */
