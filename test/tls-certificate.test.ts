@@ -12,8 +12,7 @@
 import { execFileSync } from "node:child_process";
 import { X509Certificate, createPrivateKey } from "node:crypto";
 import { mkdtempSync, readFileSync, realpathSync, rmSync, statSync } from "node:fs";
-import { createServer, request, type Server } from "node:https";
-import type { TLSSocket } from "node:tls";
+import { createServer, type Server } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -25,6 +24,7 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { ExitCodes, bufferOutput, runRotate, type RotationSummary } from "../packages/cli/src/index.js";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { askEvery } from "./harness/https-asker.js";
 
 const LIFETIME_S = 30;
 const shop: ModuleDoc = {
@@ -113,29 +113,11 @@ describe("a tls.certificate from the mesh's authority", () => {
 
     const ca = held().ca;
     const seen = new Set<string>();
-    const failures: string[] = [];
-    let sent = 0;
-    const ask = () =>
-      new Promise<void>((resolve) => {
-        sent++;
-        const req = request({ host: "127.0.0.1", port, servername: "web.shop.mesh", ca, path: "/", agent: false }, (res) => {
-          seen.add((res.socket as TLSSocket).getPeerCertificate().serialNumber);
-          res.resume();
-          res.on("end", () => resolve());
-        });
-        req.on("error", (e) => {
-          failures.push(e.message);
-          resolve();
-        });
-        req.end();
-      });
-    let asking = true;
-    const loop = (async () => {
-      while (asking) {
-        await ask();
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    })();
+    const asker = askEvery(
+      50,
+      () => ({ host: "127.0.0.1", port, servername: "web.shop.mesh", ca }),
+      (c) => seen.add(c.serialNumber),
+    );
 
     try {
       const out = bufferOutput();
@@ -159,13 +141,12 @@ describe("a tls.certificate from the mesh's authority", () => {
       );
       await waitFor(`the server presenting generation 3's serial ${third}`, () => seen.has(third!), 10_000);
     } finally {
-      asking = false;
-      await loop;
+      await asker.stop();
       clearInterval(reload);
       reload = undefined;
     }
-    expect(failures).toEqual([]);
-    expect(sent).toBeGreaterThan(100);
+    expect(asker.failures).toEqual([]);
+    expect(asker.sent()).toBeGreaterThan(100);
     expect(seen.size).toBeGreaterThanOrEqual(3);
     const trigger = await mesh.store.kv.rotations.get("shop.cert");
     expect(JSON.parse(trigger!.string()).trigger).toBe("schedule");

@@ -93,7 +93,7 @@ describe("tls.certificate at mesh-ca", () => {
     expect(await ours.login({ bindings: r.bindings })).toMatchObject({
       ok: false,
       reason: "rejected",
-      message: expect.stringMatching(/ca\.crt does not hold/),
+      message: expect.stringMatching(/is not signed by an authority of provider mesh-ca/),
     });
   });
 });

@@ -5,7 +5,16 @@
  * definitions here.
  */
 import { Command, Option } from "commander";
-import { errorMessage, loadMasterKey, meshVersion, parseAllowedHooks, parseDuration, parseTimerDuration, type AllowedHooks } from "@mesh/shared";
+import {
+  MESH_CA_PROVIDER,
+  errorMessage,
+  loadMasterKey,
+  meshVersion,
+  parseAllowedHooks,
+  parseDuration,
+  parseTimerDuration,
+  type AllowedHooks,
+} from "@mesh/shared";
 import { isJetStreamTimeout, jetStreamTimeoutMessage, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { operatorFiles } from "@mesh/providers";
 import { resolve } from "node:path";
@@ -32,6 +41,7 @@ import { OutputFormats, formatOf, formatted, outputOption, type OutputFormat } f
 import { CompletedNames, Shells, completionScript, parseShell, plainNames, type CompletedCommand, type CompletedName } from "./completion.js";
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
+import { caFilesOf, runCaRotate } from "./ca-command.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
 import { parseMetricsListen, parseNatsMonitor, runUp } from "./up-command.js";
@@ -415,6 +425,34 @@ program
       const store = await openStoreForCli(await connect(), url, policy);
       return printing(o, (p) =>
         runRotate(store, { grant, json: p.json, policy, graceMs: 5_000, revoke: { graceMs, by, ...(o.reason ? { reason: o.reason } : {}) } }, p.out),
+      );
+    }),
+  );
+
+const ca = program.command("ca").description("the mesh's certificate authority (provider mesh-ca, kind tls.certificate)");
+ca.command("rotate")
+  .description(
+    "rotate the authority's root with no failed handshake: the new root joins every holder's bundle, then issues every certificate again, then alone is trusted; run again to resume",
+  )
+  .option("--provider <name>", "the provider whose authority is rotated", MESH_CA_PROVIDER)
+  .option("--timeout <duration>", "how long the whole rotation may take before the command stops (default 30m; run it again to resume)")
+  .option("--rotation-timeout <duration>", "how long each grant's holders have to confirm, as meshctl rotate --timeout (default the rotator's, 5m)")
+  .option("--json", 'print {"provider","from","to","steps":[{"step","what","rotations":[{"grant","exitCode","said"}]}]} as JSON')
+  .addOption(outputOption())
+  .action((o: { provider: string; timeout?: string; rotationTimeout?: string; json?: boolean; output?: string }) =>
+    run(async (connect, url) => {
+      const timeoutMs = durationOption("--timeout", o.timeout) ?? 30 * 60_000;
+      const rotationTimeoutMs = durationOption("--rotation-timeout", o.rotationTimeout);
+      const { key } = loadMasterKey(process.env, resolve(".mesh/master.key"));
+      const store = await openStoreForCli(await connect(), url, policyOf({}, "--timeout"));
+      const files = await caFilesOf(store, o.provider);
+      return printing(o, (p) =>
+        runCaRotate(
+          store,
+          files,
+          { masterKey: key, provider: o.provider, timeoutMs, ...(rotationTimeoutMs ? { rotationTimeoutMs } : {}), json: p.json },
+          p.out,
+        ),
       );
     }),
   );

@@ -16,7 +16,7 @@ import { runRotate, type RotateOptions } from "./rotate-command.js";
 const AT_ONCE = 8;
 
 /** One grant's outcome, as printed (and in `--json`). */
-interface KindRotation {
+export interface KindRotation {
   grant: string;
   exitCode: number;
   /** What `meshctl rotate GRANT` would have printed, its last line. */
@@ -43,11 +43,38 @@ export async function runRotateKind(store: Store, opts: Omit<RotateOptions, "gra
     return ExitCodes.Ok;
   }
   if (!opts.json) out.out(`rotating ${grants.length} grants of kind ${kind}${opts.wait ? ", waiting for each to commit" : ""}`);
+  const results = await rotateEach(
+    store,
+    grants.map((g) => g.id),
+    opts,
+    (r) => {
+      if (!opts.json) out.out(`${r.grant}: ${r.said}`);
+    },
+  );
+  if (opts.json) out.out(JSON.stringify({ kind, rotations: results }, null, 2));
+  const failed = results.filter((r) => r.exitCode !== ExitCodes.Ok);
+  if (!opts.json && failed.length)
+    out.err(
+      `meshctl: ${failed.length} of ${results.length} grants of kind ${kind} did not ${opts.wait ? "commit" : "start a rotation"}: ${failed.map((r) => r.grant).join(", ")}; each line above says why`,
+    );
+  return failed[0]?.exitCode ?? ExitCodes.Ok;
+}
+
+/**
+ * Rotates each grant of `grants` (`<module>/<requirement>`) as `meshctl rotate GRANT` would,
+ * {@link AT_ONCE} at a time, calling `onDone` as each ends; every outcome, sorted by grant.
+ */
+export async function rotateEach(
+  store: Store,
+  grants: readonly string[],
+  opts: Omit<RotateOptions, "grant" | "evict" | "revoke">,
+  onDone: (r: KindRotation) => void = () => {},
+): Promise<KindRotation[]> {
   const results: KindRotation[] = [];
   let next = 0;
   const worker = async () => {
     while (next < grants.length) {
-      const grant = grants[next++]!.id;
+      const grant = grants[next++]!;
       const captured = bufferOutput();
       let exitCode: number;
       try {
@@ -59,16 +86,9 @@ export async function runRotateKind(store: Store, opts: Omit<RotateOptions, "gra
       const lines = `${captured.stdout}${captured.stderr}`.trim().split("\n");
       const r = { grant, exitCode, said: lines[lines.length - 1] ?? "" };
       results.push(r);
-      if (!opts.json) out.out(`${grant}: ${r.said}`);
+      onDone(r);
     }
   };
   await Promise.all(Array.from({ length: Math.min(AT_ONCE, grants.length) }, worker));
-  results.sort((a, b) => a.grant.localeCompare(b.grant));
-  if (opts.json) out.out(JSON.stringify({ kind, rotations: results }, null, 2));
-  const failed = results.filter((r) => r.exitCode !== ExitCodes.Ok);
-  if (!opts.json && failed.length)
-    out.err(
-      `meshctl: ${failed.length} of ${results.length} grants of kind ${kind} did not ${opts.wait ? "commit" : "start a rotation"}: ${failed.map((r) => r.grant).join(", ")}; each line above says why`,
-    );
-  return failed[0]?.exitCode ?? ExitCodes.Ok;
+  return results.sort((a, b) => a.grant.localeCompare(b.grant));
 }

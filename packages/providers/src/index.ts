@@ -35,6 +35,13 @@ export { createMeshCaAdapter, TLS_BINDING } from "./tls-certificate.js";
 export {
   BACKDATE_MS,
   CA_LIFETIME_MS,
+  beginCaRotation,
+  caRotationStep,
+  certificatesOf,
+  dropRetiredAuthorities,
+  fingerprintOf,
+  switchCaIssuer,
+  type CaRotationStep,
   caFiles,
   checkCertificate,
   ensureMeshCa,

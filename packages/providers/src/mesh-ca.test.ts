@@ -6,6 +6,12 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parseMasterKey } from "@mesh/shared";
 import {
+  beginCaRotation,
+  caRotationStep,
+  certificatesOf,
+  dropRetiredAuthorities,
+  fingerprintOf,
+  switchCaIssuer,
   caFiles,
   checkCertificate,
   ensureMeshCa,
@@ -35,7 +41,7 @@ describe("the mesh's certificate authority", () => {
     expect(x.ca).toBe(true);
     expect(x.publicKey.asymmetricKeyDetails?.namedCurve).toBe("prime256v1");
     const ca = await readAuthority(files, mk);
-    expect(ca.certificatePem.trim()).toBe(cert.trim());
+    expect(ca.bundlePem.trim()).toBe(cert.trim());
     const other = parseMasterKey(Buffer.alloc(32, 8).toString("base64"));
     await expect(readAuthority(files, other)).rejects.toThrow();
   });
@@ -83,5 +89,37 @@ describe("the mesh's certificate authority", () => {
       problem: "expired",
     });
     expect(checkCertificate({ certPem: "nothing", keyPem: key, caPem: a.certificatePem })).toMatchObject({ ok: false, problem: "malformed" });
+  });
+
+  it("rotates in three steps the files alone record: both trusted, then the new one issuing, then the new one alone", async () => {
+    const files = caFiles(join(dir, "rotated"));
+    await ensureMeshCa(files, mk);
+    const old = await readAuthority(files, mk);
+    const oldFp = fingerprintOf(certificatesOf(old.bundlePem)[0]!);
+    expect(await caRotationStep(files, mk)).toBe("none");
+
+    const nextFp = await beginCaRotation(files, mk);
+    expect(await beginCaRotation(files, mk)).toBe(nextFp); // resumed, not made again
+    expect(await caRotationStep(files, mk)).toBe("introduced");
+    const both = await readAuthority(files, mk);
+    expect(certificatesOf(both.bundlePem).map(fingerprintOf)).toEqual([oldFp, nextFp]);
+    expect(fingerprintOf(certificatesOf(both.certificate.toString("pem"))[0]!)).toBe(oldFp);
+
+    await switchCaIssuer(files, mk);
+    await switchCaIssuer(files, mk);
+    expect(await caRotationStep(files, mk)).toBe("switched");
+    const switched = await readAuthority(files, mk);
+    expect(fingerprintOf(certificatesOf(switched.certificate.toString("pem"))[0]!)).toBe(nextFp);
+    expect(certificatesOf(switched.bundlePem)).toHaveLength(2);
+    // Issued under the new one, trusted by a holder that has only the bundle of step 1.
+    const key = newPrivateKeyPem();
+    const pem = await issueCertificate(switched, { keyPem: key, dnsNames: ["web.shop.mesh"], ipAddresses: [], lifetimeMs: 60_000, usage: "server" });
+    expect(checkCertificate({ certPem: pem, keyPem: key, caPem: both.bundlePem })).toMatchObject({ ok: true });
+    expect(checkCertificate({ certPem: pem, keyPem: key, caPem: old.bundlePem })).toMatchObject({ ok: false, problem: "untrusted" });
+
+    await dropRetiredAuthorities(files, mk);
+    expect(await caRotationStep(files, mk)).toBe("none");
+    expect(certificatesOf(readFileSync(files.certFile, "utf8")).map(fingerprintOf)).toEqual([nextFp]);
+    expect(statSync(files.certFile).mode & 0o777).toBe(0o600);
   });
 });

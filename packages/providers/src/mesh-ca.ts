@@ -7,6 +7,18 @@
  * - `ca.crt`: its certificate (PEM), public, the bundle every holder of a `tls.certificate`
  *   receives as `ca.crt` (0600 all the same, as everything under meshctl's state directory).
  *
+ * The authority can be rotated without a failed handshake (`meshctl ca rotate`, ca-rotation.ts
+ * in the CLI), in three steps each of which the files alone record, so a rotation cut short
+ * resumes where it was:
+ *
+ * 1. {@link beginCaRotation}: a new authority; its key sealed as `ca-next-key.json`, its
+ *    certificate added to the bundle. Certificates are still issued under the old one, and every
+ *    holder is given the bundle with both (a rotation of each grant);
+ * 2. {@link switchCaIssuer}: the new key becomes `ca-key.json` (the old key is gone); every
+ *    certificate is issued again, under the new authority, with the bundle of both;
+ * 3. {@link dropRetiredAuthorities}: the bundle keeps only the issuing authority; every holder is
+ *    given it, so the old root is trusted nowhere.
+ *
  * Made once, then reused as they are. Certificates are issued with `@peculiar/x509` (the
  * builder: ASN.1 and extensions, signing through WebCrypto) and checked with Node's own
  * `X509Certificate` (chain, key, names, validity), so no ASN.1 is written by hand. P-256 is what
@@ -33,18 +45,23 @@ export const BACKDATE_MS = 5 * 60_000;
 
 export interface CaFiles {
   dir: string;
+  /** The bundle: every authority holders trust, the issuing one among them. */
   certFile: string;
+  /** The issuing authority's key, sealed. */
   keyFile: string;
+  /** During a rotation's first step: the next authority's key, sealed. */
+  nextKeyFile: string;
 }
 
 /** The authority's files in `dir`. */
 export function caFiles(dir: string): CaFiles {
-  return { dir, certFile: join(dir, "ca.crt"), keyFile: join(dir, "ca-key.json") };
+  return { dir, certFile: join(dir, "ca.crt"), keyFile: join(dir, "ca-key.json"), nextKeyFile: join(dir, "ca-next-key.json") };
 }
 
-/** An authority that can issue: its certificate and its private key. */
+/** An authority that can issue: the bundle it is trusted in, its own certificate and its private key. */
 export interface Authority {
-  certificatePem: string;
+  /** Every authority holders trust (PEM, one or two certificates): a holder's `ca.crt`. */
+  bundlePem: string;
   certificate: x509.X509Certificate;
   key: CryptoKey;
 }
@@ -134,23 +151,90 @@ export async function ensureMeshCa(files: CaFiles, mk: MasterKey, now = new Date
   chmodSync(files.dir, 0o700);
   const ca = await newAuthority(now);
   writeAtomically(files.keyFile, sealCaKey(mk, ca.keyPem), 0o600);
-  writeAtomically(files.certFile, ca.certificatePem, 0o600);
+  writeAtomically(files.certFile, bundleOf([new X509Certificate(ca.certificatePem)]), 0o600);
   return { created: true };
 }
 
-/** The authority from its certificate's PEM and its sealed key file's text; throws an Error saying what is wrong. */
-export async function openAuthority(mk: MasterKey, certificatePem: string, sealedKeyText: string): Promise<Authority> {
+/** The certificates of a PEM bundle, in order. */
+export function certificatesOf(pem: string): X509Certificate[] {
+  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  return blocks.map((b) => new X509Certificate(b));
+}
+
+/** A PEM bundle of `certs`, one per line block, ending in a newline. */
+function bundleOf(certs: readonly X509Certificate[]): string {
+  return certs.map((c) => c.toString().trim()).join("\n") + "\n";
+}
+
+/** A certificate's short fingerprint: the first 16 hex digits of its SHA-256, for records and messages. */
+export function fingerprintOf(cert: X509Certificate): string {
+  return cert.fingerprint256.replaceAll(":", "").slice(0, 16).toLowerCase();
+}
+
+/**
+ * The authority from its bundle's PEM and its sealed key file's text: the certificate in the
+ * bundle whose key it is issues. Throws an Error saying what is wrong.
+ */
+export async function openAuthority(mk: MasterKey, bundlePem: string, sealedKeyText: string): Promise<Authority> {
   const keyPem = openCaKey(mk, sealedKeyText);
-  const certificate = new x509.X509Certificate(certificatePem);
-  const cert = new X509Certificate(certificatePem);
-  if (!cert.ca) throw new Error("its certificate is not a certificate authority's (basicConstraints CA:FALSE)");
-  if (!cert.checkPrivateKey(createPrivateKey(keyPem))) throw new Error("its key does not match its certificate");
-  return { certificatePem: certificate.toString("pem"), certificate, key: await importPrivate(keyPem) };
+  const key = createPrivateKey(keyPem);
+  const certs = certificatesOf(bundlePem);
+  if (certs.length === 0) throw new Error("its bundle holds no PEM certificate");
+  const own = certs.find((c) => c.checkPrivateKey(key));
+  if (!own) throw new Error("its key is the key of no certificate in its bundle");
+  if (!own.ca) throw new Error("its certificate is not a certificate authority's (basicConstraints CA:FALSE)");
+  return { bundlePem: bundleOf(certs), certificate: new x509.X509Certificate(own.toString()), key: await importPrivate(keyPem) };
 }
 
 /** Reads and opens the authority in `files`; throws an Error saying what is wrong. */
 export async function readAuthority(files: Pick<CaFiles, "certFile" | "keyFile">, mk: MasterKey): Promise<Authority> {
   return openAuthority(mk, readFileSync(files.certFile, "utf8"), readFileSync(files.keyFile, "utf8"));
+}
+
+/** Where a rotation of the authority stands, from its files alone. */
+export type CaRotationStep = "none" | "introduced" | "switched";
+
+/**
+ * `introduced`: a next key is there (step 1 begun; its certificate may not be in the bundle yet
+ * if the step was cut short, which {@link beginCaRotation} completes); `switched`: the bundle
+ * holds authorities besides the issuing one (step 2 done, step 3 not); `none` otherwise.
+ */
+export async function caRotationStep(files: CaFiles, mk: MasterKey): Promise<CaRotationStep> {
+  if (existsSync(files.nextKeyFile)) return "introduced";
+  const ca = await readAuthority(files, mk);
+  return certificatesOf(ca.bundlePem).length > 1 ? "switched" : "none";
+}
+
+/** Step 1: a next authority, its key sealed beside the current one and its certificate added to the bundle; its fingerprint. Resumable. */
+export async function beginCaRotation(files: CaFiles, mk: MasterKey, now = new Date()): Promise<string> {
+  const current = await readAuthority(files, mk);
+  let nextKeyPem: string;
+  if (existsSync(files.nextKeyFile)) {
+    nextKeyPem = openCaKey(mk, readFileSync(files.nextKeyFile, "utf8"));
+  } else {
+    const made = await newAuthority(now);
+    nextKeyPem = made.keyPem;
+    // The certificate goes into the bundle first: a next key whose certificate is lost is made again.
+    writeAtomically(files.certFile, bundleOf([...certificatesOf(current.bundlePem), new X509Certificate(made.certificatePem)]), 0o600);
+    writeAtomically(files.nextKeyFile, sealCaKey(mk, nextKeyPem), 0o600);
+  }
+  const next = certificatesOf(readFileSync(files.certFile, "utf8")).find((c) => c.checkPrivateKey(createPrivateKey(nextKeyPem)));
+  if (!next) throw new Error(`${files.nextKeyFile} is the key of no certificate in ${files.certFile}; remove it and begin again`);
+  return fingerprintOf(next);
+}
+
+/** Step 2: the next key becomes the issuing one; the old key is gone. Idempotent once done. */
+export async function switchCaIssuer(files: CaFiles, mk: MasterKey): Promise<void> {
+  if (!existsSync(files.nextKeyFile)) return;
+  const text = readFileSync(files.nextKeyFile, "utf8");
+  await openAuthority(mk, readFileSync(files.certFile, "utf8"), text); // its certificate is in the bundle
+  renameSync(files.nextKeyFile, files.keyFile);
+}
+
+/** Step 3: the bundle keeps only the issuing authority. Idempotent. */
+export async function dropRetiredAuthorities(files: CaFiles, mk: MasterKey): Promise<void> {
+  const ca = await readAuthority(files, mk);
+  writeAtomically(files.certFile, bundleOf([new X509Certificate(ca.certificate.toString("pem"))]), 0o600);
 }
 
 /** What a certificate is issued for. */
@@ -200,12 +284,6 @@ export async function issueCertificate(ca: Authority, spec: CertificateSpec, now
 export type CertificateCheck =
   | { ok: true; serial: string; notAfter: Date; dnsNames: string[]; ipAddresses: string[] }
   | { ok: false; problem: "malformed" | "untrusted" | "key-mismatch" | "expired" | "not-yet-valid"; message: string };
-
-/** The first certificate of a PEM bundle, and every one of them. */
-function certificatesOf(pem: string): X509Certificate[] {
-  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
-  return blocks.map((b) => new X509Certificate(b));
-}
 
 /** The DNS names and IP addresses of a certificate's subjectAltName. */
 export function subjectAltNames(cert: X509Certificate): { dnsNames: string[]; ipAddresses: string[] } {

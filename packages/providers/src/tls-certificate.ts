@@ -17,11 +17,11 @@
  * and the ceiling (`allowDnsNames`, `allowIpAddresses`, `maxLifetime`, `allowUsages`).
  */
 import { readFileSync } from "node:fs";
-import { X509Certificate } from "node:crypto";
+import { X509Certificate, createHash } from "node:crypto";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type { AdapterFactory, CreateRequest, CreateResult, LoginResult, ObserveResult, ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { checkCertificate, issueCertificate, newPrivateKeyPem, readAuthority, type Authority } from "./mesh-ca.js";
+import { certificatesOf, checkCertificate, fingerprintOf, issueCertificate, newPrivateKeyPem, openAuthority, type Authority } from "./mesh-ca.js";
 import { caCeiling, certificateRequest } from "./tls-request.js";
 
 /** The binding keys, in servicebinding.io's TLS layout. */
@@ -32,7 +32,8 @@ export const createMeshCaAdapter: AdapterFactory = (provider) => new MeshCaAdapt
 
 class MeshCaAdapter implements ProviderAdapter {
   readonly kinds = [Kinds.TlsCertificate] as const;
-  private authority: Promise<Authority> | undefined;
+  /** The authority as last opened, and a digest of the files it was opened from: read again when they change (a rotation of the authority). */
+  private authority: { digest: string; opened: Promise<Authority> } | undefined;
 
   constructor(private readonly provider: ProviderConfig) {}
 
@@ -56,7 +57,7 @@ class MeshCaAdapter implements ProviderAdapter {
         `secret material of ${req.grant.module}/${req.grant.requirement} has no private key; make it with generate()`,
       );
     }
-    const ca = await this.openAuthority();
+    const ca = await this.currentAuthority();
     const pem = await issueCertificate(ca, { keyPem: key, ...spec });
     const cert = new X509Certificate(pem);
     const expiresAt = new Date(cert.validTo).toISOString();
@@ -65,10 +66,12 @@ class MeshCaAdapter implements ProviderAdapter {
         serial: cert.serialNumber,
         names: [...spec.dnsNames, ...spec.ipAddresses].join(","),
         usage: spec.usage,
-        issuer: ca.certificate.subject,
+        // Which authority signed it and which the holders trust: what a rotation of the authority waits for.
+        authority: fingerprintOf(new X509Certificate(ca.certificate.toString("pem"))),
+        trusts: certificatesOf(ca.bundlePem).map(fingerprintOf).join(","),
       },
       expiresAt,
-      bindings: { type: "tls", provider: name, [TLS_BINDING.certificate]: pem, [TLS_BINDING.key]: key, [TLS_BINDING.bundle]: ca.certificatePem },
+      bindings: { type: "tls", provider: name, [TLS_BINDING.certificate]: pem, [TLS_BINDING.key]: key, [TLS_BINDING.bundle]: ca.bundlePem },
     };
   }
 
@@ -86,12 +89,18 @@ class MeshCaAdapter implements ProviderAdapter {
     const [certPem, keyPem, caPem] = [b[TLS_BINDING.certificate], b[TLS_BINDING.key], b[TLS_BINDING.bundle]];
     const missing = Object.values(TLS_BINDING).filter((k) => !b[k]);
     if (missing.length) return { ok: false, reason: "missing", message: `the tls binding lacks ${missing.join(", ")}` };
+    // Trusted by the peers it will meet (its own ca.crt) and by the authority itself where this process can read it.
+    const held = checkCertificate({ certPem: certPem!, keyPem: keyPem!, caPem: caPem! });
+    if (!held.ok) return { ok: false, reason: "rejected", message: held.message };
     const trusted = this.trustedBundle();
-    if (trusted && !caPem!.includes(trusted.trim())) {
-      return { ok: false, reason: "rejected", message: `ca.crt does not hold the certificate of provider ${this.provider.name}'s authority` };
+    if (trusted && !checkCertificate({ certPem: certPem!, keyPem: keyPem!, caPem: trusted }).ok) {
+      return {
+        ok: false,
+        reason: "rejected",
+        message: `certificate ${held.serial} is not signed by an authority of provider ${this.provider.name} (${this.provider.options?.caCertFile})`,
+      };
     }
-    const c = checkCertificate({ certPem: certPem!, keyPem: keyPem!, caPem: trusted ?? caPem! });
-    return c.ok ? { ok: true } : { ok: false, reason: "rejected", message: c.message };
+    return { ok: true };
   }
 
   async close(): Promise<void> {}
@@ -107,13 +116,24 @@ class MeshCaAdapter implements ProviderAdapter {
     }
   }
 
-  private openAuthority(): Promise<Authority> {
-    this.authority ??= this.readAuthority();
-    this.authority.catch(() => (this.authority = undefined));
-    return this.authority;
+  private async currentAuthority(): Promise<Authority> {
+    const files = this.authorityFiles();
+    let texts: [string, string];
+    try {
+      texts = [readFileSync(files.certFile, "utf8"), readFileSync(files.keyFile, "utf8")];
+    } catch (e) {
+      throw this.unopened(files, e);
+    }
+    const digest = createHash("sha256").update(texts.join("\0")).digest("hex");
+    if (this.authority?.digest !== digest) {
+      const opened = this.open(files, ...texts);
+      opened.catch(() => (this.authority = undefined));
+      this.authority = { digest, opened };
+    }
+    return this.authority.opened;
   }
 
-  private async readAuthority(): Promise<Authority> {
+  private authorityFiles(): { certFile: string; keyFile: string } {
     const { name, options, masterKey } = this.provider;
     const [certFile, keyFile] = [options?.caCertFile, options?.caKeyFile];
     if (typeof certFile !== "string" || typeof keyFile !== "string") {
@@ -128,14 +148,22 @@ class MeshCaAdapter implements ProviderAdapter {
         `provider ${name}: this service holds no master key, so it cannot open the authority's key ${keyFile}`,
       );
     }
+    return { certFile, keyFile };
+  }
+
+  private async open(files: { certFile: string; keyFile: string }, bundle: string, sealedKey: string): Promise<Authority> {
     try {
-      return await readAuthority({ certFile, keyFile }, masterKey);
+      return await openAuthority(this.provider.masterKey!, bundle, sealedKey);
     } catch (e) {
-      throw new MeshError(
-        ErrorCodes.ProviderMisconfigured,
-        `provider ${name}: cannot open the certificate authority (${certFile}, ${keyFile}): ${errorMessage(e)}; the files must be readable by the service and sealed under its master key`,
-        { cause: e },
-      );
+      throw this.unopened(files, e);
     }
+  }
+
+  private unopened(files: { certFile: string; keyFile: string }, e: unknown): MeshError {
+    return new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${this.provider.name}: cannot open the certificate authority (${files.certFile}, ${files.keyFile}): ${errorMessage(e)}; the files must be readable by the service and sealed under its master key`,
+      { cause: e },
+    );
   }
 }

@@ -1,0 +1,142 @@
+/**
+ * `meshctl ca rotate`: a new root for the mesh's certificate authority (provider `mesh-ca`),
+ * with no failed handshake on the way. Three steps (mesh-ca.ts records each in the authority's
+ * files, so the command run again resumes where it was cut short):
+ *
+ * 1. the new authority joins the bundle; certificates are still issued under the old one, and
+ *    every `tls.certificate` grant of the provider is rotated so every holder trusts both;
+ * 2. the new authority issues (the old key is gone) and every grant is rotated again: each
+ *    holder presents a certificate of the new one, which every peer already trusts;
+ * 3. the bundle keeps the new authority alone, and every grant is rotated once more, so the old
+ *    root is trusted by no holder.
+ *
+ * A step is done when every grant's resource says so (`trusts`, `authority`: what the adapter
+ * recorded when it issued), not when its rotations ended: a rotation already running when the
+ * step began was staged with the files before it and is rotated again.
+ */
+import { Grant, MESH_CA_PROVIDER, ProviderDoc, isTrue, type MasterKey } from "@mesh/shared";
+import { listJson, readJson, type Store } from "@mesh/shared/runtime";
+import {
+  beginCaRotation,
+  caFiles,
+  caRotationStep,
+  certificatesOf,
+  dropRetiredAuthorities,
+  fingerprintOf,
+  readAuthority,
+  switchCaIssuer,
+  type CaFiles,
+} from "@mesh/providers";
+import { existsSync } from "node:fs";
+import { dirname } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { CliError } from "./cli-error.js";
+import { ExitCodes } from "./exit-codes.js";
+import type { Output } from "./output.js";
+import { rotateEach, type KindRotation } from "./rotate-kind-command.js";
+
+export interface CaRotateOptions {
+  masterKey: MasterKey;
+  /** The provider whose authority is rotated (default `mesh-ca`). */
+  provider?: string;
+  /** How long each grant's rotation may take (its holders' deadline), as `meshctl rotate --timeout`. */
+  rotationTimeoutMs?: number;
+  /** How long the whole command may take before it stops (it resumes when run again). */
+  timeoutMs: number;
+  json?: boolean;
+}
+
+/** One step of the rotation, as printed and in `--json`: its rotations, and where each grant stands once it is done. */
+interface StepOutcome {
+  step: 1 | 2 | 3;
+  what: string;
+  rotations: KindRotation[];
+  /** Per grant: the authority that signed its certificate and the ones its holders trust (fingerprints). */
+  after: Record<string, { authority: string; trusts: string }>;
+}
+
+/** The authority's files as the provider's document names them, checked to be on this host. */
+export async function caFilesOf(store: Store, provider: string): Promise<CaFiles> {
+  const doc = (await readJson(store.kv.providers, provider, ProviderDoc))?.value;
+  if (!doc) throw new CliError(`no provider ${provider} is registered: meshctl up registers ${MESH_CA_PROVIDER}`, ExitCodes.NotFound);
+  const [certFile, keyFile] = [doc.options?.caCertFile, doc.options?.caKeyFile];
+  if (typeof certFile !== "string" || typeof keyFile !== "string") {
+    throw new CliError(`provider ${provider} names no authority (options.caCertFile and options.caKeyFile): it is not a certificate authority of the mesh`);
+  }
+  if (!existsSync(certFile) || !existsSync(keyFile)) {
+    throw new CliError(
+      `the authority's files of provider ${provider} (${certFile}, ${keyFile}) are not on this host: run meshctl ca rotate on node ${doc.node}, where the services that issue read them`,
+    );
+  }
+  return { ...caFiles(dirname(certFile)), certFile, keyFile };
+}
+
+/** Runs the command; 0 once the old root is trusted by no holder. */
+export async function runCaRotate(store: Store, files: CaFiles, opts: CaRotateOptions, out: Output): Promise<number> {
+  const provider = opts.provider ?? MESH_CA_PROVIDER;
+  const deadline = Date.now() + opts.timeoutMs;
+  const say = (line: string) => {
+    if (!opts.json) out.out(line);
+  };
+  const issuing = async () => fingerprintOf(certificatesOf((await readAuthority(files, opts.masterKey)).certificate.toString("pem"))[0]!);
+  const from = await issuing();
+  const steps: StepOutcome[] = [];
+  const step = await caRotationStep(files, opts.masterKey).catch((e: unknown) => {
+    throw new CliError(`cannot open the authority in ${files.dir}: ${(e as Error).message}`);
+  });
+
+  let to: string;
+  if (step !== "switched") {
+    to = await beginCaRotation(files, opts.masterKey);
+    const what = `${step === "introduced" ? "resumed: " : ""}authority ${to} joins the bundle beside ${from}, which still issues; every holder is given both`;
+    steps.push({ step: 1, what, ...(await reissue(1, what, (g) => (g.resource.trusts ?? "").split(",").includes(to))) });
+    await switchCaIssuer(files, opts.masterKey);
+  } else {
+    to = from;
+  }
+  const what2 = `authority ${to} issues now (the old key is gone); every certificate is issued again under it`;
+  steps.push({ step: 2, what: what2, ...(await reissue(2, what2, (g) => g.resource.authority === to)) });
+  await dropRetiredAuthorities(files, opts.masterKey);
+  const what3 = `the bundle holds ${to} alone; every holder is given it`;
+  steps.push({ step: 3, what: what3, ...(await reissue(3, what3, (g) => g.resource.trusts === to)) });
+
+  if (opts.json) out.out(JSON.stringify({ provider, from: step === "switched" ? undefined : from, to, steps }, null, 2));
+  else out.out(`the authority of provider ${provider} is rotated${step === "switched" ? "" : `: ${from} → ${to}`}; no holder trusts another any more`);
+  return ExitCodes.Ok;
+
+  /**
+   * Rotates every provisioned grant of the provider that is not `done` yet, until every one is
+   * (a rotation that was running when the step began is made again), or the deadline passes.
+   */
+  async function reissue(n: number, what: string, done: (g: Grant) => boolean): Promise<Pick<StepOutcome, "rotations" | "after">> {
+    const all: KindRotation[] = [];
+    let said = false;
+    for (;;) {
+      const grants = (await listJson(store.kv.grants, Grant))
+        .map((e) => e.value)
+        .filter((g) => g.provider === provider && g.generation > 0 && isTrue(g.conditions, "Provisioned"));
+      const left = grants.filter((g) => !done(g));
+      if (!said) say(`step ${n} of 3: ${what} (${left.length} of ${grants.length} grants to rotate)`);
+      said = true;
+      if (left.length === 0) {
+        const after = Object.fromEntries(grants.map((g) => [g.id, { authority: g.resource.authority ?? "", trusts: g.resource.trusts ?? "" }]));
+        return { rotations: all, after };
+      }
+      if (Date.now() > deadline) {
+        throw new CliError(
+          `step ${n} of 3 is not done within the timeout: ${left.map((g) => g.id).join(", ")} still to rotate; run meshctl ca rotate again to resume (each line above says why a rotation did not commit)`,
+          ExitCodes.WaitTimedOut,
+        );
+      }
+      const rotations = await rotateEach(
+        store,
+        left.map((g) => g.id),
+        { wait: true, ...(opts.rotationTimeoutMs ? { timeoutMs: opts.rotationTimeoutMs } : {}) },
+        (r) => say(`  ${r.grant}: ${r.said}`),
+      );
+      all.push(...rotations);
+      // A grant that was rotating already, or not yet recorded as issued anew: looked at again shortly.
+      if (rotations.some((r) => r.exitCode !== ExitCodes.Ok)) await sleep(1_000);
+    }
+  }
+}
