@@ -2,8 +2,9 @@
  * The console's server against a real nats-server, on records written by hand (so these do not
  * depend on the services): the first page is whole before any live channel opens; the live
  * channel sends what changed since the page's version and each later change, and nothing when
- * nothing changed; HTTPS with a certificate of the test's own; and the refusals a user can meet
- * before anything listens (an address beyond loopback without TLS, a taken port).
+ * nothing changed; HTTPS with a certificate of the test's own, and beyond loopback with one the
+ * mesh's authority issues it; and the refusals a user can meet before anything listens (an
+ * address beyond loopback without TLS, a taken port).
  */
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -12,7 +13,10 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { keys, type Grant, type ModuleStatus } from "@mesh/shared";
+import { keys, parseMasterKey, type Grant, type ModuleStatus } from "@mesh/shared";
+import { caFiles, ensureMeshCa } from "@mesh/providers";
+import type { TLSSocket } from "node:tls";
+import { X509Certificate, randomBytes } from "node:crypto";
 import { connectNats, openStore, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { CliError, ExitCodes, bufferOutput, runConsole, startConsole, type RunningConsole } from "../packages/cli/src/index.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
@@ -195,6 +199,44 @@ describe("meshctl console's addresses", () => {
     });
     expect(body.status).toBe(200);
     expect(body.body).toContain('data-module="shop"');
+    stop.abort();
+    expect(await running).toBe(ExitCodes.Ok);
+  });
+
+  it("beyond loopback with no certificate given, serves HTTPS with one the mesh's authority issues for its host names", async () => {
+    const masterKey = parseMasterKey(randomBytes(32).toString("hex"));
+    const ca = caFiles(join(dir, "mesh-ca"));
+    await ensureMeshCa(ca, masterKey);
+    const out = bufferOutput();
+    const stop = new AbortController();
+    const running = runConsole(store, { listen: "0.0.0.0:0", hostNames: ["console.test.mesh"], authority: { files: ca, masterKey } }, out, stop.signal);
+    await new Promise<void>((resolve) => {
+      const t = setInterval(() => out.stdout && (clearInterval(t), resolve()), 20);
+    });
+    const url = new URL(out.stdout.split("\n")[0]!);
+    expect(url.origin).toMatch(/^https:\/\/console\.test\.mesh:\d+$/);
+    expect(out.stderr).toContain(`serving HTTPS with a certificate of the mesh's authority`);
+    expect(out.stderr).toContain(`a browser trusts it once it trusts ${ca.certFile}`);
+    const answer = await new Promise<{ status: number; served: X509Certificate }>((resolve, reject) => {
+      get(
+        {
+          host: "127.0.0.1",
+          port: url.port,
+          path: `${url.pathname}${url.search}`,
+          servername: "console.test.mesh",
+          headers: { host: url.host },
+          ca: readFileSync(ca.certFile),
+        },
+        (res) => {
+          const served = new X509Certificate((res.socket as TLSSocket).getPeerCertificate().raw);
+          res.resume();
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, served }));
+        },
+      ).on("error", reject);
+    });
+    expect(answer.status).toBe(200);
+    expect(answer.served.subjectAltName).toBe("DNS:console.test.mesh");
+    expect(answer.served.issuer).toBe(new X509Certificate(readFileSync(ca.certFile)).subject);
     stop.abort();
     expect(await running).toBe(ExitCodes.Ok);
   });

@@ -7,6 +7,7 @@
 import { Command, Option } from "commander";
 import {
   MESH_CA_PROVIDER,
+  StateFiles,
   errorMessage,
   loadMasterKey,
   meshVersion,
@@ -16,7 +17,8 @@ import {
   type AllowedHooks,
 } from "@mesh/shared";
 import { isJetStreamTimeout, jetStreamTimeoutMessage, type NatsConnection, type Store } from "@mesh/shared/runtime";
-import { operatorFiles } from "@mesh/providers";
+import { caFiles, operatorFiles } from "@mesh/providers";
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { hostname, userInfo } from "node:os";
 import { runApply } from "./apply-command.js";
@@ -587,16 +589,23 @@ program
     "where to listen; an address beyond loopback only with --tls-cert and --tls-key (port 0 picks a free one)",
     DEFAULT_CONSOLE_LISTEN,
   )
-  .option("--tls-cert <file>", "PEM certificate, to serve HTTPS (required beyond loopback)")
+  .option("--tls-cert <file>", "PEM certificate, to serve HTTPS (beyond loopback: this, or the mesh's authority in the directory of meshctl up issues one)")
   .option("--tls-key <file>", "PEM private key of --tls-cert")
   .option("--host <name>", "a host name clients reach a console beyond loopback by (the Host header it accepts); repeatable", collect, [])
   .action((o: { listen: string; tlsCert?: string; tlsKey?: string; host: string[] }) =>
     run(async (connect, url) => {
+      // In the directory of meshctl up, the mesh's authority issues the console's certificate when none is given.
+      const ca = caFiles(resolve(".mesh", StateFiles.caDir));
+      const authority =
+        !o.tlsCert && existsSync(ca.certFile) && existsSync(ca.keyFile)
+          ? { files: ca, masterKey: loadMasterKey(process.env, resolve(".mesh/master.key")).key }
+          : undefined;
       const opts: ConsoleOptions = {
         listen: o.listen,
         hostNames: o.host,
         ...(o.tlsCert ? { tlsCert: o.tlsCert } : {}),
         ...(o.tlsKey ? { tlsKey: o.tlsKey } : {}),
+        ...(authority ? { authority } : {}),
       };
       checkConsoleOptions(opts);
       const stop = new AbortController();

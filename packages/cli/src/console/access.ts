@@ -41,7 +41,7 @@ export function checkListen(addr: ListenAddress, tls: boolean): void {
   if (isLoopback(addr.host) || tls) return;
   throw new CliError(
     `--listen ${addr.host}:${addr.port} is not a loopback address, and the console serves other addresses only over TLS: ` +
-      "give --tls-cert FILE and --tls-key FILE, or listen on 127.0.0.1 and reach it through an SSH tunnel (ssh -L 8470:127.0.0.1:8470 HOST)",
+      "give --tls-cert FILE and --tls-key FILE, run it in the directory of meshctl up (it then serves a certificate of the mesh's authority), or listen on 127.0.0.1 and reach it through an SSH tunnel (ssh -L 8470:127.0.0.1:8470 HOST)",
     ExitCodes.Usage,
   );
 }

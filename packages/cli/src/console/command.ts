@@ -3,12 +3,15 @@
  * its KV buckets. The first line printed is the URL to open, with the token every request must
  * carry (as Jupyter prints its own).
  */
-import { randomBytes } from "node:crypto";
+import { X509Certificate, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { consoleAuditSubject, errorMessage, requesterName } from "@mesh/shared";
+import type { Server as HttpsServer } from "node:https";
+import { isIP } from "node:net";
+import { consoleAuditSubject, errorMessage, requesterName, type MasterKey } from "@mesh/shared";
+import { issueCertificate, newPrivateKeyPem, readAuthority, type CaFiles } from "@mesh/providers";
 import { AuditLog, type Store } from "@mesh/shared/runtime";
 import { CliError } from "../cli-error.js";
-import { DEFAULT_CONSOLE_LISTEN, allowedHosts, checkListen, hostForUrl, parseListen, type ListenAddress } from "./access.js";
+import { DEFAULT_CONSOLE_LISTEN, allowedHosts, checkListen, hostForUrl, isLoopback, parseListen, type ListenAddress } from "./access.js";
 import { createConsoleServer, type ConsoleServer } from "./server.js";
 import { startConsoleState, type ConsoleState } from "./state.js";
 import { ExitCodes } from "../exit-codes.js";
@@ -23,6 +26,32 @@ export interface ConsoleOptions {
   tlsKey?: string;
   /** Host names (with no port) clients use to reach a console listening beyond loopback. */
   hostNames?: string[];
+  /**
+   * The mesh's certificate authority (what `meshctl up` made in its state directory): beyond
+   * loopback without `tlsCert`, the console serves HTTPS with a certificate of its own from it,
+   * for its address and `hostNames`, renewed while it runs.
+   */
+  authority?: { files: Pick<CaFiles, "certFile" | "keyFile">; masterKey: MasterKey };
+}
+
+/** How long the console's own certificate is valid; it is issued again after two thirds of it. */
+export const CONSOLE_CERTIFICATE_LIFETIME_MS = 24 * 3600_000;
+
+/** A certificate of the mesh's authority for the console at `addr` reached by `names`. */
+async function consoleCertificate(
+  authority: NonNullable<ConsoleOptions["authority"]>,
+  addr: ListenAddress,
+  names: readonly string[],
+): Promise<{ cert: string; key: string; notAfter: string }> {
+  const ca = await readAuthority(authority.files, authority.masterKey).catch((e: unknown) => {
+    throw new CliError(`cannot issue the console's certificate: the mesh's authority (${authority.files.certFile}) does not open: ${errorMessage(e)}`);
+  });
+  const wildcard = addr.host === "0.0.0.0" || addr.host === "::";
+  const ipAddresses = !wildcard && isIP(addr.host) ? [addr.host] : [];
+  const dnsNames = [...new Set([...(!wildcard && !isIP(addr.host) ? [addr.host] : []), ...names].map((n) => n.toLowerCase()))];
+  const key = newPrivateKeyPem();
+  const cert = await issueCertificate(ca, { keyPem: key, dnsNames, ipAddresses, lifetimeMs: CONSOLE_CERTIFICATE_LIFETIME_MS, usage: "server" });
+  return { cert, key, notAfter: new Date(new X509Certificate(cert).validTo).toISOString() };
 }
 
 /** A console that runs. */
@@ -32,6 +61,8 @@ export interface RunningConsole {
   token: string;
   state: ConsoleState;
   server: ConsoleServer;
+  /** When it serves a certificate of the mesh's authority: until when, and the authority's bundle a browser must trust. */
+  ownCertificate?: { notAfter: string; caFile: string };
   stop(): Promise<void>;
 }
 
@@ -71,7 +102,7 @@ export function checkConsoleOptions(opts: ConsoleOptions): ListenAddress {
   const addr = parseListen(opts.listen ?? DEFAULT_CONSOLE_LISTEN);
   const tlsGiven = Boolean(opts.tlsCert || opts.tlsKey);
   if (tlsGiven && !(opts.tlsCert && opts.tlsKey)) throw new CliError("give both --tls-cert and --tls-key, or neither", ExitCodes.Usage);
-  checkListen(addr, tlsGiven);
+  checkListen(addr, tlsGiven || opts.authority !== undefined);
   if ((addr.host === "0.0.0.0" || addr.host === "::") && !opts.hostNames?.length) {
     throw new CliError(
       `--listen ${addr.host} is every address: name the host name clients use with --host NAME, so requests for other names are refused`,
@@ -84,8 +115,9 @@ export function checkConsoleOptions(opts: ConsoleOptions): ListenAddress {
 /** Checks the options, reads the mesh's state, then listens; the URL is known once it listens. */
 export async function startConsole(store: Store, opts: ConsoleOptions = {}): Promise<RunningConsole> {
   const addr = checkConsoleOptions(opts);
-  const tls = opts.tlsCert && opts.tlsKey ? { cert: readPem("--tls-cert", opts.tlsCert), key: readPem("--tls-key", opts.tlsKey) } : undefined;
   const names = opts.hostNames ?? [];
+  const own = !opts.tlsCert && !isLoopback(addr.host) && opts.authority ? await consoleCertificate(opts.authority, addr, names) : undefined;
+  const tls = opts.tlsCert && opts.tlsKey ? { cert: readPem("--tls-cert", opts.tlsCert), key: readPem("--tls-key", opts.tlsKey) } : own;
   const token = randomBytes(24).toString("base64url");
   const state = await startConsoleState(store);
   // The access policy needs the port, known only once listening; it is filled in before the first request is answered.
@@ -97,6 +129,18 @@ export async function startConsole(store: Store, opts: ConsoleOptions = {}): Pro
     state.stop();
     throw e;
   }
+  // Its own certificate is issued again after two thirds of its life; open connections keep theirs.
+  const renewal = own
+    ? setInterval(
+        () =>
+          void consoleCertificate(opts.authority!, addr, names).then(
+            (next) => (server.server as HttpsServer).setSecureContext({ cert: next.cert, key: next.key }),
+            () => undefined, // the current one is valid for a third of its life still: tried again at the next turn
+          ),
+        (CONSOLE_CERTIFICATE_LIFETIME_MS * 2) / 3,
+      )
+    : undefined;
+  renewal?.unref();
   const port = server.port();
   for (const h of allowedHosts(addr, port, names)) access.hosts.add(h);
   const shownHost = addr.host === "0.0.0.0" || addr.host === "::" ? names[0]! : hostForUrl(addr.host);
@@ -105,7 +149,9 @@ export async function startConsole(store: Store, opts: ConsoleOptions = {}): Pro
     token,
     state,
     server,
+    ...(own && opts.authority ? { ownCertificate: { notAfter: own.notAfter, caFile: opts.authority.files.certFile } } : {}),
     async stop() {
+      if (renewal) clearInterval(renewal);
       state.stop();
       await server.close();
     },
@@ -125,6 +171,11 @@ export async function runConsole(store: Store, opts: ConsoleOptions, out: Output
   }
   const c = await startConsole(store, opts);
   out.out(c.url);
+  if (c.ownCertificate) {
+    out.err(
+      `meshctl console: serving HTTPS with a certificate of the mesh's authority (valid until ${c.ownCertificate.notAfter}, issued again while it runs); a browser trusts it once it trusts ${c.ownCertificate.caFile}`,
+    );
+  }
   out.err(
     `meshctl console: serving the mesh at ${store.nc.getServer()} read-only; open the URL above (its token is needed for every request). Ctrl-C stops it.`,
   );
