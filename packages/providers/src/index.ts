@@ -48,6 +48,7 @@ export {
   issueCertificate,
   newAuthority,
   newPrivateKeyPem,
+  openAuthority,
   openCaKey,
   readAuthority,
   sealCaKey,

@@ -19,3 +19,10 @@ export function parseHostPort(spec: string): ListenAddress | undefined {
 export function hostForUrl(host: string): string {
   return isIP(host) === 6 ? `[${host}]` : host;
 }
+
+/** True for `localhost`, 127.0.0.0/8 and ::1: an address no other machine reaches. */
+export function isLoopback(host: string): boolean {
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return isIP(host) === 6 && /^(0{0,4}:){2,7}0{0,3}1$|^::1$/.test(host);
+}

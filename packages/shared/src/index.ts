@@ -315,7 +315,7 @@ export {
 } from "./holder-streams.js";
 export { broadcastTargets, type HolderConsumerState, readHolderAcks } from "./holder-acks.js";
 export { decryptForPart, encryptForPart, partRotationKey } from "./part-rotation-key.js";
-export { hostForUrl, parseHostPort, type ListenAddress } from "./host-port.js";
+export { hostForUrl, isLoopback, parseHostPort, type ListenAddress } from "./host-port.js";
 export {
   AuditedRequests,
   type AuditedRequest,

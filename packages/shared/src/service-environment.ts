@@ -84,7 +84,8 @@ export const SERVICES: Readonly<Record<ServiceName, { about: string; environment
   "oci-token-issuer": {
     about: "the token server of a distribution registry that serves oci.registry (it talks to no NATS)",
     environment: {
-      MESH_OCI_ISSUER_LISTEN: "host:port it listens on (default 127.0.0.1:5001)",
+      MESH_OCI_ISSUER_LISTEN: "host:port it listens on (default 127.0.0.1:5001; beyond loopback only with MESH_OCI_ISSUER_TLS_DIR)",
+      MESH_OCI_ISSUER_TLS_DIR: "a directory with tls.crt and tls.key (a tls.certificate binding): serve HTTPS, reading a renewed certificate within 2 s",
       MESH_OCI_ISSUER_STATE_DIR: "its signing key and certificate, users and admin password (default /var/lib/mesh-oci-token-issuer)",
       MESH_OCI_ISSUER_ADMIN_USER: "the admin the provisioner logs in as (default mesh-admin)",
       MESH_OCI_ISSUER_ADMIN_PASSWORD_FILE: "the admin's password file (default admin-password in its state directory, made on first start)",

@@ -16,10 +16,13 @@
  * granted repositories and outcomes.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https";
+import { readFileSync, realpathSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { grantedAccess, isPasswordHash, verifyPassword } from "@mesh/providers";
-import { errorMessage, isValidName } from "@mesh/shared";
+import { errorMessage, isLoopback, isValidName } from "@mesh/shared";
 import type { Logger } from "@mesh/shared/service";
 import { MAX_TOKEN_LIFETIME_S, signToken } from "./token.js";
 import { ensureSigningKey, type SigningKey } from "./signing-key.js";
@@ -41,6 +44,13 @@ export interface TokenIssuerOptions {
   host?: string;
   /** 0: a free port. */
   port?: number;
+  /**
+   * A directory holding `tls.crt` and `tls.key`: a `tls.certificate` binding of the mesh (its
+   * symlink swapped at each renewal) or the operator's own. The issuer then serves HTTPS and reads
+   * the files again within {@link TLS_RELOAD_MS} of a change; open connections keep theirs.
+   * Required to listen beyond loopback: passwords and tokens cross that wire.
+   */
+  tlsDir?: string;
   /** Failed logins allowed per client address and per user, and their window (default 10 and 5 a minute: `DEFAULT_LOGIN_LIMITS`). */
   loginLimits?: Partial<LoginLimits>;
   /** A monotonic clock in ms, for the login limits (default `performance.now()`); tests pass their own. */
@@ -48,8 +58,18 @@ export interface TokenIssuerOptions {
   log: Logger;
 }
 
+/** How often the issuer looks for a renewed certificate in its `tlsDir`. */
+export const TLS_RELOAD_MS = 2_000;
+
+/** The certificate and key in `dir`, read from the one directory its entries resolve to (so both are one generation's). */
+function readTls(dir: string): { cert: string; key: string; at: string } {
+  const at = realpathSync(join(dir, "tls.crt"));
+  const real = dirname(at);
+  return { cert: readFileSync(join(real, "tls.crt"), "utf8"), key: readFileSync(join(real, "tls.key"), "utf8"), at };
+}
+
 export interface TokenIssuer {
-  /** `http://host:port`; the registry's realm is `${url}/token`. */
+  /** `http://host:port` (`https://` with `tlsDir`); the registry's realm is `${url}/token`. */
   url: string;
   /** The certificate the registry must trust (`auth.token.rootcertbundle`). */
   certificatePath: string;
@@ -76,12 +96,24 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
   if (!(Number.isInteger(lifetimeSeconds) && lifetimeSeconds >= 1 && lifetimeSeconds <= MAX_TOKEN_LIFETIME_S)) {
     throw new Error(`the token lifetime must be a whole number of seconds from 1 to ${MAX_TOKEN_LIFETIME_S}, not ${lifetimeSeconds}`);
   }
+  const host = opts.host ?? "127.0.0.1";
+  if (!opts.tlsDir && !isLoopback(host)) {
+    throw new Error(
+      `${host} is not a loopback address, and beyond loopback the issuer serves only HTTPS (holders send it their passwords, and it hands out tokens): name a directory with tls.crt and tls.key in MESH_OCI_ISSUER_TLS_DIR (a tls.certificate binding of the mesh), or listen on 127.0.0.1`,
+    );
+  }
+  let tls: ReturnType<typeof readTls> | undefined;
+  try {
+    tls = opts.tlsDir ? readTls(opts.tlsDir) : undefined;
+  } catch (e) {
+    throw new Error(`cannot read the certificate in ${opts.tlsDir} (tls.crt and tls.key): ${errorMessage(e)}`, { cause: e });
+  }
   const limiter = new LoginLimiter(opts.loginLimits);
   const key = await ensureSigningKey(opts.stateDir);
   const users = new UserStore(opts.stateDir);
   const admin = { username: opts.admin.username, password: "password" in opts.admin ? opts.admin.password : ensureAdminPassword(opts.admin.passwordFile) };
   const handler = requestHandler({ ...opts, admin, lifetimeSeconds, key, users, limiter, now: opts.now ?? (() => performance.now()) });
-  const server: Server = createServer((req, res) => {
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
     handler(req, res).catch((e: unknown) => {
       const status = e instanceof HttpError ? e.status : 500;
       if (status === 500) opts.log.error({ err: e, path: pathOf(req) }, "request failed");
@@ -90,13 +122,30 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
         res.end(JSON.stringify({ errors: [{ code: codeOf(status), message: e instanceof HttpError ? e.message : "internal error; see the issuer's log" }] }));
       } else res.destroy();
     });
-  });
+  };
+  const server: Server = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, listener) : createServer(listener);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1", resolve);
+    server.listen(opts.port ?? 0, host, resolve);
   });
+  // A renewed certificate (the binding's symlink moved to a new generation) is served to new connections.
+  const reload =
+    tls && opts.tlsDir
+      ? setInterval(() => {
+          try {
+            const next = readTls(opts.tlsDir!);
+            if (next.at === tls!.at && next.cert === tls!.cert) return;
+            (server as unknown as HttpsServer).setSecureContext({ cert: next.cert, key: next.key });
+            tls = next;
+            opts.log.info({ certificate: next.at }, "serving a renewed certificate");
+          } catch (e) {
+            opts.log.warn({ err: e, dir: opts.tlsDir }, "cannot read the certificate again; serving the one before");
+          }
+        }, TLS_RELOAD_MS)
+      : undefined;
+  reload?.unref();
   const { address, port } = server.address() as AddressInfo;
-  const url = `http://${address.includes(":") ? `[${address}]` : address}:${port}`;
+  const url = `${tls ? "https" : "http"}://${address.includes(":") ? `[${address}]` : address}:${port}`;
   opts.log.info(
     { url, realm: `${url}/token`, service: opts.service, issuer: opts.issuer, certificate: key.certificatePath, lifetimeSeconds, loginLimits: limiter.limits },
     "token issuer listening",
@@ -104,7 +153,10 @@ export async function startTokenIssuer(opts: TokenIssuerOptions): Promise<TokenI
   return {
     url,
     certificatePath: key.certificatePath,
-    close: () => new Promise<void>((resolve) => (server.closeAllConnections(), server.close(() => resolve()))),
+    close: () => {
+      if (reload) clearInterval(reload);
+      return new Promise<void>((resolve) => (server.closeAllConnections(), server.close(() => resolve())));
+    },
   };
 }
 

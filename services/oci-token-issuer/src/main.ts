@@ -12,6 +12,8 @@
  * - `MESH_OCI_ISSUER_ADMIN_USER` (default `mesh-admin`);
  * - `MESH_OCI_SERVICE` (default `mesh-registry`) and `MESH_OCI_ISSUER_NAME` (default
  *   `mesh-oci-token-issuer`): the registry's `auth.token.service` and `auth.token.issuer`;
+ * - `MESH_OCI_ISSUER_TLS_DIR`: a directory with `tls.crt` and `tls.key` (a `tls.certificate`
+ *   binding of the mesh, renewed in place): the issuer serves HTTPS; required beyond loopback;
  * - `MESH_OCI_TOKEN_LIFETIME` seconds (1 … 60, default 60); `MESH_LOG_LEVEL`.
  * Exits 1 when it cannot start, 0 after SIGINT/SIGTERM, 2 for an argument (`--help` lists all this).
  */
@@ -39,6 +41,7 @@ try {
     issuer: env.MESH_OCI_ISSUER_NAME ?? "mesh-oci-token-issuer",
     host: m[1]!.replace(/^\[(.*)\]$/, "$1"),
     port: Number(m[2]),
+    ...(env.MESH_OCI_ISSUER_TLS_DIR ? { tlsDir: env.MESH_OCI_ISSUER_TLS_DIR } : {}),
     log,
     ...(lifetime === undefined ? {} : { lifetimeSeconds: lifetime }),
   });

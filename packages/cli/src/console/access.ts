@@ -5,10 +5,9 @@
  * gets a status and words that say what happened and what to do.
  */
 import { timingSafeEqual } from "node:crypto";
-import { isIP } from "node:net";
 import { CliError } from "../cli-error.js";
 import { ExitCodes } from "../exit-codes.js";
-import { hostForUrl, parseHostPort, type ListenAddress } from "@mesh/shared";
+import { hostForUrl, isLoopback, parseHostPort, type ListenAddress } from "@mesh/shared";
 
 export { hostForUrl, type ListenAddress } from "@mesh/shared";
 
@@ -26,12 +25,7 @@ export function parseListen(spec: string): ListenAddress {
   return addr;
 }
 
-/** True for `localhost`, 127.0.0.0/8 and ::1. */
-export function isLoopback(host: string): boolean {
-  if (host === "localhost") return true;
-  if (isIP(host) === 4) return host.startsWith("127.");
-  return isIP(host) === 6 && /^(0{0,4}:){2,7}0{0,3}1$|^::1$/.test(host);
-}
+export { isLoopback };
 
 /**
  * Refuses (exit 2) to listen beyond loopback without TLS: the token in the URL would cross the
