@@ -210,9 +210,13 @@ describe("meshctl console's addresses", () => {
     const out = bufferOutput();
     const stop = new AbortController();
     const running = runConsole(store, { listen: "0.0.0.0:0", hostNames: ["console.test.mesh"], authority: { files: ca, masterKey } }, out, stop.signal);
-    await new Promise<void>((resolve) => {
-      const t = setInterval(() => out.stdout && (clearInterval(t), resolve()), 20);
-    });
+    // Its URL, or why it stopped before printing one.
+    await Promise.race([
+      new Promise<void>((resolve) => {
+        const t = setInterval(() => out.stdout && (clearInterval(t), resolve()), 20);
+      }),
+      running.then(() => Promise.reject(new Error(`the console stopped before printing its URL: ${out.stderr}`))),
+    ]);
     const url = new URL(out.stdout.split("\n")[0]!);
     expect(url.origin).toMatch(/^https:\/\/console\.test\.mesh:\d+$/);
     expect(out.stderr).toContain(`serving HTTPS with a certificate of the mesh's authority`);

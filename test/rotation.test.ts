@@ -210,7 +210,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     await Promise.all(Object.values(agents).map((a) => a.stop()));
     await mesh?.stop();
     await db?.stop();
-    rmSync(markers, { recursive: true, force: true });
+    if (markers) rmSync(markers, { recursive: true, force: true });
   });
 
   it("keeps every holder's queries working, ends both on k+1, retires k only at commit, as one trace", async () => {

@@ -57,8 +57,8 @@ export interface StartNatsServerOptions {
 }
 
 export async function startNatsServer(opts: StartNatsServerOptions = {}): Promise<NatsServer> {
-  const port = opts.port ?? (await freePort());
-  const monitorPort = await freePort();
+  let port = opts.port ?? (await freePort());
+  let monitorPort = await freePort();
   const storeDir = opts.storeDir ?? mkdtempSync(join(tmpdir(), "mesh-nats-"));
   let proc: ChildProcess;
 
@@ -84,7 +84,18 @@ export async function startNatsServer(opts: StartNatsServerOptions = {}): Promis
       proc.kill(signal);
     });
 
-  await launch();
+  // A free port found here may be taken by another process before the server binds it: the
+  // ports it chose are chosen again (a port the caller named is the caller's to give).
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await launch();
+      break;
+    } catch (e) {
+      if (attempt >= 3 || !/address already in use/.test((e as Error).message)) throw e;
+      if (opts.port === undefined) port = await freePort();
+      monitorPort = await freePort();
+    }
+  }
   const server: NatsServer = {
     port,
     monitorPort,
