@@ -159,6 +159,7 @@ export const ENVIRONMENT: Record<string, string> = {
   NATS_CONTEXT: "the nats CLI's context to take the server and identity of (as --context)",
   MESH_NATS_CREDENTIALS: "the identity, a .creds file or nats.user binding, when no --creds or context names one",
   MESH_NATS_USER: "with MESH_NATS_PASSWORD or MESH_NATS_PASSWORD_FILE: a user and password instead",
+  MESH_NATS_CA_FILE: "a PEM bundle to verify a TLS server against (the mesh's .mesh/mesh-ca/ca.crt); with it, TLS is required",
   MESH_MASTER_KEY: "the master key, hex (else MESH_MASTER_KEY_FILE, else .mesh/master.key)",
   NATS_SERVER_BIN: "the nats-server to run (else the first on PATH, then /usr/sbin, /usr/local/sbin, /usr/local/bin, /usr/bin)",
   MESH_LOG_LEVEL: "passed on to the services: their log level (default info)",
@@ -167,7 +168,7 @@ export const ENVIRONMENT: Record<string, string> = {
   NO_COLOR: "no colours on a terminal",
   MESH_DEBUG: "print the stack of an unexpected error",
 };
-const CONNECTING = ["NATS_URL", "NATS_CREDS", "NATS_CONTEXT", "MESH_NATS_CREDENTIALS", "MESH_NATS_USER", "NO_COLOR", "MESH_DEBUG"];
+const CONNECTING = ["NATS_URL", "NATS_CREDS", "NATS_CONTEXT", "MESH_NATS_CREDENTIALS", "MESH_NATS_USER", "MESH_NATS_CA_FILE", "NO_COLOR", "MESH_DEBUG"];
 const MASTER_KEY = ["MESH_MASTER_KEY"];
 
 /** What each command reads of the environment, where that is not what a command that connects reads (CONNECTING). */
@@ -176,6 +177,7 @@ const ENVIRONMENT_OF: Record<string, string[]> = {
   bootstrap: [...CONNECTING, ...MASTER_KEY, "NATS_SERVER_BIN", "MESH_METRICS_LISTEN"],
   "control-plane": MASTER_KEY,
   "nats-config": MASTER_KEY,
+  ca: [...CONNECTING, ...MASTER_KEY],
   example: [],
   completion: [],
 };

@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ConnectionOptions } from "@nats-io/transport-node";
-import { natsIdentity } from "@mesh/shared/runtime";
+import { natsIdentity, natsTls } from "@mesh/shared/runtime";
 
 /**
  * `servers`, the credentials (read again at every reconnect, so a rotated generation is taken)
@@ -17,5 +17,6 @@ import { natsIdentity } from "@mesh/shared/runtime";
 export function natsUserConnectOptions(dir: string): Partial<ConnectionOptions> {
   const identity = natsIdentity({ MESH_NATS_CREDENTIALS: dir });
   const uri = readFileSync(join(dir, "uri"), "utf8").trim();
-  return { servers: uri.split(","), ...identity };
+  // A binding that carries the authority's bundle (ca.crt): the server is verified against it.
+  return { servers: uri.split(","), ...identity, ...natsTls({ MESH_NATS_CREDENTIALS: dir }) };
 }

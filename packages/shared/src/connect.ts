@@ -84,11 +84,51 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
 }
 
 /**
+ * How a process trusts its NATS server's certificate: `MESH_NATS_CA_FILE` (a PEM bundle, such as
+ * the mesh's `ca.crt`), or else the `ca.crt` of the binding directory `MESH_NATS_CREDENTIALS`
+ * names. The file is read again at every connect and reconnect, so a bundle renewed in place
+ * (the authority's rotation) is taken. With one, the client requires TLS and verifies the server
+ * against it alone; without, it speaks TLS only where the server asks, trusting the system's
+ * authorities.
+ */
+export function natsTls(env: NodeJS.ProcessEnv = process.env): Partial<ConnectionOptions> {
+  const explicit = env.MESH_NATS_CA_FILE;
+  if (explicit) {
+    try {
+      if (!/-----BEGIN CERTIFICATE-----/.test(readFileSync(explicit, "utf8"))) throw new Error("it holds no PEM certificate");
+    } catch (e) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `MESH_NATS_CA_FILE=${explicit}: cannot use it (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); it must be a PEM bundle of the authorities that sign the server's certificate, such as the mesh's ca.crt`,
+        { cause: e },
+      );
+    }
+    return { tls: { caFile: explicit } };
+  }
+  const binding = env.MESH_NATS_CREDENTIALS;
+  if (binding) {
+    const bundle = join(binding, "ca.crt");
+    try {
+      if (statSync(binding).isDirectory() && existsSync(bundle)) return { tls: { caFile: bundle } };
+    } catch {
+      // natsIdentity says what is wrong with it
+    }
+  }
+  return {};
+}
+
+/** True for an error of a TLS handshake whose server certificate was not trusted. */
+function isUntrustedServer(e: unknown): boolean {
+  return /self[- ]signed|unable to (get|verify)|certificate|altnames/i.test(errorMessage(e));
+}
+
+/**
  * Connects to NATS with unlimited reconnects, as the identity {@link natsIdentity} finds in the
  * environment (unless `opts` says otherwise); the error says which URL failed and what to check.
  */
 export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_NATS_URL, opts: Partial<ConnectionOptions> = {}): Promise<NatsConnection> {
   const identity = natsIdentity();
+  const tls = natsTls();
   try {
     // ignoreAuthErrorAbort: a refused identity is tried again (the agent may be writing the
     // binding that holds the new one) rather than the client giving up after two refusals.
@@ -102,6 +142,7 @@ export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_
       ignoreAuthErrorAbort: true,
       noAsyncTraces: true,
       ...identity,
+      ...tls,
       ...opts,
     });
   } catch (e) {
@@ -110,6 +151,13 @@ export async function connectNats(url: string = process.env.NATS_URL || DEFAULT_
         ErrorCodes.ProviderMisconfigured,
         `NATS at ${url} refused this process's identity (${errorMessage(e)}): check MESH_NATS_CREDENTIALS (a .creds file, or a nats.user binding), or MESH_NATS_USER and its password, against the identities the server knows`,
         { cause: e },
+      );
+    }
+    if (isUntrustedServer(e)) {
+      throw new MeshError(
+        ErrorCodes.ProviderUnreachable,
+        `NATS at ${url} speaks TLS with a certificate this process does not trust (${errorMessage(e)}): name the bundle of the authority that signed it in MESH_NATS_CA_FILE (the mesh's own: the ca.crt of its certificate authority, .mesh/mesh-ca/ca.crt under meshctl up)${tls.tls ? `; the bundle given (${(tls.tls as { caFile?: string }).caFile}) does not hold it` : ""}`,
+        { cause: e, retryable: true },
       );
     }
     throw new MeshError(

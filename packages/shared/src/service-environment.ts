@@ -15,6 +15,8 @@ const ON_NATS: Record<string, string> = {
   NATS_URL: "the NATS server, or a cluster's servers separated by commas (default nats://127.0.0.1:4222)",
   MESH_NATS_CREDENTIALS: "the identity to connect as: a .creds file, or the directory of a nats.user binding (read again at every reconnect)",
   MESH_NATS_USER: "with MESH_NATS_PASSWORD_FILE or MESH_NATS_PASSWORD: a user and password instead, on a server with plain users",
+  MESH_NATS_CA_FILE:
+    "a PEM bundle to verify the server's TLS certificate against (else the ca.crt of the MESH_NATS_CREDENTIALS binding); with one, TLS is required",
   MESH_REPLICAS: "replicas of the buckets and streams it makes (default 3 on a cluster of three or more servers, else 1)",
 };
 
