@@ -25,7 +25,22 @@ import {
   type ProviderDoc,
 } from "@mesh/shared";
 import { readJson, type Store } from "@mesh/shared/runtime";
-import { ensureOperator, operatorConfig, operatorFiles, type OperatorFiles } from "@mesh/providers";
+import {
+  ensureMeshCa,
+  ensureOperator,
+  installCertificate,
+  isDnsName,
+  issueCertificate,
+  newPrivateKeyPem,
+  operatorConfig,
+  operatorFiles,
+  readAuthority,
+  type CaFiles,
+  type OperatorFiles,
+} from "@mesh/providers";
+import type { ServerListen } from "@mesh/providers";
+import { X509Certificate } from "node:crypto";
+import { isIP } from "node:net";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { pause } from "./retry.js";
@@ -188,6 +203,50 @@ export interface NatsConfigOptions {
   resolverDir?: string;
   /** A `cluster { … }` block to add, read from a file. */
   clusterFile?: string;
+  /**
+   * TLS for clients: a server certificate the mesh's authority (`ca`, made when missing) issues
+   * for `names` and puts under the operator's directory (`tls/current/…`; issued again by the
+   * same command, the server takes it on SIGHUP), or the operator's own files.
+   */
+  tls?: { names: string[]; lifetimeMs: number; ca: CaFiles } | { certFile: string; keyFile: string; caFile?: string };
+  /** Told what the server's TLS is, for stderr. */
+  onTls?: (line: string) => void;
+}
+
+/** How long a server certificate `meshctl nats-config --tls-name` issues is valid unless told otherwise. */
+export const NATS_SERVER_CERT_LIFETIME = "90d";
+
+/** The server certificate and what to say of it, for {@link natsConfigText}. */
+async function serverTls(o: NatsConfigOptions): Promise<{ tls?: ServerListen["tls"]; said?: string }> {
+  const t = o.tls;
+  if (!t) return {};
+  if ("certFile" in t) {
+    for (const [flag, p] of [
+      ["--tls-cert", t.certFile],
+      ["--tls-key", t.keyFile],
+      ["--tls-ca", t.caFile],
+    ] as const) {
+      if (p !== undefined && !isAbsolute(p))
+        throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the server's host`, ExitCodes.Usage);
+    }
+    return { tls: { certFile: t.certFile, keyFile: t.keyFile, ...(t.caFile ? { caFile: t.caFile } : {}) }, said: `TLS with your certificate ${t.certFile}` };
+  }
+  const dnsNames = t.names.filter((n) => isIP(n) === 0);
+  const ipAddresses = t.names.filter((n) => isIP(n) !== 0);
+  const bad = dnsNames.find((n) => !isDnsName(n));
+  if (bad !== undefined) throw new CliError(`--tls-name ${JSON.stringify(bad)} is neither a DNS name nor an IP address`, ExitCodes.Usage);
+  await ensureMeshCa(t.ca, o.masterKey);
+  const authority = await readAuthority(t.ca, o.masterKey);
+  const keyPem = newPrivateKeyPem();
+  const certPem = await issueCertificate(authority, { keyPem, dnsNames, ipAddresses, lifetimeMs: t.lifetimeMs, usage: "server" });
+  const installed = installCertificate(join(o.files.dir, "tls"), certPem, keyPem);
+  const notAfter = new Date(new X509Certificate(certPem).validTo).toISOString();
+  return {
+    tls: { certFile: installed.certFile, keyFile: installed.keyFile },
+    said:
+      `server certificate ${installed.serial} of the mesh's authority for ${t.names.join(", ")}, valid until ${notAfter}, in ${join(o.files.dir, "tls", "current")}; ` +
+      `give every client MESH_NATS_CA_FILE=${t.ca.certFile}. Before it expires run this again and send the server SIGHUP: the configuration does not change`,
+  };
 }
 
 /**
@@ -216,7 +275,10 @@ export async function natsConfigText(o: NatsConfigOptions): Promise<string> {
     }
   }
   const pub = await ensureOperator(o.files, o.masterKey);
+  const { tls, said } = await serverTls(o);
+  if (said) o.onTls?.(said);
   return operatorConfig(o.files, pub, {
+    ...(tls ? { tls } : {}),
     host: m[1]!.replace(/^\[|\]$/g, ""),
     port,
     ...(o.storeDir ? { storeDir: o.storeDir } : {}),

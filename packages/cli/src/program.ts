@@ -47,7 +47,7 @@ import { caFilesOf, runCaRotate } from "./ca-command.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
 import { parseMetricsListen, parseNatsMonitor, runUp } from "./up-command.js";
-import { bootstrapFiles, controlPlaneYaml, natsConfigText } from "./bootstrap.js";
+import { NATS_SERVER_CERT_LIFETIME, bootstrapFiles, controlPlaneYaml, natsConfigText } from "./bootstrap.js";
 import { runVerify } from "./verify-command.js";
 import { printable } from "./style.js";
 import { DEFAULT_DEADLINE_MS, retrying, retryPolicy, type RetryPolicy } from "./retry.js";
@@ -789,25 +789,58 @@ program
   .option("--store-dir <path>", "JetStream's store directory on the server's host (default: under --dir)")
   .option("--resolver-dir <path>", "the account resolver's directory on the server's host (default: under --dir)")
   .option("--cluster-file <file>", "a file with this member's cluster { … } block, added as it is")
-  .action((o: { listen: string; dir: string; storeDir?: string; resolverDir?: string; clusterFile?: string }) =>
-    run(async () => {
-      const files = o.dir === ".mesh/nats-operator" ? bootstrapFiles(resolve(".mesh")) : operatorFiles(resolve(o.dir));
-      const { key } = loadMasterKey(process.env, resolve(".mesh/master.key"));
-      out.out(
-        (
-          await natsConfigText({
-            files,
-            masterKey: key,
-            listen: o.listen,
-            ...(o.storeDir ? { storeDir: o.storeDir } : {}),
-            ...(o.resolverDir ? { resolverDir: o.resolverDir } : {}),
-            ...(o.clusterFile ? { clusterFile: o.clusterFile } : {}),
-          })
-        ).trimEnd(),
-      );
-      out.err(`operator keys in ${files.dir}; the admin's credentials: ${files.adminCredsFile}; provider option signingKeysFile: ${files.signingKeysFile}`);
-      return ExitCodes.Ok;
-    }),
+  .option(
+    "--tls-name <name>",
+    "serve clients TLS with a certificate the mesh's authority (.mesh/mesh-ca) issues for this DNS name or IP address, under --dir; repeatable",
+    collect,
+    [],
+  )
+  .option("--tls-lifetime <duration>", `how long that certificate is valid (default ${NATS_SERVER_CERT_LIFETIME})`)
+  .option("--tls-cert <file>", "serve clients TLS with your own certificate instead (with --tls-key; absolute paths on the server's host)")
+  .option("--tls-key <file>", "the key of --tls-cert")
+  .option("--tls-ca <file>", "with --tls-cert: the authority clients' certificates are verified against")
+  .action(
+    (o: {
+      listen: string;
+      dir: string;
+      storeDir?: string;
+      resolverDir?: string;
+      clusterFile?: string;
+      tlsName: string[];
+      tlsLifetime?: string;
+      tlsCert?: string;
+      tlsKey?: string;
+      tlsCa?: string;
+    }) =>
+      run(async () => {
+        const files = o.dir === ".mesh/nats-operator" ? bootstrapFiles(resolve(".mesh")) : operatorFiles(resolve(o.dir));
+        if (o.tlsName.length && (o.tlsCert || o.tlsKey))
+          throw new CliError("give --tls-name (the mesh's authority issues) or --tls-cert and --tls-key (yours), not both", ExitCodes.Usage);
+        if (Boolean(o.tlsCert) !== Boolean(o.tlsKey)) throw new CliError("give both --tls-cert and --tls-key, or neither", ExitCodes.Usage);
+        if (o.tlsCa && !o.tlsCert) throw new CliError("--tls-ca goes with --tls-cert and --tls-key", ExitCodes.Usage);
+        const lifetimeMs = durationOption("--tls-lifetime", o.tlsLifetime) ?? parseDuration(NATS_SERVER_CERT_LIFETIME);
+        const tls = o.tlsName.length
+          ? { names: o.tlsName, lifetimeMs, ca: caFiles(resolve(".mesh", StateFiles.caDir)) }
+          : o.tlsCert && o.tlsKey
+            ? { certFile: o.tlsCert, keyFile: o.tlsKey, ...(o.tlsCa ? { caFile: o.tlsCa } : {}) }
+            : undefined;
+        const { key } = loadMasterKey(process.env, resolve(".mesh/master.key"));
+        out.out(
+          (
+            await natsConfigText({
+              files,
+              masterKey: key,
+              listen: o.listen,
+              ...(o.storeDir ? { storeDir: o.storeDir } : {}),
+              ...(o.resolverDir ? { resolverDir: o.resolverDir } : {}),
+              ...(o.clusterFile ? { clusterFile: o.clusterFile } : {}),
+              ...(tls ? { tls, onTls: (line: string) => out.err(line) } : {}),
+            })
+          ).trimEnd(),
+        );
+        out.err(`operator keys in ${files.dir}; the admin's credentials: ${files.adminCredsFile}; provider option signingKeysFile: ${files.signingKeysFile}`);
+        return ExitCodes.Ok;
+      }),
   );
 
 /** What each command's first argument names in the mesh, for completion. */

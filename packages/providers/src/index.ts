@@ -36,6 +36,8 @@ export {
   BACKDATE_MS,
   CA_LIFETIME_MS,
   beginCaRotation,
+  currentCertificateFiles,
+  installCertificate,
   caRotationStep,
   certificatesOf,
   dropRetiredAuthorities,
@@ -102,6 +104,7 @@ export {
   userClaims,
   withRevocations,
   type OperatorSetup,
+  type ServerListen,
   type SigningKeys,
 } from "./nats-jwt.js";
 export {

@@ -24,7 +24,7 @@
  * `X509Certificate` (chain, key, names, validity), so no ASN.1 is written by hand. P-256 is what
  * every client here accepts: Node's and OpenSSL's TLS, Erlang's, Go's (nats-server).
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { X509Certificate, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, webcrypto } from "node:crypto";
 import { isIP } from "node:net";
@@ -331,4 +331,45 @@ export function checkCertificate(held: { certPem: string; keyPem: string; caPem:
     return { ok: false, problem: "not-yet-valid", message: `certificate ${cert.serialNumber} is valid only from ${notBefore.toISOString()}` };
   if (now >= notAfter) return { ok: false, problem: "expired", message: `certificate ${cert.serialNumber} expired at ${notAfter.toISOString()}` };
   return { ok: true, serial: cert.serialNumber, notAfter, ...subjectAltNames(cert) };
+}
+
+/** Where a server reads its certificate from in a directory {@link installCertificate} keeps: one name, whatever the generation. */
+export function currentCertificateFiles(dir: string): { certFile: string; keyFile: string } {
+  return { certFile: join(dir, "current", "tls.crt"), keyFile: join(dir, "current", "tls.key") };
+}
+
+/**
+ * Puts a certificate and its key in `dir` for a server that reads them on a reload (nats-server
+ * on SIGHUP): a new directory per certificate (named by its serial), and the symlink `current`
+ * renamed over to it, so the two files change together and the server's configuration, which
+ * names `current/…` ({@link currentCertificateFiles}), never changes. Keeps the generation before
+ * (a reload may be reading it) and removes older ones.
+ */
+export function installCertificate(dir: string, certPem: string, keyPem: string): { certFile: string; keyFile: string; serial: string } {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+  const serial = new X509Certificate(certPem).serialNumber.toLowerCase();
+  const gen = join(dir, serial);
+  mkdirSync(gen, { recursive: true, mode: 0o700 });
+  writeAtomically(join(gen, "tls.crt"), certPem, 0o600);
+  writeAtomically(join(gen, "tls.key"), keyPem, 0o600);
+  const link = join(dir, `current.${process.pid}.tmp`);
+  rmSync(link, { force: true });
+  symlinkSync(serial, link);
+  const before = realTarget(join(dir, "current"));
+  renameSync(link, join(dir, "current"));
+  for (const entry of readdirSync(dir)) {
+    if (entry === "current" || entry === serial || entry === before || entry.endsWith(".tmp")) continue;
+    rmSync(join(dir, entry), { recursive: true, force: true });
+  }
+  return { ...currentCertificateFiles(dir), serial };
+}
+
+/** The directory name a symlink in its own directory points to. */
+function realTarget(link: string): string | undefined {
+  try {
+    return readlinkSync(link);
+  } catch {
+    return undefined;
+  }
 }

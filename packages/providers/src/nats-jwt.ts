@@ -187,6 +187,12 @@ export interface ServerListen {
   /** `server_name`: unique in a cluster, and kept across restarts (JetStream's replicas know the server by it). */
   serverName?: string;
   /**
+   * TLS for clients (`tls { … }`): the server's certificate and key (files read again on SIGHUP,
+   * so a certificate renewed in place is served without a change here), and with `caFile` the
+   * authority clients' certificates are verified against, when `verify` asks for them.
+   */
+  tls?: { certFile: string; keyFile: string; caFile?: string; verify?: boolean };
+  /**
    * How often the full resolver compares its account JWTs with the other servers' and takes
    * the newer ones (nats-server's `resolver.interval`). A server that was down when an account
    * was updated (a revocation) learns of it only then: nats-server 2.9.10 does not sync when it
@@ -230,6 +236,11 @@ export function operatorServerConfig(
     "# Identities are user JWTs the mesh signs; nothing here changes when one is issued or revoked.",
     ...(at.serverName ? [`server_name: ${q(at.serverName)}`] : []),
     `listen: ${q(`${at.host}:${at.port}`)}`,
+    ...(at.tls
+      ? [
+          `tls { cert_file: ${q(at.tls.certFile)}, key_file: ${q(at.tls.keyFile)}${at.tls.caFile ? `, ca_file: ${q(at.tls.caFile)}` : ""}${at.tls.verify ? ", verify: true" : ""}, timeout: 2 }`,
+        ]
+      : []),
     ...(at.monitorPort ? [`http: ${q(`${at.host}:${at.monitorPort}`)}`] : []),
     ...(at.pidFile ? [`pid_file: ${q(at.pidFile)}`] : []),
     `jetstream { store_dir: ${q(at.storeDir)} }`,
