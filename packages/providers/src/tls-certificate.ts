@@ -9,8 +9,10 @@
  * There is nothing external: the resource always exists, delete has nothing to undo, and retire
  * leaves the old certificate valid until its `notAfter` (a short lifetime is the revocation;
  * docs/security.md). A login checks the held files as a TLS peer would: the certificate chains
- * to the authority, matches the key and is valid now; where the provider's `caCertFile` is
- * readable, the bundle must hold that authority, so a binding cannot vouch for itself.
+ * to the bundle delivered beside it, matches the key and is valid now; where the provider's
+ * `caCertFile` is readable, it must chain to an authority there too, so a binding cannot vouch
+ * for itself. The authority's files are read at every issue, so each step of its rotation
+ * (mesh-ca.ts) is seen at once.
  *
  * The provider's document names the authority's files (`options.caCertFile`, and
  * `options.caKeyFile`, sealed under the master key, which only the services that issue need)
