@@ -106,9 +106,8 @@ export function openCaKey(mk: MasterKey, fileText: string): string {
   return decrypt(mk, parsed.sealed, CA_KEY_AAD);
 }
 
-/** A new authority's certificate and key (PEM), valid from `now` for {@link CA_LIFETIME_MS}. */
-export async function newAuthority(now = new Date()): Promise<{ certificatePem: string; keyPem: string }> {
-  const keyPem = newPrivateKeyPem();
+/** A new authority's certificate and key (PEM), valid from `now` for {@link CA_LIFETIME_MS}; with `keyPem`, for that key. */
+export async function newAuthority(now = new Date(), keyPem = newPrivateKeyPem()): Promise<{ certificatePem: string; keyPem: string }> {
   const keys = { privateKey: await importPrivate(keyPem), publicKey: await importPublicOf(keyPem) };
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: newSerial(),
@@ -205,21 +204,22 @@ export async function caRotationStep(files: CaFiles, mk: MasterKey): Promise<CaR
   return certificatesOf(ca.bundlePem).length > 1 ? "switched" : "none";
 }
 
-/** Step 1: a next authority, its key sealed beside the current one and its certificate added to the bundle; its fingerprint. Resumable. */
+/**
+ * Step 1: a next authority, its key sealed beside the current one and its certificate added to
+ * the bundle; its fingerprint. The key is written first, so a step cut short between the two
+ * writes leaves a key whose certificate is made when the step runs again (never a certificate
+ * in the bundle whose key is lost, which would read as step 2 done). Resumable.
+ */
 export async function beginCaRotation(files: CaFiles, mk: MasterKey, now = new Date()): Promise<string> {
   const current = await readAuthority(files, mk);
-  let nextKeyPem: string;
-  if (existsSync(files.nextKeyFile)) {
-    nextKeyPem = openCaKey(mk, readFileSync(files.nextKeyFile, "utf8"));
-  } else {
-    const made = await newAuthority(now);
-    nextKeyPem = made.keyPem;
-    // The certificate goes into the bundle first: a next key whose certificate is lost is made again.
-    writeAtomically(files.certFile, bundleOf([...certificatesOf(current.bundlePem), new X509Certificate(made.certificatePem)]), 0o600);
-    writeAtomically(files.nextKeyFile, sealCaKey(mk, nextKeyPem), 0o600);
+  if (!existsSync(files.nextKeyFile)) writeAtomically(files.nextKeyFile, sealCaKey(mk, newPrivateKeyPem()), 0o600);
+  const nextKeyPem = openCaKey(mk, readFileSync(files.nextKeyFile, "utf8"));
+  const bundle = certificatesOf(current.bundlePem);
+  let next = bundle.find((c) => c.checkPrivateKey(createPrivateKey(nextKeyPem)));
+  if (!next) {
+    next = new X509Certificate((await newAuthority(now, nextKeyPem)).certificatePem);
+    writeAtomically(files.certFile, bundleOf([...bundle, next]), 0o600);
   }
-  const next = certificatesOf(readFileSync(files.certFile, "utf8")).find((c) => c.checkPrivateKey(createPrivateKey(nextKeyPem)));
-  if (!next) throw new Error(`${files.nextKeyFile} is the key of no certificate in ${files.certFile}; remove it and begin again`);
   return fingerprintOf(next);
 }
 
