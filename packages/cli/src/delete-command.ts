@@ -106,6 +106,8 @@ async function grantsLeft(store: Store, req: DeleteRequest): Promise<GrantLeft[]
 
 /** Runs the command: 0 once deleted and revoked at the providers; 1 refused (every problem listed); 9 not revoked in time (what remains named). */
 export async function runDelete(store: Store, opts: DeleteOptions, out: Output): Promise<number> {
+  // Listed before the request: a grant taken back and removed before the first look after it is still said.
+  const before = await retrying("read the grants", opts.policy, () => grantsLeft(store, opts.request), { read: true });
   const reply = await retrying("delete", opts.policy, () => send(store, opts.request, Math.min(10_000, remainingMs(opts.policy))));
   if (!reply.ok) {
     if (opts.json) out.out(JSON.stringify({ ok: false, problems: reply.problems }));
@@ -118,7 +120,7 @@ export async function runDelete(store: Store, opts: DeleteOptions, out: Output):
   const until = Date.now() + (opts.waitMs ?? 60_000);
   let left = await grantsLeft(store, opts.request);
   // Grants that are gone by the end were taken back and removed: said too, not left out.
-  const named = new Set(left.map((g) => g.grant));
+  const named = new Set([...before, ...left].map((g) => g.grant));
   let said = "";
   // A deleted module's grants are marked by the resolver, then revoked by the provisioner: follow them.
   for (;;) {
