@@ -24,11 +24,12 @@
  * `X509Certificate` (chain, key, names, validity), so no ASN.1 is written by hand. P-256 is what
  * every client here accepts: Node's and OpenSSL's TLS, Erlang's, Go's (nats-server).
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { X509Certificate, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, webcrypto } from "node:crypto";
 import { isIP } from "node:net";
 import * as x509 from "@peculiar/x509";
+import { writePrivate } from "./nats-operator-files.js";
 import { decrypt, encrypt, type CertificateUsage, type Encrypted, type MasterKey } from "@mesh/shared";
 
 x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
@@ -125,14 +126,6 @@ export async function newAuthority(now = new Date(), keyPem = newPrivateKeyPem()
   return { certificatePem: cert.toString("pem"), keyPem };
 }
 
-/** Writes `text` to `file` with `mode` through a temporary file, so no reader sees half of it. */
-function writeAtomically(file: string, text: string, mode: number): void {
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, text, { mode });
-  chmodSync(tmp, mode);
-  renameSync(tmp, file);
-}
-
 /**
  * Makes the authority in `files.dir` unless it is there (the key first: a certificate without
  * its key is never left behind); says whether it made it. Throws an Error naming the file when
@@ -149,8 +142,8 @@ export async function ensureMeshCa(files: CaFiles, mk: MasterKey, now = new Date
   mkdirSync(files.dir, { recursive: true, mode: 0o700 });
   chmodSync(files.dir, 0o700);
   const ca = await newAuthority(now);
-  writeAtomically(files.keyFile, sealCaKey(mk, ca.keyPem), 0o600);
-  writeAtomically(files.certFile, bundleOf([new X509Certificate(ca.certificatePem)]), 0o600);
+  writePrivate(files.keyFile, sealCaKey(mk, ca.keyPem));
+  writePrivate(files.certFile, bundleOf([new X509Certificate(ca.certificatePem)]));
   return { created: true };
 }
 
@@ -212,13 +205,13 @@ export async function caRotationStep(files: CaFiles, mk: MasterKey): Promise<CaR
  */
 export async function beginCaRotation(files: CaFiles, mk: MasterKey, now = new Date()): Promise<string> {
   const current = await readAuthority(files, mk);
-  if (!existsSync(files.nextKeyFile)) writeAtomically(files.nextKeyFile, sealCaKey(mk, newPrivateKeyPem()), 0o600);
+  if (!existsSync(files.nextKeyFile)) writePrivate(files.nextKeyFile, sealCaKey(mk, newPrivateKeyPem()));
   const nextKeyPem = openCaKey(mk, readFileSync(files.nextKeyFile, "utf8"));
   const bundle = certificatesOf(current.bundlePem);
   let next = bundle.find((c) => c.checkPrivateKey(createPrivateKey(nextKeyPem)));
   if (!next) {
     next = new X509Certificate((await newAuthority(now, nextKeyPem)).certificatePem);
-    writeAtomically(files.certFile, bundleOf([...bundle, next]), 0o600);
+    writePrivate(files.certFile, bundleOf([...bundle, next]));
   }
   return fingerprintOf(next);
 }
@@ -234,7 +227,7 @@ export async function switchCaIssuer(files: CaFiles, mk: MasterKey): Promise<voi
 /** Step 3: the bundle keeps only the issuing authority. Idempotent. */
 export async function dropRetiredAuthorities(files: CaFiles, mk: MasterKey): Promise<void> {
   const ca = await readAuthority(files, mk);
-  writeAtomically(files.certFile, bundleOf([new X509Certificate(ca.certificate.toString("pem"))]), 0o600);
+  writePrivate(files.certFile, bundleOf([new X509Certificate(ca.certificate.toString("pem"))]));
 }
 
 /** What a certificate is issued for. */
@@ -351,8 +344,8 @@ export function installCertificate(dir: string, certPem: string, keyPem: string)
   const serial = new X509Certificate(certPem).serialNumber.toLowerCase();
   const gen = join(dir, serial);
   mkdirSync(gen, { recursive: true, mode: 0o700 });
-  writeAtomically(join(gen, "tls.crt"), certPem, 0o600);
-  writeAtomically(join(gen, "tls.key"), keyPem, 0o600);
+  writePrivate(join(gen, "tls.crt"), certPem);
+  writePrivate(join(gen, "tls.key"), keyPem);
   const link = join(dir, `current.${process.pid}.tmp`);
   rmSync(link, { force: true });
   symlinkSync(serial, link);
