@@ -14,12 +14,11 @@ import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/trans
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Buckets, CONTROL_PLANE_SERVICES, Streams, identityRequirement } from "@mesh/shared";
 import { Kvm } from "@nats-io/kv";
-import { natsIdentity } from "@mesh/shared/runtime";
-import { meshctlBin, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { natsIdentity, natsTls } from "@mesh/shared/runtime";
+import { applySecretModule, meshctlBin, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { spawn } from "node:child_process";
 import { serverErrors } from "./harness/refusals.js";
 import { waitFor } from "./harness/wait.js";
-import { writeFileSync } from "node:fs";
 
 interface Line {
   id: string;
@@ -35,8 +34,11 @@ describe("named operators and the audit trail", () => {
   let scratch: string;
   let aliceDir: string;
   const asAlice = () => ({ MESH_NATS_CREDENTIALS: aliceDir });
-  const connectWith = (dir: string) => connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: dir }), reconnect: false });
-  const connectAdmin = () => connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
+  // As meshctl connects with an operator's directory: its identity, and the bundle (ca.crt) it verifies the server against.
+  const connectWith = (dir: string) =>
+    connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: dir }), ...natsTls({ MESH_NATS_CREDENTIALS: dir }), reconnect: false });
+  const connectAdmin = () =>
+    connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), ...mesh.tls(), reconnect: false });
   const audit = async (args: string[] = [], env = asAlice()): Promise<Line[]> => {
     const r = await mesh.meshctl(["audit", "-o", "json", ...args], env);
     expect(r.code, r.stderr).toBe(0);
@@ -48,14 +50,7 @@ describe("named operators and the audit trail", () => {
     mesh = await startBootstrappedMesh({ nodes: ["node-a"] });
     scratch = mkdtempSync(join(tmpdir(), "mesh-audit-"));
     aliceDir = join(scratch, "alice");
-    const manifest = join(scratch, "app.yaml");
-    writeFileSync(
-      manifest,
-      ["kind: Module", "name: app", "parts:", "  - { name: api, node: node-a, installed: true }", "requires:", "  - { name: key, kind: secret }", ""].join(
-        "\n",
-      ),
-    );
-    const applied = await mesh.meshctl(["apply", "-f", manifest, "--wait"]);
+    const applied = await applySecretModule(mesh, { dir: scratch });
     expect(applied.code, applied.stderr).toBe(0);
     await waitFor("app's secret on node-a's disk", () => existsSync(valueFile()) || undefined, 30_000);
   }, 240_000);

@@ -24,7 +24,7 @@ const userOf = (part: string, generation = 1) => `mesh_${identityRequirement(par
 const bindingOf = (mesh: BootstrappedMesh, part: string) => join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part));
 const nkeyOf = (mesh: BootstrappedMesh, part: string) => readFileSync(join(bindingOf(mesh, part), "nkey"), "utf8").trim();
 const connectAs = (mesh: BootstrappedMesh, part: string) =>
-  connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: bindingOf(mesh, part) }), reconnect: false });
+  connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: bindingOf(mesh, part) }), ...mesh.tls(), reconnect: false });
 
 describe("meshctl bootstrap", () => {
   let mesh: BootstrappedMesh;
@@ -72,12 +72,13 @@ describe("meshctl bootstrap", () => {
     const text = await mesh.meshctl(["status", "mesh"]);
     expect(text.stdout).toMatch(/mesh\s+Ready/);
     // Without an identity, meshctl says so, and how to get one, rather than "start a nats-server".
-    // (From another directory: in the mesh's own, meshctl finds the operator's credentials in .mesh/.)
+    // (From another directory, trusting the server: in the mesh's own, meshctl finds the operator's credentials and the bundle in .mesh/.)
     const anonymous = await runMeshctl(scratchDir("mesh-elsewhere-"), ["status", "mesh"], {
       ...process.env,
       NATS_URL: mesh.url,
       MESH_NATS_CREDENTIALS: "",
       MESH_NATS_USER: "",
+      MESH_NATS_CA_FILE: mesh.tls().tls!.caFile,
     });
     expect(anonymous.code).toBe(1);
     expect(anonymous.stderr).toMatch(/refused this process's identity/);
@@ -104,7 +105,7 @@ describe("meshctl bootstrap", () => {
     // One request the resolver counts, on top of the control plane's apply (made before the resolver moved onto its identity).
     const applied = await mesh.meshctl(["apply", "-f", fileURLToPath(new URL("../examples/nothing.yaml", import.meta.url))]);
     expect(applied.code, applied.stderr).toBe(0);
-    const nc = await connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: mesh.adminCredsFile }), reconnect: false });
+    const nc = await connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: mesh.adminCredsFile }), ...mesh.tls(), reconnect: false });
     try {
       const ask = async (subject: string) => {
         const answers: Array<Record<string, unknown>> = [];
@@ -305,7 +306,7 @@ describe("meshctl bootstrap", () => {
         20_000,
       );
     }
-    const nc = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)) });
+    const nc = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), ...mesh.tls() });
     try {
       const jsm = await jetstreamManager(nc);
       // No bucket of its own: the grant is the store.

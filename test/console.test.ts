@@ -24,7 +24,7 @@ import { parse, stringify } from "yaml";
 import { decrypt, loadMasterKey, type Encrypted } from "@mesh/shared";
 import { connectNats, natsIdentity, openStore } from "@mesh/shared/runtime";
 import { CredentialRecord, storeKeyRing } from "@mesh/providers";
-import { runMeshctl, meshctlBin } from "./harness/bootstrapped-mesh.js";
+import { ownServerTls, runMeshctl, meshctlBin } from "./harness/bootstrapped-mesh.js";
 import { startBrowser, type TestBrowser } from "./harness/browser.js";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { waitFor } from "./harness/wait.js";
@@ -89,7 +89,7 @@ const withToken = (path: string) => `${path}${path.includes("?") ? "&" : "?"}tok
 /** Every value of every generation of every credential the mesh holds or held, decrypted. */
 async function everyCredentialValue(): Promise<Array<{ value: string; where: string }>> {
   const url = readFileSync(join(cwd, ".mesh/nats-url"), "utf8").trim();
-  const nc = await connectNats(url, natsIdentity({ MESH_NATS_CREDENTIALS: join(cwd, ".mesh/nats-operator/admin.creds") }));
+  const nc = await connectNats(url, { ...natsIdentity({ MESH_NATS_CREDENTIALS: join(cwd, ".mesh/nats-operator/admin.creds") }), ...ownServerTls(cwd) });
   try {
     const store = await openStore(nc);
     const { key } = loadMasterKey({}, join(cwd, ".mesh/master.key"));

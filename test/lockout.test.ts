@@ -26,10 +26,16 @@ const agent = agentPart("node-a");
  * authorization violation); a connection that failed otherwise (a busy machine, a socket
  * closed mid-refusal) is tried again.
  */
-async function logsIn(url: string, creds: string): Promise<boolean> {
+async function logsIn(mesh: Pick<BootstrappedMesh, "url" | "tls">, creds: string): Promise<boolean> {
   for (let attempt = 1; ; attempt++) {
     try {
-      const nc = await connect({ servers: url, authenticator: credsAuthenticator(new TextEncoder().encode(creds)), reconnect: false, timeout: 5_000 });
+      const nc = await connect({
+        servers: mesh.url,
+        authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+        reconnect: false,
+        timeout: 5_000,
+        ...mesh.tls(),
+      });
       await nc.flush();
       await nc.close();
       return true;
@@ -54,7 +60,7 @@ describe("rotating the control plane's own broker identities", () => {
 
   beforeAll(async () => {
     mesh = await startBootstrappedMesh();
-    nc = await connectNats(mesh.url, { ...natsIdentity({ MESH_NATS_CREDENTIALS: mesh.adminCredsFile }), name: "lockout-test" });
+    nc = await connectNats(mesh.url, { ...natsIdentity({ MESH_NATS_CREDENTIALS: mesh.adminCredsFile }), ...mesh.tls(), name: "lockout-test" });
     store = await openStore(nc);
   }, 180_000);
   afterAll(async () => {
@@ -152,8 +158,8 @@ describe("rotating the control plane's own broker identities", () => {
     // The old identities are revoked, the new ones (in the bindings) work.
     for (const s of CONTROL_PLANE_SERVICES) {
       expect(binding(s, "username")).toBe(userOf(s, 2));
-      expect(await logsIn(mesh.url, binding(s, "creds"))).toBe(true);
-      expect(old[s] && (await logsIn(mesh.url, old[s]!)), `${s}'s generation 1`).toBe(false);
+      expect(await logsIn(mesh, binding(s, "creds"))).toBe(true);
+      expect(old[s] && (await logsIn(mesh, old[s]!)), `${s}'s generation 1`).toBe(false);
     }
     // How we know nothing reloaded: the server's configuration was loaded once, when it started,
     // and its log has no reload in it.
@@ -192,7 +198,7 @@ describe("rotating the control plane's own broker identities", () => {
       expect(r.code, r.stderr).toBe(8); // stalled
       expect(JSON.parse(r.stdout)).toMatchObject({ state: "Stalled", missing: [`node-a/${agent}`] });
       // Stalled: the old identity still works, and the binding on disk is still the old one.
-      expect(await logsIn(mesh.url, oldCreds)).toBe(true);
+      expect(await logsIn(mesh, oldCreds)).toBe(true);
       expect(binding(agent, "username")).toBe(oldUser);
 
       // The agent dies while stopped; meshctl starts it again, with the binding it left.
@@ -224,6 +230,6 @@ describe("rotating the control plane's own broker identities", () => {
       async () => (await mesh.connections()).some((x) => x.name === "mesh-agent" && x.tag === userOf(agent, 2)) || undefined,
       30_000,
     );
-    expect(await logsIn(mesh.url, oldCreds)).toBe(false);
+    expect(await logsIn(mesh, oldCreds)).toBe(false);
   }, 180_000);
 });

@@ -29,7 +29,7 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
   });
 
   const connectAdmin = async (m: BootstrappedMesh) => {
-    admin = await connect({ servers: m.url, authenticator: credsAuthenticator(readFileSync(m.adminCredsFile)) });
+    admin = await connect({ servers: m.url, authenticator: credsAuthenticator(readFileSync(m.adminCredsFile)), ...m.tls() });
     return openStore(admin);
   };
   const keyIdOf = async (store: Store, k: string) => {
@@ -92,7 +92,7 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
 
     // The holder: the agent's own identity, fetching as the agent does.
     const asAgent = (cwd: string) => natsIdentity({ MESH_NATS_CREDENTIALS: join(cwd, ".mesh/bindings/node-a/mesh/agent-node-a/nats-agent-node-a") });
-    const holderNc = await connect({ servers: m.url, ...asAgent(m.cwd) });
+    const holderNc = await connect({ servers: m.url, ...asAgent(m.cwd), ...m.tls() });
     const holderKey = createSealingKey();
     const failures: string[] = [];
     let fetches = 0;
@@ -159,7 +159,7 @@ describe("the master key's rotation across real processes: SIGKILL mid re-encryp
     const again = await connectAdmin(mesh);
     const after = await scan(again, kek);
     expect(after.unreadable).toEqual([]);
-    const holder2 = await connect({ servers: mesh.url, ...asAgent(mesh.cwd) });
+    const holder2 = await connect({ servers: mesh.url, ...asAgent(mesh.cwd), ...mesh.tls() });
     try {
       const got = await waitFor(
         "the provisioner to answer after the cold start",

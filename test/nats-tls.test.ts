@@ -7,7 +7,6 @@
  * with another authority's, is refused with a message that says what to set.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { connect as tcpConnect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,6 +14,7 @@ import { ErrorCodes, isMeshError, parseMasterKey } from "@mesh/shared";
 import { connectNats, natsTls, openStore } from "@mesh/shared/runtime";
 import { caFiles, ensureMeshCa, issueCertificate, newPrivateKeyPem, readAuthority } from "@mesh/providers";
 import { natsUserConnectOptions } from "../packages/client/src/nats-user-binding.js";
+import { plainClient } from "./harness/plain-nats-client.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 
 const dir = mkdtempSync(join(tmpdir(), "mesh-nats-tls-"));
@@ -61,22 +61,8 @@ afterAll(async () => {
 
 describe("NATS with TLS", () => {
   it("refuses a client that does not speak TLS: its INFO says tls_required, and plain text gets no PONG", async () => {
-    const said = await new Promise<string>((resolve, reject) => {
-      let text = "";
-      const s = tcpConnect(server.port, "127.0.0.1");
-      s.on("data", (d: Buffer) => {
-        text += d.toString("latin1");
-        if (text.includes("\r\n") && !text.includes("CONNECT_SENT")) {
-          s.write("CONNECT {}\r\nPING\r\n");
-          text += "CONNECT_SENT";
-        }
-      });
-      s.on("close", () => resolve(text));
-      s.on("error", () => resolve(text));
-      setTimeout(() => (s.destroy(), reject(new Error(`the server did not close a plain connection: ${text}`))), 10_000);
-    });
-    const info = JSON.parse(said.slice(said.indexOf("{"), said.indexOf("\r\n"))) as { tls_required?: boolean };
-    expect(info.tls_required).toBe(true);
+    const { said, info } = await plainClient({ host: "127.0.0.1", port: server.port });
+    expect(info?.tls_required).toBe(true);
     expect(said).not.toContain("PONG");
   });
 

@@ -77,7 +77,7 @@ describe("the control plane's images and packages handed over from bootstrap to 
       startOwnOciRegistry(),
       startOwnVerdaccio(),
     ]);
-    admin = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)) });
+    admin = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), ...mesh.tls() });
     work = mkdtempSync(join(tmpdir(), "mesh-handover-work-"));
     // A real npm tarball of @mesh/lib, as `npm pack` makes it.
     const src = join(work, "lib");
@@ -192,7 +192,11 @@ describe("the control plane's images and packages handed over from bootstrap to 
   it("hands both over to the registries with the holder reading throughout; the copy, killed in the middle, resumes; the binding keys change to the registries'", async () => {
     await filled();
     // The agent's identity: what it reads the object stores with (its binding of the part's identity).
-    const asAgent = await connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: bindingDir(mesh, identityRequirement(agent)) }) });
+    const asAgent = await connect({
+      servers: mesh.url,
+      ...natsIdentity({ MESH_NATS_CREDENTIALS: bindingDir(mesh, identityRequirement(agent)) }),
+      ...mesh.tls(),
+    });
     const stores = new Map<string, ObjectStore>();
     const objectStore = async (bucket: string) => stores.get(bucket) ?? stores.set(bucket, await new Objm(jetstream(asAgent)).open(bucket)).get(bucket)!;
 

@@ -15,7 +15,7 @@ import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { Buckets, keys, type Grant } from "@mesh/shared";
 import { natsIdentity } from "@mesh/shared/runtime";
-import { startBootstrappedMesh, SECOND_INSTANCE_ENV, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { applySecretModule, startBootstrappedMesh, SECOND_INSTANCE_ENV, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { endProcess } from "./harness/processes.js";
 import { waitFor } from "./harness/wait.js";
 
@@ -53,14 +53,7 @@ describe("meshctl reissue-agent", () => {
   });
 
   it("revokes the lost identity at once and writes the new one; an agent started on it writes node-b's bindings again", async () => {
-    const manifest = join(scratch, "app.yaml");
-    writeFileSync(
-      manifest,
-      ["kind: Module", "name: app", "parts:", "  - { name: api, node: node-b, installed: true }", "requires:", "  - { name: key, kind: secret }", ""].join(
-        "\n",
-      ),
-    );
-    expect((await mesh.meshctl(["apply", "-f", manifest, "--wait"])).code).toBe(0);
+    expect((await applySecretModule(mesh, { node: "node-b", dir: scratch })).code).toBe(0);
     const valueFile = join(bindings("node-b"), "app/api/key/value");
     await waitFor("app's secret on node-b's disk", () => existsSync(valueFile), 30_000);
     const value = readFileSync(valueFile, "utf8");
@@ -90,14 +83,14 @@ describe("meshctl reissue-agent", () => {
     expect(readFileSync(join(out, "creds"), "utf8")).not.toBe(oldCreds.toString());
 
     // The old key is refused; the new one connects, as an agent does, with its inbox prefix.
-    await expect(connect({ servers: mesh.url, authenticator: credsAuthenticator(oldCreds), reconnect: false, maxReconnectAttempts: 0 })).rejects.toThrow(
-      /Authorization Violation|authentication/i,
-    );
-    const nc = await connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: out }), reconnect: false });
+    await expect(
+      connect({ servers: mesh.url, authenticator: credsAuthenticator(oldCreds), ...mesh.tls(), reconnect: false, maxReconnectAttempts: 0 }),
+    ).rejects.toThrow(/Authorization Violation|authentication/i);
+    const nc = await connect({ servers: mesh.url, ...natsIdentity({ MESH_NATS_CREDENTIALS: out }), ...mesh.tls(), reconnect: false });
     await nc.flush();
     await nc.close();
     // Recorded on the grant: which generation, by whom, why, and who was locked out.
-    const admin = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
+    const admin = await connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), ...mesh.tls(), reconnect: false });
     const grant = (await (await new Kvm(admin).open(Buckets.grants)).get(keys.grant("mesh", "nats-agent-node-b")))?.json<Grant>();
     await admin.close();
     expect(grant?.revocations?.at(-1)).toMatchObject({ generation: 1, reason: "node-b re-imaged", lockedOut: ["node-b/agent-node-b"] });

@@ -8,7 +8,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { X509Certificate } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -16,7 +17,9 @@ import pg from "pg";
 import { connect } from "@nats-io/transport-node";
 import { connectWithIdentity } from "@mesh/client";
 import { isTcpPortFree } from "@mesh/cli";
-import { runMeshctl } from "./harness/bootstrapped-mesh.js";
+import { servedCertificate } from "@mesh/shared/runtime";
+import { ownServerTls, runMeshctl } from "./harness/bootstrapped-mesh.js";
+import { plainClient } from "./harness/plain-nats-client.js";
 import { entriesOpenToOthers } from "./harness/file-modes.js";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { dropFromSharedPostgres, holdSharedPostgresNames } from "./harness/postgres.js";
@@ -92,11 +95,30 @@ describe("meshctl up with the examples", () => {
     for (const f of [".mesh/nats-url", ".mesh/nats-operator/admin.creds", ".mesh/nats-operator/signing-keys.json"]) {
       expect((statSync(join(cwd, f)).mode & 0o777).toString(8), f).toBe("600");
     }
-    const refused = await connect({ servers: url, reconnect: false, timeout: 3_000 }).then(
+    const refused = await connect({ servers: url, reconnect: false, timeout: 3_000, ...ownServerTls(cwd) }).then(
       async (nc) => (await nc.close(), "connected"),
       (e: unknown) => String(e),
     );
     expect(refused).toMatch(/Authorization Violation/);
+  });
+
+  it("its server requires TLS: a client that does not speak it is refused, and the handshake shows a certificate of the mesh's authority for the address", async () => {
+    const url = await serverUrl();
+    const at = new URL(url);
+    const { said, info } = await plainClient({ host: at.hostname, port: Number(at.port) });
+    expect(info?.tls_required).toBe(true);
+    expect(said).not.toContain("PONG");
+    const bundle = readFileSync(join(cwd, ".mesh/mesh-ca/ca.crt"), "utf8");
+    // Verified against the bundle (the handshake fails otherwise) for the IP address in the URL.
+    const served = await servedCertificate({ host: at.hostname, port: Number(at.port) }, { ca: bundle });
+    expect(served.tlsRequired).toBe(true);
+    expect(served.certificate!.checkIssued(new X509Certificate(bundle))).toBe(true);
+    expect(served.certificate!.subjectAltName).toContain(`IP Address:${at.hostname}`);
+    expect(served.certificate!.serialNumber.toLowerCase()).toBe(realpathSync(join(cwd, ".mesh/nats-operator/tls/current")).split("/").pop());
+    // The configuration names the link, not a generation: a renewal never rewrites it.
+    expect(readFileSync(join(cwd, ".mesh/nats-operator/server.conf"), "utf8")).toMatch(
+      /tls \{ cert_file: ".*\/tls\/current\/tls\.crt", key_file: ".*\/tls\/current\/tls\.key"/,
+    );
   });
 
   it("brings shop to Ready and static-site to NothingRequired, with working files", { timeout: 200_000 }, async () => {
@@ -117,7 +139,9 @@ describe("meshctl up with the examples", () => {
     for (const part of [".mesh/bindings/node-a/shop/api", ".mesh/bindings/node-a/static-site/web"]) {
       await waitFor(`${part}'s identity`, () => existsSync(join(cwd, part, "identity/creds")) || undefined, 10_000);
       const conn = await connectWithIdentity(join(cwd, part, "identity"), { follow: false });
-      expect(conn.identity.url).toBe(url);
+      // The identity names the server as requiring TLS, and carries the bundle that verifies it.
+      expect(conn.identity.url).toBe(url.replace(/^nats:/, "tls:"));
+      expect(readFileSync(join(cwd, part, "identity/ca.crt"), "utf8")).toBe(readFileSync(join(cwd, ".mesh/mesh-ca/ca.crt"), "utf8"));
       await conn.nc.flush();
       await conn.close();
     }
@@ -148,9 +172,14 @@ describe("meshctl up with the examples", () => {
       expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
       expect(JSON.parse(r.stdout)).not.toHaveProperty("warnings");
       expect(r.stderr).toBe("");
-      // From elsewhere, with the address alone, the server refuses meshctl and it says what to do.
+      // From elsewhere, with the address alone, meshctl does not trust the server, and says what to give.
       expect(url).toMatch(/^nats:\/\//);
-      const elsewhere = await runMeshctl(scratchDir("mesh-elsewhere-"), ["status", "shop"], { ...freshEnv, NATS_URL: url });
+      const untrusted = await runMeshctl(scratchDir("mesh-elsewhere-"), ["status", "shop"], { ...freshEnv, NATS_URL: url });
+      expect(untrusted.code).toBe(1);
+      expect(untrusted.stderr).toMatch(/speaks TLS with a certificate this process does not trust .*MESH_NATS_CA_FILE/);
+      // Trusting it, with the address alone, the server refuses meshctl and it says what to do.
+      const ca = join(cwd, ".mesh/mesh-ca/ca.crt");
+      const elsewhere = await runMeshctl(scratchDir("mesh-elsewhere-"), ["status", "shop"], { ...freshEnv, NATS_URL: url, MESH_NATS_CA_FILE: ca });
       expect(elsewhere.code).toBe(1);
       expect(elsewhere.stderr).toMatch(/refused this process's identity/);
       expect(elsewhere.stderr).toContain("--creds .mesh/nats-operator/admin.creds (or NATS_CREDS=, or MESH_NATS_CREDENTIALS=)");
@@ -161,11 +190,11 @@ describe("meshctl up with the examples", () => {
         expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(0);
         expect(JSON.parse(r.stdout)).toMatchObject({ modules: [{ module: "shop", state: "Ready" }] });
       };
-      await named(["--creds", admin], { NATS_URL: url });
-      await named([], { NATS_URL: url, NATS_CREDS: admin });
+      await named(["--creds", admin], { NATS_URL: url, MESH_NATS_CA_FILE: ca });
+      await named([], { NATS_URL: url, NATS_CREDS: admin, MESH_NATS_CA_FILE: ca });
       const config = scratchDir("mesh-nats-config-");
       mkdirSync(join(config, "nats/context"), { recursive: true });
-      writeFileSync(join(config, "nats/context/mesh.json"), JSON.stringify({ description: "this mesh", url, creds: admin }));
+      writeFileSync(join(config, "nats/context/mesh.json"), JSON.stringify({ description: "this mesh", url, creds: admin, ca }));
       await named(["--context", "mesh"], { XDG_CONFIG_HOME: config });
       await named([], { XDG_CONFIG_HOME: config, NATS_CONTEXT: "mesh" });
     },

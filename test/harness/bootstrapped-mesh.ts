@@ -5,7 +5,7 @@
  * and find a service's process to stop or kill it.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -42,6 +42,36 @@ export function runMeshctl(
   });
 }
 
+/**
+ * Applies module `app` (part `api` on `node`, installed, requiring secret `key`) from a file in
+ * `dir` (default the mesh's directory) as the administrator, and waits until it is Ready;
+ * resolves with meshctl's result.
+ */
+export async function applySecretModule(
+  mesh: Pick<BootstrappedMesh, "cwd" | "meshctl">,
+  opts: { node?: string; dir?: string; timeout?: string } = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const manifest = join(opts.dir ?? mesh.cwd, "app.yaml");
+  writeFileSync(
+    manifest,
+    [
+      "kind: Module",
+      "name: app",
+      "parts:",
+      `  - { name: api, node: ${opts.node ?? "node-a"}, installed: true }`,
+      "requires:",
+      "  - { name: key, kind: secret }",
+      "",
+    ].join("\n"),
+  );
+  return mesh.meshctl(["apply", "-f", manifest, "--wait", ...(opts.timeout ? ["--timeout", opts.timeout] : [])]);
+}
+
+/** What a test's client adds to connect to the server `meshctl up` or `bootstrap` started in `cwd`: TLS verified against the mesh's authority (none for a server it did not start). */
+export function ownServerTls(cwd: string): { tls?: { caFile: string } } {
+  return existsSync(join(cwd, ".mesh/nats-operator/tls/current")) ? { tls: { caFile: join(cwd, ".mesh/mesh-ca/ca.crt") } } : {};
+}
+
 /** How long a test lets one meshctl run unless it says: past the longest wait a test gives meshctl (rotate --wait --timeout 240s, and 15 s). */
 const MESHCTL_KILL_AFTER_MS = 300_000;
 
@@ -60,6 +90,8 @@ export interface BootstrappedMesh {
   adminEnv: Record<string, string>;
   /** The admin's `.creds` file. */
   adminCredsFile: string;
+  /** What a test's own client adds to connect to the server: TLS verified against the mesh's authority when the server is the one bootstrap started (it requires TLS). */
+  tls(): { tls?: { caFile: string } };
   adminCreds(): string;
   /** The server's client connections right now: connection name (`mesh-resolver`…), the user's nkey and its JWT's name. */
   connections(): Promise<Array<{ name: string; user: string; tag: string }>>;
@@ -84,14 +116,22 @@ export interface ExistingServers {
 
 /** With `restart`, bootstrap runs again in the directory and at the URL of a mesh stopped with `keep`: a cold start of the same mesh. */
 export async function startBootstrappedMesh(
-  opts: { nodes?: string[]; readyTimeoutMs?: number; restart?: Pick<BootstrappedMesh, "cwd" | "url">; on?: ExistingServers; env?: Record<string, string> } = {},
+  opts: {
+    nodes?: string[];
+    readyTimeoutMs?: number;
+    restart?: Pick<BootstrappedMesh, "cwd" | "url">;
+    on?: ExistingServers;
+    env?: Record<string, string>;
+    /** More options of bootstrap (`--nats-tls-lifetime 15s`). */
+    args?: string[];
+  } = {},
 ): Promise<BootstrappedMesh> {
   const cwd = opts.restart?.cwd ?? opts.on?.cwd ?? mkdtempSync(join(tmpdir(), "mesh-boot-"));
   const url = opts.restart?.url ?? opts.on?.url ?? `nats://127.0.0.1:${await freePort()}`;
   let out = "";
   // The server bootstrap starts opens its monitoring port only when asked: the tests read /connz and /varz there.
   const monitor = opts.on ? [] : ["--nats-monitor", "127.0.0.1:0"];
-  const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : []), ...monitor], {
+  const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : []), ...monitor, ...(opts.args ?? [])], {
     cwd,
     env: { ...process.env, NATS_URL: url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_USER: "", MESH_NATS_CREDENTIALS: "", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -110,6 +150,7 @@ export async function startBootstrappedMesh(
     adminEnv,
     adminCredsFile,
     adminCreds: () => readFileSync(adminCredsFile, "utf8"),
+    tls: () => ownServerTls(cwd),
     async connections() {
       // On a cluster, every member's clients (a member that is down has none).
       const all = await Promise.all(

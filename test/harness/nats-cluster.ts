@@ -7,6 +7,10 @@
  * `meshctl bootstrap` run from `cwd` finds them (`.mesh/nats-operator/`, `.mesh/master.key`),
  * so a bootstrap given the cluster's URLs uses it and starts no server of its own.
  *
+ * With `tls`, every member's configuration is what `meshctl nats-config --tls-name localhost
+ * --tls-name 127.0.0.1 --cluster-file … --server-name …` prints: clients and routes over TLS with
+ * a certificate of the mesh's authority (`.mesh/mesh-ca/`), each member verifying the others'.
+ *
  * Faults are real: `kill()` is SIGKILL of that member's own PID, `stop()` is SIGTERM, and
  * `restart()` starts it again on the same ports with the same store and JWT directory.
  * Never touches the shared server on 4222.
@@ -18,7 +22,8 @@ import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { parseMasterKey, type MasterKey } from "@mesh/shared";
-import { ensureOperator, operatorConfig, operatorFiles, type OperatorFiles, type OperatorPublic } from "@mesh/providers";
+import { caFiles, ensureOperator, operatorConfig, operatorFiles, type OperatorFiles, type OperatorPublic } from "@mesh/providers";
+import { natsConfigText } from "../../packages/cli/src/bootstrap.js";
 import { startNatsServer, type NatsServer } from "./nats-server.js";
 import { freePort } from "./ports.js";
 import { waitFor } from "./wait.js";
@@ -50,6 +55,8 @@ export interface OperatorCluster {
   /** Every member's client URL, comma-separated: what NATS_URL takes. */
   url: string;
   adminCreds: string;
+  /** The bundle clients verify the members against, for a cluster with TLS. */
+  caFile?: string;
   member(name: string): ClusterMember;
   /** The member that leads the JetStream meta group now (asked of a running member's /jsz). */
   metaLeader(): Promise<ClusterMember>;
@@ -83,7 +90,7 @@ const getJson = async <T>(url: string): Promise<T> => {
 };
 
 /** Starts a cluster of `size` (default 3) members whose operator is the mesh; resolves once it has a meta leader. */
-export async function startOperatorCluster(opts: { size?: number; cwd?: string } = {}): Promise<OperatorCluster> {
+export async function startOperatorCluster(opts: { size?: number; cwd?: string; tls?: boolean } = {}): Promise<OperatorCluster> {
   const size = opts.size ?? 3;
   const cwd = opts.cwd ?? mkdtempSync(join(tmpdir(), "mesh-cluster-"));
   const stateDir = join(cwd, ".mesh");
@@ -94,6 +101,7 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
   const masterKey = parseMasterKey(hex);
   const files = operatorFiles(join(stateDir, "nats-operator"));
   const operator = await ensureOperator(files, masterKey);
+  const ca = caFiles(join(stateDir, "mesh-ca"));
 
   const ports = await Promise.all(Array.from({ length: size }, async () => ({ client: await freePort(), cluster: await freePort() })));
   const routes = ports.map((p) => `    nats-route://127.0.0.1:${p.cluster}`).join("\n");
@@ -110,11 +118,24 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
     const cluster = `cluster {\n  name: mesh\n  listen: "127.0.0.1:${p.cluster}"\n  routes: [\n${routes}\n  ]\n}`;
     // Each member logs to its own file beside its store (kept with MESH_TEST_KEEP_DIRS=1); MESH_TEST_NATS_DEBUG=1 adds the Raft groups' debug lines.
     const logging = `\nlog_file: "${join(dir, "server.log")}"\n${process.env.MESH_TEST_NATS_DEBUG === "1" ? "debug: true\n" : ""}`;
-    writeFileSync(
-      configFile,
-      operatorConfig(files, operator, { host: "127.0.0.1", port: p.client, storeDir, resolverDir, serverName: name, cluster }) + logging,
-      { mode: 0o600 },
-    );
+    let config: string;
+    if (opts.tls) {
+      const clusterFile = join(dir, "cluster.conf");
+      writeFileSync(clusterFile, cluster);
+      config = await natsConfigText({
+        files,
+        masterKey,
+        listen: `127.0.0.1:${p.client}`,
+        storeDir,
+        resolverDir,
+        clusterFile,
+        serverName: name,
+        tls: { names: ["localhost", "127.0.0.1"], lifetimeMs: 86_400_000, ca },
+      });
+    } else {
+      config = operatorConfig(files, operator, { host: "127.0.0.1", port: p.client, storeDir, resolverDir, serverName: name, cluster });
+    }
+    writeFileSync(configFile, config + logging, { mode: 0o600 });
     // startNatsServer waits for the client port only: a member starts alone, then finds the others.
     const server = await startNatsServer({ port: p.client, configFile, storeDir });
     const m: ClusterMember = {
@@ -139,6 +160,7 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
     members.push(m);
   }
   const adminCreds = readFileSync(files.adminCredsFile, "utf8");
+  const tls = opts.tls ? { tls: { caFile: ca.certFile } } : {};
   const url = members.map((m) => m.url).join(",");
   const byName = (name: string) => {
     const m = members.find((x) => x.name === name);
@@ -172,6 +194,7 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
     members,
     url,
     adminCreds,
+    ...(opts.tls ? { caFile: ca.certFile } : {}),
     member: byName,
     metaLeader: () => metaLeaderAmong(members, (m) => m.monitorUrl, byName),
     async streamLeader(nc, stream) {
@@ -197,6 +220,7 @@ export async function startOperatorCluster(opts: { size?: number; cwd?: string }
         timeout: 3_000,
         name: o.name ?? "cluster-test",
         authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+        ...tls,
       }),
     async stop(o = {}) {
       await Promise.all(members.map((m) => m.server.stop({ keepStore: true }).catch(() => {})));

@@ -29,9 +29,11 @@ describe("as node node-a's agent", () => {
     connect({
       servers: mesh.url,
       ...natsIdentity({ MESH_NATS_CREDENTIALS: join(mesh.cwd, ".mesh/bindings/node-a/mesh", part, identityRequirement(part)) }),
+      ...mesh.tls(),
       reconnect: false,
     });
-  const connectAdmin = () => connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), reconnect: false });
+  const connectAdmin = () =>
+    connect({ servers: mesh.url, authenticator: credsAuthenticator(readFileSync(mesh.adminCredsFile)), ...mesh.tls(), reconnect: false });
   beforeAll(async () => {
     mesh = await startBootstrappedMesh();
   }, 180_000);

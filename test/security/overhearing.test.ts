@@ -22,7 +22,7 @@ import { DeliveryReceipt, Grant, ModuleDoc, Rotation, RotationStates, agentPart,
 import { openStore, readJson, type Store } from "@mesh/shared/runtime";
 import { jwtOfCreds, userClaims } from "@mesh/providers";
 import { connectWithIdentity, declare, natsUserConnectOptions } from "@mesh/client";
-import { meshctlBin, runMeshctl } from "../harness/bootstrapped-mesh.js";
+import { meshctlBin, ownServerTls, runMeshctl } from "../harness/bootstrapped-mesh.js";
 import { serverErrors } from "../harness/refusals.js";
 import { waitFor } from "../harness/wait.js";
 
@@ -151,7 +151,11 @@ describe("meshctl up with an application, an agent, a part and every service lis
       throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
     });
     const url = readFileSync(join(cwd, ".mesh/nats-url"), "utf8").trim();
-    admin = await connect({ servers: url, authenticator: credsAuthenticator(readFileSync(join(cwd, ".mesh/nats-operator/admin.creds"))) });
+    admin = await connect({
+      servers: url,
+      authenticator: credsAuthenticator(readFileSync(join(cwd, ".mesh/nats-operator/admin.creds"))),
+      ...ownServerTls(cwd),
+    });
     store = await openStore(admin);
     for (const [part, node] of [
       ["worker", "node-b"],

@@ -21,10 +21,11 @@ import {
   controlPlaneManifest,
   errorMessage,
   identityRequirement,
+  type CertificateUsage,
   type MasterKey,
   type ProviderDoc,
 } from "@mesh/shared";
-import { readJson, type Store } from "@mesh/shared/runtime";
+import { readJson, retryJetStreamIdempotent, type Store } from "@mesh/shared/runtime";
 import {
   ensureMeshCa,
   ensureOperator,
@@ -62,6 +63,8 @@ export function adminEnv(files: OperatorFiles): Record<string, string> {
 /** The documents bootstrap applies: the mesh's NATS as a provider, and the control plane's module. */
 export function controlPlaneFiles(opts: {
   url: string;
+  /** The bundle the server's TLS certificate is verified against (its url then `tls://`). */
+  caFile?: string;
   servicesNode: string;
   nodes: readonly string[];
   files: OperatorFiles;
@@ -70,7 +73,7 @@ export function controlPlaneFiles(opts: {
   return {
     source: "meshctl bootstrap",
     documents: [
-      busProvider({ url: opts.url, node: opts.servicesNode, files: opts.files }),
+      busProvider({ url: opts.url, node: opts.servicesNode, files: opts.files, ...(opts.caFile ? { caFile: opts.caFile } : {}) }),
       controlPlaneManifest({ servicesNode: opts.servicesNode, nodes: opts.nodes, ...(opts.replicas ? { replicas: opts.replicas } : {}) }),
     ],
   };
@@ -81,11 +84,17 @@ export function controlPlaneFiles(opts: {
  * (parts', nats.user) and serves JetStream stores; without (a server that has no
  * authentication), it hands the parts identities that carry the url alone.
  */
-export function busProvider(opts: { url: string; node: string; files?: Pick<OperatorFiles, "signingKeysFile" | "adminCredsFile"> }): ProviderDoc {
+export function busProvider(opts: {
+  url: string;
+  node: string;
+  caFile?: string;
+  files?: Pick<OperatorFiles, "signingKeysFile" | "adminCredsFile">;
+}): ProviderDoc {
   const f = opts.files;
   return bootstrapProvider({
     url: opts.url,
     node: opts.node,
+    ...(opts.caFile ? { caFile: opts.caFile } : {}),
     ...(f ? { auth: { signingKeysFile: f.signingKeysFile, admin: { username: BOOTSTRAP_ADMIN, passwordFile: f.adminCredsFile } } } : {}),
   });
 }
@@ -119,7 +128,8 @@ export async function waitForControlPlane(
   const start = Date.now();
   let last = "";
   while (!opts.signal.aborted) {
-    const s = (await readJson(store.kv.modules, CONTROL_PLANE_MODULE, ModuleStatus))?.value;
+    // A read, ridden out while JetStream does not answer (a reload of the server, such as its certificate's renewal, closes every connection).
+    const s = (await retryJetStreamIdempotent(() => readJson(store.kv.modules, CONTROL_PLANE_MODULE, ModuleStatus)))?.value;
     const line = s ? `module ${CONTROL_PLANE_MODULE}: ${s.state}: ${s.message}` : `module ${CONTROL_PLANE_MODULE}: not processed yet`;
     if (line !== last) {
       opts.onProgress(line);
@@ -203,6 +213,8 @@ export interface NatsConfigOptions {
   resolverDir?: string;
   /** A `cluster { … }` block to add, read from a file. */
   clusterFile?: string;
+  /** `server_name`: a cluster member's, unique in the cluster and kept across its restarts. */
+  serverName?: string;
   /**
    * TLS for clients: a server certificate the mesh's authority (`ca`, made when missing) issues
    * for `names` and puts under the operator's directory (`tls/current/…`; issued again by the
@@ -217,7 +229,7 @@ export interface NatsConfigOptions {
 export const NATS_SERVER_CERT_LIFETIME = "90d";
 
 /** The server certificate and what to say of it, for {@link natsConfigText}. */
-async function serverTls(o: NatsConfigOptions): Promise<{ tls?: ServerListen["tls"]; said?: string }> {
+async function serverTls(o: NatsConfigOptions): Promise<{ tls?: ServerListen["tls"]; routeTls?: ServerListen["routeTls"]; said?: string }> {
   const t = o.tls;
   if (!t) return {};
   if ("certFile" in t) {
@@ -229,24 +241,68 @@ async function serverTls(o: NatsConfigOptions): Promise<{ tls?: ServerListen["tl
       if (p !== undefined && !isAbsolute(p))
         throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the server's host`, ExitCodes.Usage);
     }
-    return { tls: { certFile: t.certFile, keyFile: t.keyFile, ...(t.caFile ? { caFile: t.caFile } : {}) }, said: `TLS with your certificate ${t.certFile}` };
+    // A cluster's routes verify each other against the authority given, when there is one.
+    const routes = o.clusterFile && t.caFile ? { routeTls: { certFile: t.certFile, keyFile: t.keyFile, caFile: t.caFile } } : {};
+    return {
+      tls: { certFile: t.certFile, keyFile: t.keyFile, ...(t.caFile ? { caFile: t.caFile } : {}) },
+      ...routes,
+      said: `TLS with your certificate ${t.certFile}${o.clusterFile ? (t.caFile ? ", for clients and routes (each member verifies the others against --tls-ca)" : "; the routes stay plain TCP without --tls-ca to verify them against") : ""}`,
+    };
   }
   const dnsNames = t.names.filter((n) => isIP(n) === 0);
   const ipAddresses = t.names.filter((n) => isIP(n) !== 0);
   const bad = dnsNames.find((n) => !isDnsName(n));
   if (bad !== undefined) throw new CliError(`--tls-name ${JSON.stringify(bad)} is neither a DNS name nor an IP address`, ExitCodes.Usage);
   await ensureMeshCa(t.ca, o.masterKey);
-  const authority = await readAuthority(t.ca, o.masterKey);
-  const keyPem = newPrivateKeyPem();
-  const certPem = await issueCertificate(authority, { keyPem, dnsNames, ipAddresses, lifetimeMs: t.lifetimeMs, usage: "server" });
-  const installed = installCertificate(join(o.files.dir, "tls"), certPem, keyPem);
-  const notAfter = new Date(new X509Certificate(certPem).validTo).toISOString();
+  // A cluster member's certificate is its route's client certificate too: both usages.
+  const installed = await issueServerCertificate(o.files, {
+    ca: t.ca,
+    masterKey: o.masterKey,
+    dnsNames,
+    ipAddresses,
+    lifetimeMs: t.lifetimeMs,
+    usage: o.clusterFile ? "both" : "server",
+  });
   return {
     tls: { certFile: installed.certFile, keyFile: installed.keyFile },
+    ...(o.clusterFile ? { routeTls: { certFile: installed.certFile, keyFile: installed.keyFile, caFile: t.ca.certFile } } : {}),
     said:
-      `server certificate ${installed.serial} of the mesh's authority for ${t.names.join(", ")}, valid until ${notAfter}, in ${join(o.files.dir, "tls", "current")}; ` +
+      `server certificate ${installed.serial} of the mesh's authority for ${t.names.join(", ")}${o.clusterFile ? " (clients and routes: each member verifies the others')" : ""}, valid until ${installed.notAfter.toISOString()}, in ${join(o.files.dir, "tls", "current")}; ` +
       `give every client MESH_NATS_CA_FILE=${t.ca.certFile}. Before it expires run this again and send the server SIGHUP: the configuration does not change`,
   };
+}
+
+/** A server certificate installed for a NATS server: the files its configuration names (through `tls/current`), and what it is. */
+export interface ServerCertificate {
+  certFile: string;
+  keyFile: string;
+  serial: string;
+  notBefore: Date;
+  notAfter: Date;
+}
+
+/**
+ * Issues a server certificate from the mesh's authority (`ca`, its key sealed under
+ * `masterKey`) and installs it under the operator's directory: a new directory `tls/<serial>/`,
+ * then the link `tls/current` renamed over, so a server whose configuration names
+ * `tls/current/tls.crt` and `tls.key` finds both of one generation whenever it reads them.
+ */
+export async function issueServerCertificate(
+  files: OperatorFiles,
+  o: { ca: CaFiles; masterKey: MasterKey; dnsNames: string[]; ipAddresses: string[]; lifetimeMs: number; usage?: CertificateUsage },
+): Promise<ServerCertificate> {
+  const authority = await readAuthority(o.ca, o.masterKey);
+  const keyPem = newPrivateKeyPem();
+  const certPem = await issueCertificate(authority, {
+    keyPem,
+    dnsNames: o.dnsNames,
+    ipAddresses: o.ipAddresses,
+    lifetimeMs: o.lifetimeMs,
+    usage: o.usage ?? "server",
+  });
+  const installed = installCertificate(join(files.dir, "tls"), certPem, keyPem);
+  const x = new X509Certificate(certPem);
+  return { ...installed, notBefore: new Date(x.validFrom), notAfter: new Date(x.validTo) };
 }
 
 /**
@@ -275,10 +331,12 @@ export async function natsConfigText(o: NatsConfigOptions): Promise<string> {
     }
   }
   const pub = await ensureOperator(o.files, o.masterKey);
-  const { tls, said } = await serverTls(o);
+  const { tls, routeTls, said } = await serverTls(o);
   if (said) o.onTls?.(said);
   return operatorConfig(o.files, pub, {
     ...(tls ? { tls } : {}),
+    ...(routeTls ? { routeTls } : {}),
+    ...(o.serverName ? { serverName: o.serverName } : {}),
     host: m[1]!.replace(/^\[|\]$/g, ""),
     port,
     ...(o.storeDir ? { storeDir: o.storeDir } : {}),

@@ -10,12 +10,18 @@
  * 3. the bundle keeps the new authority alone, and every grant is rotated once more, so the old
  *    root is trusted by no holder.
  *
+ * The grants of a NATS provider whose servers the authority vouches for (its `options.caFile` is
+ * the authority's bundle) carry the bundle as `ca.crt`: they are rotated with steps 1 and 3, so
+ * their holders trust the new root before any server presents it, and the old one no longer.
+ * Before step 3 the server a mesh runs (`meshctl up`, `bootstrap`) must present a certificate of
+ * the new root: the command waits until a handshake shows one.
+ *
  * A step is done when every grant's resource says so (`trusts`, `authority`: what the adapter
  * recorded when it issued), not when its rotations ended: a rotation already running when the
  * step began was staged with the files before it and is rotated again.
  */
 import { Grant, MESH_CA_PROVIDER, ProviderDoc, isTrue, type MasterKey } from "@mesh/shared";
-import { listJson, readJson, type Store } from "@mesh/shared/runtime";
+import { listJson, readJson, servedCertificate, type Store } from "@mesh/shared/runtime";
 import {
   beginCaRotation,
   caFiles,
@@ -23,11 +29,12 @@ import {
   certificatesOf,
   dropRetiredAuthorities,
   fingerprintOf,
+  NATS_CA_FILE_OPTION,
   readAuthority,
   switchCaIssuer,
   type CaFiles,
 } from "@mesh/providers";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { CliError } from "./cli-error.js";
@@ -44,6 +51,8 @@ export interface CaRotateOptions {
   /** How long the whole command may take before it stops (it resumes when run again). */
   timeoutMs: number;
   json?: boolean;
+  /** The NATS server the command is connected to: before the old root leaves the bundle, it must present a certificate of the new one. */
+  server?: { host: string; port: number };
 }
 
 /** One step of the rotation, as printed and in `--json`: its rotations, and where each grant stands once it is done. */
@@ -89,37 +98,77 @@ export async function runCaRotate(store: Store, files: CaFiles, opts: CaRotateOp
   if (step !== "switched") {
     to = await beginCaRotation(files, opts.masterKey);
     const what = `${step === "introduced" ? "resumed: " : ""}authority ${to} joins the bundle beside ${from}, which still issues; every holder is given both`;
-    steps.push({ step: 1, what, ...(await reissue(1, what, (g) => (g.resource.trusts ?? "").split(",").includes(to))) });
+    steps.push({ step: 1, what, ...(await reissue(1, what, (g) => (g.resource.trusts ?? "").split(",").includes(to), true)) });
     await switchCaIssuer(files, opts.masterKey);
   } else {
     to = from;
   }
   const what2 = `authority ${to} issues now (the old key is gone); every certificate is issued again under it`;
   steps.push({ step: 2, what: what2, ...(await reissue(2, what2, (g) => g.resource.authority === to)) });
+  await serverUnder(to);
   await dropRetiredAuthorities(files, opts.masterKey);
   const what3 = `the bundle holds ${to} alone; every holder is given it`;
-  steps.push({ step: 3, what: what3, ...(await reissue(3, what3, (g) => g.resource.trusts === to)) });
+  steps.push({ step: 3, what: what3, ...(await reissue(3, what3, (g) => g.resource.trusts === to, true)) });
 
   if (opts.json) out.out(JSON.stringify({ provider, from: step === "switched" ? undefined : from, to, steps }, null, 2));
   else out.out(`the authority of provider ${provider} is rotated${step === "switched" ? "" : `: ${from} → ${to}`}; no holder trusts another any more`);
   return ExitCodes.Ok;
 
   /**
+   * Waits until the NATS server the command is connected to presents a certificate the
+   * authority `fp` signed, when it presents one of this authority at all (a server with a
+   * certificate of another, or without TLS, is not this authority's to follow).
+   */
+  async function serverUnder(fp: string): Promise<void> {
+    if (!opts.server) return;
+    const where = `${opts.server.host}:${opts.server.port}`;
+    let said = false;
+    for (;;) {
+      const bundle = readFileSync(files.certFile, "utf8");
+      const served = await servedCertificate(opts.server, { ca: bundle }).catch(() => undefined);
+      if (!served?.certificate) return;
+      const issuer = certificatesOf(bundle).find((c) => fingerprintOf(c) === fp);
+      if (issuer && served.certificate.checkIssued(issuer) && served.certificate.verify(issuer.publicKey)) return;
+      if (!said) {
+        say(
+          `waiting for the NATS server at ${where} to present a certificate of ${fp} before the old root leaves the bundle (meshctl up and bootstrap renew theirs within seconds; for a server you run: meshctl nats-config --tls-name … again, then SIGHUP)`,
+        );
+        said = true;
+      }
+      if (Date.now() > deadline) {
+        throw new CliError(
+          `the NATS server at ${where} still presents a certificate of the old root (serial ${served.certificate.serialNumber.toLowerCase()}), so the old root stays in the bundle: renew the server's certificate and run meshctl ca rotate again to finish`,
+          ExitCodes.WaitTimedOut,
+        );
+      }
+      await sleep(1_000);
+    }
+  }
+
+  /**
    * Rotates every provisioned grant of the provider that is not `done` yet, until every one is
    * (a rotation that was running when the step began is made again), or the deadline passes.
    */
-  async function reissue(n: number, what: string, done: (g: Grant) => boolean): Promise<Pick<StepOutcome, "rotations" | "after">> {
+  async function reissue(n: number, what: string, done: (g: Grant) => boolean, bundles = false): Promise<Pick<StepOutcome, "rotations" | "after">> {
     const all: KindRotation[] = [];
     let said = false;
+    // With `bundles`, the grants of the NATS providers whose servers the authority vouches for too.
+    const providers = new Set([provider]);
+    if (bundles) {
+      for (const { value: p } of await listJson(store.kv.providers, ProviderDoc))
+        if (p.options?.[NATS_CA_FILE_OPTION] === files.certFile) providers.add(p.name);
+    }
     for (;;) {
       const grants = (await listJson(store.kv.grants, Grant))
         .map((e) => e.value)
-        .filter((g) => g.provider === provider && g.generation > 0 && isTrue(g.conditions, "Provisioned"));
+        .filter((g) => providers.has(g.provider ?? "") && g.generation > 0 && isTrue(g.conditions, "Provisioned"));
       const left = grants.filter((g) => !done(g));
       if (!said) say(`step ${n} of 3: ${what} (${left.length} of ${grants.length} grants to rotate)`);
       said = true;
       if (left.length === 0) {
-        const after = Object.fromEntries(grants.map((g) => [g.id, { authority: g.resource.authority ?? "", trusts: g.resource.trusts ?? "" }]));
+        const after = Object.fromEntries(
+          grants.filter((g) => g.provider === provider).map((g) => [g.id, { authority: g.resource.authority ?? "", trusts: g.resource.trusts ?? "" }]),
+        );
         return { rotations: all, after };
       }
       if (Date.now() > deadline) {

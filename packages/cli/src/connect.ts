@@ -5,15 +5,18 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { ConnectionOptions } from "@nats-io/transport-node";
-import { ErrorCodes, isMeshError } from "@mesh/shared";
+import { ErrorCodes, isMeshError, StateFiles } from "@mesh/shared";
+import { caFiles } from "@mesh/providers";
 import {
   DEFAULT_NATS_URL,
   connectNats,
   isJetStreamTimeout,
   isStoreCreateFailure,
+  isUntrustedServer,
   JETSTREAM_GAP_RIDE_OUT_MS,
   jetStreamUnavailable,
   natsIdentity,
+  natsTls,
   openStore,
   type NatsConnection,
   type Store,
@@ -57,6 +60,10 @@ export const isNamedServer = (option: string | undefined, env: NodeJS.ProcessEnv
  * of the working directory, else none. `--server` and `NATS_URL` change only the address.
  */
 export function cliIdentity(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd(), chosen: ChosenIdentity = {}): Partial<ConnectionOptions> {
+  return { ...identityOf(env, cwd, chosen), ...ownServerTls(env, resolve(cwd, ".mesh"), chosen) };
+}
+
+function identityOf(env: NodeJS.ProcessEnv, cwd: string, chosen: ChosenIdentity): Partial<ConnectionOptions> {
   if (chosen.creds) return credsIdentity(`--creds ${chosen.creds}`, chosen.creds);
   const c = chosen.context;
   if (c && (c.creds || c.user || c.token)) {
@@ -88,6 +95,19 @@ export function ownAdminCreds(env: NodeJS.ProcessEnv, stateDir: string): string 
   if (env.MESH_NATS_CREDENTIALS || env.MESH_NATS_USER) return undefined;
   const creds = bootstrapFiles(stateDir).adminCredsFile;
   return existsSync(creds) ? creds : undefined;
+}
+
+/**
+ * The bundle the NATS context names (`ca`), else the mesh's authority's in the state directory `stateDir`, when it is what
+ * verifies the server: the server `meshctl up` or `bootstrap` runs from there requires TLS (its
+ * certificate is installed there), and neither `MESH_NATS_CA_FILE` nor the identity's binding
+ * (a `ca.crt` in it) names another.
+ */
+export function ownServerTls(env: NodeJS.ProcessEnv, stateDir: string, chosen: ChosenIdentity = {}): Partial<ConnectionOptions> {
+  if (chosen.context?.ca) return { tls: { caFile: chosen.context.ca } };
+  if (env.MESH_NATS_CA_FILE || natsTls(chosen.creds ? { MESH_NATS_CREDENTIALS: chosen.creds } : env).tls) return {};
+  const caFile = caFiles(join(stateDir, StateFiles.caDir)).certFile;
+  return existsSync(join(bootstrapFiles(stateDir).dir, "tls", "current")) && existsSync(caFile) ? { tls: { caFile } } : {};
 }
 
 /** What to tell a user whose NATS at `url` did not answer. */
@@ -185,6 +205,8 @@ export async function connectForCli(
           { cause: e },
         );
       }
+      // A server whose certificate this process does not trust: said as connectNats words it (what to set).
+      if (isMeshError(e, ErrorCodes.ProviderUnreachable) && isUntrustedServer(e.cause)) throw new CliError(e.message, undefined, { cause: e });
       // Accepted, but the handshake did not finish in time: tried again while the deadline allows one more.
       if (isRequestTimeout(e) && Date.now() + timeoutMs <= deadline) {
         (o.onRetry ?? ((line: string) => void process.stderr.write(`${line}\n`)))(

@@ -22,6 +22,8 @@ export interface NatsContext {
   password?: string;
   token?: string;
   inboxPrefix?: string;
+  /** The bundle the server's TLS certificate is verified against. */
+  ca?: string;
 }
 
 /** The identity the command line names, before the environment's and the state directory's. */
@@ -32,7 +34,7 @@ export interface ChosenIdentity {
 }
 
 /** Fields of a context meshctl cannot use; named in the refusal rather than ignored. */
-const UNSUPPORTED = ["nkey", "cert", "key", "ca", "user_jwt", "nsc", "jetstream_domain", "jetstream_api_prefix"] as const;
+const UNSUPPORTED = ["nkey", "cert", "key", "user_jwt", "nsc", "jetstream_domain", "jetstream_api_prefix"] as const;
 
 /** The context file of `name`. */
 export function natsContextFile(name: string, env: NodeJS.ProcessEnv = process.env): string {
@@ -78,5 +80,6 @@ export function readNatsContext(name: string, env: NodeJS.ProcessEnv = process.e
     ...(str("password") ? { password: str("password") } : {}),
     ...(str("token") ? { token: str("token") } : {}),
     ...(str("inbox_prefix") ? { inboxPrefix: str("inbox_prefix") } : {}),
+    ...(str("ca") ? { ca: str("ca")!.replace(/^~(?=\/|$)/, env.HOME || homedir()) } : {}),
   };
 }

@@ -44,6 +44,7 @@ import { CompletedNames, Shells, completionScript, parseShell, plainNames, type 
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { caFilesOf, runCaRotate } from "./ca-command.js";
+import { UP_NATS_TLS_LIFETIME } from "./nats-server-tls.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
 import { parseMetricsListen, parseNatsMonitor, runUp } from "./up-command.js";
@@ -454,7 +455,7 @@ ca.command("rotate")
         runCaRotate(
           store,
           files,
-          { masterKey: key, provider: o.provider, timeoutMs, ...(rotationTimeoutMs ? { rotationTimeoutMs } : {}), json: p.json },
+          { masterKey: key, provider: o.provider, timeoutMs, ...(rotationTimeoutMs ? { rotationTimeoutMs } : {}), ...serverOf(url), json: p.json },
           p.out,
         ),
       );
@@ -635,6 +636,7 @@ interface LocalMeshOptions {
   allowHook: string[];
   hookUser?: string;
   natsMonitor?: string;
+  natsTlsLifetime?: string;
   metricsListen?: string;
   auditRetention?: string;
 }
@@ -655,6 +657,25 @@ const HOOK_USER_HELP = "the unprivileged user the agents run hooks as (default n
 const NATS_MONITOR_HELP =
   "open the monitoring port of the NATS server this command starts, at 127.0.0.1:PORT (port 0 picks a free one); default: none. " +
   "It answers anyone who can reach it, without authentication, with every identity's connections and subscriptions (/connz)";
+
+const NATS_TLS_LIFETIME_HELP = `how long the certificate of the NATS server this command starts is valid (from 10s to 30d; default ${UP_NATS_TLS_LIFETIME}); renewed at two thirds while it runs`;
+
+/** The first server of a NATS URL list, as `meshctl ca rotate` looks at what it presents; none for one it cannot parse. */
+function serverOf(url: string): { server?: { host: string; port: number } } {
+  try {
+    const u = new URL(/^[a-z]+:\/\//i.test(url) ? url.split(",")[0]!.trim() : `nats://${url.split(",")[0]!.trim()}`);
+    return { server: { host: u.hostname.replace(/^\[|\]$/g, ""), port: Number(u.port || 4222) } };
+  } catch {
+    return {};
+  }
+}
+
+/** `--nats-tls-lifetime` in milliseconds; a CliError for a duration that is not one, or out of bounds. */
+function natsTlsLifetimeOption(value: string | undefined): number | undefined {
+  const ms = durationOption("--nats-tls-lifetime", value);
+  if (ms !== undefined && (ms < 10_000 || ms > 30 * 86_400_000)) throw new CliError(`--nats-tls-lifetime ${value}: give from 10s to 30d`, ExitCodes.Usage);
+  return ms;
+}
 
 const AUDIT_RETENTION_HELP =
   "how long the audit trail keeps each record (from 1m to 3650d; default 90d for a new trail, an existing one keeps its own); the trail also drops its oldest records past 2 GiB";
@@ -684,6 +705,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
     const metricsSpec = o.metricsListen ?? (process.env.MESH_METRICS_LISTEN || undefined);
     const metricsListen = metricsSpec === undefined ? undefined : parseMetricsListen(metricsSpec);
     const auditRetentionMs = auditRetentionOption(o.auditRetention);
+    const natsTlsLifetimeMs = natsTlsLifetimeOption(o.natsTlsLifetime);
     const stop = new AbortController();
     let signals = 0;
     const onSignal = () => {
@@ -713,6 +735,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
         ...(natsMonitor ? { natsMonitor } : {}),
         ...(metricsListen ? { metricsListen } : {}),
         ...(auditRetentionMs ? { auditRetentionMs } : {}),
+        ...(natsTlsLifetimeMs ? { natsTlsLifetimeMs } : {}),
       },
       out,
       stop.signal,
@@ -729,6 +752,7 @@ program
   .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
   .option("--hook-user <user>", HOOK_USER_HELP)
   .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
+  .option("--nats-tls-lifetime <duration>", NATS_TLS_LIFETIME_HELP)
   .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
   .option("--audit-retention <duration>", AUDIT_RETENTION_HELP)
   .action((o: LocalMeshOptions) => runLocalMesh(o));
@@ -746,6 +770,7 @@ program
   .option("--allow-hook <NAME=COMMAND>", ALLOW_HOOK_HELP, collect, [])
   .option("--hook-user <user>", HOOK_USER_HELP)
   .option("--nats-monitor <host:port>", NATS_MONITOR_HELP)
+  .option("--nats-tls-lifetime <duration>", NATS_TLS_LIFETIME_HELP)
   .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
   .option("--audit-retention <duration>", AUDIT_RETENTION_HELP)
   .action((o: LocalMeshOptions & { servicesNode?: string }) => runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}));
@@ -788,7 +813,11 @@ program
   .option("--dir <dir>", "the operator's directory: keys, JWTs, the admin's .creds", ".mesh/nats-operator")
   .option("--store-dir <path>", "JetStream's store directory on the server's host (default: under --dir)")
   .option("--resolver-dir <path>", "the account resolver's directory on the server's host (default: under --dir)")
-  .option("--cluster-file <file>", "a file with this member's cluster { … } block, added as it is")
+  .option(
+    "--cluster-file <file>",
+    "a file with this member's cluster { … } block, added as it is; with --tls-name (or --tls-ca), its routes get TLS too, each member verifying the others' certificates",
+  )
+  .option("--server-name <name>", "this member's server_name: unique in the cluster, and the same across its restarts (JetStream knows its replicas by it)")
   .option(
     "--tls-name <name>",
     "serve clients TLS with a certificate the mesh's authority (.mesh/mesh-ca) issues for this DNS name or IP address, under --dir; repeatable",
@@ -806,6 +835,7 @@ program
       storeDir?: string;
       resolverDir?: string;
       clusterFile?: string;
+      serverName?: string;
       tlsName: string[];
       tlsLifetime?: string;
       tlsCert?: string;
@@ -834,6 +864,7 @@ program
               ...(o.storeDir ? { storeDir: o.storeDir } : {}),
               ...(o.resolverDir ? { resolverDir: o.resolverDir } : {}),
               ...(o.clusterFile ? { clusterFile: o.clusterFile } : {}),
+              ...(o.serverName ? { serverName: o.serverName } : {}),
               ...(tls ? { tls, onTls: (line: string) => out.err(line) } : {}),
             })
           ).trimEnd(),

@@ -40,7 +40,7 @@ import { connectNats, type NatsConnection, storeReplicas } from "@mesh/shared/ru
 import { unauthenticatedWarning } from "@mesh/shared/service";
 import { reportApply, sendApply } from "./apply-command.js";
 import { pause, retryPolicy } from "./retry.js";
-import { hostForUrl, parseHostPort, type ListenAddress } from "@mesh/shared";
+import { hostForUrl, parseDuration, parseHostPort, type ListenAddress } from "@mesh/shared";
 import { CliError } from "./cli-error.js";
 import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli, ownAdminCreds } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -48,6 +48,8 @@ import { startLiveStatus, type LiveStatus } from "./live-status.js";
 import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
+import type { ServerCertificate } from "./bootstrap.js";
+import { issueUpServerCertificate, keepServerCertificate, UP_NATS_TLS_LIFETIME, type ServerTlsOptions } from "./nats-server-tls.js";
 import type { Output } from "./output.js";
 import { meshctlCommand, serviceMain, upPaths, type ServiceProgram, type UpPaths } from "./paths.js";
 import { makePrivateDir, tightenTree } from "./private-tree.js";
@@ -84,6 +86,8 @@ export interface UpOptions {
    * does not start.
    */
   natsMonitor?: ListenAddress;
+  /** How long the server certificate of the server up starts is valid (`--nats-tls-lifetime`, default {@link UP_NATS_TLS_LIFETIME}); renewed at two thirds while up runs. */
+  natsTlsLifetimeMs?: number;
   /** `--metrics-listen`: where the services serve their metrics and health ({@link withMetricsListen}). */
   metricsListen?: ListenAddress;
   /** How long the audit trail keeps a record (`--audit-retention`): set on the stream when it differs. */
@@ -337,6 +341,16 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   const probeUrl = opts.natsUrl;
   serviceSpecs({ main, paths, natsUrl: probeUrl, nodes });
   closeStateDir(paths, out, show);
+  // The mesh's certificate authority, made once under the master key the services hold: it
+  // signs the certificate of the server up starts, and serves as provider mesh-ca.
+  const ca = caFiles(join(paths.state, StateFiles.caDir));
+  const { key: masterKey } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
+  let caCreated: boolean;
+  try {
+    ({ created: caCreated } = await ensureMeshCa(ca, masterKey));
+  } catch (e) {
+    throw new CliError(`cannot set up the mesh's certificate authority in ${show(ca.dir)}: ${errorMessage(e)}`);
+  }
 
   // Internal end: a stop signal (exit 0) or a failure while running (exit 1).
   let finish!: (code: number) => void;
@@ -348,6 +362,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   void finished.then(() => quit.abort());
 
   let nats: StartedNats | undefined;
+  let serverCert: ServerCertificate | undefined;
   let nc: NatsConnection | undefined;
   let live: LiveStatus | undefined;
   const notify = (line: string) => (live ? live.event(line) : out.err(line));
@@ -426,16 +441,22 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       }
       const monitorPort = opts.natsMonitor && (opts.natsMonitor.port || (await freeTcpPort(local.host)));
       const monitorUrl = monitorPort && `http://${hostForUrl(local.host)}:${monitorPort}`;
-      const { key } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
-      await prepareOperatorServer(own, key, { ...local, ...(monitorPort ? { monitorPort } : {}) });
+      const tlsAt: ServerTlsOptions = { files: own, ca, masterKey, ...local, lifetimeMs: opts.natsTlsLifetimeMs ?? parseDuration(UP_NATS_TLS_LIFETIME) };
+      serverCert = await issueUpServerCertificate(tlsAt);
+      await prepareOperatorServer(own, masterKey, {
+        ...local,
+        ...(monitorPort ? { monitorPort } : {}),
+        tls: { certFile: serverCert.certFile, keyFile: serverCert.keyFile },
+      });
       out.out(
-        `starting a NATS server whose operator is the mesh (JWT identities, full account resolver; a client without credentials is refused): ${bin} -c ${show(own.configFile)}` +
+        `starting a NATS server whose operator is the mesh (TLS with a certificate of the mesh's authority, ${serverCert.serial}, renewed while it runs; JWT identities, full account resolver; a client without credentials is refused): ${bin} -c ${show(own.configFile)}` +
           ` (listening on nats://${local.host}:${local.port}; operator keys in ${show(own.dir)}, sealed under the master key; the admin's credentials in ${show(own.adminCredsFile)};` +
           ` ${monitorUrl ? `monitoring on ${monitorUrl}` : "no monitoring port (--nats-monitor HOST:PORT opens one)"}, log in ${show(logFile)})`,
       );
       if (monitorUrl) out.err(monitorExposureLine(monitorUrl));
       nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: own.storeDir, logFile, configFile: own.configFile });
       url = nats.url;
+      void keepServerCertificate({ ...tlsAt, pid: nats.pid, current: serverCert, signal: quit.signal, onEvent: notify });
       writeFileSync(join(paths.state, NATS_URL_FILE), `${url}\n`, { mode: 0o600 });
       try {
         nc = await connectNats(url, { timeout: 5_000, ...identity() });
@@ -445,6 +466,10 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
     if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
     if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
+    // On a server that requires TLS every client verifies it: the services against the bundle
+    // the user named, else the mesh's own; the parts' identities carry that bundle as ca.crt.
+    const caFile = nc.info?.tls_required ? process.env.MESH_NATS_CA_FILE || ca.certFile : undefined;
+    const busUrl = caFile ? url.replace(/(^|,)\s*nats:/g, "$1tls:") : url;
     const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out), opts.auditRetentionMs);
 
     const plain = serviceSpecs({
@@ -452,7 +477,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       paths,
       natsUrl: url,
       nodes,
-      ...(ownAdminCreds(process.env, paths.state) ? { env: adminEnv(own) } : {}),
+      env: { ...(ownAdminCreds(process.env, paths.state) ? adminEnv(own) : {}), ...(caFile ? { MESH_NATS_CA_FILE: caFile } : {}) },
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.hookUser ? { hookUser: opts.hookUser } : {}),
     });
@@ -485,7 +510,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       // The operator declares the control plane as it is now (a node fewer is theirs to decide): forced.
       const outcome = await sendApply(
         nc,
-        [controlPlaneFiles({ url, servicesNode: cpNode, nodes, files: auth, replicas: storeReplicas(nc.info) })],
+        [controlPlaneFiles({ url: busUrl, ...(caFile ? { caFile } : {}), servicesNode: cpNode, nodes, files: auth, replicas: storeReplicas(nc.info) })],
         undefined,
         retryPolicy({ option: null }, out),
         true,
@@ -532,7 +557,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       if (!nc.info?.auth_required) {
         const outcome = await sendApply(
           nc,
-          [{ source: "meshctl up", documents: [busProvider({ url, node: nodes[0]! })] }],
+          [{ source: "meshctl up", documents: [busProvider({ url: busUrl, node: nodes[0]!, ...(caFile ? { caFile } : {}) })] }],
           undefined,
           retryPolicy({ option: null }, out),
         );
@@ -548,15 +573,6 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       }
     }
     {
-      // The mesh's certificate authority, made once under the master key the services hold, as provider mesh-ca.
-      const ca = caFiles(join(paths.state, StateFiles.caDir));
-      const { key } = loadMasterKey({ ...process.env, MESH_MASTER_KEY_FILE: paths.masterKey }, paths.masterKey);
-      let created: boolean;
-      try {
-        ({ created } = await ensureMeshCa(ca, key));
-      } catch (e) {
-        throw new CliError(`cannot set up the mesh's certificate authority in ${show(ca.dir)}: ${errorMessage(e)}`);
-      }
       const outcome = await sendApply(
         nc,
         [{ source: "meshctl up", documents: [meshCaProvider({ node: servicesNode ?? nodes[0]!, certFile: ca.certFile, keyFile: ca.keyFile })] }],
@@ -566,7 +582,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       const code = reportApply(outcome, false, out);
       if (code !== ExitCodes.Ok) return code;
       out.out(
-        `${created ? "made" : "using"} the mesh's certificate authority (${show(ca.certFile)}; its key sealed under the master key) as provider ${MESH_CA_PROVIDER} of ${Kinds.TlsCertificate}`,
+        `${caCreated ? "made" : "using"} the mesh's certificate authority (${show(ca.certFile)}; its key sealed under the master key) as provider ${MESH_CA_PROVIDER} of ${Kinds.TlsCertificate}`,
       );
     }
     if (files.length) {

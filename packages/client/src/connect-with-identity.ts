@@ -15,7 +15,8 @@
  */
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
-import { connect, credsAuthenticator, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
+import { connect, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
+import { jwtAuthenticator } from "@mesh/shared/runtime";
 import { ErrorCodes, IDENTITY_BINDING, InboxRoots, MeshError, errorMessage, parseGrantId } from "@mesh/shared";
 import { holdCredential, type CredentialHolder } from "./hold-credential.js";
 
@@ -24,6 +25,12 @@ export interface IdentityBinding {
   url: string;
   /** A standard decorated `.creds` file's content; absent on a bus without authentication. */
   creds?: string;
+  /**
+   * The bundle the server's certificate is verified against, on a bus that requires TLS: the
+   * path of the binding's `ca.crt` through the binding's link, so a reconnect reads the one the
+   * agent delivered last (an authority's rotation adds its successor there first).
+   */
+  caFile?: string;
   inboxPrefix: string;
   /** `<module>/<identity requirement>`. */
   grant: string;
@@ -42,8 +49,9 @@ const REQUIRED = ["url", "inboxPrefix", "grant", "module", "part", "node"] as co
  */
 export function readIdentityBinding(dir: string): IdentityBinding {
   let real: string;
+  const link = existsSync(join(dir, IDENTITY_BINDING, "url")) ? join(dir, IDENTITY_BINDING) : dir;
   try {
-    real = realpathSync(existsSync(join(dir, IDENTITY_BINDING, "url")) ? join(dir, IDENTITY_BINDING) : dir);
+    real = realpathSync(link);
   } catch (e) {
     throw new MeshError(
       ErrorCodes.NotFound,
@@ -64,7 +72,8 @@ export function readIdentityBinding(dir: string): IdentityBinding {
       ErrorCodes.NotFound,
       `the identity binding at ${dir} lacks ${missing.join(", ")}; is it the directory named ${IDENTITY_BINDING} of a part?`,
     );
-  return values as unknown as IdentityBinding;
+  const caFile = existsSync(join(real, "ca.crt")) ? { caFile: join(link, "ca.crt") } : {};
+  return { ...values, ...caFile } as unknown as IdentityBinding;
 }
 
 /**
@@ -104,7 +113,7 @@ export interface IdentityConnection {
  */
 export async function connectWithIdentity(dir: string, opts: ConnectWithIdentityOptions = {}): Promise<IdentityConnection> {
   const b = readIdentityBinding(dir);
-  const { creds: initial, ...identity } = b;
+  const { creds: initial, caFile, ...identity } = b;
   let creds = initial;
   const name = opts.name ?? `${b.module}/${b.part}@${b.node}`;
   // The authenticator asks `key` at every connect, so a reconnect uses the generation it gives then.
@@ -112,7 +121,8 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
     servers: b.url.split(","),
     inboxPrefix: b.inboxPrefix,
     name,
-    ...(initial !== undefined ? { authenticator: credsAuthenticator(() => new TextEncoder().encode(key())) } : {}),
+    ...(caFile ? { tls: { caFile } } : {}),
+    ...(initial !== undefined ? { authenticator: jwtAuthenticator(() => new TextEncoder().encode(key())) } : {}),
     ...extra,
   });
   let nc: NatsConnection;

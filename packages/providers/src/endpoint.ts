@@ -55,8 +55,11 @@ export function parseEndpoint(provider: ProviderConfig, rule: EndpointRule): End
   return { scheme, host: url.hostname.replace(/^\[(.*)\]$/, "$1"), port: url.port ? Number(url.port) : rule.defaultPort(scheme), path };
 }
 
-/** The endpoint of a NATS server (`nats.user`, `kv.bucket`, `object.store`). */
-export const NATS_ENDPOINT: EndpointRule = { schemes: ["nats"], example: "nats://127.0.0.1:4222", defaultPort: () => 4222 };
+/** The endpoint of a NATS server (`nats.user`, `kv.bucket`, `object.store`); `tls://` for one that requires TLS. */
+export const NATS_ENDPOINT: EndpointRule = { schemes: ["nats", "tls"], example: "nats://127.0.0.1:4222", defaultPort: () => 4222 };
+
+/** The provider option naming the PEM bundle a `tls://` NATS endpoint's certificate is verified against. */
+export const NATS_CA_FILE_OPTION = "caFile";
 
 /** The servers of a NATS provider: one URL, or a cluster's, comma-separated. */
 export interface NatsEndpoints {
@@ -64,8 +67,16 @@ export interface NatsEndpoints {
   first: Endpoint;
   /** `host:port` of each server, in the order given, as a client's `servers` option takes them. */
   servers: string[];
-  /** The same servers as URLs, comma-separated: what `NATS_URL` takes, and a binding's `url`. */
+  /** The same servers as URLs, comma-separated: what `NATS_URL` takes, and a binding's `url` (`tls://` when the servers require TLS). */
   url: string;
+  /**
+   * For a `tls://` endpoint, what every connection to it is given: the provider's bundle
+   * (`options.caFile`, read at each connect, so a bundle that gains an authority is used at
+   * once), or the system's authorities without one. Empty for `nats://`.
+   */
+  tls: { tls?: { caFile?: string; ca?: string } };
+  /** The bundle a holder's binding carries as `ca.crt` (`options.caFile`), when there is one. */
+  caFile?: string;
 }
 
 /**
@@ -77,12 +88,34 @@ export function parseNatsEndpoints(provider: ProviderConfig): NatsEndpoints {
   const parts = provider.endpoint.split(",").map((s) => s.trim());
   const each = parts.map((endpoint) => parseEndpoint({ ...provider, endpoint }, NATS_ENDPOINT));
   const servers = each.map((e) => hostPort(e.host, e.port));
-  return { first: each[0]!, servers, url: servers.map((s) => `nats://${s}`).join(",") };
+  const secure = each.some((e) => e.scheme === "tls");
+  if (secure && each.some((e) => e.scheme !== "tls")) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: endpoint mixes nats:// and tls:// servers; the servers of one cluster either all require TLS (tls://) or none does`,
+    );
+  }
+  const caFile = provider.options?.[NATS_CA_FILE_OPTION];
+  if (caFile !== undefined && (typeof caFile !== "string" || !secure)) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      typeof caFile !== "string"
+        ? `provider ${provider.name}: options.${NATS_CA_FILE_OPTION} must be the path of a PEM bundle on the provider's node`
+        : `provider ${provider.name}: options.${NATS_CA_FILE_OPTION} is given, but the endpoint is not tls://; name the servers tls://host:port so every connection verifies them`,
+    );
+  }
+  return {
+    first: each[0]!,
+    servers,
+    url: servers.map((s) => `${secure ? "tls" : "nats"}://${s}`).join(","),
+    tls: secure ? { tls: caFile ? { caFile } : {} } : {},
+    ...(caFile ? { caFile } : {}),
+  };
 }
 
 /** The servers a NATS binding names: its `url` (a cluster's, comma-separated) when it has one, else `host` and `port`. */
 export function bindingServers(b: { url?: string | undefined; uri?: string | undefined; host?: string | undefined; port?: string | undefined }): string[] {
   const list = b.url || b.uri;
-  if (list) return list.split(",").map((s) => s.trim().replace(/^nats:\/\//, ""));
+  if (list) return list.split(",").map((s) => s.trim().replace(/^(nats|tls):\/\//, ""));
   return [hostPort(b.host ?? "", Number(b.port))];
 }

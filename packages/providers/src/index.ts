@@ -60,6 +60,7 @@ export {
   type CertificateCheck,
   type CertificateSpec,
 } from "./mesh-ca.js";
+export { NATS_CA_FILE_OPTION } from "./endpoint.js";
 export {
   caCeiling,
   certificateRequest,

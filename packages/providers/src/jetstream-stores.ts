@@ -272,7 +272,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
       if (own) {
         info = await streamInfo((await this.adminConnection()).jsm, stream);
       } else {
-        const c = await openJetStream(bindingServers(b), LOGIN_TIMEOUT_MS);
+        const c = await openJetStream(bindingServers(b), LOGIN_TIMEOUT_MS, undefined, this.at.tls);
         try {
           info = await streamInfo(c.jsm, stream);
         } finally {
@@ -353,7 +353,14 @@ class JetStreamStoreAdapter implements ProviderAdapter {
     const names = recordNames();
     return {
       resource: names,
-      bindings: { type: this.flavour.bindingType, provider: this.provider.name, host, port: String(port), uri: `nats://${hostPort(host, port)}`, ...names },
+      bindings: {
+        type: this.flavour.bindingType,
+        provider: this.provider.name,
+        host,
+        port: String(port),
+        uri: `${this.at.url.split(":")[0]}://${hostPort(host, port)}`,
+        ...names,
+      },
     };
   }
 
@@ -374,7 +381,7 @@ class JetStreamStoreAdapter implements ProviderAdapter {
   /** The adapter's connection, opened on first use and again after the server closed it. */
   private adminConnection(): Promise<JetStreamConnection> {
     if (this.admin) return this.admin;
-    const opening = openJetStream(this.at.servers, ADMIN_TIMEOUT_MS, this.provider.admin);
+    const opening = openJetStream(this.at.servers, ADMIN_TIMEOUT_MS, this.provider.admin, this.at.tls);
     const forget = () => {
       if (this.admin === opening) this.admin = undefined;
     };
@@ -454,13 +461,19 @@ async function missingOfRecord(jsm: JetStreamManager): Promise<string[]> {
 }
 
 /** Connects to `server` without reconnects, with JetStream checked; `admin` is the identity, if any. */
-async function openJetStream(server: string | string[], timeoutMs: number, admin?: ProviderConfig["admin"]): Promise<JetStreamConnection> {
+async function openJetStream(
+  server: string | string[],
+  timeoutMs: number,
+  admin: ProviderConfig["admin"] | undefined,
+  tls: NatsEndpoints["tls"],
+): Promise<JetStreamConnection> {
   const nc = await connect({
     servers: server,
     reconnect: false,
     timeout: timeoutMs,
     name: "mesh jetstream-stores adapter",
     ...natsAuth(admin),
+    ...tls,
   });
   try {
     const jsm = await jetstreamManager(nc, { timeout: timeoutMs });

@@ -3,7 +3,8 @@
  * file (the admin's `passwordFile` holds one, on a server whose operator is the mesh), or a
  * user name and password otherwise.
  */
-import { credsAuthenticator, type ConnectionOptions } from "@nats-io/transport-node";
+import type { ConnectionOptions } from "@nats-io/transport-node";
+import { jwtAuthenticator } from "@mesh/shared/runtime";
 import type { ProviderConfig } from "./adapter.js";
 import { isCreds } from "./nats-jwt.js";
 
@@ -11,6 +12,6 @@ import { isCreds } from "./nats-jwt.js";
 export function natsAuth(admin: ProviderConfig["admin"]): Partial<ConnectionOptions> {
   if (!admin?.password) return admin?.username ? { user: admin.username } : {};
   // The password file's last newline was taken off; the client's parser needs the one after the seed's end line.
-  if (isCreds(admin.password)) return { authenticator: credsAuthenticator(new TextEncoder().encode(`${admin.password}\n`)) };
+  if (isCreds(admin.password)) return { authenticator: jwtAuthenticator(new TextEncoder().encode(`${admin.password}\n`)) };
   return { user: admin.username, pass: admin.password };
 }

@@ -193,6 +193,13 @@ export interface ServerListen {
    */
   tls?: { certFile: string; keyFile: string; caFile?: string; verify?: boolean };
   /**
+   * TLS on the cluster's routes, written into the `cluster { … }` block: each member presents
+   * its certificate (server and client usage) and verifies every other member's against
+   * `caFile` (`verify`), so only a holder of a certificate of that authority joins the cluster:
+   * the route's authentication.
+   */
+  routeTls?: { certFile: string; keyFile: string; caFile: string };
+  /**
    * How often the full resolver compares its account JWTs with the other servers' and takes
    * the newer ones (nats-server's `resolver.interval`). A server that was down when an account
    * was updated (a revocation) learns of it only then: nats-server 2.9.10 does not sync when it
@@ -255,9 +262,21 @@ export function operatorServerConfig(
     `  ${setup.systemAccount}: ${q(setup.systemAccountJwt)}`,
     `  ${setup.account}: ${q(setup.accountJwt)}`,
     "}",
-    ...(at.cluster ? [at.cluster] : []),
+    ...(at.cluster ? [withRouteTls(at.cluster, at.routeTls, q)] : []),
     "",
   ].join("\n");
+}
+
+/** The cluster block with `tls { … }` for its routes, when asked; refused when the block has TLS of its own. */
+function withRouteTls(cluster: string, tls: ServerListen["routeTls"], q: (v: string) => string): string {
+  if (!tls) return cluster;
+  if (/\btls\s*[{:]/.test(cluster)) {
+    throw new MeshError(ErrorCodes.InvalidRequest, "the cluster block given has a tls { … } of its own: leave it out, or leave out the mesh's TLS for routes");
+  }
+  const open = cluster.indexOf("{");
+  if (!/^\s*cluster\s*\{/.test(cluster) || open < 0) throw new MeshError(ErrorCodes.InvalidRequest, "the cluster block given does not begin with cluster {");
+  const block = `tls { cert_file: ${q(tls.certFile)}, key_file: ${q(tls.keyFile)}, ca_file: ${q(tls.caFile)}, verify: true, timeout: 2 }`;
+  return `${cluster.slice(0, open + 1)}\n  ${block}${cluster.slice(open + 1)}`;
 }
 
 /** What a user JWT allows: publish and subscribe allow lists (empty: nothing). */

@@ -112,7 +112,7 @@ export function operatorConfig(files: OperatorFiles, pub: OperatorPublic, listen
 export async function prepareOperatorServer(
   files: OperatorFiles,
   mk: MasterKey,
-  listen: { host: string; port: number; monitorPort?: number },
+  listen: { host: string; port: number; monitorPort?: number; tls?: ServerListen["tls"] },
 ): Promise<OperatorPublic> {
   const pub = await ensureOperator(files, mk);
   mkdirSync(files.storeDir, { recursive: true, mode: 0o700 });

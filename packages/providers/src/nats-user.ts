@@ -68,7 +68,8 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { bindingServers, parseNatsEndpoints } from "./endpoint.js";
+import { certificatesOf, fingerprintOf } from "./mesh-ca.js";
+import { bindingServers, NATS_CA_FILE_OPTION, parseNatsEndpoints, type NatsEndpoints } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
 import {
   accountClaims,
@@ -147,6 +148,9 @@ class NatsUserAdapter implements ProviderAdapter {
   /** Every server of the endpoint (a cluster's, when it lists several): connections fail over between them. */
   private readonly servers: string[];
   private readonly url: string;
+  /** What every connection to the provider's servers is given: TLS verified against its bundle, for a `tls://` endpoint. */
+  private readonly tls: NatsEndpoints["tls"];
+  private readonly caFile: string | undefined;
   private admin: Promise<{ nc: NatsConnection; kv: KV; jsm: JetStreamManager }> | undefined;
   private system: Promise<NatsConnection> | undefined;
   private keys: SigningKeys | undefined;
@@ -161,6 +165,8 @@ class NatsUserAdapter implements ProviderAdapter {
     ({ host: this.host, port: this.port } = at.first);
     this.servers = at.servers;
     this.url = at.url;
+    this.tls = at.tls;
+    this.caFile = at.caFile;
     this.kinds = [kind];
     this.open = kind === Kinds.MeshIdentity && provider.options?.signingKeysFile === undefined;
   }
@@ -274,7 +280,7 @@ class NatsUserAdapter implements ProviderAdapter {
 
   async login(req: LoginRequest): Promise<LoginResult> {
     const b = req.bindings;
-    if (this.open && !b.creds && b.host && b.port) return this.openLogin(bindingServers(b));
+    if (this.open && !b.creds && b.host && b.port) return this.openLogin(bindingServers(b), this.loginTls(b));
     const lacking = ["host", "port", "creds"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
@@ -285,7 +291,7 @@ class NatsUserAdapter implements ProviderAdapter {
       return { ok: false, reason: "rejected", message: "the binding's creds hold no user JWT" };
     }
     try {
-      const nc = await connectWith(bindingServers(b), b.creds!, "mesh nats.user login");
+      const nc = await connectWith(bindingServers(b), b.creds!, "mesh nats.user login", this.loginTls(b));
       await nc.close();
       return { ok: true };
     } catch (e) {
@@ -334,9 +340,12 @@ class NatsUserAdapter implements ProviderAdapter {
   /** The grant's bindings: the identity (none on an open bus) and, for a part's identity, whom it is for. */
   private result(r: IdentityRecord | undefined, seed: string, req: CreateRequest, p?: NatsPermissions): CreateResult {
     const url = this.url;
-    const where = { type: "nats", provider: this.provider.name, host: this.host, port: String(this.port), uri: url };
+    const bundle = this.bundle();
+    const where = { type: "nats", provider: this.provider.name, host: this.host, port: String(this.port), uri: url, ...bundle };
     const identity: Record<string, string> = r ? { username: userClaims(r.jwt).name, nkey: r.user, creds: credsOf(r.jwt, seed) } : {};
-    const resource = r ? describe(r, p) : { identity: "none: the server has no authentication" };
+    // Which authorities its holders trust, as a certificate's grant records it: an authority's rotation waits on it.
+    const trusts: Record<string, string> = bundle["ca.crt"] ? { trusts: certificatesOf(bundle["ca.crt"]).map(fingerprintOf).join(",") } : {};
+    const resource = { ...(r ? describe(r, p) : { identity: "none: the server has no authentication" }), ...trusts };
     const expires = r ? { expiresAt: new Date(r.expiresAt * 1000).toISOString() } : {};
     if (this.kind === Kinds.NatsUser) {
       // Its connections take their replies there (the client's inboxPrefix): the only inbox it may subscribe to.
@@ -364,10 +373,28 @@ class NatsUserAdapter implements ProviderAdapter {
     };
   }
 
-  /** A login to a server without authentication: it answers. */
-  private async openLogin(server: string[]): Promise<LoginResult> {
+  /** The provider's bundle as a binding's `ca.crt`, so that a holder verifies the server with its binding alone; none without one. */
+  private bundle(): { "ca.crt"?: string } {
+    if (!this.caFile) return {};
     try {
-      const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh identity login" });
+      return { "ca.crt": readFileSync(this.caFile, "utf8") };
+    } catch (e) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `${this.at()}: cannot read options.${NATS_CA_FILE_OPTION} ${this.caFile} (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); it must be the PEM bundle that signs the server's certificate, on the provider's node`,
+      );
+    }
+  }
+
+  /** What a login with binding `b` verifies the server against: the bundle the binding carries, else the provider's. */
+  private loginTls(b: LoginRequest["bindings"]): NatsEndpoints["tls"] {
+    return b["ca.crt"] ? { tls: { ca: b["ca.crt"] } } : this.tls;
+  }
+
+  /** A login to a server without authentication: it answers. */
+  private async openLogin(server: string[], tls: NatsEndpoints["tls"]): Promise<LoginResult> {
+    try {
+      const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name: "mesh identity login", ...tls });
       await nc.flush();
       await nc.close();
       return { ok: true };
@@ -520,7 +547,7 @@ class NatsUserAdapter implements ProviderAdapter {
   /** A request as the system account's user; its reply goes through `parse`. */
   private async systemRequest<T>(what: string, subject: string, body: string, parse: (reply: string) => T): Promise<T> {
     for (let attempt = 0; ; attempt++) {
-      const pending = (this.system ??= connectWith(this.servers, this.signingKeys().systemUserCreds, "mesh nats.user adapter (system)"));
+      const pending = (this.system ??= connectWith(this.servers, this.signingKeys().systemUserCreds, "mesh nats.user adapter (system)", this.tls));
       let nc: NatsConnection;
       try {
         nc = await pending;
@@ -563,6 +590,7 @@ class NatsUserAdapter implements ProviderAdapter {
         timeout: LOGIN_TIMEOUT_MS,
         name: "mesh nats.user adapter",
         ...natsAuth(this.provider.admin),
+        ...this.tls,
       });
       try {
         const l = IDENTITY_RECORDS_LIMITS;
@@ -734,8 +762,8 @@ function partIdentityOptions(options: CreateRequest["options"]): PartIdentityOpt
 }
 
 /** Connects with a `.creds` file, without reconnecting, and flushes, so a refused login has surfaced. */
-async function connectWith(server: string | string[], creds: string, name: string): Promise<NatsConnection> {
-  const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name, ...natsAuth({ username: "", password: creds }) });
+async function connectWith(server: string | string[], creds: string, name: string, tls: NatsEndpoints["tls"]): Promise<NatsConnection> {
+  const nc = await connect({ servers: server, reconnect: false, timeout: LOGIN_TIMEOUT_MS, name, ...natsAuth({ username: "", password: creds }), ...tls });
   try {
     await nc.flush();
     return nc;

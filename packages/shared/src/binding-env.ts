@@ -17,7 +17,7 @@ const SERVER = ["type", "provider", "host", "port"] as const;
 const LOGIN = ["username", "password"] as const;
 /** What a registry kind binds when the mesh's own NATS serves it (the control plane's bootstrap registry). */
 const BOOTSTRAP_REGISTRY = ["bucket", "uri", "format"] as const;
-const NATS_LOGIN = ["uri", "username", "nkey", "creds", "inboxPrefix"] as const;
+const NATS_LOGIN = ["uri", "ca.crt", "username", "nkey", "creds", "inboxPrefix"] as const;
 
 /**
  * The keys a binding of each kind may carry (docs/reference/bindings.md says what each holds):

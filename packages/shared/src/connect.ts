@@ -4,7 +4,14 @@
  */
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { connect, credsAuthenticator, usernamePasswordAuthenticator, type NatsConnection, type ConnectionOptions } from "@nats-io/transport-node";
+import {
+  connect,
+  credsAuthenticator,
+  usernamePasswordAuthenticator,
+  type Authenticator,
+  type NatsConnection,
+  type ConnectionOptions,
+} from "@nats-io/transport-node";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
 
 export type { NatsConnection };
@@ -54,7 +61,7 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
       };
       // Fail at start, with the message above, rather than inside a reconnect.
       if (!/-----BEGIN NATS USER JWT-----/.test(read().toString("utf8"))) throw fail(credsFile, new Error("it holds no user JWT"));
-      return { authenticator: credsAuthenticator(() => read()), ...inbox(prefix) };
+      return { authenticator: jwtAuthenticator(() => read()), ...inbox(prefix) };
     }
     const read = (key: string) => () => {
       try {
@@ -81,6 +88,22 @@ export function natsIdentity(env: NodeJS.ProcessEnv = process.env): Partial<Conn
     }
   }
   return { user, ...(pass !== undefined ? { pass } : {}), ...inbox(env.MESH_NATS_INBOX_PREFIX) };
+}
+
+/**
+ * Logs in with a `.creds` file's user JWT, signing the server's nonce with its seed, and sends
+ * the JWT and the signature alone. The client's own `credsAuthenticator` sends the user's public
+ * key as `nkey` too, which nats-server 2.9.10 takes, at every reload of its configuration (the
+ * renewal of its certificate), for a user of its configuration that is gone, and closes the
+ * connection (server/reload.go, clientHasMovedToDifferentAccount: `s.nkeys` is empty in operator
+ * mode); without it the server checks the JWT again and keeps the connection.
+ */
+export function jwtAuthenticator(creds: Uint8Array | (() => Uint8Array)): Authenticator {
+  const signed = credsAuthenticator(creds);
+  return (nonce?: string) => {
+    const { nkey: _, ...auth } = signed(nonce) as { nkey?: string; jwt: string; sig?: string };
+    return auth;
+  };
 }
 
 /**
@@ -118,7 +141,7 @@ export function natsTls(env: NodeJS.ProcessEnv = process.env): Partial<Connectio
 }
 
 /** True for an error of a TLS handshake whose server certificate was not trusted. */
-function isUntrustedServer(e: unknown): boolean {
+export function isUntrustedServer(e: unknown): boolean {
   return /self[- ]signed|unable to (get|verify)|certificate|altnames/i.test(errorMessage(e));
 }
 

@@ -434,15 +434,6 @@ export function servesModule(provider: Pick<ProviderDoc, "name">, kind: Kind, mo
 }
 
 /**
- * The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. On
- * a server without authentication (`auth` left out) it serves only the parts' identities, as
- * bindings that carry the server's url alone.
- * It serves the registry kinds to module `mesh` only ({@link servesModule}), from JetStream object stores.
- * Its ceiling on `nats.user` permissions lets module `mesh` (the control plane, whose identities
- * need JetStream's API and the mesh's own subjects) ask for anything, and every other module
- * only the default: its own namespace.
- */
-/**
  * The mesh's certificate authority as provider `mesh-ca` of `tls.certificate`: its files are
  * on `node`, where the services that issue read them (the key sealed under the master key).
  * Its ceiling is the default: each module's own names (`<part>.<module>.mesh`) and loopback.
@@ -459,9 +450,21 @@ export function meshCaProvider(opts: { node: string; certFile: string; keyFile: 
   };
 }
 
+/**
+ * The mesh's NATS as the provider of identities and stores; it exists as soon as NATS runs. On
+ * a server without authentication (`auth` left out) it serves only the parts' identities, as
+ * bindings that carry the server's url alone.
+ * It serves the registry kinds to module `mesh` only ({@link servesModule}), from JetStream object stores.
+ * Its ceiling on `nats.user` permissions lets module `mesh` (the control plane, whose identities
+ * need JetStream's API and the mesh's own subjects) ask for anything, and every other module
+ * only the default: its own namespace.
+ */
 export function bootstrapProvider(opts: {
+  /** `tls://host:port` for a server that requires TLS (with `caFile`, the bundle it is verified against). */
   url: string;
   node: string;
+  /** The bundle that signs the server's certificate, on `node`; every identity's binding carries it as `ca.crt`. */
+  caFile?: string;
   auth?: {
     /** The signing keys (sealed under the master key) with which nats.user issues and revokes identities. */
     signingKeysFile: string;
@@ -470,12 +473,14 @@ export function bootstrapProvider(opts: {
   };
 }): ProviderDoc {
   const base = { kind: "Provider" as const, name: BOOTSTRAP_PROVIDER, node: opts.node, endpoint: opts.url, installed: true };
-  if (!opts.auth) return { ...base, serves: [Kinds.MeshIdentity] };
+  const tls: Record<string, string> = opts.caFile ? { caFile: opts.caFile } : {};
+  if (!opts.auth) return { ...base, serves: [Kinds.MeshIdentity], ...(opts.caFile ? { options: tls } : {}) };
   return {
     ...base,
     serves: [Kinds.NatsUser, Kinds.KvBucket, Kinds.ObjectStore, Kinds.MeshIdentity, ...REGISTRY_KINDS],
     admin: { username: opts.auth.admin.username, passwordFile: opts.auth.admin.passwordFile },
     options: {
+      ...tls,
       signingKeysFile: opts.auth.signingKeysFile,
       [CeilingOptions.publish]: [...DEFAULT_NATS_CEILING.publish, scopedToModule(CONTROL_PLANE_MODULE, ">")],
       [CeilingOptions.subscribe]: [...DEFAULT_NATS_CEILING.subscribe, scopedToModule(CONTROL_PLANE_MODULE, ">")],

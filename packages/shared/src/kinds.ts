@@ -43,7 +43,7 @@ export const NATS_KINDS: readonly Kind[] = [Kinds.NatsUser, Kinds.KvBucket, Kind
 
 /**
  * The registry kinds, which a NATS server also serves, from a JetStream object store, when the
- * provider's endpoint is `nats://` (the bootstrap registry of the control plane: the mesh's own
+ * provider's endpoint is `nats://` or `tls://` (the bootstrap registry of the control plane: the mesh's own
  * NATS serves them to module `mesh` only, see control-plane.ts); a registry server serves them
  * over HTTP otherwise.
  */
@@ -51,7 +51,7 @@ export const REGISTRY_KINDS: readonly Kind[] = [Kinds.OciRegistry, Kinds.NpmRegi
 
 /** True when a provider at `endpoint` serves `kind` through NATS (its adapter takes a `.creds` admin password as a `.creds`). */
 export function servedByNats(kind: Kind, endpoint: string): boolean {
-  return NATS_KINDS.includes(kind) || (REGISTRY_KINDS.includes(kind) && /^nats:\/\//i.test(endpoint));
+  return NATS_KINDS.includes(kind) || (REGISTRY_KINDS.includes(kind) && /^(nats|tls):\/\//i.test(endpoint));
 }
 
 /**

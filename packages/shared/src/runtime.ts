@@ -3,7 +3,7 @@
  * replies, the store and its records, retries over JetStream's gaps, consumers, tracing, metrics,
  * membership. Used by the services and the SDK; loads neither a logger nor a YAML parser.
  */
-export { connectNats, DEFAULT_NATS_URL, type NatsConnection, natsIdentity, natsTls } from "./connect.js";
+export { connectNats, DEFAULT_NATS_URL, type NatsConnection, isUntrustedServer, jwtAuthenticator, natsIdentity, natsTls } from "./connect.js";
 export { errorFromReply, requestJson, type RequestJsonOptions } from "./request-json.js";
 export { serveJson, type ServedRequest } from "./serve-json.js";
 export { AuditLog } from "./audit-log.js";
@@ -106,3 +106,4 @@ export {
   type StoreGauges,
 } from "./metrics.js";
 export { type Heartbeat, HEARTBEAT_MS, JOIN_TIMEOUT_MS, joinMembership, liveMembers, memberKey, type Membership, ownerOf, STALE_MS } from "./membership.js";
+export { servedCertificate, type ServedCertificate } from "./nats-server-certificate.js";
