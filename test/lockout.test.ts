@@ -71,7 +71,10 @@ describe("rotating the control plane's own broker identities", () => {
   it("rotates every service's identity while work flows: none loses its connection for good, no work is lost", async () => {
     const pids = Object.fromEntries(CONTROL_PLANE_SERVICES.map((s) => [s, mesh.servicePid(s)]));
     const old: Partial<Record<string, string>> = Object.fromEntries(CONTROL_PLANE_SERVICES.map((s) => [s, binding(s, "creds")]));
+    // The server reloads only to take its own certificate (when the control plane's grant of it arrives: the harness waits for it).
     const before = await loads();
+    const reloads = () => (readFileSync(join(mesh.cwd, ".mesh/logs/nats-server.log"), "utf8").match(/Reloaded server configuration/g) ?? []).length;
+    const reloadsBefore = reloads();
     for (const s of CONTROL_PLANE_SERVICES) expect(pids[s], s).toBeDefined();
 
     // Work through every service: each module's secret is resolved, provisioned, delivered by
@@ -161,10 +164,10 @@ describe("rotating the control plane's own broker identities", () => {
       expect(await logsIn(mesh, binding(s, "creds"))).toBe(true);
       expect(old[s] && (await logsIn(mesh, old[s]!)), `${s}'s generation 1`).toBe(false);
     }
-    // How we know nothing reloaded: the server's configuration was loaded once, when it started,
-    // and its log has no reload in it.
-    expect(await loads()).toEqual({ loaded: before.start, start: before.start });
-    expect(readFileSync(join(mesh.cwd, ".mesh/logs/nats-server.log"), "utf8")).not.toMatch(/Reloaded/);
+    // How we know nothing reloaded: the server's configuration was loaded last before the rotations,
+    // and its log has no reload since.
+    expect(await loads()).toEqual(before);
+    expect(reloads()).toBe(reloadsBefore);
 
     // No seed of any generation reached a log, though every service watched its binding change.
     for (const f of readdirSync(join(mesh.cwd, ".mesh/logs"))) {

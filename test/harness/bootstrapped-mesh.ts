@@ -206,6 +206,15 @@ export async function startBootstrappedMesh(
       waitFor("the services to run on their own identities", () => /with the identities the mesh granted them/.test(out), opts.readyTimeoutMs ?? 120_000),
       exited,
     ]);
+    // The server bootstrap started takes the control plane's grant of its certificate once the
+    // services run (its one reload, which leaves JetStream's API without responders a moment):
+    // a test begins after it.
+    if (!opts.on) {
+      await Promise.race([
+        waitFor("the server to present the control plane's certificate", () => /the NATS server presents generation \d+ of mesh\/nats-tls/.test(out), 60_000),
+        exited,
+      ]);
+    }
   } catch (e) {
     await mesh.stop();
     throw new Error(`${(e as Error).message}\n--- meshctl bootstrap printed:\n${out}`, { cause: e });

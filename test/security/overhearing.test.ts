@@ -147,7 +147,9 @@ describe("meshctl up with an application, an agent, a part and every service lis
     });
     up.stdout!.on("data", (d: Buffer) => (out += d.toString()));
     up.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-    await waitFor("shop and evil Ready in up's output", () => /\bshop Ready\b/.test(out) && /\bevil Ready\b/.test(out), 150_000).catch((e) => {
+    // And the server has taken the control plane's grant of its certificate (its one reload).
+    const ready = () => /\bshop Ready\b/.test(out) && /\bevil Ready\b/.test(out) && /the NATS server presents generation \d+ of mesh\/nats-tls/.test(out);
+    await waitFor("shop and evil Ready in up's output", ready, 150_000).catch((e) => {
       throw new Error(`${(e as Error).message}\n--- up printed:\n${out}`);
     });
     const url = readFileSync(join(cwd, ".mesh/nats-url"), "utf8").trim();

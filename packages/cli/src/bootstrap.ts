@@ -22,6 +22,7 @@ import {
   errorMessage,
   identityRequirement,
   type CertificateUsage,
+  type ControlPlaneLayout,
   type MasterKey,
   type ProviderDoc,
 } from "@mesh/shared";
@@ -69,12 +70,19 @@ export function controlPlaneFiles(opts: {
   nodes: readonly string[];
   files: OperatorFiles;
   replicas?: number;
+  /** The certificate of the server meshctl runs, as a requirement of the control plane. */
+  serverTls?: ControlPlaneLayout["serverTls"];
 }): ManifestFile {
   return {
     source: "meshctl bootstrap",
     documents: [
       busProvider({ url: opts.url, node: opts.servicesNode, files: opts.files, ...(opts.caFile ? { caFile: opts.caFile } : {}) }),
-      controlPlaneManifest({ servicesNode: opts.servicesNode, nodes: opts.nodes, ...(opts.replicas ? { replicas: opts.replicas } : {}) }),
+      controlPlaneManifest({
+        servicesNode: opts.servicesNode,
+        nodes: opts.nodes,
+        ...(opts.replicas ? { replicas: opts.replicas } : {}),
+        ...(opts.serverTls ? { serverTls: opts.serverTls } : {}),
+      }),
     ],
   };
 }
@@ -97,6 +105,11 @@ export function busProvider(opts: {
     ...(opts.caFile ? { caFile: opts.caFile } : {}),
     ...(f ? { auth: { signingKeysFile: f.signingKeysFile, admin: { username: BOOTSTRAP_ADMIN, passwordFile: f.adminCredsFile } } } : {}),
   });
+}
+
+/** NATS URLs (comma-separated) as servers that require TLS name them: `tls://` for each `nats://`. */
+export function tlsUrl(url: string): string {
+  return url.replace(/(^|,)\s*nats:/g, "$1tls:");
 }
 
 /** Where the identity of control-plane part `part` on `node` lands: its nats.user binding. */
@@ -174,6 +187,8 @@ export interface ControlPlaneDocsOptions {
   adminCredsFile: string;
   /** The sealed signing keys, as the provisioner and the rotator read them. */
   signingKeysFile: string;
+  /** The bundle the servers' TLS certificates are verified against: the provider then names them `tls://`. */
+  caFile?: string;
 }
 
 /**
@@ -185,6 +200,7 @@ export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
   for (const [flag, p] of [
     ["--admin-creds", o.adminCredsFile],
     ["--signing-keys-file", o.signingKeysFile],
+    ["--nats-ca-file", o.caFile ?? "/"],
   ] as const) {
     if (!isAbsolute(p)) throw new CliError(`${flag} ${JSON.stringify(p)} is not an absolute path; give the path on the services' host`, ExitCodes.Usage);
   }
@@ -194,7 +210,12 @@ export function controlPlaneYaml(o: ControlPlaneDocsOptions): string {
   let docs: ManifestFile["documents"];
   try {
     docs = [
-      busProvider({ url: o.url, node: servicesNode, files: { signingKeysFile: o.signingKeysFile, adminCredsFile: o.adminCredsFile } }),
+      busProvider({
+        url: o.caFile ? tlsUrl(o.url) : o.url,
+        node: servicesNode,
+        ...(o.caFile ? { caFile: o.caFile } : {}),
+        files: { signingKeysFile: o.signingKeysFile, adminCredsFile: o.adminCredsFile },
+      }),
       controlPlaneManifest({ servicesNode, nodes }),
     ];
   } catch (e) {

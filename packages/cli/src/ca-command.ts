@@ -20,7 +20,7 @@
  * recorded when it issued), not when its rotations ended: a rotation already running when the
  * step began was staged with the files before it and is rotated again.
  */
-import { Grant, MESH_CA_PROVIDER, ProviderDoc, isTrue, type MasterKey } from "@mesh/shared";
+import { Grant, Kinds, MESH_CA_PROVIDER, ProviderDoc, isTrue, type Kind, type MasterKey } from "@mesh/shared";
 import { listJson, readJson, servedCertificate, type Store } from "@mesh/shared/runtime";
 import {
   beginCaRotation,
@@ -54,6 +54,9 @@ export interface CaRotateOptions {
   /** The NATS server the command is connected to: before the old root leaves the bundle, it must present a certificate of the new one. */
   server?: { host: string; port: number };
 }
+
+/** The kinds of a NATS provider whose bindings carry its bundle as `ca.crt`. */
+const CARRY_BUNDLE: readonly Kind[] = [Kinds.NatsUser, Kinds.MeshIdentity];
 
 /** One step of the rotation, as printed and in `--json`: its rotations, and where each grant stands once it is done. */
 interface StepOutcome {
@@ -152,7 +155,8 @@ export async function runCaRotate(store: Store, files: CaFiles, opts: CaRotateOp
   async function reissue(n: number, what: string, done: (g: Grant) => boolean, bundles = false): Promise<Pick<StepOutcome, "rotations" | "after">> {
     const all: KindRotation[] = [];
     let said = false;
-    // With `bundles`, the grants of the NATS providers whose servers the authority vouches for too.
+    // With `bundles`, the identities of the NATS providers whose servers the authority vouches
+    // for too: their bindings carry the bundle (`ca.crt`); their stores' bindings do not.
     const providers = new Set([provider]);
     if (bundles) {
       for (const { value: p } of await listJson(store.kv.providers, ProviderDoc))
@@ -161,7 +165,12 @@ export async function runCaRotate(store: Store, files: CaFiles, opts: CaRotateOp
     for (;;) {
       const grants = (await listJson(store.kv.grants, Grant))
         .map((e) => e.value)
-        .filter((g) => providers.has(g.provider ?? "") && g.generation > 0 && isTrue(g.conditions, "Provisioned"));
+        .filter(
+          (g) =>
+            (g.provider === provider || (providers.has(g.provider ?? "") && CARRY_BUNDLE.includes(g.kind))) &&
+            g.generation > 0 &&
+            isTrue(g.conditions, "Provisioned"),
+        );
       const left = grants.filter((g) => !done(g));
       if (!said) say(`step ${n} of 3: ${what} (${left.length} of ${grants.length} grants to rotate)`);
       said = true;

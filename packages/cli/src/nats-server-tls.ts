@@ -1,28 +1,30 @@
 /**
- * The TLS of the NATS server `meshctl up` and `meshctl bootstrap` run: a server certificate of
- * the mesh's authority, issued when the server starts and renewed while it runs.
+ * The TLS of the NATS server `meshctl up` and `meshctl bootstrap` run. The server starts with a
+ * certificate the authority issues at once (nothing else can issue before the server runs);
+ * from then on its certificate is grant `mesh/nats-tls` of the control plane, issued and
+ * rotated like any other, and meshctl, as part `nats-server`, is the holder that installs each
+ * generation.
  *
  * This is the one reload the mesh makes. The server's configuration names `tls/current/tls.crt`
- * and `tls/current/tls.key`; a renewal writes both into a new directory and renames the link
- * over (so the server never reads a certificate with another generation's key), then sends the
- * server SIGHUP. nats-server 2.9.10 reloads its certificate on SIGHUP and keeps the connections
- * it has (a reload changes only what new handshakes see); the configuration itself never
- * changes, so the reload cannot take anything else with it. The renewal counts as done only
- * once a new handshake shows the new serial.
+ * and `tls/current/tls.key`; a new generation is written into a new directory and the link
+ * renamed over (so the server never reads a certificate with another generation's key), then
+ * the server gets SIGHUP. nats-server 2.9.10 reloads its certificate on SIGHUP; it keeps the
+ * connections of clients that logged in with the JWT and its signature alone (the mesh's own:
+ * jwtAuthenticator in @mesh/shared); the configuration never changes, so the reload takes
+ * nothing else with it. The holder confirms only once a new handshake shows the new serial.
  */
 import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { errorMessage, type MasterKey } from "@mesh/shared";
-import { servedCertificate } from "@mesh/shared/runtime";
-import { readAuthority, type CaFiles, type OperatorFiles } from "@mesh/providers";
+import { CONTROL_PLANE_MODULE, ControlPlaneRequirements, NATS_SERVER_PART, errorMessage, grantId, type MasterKey } from "@mesh/shared";
+import { connectNats, natsIdentity, servedCertificate } from "@mesh/shared/runtime";
+import { installCertificate, type CaFiles, type OperatorFiles } from "@mesh/providers";
+import { holdCredential, type CredentialHolder } from "@mesh/client";
 import { issueServerCertificate, type ServerCertificate } from "./bootstrap.js";
 
 /** How long the server certificate of a server up starts is valid unless `--nats-tls-lifetime` says: renewed at two thirds, like any certificate of the mesh. */
 export const UP_NATS_TLS_LIFETIME = "24h";
-
-/** How often the keeper looks whether the authority issues under another key (`meshctl ca rotate`), so the server follows within seconds. */
-const AUTHORITY_CHECK_MS = 2_000;
 
 /** How long a renewal waits for a handshake to show the new serial after SIGHUP. */
 const RELOAD_CONFIRM_MS = 15_000;
@@ -42,39 +44,38 @@ export function issueUpServerCertificate(o: ServerTlsOptions): Promise<ServerCer
   return issueServerCertificate(o.files, { ca: o.ca, masterKey: o.masterKey, dnsNames: ["localhost"], ipAddresses: [o.host], lifetimeMs: o.lifetimeMs });
 }
 
-/** When a certificate issued for `lifetimeMs` is renewed: at two thirds of that lifetime (its `notBefore` is set back a little for slow clocks, which does not count). */
-export function renewalDue(c: Pick<ServerCertificate, "notAfter">, lifetimeMs: number): Date {
-  return new Date(c.notAfter.getTime() - lifetimeMs / 3);
-}
-
-/** True when the authority's current issuing certificate did not sign `served` (the authority was rotated since). */
-export async function issuedByAnother(o: Pick<ServerTlsOptions, "ca" | "masterKey">, served: X509Certificate): Promise<boolean> {
-  const issuing = new X509Certificate((await readAuthority(o.ca, o.masterKey)).certificate.toString("pem"));
-  return !served.checkIssued(issuing) || !served.verify(issuing.publicKey);
-}
-
 /**
- * Renews the server's certificate: issues and installs it, sends the server (`pid`) SIGHUP, and
- * waits until a new handshake shows the new serial. Throws saying what the server presents
- * instead when it does not within {@link RELOAD_CONFIRM_MS}.
+ * Installs a certificate and its key for the server (a new directory, the link renamed over),
+ * sends the server (`pid`) SIGHUP, and waits until a new handshake shows the certificate's
+ * serial; throws saying what the server presents instead when it does not within
+ * {@link RELOAD_CONFIRM_MS}. A server that presents it already is not reloaded.
  */
-export async function renewServerCertificate(o: ServerTlsOptions & { pid: number }): Promise<ServerCertificate> {
-  const next = await issueUpServerCertificate(o);
+export async function installAndReload(
+  o: Pick<ServerTlsOptions, "files" | "ca" | "host" | "port"> & { pid: number; certPem: string; keyPem: string },
+): Promise<ServerCertificate> {
+  const served = async () => {
+    const c = await servedCertificate({ host: o.host, port: o.port }, { ca: readFileSync(o.ca.certFile, "utf8"), timeoutMs: 5_000 });
+    return c.certificate?.serialNumber.toLowerCase();
+  };
+  const leaf = new X509Certificate(o.certPem);
+  const wanted = leaf.serialNumber.toLowerCase();
+  const installed = installCertificate(join(o.files.dir, "tls"), o.certPem, o.keyPem);
+  const result = { ...installed, notBefore: new Date(leaf.validFrom), notAfter: new Date(leaf.validTo) };
+  if ((await served().catch(() => undefined)) === wanted) return result;
   process.kill(o.pid, "SIGHUP");
   const deadline = Date.now() + RELOAD_CONFIRM_MS;
   let seen: string;
   for (;;) {
     try {
-      const served = await servedCertificate({ host: o.host, port: o.port }, { ca: readFileSync(o.ca.certFile, "utf8"), timeoutMs: 5_000 });
-      const serial = served.certificate?.serialNumber.toLowerCase();
-      if (serial === next.serial) return next;
+      const serial = await served();
+      if (serial === wanted) return result;
       seen = `serial ${serial ?? "none"}`;
     } catch (e) {
       seen = errorMessage(e);
     }
     if (Date.now() > deadline) {
       throw new Error(
-        `sent the NATS server (pid ${o.pid}) SIGHUP after installing certificate ${next.serial}, but a new handshake still shows ${seen} after ${RELOAD_CONFIRM_MS / 1000} s; see its log`,
+        `sent the NATS server (pid ${o.pid}) SIGHUP after installing certificate ${wanted}, but a new handshake still shows ${seen} after ${RELOAD_CONFIRM_MS / 1000} s; see its log`,
       );
     }
     await sleep(200);
@@ -82,33 +83,55 @@ export async function renewServerCertificate(o: ServerTlsOptions & { pid: number
 }
 
 /**
- * Keeps the server's certificate current while `signal` is not aborted: renews it at two thirds
- * of its lifetime, and at once when the authority issues under another key. Says each renewal
- * (or why one failed, retried after a while) through `onEvent`.
+ * Holds the server's certificate, grant `mesh/nats-tls`, as part `nats-server` of the control
+ * plane: installs each generation it is given and reloads the server, and confirms a rotation
+ * only once a new handshake shows the generation's serial. Says each step through `onEvent`.
  */
-export async function keepServerCertificate(
-  o: ServerTlsOptions & { pid: number; current: ServerCertificate; signal: AbortSignal; onEvent: (line: string) => void },
-): Promise<void> {
-  let current = o.current;
-  let served = new X509Certificate(readFileSync(current.certFile));
-  let retryAt = 0;
-  while (!o.signal.aborted) {
-    await sleep(AUTHORITY_CHECK_MS, undefined, { signal: o.signal }).catch(() => undefined);
-    if (o.signal.aborted || Date.now() < retryAt) continue;
-    try {
-      const due = Date.now() >= renewalDue(current, o.lifetimeMs).getTime();
-      const rotated = !due && (await issuedByAnother(o, served));
-      if (!due && !rotated) continue;
-      current = await renewServerCertificate(o);
-      served = new X509Certificate(readFileSync(current.certFile));
-      o.onEvent(
-        `renewed the NATS server's certificate (${rotated ? "the authority issues under a new key" : "two thirds of its lifetime passed"}): serial ${current.serial}, valid until ${current.notAfter.toISOString()}; the server presents it`,
-      );
-    } catch (e) {
-      retryAt = Date.now() + 30_000;
-      o.onEvent(
-        `could not renew the NATS server's certificate (${errorMessage(e)}); trying again in 30 s, before the one it presents expires on ${current.notAfter.toISOString()}`,
-      );
-    }
+export async function holdServerCertificate(
+  o: Pick<ServerTlsOptions, "files" | "ca" | "host" | "port"> & {
+    url: string;
+    /** Part `nats-server`'s identity: the directory of its `nats.user` binding. */
+    identityDir: string;
+    node: string;
+    pid: number;
+    onEvent: (line: string) => void;
+  },
+): Promise<{ stop(): Promise<void> }> {
+  const grant = grantId(CONTROL_PLANE_MODULE, ControlPlaneRequirements.natsTls);
+  const nc = await connectNats(o.url, { ...natsIdentity({ MESH_NATS_CREDENTIALS: o.identityDir }), tls: { caFile: o.ca.certFile }, name: "mesh-nats-server" });
+  let holder: CredentialHolder;
+  try {
+    holder = await holdCredential(nc, {
+      module: CONTROL_PLANE_MODULE,
+      part: NATS_SERVER_PART,
+      requirement: ControlPlaneRequirements.natsTls,
+      node: o.node,
+      instance: "meshctl",
+    });
+  } catch (e) {
+    await nc.close().catch(() => undefined);
+    throw e;
   }
+  const running = (async () => {
+    for await (const held of holder) {
+      try {
+        const [certPem, keyPem] = [held.values["tls.crt"], held.values["tls.key"]];
+        if (!certPem || !keyPem) throw new Error("its values lack tls.crt or tls.key");
+        const installed = await installAndReload({ ...o, certPem, keyPem });
+        await held.confirm();
+        o.onEvent(
+          `the NATS server presents generation ${held.generation} of ${grant}: certificate ${installed.serial}, valid until ${installed.notAfter.toISOString()}${held.rotation ? "; confirmed" : ""}`,
+        );
+      } catch (e) {
+        o.onEvent(`could not give the NATS server generation ${held.generation} of ${grant} (${errorMessage(e)}); its rotation waits for this holder`);
+      }
+    }
+  })();
+  return {
+    async stop() {
+      await holder.stop().catch(() => undefined);
+      await running;
+      await nc.close().catch(() => undefined);
+    },
+  };
 }

@@ -658,7 +658,7 @@ const NATS_MONITOR_HELP =
   "open the monitoring port of the NATS server this command starts, at 127.0.0.1:PORT (port 0 picks a free one); default: none. " +
   "It answers anyone who can reach it, without authentication, with every identity's connections and subscriptions (/connz)";
 
-const NATS_TLS_LIFETIME_HELP = `how long the certificate of the NATS server this command starts is valid (from 10s to 30d; default ${UP_NATS_TLS_LIFETIME}); renewed at two thirds while it runs`;
+const NATS_TLS_LIFETIME_HELP = `how long each certificate of the NATS server this command starts is valid (from 5m to 30d; default ${UP_NATS_TLS_LIFETIME}); the rotator renews it at two thirds, checking once a minute`;
 
 /** The first server of a NATS URL list, as `meshctl ca rotate` looks at what it presents; none for one it cannot parse. */
 function serverOf(url: string): { server?: { host: string; port: number } } {
@@ -673,7 +673,9 @@ function serverOf(url: string): { server?: { host: string; port: number } } {
 /** `--nats-tls-lifetime` in milliseconds; a CliError for a duration that is not one, or out of bounds. */
 function natsTlsLifetimeOption(value: string | undefined): number | undefined {
   const ms = durationOption("--nats-tls-lifetime", value);
-  if (ms !== undefined && (ms < 10_000 || ms > 30 * 86_400_000)) throw new CliError(`--nats-tls-lifetime ${value}: give from 10s to 30d`, ExitCodes.Usage);
+  // The rotator looks for certificates due every minute: a third of the lifetime must leave it room.
+  if (ms !== undefined && (ms < 5 * 60_000 || ms > 30 * 86_400_000))
+    throw new CliError(`--nats-tls-lifetime ${value}: give from 5m to 30d (the rotator renews at two thirds, and looks once a minute)`, ExitCodes.Usage);
   return ms;
 }
 
@@ -784,7 +786,11 @@ program
   .option("--services-node <node>", "the node the services run on (default: the first node)")
   .requiredOption("--admin-creds <path>", "the operator admin's .creds file, as the provisioner reads it (meshctl nats-config writes it)")
   .requiredOption("--signing-keys-file <path>", "the sealed signing keys, as the provisioner and the rotator read them (meshctl nats-config writes it)")
-  .action((o: { nodes: string; servicesNode?: string; adminCreds: string; signingKeysFile: string }) =>
+  .option(
+    "--nats-ca-file <path>",
+    "for servers that require TLS: the bundle their certificates are verified against (the mesh's .mesh/mesh-ca/ca.crt for nats-config --tls-name), as the services read it; the provider names them tls:// and every identity's binding carries the bundle",
+  )
+  .action((o: { nodes: string; servicesNode?: string; adminCreds: string; signingKeysFile: string; natsCaFile?: string }) =>
     run(async (_connect, url) => {
       const nodes = o.nodes
         .split(",")
@@ -797,6 +803,7 @@ program
           ...(o.servicesNode ? { servicesNode: o.servicesNode } : {}),
           adminCredsFile: o.adminCreds,
           signingKeysFile: o.signingKeysFile,
+          ...(o.natsCaFile ? { caFile: o.natsCaFile } : {}),
         }).trimEnd(),
       );
       return ExitCodes.Ok;

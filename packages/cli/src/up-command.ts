@@ -9,6 +9,7 @@ import {
   adminEnv,
   bootstrapFiles,
   busProvider,
+  tlsUrl,
   controlPlaneFiles,
   identityBinding,
   partOfService,
@@ -21,6 +22,8 @@ import { join, relative, isAbsolute } from "node:path";
 import {
   BOOTSTRAP_PROVIDER,
   CONTROL_PLANE_MODULE,
+  ControlPlaneRequirements,
+  NATS_SERVER_PART,
   ErrorCodes,
   IDENTITY_BINDING,
   Kinds,
@@ -49,7 +52,7 @@ import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocal
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
 import type { ServerCertificate } from "./bootstrap.js";
-import { issueUpServerCertificate, keepServerCertificate, UP_NATS_TLS_LIFETIME, type ServerTlsOptions } from "./nats-server-tls.js";
+import { holdServerCertificate, issueUpServerCertificate, UP_NATS_TLS_LIFETIME, type ServerTlsOptions } from "./nats-server-tls.js";
 import type { Output } from "./output.js";
 import { meshctlCommand, serviceMain, upPaths, type ServiceProgram, type UpPaths } from "./paths.js";
 import { makePrivateDir, tightenTree } from "./private-tree.js";
@@ -363,6 +366,9 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
 
   let nats: StartedNats | undefined;
   let serverCert: ServerCertificate | undefined;
+  /** Where the server up started listens, and how long its certificate's generations are valid. */
+  let serverAt: { host: string; port: number; lifetimeMs: number } | undefined;
+  let tlsHolder: { stop(): Promise<void> } | undefined;
   let nc: NatsConnection | undefined;
   let live: LiveStatus | undefined;
   const notify = (line: string) => (live ? live.event(line) : out.err(line));
@@ -443,20 +449,20 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       const monitorUrl = monitorPort && `http://${hostForUrl(local.host)}:${monitorPort}`;
       const tlsAt: ServerTlsOptions = { files: own, ca, masterKey, ...local, lifetimeMs: opts.natsTlsLifetimeMs ?? parseDuration(UP_NATS_TLS_LIFETIME) };
       serverCert = await issueUpServerCertificate(tlsAt);
+      serverAt = { ...local, lifetimeMs: tlsAt.lifetimeMs };
       await prepareOperatorServer(own, masterKey, {
         ...local,
         ...(monitorPort ? { monitorPort } : {}),
         tls: { certFile: serverCert.certFile, keyFile: serverCert.keyFile },
       });
       out.out(
-        `starting a NATS server whose operator is the mesh (TLS with a certificate of the mesh's authority, ${serverCert.serial}, renewed while it runs; JWT identities, full account resolver; a client without credentials is refused): ${bin} -c ${show(own.configFile)}` +
+        `starting a NATS server whose operator is the mesh (TLS with certificate ${serverCert.serial} of the mesh's authority until the control plane's grant of one replaces it; JWT identities, full account resolver; a client without credentials is refused): ${bin} -c ${show(own.configFile)}` +
           ` (listening on nats://${local.host}:${local.port}; operator keys in ${show(own.dir)}, sealed under the master key; the admin's credentials in ${show(own.adminCredsFile)};` +
           ` ${monitorUrl ? `monitoring on ${monitorUrl}` : "no monitoring port (--nats-monitor HOST:PORT opens one)"}, log in ${show(logFile)})`,
       );
       if (monitorUrl) out.err(monitorExposureLine(monitorUrl));
       nats = await startLocalNats({ bin, host: local.host, port: local.port, storeDir: own.storeDir, logFile, configFile: own.configFile });
       url = nats.url;
-      void keepServerCertificate({ ...tlsAt, pid: nats.pid, current: serverCert, signal: quit.signal, onEvent: notify });
       writeFileSync(join(paths.state, NATS_URL_FILE), `${url}\n`, { mode: 0o600 });
       try {
         nc = await connectNats(url, { timeout: 5_000, ...identity() });
@@ -469,7 +475,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     // On a server that requires TLS every client verifies it: the services against the bundle
     // the user named, else the mesh's own; the parts' identities carry that bundle as ca.crt.
     const caFile = nc.info?.tls_required ? process.env.MESH_NATS_CA_FILE || ca.certFile : undefined;
-    const busUrl = caFile ? url.replace(/(^|,)\s*nats:/g, "$1tls:") : url;
+    const busUrl = caFile ? tlsUrl(url) : url;
     const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out), opts.auditRetentionMs);
 
     const plain = serviceSpecs({
@@ -505,12 +511,37 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
 
     const applied: string[] = [];
+    // The mesh's certificate authority as provider mesh-ca, first: the control plane requires the server's certificate of it.
+    {
+      const outcome = await sendApply(
+        nc,
+        [{ source: "meshctl up", documents: [meshCaProvider({ node: servicesNode ?? nodes[0]!, certFile: ca.certFile, keyFile: ca.keyFile })] }],
+        undefined,
+        retryPolicy({ option: null }, out),
+      );
+      const code = reportApply(outcome, false, out);
+      if (code !== ExitCodes.Ok) return code;
+      out.out(
+        `${caCreated ? "made" : "using"} the mesh's certificate authority (${show(ca.certFile)}; its key sealed under the master key) as provider ${MESH_CA_PROVIDER} of ${Kinds.TlsCertificate}`,
+      );
+    }
     if (auth) {
       const cpNode = servicesNode ?? nodes[0]!;
       // The operator declares the control plane as it is now (a node fewer is theirs to decide): forced.
       const outcome = await sendApply(
         nc,
-        [controlPlaneFiles({ url: busUrl, ...(caFile ? { caFile } : {}), servicesNode: cpNode, nodes, files: auth, replicas: storeReplicas(nc.info) })],
+        [
+          controlPlaneFiles({
+            url: busUrl,
+            ...(caFile ? { caFile } : {}),
+            servicesNode: cpNode,
+            nodes,
+            files: auth,
+            replicas: storeReplicas(nc.info),
+            // The certificate of the server up runs is the control plane's to rotate, like any other.
+            ...(nats && serverAt ? { serverTls: { ipAddresses: [serverAt.host], lifetime: `${Math.round(serverAt.lifetimeMs / 1000)}s` } } : {}),
+          }),
+        ],
         undefined,
         retryPolicy({ option: null }, out),
         true,
@@ -527,10 +558,11 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       });
       // A Ready left from an earlier run (the store is kept) may come before this run's agents
       // have written the bindings: a service started on a missing binding would only fail.
-      const written = await waitForIdentityBindings(
-        moves.map((m) => m.binding),
-        { timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000, signal: quit.signal },
-      );
+      const serverIdentity = nats && serverAt ? identityBinding(paths.bindings, cpNode, NATS_SERVER_PART) : undefined;
+      const written = await waitForIdentityBindings([...moves.map((m) => m.binding), ...(serverIdentity ? [serverIdentity] : [])], {
+        timeoutMs: opts.bootstrap?.readyWaitMs ?? 120_000,
+        signal: quit.signal,
+      });
       if (!written) return await finished;
       for (const { spec, binding, records } of moves) {
         // Emptied, not left out: children inherit meshctl's environment, which may hold the administrator's.
@@ -548,6 +580,22 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       out.out(
         `restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`,
       );
+      if (nats && serverAt && serverIdentity) {
+        tlsHolder = await holdServerCertificate({
+          files: own,
+          ca,
+          host: serverAt.host,
+          port: serverAt.port,
+          url,
+          identityDir: serverIdentity,
+          node: cpNode,
+          pid: nats.pid,
+          onEvent: notify,
+        });
+        out.out(
+          `the NATS server's certificate is grant ${CONTROL_PLANE_MODULE}/${ControlPlaneRequirements.natsTls} now, renewed at two thirds of its lifetime; this meshctl installs each generation and confirms once the server presents it`,
+        );
+      }
       if (opts.bootstrap) out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} ${meshctlCommand()} status`);
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
     }
@@ -572,19 +620,6 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
         );
       }
     }
-    {
-      const outcome = await sendApply(
-        nc,
-        [{ source: "meshctl up", documents: [meshCaProvider({ node: servicesNode ?? nodes[0]!, certFile: ca.certFile, keyFile: ca.keyFile })] }],
-        undefined,
-        retryPolicy({ option: null }, out),
-      );
-      const code = reportApply(outcome, false, out);
-      if (code !== ExitCodes.Ok) return code;
-      out.out(
-        `${caCreated ? "made" : "using"} the mesh's certificate authority (${show(ca.certFile)}; its key sealed under the master key) as provider ${MESH_CA_PROVIDER} of ${Kinds.TlsCertificate}`,
-      );
-    }
     if (files.length) {
       // Under bootstrap the resolver was just restarted on its own identity: a moment without one is ridden out.
       const outcome = await sendApply(nc, files, undefined, retryPolicy({ option: null }, out));
@@ -607,6 +642,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     live?.stop();
     const anything = supervisor.running().length > 0 || nats !== undefined;
     if (anything) out.err("stopping the mesh… (Ctrl-C again kills everything at once)");
+    await tlsHolder?.stop();
     await supervisor.stop(opts.graceMs ?? 5_000);
     await nc?.close().catch(() => undefined);
     if (nats) {

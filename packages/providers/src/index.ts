@@ -61,16 +61,7 @@ export {
   type CertificateSpec,
 } from "./mesh-ca.js";
 export { NATS_CA_FILE_OPTION } from "./endpoint.js";
-export {
-  caCeiling,
-  certificateRequest,
-  isDnsName,
-  DEFAULT_DNS_CEILING,
-  DEFAULT_IP_CEILING,
-  DEFAULT_MAX_LIFETIME,
-  type CaCeiling,
-  type CertificateRequest,
-} from "./tls-request.js";
+export { caCeiling, certificateRequest, isDnsName, DEFAULT_IP_CEILING, DEFAULT_MAX_LIFETIME, type CaCeiling, type CertificateRequest } from "./tls-request.js";
 export { createPostgresAdapter, LOGIN_TIMEOUT_MS } from "./postgres.js";
 export { PASSWORD_BYTES, generatePassword } from "./password.js";
 export { PG_IDENTIFIER, baseName, checkIdentifier, loginRoleName, postgresNames, quoteIdentifier, type PostgresNames } from "./postgres-identifiers.js";

@@ -23,15 +23,14 @@ import {
   isValidName,
   parseDuration,
   type CertificateUsage,
+  DEFAULT_DNS_CEILING,
+  MESH_DOMAIN,
+  MODULE_PLACEHOLDER,
   type ProviderOptions,
   type RequirementOptions,
 } from "@mesh/shared";
 
-/** Stands for the requirement's module in an `allowDnsNames` pattern. */
-const MODULE = "{module}";
-/** Where a part's default name lies: `<part>.<module>.mesh`. */
-export const MESH_DOMAIN = "mesh";
-export const DEFAULT_DNS_CEILING = [`*.${MODULE}.${MESH_DOMAIN}`] as const;
+const MODULE = MODULE_PLACEHOLDER;
 export const DEFAULT_IP_CEILING = ["127.0.0.0/8", "::1"] as const;
 export const DEFAULT_MAX_LIFETIME = "30d";
 

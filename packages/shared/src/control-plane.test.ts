@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { CONTROL_PLANE_SERVICES, bootstrapProvider, controlPlaneManifest, servicePermissions } from "./control-plane.js";
-import { partIdentityPermissions } from "./part-identity.js";
+import { CONTROL_PLANE_SERVICES, NATS_SERVER_PART, bootstrapProvider, controlPlaneManifest, servicePermissions } from "./control-plane.js";
+import { partHolderPermissions, partIdentityPermissions } from "./part-identity.js";
 import { ModuleDoc, ProviderDoc } from "./schemas/manifest.js";
 
 describe("the control plane's own module", () => {
@@ -21,6 +21,24 @@ describe("the control plane's own module", () => {
       "packages:npm.registry",
       "master-key:secret",
     ]);
+  });
+
+  it("with the server meshctl runs, declares its certificate, held by part nats-server through an identity without an inbox of its own", () => {
+    const withTls = controlPlaneManifest({ servicesNode: "node-a", nodes: ["node-a"], serverTls: { ipAddresses: ["127.0.0.1"], lifetime: "24h" } });
+    expect(ModuleDoc.safeParse(withTls).success).toBe(true);
+    expect(withTls.parts.find((p) => p.name === NATS_SERVER_PART)).toEqual({ name: NATS_SERVER_PART, node: "node-a", installed: true });
+    expect(withTls.requires.find((r) => r.name === "nats-tls")).toEqual({
+      name: "nats-tls",
+      kind: "tls.certificate",
+      parts: [NATS_SERVER_PART],
+      options: { dnsNames: ["localhost"], ipAddresses: ["127.0.0.1"], usage: "server", lifetime: "24h" },
+    });
+    const identity = withTls.requires.find((r) => r.name === "nats-nats-server")!;
+    expect(identity.kind).toBe("nats.user");
+    // The nats.user grant confines it to the grant's inbox; the part's own inbox is not asked for.
+    expect(identity.options!.subscribe).toEqual(partHolderPermissions("mesh", "node-a", NATS_SERVER_PART).subscribe);
+    expect(String(identity.options!.subscribe)).not.toMatch(/INBOX/);
+    expect(manifest.parts.some((p) => p.name === NATS_SERVER_PART)).toBe(false);
   });
 
   it("gives each service only the requests it serves and the events it sends", () => {

@@ -12,6 +12,8 @@ import { Buckets, Durables, Streams, grantId, keys, subjects, type BucketName } 
 import { CeilingOptions, DEFAULT_NATS_CEILING, RESPONSES_CEILING_OPTION, scopedToModule } from "./nats-ceiling.js";
 import { agentHolderStream, holderStreamUse } from "./holder-streams.js";
 import { microPermissions } from "./micro.js";
+import { DEFAULT_DNS_CEILING } from "./schemas/requirement-options.js";
+import { partHolderPermissions } from "./part-identity.js";
 import { OPERATOR_TOKEN, consoleAuditSubject, operatorRequestSubjects } from "./audit.js";
 
 /** The bootstrap provider: the mesh's own NATS, serving identities and JetStream stores. */
@@ -33,7 +35,16 @@ export const ControlPlaneRequirements = {
   packages: "packages",
   /** The key credentials are encrypted under, for the services that read or write them. */
   masterKey: "master-key",
+  /**
+   * The certificate of the NATS server `meshctl up` and `bootstrap` run (kind `tls.certificate`),
+   * held by part {@link NATS_SERVER_PART}: meshctl, which installs each generation, reloads the
+   * server and confirms once a handshake shows it.
+   */
+  natsTls: "nats-tls",
 } as const;
+
+/** The part of the control plane that holds the certificate of the NATS server meshctl runs. */
+export const NATS_SERVER_PART = "nats-server";
 
 /**
  * The grant of the master key: the data keys the credentials store is encrypted under, one per
@@ -370,6 +381,12 @@ export interface ControlPlaneLayout {
   nodes: readonly string[];
   /** Copies of the control plane's own bucket and object store: 3 on a cluster (see storeReplicas); default 1. */
   replicas?: number;
+  /**
+   * The certificate of the NATS server meshctl runs, as requirement `nats-tls` of part
+   * {@link NATS_SERVER_PART} on the services' node: the addresses it names and how long each
+   * generation is valid (renewed at two thirds). Absent for a server meshctl does not run.
+   */
+  serverTls?: { ipAddresses: readonly string[]; lifetime: string };
 }
 
 /** Throws an Error naming the bad node or part when a name of the layout cannot be used. */
@@ -395,9 +412,13 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
   const services = CONTROL_PLANE_SERVICES.map((name) => ({ name, node: layout.servicesNode, installed: true }));
   const agents = nodes.map((node) => ({ name: agentPart(node), node, installed: true }));
   const stores = layout.replicas && layout.replicas > 1 ? { options: { replicas: layout.replicas } } : {};
+  const tls = layout.serverTls;
+  // The part that holds the server's certificate is an SDK holder (meshctl): a part's identity.
+  const serverPart = tls ? [{ name: NATS_SERVER_PART, node: layout.servicesNode, installed: true }] : [];
   const identities: RequirementDoc[] = [
     ...CONTROL_PLANE_SERVICES.map((s) => ({ part: s, permissions: servicePermissions(s) })),
     ...nodes.map((node) => ({ part: agentPart(node), permissions: servicePermissions({ agent: node }) })),
+    ...serverPart.map((p) => ({ part: p.name, permissions: partHolderPermissions(CONTROL_PLANE_MODULE, p.node, p.name) })),
   ].map(({ part, permissions }) => ({
     name: identityRequirement(part),
     kind: Kinds.NatsUser,
@@ -412,13 +433,24 @@ export function controlPlaneManifest(layout: ControlPlaneLayout): ModuleDoc {
   return {
     kind: "Module",
     name: CONTROL_PLANE_MODULE,
-    parts: [...services, ...agents],
+    parts: [...services, ...agents, ...serverPart],
     requires: [
       { name: ControlPlaneRequirements.records, kind: Kinds.KvBucket, parts: [...CONTROL_PLANE_SERVICES], ...stores },
       { name: ControlPlaneRequirements.images, kind: Kinds.OciRegistry, parts: agents.map((a) => a.name), ...stores },
       { name: ControlPlaneRequirements.packages, kind: Kinds.NpmRegistry, parts: agents.map((a) => a.name), ...stores },
       { name: ControlPlaneRequirements.masterKey, kind: Kinds.Secret, parts: ["provisioner", "verifier", "rotator"] },
       ...identities,
+      ...(tls
+        ? [
+            {
+              name: ControlPlaneRequirements.natsTls,
+              kind: Kinds.TlsCertificate,
+              parts: [NATS_SERVER_PART],
+              // localhost: the name the NATS client checks the certificate of a server named by its IP address for.
+              options: { dnsNames: ["localhost"], ipAddresses: [...tls.ipAddresses], usage: "server", lifetime: tls.lifetime },
+            },
+          ]
+        : []),
     ],
   };
 }
@@ -436,7 +468,8 @@ export function servesModule(provider: Pick<ProviderDoc, "name">, kind: Kind, mo
 /**
  * The mesh's certificate authority as provider `mesh-ca` of `tls.certificate`: its files are
  * on `node`, where the services that issue read them (the key sealed under the master key).
- * Its ceiling is the default: each module's own names (`<part>.<module>.mesh`) and loopback.
+ * Its ceiling is the default (each module's own names, `<part>.<module>.mesh`, and loopback),
+ * and `localhost` for the control plane's own server.
  */
 export function meshCaProvider(opts: { node: string; certFile: string; keyFile: string }): ProviderDoc {
   return {
@@ -446,7 +479,9 @@ export function meshCaProvider(opts: { node: string; certFile: string; keyFile: 
     node: opts.node,
     endpoint: "builtin://mesh-ca",
     installed: true,
-    options: { caCertFile: opts.certFile, caKeyFile: opts.keyFile },
+    // The default ceiling, and `localhost` for the control plane alone: the name the NATS client
+    // checks a server's certificate for when the server is named by its IP address.
+    options: { caCertFile: opts.certFile, caKeyFile: opts.keyFile, allowDnsNames: [...DEFAULT_DNS_CEILING, `${CONTROL_PLANE_MODULE}:localhost`] },
   };
 }
 

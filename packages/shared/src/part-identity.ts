@@ -66,20 +66,25 @@ const readsOf = (bucket: BucketName, module: string) => `$JS.API.DIRECT.GET.KV_$
  * naming a bad name.
  */
 export function partIdentityPermissions(module: string, node: string, part: string): NatsPermissions {
-  return confineToInbox(
-    {
-      publish: [
-        readsOf(Buckets.grants, module),
-        `$KV.${Buckets.holders}.${keys.holdersOfPartAll(module, node, part)}`,
-        subjects.credentialFetchesOfPart(module, node, part),
-        ...holderStreamUse(partHolderStream(module, node, part)),
-        subjects.applyPart(module, node, part),
-        subjects.credentialList(module, node, part),
-      ],
-      subscribe: [subjects.deliveriesForPartOnNode(node, module, part), subjects.withdrawalsForPartOnNode(node, module, part)],
-    },
-    subjects.partInboxPrefix(module, node, part),
-  );
+  return confineToInbox(partHolderPermissions(module, node, part), subjects.partInboxPrefix(module, node, part));
+}
+
+/**
+ * What an SDK instance of part `part` needs of the mesh (see {@link partIdentityPermissions}),
+ * without an inbox: for an identity whose inbox its issuer confines it to (a `nats.user` grant's).
+ */
+export function partHolderPermissions(module: string, node: string, part: string): NatsPermissions {
+  return {
+    publish: [
+      readsOf(Buckets.grants, module),
+      `$KV.${Buckets.holders}.${keys.holdersOfPartAll(module, node, part)}`,
+      subjects.credentialFetchesOfPart(module, node, part),
+      ...holderStreamUse(partHolderStream(module, node, part)),
+      subjects.applyPart(module, node, part),
+      subjects.credentialList(module, node, part),
+    ],
+    subscribe: [subjects.deliveriesForPartOnNode(node, module, part), subjects.withdrawalsForPartOnNode(node, module, part)],
+  };
 }
 
 /** The directory of requirement `requirement`'s binding in part `part`'s directory: {@link IDENTITY_BINDING} for the part's identity. */

@@ -8,6 +8,7 @@
 import { z } from "zod";
 import { DURATION_PATTERN } from "../duration.js";
 import { Kinds, type Kind } from "../kinds.js";
+import { MODULE_PLACEHOLDER } from "../nats-ceiling.js";
 
 /** Most KV history: the clients' limit, enforced by the adapter because nats-server 2.9.10 takes more. */
 export const MAX_HISTORY = 64;
@@ -53,6 +54,10 @@ const RegistryOptions = z.strictObject({ maxBytes: maxBytes.optional(), replicas
 /** The shortest and the default lifetime of a `tls.certificate`; its longest is the provider's `maxLifetime`. */
 export const MIN_CERTIFICATE_LIFETIME_MS = 10_000;
 export const DEFAULT_CERTIFICATE_LIFETIME = "24h";
+/** Where a part's default name lies: `<part>.<module>.mesh`. */
+export const MESH_DOMAIN = "mesh";
+/** The names a `tls.certificate` provider issues to a module unless its `allowDnsNames` says: the module's own. */
+export const DEFAULT_DNS_CEILING = [`*.${MODULE_PLACEHOLDER}.${MESH_DOMAIN}`] as const;
 /** What a certificate may be used for: TLS servers, TLS clients, or both. */
 export const CERTIFICATE_USAGES = ["server", "client", "both"] as const;
 export type CertificateUsage = (typeof CERTIFICATE_USAGES)[number];
