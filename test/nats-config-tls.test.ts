@@ -63,7 +63,7 @@ describe("meshctl nats-config --tls-name", () => {
       });
     const first = await config();
     expect(first).toContain(
-      `tls { cert_file: "${join(files.dir, "tls", "current", "tls.crt")}", key_file: "${join(files.dir, "tls", "current", "tls.key")}", timeout: 2 }`,
+      `tls { cert_file: "${join(files.dir, "tls", "current", "tls.crt")}", key_file: "${join(files.dir, "tls", "current", "tls.key")}", timeout: 5 }`,
     );
     expect(said[0]).toMatch(
       /server certificate \w+ of the mesh's authority for localhost, 127\.0\.0\.1, valid until .*MESH_NATS_CA_FILE=.*mesh-ca\/ca\.crt.*SIGHUP/,

@@ -216,9 +216,12 @@ export const CLUSTER_RESOLVER_SYNC = "5s";
 export const MAX_CONTROL_LINE = 16_384;
 
 /**
- * How long the server waits for a client's CONNECT after its INFO, in seconds (nats-server's
- * default is 2). A client signs the server's nonce first; on a loaded two-core machine a test's
- * connection took longer than 2 s to answer, and the server closed it mid-handshake (EPIPE).
+ * How long the server waits for a client's CONNECT after its INFO, and for a TLS handshake, in
+ * seconds (nats-server's default is 2 for both). A client signs the server's nonce first; on a
+ * loaded two-core machine a test's connection took longer than 2 s to answer, and the server
+ * closed it mid-handshake (EPIPE); TLS handshakes timed out at 2 s there too ("TLS handshake
+ * timeout" in the server's log while the whole suite ran), and a service cut off that way
+ * mid-rotation was restarted.
  */
 export const AUTH_TIMEOUT_S = 5;
 
@@ -245,7 +248,7 @@ export function operatorServerConfig(
     `listen: ${q(`${at.host}:${at.port}`)}`,
     ...(at.tls
       ? [
-          `tls { cert_file: ${q(at.tls.certFile)}, key_file: ${q(at.tls.keyFile)}${at.tls.caFile ? `, ca_file: ${q(at.tls.caFile)}` : ""}${at.tls.verify ? ", verify: true" : ""}, timeout: 2 }`,
+          `tls { cert_file: ${q(at.tls.certFile)}, key_file: ${q(at.tls.keyFile)}${at.tls.caFile ? `, ca_file: ${q(at.tls.caFile)}` : ""}${at.tls.verify ? ", verify: true" : ""}, timeout: ${AUTH_TIMEOUT_S} }`,
         ]
       : []),
     ...(at.monitorPort ? [`http: ${q(`${at.host}:${at.monitorPort}`)}`] : []),
@@ -275,7 +278,7 @@ function withRouteTls(cluster: string, tls: ServerListen["routeTls"], q: (v: str
   }
   const open = cluster.indexOf("{");
   if (!/^\s*cluster\s*\{/.test(cluster) || open < 0) throw new MeshError(ErrorCodes.InvalidRequest, "the cluster block given does not begin with cluster {");
-  const block = `tls { cert_file: ${q(tls.certFile)}, key_file: ${q(tls.keyFile)}, ca_file: ${q(tls.caFile)}, verify: true, timeout: 2 }`;
+  const block = `tls { cert_file: ${q(tls.certFile)}, key_file: ${q(tls.keyFile)}, ca_file: ${q(tls.caFile)}, verify: true, timeout: ${AUTH_TIMEOUT_S} }`;
   return `${cluster.slice(0, open + 1)}\n  ${block}${cluster.slice(open + 1)}`;
 }
 
