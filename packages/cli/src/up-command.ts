@@ -472,10 +472,12 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     }
     if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
     if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
-    // On a server that requires TLS every client verifies it: the services against the bundle
-    // the user named, else the mesh's own; the parts' identities carry that bundle as ca.crt.
-    const caFile = nc.info?.tls_required ? process.env.MESH_NATS_CA_FILE || ca.certFile : undefined;
-    const busUrl = caFile ? tlsUrl(url) : url;
+    // On a server that requires TLS every client verifies it as meshctl did: against the mesh's
+    // own bundle for the server up started, else the bundle meshctl was given (none: the
+    // system's authorities). The parts' identities carry that bundle as ca.crt.
+    const given = process.env.MESH_NATS_CA_FILE || (identity().tls as { caFile?: string } | undefined)?.caFile;
+    const caFile = !nc.info?.tls_required ? undefined : nats ? ca.certFile : given;
+    const busUrl = nc.info?.tls_required ? tlsUrl(url) : url;
     const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out), opts.auditRetentionMs);
 
     const plain = serviceSpecs({
