@@ -321,6 +321,11 @@ export async function issueServerCertificate(
     lifetimeMs: o.lifetimeMs,
     usage: o.usage ?? "server",
   });
+  return installServerCertificate(files, certPem, keyPem);
+}
+
+/** Installs a server certificate and its key under the operator's directory (`tls/<serial>/`, then `tls/current` renamed over). */
+export function installServerCertificate(files: OperatorFiles, certPem: string, keyPem: string): ServerCertificate {
   const installed = installCertificate(join(files.dir, "tls"), certPem, keyPem);
   const x = new X509Certificate(certPem);
   return { ...installed, notBefore: new Date(x.validFrom), notAfter: new Date(x.validTo) };

@@ -13,15 +13,13 @@
  * jwtAuthenticator in @mesh/shared); the configuration never changes, so the reload takes
  * nothing else with it. The holder confirms only once a new handshake shows the new serial.
  */
-import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { CONTROL_PLANE_MODULE, ControlPlaneRequirements, NATS_SERVER_PART, errorMessage, grantId, type MasterKey } from "@mesh/shared";
 import { connectNats, natsIdentity, servedCertificate } from "@mesh/shared/runtime";
-import { installCertificate, type CaFiles, type OperatorFiles } from "@mesh/providers";
+import type { CaFiles, OperatorFiles } from "@mesh/providers";
 import { holdCredential, type CredentialHolder } from "@mesh/client";
-import { issueServerCertificate, type ServerCertificate } from "./bootstrap.js";
+import { installServerCertificate, issueServerCertificate, type ServerCertificate } from "./bootstrap.js";
 
 /** How long the server certificate of a server up starts is valid unless `--nats-tls-lifetime` says: renewed at two thirds, like any certificate of the mesh. */
 export const UP_NATS_TLS_LIFETIME = "24h";
@@ -57,10 +55,8 @@ export async function installAndReload(
     const c = await servedCertificate({ host: o.host, port: o.port }, { ca: readFileSync(o.ca.certFile, "utf8"), timeoutMs: 5_000 });
     return c.certificate?.serialNumber.toLowerCase();
   };
-  const leaf = new X509Certificate(o.certPem);
-  const wanted = leaf.serialNumber.toLowerCase();
-  const installed = installCertificate(join(o.files.dir, "tls"), o.certPem, o.keyPem);
-  const result = { ...installed, notBefore: new Date(leaf.validFrom), notAfter: new Date(leaf.validTo) };
+  const result = installServerCertificate(o.files, o.certPem, o.keyPem);
+  const wanted = result.serial;
   if ((await served().catch(() => undefined)) === wanted) return result;
   process.kill(o.pid, "SIGHUP");
   const deadline = Date.now() + RELOAD_CONFIRM_MS;
