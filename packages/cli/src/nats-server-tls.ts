@@ -92,7 +92,7 @@ export async function holdServerCertificate(
     pid: number;
     onEvent: (line: string) => void;
   },
-): Promise<{ stop(): Promise<void> }> {
+): Promise<{ stop(): Promise<void>; first: Promise<void> }> {
   const grant = grantId(CONTROL_PLANE_MODULE, ControlPlaneRequirements.natsTls);
   const nc = await connectNats(o.url, { ...natsIdentity({ MESH_NATS_CREDENTIALS: o.identityDir }), tls: { caFile: o.ca.certFile }, name: "mesh-nats-server" });
   let holder: CredentialHolder;
@@ -108,6 +108,9 @@ export async function holdServerCertificate(
     await nc.close().catch(() => undefined);
     throw e;
   }
+  // Settled once the first generation given is presented, or could not be.
+  let firstDone!: () => void;
+  const first = new Promise<void>((resolve) => (firstDone = resolve));
   const running = (async () => {
     for await (const held of holder) {
       try {
@@ -121,9 +124,12 @@ export async function holdServerCertificate(
       } catch (e) {
         o.onEvent(`could not give the NATS server generation ${held.generation} of ${grant} (${errorMessage(e)}); its rotation waits for this holder`);
       }
+      firstDone();
     }
+    firstDone();
   })();
   return {
+    first,
     async stop() {
       await holder.stop().catch(() => undefined);
       await running;

@@ -368,7 +368,7 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   let serverCert: ServerCertificate | undefined;
   /** Where the server up started listens, and how long its certificate's generations are valid. */
   let serverAt: { host: string; port: number; lifetimeMs: number } | undefined;
-  let tlsHolder: { stop(): Promise<void> } | undefined;
+  let tlsHolder: { stop(): Promise<void>; first: Promise<void> } | undefined;
   let nc: NatsConnection | undefined;
   let live: LiveStatus | undefined;
   const notify = (line: string) => (live ? live.event(line) : out.err(line));
@@ -566,6 +566,25 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
         signal: quit.signal,
       });
       if (!written) return await finished;
+      if (nats && serverAt && serverIdentity) {
+        tlsHolder = await holdServerCertificate({
+          files: own,
+          ca,
+          host: serverAt.host,
+          port: serverAt.port,
+          url,
+          identityDir: serverIdentity,
+          node: cpNode,
+          pid: nats.pid,
+          onEvent: notify,
+        });
+        // Its one reload comes now, before the services move onto their identities: a reload
+        // in the middle of a service's first handshake cuts that handshake off.
+        await Promise.race([tlsHolder.first, pause(30_000, quit.signal)]);
+        out.out(
+          `the NATS server's certificate is grant ${CONTROL_PLANE_MODULE}/${ControlPlaneRequirements.natsTls} now, renewed at two thirds of its lifetime; this meshctl installs each generation and confirms once the server presents it`,
+        );
+      }
       for (const { spec, binding, records } of moves) {
         // Emptied, not left out: children inherit meshctl's environment, which may hold the administrator's.
         // The services check that their store is the source of record grant mesh/records names.
@@ -582,22 +601,6 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       out.out(
         `restarted ${specs.map((s) => s.name).join(", ")} with the identities the mesh granted them (their nats-* bindings under ${show(paths.bindings)})`,
       );
-      if (nats && serverAt && serverIdentity) {
-        tlsHolder = await holdServerCertificate({
-          files: own,
-          ca,
-          host: serverAt.host,
-          port: serverAt.port,
-          url,
-          identityDir: serverIdentity,
-          node: cpNode,
-          pid: nats.pid,
-          onEvent: notify,
-        });
-        out.out(
-          `the NATS server's certificate is grant ${CONTROL_PLANE_MODULE}/${ControlPlaneRequirements.natsTls} now, renewed at two thirds of its lifetime; this meshctl installs each generation and confirms once the server presents it`,
-        );
-      }
       if (opts.bootstrap) out.out(`as the operator, use: MESH_NATS_CREDENTIALS=${show(auth.adminCredsFile)} NATS_URL=${url} ${meshctlCommand()} status`);
       applied.push(`module/${CONTROL_PLANE_MODULE} (the control plane)`);
     }
