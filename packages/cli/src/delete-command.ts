@@ -5,7 +5,7 @@
  * remains after that (bindings on nodes whose agent is not running) is named, and
  * `meshctl status` keeps showing it until it is done.
  */
-import { DeleteReply, Grant, isUnneeded, keys, parseGrantId, removalRemains, revocationDue, subjects, type DeleteRequest } from "@mesh/shared";
+import { DeleteReply, Grant, dropsResource, isUnneeded, keys, parseGrantId, removalRemains, revocationDue, subjects, type DeleteRequest } from "@mesh/shared";
 import { listJson, readJson, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { formatFileProblems, loadManifestFiles, type FileReader } from "./manifest-files.js";
@@ -84,10 +84,13 @@ async function grantsLeft(store: Store, req: DeleteRequest): Promise<GrantLeft[]
     if (seen.has(g.id)) return;
     seen.add(g.id);
     // Revoked once the resolver marked it and the provisioner took it back (or it is kept as retained).
+    const revoked = Boolean(g.retained) || (isUnneeded(g) && !revocationDue(g));
     left.push({
       grant: g.id,
-      revoked: Boolean(g.retained) || (isUnneeded(g) && !revocationDue(g)),
-      retained: Boolean(g.retained),
+      revoked,
+      // Its data is kept from the revocation on; the grant is marked retained only once its
+      // bindings are off the nodes, which the command does not wait for.
+      retained: Boolean(g.retained) || (revoked && !dropsResource(g)),
       gone: false,
       remains: removalRemains(g),
     });
