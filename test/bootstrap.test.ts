@@ -60,7 +60,7 @@ describe("meshctl bootstrap", () => {
       modules: Array<{ module: string; state: string; grants: Array<{ requirement: string; kind: string; provider: string }> }>;
     };
     const m = report.modules.find((x) => x.module === "mesh")!;
-    expect(m.state).toBe("Ready");
+    expect(m.state, JSON.stringify(m)).toBe("Ready");
     const grants = Object.fromEntries(m.grants.map((g) => [g.requirement, `${g.kind}@${g.provider}`]));
     expect(grants).toMatchObject({
       records: "kv.bucket@mesh-nats",

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { backoffMs } from "./backoff.js";
+import { backoffMs, confirmFailure } from "./backoff.js";
 
 describe("backoffMs", () => {
   it("doubles from the first wait up to the cap, exactly when there is no jitter", () => {
@@ -32,5 +32,33 @@ describe("backoffMs", () => {
     // A thousand holders retrying their fifth attempt at once do not all wait the same time.
     const waits = new Set(Array.from({ length: 1_000 }, () => backoffMs(5, { firstMs: 250, maxMs: 10_000 })));
     expect(waits.size).toBeGreaterThan(100);
+  });
+});
+
+describe("confirmFailure", () => {
+  const attempts = (...outcomes: boolean[]) => {
+    let n = 0;
+    return { run: () => Promise.resolve(outcomes[n++]!), count: () => n };
+  };
+  const failed = (ok: boolean) => !ok;
+
+  it("takes a success at once, and a failure not to be confirmed at once", async () => {
+    const ok = attempts(true, false);
+    expect(await confirmFailure(ok.run, failed, true, 0)).toBe(true);
+    expect(ok.count()).toBe(1);
+    const known = attempts(false, true);
+    expect(await confirmFailure(known.run, failed, false, 0)).toBe(false);
+    expect(known.count()).toBe(1);
+  });
+
+  it("tries a new failure once more after the pause, and returns what that second attempt says", async () => {
+    const passing = attempts(false, true);
+    const started = Date.now();
+    expect(await confirmFailure(passing.run, failed, true, 30)).toBe(true);
+    expect(passing.count()).toBe(2);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(25);
+    const down = attempts(false, false, true);
+    expect(await confirmFailure(down.run, failed, true, 0)).toBe(false);
+    expect(down.count()).toBe(2);
   });
 });

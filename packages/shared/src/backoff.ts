@@ -36,3 +36,29 @@ export function backoffMs(attempt: number, b: Backoff, random: () => number = Ma
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
+
+/**
+ * How long a check that has just started failing waits before it is made once more: a login
+ * refused or reset while a server reloads (the mesh reloads its NATS server for each new
+ * certificate), restarts or fails over passes within it, and is not recorded as a failure nor
+ * repaired.
+ */
+export const CONFIRM_FAILURE_MS = 1_000;
+
+/**
+ * Runs `attempt` and, when `failed` says its outcome is a failure and `confirm` is true, runs it
+ * once more after `pauseMs` and returns that outcome: a failure is recorded only when two
+ * attempts agree. Callers confirm only a change from success, so a provider that stays down
+ * costs one attempt per check, not two.
+ */
+export async function confirmFailure<T>(
+  attempt: () => Promise<T>,
+  failed: (outcome: T) => boolean,
+  confirm: boolean,
+  pauseMs = CONFIRM_FAILURE_MS,
+): Promise<T> {
+  const first = await attempt();
+  if (!confirm || !failed(first)) return first;
+  await sleep(pauseMs);
+  return attempt();
+}

@@ -192,7 +192,7 @@ export {
   sealingKeyFromSeed,
   sealTo,
 } from "./crypto.js";
-export { type Backoff, backoffMs, DEFAULT_JITTER, sleep } from "./backoff.js";
+export { type Backoff, backoffMs, CONFIRM_FAILURE_MS, confirmFailure, DEFAULT_JITTER, sleep } from "./backoff.js";
 export { KeyedQueue } from "./keyed-queue.js";
 export { kvFilter, kvKeyOf, kvStream } from "./kv-names.js";
 export { BINDING_KEYS, ENV_NAME_PATTERN, type EnvMapping, envDigest, mappedEnv } from "./binding-env.js";

@@ -12,11 +12,13 @@ import { lstatSync, readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import {
   BUILTIN_SECRET_PROVIDER,
+  CONFIRM_FAILURE_MS,
   ErrorCodes,
   Grant,
   ProbeRequest,
   ProviderDoc,
   ReachabilityRecord,
+  confirmFailure,
   errorMessage,
   grantId,
   isInboxSubject,
@@ -53,6 +55,8 @@ export interface ProberOptions {
   concurrency?: number;
   /** Run at the start of every round, the first at once (the agent writes again what its node lost, restore.ts). */
   beforeRound?: () => Promise<unknown>;
+  /** How long a login that has just started failing waits before it is tried again to confirm it; default `CONFIRM_FAILURE_MS` (1 s). */
+  confirmFailureMs?: number;
 }
 
 /** The running probes of one node's agent. */
@@ -178,6 +182,9 @@ export function startProber(opts: ProberOptions): Prober {
   // Login-only adapters (no admin credential), one per provider and kind, rebuilt when the endpoint changes.
   const adapters = new Map<string, { endpoint: string; adapter: ProviderAdapter }>();
   let stopped = false;
+  /** The generation each held binding (`module/part/requirement`) last failed its probe with: a failure seen again is not confirmed again. */
+  const failing = new Map<string, number>();
+  const heldKey = (h: Held) => `${h.module}/${h.part}/${h.requirement}`;
 
   const adapterFor = (kind: Grant["kind"], provider: string, doc: ProviderDoc | undefined): ProviderAdapter => {
     const endpoint = doc?.endpoint ?? "builtin://secret";
@@ -204,12 +211,23 @@ export function startProber(opts: ProberOptions): Prober {
     }
     const doc = providers.get(grant.provider);
     if (grant.provider !== BUILTIN_SECRET_PROVIDER && !doc) return undefined;
-    let login: LoginResult;
-    try {
-      login = await adapterFor(grant.kind, grant.provider, doc).login({ bindings: values });
-    } catch (e) {
-      login = { ok: false, reason: "unreachable", message: errorMessage(e) };
-    }
+    const adapter = adapterFor(grant.kind, grant.provider, doc);
+    const held = heldKey(h);
+    // A binding that was logging in fails only when a second login a moment later agrees (a server reloading refuses one for milliseconds).
+    const login = await confirmFailure(
+      async (): Promise<LoginResult> => {
+        try {
+          return await adapter.login({ bindings: values });
+        } catch (e) {
+          return { ok: false, reason: "unreachable", message: errorMessage(e) };
+        }
+      },
+      (l) => !l.ok,
+      failing.get(held) !== generation,
+      opts.confirmFailureMs ?? CONFIRM_FAILURE_MS,
+    );
+    if (login.ok) failing.delete(held);
+    else failing.set(held, generation);
     const result = probeResultOf(login, { provider: grant.provider, node, generation, intervalMs, now: new Date() });
     return { grant: grantId(h.module, h.requirement), node, part: h.part, result };
   };
@@ -268,7 +286,10 @@ export function startProber(opts: ProberOptions): Prober {
       try {
         await opts.beforeRound?.();
         await probeReachability();
-        publish(await probeBindings(heldBindings(root)));
+        const held = heldBindings(root);
+        publish(await probeBindings(held));
+        const still = new Set(held.map(heldKey));
+        for (const k of failing.keys()) if (!still.has(k)) failing.delete(k);
       } catch (e) {
         log.warn({ err: e }, "probe round failed; the next one tries again");
       }

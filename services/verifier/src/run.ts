@@ -5,7 +5,7 @@
  * `Verified` condition (fold.ts), and place the grant's next check (check-scheduler.ts). Every
  * write is a compare-and-set; a repair is idempotent, so two runs of one grant converge.
  */
-import { Grant, Verification, errorMessage, getCondition, holderKey, setCondition, type CheckResult, type RepairEvent } from "@mesh/shared";
+import { Grant, Verification, confirmFailure, errorMessage, getCondition, holderKey, setCondition, type CheckResult, type RepairEvent } from "@mesh/shared";
 import { mutateJson, readJson, recordRepair, recordVerification, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { checkGrant, repairGrant, type CheckDeps } from "./check.js";
@@ -57,6 +57,8 @@ export interface RunContext {
   instance: string;
   defaultIntervalMs: number;
   probeTimeoutMs: number;
+  /** The pause before a check that has just started failing is made again ({@link confirmFailure}). */
+  confirmFailureMs: number;
   random: () => number;
   stats: Omit<VerifierStats, "leadMs">;
   scheduler: CheckScheduler;
@@ -153,8 +155,18 @@ export async function runGrant(ctx: RunContext, key: string, p: RunRequest): Pro
   let repair: RepairEvent | undefined;
   let repairFailed: string | undefined;
   if (d.check) {
-    result = await checkGrant(ctx.deps, g);
-    stats.checks++;
+    // A grant that was passing fails only when a second check a moment later agrees: a server
+    // reloading or failing over refuses a login for milliseconds, which is no drift to repair.
+    const passing = rec?.value.verifier.ok !== false || rec.value.verifier.generation !== g.generation;
+    result = await confirmFailure(
+      () => {
+        stats.checks++;
+        return checkGrant(ctx.deps, g);
+      },
+      (r) => r !== undefined && !r.ok,
+      passing,
+      ctx.confirmFailureMs,
+    );
     if (result) recordVerification(g.kind, result.ok, result.reason);
     if (result && p.dueAt !== undefined) {
       scheduler.lead.add(Date.parse(result.observedAt) - p.dueAt);
