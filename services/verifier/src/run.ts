@@ -167,6 +167,14 @@ export async function runGrant(ctx: RunContext, key: string, p: RunRequest): Pro
       passing,
       ctx.confirmFailureMs,
     );
+    if (result && !result.ok) {
+      // A failure is recorded, and repaired, against the grant as it is: one that moved on while
+      // it was checked (a rotation committed) is checked again by its change's own run.
+      const now = (await readJson(store.kv.grants, key, Grant))?.value;
+      if (!now || now.generation !== g.generation || now.provider !== g.provider) {
+        return { grant: now ?? g, checked: false, notCheckable: "it changed while it was checked (a new generation); it is checked again" };
+      }
+    }
     if (result) recordVerification(g.kind, result.ok, result.reason);
     if (result && p.dueAt !== undefined) {
       scheduler.lead.add(Date.parse(result.observedAt) - p.dueAt);
