@@ -6,16 +6,31 @@
  * handshake shows it, and the server keeps every connection of the mesh (they log in with the
  * JWT and its signature alone: nats-server 2.9.10 closes, at every reload, a JWT user's
  * connection that also sent its public key); the rotation beside commits (nothing lost, no
- * lock-out).
+ * lock-out). Then `meshctl ca rotate` moves the server, the services and the part onto a new
+ * root while the part's connection answers pings: the part's identity is rotated twice, and it
+ * moves onto each generation even when a server reload resets its first try.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { X509Certificate } from "node:crypto";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { connectWithIdentity, type IdentityConnection } from "@mesh/client";
 import { servedCertificate } from "@mesh/shared/runtime";
 import { applySecretModule, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
+
+/** Flushes `nc` every 50 ms: how many were answered, and each one's error that was not. */
+function pingEvery50ms(nc: NatsConnection): { pings: number; failures: string[]; stop(): void } {
+  const p = { pings: 0, failures: [] as string[], stop: () => clearInterval(timer) };
+  const timer = setInterval(() => {
+    nc.flush().then(
+      () => p.pings++,
+      (e: unknown) => p.failures.push(String(e)),
+    );
+  }, 50);
+  return p;
+}
 
 const SERVER_TLS_BINDING = ".mesh/bindings/node-a/mesh/nats-server/nats-tls";
 
@@ -46,14 +61,7 @@ describe("the mesh's own NATS server certificate, rotated with everything connec
       void (async () => {
         for await (const s of part!.nc.status()) events.push(s.type);
       })();
-      let pings = 0;
-      const failures: string[] = [];
-      const pinging = setInterval(() => {
-        part!.nc.flush().then(
-          () => pings++,
-          (e: unknown) => failures.push(String(e)),
-        );
-      }, 50);
+      const pinging = pingEvery50ms(part.nc);
 
       /** The server's connections of the mesh's services (`mesh-resolver`…), by connection id: a reconnect is a new id. */
       const serviceConnections = async () => {
@@ -86,7 +94,7 @@ describe("the mesh's own NATS server certificate, rotated with everything connec
       }
       const rotated = await rotating;
       expect(rotated.code, `${rotated.stdout}\n${rotated.stderr}`).toBe(0);
-      clearInterval(pinging);
+      pinging.stop();
       expect(await serialServed()).not.toBe(first);
       expect(mesh.output()).toMatch(/the NATS server presents generation \d+ of mesh\/nats-tls: certificate \w+, valid until .*; confirmed/);
       expect(mesh.output()).not.toMatch(/could not give the NATS server/);
@@ -94,11 +102,51 @@ describe("the mesh's own NATS server certificate, rotated with everything connec
 
       // Nothing reconnected: the part's connection saw no disconnect and every ping was answered;
       // every service is on the connection it had.
-      expect(failures).toEqual([]);
+      expect(pinging.failures).toEqual([]);
       expect(events.filter((e) => e === "disconnect" || e === "reconnect")).toEqual([]);
-      expect(pings).toBeGreaterThan(20);
+      expect(pinging.pings).toBeGreaterThan(20);
       const after = await serviceConnections();
       for (const s of services) expect(after).toContain(s);
+    },
+  );
+
+  it(
+    "meshctl ca rotate moves every wire to a new root: the server presents a certificate of it, the bundle and every identity trust it alone, the part's connection answers throughout",
+    { timeout: 330_000 },
+    async () => {
+      const bundleFile = join(mesh.cwd, ".mesh/mesh-ca/ca.crt");
+      const rootsOf = (pem: string) => pem.match(/-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g) ?? [];
+      const [oldRoot] = rootsOf(readFileSync(bundleFile, "utf8"));
+      const identityDir = join(mesh.cwd, ".mesh/bindings/node-a/app/api/identity");
+      part ??= await connectWithIdentity(identityDir);
+      const pinging = pingEvery50ms(part.nc);
+
+      const r = await mesh.meshctl(["ca", "rotate", "--timeout", "240s"], undefined, 280_000);
+      pinging.stop();
+      expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
+      expect(r.stdout).toMatch(/no holder trusts another any more/);
+
+      const bundle = readFileSync(bundleFile, "utf8");
+      const roots = rootsOf(bundle);
+      expect(roots).toHaveLength(1);
+      expect(roots[0]).not.toBe(oldRoot);
+      const root = new X509Certificate(roots[0]!);
+      // The server presents a certificate of the new root, which verifies against the bundle alone.
+      const at = new URL(mesh.url);
+      const served = (await servedCertificate({ host: at.hostname, port: Number(at.port) }, { ca: bundle })).certificate!;
+      expect(served.verify(root.publicKey)).toBe(true);
+      // The part's identity and every service's carry that bundle and nothing older.
+      expect(readFileSync(join(identityDir, "ca.crt"), "utf8")).toBe(bundle);
+      for (const p of ["resolver", "provisioner", "verifier", "rotator", "agent-node-a"])
+        expect(readFileSync(join(mesh.cwd, ".mesh/bindings/node-a/mesh", p, `nats-${p}`, "ca.crt"), "utf8"), p).toBe(bundle);
+      // The part's connection answered pings throughout: through the server's three new
+      // certificates, and its identity's two rotations. Moving onto a new identity is a reconnect
+      // (made before the old one breaks): a ping in flight at that moment is refused as
+      // "disconnected", the next one answered; nothing else fails, and the connection stays open.
+      await part.nc.flush();
+      expect(pinging.failures.filter((f) => !/connection disconnected/.test(f))).toEqual([]);
+      expect(part.nc.isClosed()).toBe(false);
+      expect(pinging.pings).toBeGreaterThan(20);
     },
   );
 });

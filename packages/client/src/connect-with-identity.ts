@@ -11,13 +11,13 @@
  * (make before break), then this connection reconnects with it (what is sent meanwhile is
  * buffered by the client; its subscriptions are made again on the new socket), the second one
  * closes, and only then does it confirm: the rotation commits, and the old key is revoked,
- * once this connection no longer uses it.
+ * once this connection no longer uses it. A move that fails is tried again until it takes.
  */
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import { connect, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
 import { jwtAuthenticator } from "@mesh/shared/runtime";
-import { ErrorCodes, IDENTITY_BINDING, InboxRoots, MeshError, errorMessage, parseGrantId } from "@mesh/shared";
+import { ErrorCodes, IDENTITY_BINDING, InboxRoots, MeshError, backoffMs, errorMessage, parseGrantId, sleep } from "@mesh/shared";
 import { holdCredential, type CredentialHolder } from "./hold-credential.js";
 
 /** The identity binding as the agent writes it. `creds` is secret: never log it. */
@@ -141,6 +141,7 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
     );
   }
   let holder: CredentialHolder | undefined;
+  let stopped = false;
   const requirement = parseGrantId(b.grant)?.requirement;
   if (opts.follow !== false && initial !== undefined && requirement) {
     try {
@@ -150,6 +151,37 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
       await nc.close().catch(() => undefined);
       throw e;
     }
+    const timeoutMs = opts.switchTimeoutMs ?? 10_000;
+    /** Moves `nc` onto `next`: true once it is connected with it, false (still on the old one) when that did not work this time. */
+    const switchTo = async (next: string): Promise<boolean> => {
+      // Make before break: the new key connects on a connection of its own first, and stays
+      // connected while this one moves over, so the part is on the new identity before its
+      // connection on the old one closes; a key the server does not take yet breaks nothing.
+      const bridging = connect(options(() => next, { name: `${name} (moving to its new identity)`, reconnect: false }));
+      let bridge: NatsConnection;
+      try {
+        bridge = await withTimeout(bridging, timeoutMs);
+      } catch {
+        // One that connects after all is not left open.
+        void bridging.then((c) => c.close()).catch(() => undefined);
+        return false;
+      }
+      const previous = creds;
+      creds = next;
+      try {
+        // The client closes the socket and connects again, asking the authenticator, so with the new key.
+        await withTimeout(reconnected(nc), timeoutMs);
+        await nc.flush();
+        return true;
+      } catch {
+        // The new generation did not connect here: back to the one that works.
+        creds = previous;
+        if (!nc.isClosed()) await nc.reconnect().catch(() => undefined);
+        return false;
+      } finally {
+        await bridge.close().catch(() => undefined);
+      }
+    };
     void (async () => {
       for await (const held of holder!) {
         const next = held.values.creds;
@@ -157,32 +189,17 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
           await held.confirm();
           continue;
         }
-        const timeoutMs = opts.switchTimeoutMs ?? 10_000;
-        // Make before break: the new key connects on a connection of its own first, and stays
-        // connected while this one moves over, so the part is on the new identity before its
-        // connection on the old one closes; a key the server does not take yet breaks nothing.
-        let bridge: NatsConnection;
-        try {
-          bridge = await withTimeout(connect(options(() => next, { name: `${name} (moving to its new identity)`, reconnect: false })), timeoutMs);
-        } catch {
-          // Not taken: the rotation waits on this holder (meshctl status shows it), tried again at its next notice.
-          continue;
+        // Tried until it takes: the rotation waits for this holder's confirmation (meshctl
+        // status shows it), and nothing else would try again. A server refuses or resets
+        // connections for a moment while it reloads (the mesh reloads its own for each new
+        // certificate), or while it fails over; a key not yet pushed to every server of a
+        // cluster is taken a moment later. A newer generation taken meanwhile is moved to instead.
+        let switched = false;
+        for (let attempt = 1; !switched && !nc.isClosed() && !stopped && holder!.generation === held.generation; attempt++) {
+          switched = await switchTo(next);
+          if (!switched) await sleep(backoffMs(attempt, SWITCH_BACKOFF));
         }
-        const previous = creds;
-        creds = next;
-        try {
-          // The client closes the socket and connects again, asking the authenticator, so with the new key.
-          await withTimeout(reconnected(nc), timeoutMs);
-          await nc.flush();
-        } catch {
-          // The new generation did not connect here: back to the one that works; the rotation waits.
-          creds = previous;
-          if (!nc.isClosed()) await nc.reconnect().catch(() => undefined);
-          continue;
-        } finally {
-          await bridge.close().catch(() => undefined);
-        }
-        await held.confirm();
+        if (switched) await held.confirm();
       }
     })().catch(() => undefined);
   }
@@ -190,11 +207,15 @@ export async function connectWithIdentity(dir: string, opts: ConnectWithIdentity
     nc,
     identity,
     async close() {
+      stopped = true;
       await holder?.stop();
       if (!nc.isClosed()) await nc.drain();
     },
   };
 }
+
+/** The waits between attempts to move onto a rotated identity: from 250 ms, doubling, at most 5 s. */
+const SWITCH_BACKOFF = { firstMs: 250, maxMs: 5_000 };
 
 /** Forces a reconnect and resolves once the client is connected again. */
 async function reconnected(nc: NatsConnection): Promise<void> {

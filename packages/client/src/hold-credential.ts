@@ -110,6 +110,8 @@ export interface HeldCredential {
 export interface CredentialHolder extends AsyncIterable<HeldCredential> {
   /** `<node>/<part>/<instance>`. */
   readonly holder: string;
+  /** The newest generation this instance has taken: yielded, or waiting in the iteration to be (0 before the first). */
+  readonly generation: number;
   stop(): Promise<void>;
 }
 
@@ -158,7 +160,7 @@ class Holder implements CredentialHolder {
   private readonly buffer: HeldCredential[] = [];
   private waiter: ((r: IteratorResult<HeldCredential>) => void) | undefined;
   private done = false;
-  private generation = 0;
+  private taken = 0;
   private heartbeat: NodeJS.Timeout | undefined;
   private withdrawSub: ReturnType<NatsConnection["subscribe"]> | undefined;
   private messages: ConsumerMessages | undefined;
@@ -227,7 +229,7 @@ class Holder implements CredentialHolder {
    * its first generation comes in no rotation: read only once, it would never be yielded.
    */
   private async current(): Promise<void> {
-    for (let attempt = 1; !this.done && this.generation === 0; attempt++) {
+    for (let attempt = 1; !this.done && this.taken === 0; attempt++) {
       const e = await this.kv.grants.get(keys.grant(this.opts.module, this.opts.requirement)).catch(() => null);
       const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(e.json()) : undefined;
       if (g?.success) this.env = g.data.env;
@@ -285,7 +287,7 @@ class Holder implements CredentialHolder {
       m.term();
       return;
     }
-    if (b.data.to <= this.generation) {
+    if (b.data.to <= this.taken) {
       await m.ackAck().catch(() => undefined);
       return;
     }
@@ -298,7 +300,7 @@ class Holder implements CredentialHolder {
 
   /** Takes generation `generation`: fetched sealed to this instance, then yielded; `m` is acknowledged by its `confirm()`. False when it could not be fetched. */
   private async take(generation: number, rotation: string | undefined, receivedAt: Date, m?: JsMsg, inBroadcast?: CredentialValues): Promise<boolean> {
-    if (this.done || generation <= this.generation) return true;
+    if (this.done || generation <= this.taken) return true;
     // A CONSUMER span, the child of the rotator's broadcast (its context in the message's headers).
     const { node, part } = this.opts;
     // Without a propagator nothing traces the rotation: no span, and the message's headers are not decoded (a thousand holders pay for each).
@@ -335,10 +337,20 @@ class Holder implements CredentialHolder {
       span?.end();
       return values !== undefined;
     }
-    this.generation = generation;
+    this.taken = generation;
     span?.setAttribute("mesh.received_at", receivedAt.toISOString());
     // Applying may take the application a while: the server is told it is in work, so it does not deliver the message again meanwhile.
-    const progress = m ? setInterval(() => m.working(), HOLDER_ACK_WAIT_MS / 3) : undefined;
+    // Not past this instance's stop, nor a newer generation taken (this one is then never confirmed).
+    const progress = m
+      ? setInterval(() => {
+          try {
+            if (this.done || this.taken !== generation) throw new Error("superseded");
+            m.working();
+          } catch {
+            clearInterval(progress);
+          }
+        }, HOLDER_ACK_WAIT_MS / 3)
+      : undefined;
     progress?.unref();
     let confirmed: Promise<void> | undefined;
     const confirm = () =>
@@ -373,6 +385,10 @@ class Holder implements CredentialHolder {
       this.waiter = undefined;
       w({ value: u, done: false });
     } else this.buffer.push(u);
+  }
+
+  get generation(): number {
+    return this.taken;
   }
 
   async stop(): Promise<void> {
