@@ -18,8 +18,8 @@
  * consumer; the receipt is the agent's that it did so after applying. An SDK holder's ack stands
  * alone: its identity is the part's own. This is the one place a confirmation reads a record.
  */
-import { HOLDER_STREAM_PREFIX, broadcastTargets, readHolderAcks, type HolderEndpoint, type Rotation, subjects } from "@mesh/shared";
-import type { Store } from "@mesh/shared/runtime";
+import { DeliveryReceipt, HOLDER_STREAM_PREFIX, broadcastTargets, keys, readHolderAcks, type HolderEndpoint, type Rotation, subjects } from "@mesh/shared";
+import { readJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
 import type { ReceiptWitnesses } from "./receipt-witnesses.js";
@@ -164,6 +164,23 @@ export function startAckTracker(opts: {
     for (const id of t.expect.keys()) if (byConsumer.get(id) === t) byConsumer.delete(id);
   };
 
+  /**
+   * The receipt of agent-held holder `holder`, read when its ack is found without it: a receipt
+   * written while this process reconnected reaches the watch late, or only when it is watched
+   * again, and a sweep is the time to look for what was missed.
+   */
+  const readWitness = async (t: Tracked, r: Rotation, id: string, holder: string, endpoint: HolderEndpoint) => {
+    const c = witnesses.get(id);
+    if (c?.rotation === t.rotation && c.generation === t.to) return;
+    const [node, part] = holder.split("/");
+    if (!node || !part) return;
+    const receipt = await readJson(store.kv.receipts, keys.receipt(node, r.module, r.requirement, part), DeliveryReceipt).catch((e: unknown) => {
+      log.debug({ rotation: r.id, holder, err: e }, "could not read a holder's receipt; looked at again at the next sweep");
+      return undefined;
+    });
+    if (receipt && !receipt.value.withdrawnAt && receipt.value.confirmed) witnesses.note(endpoint, receipt.value.confirmed);
+  };
+
   const lookup = async (r: Rotation) => {
     const t = byRotation.get(`${r.module}.${r.requirement}`);
     if (!t || t.rotation !== r.id) return;
@@ -183,8 +200,11 @@ export function startAckTracker(opts: {
         await store.jsm.consumers.delete(x.stream, x.consumer).catch(() => undefined);
         vanished.push({ holder: x.holder, endpoint });
       } else if (x.vanished) vanished.push({ holder: x.holder, endpoint });
-      else if (x.acked && count(t, `${x.stream}/${x.consumer}`, { at: Date.now(), stream: x.stream, consumer: x.consumer, seq: x.ackFloor!, found: true }))
-        found++;
+      else if (x.acked) {
+        const id = `${x.stream}/${x.consumer}`;
+        if (t.expect.get(id)?.witnessed) await readWitness(t, r, id, x.holder, endpoint);
+        if (count(t, id, { at: Date.now(), stream: x.stream, consumer: x.consumer, seq: x.ackFloor!, found: true })) found++;
+      }
     }
     if (vanished.length) {
       log.warn(

@@ -7,11 +7,13 @@
  * Creating is idempotent on the server (the same configuration again is a no-op), and what was
  * made is remembered, so a registration's heartbeat costs nothing.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { JetStreamApiError } from "@nats-io/jetstream";
 import pLimit from "p-limit";
 import {
   Buckets,
   DeliveryReceipt,
+  backoffMs,
   type HolderRegistration,
   grantId,
   holderConsumerConfig,
@@ -59,6 +61,9 @@ export const REPLICA_LOOK_MS = 10_000;
 export const REPLICA_LOOKS_BEHIND = 3;
 export const REPLICA_MIN_AGE_MS = 30_000;
 export const REPLICA_STEPDOWNS_PER_LOOK = 8;
+/** How the watch of receipts is started again after it ends; a watch that ran this long starts from the first wait again. */
+const WATCH_BACKOFF = { firstMs: 250, maxMs: 10_000 };
+const WATCH_HEALTHY_MS = 60_000;
 
 export function holderConsumers(opts: { store: Store; log: Logger; replicas: number; witnesses: ReceiptWitnesses }): HolderConsumers {
   const { store, log } = opts;
@@ -169,10 +174,15 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
       : undefined;
   replicaTimer?.unref();
 
-  // Agents: a receipt says the part holds the grant (or no longer does).
+  // Agents: a receipt says the part holds the grant (or no longer does). A watch that ends (its
+  // consumer lost while this process reconnected, with a new identity of its own or to another
+  // server) is started again, and replays every receipt: the tracker's witnesses are never left
+  // to go stale.
   let receiptsWatch: Awaited<ReturnType<typeof store.kv.receipts.watch>> | undefined;
-  const watching = (async () => {
+  const stopWaiting = new AbortController();
+  const watchReceipts = async () => {
     receiptsWatch = await store.kv.receipts.watch();
+    if (stopping) receiptsWatch.stop();
     for await (const ev of receiptsWatch) {
       const k = parseReceiptKey(ev.key);
       if (!k) continue;
@@ -189,15 +199,29 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
       if (e)
         ensure(e).catch((err: unknown) => log.warn({ grant, holder, err }, "could not make the agent's consumer; it is made again before the next rotation"));
     }
-  })().catch((e: unknown) =>
-    log.warn({ err: e, bucket: Buckets.receipts }, "the watch of delivery receipts ended; agents' consumers are made before each rotation"),
-  );
+  };
+  const watching = (async () => {
+    for (let attempt = 1; !stopping; attempt++) {
+      const started = Date.now();
+      try {
+        await watchReceipts();
+        if (stopping) return;
+        log.warn({ bucket: Buckets.receipts }, "the watch of delivery receipts ended; watching again");
+      } catch (e) {
+        if (stopping) return;
+        log.warn({ err: e, bucket: Buckets.receipts }, "the watch of delivery receipts failed; watching again");
+      }
+      if (Date.now() - started > WATCH_HEALTHY_MS) attempt = 1;
+      await sleep(backoffMs(attempt, WATCH_BACKOFF), undefined, { signal: stopWaiting.signal }).catch(() => undefined);
+    }
+  })();
 
   return {
     ensure,
     remove,
     async stop() {
       stopping = true;
+      stopWaiting.abort();
       clearInterval(replicaTimer);
       receiptsWatch?.stop();
       await watching;
