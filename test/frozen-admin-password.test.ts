@@ -108,7 +108,14 @@ const pgProvider = (db: Postgres, root: string): ProviderDoc => ({
  * `hooks`); module `pg` applied and its secret delivered at generation 1; a PostgreSQL whose
  * data directory is initialised with that generation; provider pg-apps; module `shop` Ready.
  */
-async function startWorld(opts: { repair: "auto" | "report"; verifyMs: number; onRotate?: string; hooks?: string[] }): Promise<World & { db: Postgres }> {
+async function startWorld(opts: {
+  repair: "auto" | "report";
+  verifyMs: number;
+  /** The agent's probe interval (its default when left out): a probe that newly fails has the verifier check at once. */
+  probeMs?: number;
+  onRotate?: string;
+  hooks?: string[];
+}): Promise<World & { db: Postgres }> {
   const root = mkdtempSync(join(tmpdir(), "mesh-frozen-"));
   const env = { ...process.env, MESH_BINDINGS_ROOT: root };
   const mesh = await startTestMesh({ nodes: [], env, bindingsRoot: root, verifier: { intervalMs: opts.verifyMs } });
@@ -119,6 +126,7 @@ async function startWorld(opts: { repair: "auto" | "report"; verifyMs: number; o
     bindingsRoot: join(root, "node-a"),
     hooks: parseAllowedHooks(opts.hooks ?? []),
     log: log("agent"),
+    ...(opts.probeMs ? { probeIntervalMs: opts.probeMs } : {}),
   });
   const rotator = await startRotator({ store: mesh.store, masterKey: mesh.masterKey, log: log("rotator"), env, sweepMs: 500 });
   const w: World = { mesh, rotator, agent, root, dirs: [root] };
@@ -248,8 +256,8 @@ describe("a server whose data directory outlives the admin password it was initi
   }, 120_000);
 
   it("data directory restored from a copy made at generation 1, after a rotation: the provisioner repairs it and carries on", async () => {
-    // The verifier's schedule is far off: the first to need the server is the provisioner.
-    const w = await startWorld({ repair: "auto", verifyMs: 300_000 });
+    // The verifier's schedule and the agent's probes (whose failure has the verifier check at once) are far off: the first to need the server is the provisioner.
+    const w = await startWorld({ repair: "auto", verifyMs: 300_000, probeMs: 300_000 });
     const { mesh, db } = w;
     const copy = mkdtempSync(join(tmpdir(), "mesh-frozen-copy-"));
     w.dirs.push(copy);
