@@ -268,6 +268,16 @@ describe("a server whose data directory outlives the admin password it was initi
     await rotateSecret(w);
     const generation2 = await secretValue(mesh, 2);
     expect(await adminLogin(db, generation2)).toBe("accepted");
+    // The commit's changes to the grant have the verifier check it once: done before the server
+    // goes away, so that a check in flight does not meet the restored copy.
+    await waitFor(
+      "the verifier's check of generation 2",
+      async () => {
+        const v = getCondition((await mesh.grant("pg", "admin-password"))?.conditions ?? [], "Verified");
+        return (v?.status === "True" && v.message.startsWith("generation 2 ")) || undefined;
+      },
+      15_000,
+    );
     // The copy made at generation 1 comes back.
     await db.stop({ keepData: true });
     await run("rm", ["-rf", db.dataDir]);
