@@ -12,7 +12,6 @@ import { lstatSync, readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import {
   BUILTIN_SECRET_PROVIDER,
-  CONFIRM_FAILURE_MS,
   ErrorCodes,
   Grant,
   ProbeRequest,
@@ -55,8 +54,6 @@ export interface ProberOptions {
   concurrency?: number;
   /** Run at the start of every round, the first at once (the agent writes again what its node lost, restore.ts). */
   beforeRound?: () => Promise<unknown>;
-  /** How long a login that has just started failing waits before it is tried again to confirm it; default `CONFIRM_FAILURE_MS` (1 s). */
-  confirmFailureMs?: number;
 }
 
 /** The running probes of one node's agent. */
@@ -224,7 +221,6 @@ export function startProber(opts: ProberOptions): Prober {
       },
       (l) => !l.ok,
       failing.get(held) !== generation,
-      opts.confirmFailureMs ?? CONFIRM_FAILURE_MS,
     );
     if (login.ok) failing.delete(held);
     else failing.set(held, generation);

@@ -57,8 +57,6 @@ export interface RunContext {
   instance: string;
   defaultIntervalMs: number;
   probeTimeoutMs: number;
-  /** The pause before a check that has just started failing is made again ({@link confirmFailure}). */
-  confirmFailureMs: number;
   random: () => number;
   stats: Omit<VerifierStats, "leadMs">;
   scheduler: CheckScheduler;
@@ -165,7 +163,6 @@ export async function runGrant(ctx: RunContext, key: string, p: RunRequest): Pro
       },
       (r) => r !== undefined && !r.ok,
       passing,
-      ctx.confirmFailureMs,
     );
     if (result && !result.ok) {
       // A failure is recorded, and repaired, against the grant as it is: one that moved on while

@@ -24,8 +24,6 @@ export interface VerifierOptions {
   instance?: string;
   /** How long a forced check waits for an agent's probe; default 3 s. */
   probeTimeoutMs?: number;
-  /** How long a check that has just started failing waits before it is made again to confirm it; default `CONFIRM_FAILURE_MS` (1 s). */
-  confirmFailureMs?: number;
   /** Random numbers in [0, 1) for jitter; for tests. */
   random?: () => number;
 }

@@ -21,7 +21,6 @@ import { hostname } from "node:os";
 import {
   AuditedRequests,
   operatorRequestSubjects,
-  CONFIRM_FAILURE_MS,
   Buckets,
   ErrorCodes,
   KeyedQueue,
@@ -114,7 +113,6 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     instance,
     defaultIntervalMs: defaultInterval,
     probeTimeoutMs: opts.probeTimeoutMs ?? 3_000,
-    confirmFailureMs: opts.confirmFailureMs ?? CONFIRM_FAILURE_MS,
     random,
     stats,
     scheduler,
