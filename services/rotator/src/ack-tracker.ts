@@ -178,7 +178,7 @@ export function startAckTracker(opts: {
       log.debug({ rotation: r.id, holder, err: e }, "could not read a holder's receipt; looked at again at the next sweep");
       return undefined;
     });
-    if (receipt && !receipt.value.withdrawnAt && receipt.value.confirmed) witnesses.note(endpoint, receipt.value.confirmed);
+    if (receipt) witnesses.noteReceipt(endpoint, receipt.value);
   };
 
   const lookup = async (r: Rotation) => {

@@ -191,7 +191,7 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
       const r = ev.operation === "PUT" && ev.length ? DeliveryReceipt.safeParse(safeJson(() => ev.json())) : undefined;
       const e = holderEndpoint(grant, holder);
       // What the part applied, as its agent says: the ack tracker's second witness.
-      if (e) opts.witnesses.note(e, r?.success && !r.data.withdrawnAt ? r.data.confirmed : undefined);
+      if (e) opts.witnesses.noteReceipt(e, r?.success ? r.data : undefined);
       if (!r?.success || r.data.withdrawnAt || r.data.generation === 0) {
         if (!r?.success || r.data.withdrawnAt) void remove(grant, holder);
         continue;

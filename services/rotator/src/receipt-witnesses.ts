@@ -4,7 +4,7 @@
  * the hook and a login with k+1, and before its ack). ack-tracker.ts counts such a part's ack
  * only once its receipt agrees.
  */
-import type { HolderEndpoint } from "@mesh/shared";
+import type { DeliveryReceipt, HolderEndpoint } from "@mesh/shared";
 
 /** What an agent's receipt says its part applied (`DeliveryReceipt.confirmed`). */
 export interface ReceiptConfirmation {
@@ -31,6 +31,11 @@ export class ReceiptWitnesses {
     }
     this.byConsumer.set(id, confirmed);
     this.listener?.(id, confirmed);
+  }
+
+  /** What receipt `r` of the part whose consumer is `endpoint` witnesses (undefined or withdrawn: nothing). */
+  noteReceipt(endpoint: Pick<HolderEndpoint, "stream" | "consumer">, r: DeliveryReceipt | undefined): void {
+    this.note(endpoint, r && !r.withdrawnAt ? r.confirmed : undefined);
   }
 
   get(id: string): ReceiptConfirmation | undefined {
