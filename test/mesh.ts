@@ -12,6 +12,7 @@ import { startResolver, type Resolver } from "@mesh/resolver";
 import { startProvisioner, type Provisioner } from "@mesh/provisioner";
 import { startAgent } from "@mesh/agent";
 import { startVerifier, type Verifier } from "@mesh/verifier";
+import { startRotator, type Rotator } from "@mesh/rotator";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
 import { LogCapture } from "./harness/log-capture.js";
 import { waitFor } from "./harness/wait.js";
@@ -125,4 +126,18 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
     },
   };
   return mesh;
+}
+
+/**
+ * A rotator beside `mesh`, logging into its lines, sweeping every 500 ms; with `env`, the
+ * providers' admin passwords it needs. The test stops it.
+ */
+export function startMeshRotator(mesh: TestMesh, env?: NodeJS.ProcessEnv): Promise<Rotator> {
+  return startRotator({
+    store: mesh.store,
+    masterKey: mesh.masterKey,
+    log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
+    ...(env ? { env } : {}),
+    sweepMs: 500,
+  });
 }

@@ -32,7 +32,7 @@ import { createAdapter, CredentialStore } from "@mesh/providers";
 import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
 import { startRotator, type Rotator } from "@mesh/rotator";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
-import { startTestMesh, type TestMesh } from "./mesh.js";
+import { startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 import { expectAcksInConsumers } from "./harness/holder-acks.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
@@ -197,13 +197,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     hooks = parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]);
     roots = { "node-a": join(mesh.bindingsRoot, "node-a"), "node-b": join(mesh.bindingsRoot, "node-b") };
     for (const node of NODES) agents[node] = await startNodeAgent(mesh, node, hooks);
-    rotator = await startRotator({
-      store: mesh.store,
-      masterKey: mesh.masterKey,
-      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
-      env: adminEnv(db),
-      sweepMs: 500,
-    });
+    rotator = await startMeshRotator(mesh, adminEnv(db));
   });
   afterAll(async () => {
     await rotator?.stop();

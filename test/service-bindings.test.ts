@@ -15,9 +15,9 @@ import { readJson } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { CredentialStore } from "@mesh/providers";
 import { bindingGeneration, partBindingsDir, partEnvFile, startAgent } from "@mesh/agent";
-import { startRotator, type Rotator } from "@mesh/rotator";
+import type { Rotator } from "@mesh/rotator";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
-import { startTestMesh, type TestMesh } from "./mesh.js";
+import { startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 import { readAllBindings, readBindingFor } from "./harness/service-binding-reader.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
@@ -40,13 +40,7 @@ describe("a part's directory as SERVICE_BINDING_ROOT", () => {
   beforeAll(async () => {
     db = await startPostgres();
     mesh = await startTestMesh({ nodes: ["node-a"], env: adminEnv(db) });
-    rotator = await startRotator({
-      store: mesh.store,
-      masterKey: mesh.masterKey,
-      log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
-      env: adminEnv(db),
-      sweepMs: 500,
-    });
+    rotator = await startMeshRotator(mesh, adminEnv(db));
   });
   afterAll(async () => {
     await rotator?.stop();

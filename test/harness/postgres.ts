@@ -8,9 +8,14 @@
  * postmaster's own; stop() and kill() end only that process (and, for kill, its children).
  * start() again reuses the same data directory and port, so a test can stop a server and
  * bring it back with everything it held.
+ *
+ * With `tls`, the server presents that certificate and accepts TCP connections over TLS alone
+ * (`hostssl` lines only in pg_hba.conf): a client that does not speak TLS is refused, so nothing
+ * a test sees can have gone in plain text. The harness's own admin queries use TLS without
+ * verifying (the mesh's connections are what a test checks).
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -51,6 +56,14 @@ export interface Postgres {
   stop(opts?: { keepData?: boolean }): Promise<void>;
   /** Kills the postmaster and its children at once (SIGKILL), as a crash would; the data stays. */
   kill(): Promise<void>;
+  /** With `tls`: presents `cert` from now on (the files replaced, then a configuration reload), as a renewal on the server would. */
+  presentCertificate(cert: ServerCertificate): Promise<void>;
+}
+
+/** A server certificate (its chain, PEM) and its private key (PKCS #8 PEM). */
+export interface ServerCertificate {
+  certPem: string;
+  keyPem: string;
 }
 
 /** Directory of the PostgreSQL server binaries: `$PG_BIN`, the newest /usr/lib/postgresql/N/bin, or PATH. */
@@ -92,6 +105,8 @@ export async function startPostgres(
     maxConnections?: number;
     /** The admin password the data directory is initialised with (a mesh secret's value, say); default a random one. */
     adminPassword?: string;
+    /** Serve TLS alone, presenting this certificate. */
+    tls?: ServerCertificate;
   } = {},
 ): Promise<Postgres> {
   const bin = postgresBinDir();
@@ -119,12 +134,41 @@ export async function startPostgres(
     rmSync(pwfile, { force: true });
   }
 
+  const certFile = join(baseDir, "server.crt");
+  const keyFile = join(baseDir, "server.key");
+  const writeCertificate = (cert: ServerCertificate) => {
+    for (const [file, text] of [
+      [certFile, cert.certPem],
+      [keyFile, cert.keyPem],
+    ] as const) {
+      writeFileSync(`${file}.new`, text, { mode: 0o600 });
+      if (user) chownSync(`${file}.new`, user.uid, user.gid);
+      renameSync(`${file}.new`, file);
+    }
+  };
+  if (opts.tls) {
+    writeCertificate(opts.tls);
+    // TCP over TLS alone: with no `host` line, a connection without TLS finds no entry and is refused.
+    const hba = ["local all all scram-sha-256", "hostssl all all 127.0.0.1/32 scram-sha-256", "hostssl all all ::1/128 scram-sha-256", ""].join("\n");
+    writeFileSync(join(dataDir, "pg_hba.conf"), hba);
+    if (user) chownSync(join(dataDir, "pg_hba.conf"), user.uid, user.gid);
+  }
+
   const port = await freePort();
   const host = "127.0.0.1";
   let proc: ChildProcess | undefined;
   let log = "";
 
-  const connect = () => new pg.Client({ host, port, user: adminUser, password: adminPassword, database: "postgres", connectionTimeoutMillis: 3_000 });
+  const connect = () =>
+    new pg.Client({
+      host,
+      port,
+      user: adminUser,
+      password: adminPassword,
+      database: "postgres",
+      connectionTimeoutMillis: 3_000,
+      ...(opts.tls ? { ssl: { rejectUnauthorized: false } } : {}),
+    });
 
   const query: Postgres["query"] = async (sql, params) => {
     const c = connect();
@@ -145,6 +189,7 @@ export async function startPostgres(
     const args = ["-D", dataDir, "-p", String(port), "-c", `listen_addresses=${host}`, "-c", `unix_socket_directories=${baseDir}`];
     // Small and quick: tests need neither durability against power loss nor many connections.
     args.push("-c", "fsync=off", "-c", "shared_buffers=16MB", "-c", `max_connections=${opts.maxConnections ?? 40}`, "-c", "log_min_messages=warning");
+    if (opts.tls) args.push("-c", "ssl=on", "-c", `ssl_cert_file=${certFile}`, "-c", `ssl_key_file=${keyFile}`);
     const p = spawn(join(bin, "postgres"), args, { ...user, cwd: baseDir, stdio: ["ignore", "ignore", "pipe"] });
     proc = p;
     log = "";
@@ -223,6 +268,11 @@ export async function startPostgres(
         process.off("exit", onExit);
         rmSync(baseDir, { recursive: true, force: true });
       }
+    },
+    async presentCertificate(cert) {
+      if (!opts.tls) throw new Error("this PostgreSQL was started without tls: it presents no certificate");
+      writeCertificate(cert);
+      await query("select pg_reload_conf()");
     },
     async kill() {
       const p = proc;

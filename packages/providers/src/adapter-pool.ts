@@ -20,9 +20,11 @@ import {
 } from "@mesh/shared";
 import type { ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { createAdapter } from "./registry.js";
+import { resolveProviderTls } from "./provider-tls.js";
 
 /**
- * The provider's configuration with its admin password read from the env var or file it names.
+ * The provider's configuration with its admin password read from the env var or file it names,
+ * and its `tls:` resolved (provider-tls.ts).
  * Throws `ProviderMisconfigured` when that source is one `policy` refuses (the mesh's own
  * secrets; see admin-password-policy.ts), checked again here, where it is read: the resolver
  * checked it at apply, but on its own machine and at that time.
@@ -35,11 +37,13 @@ export function providerConfig(
   /** The admin password to use instead of reading the source: a generation of the mesh secret that source is a binding file of. */
   adminPassword?: string,
 ): ProviderConfig {
+  const tls = resolveProviderTls(doc, env);
   const cfg: ProviderConfig = {
     name: doc.name,
     node: doc.node,
     endpoint: doc.endpoint,
     ...(doc.options ? { options: doc.options } : {}),
+    ...(tls ? { tls } : {}),
     ...(masterKey ? { masterKey } : {}),
   };
   if (!doc.admin) return cfg;

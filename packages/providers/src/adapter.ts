@@ -15,6 +15,7 @@
  * Cross-cutting concerns (tracing, logging, secret sanitising) wrap adapters; they are not in them.
  */
 import type { Kind, MasterKey, ProviderOptions, RequirementOptions } from "@mesh/shared";
+import type { ServerTls } from "./provider-tls.js";
 
 /** A provider as the provisioner uses it: the document's fields with the admin password resolved. */
 export interface ProviderConfig {
@@ -24,6 +25,8 @@ export interface ProviderConfig {
   admin?: { username: string; password?: string };
   /** The document's kind-specific `options:`; the adapter's factory validates them. */
   options?: ProviderOptions;
+  /** The document's `tls:`, resolved (provider-tls.ts): every connection to the server verifies it. */
+  tls?: ServerTls;
   /** The master key of the service using the adapter, for keys sealed under it (nats.user's signing keys). */
   masterKey?: MasterKey;
 }

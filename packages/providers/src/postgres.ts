@@ -11,6 +11,11 @@
  *
  * Passwords are sent as SCRAM-SHA-256 verifiers, never in plaintext, and never appear in an
  * error message.
+ *
+ * A provider with `tls:` is reached over TLS only, every connection verifying the server
+ * (provider-tls.ts); its holders' bindings say `sslmode` `verify-full` and carry the bundle as
+ * `sslrootcert`, so a client verifies it as the mesh does (a login of a binding is made the way
+ * its values say).
  */
 import pg from "pg";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
@@ -35,6 +40,7 @@ import { parseEndpoint } from "./endpoint.js";
 import { loginRoleName, postgresNames, quoteIdentifier as qi } from "./postgres-identifiers.js";
 import { scramSha256Verifier } from "./scram.js";
 import { hasNetworkCode } from "./network-errors.js";
+import { tlsFailure, verifyingOptions, type ServerTls } from "./provider-tls.js";
 
 const { Client, Pool, escapeLiteral } = pg;
 
@@ -153,7 +159,8 @@ class PostgresAdapter implements ProviderAdapter {
         database: names.database,
         username: role,
         password,
-        uri: `postgresql://${enc(role)}:${enc(password)}@${hostInUri}:${port}/${enc(names.database)}`,
+        uri: `postgresql://${enc(role)}:${enc(password)}@${hostInUri}:${port}/${enc(names.database)}${this.provider.tls ? `?sslmode=${VERIFY_FULL}` : ""}`,
+        ...tlsBindings(this.provider.tls),
       },
     };
   }
@@ -200,12 +207,21 @@ class PostgresAdapter implements ProviderAdapter {
     const lacking = ["host", "port", "database", "username", "password"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
+    const tls = bindingTls(b);
+    if (tls === "unsupported") {
+      return {
+        ok: false,
+        reason: "rejected",
+        message: `the binding's sslmode ${JSON.stringify(b.sslmode)} is not one the mesh logs in with (${VERIFY_FULL}, or none)`,
+      };
+    }
     const client = new Client({
       host: b.host,
       port: Number(b.port),
       database: b.database,
       user: b.username,
       password: b.password,
+      ssl: tls ? verifyingOptions(tls, b.host!) : false,
       connectionTimeoutMillis: LOGIN_TIMEOUT_MS,
       query_timeout: LOGIN_TIMEOUT_MS,
       application_name: "mesh-login-check",
@@ -224,7 +240,9 @@ class PostgresAdapter implements ProviderAdapter {
 
   async loginAdmin(req: AdminLoginRequest): Promise<LoginResult> {
     const { host, port, adminDatabase } = this.endpoint;
-    return this.login({ bindings: { host, port: String(port), database: adminDatabase, username: this.adminUser, password: req.password } });
+    return this.login({
+      bindings: { host, port: String(port), database: adminDatabase, username: this.adminUser, password: req.password, ...tlsBindings(this.provider.tls) },
+    });
   }
 
   /** `ALTER ROLE CURRENT_USER PASSWORD` (a SCRAM verifier) on a connection made with `req.current`. */
@@ -237,6 +255,7 @@ class PostgresAdapter implements ProviderAdapter {
       database: adminDatabase,
       user: this.adminUser,
       password: req.current,
+      ssl: this.ssl(),
       connectionTimeoutMillis: ADMIN_CONNECT_TIMEOUT_MS,
       application_name: "mesh-provisioner",
     });
@@ -290,6 +309,7 @@ class PostgresAdapter implements ProviderAdapter {
         database: adminDatabase,
         user: this.adminUser,
         password: this.provider.admin?.password,
+        ssl: this.ssl(),
         max: 4,
         idleTimeoutMillis: 30_000,
         connectionTimeoutMillis: ADMIN_CONNECT_TIMEOUT_MS,
@@ -301,11 +321,23 @@ class PostgresAdapter implements ProviderAdapter {
     return this.pool;
   }
 
+  /** What the admin's connections verify the server with: `false` (plain) for a provider without `tls:`. */
+  private ssl() {
+    return this.provider.tls ? verifyingOptions(this.provider.tls, this.endpoint.host) : false;
+  }
+
   private adminError(what: string, e: unknown): MeshError {
     if (e instanceof MeshError) return e;
     const code = (e as PgError).code;
     const at = `PostgreSQL provider ${this.provider.name} at ${this.provider.endpoint}`;
     const why = errorMessage(e) || code || "unknown error";
+    const tls = tlsFailure(e);
+    if (tls) {
+      return new MeshError(ErrorCodes.ProviderUnreachable, `${at} cannot be reached over verified TLS, so could not ${what}: ${tls}`, {
+        retryable: true,
+        cause: e,
+      });
+    }
     if (isUnreachable(e)) {
       return new MeshError(
         ErrorCodes.ProviderUnreachable,
@@ -334,6 +366,22 @@ class PostgresAdapter implements ProviderAdapter {
       cause: e,
     });
   }
+}
+
+/** The one `sslmode` the mesh writes and logs in with: encrypted, the chain and the server's name verified. */
+const VERIFY_FULL = "verify-full";
+
+/** The binding keys that tell a holder's client to verify the server as the mesh does; none without `tls`. */
+function tlsBindings(tls: ServerTls | undefined): Record<string, string> {
+  if (!tls) return {};
+  return { sslmode: VERIFY_FULL, sslrootcert: tls.ca, ...(tls.serverName ? { sslservername: tls.serverName } : {}) };
+}
+
+/** What a login with binding `b` verifies: none for a binding without `sslmode`, its bundle and name otherwise. */
+function bindingTls(b: Record<string, string | undefined>): ServerTls | undefined | "unsupported" {
+  if (!b.sslmode || b.sslmode === "disable") return undefined;
+  if (b.sslmode !== VERIFY_FULL || !b.sslrootcert) return "unsupported";
+  return { ca: b.sslrootcert, ...(b.sslservername ? { serverName: b.sslservername } : {}) };
 }
 
 function endpointOf(provider: ProviderConfig): Endpoint {
@@ -424,6 +472,8 @@ function isUnreachable(e: unknown): boolean {
 function classifyLogin(e: unknown, where: string, user: string, database: string): LoginResult {
   const code = (e as PgError).code ?? "";
   const why = errorMessage(e) || code;
+  const tls = tlsFailure(e);
+  if (tls) return { ok: false, reason: "unreachable", message: `cannot reach PostgreSQL at ${where} over verified TLS: ${tls}` };
   if (code === "3D000") return { ok: false, reason: "missing", message: `database ${database} does not exist at ${where}` };
   if (code === "28000" && /does not exist/.test(why)) return { ok: false, reason: "missing", message: `role ${user} does not exist at ${where}` };
   if (code.startsWith("28") || code === "42501" || /SASL|SCRAM/.test(why)) {

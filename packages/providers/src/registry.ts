@@ -1,7 +1,7 @@
 /**
  * Which adapter serves which kind: the one place a kind is mapped to its adapter factory.
  */
-import { ErrorCodes, Kinds, MeshError, servedByNats, type Kind } from "@mesh/shared";
+import { ErrorCodes, Kinds, MeshError, TLS_PROVIDER_KINDS, servedByNats, type Kind } from "@mesh/shared";
 import type { AdapterFactory, ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { createPostgresAdapter } from "./postgres.js";
 import { createSecretAdapter } from "./secret.js";
@@ -58,6 +58,13 @@ export function createAdapter(kind: string, provider: ProviderConfig): ProviderA
     throw new MeshError(
       ErrorCodes.ProviderMisconfigured,
       `provider ${provider.name} serves ${JSON.stringify(kind)}, but this mesh has no adapter for that kind yet; kinds with an adapter: ${adapterKinds.join(", ")}`,
+    );
+  }
+  // Never served in plain text when the provider says its server speaks TLS (the schema refuses such a document too).
+  if (provider.tls && !TLS_PROVIDER_KINDS.includes(kind as Kind)) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name} says tls, but this mesh reaches servers of ${kind} without TLS so far; serve that kind from a provider without tls (kinds that verify it: ${TLS_PROVIDER_KINDS.join(", ")})`,
     );
   }
   return factory(provider);

@@ -25,7 +25,8 @@ const NATS_LOGIN = ["uri", "ca.crt", "username", "nkey", "creds", "inboxPrefix"]
  * (the conformance tests check it).
  */
 export const BINDING_KEYS: Readonly<Record<Kind, readonly string[]>> = {
-  [Kinds.PostgresDatabase]: [...SERVER, "database", ...LOGIN, "uri"],
+  // libpq's names for a server reached over verified TLS: sslrootcert holds the bundle, a client names its file.
+  [Kinds.PostgresDatabase]: [...SERVER, "database", ...LOGIN, "uri", "sslmode", "sslrootcert", "sslservername"],
   [Kinds.MariadbDatabase]: [...SERVER, "database", ...LOGIN, "uri"],
   [Kinds.RedisUser]: [...SERVER, ...LOGIN, "key-prefix", "uri"],
   [Kinds.RabbitmqVhost]: [...SERVER, "vhost", ...LOGIN, "uri"],

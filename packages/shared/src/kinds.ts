@@ -55,6 +55,13 @@ export function servedByNats(kind: Kind, endpoint: string): boolean {
 }
 
 /**
+ * The kinds whose adapter reaches its server over TLS when the provider says `tls:` (every
+ * connection verifying the server's certificate); a provider of any other kind that says it is
+ * refused, never served in plain text.
+ */
+export const TLS_PROVIDER_KINDS: readonly Kind[] = [Kinds.PostgresDatabase];
+
+/**
  * The kinds whose resource holds data (a database, a vhost, a bucket, an object store): when no
  * installed part needs such a grant any more its logins are revoked and, by default
  * (`deletionPolicy: Retain`), the data is kept. Every other kind is a credential alone, and is

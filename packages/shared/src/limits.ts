@@ -54,6 +54,8 @@ export const Limits = {
   endpointChars: 2_048,
   /** A path (an admin `passwordFile`), in characters: Linux's PATH_MAX. */
   pathChars: 4_096,
+  /** A provider's `tls.ca` bundle (PEM), in characters: a few dozen certificates. */
+  caBundleChars: 65_536,
   /**
    * Requests one service instance works on at once, per subject it serves (`serveJson`): one
    * more is answered at once with a retryable `Unavailable`. Above the thousands of holders a

@@ -22,6 +22,37 @@ requires:
   - { name: session-key, kind: secret, parts: [api, worker] }
 `;
 
+const PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+/** The problems of one Provider document of `serves` with `tls`, as `path: message` lines. */
+function tlsProblems(serves: string[], tls: unknown): string[] {
+  const r = validateDocuments([{ kind: "Provider", name: "p", serves, node: "node-a", endpoint: "postgres://127.0.0.1:5432", tls }]);
+  return r.ok ? [] : r.problems.map((p) => `${p.path}: ${p.message}`);
+}
+
+describe("a provider's tls", () => {
+  it("takes a PEM bundle or the mesh's own authority, with a name to check", () => {
+    expect(tlsProblems(["postgres.database"], { ca: PEM })).toEqual([]);
+    expect(tlsProblems(["postgres.database"], { mesh: true, serverName: "db.shop.mesh" })).toEqual([]);
+    expect(tlsProblems(["postgres.database"], { ca: PEM, serverName: "10.0.0.7" })).toEqual([]);
+  });
+
+  it("refuses a bundle that is not PEM, both sources or none, and a name that is not one", () => {
+    expect(tlsProblems(["postgres.database"], { ca: "MIIB" })[0]).toMatch(/^tls.ca: must be a PEM bundle/);
+    expect(tlsProblems(["postgres.database"], { ca: PEM, mesh: true })).toEqual([
+      "tls: give the authority to verify the server against: either ca (a PEM bundle) or mesh: true (the mesh's own), one of the two",
+    ]);
+    expect(tlsProblems(["postgres.database"], {})).toHaveLength(1);
+    expect(tlsProblems(["postgres.database"], { mesh: true, serverName: "db shop" })[0]).toMatch(/^tls.serverName: must be a DNS name or an IP address/);
+  });
+
+  it("refuses tls on a kind the mesh would reach without it, rather than serve it in plain text", () => {
+    expect(tlsProblems(["postgres.database", "redis.user"], { ca: PEM })).toEqual([
+      "tls: the mesh reaches servers of redis.user without TLS so far, and would not verify them: serve that kind from a provider without tls (kinds that verify it: postgres.database)",
+    ]);
+  });
+});
+
 describe("parseManifestText", () => {
   it("accepts the example with defaults filled in", () => {
     const r = parseManifestText(shop);

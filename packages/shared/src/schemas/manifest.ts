@@ -9,7 +9,7 @@ import { z } from "zod";
 import { RotatePolicy } from "./rotation.js";
 import { BINDING_KEY_PATTERN, IDENTITY_BINDING, NAME_RULE, NAME_PATTERN, isReservedRequirementName } from "../names.js";
 import { parseGrantId } from "../subjects.js";
-import { KIND_LIST, Kinds } from "../kinds.js";
+import { KIND_LIST, Kinds, TLS_PROVIDER_KINDS } from "../kinds.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
 import { Limits } from "../limits.js";
 import { BINDING_KEYS, ENV_NAME_PATTERN } from "../binding-env.js";
@@ -93,6 +93,40 @@ const ApiVersion = z
   .optional()
   .describe(`The version of the manifest's shape: ${MANIFEST_API_VERSION}, the one this mesh reads, when left out.`);
 
+/** A DNS name or an IP address, as a certificate names a server. */
+const SERVER_NAME_PATTERN = /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|[0-9A-Fa-f:.]+)$/;
+
+/**
+ * How the provider's server is reached over TLS (provider-tls.ts in the providers resolves it):
+ * every connection to it, the admin's, the verifier's logins and the agents' probes, verifies
+ * its certificate against the bundle, and a holder's binding carries what its client needs.
+ */
+export const ProviderTls = z
+  .strictObject({
+    ca: z
+      .string()
+      .max(Limits.caBundleChars, atMost(Limits.caBundleChars, "characters"))
+      .refine((v) => /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/.test(v), {
+        message: "must be a PEM bundle: one or more -----BEGIN CERTIFICATE----- blocks, the authorities that sign the server's certificate",
+      })
+      .optional()
+      .describe("The authorities the server's certificate is verified against, a PEM bundle (a YAML block: ca: |)."),
+    mesh: z
+      .literal(true)
+      .optional()
+      .describe("true: verify the server against the mesh's own certificate authority (mesh-ca/ca.crt in the state directory of the node the services run on)."),
+    serverName: z
+      .string()
+      .max(253)
+      .regex(SERVER_NAME_PATTERN, { message: "must be a DNS name or an IP address, such as db.shop.mesh" })
+      .optional()
+      .describe("The name the server's certificate must hold, when it is not the endpoint's host (a server named by its IP address)."),
+  })
+  .refine((t) => (t.ca !== undefined) !== (t.mesh === true), {
+    message: "give the authority to verify the server against: either ca (a PEM bundle) or mesh: true (the mesh's own), one of the two",
+  });
+export type ProviderTls = z.infer<typeof ProviderTls>;
+
 export const ProviderDoc = z.strictObject({
   apiVersion: ApiVersion,
   kind: z.literal("Provider").describe("The document kind."),
@@ -115,6 +149,9 @@ export const ProviderDoc = z.strictObject({
       "Where the provisioner reaches it, a URL whose scheme depends on the kind (postgres://127.0.0.1:5432); for a NATS cluster, its servers' URLs separated by commas (the adapter fails over between them).",
     ),
   admin: AdminCredential.optional().describe("Who the provisioner administers the server as, and where that user's password is; none when the server needs no login."),
+  tls: ProviderTls.optional().describe(
+    "The server speaks TLS: every connection verifies its certificate (never falling back to plain text), and holders' bindings say how to do the same. Kinds: postgres.database.",
+  ),
   options: ProviderOptions.optional().describe(
     "Settings of the kind that the endpoint cannot say: managementUrl (rabbitmq.vhost), usersDir (npm.registry), signingKeysFile, userExpiry, allowPublish and allowSubscribe (nats.user); docs/reference/providers.md has each kind's. A provider that needs one and lacks it fails to provision, naming it.",
   ),
@@ -138,6 +175,15 @@ export const ProviderDoc = z.strictObject({
     .boolean()
     .default(true)
     .describe("Whether it can be used now. false: the requirements it would serve show ProviderNotInstalled until the document is applied again with true."),
+}).superRefine((p, ctx) => {
+  const plain = p.tls ? p.serves.filter((k) => !TLS_PROVIDER_KINDS.includes(k)) : [];
+  if (plain.length > 0) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["tls"],
+      message: `the mesh reaches servers of ${plain.join(", ")} without TLS so far, and would not verify them: serve ${plain.length > 1 ? "those kinds" : "that kind"} from a provider without tls (kinds that verify it: ${TLS_PROVIDER_KINDS.join(", ")})`,
+    });
+  }
 });
 export type ProviderDoc = z.infer<typeof ProviderDoc>;
 

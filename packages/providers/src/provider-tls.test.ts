@@ -1,0 +1,49 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { ErrorCodes } from "@mesh/shared";
+import { meshCaBundleFile, resolveProviderTls, tlsFailure } from "./provider-tls.js";
+
+const PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+describe("resolveProviderTls", () => {
+  const state = mkdtempSync(join(tmpdir(), "mesh-state-"));
+  afterAll(() => rmSync(state, { recursive: true, force: true }));
+
+  it("is none without tls, the document's bundle with ca", () => {
+    expect(resolveProviderTls({ name: "pg" }, {})).toBeUndefined();
+    expect(resolveProviderTls({ name: "pg", tls: { ca: PEM, serverName: "db.shop.mesh" } }, {})).toEqual({ ca: PEM, serverName: "db.shop.mesh" });
+  });
+
+  it("reads the mesh's bundle from the state directory at each call, and says what to do where there is none", () => {
+    const env = { MESH_STATE_DIR: state };
+    expect(() => resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toThrow(
+      expect.objectContaining({
+        code: ErrorCodes.ProviderMisconfigured,
+        message: expect.stringContaining(
+          `provider pg: tls.mesh verifies the server against the mesh's certificate authority, whose bundle ${join(state, "mesh-ca", "ca.crt")} this service cannot read (ENOENT)`,
+        ),
+      }),
+    );
+    mkdirSync(join(state, "mesh-ca"));
+    writeFileSync(meshCaBundleFile(env), PEM);
+    expect(resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toEqual({ ca: PEM });
+    writeFileSync(meshCaBundleFile(env), PEM + PEM);
+    expect(resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toEqual({ ca: PEM + PEM });
+  });
+});
+
+describe("tlsFailure", () => {
+  it("names each way a handshake fails, and nothing else", () => {
+    const coded = (code: string, message = code) => Object.assign(new Error(message), { code });
+    expect(tlsFailure(Object.assign(coded("ERR_TLS_CERT_ALTNAME_INVALID"), { reason: "IP: 127.0.0.1 is not in the cert's list: " }))).toMatch(
+      /^its certificate is not for the name checked \(IP: 127.0.0.1 is not in the cert's list: \): .*tls.serverName/,
+    );
+    expect(tlsFailure(coded("CERT_HAS_EXPIRED"))).toMatch(/^its certificate has expired/);
+    expect(tlsFailure(coded("SELF_SIGNED_CERT_IN_CHAIN"))).toMatch(/^its certificate is not signed by an authority of the provider's tls bundle/);
+    expect(tlsFailure(new Error("The server does not support SSL connections"))).toMatch(/^it does not speak TLS/);
+    expect(tlsFailure(coded("ECONNREFUSED"))).toBeUndefined();
+    expect(tlsFailure(coded("28P01", "password authentication failed"))).toBeUndefined();
+  });
+});

@@ -1,0 +1,96 @@
+/**
+ * A provider's `tls:` as its adapter uses it: the bundle its server's certificate is verified
+ * against and the name that certificate must hold; and a failed handshake said as what
+ * happened and what to do. Every connection to such a server verifies it: there is no mode
+ * that encrypts without verifying, and none that falls back to plain text.
+ */
+import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
+import { join } from "node:path";
+import { checkServerIdentity, type PeerCertificate } from "node:tls";
+import { DEFAULT_STATE_DIR, ErrorCodes, MeshError, StateFiles, errorMessage, type ProviderDoc } from "@mesh/shared";
+
+/** What a connection to a provider's server verifies. */
+export interface ServerTls {
+  /** The authorities (PEM) the server's certificate must chain to. */
+  ca: string;
+  /** The name the certificate must hold, when it is not the host the endpoint names. */
+  serverName?: string;
+}
+
+/** The mesh's own authority's bundle on this node: `mesh-ca/ca.crt` in the state directory (`MESH_STATE_DIR`, default `.mesh`). */
+export function meshCaBundleFile(env: NodeJS.ProcessEnv): string {
+  return join(env.MESH_STATE_DIR || DEFAULT_STATE_DIR, StateFiles.caDir, "ca.crt");
+}
+
+/**
+ * The provider's `tls:` resolved here: its `ca`, or for `mesh: true` the mesh's bundle read now
+ * (so a bundle that gained an authority in a rotation of the CA is used at once). Throws
+ * `ProviderMisconfigured` when that bundle cannot be read on this node.
+ */
+export function resolveProviderTls(doc: Pick<ProviderDoc, "name" | "tls">, env: NodeJS.ProcessEnv): ServerTls | undefined {
+  const tls = doc.tls;
+  if (!tls) return undefined;
+  const name = tls.serverName ? { serverName: tls.serverName } : {};
+  if (tls.ca !== undefined) return { ca: tls.ca, ...name };
+  const file = meshCaBundleFile(env);
+  try {
+    return { ca: readFileSync(file, "utf8"), ...name };
+  } catch (e) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${doc.name}: tls.mesh verifies the server against the mesh's certificate authority, whose bundle ${file} this service cannot read (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); run it with MESH_STATE_DIR naming the state directory meshctl up or bootstrap made, or give the bundle itself as tls.ca`,
+      { cause: e },
+    );
+  }
+}
+
+/**
+ * Node's `tls.connect` options that verify the server against `tls`: the bundle alone (not the
+ * system's authorities) and the name `tls.serverName`, else `host`, checked whatever name the
+ * driver puts in the handshake (node-postgres puts the host there, over an option's name).
+ */
+export function verifyingOptions(tls: ServerTls, host: string) {
+  const name = tls.serverName ?? host;
+  return {
+    ca: tls.ca,
+    rejectUnauthorized: true,
+    // SNI carries a DNS name only (RFC 6066); the check below holds for an IP address too.
+    ...(isIP(name) === 0 ? { servername: name } : {}),
+    checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(name, cert),
+  };
+}
+
+/** OpenSSL's codes for a chain that does not lead to an authority of the bundle. */
+const UNKNOWN_AUTHORITY = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_SIGNATURE_FAILURE",
+  "CERT_UNTRUSTED",
+]);
+
+/**
+ * Why a TLS connection to a provider's server failed, as a clause (`its certificate is not for
+ * 127.0.0.1 (…): …`) that says what to do; undefined when `e` is not a failure of TLS.
+ */
+export function tlsFailure(e: unknown): string | undefined {
+  const err = e as { code?: unknown; reason?: unknown; message?: unknown } | undefined;
+  const code = typeof err?.code === "string" ? err.code : "";
+  const why = errorMessage(e);
+  if (code === "ERR_TLS_CERT_ALTNAME_INVALID") {
+    return `its certificate is not for the name checked (${typeof err?.reason === "string" ? err.reason : why}): give the server a certificate for the host the endpoint names, or set tls.serverName to a name its certificate holds`;
+  }
+  if (code === "CERT_HAS_EXPIRED") return `its certificate has expired (${code}): renew the server's certificate`;
+  if (code === "CERT_NOT_YET_VALID") return `its certificate is not valid yet (${code}): check the clocks of the server and of this node`;
+  if (UNKNOWN_AUTHORITY.has(code)) {
+    return `its certificate is not signed by an authority of the provider's tls bundle (${code}): give tls.ca the authority that signs it, or give the server a certificate of that authority`;
+  }
+  if (/does not support SSL|wrong version number|packet length too long/i.test(why)) {
+    return `it does not speak TLS (${why}): turn TLS on at the server, or leave tls out of the provider (nothing falls back to plain text)`;
+  }
+  if (code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_") || code === "EPROTO") return `the TLS handshake failed (${why})`;
+  return undefined;
+}
