@@ -282,7 +282,7 @@ describe("redis.user adapter", () => {
   });
 
   it("refuses an endpoint it cannot use, naming the provider", () => {
-    for (const endpoint of ["rediss://127.0.0.1:6379", "redis://u:p@127.0.0.1:6379", "redis://127.0.0.1:6379/1", "http://127.0.0.1:6379", "not a url"]) {
+    for (const endpoint of ["redis://u:p@127.0.0.1:6379", "redis://127.0.0.1:6379/1", "http://127.0.0.1:6379", "not a url"]) {
       let err: unknown;
       try {
         createRedisAdapter(providerOf({ endpoint }));
@@ -293,6 +293,18 @@ describe("redis.user adapter", () => {
       expect((err as Error).message).toContain("redis-test");
       expect((err as Error).message).not.toContain(":p@");
     }
+  });
+
+  it("reaches a rediss:// endpoint only with tls to verify it, and never a redis:// one with tls", async () => {
+    // Made from the document alone (an agent's, for logins that take the binding's bundle); its admin refuses to connect unverified.
+    const unverified = createRedisAdapter(providerOf({ endpoint: "rediss://127.0.0.1:6379" }));
+    await expect(unverified.observe({ grant: freshGrant() })).rejects.toMatchObject({
+      code: ErrorCodes.ProviderMisconfigured,
+      message: expect.stringContaining("provider redis-test: endpoint rediss://127.0.0.1:6379 is rediss:// (TLS), but the provider says no tls"),
+    });
+    expect(() => createRedisAdapter(providerOf({ endpoint: ENDPOINT, tls: { ca: "-----BEGIN CERTIFICATE-----" } }))).toThrow(
+      "provider redis-test: tls is given, but the endpoint is redis://; name the server rediss://host:port",
+    );
   });
 });
 

@@ -15,7 +15,7 @@
  * verifying (the mesh's connections are what a test checks).
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -23,6 +23,7 @@ import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { freePort } from "./ports.js";
 import { waitFor } from "./wait.js";
+import { writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
 
 const run = promisify(execFile);
 
@@ -58,12 +59,6 @@ export interface Postgres {
   kill(): Promise<void>;
   /** With `tls`: presents `cert` from now on (the files replaced, then a configuration reload), as a renewal on the server would. */
   presentCertificate(cert: ServerCertificate): Promise<void>;
-}
-
-/** A server certificate (its chain, PEM) and its private key (PKCS #8 PEM). */
-export interface ServerCertificate {
-  certPem: string;
-  keyPem: string;
 }
 
 /** Directory of the PostgreSQL server binaries: `$PG_BIN`, the newest /usr/lib/postgresql/N/bin, or PATH. */
@@ -136,16 +131,7 @@ export async function startPostgres(
 
   const certFile = join(baseDir, "server.crt");
   const keyFile = join(baseDir, "server.key");
-  const writeCertificate = (cert: ServerCertificate) => {
-    for (const [file, text] of [
-      [certFile, cert.certPem],
-      [keyFile, cert.keyPem],
-    ] as const) {
-      writeFileSync(`${file}.new`, text, { mode: 0o600 });
-      if (user) chownSync(`${file}.new`, user.uid, user.gid);
-      renameSync(`${file}.new`, file);
-    }
-  };
+  const writeCertificate = (cert: ServerCertificate) => writeServerCertificate(cert, { certFile, keyFile }, user);
   if (opts.tls) {
     writeCertificate(opts.tls);
     // TCP over TLS alone: with no `host` line, a connection without TLS finds no entry and is refused.

@@ -15,7 +15,14 @@
  * Cross-cutting concerns (tracing, logging, secret sanitising) wrap adapters; they are not in them.
  */
 import type { Kind, MasterKey, ProviderOptions, RequirementOptions } from "@mesh/shared";
-import type { ServerTls } from "./provider-tls.js";
+
+/** What a connection to a provider's server verifies (its `tls:` resolved, provider-tls.ts). */
+export interface ServerTls {
+  /** The authorities (PEM) the server's certificate must chain to. */
+  ca: string;
+  /** The name the certificate must hold, when it is not the host the endpoint names. */
+  serverName?: string;
+}
 
 /** A provider as the provisioner uses it: the document's fields with the admin password resolved. */
 export interface ProviderConfig {

@@ -32,6 +32,7 @@ import type {
   ObserveResult,
   ProviderAdapter,
   ProviderConfig,
+  ServerTls,
   CreateRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
@@ -40,7 +41,7 @@ import { parseEndpoint } from "./endpoint.js";
 import { loginRoleName, postgresNames, quoteIdentifier as qi } from "./postgres-identifiers.js";
 import { scramSha256Verifier } from "./scram.js";
 import { hasNetworkCode } from "./network-errors.js";
-import { tlsFailure, verifyingOptions, type ServerTls } from "./provider-tls.js";
+import { unverifiedLogin, unverifiedServer, verifyingOptions } from "./provider-tls.js";
 
 const { Client, Pool, escapeLiteral } = pg;
 
@@ -331,13 +332,8 @@ class PostgresAdapter implements ProviderAdapter {
     const code = (e as PgError).code;
     const at = `PostgreSQL provider ${this.provider.name} at ${this.provider.endpoint}`;
     const why = errorMessage(e) || code || "unknown error";
-    const tls = tlsFailure(e);
-    if (tls) {
-      return new MeshError(ErrorCodes.ProviderUnreachable, `${at} cannot be reached over verified TLS, so could not ${what}: ${tls}`, {
-        retryable: true,
-        cause: e,
-      });
-    }
+    const tls = unverifiedServer(at, what, e);
+    if (tls) return tls;
     if (isUnreachable(e)) {
       return new MeshError(
         ErrorCodes.ProviderUnreachable,
@@ -472,8 +468,8 @@ function isUnreachable(e: unknown): boolean {
 function classifyLogin(e: unknown, where: string, user: string, database: string): LoginResult {
   const code = (e as PgError).code ?? "";
   const why = errorMessage(e) || code;
-  const tls = tlsFailure(e);
-  if (tls) return { ok: false, reason: "unreachable", message: `cannot reach PostgreSQL at ${where} over verified TLS: ${tls}` };
+  const tls = unverifiedLogin(`PostgreSQL at ${where}`, e);
+  if (tls) return tls;
   if (code === "3D000") return { ok: false, reason: "missing", message: `database ${database} does not exist at ${where}` };
   if (code === "28000" && /does not exist/.test(why)) return { ok: false, reason: "missing", message: `role ${user} does not exist at ${where}` };
   if (code.startsWith("28") || code === "42501" || /SASL|SCRAM/.test(why)) {

@@ -44,6 +44,8 @@ describe("tlsFailure", () => {
     expect(tlsFailure(coded("SELF_SIGNED_CERT_IN_CHAIN"))).toMatch(/^its certificate is not signed by an authority of the provider's tls bundle/);
     expect(tlsFailure(new Error("The server does not support SSL connections"))).toMatch(/^it does not speak TLS/);
     expect(tlsFailure(coded("ECONNREFUSED"))).toBeUndefined();
+    expect(tlsFailure(coded("ETIMEDOUT"))).toBeUndefined();
+    expect(tlsFailure(coded("ETIMEDOUT"), true)).toMatch(/^it answered no TLS handshake in time/);
     expect(tlsFailure(coded("28P01", "password authentication failed"))).toBeUndefined();
   });
 });

@@ -9,14 +9,7 @@ import { isIP } from "node:net";
 import { join } from "node:path";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { DEFAULT_STATE_DIR, ErrorCodes, MeshError, StateFiles, errorMessage, type ProviderDoc } from "@mesh/shared";
-
-/** What a connection to a provider's server verifies. */
-export interface ServerTls {
-  /** The authorities (PEM) the server's certificate must chain to. */
-  ca: string;
-  /** The name the certificate must hold, when it is not the host the endpoint names. */
-  serverName?: string;
-}
+import type { BindingValues, LoginResult, ServerTls } from "./adapter.js";
 
 /** The mesh's own authority's bundle on this node: `mesh-ca/ca.crt` in the state directory (`MESH_STATE_DIR`, default `.mesh`). */
 export function meshCaBundleFile(env: NodeJS.ProcessEnv): string {
@@ -74,12 +67,17 @@ const UNKNOWN_AUTHORITY = new Set([
 
 /**
  * Why a TLS connection to a provider's server failed, as a clause (`its certificate is not for
- * 127.0.0.1 (…): …`) that says what to do; undefined when `e` is not a failure of TLS.
+ * 127.0.0.1 (…): …`) that says what to do; undefined when `e` is not a failure of TLS. A server
+ * that waits for a command in plain text does not answer a handshake at all: a connection
+ * `overTls` that timed out says so.
  */
-export function tlsFailure(e: unknown): string | undefined {
+export function tlsFailure(e: unknown, overTls = false): string | undefined {
   const err = e as { code?: unknown; reason?: unknown; message?: unknown } | undefined;
   const code = typeof err?.code === "string" ? err.code : "";
   const why = errorMessage(e);
+  if (overTls && code === "ETIMEDOUT") {
+    return `it answered no TLS handshake in time (${why}): it is unreachable, or does not speak TLS at that port (nothing falls back to plain text)`;
+  }
   if (code === "ERR_TLS_CERT_ALTNAME_INVALID") {
     return `its certificate is not for the name checked (${typeof err?.reason === "string" ? err.reason : why}): give the server a certificate for the host the endpoint names, or set tls.serverName to a name its certificate holds`;
   }
@@ -93,4 +91,36 @@ export function tlsFailure(e: unknown): string | undefined {
   }
   if (code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_") || code === "EPROTO") return `the TLS handshake failed (${why})`;
   return undefined;
+}
+
+/**
+ * An admin operation's failure to reach the server over verified TLS, as `ProviderUnreachable`
+ * saying why and what to do (`at`: which provider, where); undefined for any other failure.
+ */
+export function unverifiedServer(at: string, what: string, e: unknown, overTls = false): MeshError | undefined {
+  const tls = tlsFailure(e, overTls);
+  return tls
+    ? new MeshError(ErrorCodes.ProviderUnreachable, `${at} cannot be reached over verified TLS, so could not ${what}: ${tls}`, { retryable: true, cause: e })
+    : undefined;
+}
+
+/** A login's failure to reach the server over verified TLS (`server`: `PostgreSQL at host:port`); undefined for any other failure. */
+export function unverifiedLogin(server: string, e: unknown, overTls = false): LoginResult | undefined {
+  const tls = tlsFailure(e, overTls);
+  return tls ? { ok: false, reason: "unreachable", message: `cannot reach ${server} over verified TLS: ${tls}` } : undefined;
+}
+
+/**
+ * The binding keys of a server reached over TLS, in servicebinding.io's layout: the bundle as
+ * `ca.crt`, and `servername` when the certificate must be checked for another name than `host`.
+ */
+export function caBindings(tls: ServerTls | undefined): BindingValues {
+  if (!tls) return {};
+  return { "ca.crt": tls.ca, ...(tls.serverName ? { servername: tls.serverName } : {}) };
+}
+
+/** What a login with binding `b` verifies the server with: its `ca.crt` and `servername` ({@link caBindings}); undefined without a bundle. */
+export function bindingCa(b: BindingValues): ServerTls | undefined {
+  const ca = b["ca.crt"];
+  return ca ? { ca, ...(b.servername ? { serverName: b.servername } : {}) } : undefined;
 }

@@ -17,6 +17,10 @@
  * are cheap. When the server has an ACL file, the users are saved to it after every change, so
  * a restart keeps them; otherwise they live in memory until a restart, and the verifier's repair
  * makes them again.
+ *
+ * A provider with `tls:` (endpoint `rediss://`) is reached over TLS alone, every connection
+ * verifying the server (provider-tls.ts); its bindings carry a `rediss://` uri and the bundle
+ * as `ca.crt`, and a login is made the way its binding says.
  */
 import { Redis } from "ioredis";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
@@ -32,6 +36,7 @@ import type {
   ObserveResult,
   ProviderAdapter,
   ProviderConfig,
+  ServerTls,
   RetireRequest,
   SetAdminPasswordRequest,
 } from "./adapter.js";
@@ -40,6 +45,7 @@ import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { aclRules, parseAclUser, passwordHash, redisNames, type AclRecord, type AclUser, type RedisNames } from "./redis-acl.js";
 import { slotOf } from "./alternating.js";
+import { bindingCa, caBindings, unverifiedLogin, unverifiedServer, verifyingOptions } from "./provider-tls.js";
 
 /** How long a {@link ProviderAdapter.login} may take to connect, and then each of AUTH and PING. */
 const LOGIN_TIMEOUT_MS = 3_000;
@@ -54,6 +60,10 @@ export const createRedisAdapter: AdapterFactory = (provider) => new RedisAdapter
 interface Endpoint {
   host: string;
   port: number;
+  /** `rediss://`: the server speaks TLS. */
+  secure?: boolean;
+  /** What every connection verifies the server with; none for `redis://`. */
+  tls?: ServerTls;
 }
 
 class RedisAdapter implements ProviderAdapter {
@@ -115,7 +125,8 @@ class RedisAdapter implements ProviderAdapter {
         password,
         // Binding keys are file names: lower case (servicebinding.io), hence not keyPrefix.
         "key-prefix": names.keyPrefix,
-        uri: `redis://${enc(names.user)}:${enc(password)}@${hostInUri}:${port}`,
+        uri: `${this.endpoint.tls ? "rediss" : "redis"}://${enc(names.user)}:${enc(password)}@${hostInUri}:${port}`,
+        ...caBindings(this.endpoint.tls),
       },
     };
   }
@@ -158,7 +169,8 @@ class RedisAdapter implements ProviderAdapter {
     const where = `${b.host}:${b.port}`;
     let c: Redis | undefined;
     try {
-      c = await open({ host: b.host!, port: Number(b.port) }, LOGIN_TIMEOUT_MS);
+      const tls = bindingCa(b);
+      c = await open({ host: b.host!, port: Number(b.port), ...(tls ? { tls } : {}) }, LOGIN_TIMEOUT_MS);
       await c.call("AUTH", b.username!, b.password!);
       await c.ping();
       return { ok: true };
@@ -167,7 +179,13 @@ class RedisAdapter implements ProviderAdapter {
       if (["WRONGPASS", "NOPERM"].includes(replyCode(e) ?? "")) {
         return { ok: false, reason: "rejected", message: `Redis at ${where} rejected ${b.username}: ${errorMessage(e)}` };
       }
-      return { ok: false, reason: "unreachable", message: `cannot log in to Redis at ${where}: ${errorMessage(e)}` };
+      return (
+        unverifiedLogin(`Redis at ${where}`, e, Boolean(b["ca.crt"])) ?? {
+          ok: false,
+          reason: "unreachable",
+          message: `cannot log in to Redis at ${where}: ${errorMessage(e)}`,
+        }
+      );
     } finally {
       c?.disconnect();
     }
@@ -175,8 +193,8 @@ class RedisAdapter implements ProviderAdapter {
 
   /** AUTH as the admin user (`default` when the document names none) with `req.password`; never mutates. */
   async loginAdmin(req: AdminLoginRequest): Promise<LoginResult> {
-    const { host, port } = this.endpoint;
-    return this.login({ bindings: { host, port: String(port), username: this.adminUser(), password: req.password } });
+    const { host, port, tls } = this.endpoint;
+    return this.login({ bindings: { host, port: String(port), username: this.adminUser(), password: req.password, ...caBindings(tls) } });
   }
 
   /**
@@ -190,7 +208,7 @@ class RedisAdapter implements ProviderAdapter {
     const what = `set the admin user ${JSON.stringify(user)}'s password`;
     let c: Redis | undefined;
     try {
-      c = await open(this.endpoint, ADMIN_TIMEOUT_MS);
+      c = await this.openAdmin();
       await c.call("AUTH", user, req.current);
       await c.call("ACL", "SETUSER", user, "resetpass", `#${passwordHash(req.next)}`);
       await persistUsers(c);
@@ -212,11 +230,23 @@ class RedisAdapter implements ProviderAdapter {
     return this.provider.admin?.username ?? "default";
   }
 
+  /** A connection for the admin, verifying the server when the endpoint is `rediss://`. */
+  private openAdmin(): Promise<Redis> {
+    // A login-only adapter (an agent's, made from the document alone) has no tls: its logins take the binding's.
+    if (this.endpoint.secure && !this.endpoint.tls) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `provider ${this.provider.name}: endpoint ${this.provider.endpoint} is rediss:// (TLS), but the provider says no tls to verify the server with; give tls.ca (the bundle that signs its certificate) or tls: { mesh: true }`,
+      );
+    }
+    return open(this.endpoint, ADMIN_TIMEOUT_MS);
+  }
+
   /** Runs `fn` on a new admin connection; maps every failure to a MeshError that says what to do. */
   private async admin<T>(what: string, fn: (c: Redis) => Promise<T>): Promise<T> {
     let c: Redis | undefined;
     try {
-      c = await open(this.endpoint, ADMIN_TIMEOUT_MS);
+      c = await this.openAdmin();
       const admin = this.provider.admin;
       // A user with `nopass` accepts any password, so a missing one is sent as empty.
       if (admin) await c.call("AUTH", admin.username, admin.password ?? "");
@@ -235,6 +265,8 @@ class RedisAdapter implements ProviderAdapter {
     const why = errorMessage(e) || "unknown error";
     const code = replyCode(e);
     const adminUser = JSON.stringify(this.provider.admin?.username ?? "default");
+    const tls = unverifiedServer(at, what, cause, Boolean(this.endpoint.tls));
+    if (tls) return tls;
     if (isUnreachable(e)) {
       return new MeshError(
         ErrorCodes.ProviderUnreachable,
@@ -354,6 +386,7 @@ async function open(endpoint: Endpoint, timeoutMs: number): Promise<Redis> {
   const c = new Redis({
     host: endpoint.host,
     port: endpoint.port,
+    ...(endpoint.tls ? { tls: verifyingOptions(endpoint.tls, endpoint.host) } : {}),
     lazyConnect: true,
     enableReadyCheck: false,
     enableOfflineQueue: false,
@@ -403,11 +436,17 @@ function withoutArguments(e: unknown): unknown {
 }
 
 function endpointOf(provider: ProviderConfig): Endpoint {
-  const { host, port } = parseEndpoint(provider, {
-    schemes: ["redis"],
-    example: "redis://127.0.0.1:6379",
+  const { scheme, host, port } = parseEndpoint(provider, {
+    schemes: ["redis", "rediss"],
+    example: provider.tls ? "rediss://127.0.0.1:6380" : "redis://127.0.0.1:6379",
     defaultPort: () => 6379,
     refusePath: "names a database; leave it out: a grant's key pattern spans every database, and the mesh keeps its counters in database 0",
   });
-  return { host, port };
+  if (provider.tls && scheme !== "rediss") {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: tls is given, but the endpoint is redis://; name the server rediss://host:port`,
+    );
+  }
+  return { host, port, secure: scheme === "rediss", ...(provider.tls ? { tls: provider.tls } : {}) };
 }

@@ -18,6 +18,8 @@ const LOGIN = ["username", "password"] as const;
 /** What a registry kind binds when the mesh's own NATS serves it (the control plane's bootstrap registry). */
 const BOOTSTRAP_REGISTRY = ["bucket", "uri", "format"] as const;
 const NATS_LOGIN = ["uri", "ca.crt", "username", "nkey", "creds", "inboxPrefix"] as const;
+/** What a client verifies a server reached over TLS with (provider-tls.ts): the bundle, and the name when it is not `host`. */
+const SERVER_CA = ["ca.crt", "servername"] as const;
 
 /**
  * The keys a binding of each kind may carry (docs/reference/bindings.md says what each holds):
@@ -28,7 +30,7 @@ export const BINDING_KEYS: Readonly<Record<Kind, readonly string[]>> = {
   // libpq's names for a server reached over verified TLS: sslrootcert holds the bundle, a client names its file.
   [Kinds.PostgresDatabase]: [...SERVER, "database", ...LOGIN, "uri", "sslmode", "sslrootcert", "sslservername"],
   [Kinds.MariadbDatabase]: [...SERVER, "database", ...LOGIN, "uri"],
-  [Kinds.RedisUser]: [...SERVER, ...LOGIN, "key-prefix", "uri"],
+  [Kinds.RedisUser]: [...SERVER, ...LOGIN, "key-prefix", "uri", ...SERVER_CA],
   [Kinds.RabbitmqVhost]: [...SERVER, "vhost", ...LOGIN, "uri"],
   [Kinds.OciRegistry]: [...SERVER, "registry", "url", "namespace", ...LOGIN, ...BOOTSTRAP_REGISTRY],
   [Kinds.NpmRegistry]: [...SERVER, "registry", "scope", ...LOGIN, "auth", "npmrc", ...BOOTSTRAP_REGISTRY],

@@ -150,7 +150,7 @@ export const ProviderDoc = z.strictObject({
     ),
   admin: AdminCredential.optional().describe("Who the provisioner administers the server as, and where that user's password is; none when the server needs no login."),
   tls: ProviderTls.optional().describe(
-    "The server speaks TLS: every connection verifies its certificate (never falling back to plain text), and holders' bindings say how to do the same. Kinds: postgres.database.",
+    `The server speaks TLS: every connection verifies its certificate (never falling back to plain text), and holders' bindings say how to do the same. Kinds: ${TLS_PROVIDER_KINDS.join(", ")}.`,
   ),
   options: ProviderOptions.optional().describe(
     "Settings of the kind that the endpoint cannot say: managementUrl (rabbitmq.vhost), usersDir (npm.registry), signingKeysFile, userExpiry, allowPublish and allowSubscribe (nats.user); docs/reference/providers.md has each kind's. A provider that needs one and lacks it fails to provision, naming it.",

@@ -1,0 +1,281 @@
+/**
+ * Providers that say `tls:`, each against a server of the test's own that accepts clients over
+ * TLS alone (a PostgreSQL with only `hostssl` lines, a Redis with only its TLS port), its
+ * certificate issued by a fresh authority: provisioning, verification, rotation, retirement and
+ * take-back all go over verified TLS, a holder connects with the values of its binding alone,
+ * and a server whose certificate does not verify (another name, another authority) or that does
+ * not speak TLS is `ProviderUnreachable`, naming why.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { Redis } from "ioredis";
+import {
+  DeleteReply,
+  ErrorCodes,
+  Kinds,
+  Rotation,
+  RotationStates,
+  keys,
+  subjects,
+  type Kind,
+  type ModuleDoc,
+  type ProviderDoc,
+  type ProviderTls,
+} from "@mesh/shared";
+import { readJson } from "@mesh/shared/runtime";
+import { CredentialStore, createAdapter, providerConfig, type Authority } from "@mesh/providers";
+import { bindingPath } from "@mesh/agent";
+import type { Rotator } from "@mesh/rotator";
+import { startPostgres } from "./harness/postgres.js";
+import { startOwnRedis } from "./harness/redis.js";
+import { LOOPBACK_NAMES, serverCertificate, testAuthority, type ServerCertificate } from "./harness/server-certificate.js";
+import { startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
+import { waitFor } from "./harness/wait.js";
+import { waitVerified } from "./verify-helpers.js";
+
+const INTERVAL = 1_000;
+/** Two intervals, the confirming pause of a new failure and a margin for a busy machine. */
+const WITHIN = 2 * INTERVAL + 1_000 + 4_000;
+/** The variable the providers' admin password is read from. */
+const ADMIN_ENV = "TLS_TEST_ADMIN_PASSWORD";
+
+/** A server of the test's own, as each kind's harness starts one. */
+interface OwnServer {
+  endpoint: string;
+  adminUser: string;
+  adminPassword: string;
+  presentCertificate(cert: ServerCertificate): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** What differs by kind. */
+interface KindUnderTest {
+  kind: Kind;
+  /** Starts a server presenting `tls`, or a plain one without it. */
+  start(tls?: ServerCertificate): Promise<OwnServer>;
+  /** That a client without TLS gets nothing from the server. */
+  refusesPlain(server: OwnServer): Promise<void>;
+  /** Connects as a holder from the binding directory alone; says who it is logged in as. */
+  holderSession(dir: string): Promise<string>;
+}
+
+const read = (dir: string, key: string) => readFileSync(join(dir, key), "utf8");
+
+const KINDS: KindUnderTest[] = [
+  {
+    kind: Kinds.PostgresDatabase,
+    start: (tls) => startPostgres(tls ? { tls } : {}),
+    async refusesPlain(server) {
+      const { hostname, port } = new URL(server.endpoint);
+      const c = new pg.Client({ host: hostname, port: Number(port), user: server.adminUser, password: server.adminPassword, database: "postgres", ssl: false });
+      await expect(c.connect()).rejects.toThrow(/no encryption/);
+      await c.end().catch(() => undefined);
+    },
+    async holderSession(dir) {
+      expect(read(dir, "sslmode")).toBe("verify-full");
+      expect(read(dir, "uri")).toMatch(/\?sslmode=verify-full$/);
+      // libpq's own way: the uri, and sslrootcert naming the binding's file (node-postgres reads it as libpq does).
+      const c = new pg.Client({
+        connectionString: `${read(dir, "uri")}&sslrootcert=${encodeURIComponent(join(dir, "sslrootcert"))}`,
+        connectionTimeoutMillis: 5_000,
+      });
+      await c.connect();
+      try {
+        return (await c.query<{ user: string }>("select session_user as user")).rows[0]!.user;
+      } finally {
+        await c.end();
+      }
+    },
+  },
+  {
+    kind: Kinds.RedisUser,
+    start: (tls) => startOwnRedis(tls ? { tls } : {}),
+    async refusesPlain(server) {
+      const c = new Redis(server.endpoint.replace(/^rediss:/, "redis:"), {
+        lazyConnect: true,
+        retryStrategy: () => null,
+        maxRetriesPerRequest: 0,
+        connectTimeout: 2_000,
+      });
+      c.on("error", () => {});
+      await expect(c.connect().then(() => c.ping())).rejects.toThrow();
+      c.disconnect();
+    },
+    async holderSession(dir) {
+      expect(read(dir, "uri")).toMatch(/^rediss:\/\//);
+      const c = new Redis(read(dir, "uri"), { tls: { ca: read(dir, "ca.crt") }, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+      c.on("error", () => {});
+      await c.connect();
+      try {
+        return String(await c.call("ACL", "WHOAMI"));
+      } finally {
+        c.disconnect();
+      }
+    },
+  },
+];
+
+function provider(kind: Kind, server: OwnServer, tls: ProviderTls, name = "tls-main"): ProviderDoc {
+  return {
+    kind: "Provider",
+    name,
+    serves: [kind],
+    node: "node-a",
+    endpoint: server.endpoint,
+    admin: { username: server.adminUser, passwordEnv: ADMIN_ENV },
+    tls,
+    installed: true,
+  };
+}
+
+function module_(name: string, kind: Kind): ModuleDoc {
+  return {
+    kind: "Module",
+    name,
+    parts: [{ name: "api", node: "node-a", installed: true }],
+    requires: [{ name: "db", kind, deletionPolicy: "Delete" }],
+  };
+}
+
+describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
+  let ca: Authority;
+  let good: ServerCertificate;
+  let server: OwnServer;
+  let env: NodeJS.ProcessEnv;
+  let mesh: TestMesh;
+  let rotator: Rotator;
+
+  /** The provider's adapter as the provisioner makes it, with `tls`. */
+  const adapterWith = (s: OwnServer, tls: ProviderTls) =>
+    createAdapter(k.kind, providerConfig(provider(k.kind, s, tls), { ...process.env, [ADMIN_ENV]: s.adminPassword }));
+
+  beforeAll(async () => {
+    ca = await testAuthority();
+    good = await serverCertificate(ca, LOOPBACK_NAMES);
+    server = await k.start(good);
+    env = { ...process.env, [ADMIN_ENV]: server.adminPassword };
+    mesh = await startTestMesh({ env, verifier: { intervalMs: INTERVAL }, probeIntervalMs: INTERVAL });
+    rotator = await startMeshRotator(mesh, env);
+  });
+  afterAll(async () => {
+    await rotator?.stop();
+    await mesh?.stop();
+    await server?.stop();
+  });
+
+  it("refuses a client without TLS, so what passes below went over TLS", async () => {
+    await k.refusesPlain(server);
+  });
+
+  it("provisions, verifies, rotates, retires and takes back over verified TLS; the holder connects with its binding alone", async () => {
+    const applied = await mesh.apply([provider(k.kind, server, { ca: ca.bundlePem }), module_("shop", k.kind)]);
+    expect(applied.ok, JSON.stringify(applied)).toBe(true);
+    await mesh.waitForState("shop", "Ready", 30_000);
+    await waitVerified(mesh, "shop", "db", (c) => c.status === "True", "verified", WITHIN);
+    const dir = bindingPath(join(mesh.bindingsRoot, "node-a"), "shop", "api", "db");
+    const first = await k.holderSession(dir);
+    expect(first).toBe(read(dir, "username"));
+
+    const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "shop/db" }), { timeout: 15_000 });
+    expect(reply.json<{ ok: boolean }>().ok, reply.string()).toBe(true);
+    await waitFor(
+      "the rotation of shop/db to commit",
+      async () => {
+        const r = (await readJson(mesh.store.kv.rotations, keys.grant("shop", "db"), Rotation))?.value;
+        return r?.state === RotationStates.Committed && r.to === 2 ? r : undefined;
+      },
+      30_000,
+    );
+    await waitVerified(mesh, "shop", "db", (c) => c.status === "True" && c.message.includes("generation 2"), "verified at generation 2", WITHIN);
+    expect(await k.holderSession(dir)).toBe(read(dir, "username"));
+
+    // Generation 1 retired over the admin's TLS connection: it logs in no more, as a login over TLS shows.
+    const adapter = adapterWith(server, { ca: ca.bundlePem });
+    try {
+      const g1 = (await new CredentialStore(mesh.store.kv.credentials, mesh.masterKey).read("shop", "db", 1))!.bindings!;
+      await waitFor("generation 1 to be retired", async () => (await adapter.login({ bindings: g1 })).ok === false, 15_000);
+      expect(await adapter.login({ bindings: g1 })).toMatchObject({ ok: false, reason: "rejected" });
+
+      const del = DeleteReply.parse(
+        (await mesh.nc.request(subjects.delete, JSON.stringify({ documents: [{ kind: "Module", name: "shop" }] }), { timeout: 10_000 })).json(),
+      );
+      expect(del.ok).toBe(true);
+      await waitFor(
+        "shop/db to be taken back at the server",
+        async () => !(await adapter.observe({ grant: { module: "shop", requirement: "db", generation: 2 } })).exists,
+        30_000,
+      );
+    } finally {
+      await adapter.close();
+    }
+  });
+
+  it("a server presenting a certificate for another name is ProviderUnreachable, saying so, and Verified again once it presents its own", async () => {
+    await mesh.apply([module_("named", k.kind)]);
+    await mesh.waitForState("named", "Ready", 30_000);
+    await waitVerified(mesh, "named", "db", (c) => c.status === "True", "verified", WITHIN);
+    await server.presentCertificate(await serverCertificate(ca, { dnsNames: ["db.elsewhere.test"] }));
+    try {
+      const c = await waitVerified(mesh, "named", "db", (c) => c.status === "False", "not verified", WITHIN);
+      expect(c.reason).toBe("ProviderUnreachable");
+      expect(c.message).toMatch(/over verified TLS: its certificate is not for the name checked/);
+      expect(c.message).toContain("tls.serverName");
+    } finally {
+      await server.presentCertificate(good);
+    }
+    await waitVerified(mesh, "named", "db", (c) => c.status === "True", "verified again", WITHIN);
+  });
+
+  it("a provider whose bundle does not hold the server's authority makes nothing, and a login with it is refused before its password goes", async () => {
+    const other = await testAuthority();
+    const adapter = adapterWith(server, { ca: other.bundlePem });
+    try {
+      const grant = { module: "stranger", requirement: "db", generation: 1 };
+      await expect(adapter.create({ grant, secret: adapter.generate() })).rejects.toMatchObject({
+        code: ErrorCodes.ProviderUnreachable,
+        message: expect.stringMatching(
+          /cannot be reached over verified TLS, so could not create stranger\/db: its certificate is not signed by an authority of the provider's tls bundle/,
+        ),
+      });
+      const admin = adapterWith(server, { ca: ca.bundlePem });
+      try {
+        expect((await admin.observe({ grant })).exists).toBe(false);
+      } finally {
+        await admin.close();
+      }
+      const { hostname, port } = new URL(server.endpoint);
+      const login = await adapter.login({
+        bindings: {
+          host: hostname,
+          port,
+          database: "postgres",
+          username: server.adminUser,
+          password: server.adminPassword,
+          sslmode: "verify-full",
+          sslrootcert: other.bundlePem,
+          "ca.crt": other.bundlePem,
+        },
+      });
+      expect(login).toMatchObject({ ok: false, reason: "unreachable", message: expect.stringContaining("not signed by an authority") });
+    } finally {
+      await adapter.close();
+    }
+  });
+
+  it("a provider that says tls, at a server that does not speak it, is refused before any password is sent", async () => {
+    const plain = await k.start();
+    const adapter = adapterWith({ ...plain, endpoint: plain.endpoint.replace(/^redis:/, "rediss:") }, { ca: ca.bundlePem });
+    try {
+      await expect(adapter.observe({ grant: { module: "cleartext", requirement: "db", generation: 1 } })).rejects.toMatchObject({
+        code: ErrorCodes.ProviderUnreachable,
+        // PostgreSQL refuses the request for TLS; Redis waits for a command in plain text, and the handshake times out.
+        message: expect.stringMatching(/(it does not speak TLS|it answered no TLS handshake in time) .*nothing falls back to plain text/),
+      });
+    } finally {
+      await adapter.close();
+      await plain.stop();
+    }
+  });
+});
