@@ -1,6 +1,7 @@
 /**
  * Providers that say `tls:`, each against a server of the test's own that accepts clients over
- * TLS alone (a PostgreSQL with only `hostssl` lines, a Redis with only its TLS port), its
+ * TLS alone (a PostgreSQL with only `hostssl` lines, a MariaDB with `require_secure_transport`,
+ * a Redis with only its TLS port), its
  * certificate issued by a fresh authority: provisioning, verification, rotation, retirement and
  * take-back all go over verified TLS, a holder connects with the values of its binding alone,
  * and a server whose certificate does not verify (another name, another authority) or that does
@@ -10,6 +11,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
+import mysql from "mysql2/promise";
+import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 import {
   DeleteReply,
@@ -30,6 +33,7 @@ import { bindingPath } from "@mesh/agent";
 import type { Rotator } from "@mesh/rotator";
 import { startPostgres } from "./harness/postgres.js";
 import { startOwnRedis } from "./harness/redis.js";
+import { startOwnMariadb } from "./harness/mariadb.js";
 import { LOOPBACK_NAMES, serverCertificate, testAuthority, type ServerCertificate } from "./harness/server-certificate.js";
 import { startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
@@ -84,6 +88,40 @@ const KINDS: KindUnderTest[] = [
       await c.connect();
       try {
         return (await c.query<{ user: string }>("select session_user as user")).rows[0]!.user;
+      } finally {
+        await c.end();
+      }
+    },
+  },
+  {
+    kind: Kinds.MariadbDatabase,
+    start: (tls) => startOwnMariadb({ adminPassword: randomBytes(12).toString("hex"), ...(tls ? { tls } : {}) }),
+    async refusesPlain(server) {
+      // MariaDB says only "access denied" to a client without TLS; the same login over TLS is let in.
+      const login = (ssl: boolean) =>
+        mysql.createConnection({
+          host: "127.0.0.1",
+          port: Number(new URL(server.endpoint).port),
+          user: server.adminUser,
+          password: server.adminPassword,
+          ...(ssl ? { ssl: { rejectUnauthorized: false } } : {}),
+        });
+      await expect(login(false)).rejects.toThrow(/Access denied/);
+      await (await login(true)).end();
+    },
+    async holderSession(dir) {
+      expect(read(dir, "uri")).toMatch(/\?ssl-mode=VERIFY_IDENTITY$/);
+      const c = await mysql.createConnection({
+        host: read(dir, "host"),
+        port: Number(read(dir, "port")),
+        user: read(dir, "username"),
+        password: read(dir, "password"),
+        database: read(dir, "database"),
+        ssl: { ca: read(dir, "ca.crt"), rejectUnauthorized: true, verifyIdentity: true },
+      });
+      try {
+        const [rows] = await c.query<mysql.RowDataPacket[]>("select substring_index(current_user(), '@', 1) as user");
+        return String(rows[0]!.user);
       } finally {
         await c.end();
       }

@@ -8,9 +8,13 @@
  * other root accounts the installer makes (`127.0.0.1`, `::1`, the host's name) are dropped, so
  * no password-less way in is left. stop() ends only the server it started (by its PID);
  * start() again reuses the port and the data directory.
+ *
+ * With `tls`, it presents that certificate and refuses TCP clients without TLS
+ * (`require_secure_transport`); its socket, which the harness uses itself, stays open.
  */
 import { execFile, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -39,10 +43,12 @@ export interface OwnMariadb {
   start(): Promise<void>;
   /** Stops the server (SIGTERM, SIGKILL after 15 s); removes its directory unless `keepData`. Idempotent. */
   stop(opts?: { keepData?: boolean }): Promise<void>;
+  /** With `tls`: presents `cert` from now on (the files replaced, then `FLUSH SSL`, which reloads them). */
+  presentCertificate(cert: ServerCertificate): Promise<void>;
 }
 
 /** Initialises a data directory whose root has `adminPassword` and starts a server on it. */
-export async function startOwnMariadb(opts: { adminPassword: string }): Promise<OwnMariadb> {
+export async function startOwnMariadb(opts: { adminPassword: string; tls?: ServerCertificate }): Promise<OwnMariadb> {
   const dir = mkdtempSync(join(tmpdir(), "mesh-mariadb-"));
   const dataDir = join(dir, "data");
   const socket = join(dir, "mariadb.sock");
@@ -66,6 +72,10 @@ export async function startOwnMariadb(opts: { adminPassword: string }): Promise<
     );
   }
   let child: ChildProcess | undefined;
+  const certFile = join(dir, "server.crt");
+  const keyFile = join(dir, "server.key");
+  if (opts.tls) writeServerCertificate(opts.tls, { certFile, keyFile });
+  const tlsArgs = opts.tls ? [`--ssl-cert=${certFile}`, `--ssl-key=${keyFile}`, "--require-secure-transport=ON"] : [];
 
   const start = async () => {
     if (child) return;
@@ -80,6 +90,7 @@ export async function startOwnMariadb(opts: { adminPassword: string }): Promise<
       `--user=${user()}`,
       "--skip-log-bin",
       "--innodb-buffer-pool-size=16M",
+      ...tlsArgs,
     ];
     child = await spawnServer(MARIADBD_BIN, args, "install mariadb-server or set MARIADBD_BIN", (proc) => {
       if (child === proc) child = undefined;
@@ -112,8 +123,30 @@ export async function startOwnMariadb(opts: { adminPassword: string }): Promise<
   } finally {
     await c.end();
   }
-  const connect = (password: string) => mysql.createConnection({ host: "127.0.0.1", port, user: "root", password });
-  return { port, endpoint: `mysql://127.0.0.1:${port}`, adminUser: "root", adminPassword: opts.adminPassword, dataDir, connect, start, stop };
+  // The harness's own TCP connections use TLS without verifying: the mesh's connections are what a test checks.
+  const connect = (password: string) =>
+    mysql.createConnection({ host: "127.0.0.1", port, user: "root", password, ...(opts.tls ? { ssl: { rejectUnauthorized: false } } : {}) });
+  const presentCertificate = async (cert: ServerCertificate) => {
+    if (!opts.tls) throw new Error("this MariaDB was started without tls: it presents no certificate");
+    writeServerCertificate(cert, { certFile, keyFile });
+    const c = await mysql.createConnection({ socketPath: socket, user: "root", password: opts.adminPassword });
+    try {
+      await c.query("FLUSH SSL");
+    } finally {
+      await c.end();
+    }
+  };
+  return {
+    port,
+    endpoint: `mysql://127.0.0.1:${port}`,
+    adminUser: "root",
+    adminPassword: opts.adminPassword,
+    dataDir,
+    connect,
+    start,
+    stop,
+    presentCertificate,
+  };
 }
 
 /** The user mariadbd runs as: this process's (root needs `--user=root` said out loud). */

@@ -19,6 +19,11 @@
  * Passwords reach the server as mysql_native_password hashes (`IDENTIFIED BY PASSWORD`): MariaDB
  * writes `IDENTIFIED BY '<plaintext>'` as it is to its general log (seen on 10.11) and shows it in
  * the process list while it runs. They never appear in an error message.
+ *
+ * A provider with `tls:` is reached over TLS alone, every connection verifying the server's
+ * chain and its name (provider-tls.ts); its bindings carry the bundle as `ca.crt`, and a login is
+ * made the way its binding says. mysql2 checks the certificate for the host it connects to, so
+ * `tls.serverName` is refused: the endpoint must name the server as its certificate does.
  */
 import { createHash } from "node:crypto";
 import mysql from "mysql2/promise";
@@ -36,6 +41,7 @@ import type {
   ProviderAdapter,
   ProviderConfig,
   RetireRequest,
+  ServerTls,
   SetAdminPasswordRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
@@ -43,6 +49,7 @@ import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { ACCOUNT_HOST, META_DATABASE, loginUserName, mariadbNames, quoteAccount as qa, quoteIdentifier as qi } from "./mariadb-identifiers.js";
 import { hasNetworkCode } from "./network-errors.js";
+import { bindingCa, caBindings, unverifiedLogin, unverifiedServer } from "./provider-tls.js";
 
 /** How long a {@link ProviderAdapter.login} may take, connect and `select 1` each. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -63,9 +70,16 @@ export function nativePasswordHash(password: string): string {
   return `*${createHash("sha1").update(once).digest("hex").toUpperCase()}`;
 }
 
+/** What mysql2 is given to verify the server with `tls`: the bundle alone, the chain and the name checked. */
+function sslOf(tls: ServerTls | undefined): { ssl?: { ca: string; rejectUnauthorized: true; verifyIdentity: true } } {
+  return tls ? { ssl: { ca: tls.ca, rejectUnauthorized: true, verifyIdentity: true } } : {};
+}
+
 interface Endpoint {
   host: string;
   port: number;
+  /** What every connection verifies the server with; none without the provider's `tls:`. */
+  tls?: ServerTls;
 }
 
 type SqlError = Error & { code?: string; errno?: number; sqlState?: string; errors?: unknown[] };
@@ -210,7 +224,8 @@ class MariadbAdapter implements ProviderAdapter {
         database,
         username: user,
         password,
-        uri: `mysql://${enc(user)}:${enc(password)}@${hostInUri}:${port}/${enc(database)}`,
+        uri: `mysql://${enc(user)}:${enc(password)}@${hostInUri}:${port}/${enc(database)}${this.endpoint.tls ? "?ssl-mode=VERIFY_IDENTITY" : ""}`,
+        ...caBindings(this.endpoint.tls),
       },
     };
   }
@@ -263,6 +278,7 @@ class MariadbAdapter implements ProviderAdapter {
     const lacking = ["host", "port", "database", "username", "password"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
+    const tls = bindingCa(b);
     let conn: mysql.Connection | undefined;
     try {
       conn = await mysql.createConnection({
@@ -272,12 +288,13 @@ class MariadbAdapter implements ProviderAdapter {
         user: b.username,
         password: b.password,
         connectTimeout: LOGIN_TIMEOUT_MS,
+        ...sslOf(tls),
       });
       conn.on("error", () => {}); // a late socket error must not crash the process; the call below reports it
       await conn.query({ sql: "select 1", timeout: LOGIN_TIMEOUT_MS });
       return { ok: true };
     } catch (e) {
-      return classifyLogin(e, where, b.username!, b.database!);
+      return classifyLogin(e, where, b.username!, b.database!, Boolean(tls));
     } finally {
       await conn?.end().catch(() => conn?.destroy());
     }
@@ -293,7 +310,7 @@ class MariadbAdapter implements ProviderAdapter {
       await conn.query({ sql: "select 1", timeout: LOGIN_TIMEOUT_MS });
       return { ok: true };
     } catch (e) {
-      return classifyLogin(e, where, this.adminUser, "");
+      return classifyLogin(e, where, this.adminUser, "", Boolean(this.endpoint.tls));
     } finally {
       await conn?.end().catch(() => conn?.destroy());
     }
@@ -324,7 +341,15 @@ class MariadbAdapter implements ProviderAdapter {
   /** A connection of its own (not the pool's) as the admin user with `password`. */
   private async adminConnection(password: string, timeoutMs: number): Promise<mysql.Connection> {
     const { host, port } = this.endpoint;
-    const conn = await mysql.createConnection({ host, port, user: this.adminUser, password, connectTimeout: timeoutMs, multipleStatements: false });
+    const conn = await mysql.createConnection({
+      host,
+      port,
+      user: this.adminUser,
+      password,
+      connectTimeout: timeoutMs,
+      multipleStatements: false,
+      ...sslOf(this.endpoint.tls),
+    });
     conn.on("error", () => {}); // a late socket error must not crash the process; the call reports it
     return conn;
   }
@@ -381,6 +406,7 @@ class MariadbAdapter implements ProviderAdapter {
         password: this.provider.admin?.password,
         connectionLimit: ADMIN_POOL_SIZE,
         connectTimeout: ADMIN_CONNECT_TIMEOUT_MS,
+        ...sslOf(this.endpoint.tls),
         // Statements are sent one at a time: a name that slipped through could not chain a second one.
         multipleStatements: false,
       });
@@ -395,6 +421,8 @@ class MariadbAdapter implements ProviderAdapter {
     const errno = (e as SqlError).errno;
     const at = `MariaDB provider ${this.provider.name} at ${this.provider.endpoint}`;
     const why = errorMessage(e) || (e as SqlError).code || "unknown error";
+    const tls = unverifiedServer(at, what, e, Boolean(this.endpoint.tls));
+    if (tls) return tls;
     if (isUnreachable(e)) {
       return new MeshError(
         ErrorCodes.ProviderUnreachable,
@@ -431,7 +459,13 @@ function endpointOf(provider: ProviderConfig): Endpoint {
     defaultPort: () => DEFAULT_PORT,
     refusePath: "names a database; it names the server only",
   });
-  return { host, port };
+  if (provider.tls?.serverName) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: MariaDB's client checks the server's certificate for the host the endpoint names, so tls.serverName cannot be honoured; name the server in the endpoint as its certificate does, and leave tls.serverName out`,
+    );
+  }
+  return { host, port, ...(provider.tls ? { tls: provider.tls } : {}) };
 }
 
 /**
@@ -570,9 +604,11 @@ function isUnreachable(e: unknown): boolean {
   return /timeout|Connection lost/i.test(errorMessage(e));
 }
 
-function classifyLogin(e: unknown, where: string, user: string, database: string): LoginResult {
+function classifyLogin(e: unknown, where: string, user: string, database: string, overTls: boolean): LoginResult {
   const errno = (e as SqlError).errno;
   const why = errorMessage(e) || (e as SqlError).code || "unknown error";
+  const tls = unverifiedLogin(`MariaDB at ${where}`, e, overTls);
+  if (tls) return tls;
   // The user's privileges on the database outlive it (DROP DATABASE keeps them), so a dropped
   // database says "unknown database"; a database the user has no privilege on says access denied.
   if (errno === ER.BAD_DB) return { ok: false, reason: "missing", message: `database ${database} does not exist at ${where}` };

@@ -43,6 +43,11 @@ describe("tlsFailure", () => {
     expect(tlsFailure(coded("CERT_HAS_EXPIRED"))).toMatch(/^its certificate has expired/);
     expect(tlsFailure(coded("SELF_SIGNED_CERT_IN_CHAIN"))).toMatch(/^its certificate is not signed by an authority of the provider's tls bundle/);
     expect(tlsFailure(new Error("The server does not support SSL connections"))).toMatch(/^it does not speak TLS/);
+    // mysql2 passes OpenSSL's message on under a code of its own.
+    expect(tlsFailure(coded("HANDSHAKE_SSL_ERROR", "self-signed certificate"))).toMatch(/^its certificate is not signed by an authority/);
+    expect(tlsFailure(coded("HANDSHAKE_SSL_ERROR", "Hostname/IP does not match certificate's altnames: IP: 127.0.0.1"))).toMatch(
+      /^its certificate is not for the name checked \(Hostname/,
+    );
     expect(tlsFailure(coded("ECONNREFUSED"))).toBeUndefined();
     expect(tlsFailure(coded("ETIMEDOUT"))).toBeUndefined();
     expect(tlsFailure(coded("ETIMEDOUT"), true)).toMatch(/^it answered no TLS handshake in time/);

@@ -66,6 +66,23 @@ const UNKNOWN_AUTHORITY = new Set([
 ]);
 
 /**
+ * OpenSSL's and Node's messages for a failed verification, for drivers that pass the message on
+ * under a code of their own (mysql2: `HANDSHAKE_SSL_ERROR`), as the code Node gives it.
+ */
+const VERIFICATION_MESSAGES: ReadonlyArray<readonly [RegExp, string]> = [
+  [/Hostname\/IP does not match certificate's altnames/i, "ERR_TLS_CERT_ALTNAME_INVALID"],
+  [/certificate has expired/i, "CERT_HAS_EXPIRED"],
+  [/certificate is not yet valid/i, "CERT_NOT_YET_VALID"],
+  [/self[- ]signed certificate|unable to verify the first certificate|unable to get (local )?issuer certificate/i, "UNABLE_TO_VERIFY_LEAF_SIGNATURE"],
+];
+
+/** `code` when Node gave one of its own, else the code of a verification failure `message` names. */
+function verificationCode(code: string, message: string): string {
+  if (code && code !== "HANDSHAKE_SSL_ERROR") return code;
+  return VERIFICATION_MESSAGES.find(([pattern]) => pattern.test(message))?.[1] ?? code;
+}
+
+/**
  * Why a TLS connection to a provider's server failed, as a clause (`its certificate is not for
  * 127.0.0.1 (…): …`) that says what to do; undefined when `e` is not a failure of TLS. A server
  * that waits for a command in plain text does not answer a handshake at all: a connection
@@ -73,8 +90,8 @@ const UNKNOWN_AUTHORITY = new Set([
  */
 export function tlsFailure(e: unknown, overTls = false): string | undefined {
   const err = e as { code?: unknown; reason?: unknown; message?: unknown } | undefined;
-  const code = typeof err?.code === "string" ? err.code : "";
   const why = errorMessage(e);
+  const code = verificationCode(typeof err?.code === "string" ? err.code : "", why);
   if (overTls && code === "ETIMEDOUT") {
     return `it answered no TLS handshake in time (${why}): it is unreachable, or does not speak TLS at that port (nothing falls back to plain text)`;
   }
@@ -86,7 +103,7 @@ export function tlsFailure(e: unknown, overTls = false): string | undefined {
   if (UNKNOWN_AUTHORITY.has(code)) {
     return `its certificate is not signed by an authority of the provider's tls bundle (${code}): give tls.ca the authority that signs it, or give the server a certificate of that authority`;
   }
-  if (/does not support SSL|wrong version number|packet length too long/i.test(why)) {
+  if (/does not support SSL|does not support secure connection|wrong version number|packet length too long/i.test(why)) {
     return `it does not speak TLS (${why}): turn TLS on at the server, or leave tls out of the provider (nothing falls back to plain text)`;
   }
   if (code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_") || code === "EPROTO") return `the TLS handshake failed (${why})`;

@@ -29,7 +29,7 @@ const SERVER_CA = ["ca.crt", "servername"] as const;
 export const BINDING_KEYS: Readonly<Record<Kind, readonly string[]>> = {
   // libpq's names for a server reached over verified TLS: sslrootcert holds the bundle, a client names its file.
   [Kinds.PostgresDatabase]: [...SERVER, "database", ...LOGIN, "uri", "sslmode", "sslrootcert", "sslservername"],
-  [Kinds.MariadbDatabase]: [...SERVER, "database", ...LOGIN, "uri"],
+  [Kinds.MariadbDatabase]: [...SERVER, "database", ...LOGIN, "uri", ...SERVER_CA],
   [Kinds.RedisUser]: [...SERVER, ...LOGIN, "key-prefix", "uri", ...SERVER_CA],
   [Kinds.RabbitmqVhost]: [...SERVER, "vhost", ...LOGIN, "uri"],
   [Kinds.OciRegistry]: [...SERVER, "registry", "url", "namespace", ...LOGIN, ...BOOTSTRAP_REGISTRY],
