@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ApplyReply, ModuleStatus, Grant, keys, parseMasterKey, subjects, type MasterKey } from "@mesh/shared";
+import { ApplyReply, ModuleStatus, Grant, Rotation, RotationStates, keys, parseMasterKey, subjects, type MasterKey } from "@mesh/shared";
 import { connectNats, openStore, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { startResolver, type Resolver } from "@mesh/resolver";
@@ -140,4 +140,19 @@ export function startMeshRotator(mesh: TestMesh, env?: NodeJS.ProcessEnv): Promi
     ...(env ? { env } : {}),
     sweepMs: 500,
   });
+}
+
+/** Asks for a rotation of `grant` (`<module>/<requirement>`) and waits until it commits generation `to`; the rotation record. */
+export async function rotateCommitted(mesh: TestMesh, grant: string, to: number, timeoutMs = 60_000): Promise<Rotation> {
+  const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant }), { timeout: 15_000 });
+  if (!reply.json<{ ok: boolean }>().ok) throw new Error(`the rotation of ${grant} was refused: ${reply.string()}`);
+  const [module, requirement] = grant.split("/") as [string, string];
+  return waitFor(
+    `the rotation of ${grant} to commit generation ${to}`,
+    async () => {
+      const r = (await readJson(mesh.store.kv.rotations, keys.grant(module, requirement), Rotation))?.value;
+      return r?.state === RotationStates.Committed && r.to === to ? r : undefined;
+    },
+    timeoutMs,
+  );
 }

@@ -6,7 +6,7 @@
  * confirmed fan-out, with a holder reading its package from the registry throughout, sees no
  * failure and ends with the old generation refused.
  */
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -24,6 +24,7 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startTestMesh, type TestMesh } from "./mesh.js";
 import { startOwnVerdaccio, VERDACCIO_INSTALL_TIMEOUT_MS, type OwnVerdaccio } from "./harness/verdaccio.js";
 import { waitFor } from "./harness/wait.js";
+import { markerHook, type MarkerHook } from "./harness/marker-hook.js";
 import { npm } from "./harness/npm-cli.js";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
@@ -65,29 +66,21 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
   let mesh: TestMesh;
   let rotator: Rotator;
   let agent: Agent;
-  let markers: string;
+  let hook: MarkerHook;
   let root: string;
   let work: string;
 
   beforeAll(async () => {
     registry = await startOwnVerdaccio();
     mesh = await startTestMesh({ nodes: [], verifier: { intervalMs: 1_000 } });
-    markers = mkdtempSync(join(tmpdir(), "mesh-markers-"));
+    hook = markerHook();
     work = mkdtempSync(join(tmpdir(), "mesh-npm-work-"));
-    // The hook runs as nobody: it must be able to read the script and look for the markers.
-    chmodSync(markers, 0o755);
-    const script = join(markers, "await-switch.sh");
-    writeFileSync(
-      script,
-      `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`,
-      { mode: 0o755 },
-    );
     root = join(mesh.bindingsRoot, "node-a");
     agent = await startAgent({
       store: mesh.store,
       node: "node-a",
       bindingsRoot: root,
-      hooks: parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]),
+      hooks: parseAllowedHooks([hook.allow(AWAIT_SWITCH)]),
       log: createLogger("agent", { destination: mesh.logs, level: "debug" }),
     });
     rotator = await startRotator({
@@ -106,7 +99,8 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
     await agent?.stop();
     await mesh?.stop();
     await registry?.stop();
-    for (const d of [markers, work]) if (d) rmSync(d, { recursive: true, force: true });
+    hook?.remove();
+    if (work) rmSync(work, { recursive: true, force: true });
   });
 
   const bindingDir = () => bindingPath(root, "shop", "app", "pkgs");
@@ -151,7 +145,7 @@ describe("npm.registry on a mesh with a Verdaccio of its own", () => {
         if (onDisk !== undefined && onDisk !== generation) {
           auth = read("auth");
           generation = onDisk;
-          writeFileSync(join(markers, `shop-app-g${onDisk}`), "");
+          hook.mark("shop", "app", onDisk);
         }
         const status = await fetch(`${registry.endpoint}/${encodeURIComponent("@shop/lib")}`, {
           headers: { authorization: `Basic ${auth}` },

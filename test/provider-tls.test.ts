@@ -14,20 +14,7 @@ import pg from "pg";
 import mysql from "mysql2/promise";
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
-import {
-  DeleteReply,
-  ErrorCodes,
-  Kinds,
-  Rotation,
-  RotationStates,
-  keys,
-  subjects,
-  type Kind,
-  type ModuleDoc,
-  type ProviderDoc,
-  type ProviderTls,
-} from "@mesh/shared";
-import { readJson } from "@mesh/shared/runtime";
+import { DeleteReply, ErrorCodes, Kinds, subjects, type Kind, type ModuleDoc, type ProviderDoc, type ProviderTls } from "@mesh/shared";
 import { CredentialStore, createAdapter, providerConfig, type Authority } from "@mesh/providers";
 import { bindingPath } from "@mesh/agent";
 import type { Rotator } from "@mesh/rotator";
@@ -35,7 +22,7 @@ import { startPostgres } from "./harness/postgres.js";
 import { startOwnRedis } from "./harness/redis.js";
 import { startOwnMariadb } from "./harness/mariadb.js";
 import { LOOPBACK_NAMES, serverCertificate, testAuthority, type ServerCertificate } from "./harness/server-certificate.js";
-import { startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
+import { rotateCommitted, startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 import { waitVerified } from "./verify-helpers.js";
 
@@ -216,16 +203,7 @@ describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
     const first = await k.holderSession(dir);
     expect(first).toBe(read(dir, "username"));
 
-    const reply = await mesh.nc.request(subjects.rotate, JSON.stringify({ grant: "shop/db" }), { timeout: 15_000 });
-    expect(reply.json<{ ok: boolean }>().ok, reply.string()).toBe(true);
-    await waitFor(
-      "the rotation of shop/db to commit",
-      async () => {
-        const r = (await readJson(mesh.store.kv.rotations, keys.grant("shop", "db"), Rotation))?.value;
-        return r?.state === RotationStates.Committed && r.to === 2 ? r : undefined;
-      },
-      30_000,
-    );
+    await rotateCommitted(mesh, "shop/db", 2);
     await waitVerified(mesh, "shop", "db", (c) => c.status === "True" && c.message.includes("generation 2"), "verified at generation 2", WITHIN);
     expect(await k.holderSession(dir)).toBe(read(dir, "username"));
 

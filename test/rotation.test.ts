@@ -5,8 +5,7 @@
  * in each state is finished by a fresh one, which finds the acks that landed while none ran.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
@@ -34,6 +33,7 @@ import { startRotator, type Rotator } from "@mesh/rotator";
 import { startPostgres, type Postgres } from "./harness/postgres.js";
 import { startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { markerHook, type MarkerHook } from "./harness/marker-hook.js";
 import { expectAcksInConsumers } from "./harness/holder-acks.js";
 import { adminEnv, harnessProvider } from "./fixtures.js";
 
@@ -112,7 +112,7 @@ async function loginWith(mesh: TestMesh, module: string, generation: number) {
  * to new credentials when the binding on disk changes (then it leaves a marker the part's
  * onRotate hook waits for, so the agent confirms only once the part switched).
  */
-function startPart(root: string, module: string, part: string, markers: string) {
+function startPart(root: string, module: string, part: string, hook: MarkerHook) {
   const errors: string[] = [];
   let queries = 0;
   let generation: number | undefined;
@@ -131,7 +131,7 @@ function startPart(root: string, module: string, part: string, markers: string) 
           client = next;
           generation = onDisk;
           await old?.end().catch(() => undefined);
-          writeFileSync(join(markers, `${module}-${part}-g${onDisk}`), "");
+          hook.mark(module, part, onDisk);
         } catch (e) {
           errors.push(`connect g${onDisk}: ${(e as Error).message}`);
         }
@@ -178,23 +178,15 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
   let mesh: TestMesh;
   let rotator: Rotator;
   let roots: Record<string, string>;
-  let markers: string;
+  let hook: MarkerHook;
   let hooks: Map<string, string[]>;
   const agents: Record<string, Agent> = {};
 
   beforeAll(async () => {
     db = await startPostgres();
     mesh = await startTestMesh({ nodes: [], env: adminEnv(db) });
-    markers = mkdtempSync(join(tmpdir(), "mesh-markers-"));
-    // The hook runs as nobody: it must be able to read the script and look for the markers.
-    chmodSync(markers, 0o755);
-    const script = join(markers, "await-switch.sh");
-    writeFileSync(
-      script,
-      `#!/bin/sh\nfor i in $(seq 1 400); do [ -f "${markers}/$MESH_MODULE-$MESH_PART-g$MESH_GENERATION" ] && exit 0; sleep 0.05; done; exit 1\n`,
-      { mode: 0o755 },
-    );
-    hooks = parseAllowedHooks([`${AWAIT_SWITCH}=${script}`]);
+    hook = markerHook();
+    hooks = parseAllowedHooks([hook.allow(AWAIT_SWITCH)]);
     roots = { "node-a": join(mesh.bindingsRoot, "node-a"), "node-b": join(mesh.bindingsRoot, "node-b") };
     for (const node of NODES) agents[node] = await startNodeAgent(mesh, node, hooks);
     rotator = await startMeshRotator(mesh, adminEnv(db));
@@ -204,7 +196,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     await Promise.all(Object.values(agents).map((a) => a.stop()));
     await mesh?.stop();
     await db?.stop();
-    if (markers) rmSync(markers, { recursive: true, force: true });
+    hook?.remove();
   });
 
   it("keeps every holder's queries working, ends both on k+1, retires k only at commit, as one trace", async () => {
@@ -214,7 +206,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
       const g = await mesh.grant("shop", "db");
       return g?.holders["node-a/api"]?.generation === 1 && g.holders["node-b/worker"]?.generation === 1;
     });
-    const parts = [startPart(roots["node-a"]!, "shop", "api", markers), startPart(roots["node-b"]!, "shop", "worker", markers)];
+    const parts = [startPart(roots["node-a"]!, "shop", "api", hook), startPart(roots["node-b"]!, "shop", "worker", hook)];
     await waitFor("parts connected on generation 1", () => parts.every((p) => p.generation === 1));
     exporter.reset();
 

@@ -10,9 +10,12 @@
  * 3. the bundle keeps the new authority alone, and every grant is rotated once more, so the old
  *    root is trusted by no holder.
  *
- * The grants of a NATS provider whose servers the authority vouches for (its `options.caFile` is
- * the authority's bundle) carry the bundle as `ca.crt`: they are rotated with steps 1 and 3, so
- * their holders trust the new root before any server presents it, and the old one no longer.
+ * The grants of a provider whose server the authority vouches for carry the bundle in their
+ * bindings: a NATS provider's whose `options.caFile` is the authority's bundle (`ca.crt`), and
+ * a provider's that says `tls: { mesh: true }` (`ca.crt`, `sslrootcert`). They are rotated with
+ * steps 1 and 3, so their holders trust the new root before any server presents it, and the
+ * old one no longer. Such a server run as a module presents a certificate of the new root once
+ * its own `tls.certificate` grant is rotated in step 2.
  * Before step 3 the server a mesh runs (`meshctl up`, `bootstrap`) must present a certificate of
  * the new root: the command waits until a handshake shows one.
  *
@@ -20,7 +23,7 @@
  * recorded when it issued), not when its rotations ended: a rotation already running when the
  * step began was staged with the files before it and is rotated again.
  */
-import { Grant, Kinds, MESH_CA_PROVIDER, ProviderDoc, isTrue, type Kind, type MasterKey } from "@mesh/shared";
+import { Grant, Kinds, MESH_CA_PROVIDER, ProviderDoc, TLS_PROVIDER_KINDS, isTrue, type Kind, type MasterKey } from "@mesh/shared";
 import { listJson, readJson, servedCertificate, type Store } from "@mesh/shared/runtime";
 import {
   beginCaRotation,
@@ -155,21 +158,21 @@ export async function runCaRotate(store: Store, files: CaFiles, opts: CaRotateOp
   async function reissue(n: number, what: string, done: (g: Grant) => boolean, bundles = false): Promise<Pick<StepOutcome, "rotations" | "after">> {
     const all: KindRotation[] = [];
     let said = false;
-    // With `bundles`, the identities of the NATS providers whose servers the authority vouches
-    // for too: their bindings carry the bundle (`ca.crt`); their stores' bindings do not.
-    const providers = new Set([provider]);
+    // With `bundles`, the grants of the providers whose servers the authority vouches for too,
+    // of the kinds whose bindings carry the bundle (a NATS provider's stores' bindings do not).
+    const carriers = new Map<string, readonly Kind[]>();
     if (bundles) {
-      for (const { value: p } of await listJson(store.kv.providers, ProviderDoc))
-        if (p.options?.[NATS_CA_FILE_OPTION] === files.certFile) providers.add(p.name);
+      for (const { value: p } of await listJson(store.kv.providers, ProviderDoc)) {
+        if (p.options?.[NATS_CA_FILE_OPTION] === files.certFile) carriers.set(p.name, CARRY_BUNDLE);
+        else if (p.tls?.mesh && provider === MESH_CA_PROVIDER) carriers.set(p.name, TLS_PROVIDER_KINDS);
+      }
     }
     for (;;) {
       const grants = (await listJson(store.kv.grants, Grant))
         .map((e) => e.value)
         .filter(
           (g) =>
-            (g.provider === provider || (providers.has(g.provider ?? "") && CARRY_BUNDLE.includes(g.kind))) &&
-            g.generation > 0 &&
-            isTrue(g.conditions, "Provisioned"),
+            (g.provider === provider || carriers.get(g.provider ?? "")?.includes(g.kind) === true) && g.generation > 0 && isTrue(g.conditions, "Provisioned"),
         );
       const left = grants.filter((g) => !done(g));
       if (!said) say(`step ${n} of 3: ${what} (${left.length} of ${grants.length} grants to rotate)`);

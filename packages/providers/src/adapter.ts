@@ -22,6 +22,8 @@ export interface ServerTls {
   ca: string;
   /** The name the certificate must hold, when it is not the host the endpoint names. */
   serverName?: string;
+  /** The fingerprints of the bundle's authorities, comma-separated (mesh-ca.ts `fingerprintOf`), as a grant's resource records them. */
+  trusts?: string;
 }
 
 /** A provider as the provisioner uses it: the document's fields with the admin password resolved. */

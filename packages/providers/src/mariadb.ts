@@ -49,7 +49,7 @@ import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { ACCOUNT_HOST, META_DATABASE, loginUserName, mariadbNames, quoteAccount as qa, quoteIdentifier as qi } from "./mariadb-identifiers.js";
 import { hasNetworkCode } from "./network-errors.js";
-import { bindingCa, caBindings, unverifiedLogin, unverifiedServer } from "./provider-tls.js";
+import { bindingCa, caBindings, unverifiedLogin, unverifiedServer, trustsResource } from "./provider-tls.js";
 
 /** How long a {@link ProviderAdapter.login} may take, connect and `select 1` each. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -215,7 +215,7 @@ class MariadbAdapter implements ProviderAdapter {
     const hostInUri = host.includes(":") ? `[${host}]` : host;
     const enc = encodeURIComponent;
     return {
-      resource: { database, user },
+      resource: { database, user, ...trustsResource(this.endpoint.tls) },
       bindings: {
         type: "mysql",
         provider: this.provider.name,

@@ -41,7 +41,7 @@ import { parseEndpoint } from "./endpoint.js";
 import { loginRoleName, postgresNames, quoteIdentifier as qi } from "./postgres-identifiers.js";
 import { scramSha256Verifier } from "./scram.js";
 import { hasNetworkCode } from "./network-errors.js";
-import { unverifiedLogin, unverifiedServer, verifyingOptions } from "./provider-tls.js";
+import { unverifiedLogin, unverifiedServer, verifyingOptions, trustsResource } from "./provider-tls.js";
 
 const { Client, Pool, escapeLiteral } = pg;
 
@@ -151,7 +151,7 @@ class PostgresAdapter implements ProviderAdapter {
     const hostInUri = host.includes(":") ? `[${host}]` : host;
     const enc = encodeURIComponent;
     return {
-      resource: { database: names.database, group: names.group, role },
+      resource: { database: names.database, group: names.group, role, ...trustsResource(this.provider.tls) },
       bindings: {
         type: "postgresql",
         provider: this.provider.name,

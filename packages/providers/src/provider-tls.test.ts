@@ -1,11 +1,17 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorCodes } from "@mesh/shared";
 import { meshCaBundleFile, resolveProviderTls, tlsFailure } from "./provider-tls.js";
+import { certificatesOf, fingerprintOf, newAuthority } from "./mesh-ca.js";
 
-const PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+let PEM: string;
+let FP: string;
+beforeAll(async () => {
+  PEM = (await newAuthority()).certificatePem;
+  FP = fingerprintOf(certificatesOf(PEM)[0]!);
+});
 
 describe("resolveProviderTls", () => {
   const state = mkdtempSync(join(tmpdir(), "mesh-state-"));
@@ -13,10 +19,10 @@ describe("resolveProviderTls", () => {
 
   it("is none without tls, the document's bundle with ca", () => {
     expect(resolveProviderTls({ name: "pg" }, {})).toBeUndefined();
-    expect(resolveProviderTls({ name: "pg", tls: { ca: PEM, serverName: "db.shop.mesh" } }, {})).toEqual({ ca: PEM, serverName: "db.shop.mesh" });
+    expect(resolveProviderTls({ name: "pg", tls: { ca: PEM, serverName: "db.shop.mesh" } }, {})).toEqual({ ca: PEM, trusts: FP, serverName: "db.shop.mesh" });
   });
 
-  it("reads the mesh's bundle from the state directory at each call, and says what to do where there is none", () => {
+  it("reads the mesh's bundle from the state directory at each call, and says what to do where there is none", async () => {
     const env = { MESH_STATE_DIR: state };
     expect(() => resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toThrow(
       expect.objectContaining({
@@ -28,9 +34,22 @@ describe("resolveProviderTls", () => {
     );
     mkdirSync(join(state, "mesh-ca"));
     writeFileSync(meshCaBundleFile(env), PEM);
-    expect(resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toEqual({ ca: PEM });
-    writeFileSync(meshCaBundleFile(env), PEM + PEM);
-    expect(resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toEqual({ ca: PEM + PEM });
+    expect(resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toEqual({ ca: PEM, trusts: FP });
+    const next = (await newAuthority()).certificatePem;
+    writeFileSync(meshCaBundleFile(env), PEM + next);
+    expect(resolveProviderTls({ name: "pg", tls: { mesh: true } }, env)).toEqual({
+      ca: PEM + next,
+      trusts: `${FP},${fingerprintOf(certificatesOf(next)[0]!)}`,
+    });
+  });
+
+  it("refuses a bundle it cannot read, naming where it came from", () => {
+    expect(() => resolveProviderTls({ name: "pg", tls: { ca: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" } }, {})).toThrow(
+      expect.objectContaining({
+        code: ErrorCodes.ProviderMisconfigured,
+        message: expect.stringMatching(/^provider pg: tls.ca holds a certificate that cannot be read/),
+      }),
+    );
   });
 });
 

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { DEFAULT_STATE_DIR, ErrorCodes, MeshError, StateFiles, errorMessage, type ProviderDoc } from "@mesh/shared";
 import type { BindingValues, LoginResult, ServerTls } from "./adapter.js";
+import { certificatesOf, fingerprintOf } from "./mesh-ca.js";
 
 /** The mesh's own authority's bundle on this node: `mesh-ca/ca.crt` in the state directory (`MESH_STATE_DIR`, default `.mesh`). */
 export function meshCaBundleFile(env: NodeJS.ProcessEnv): string {
@@ -24,18 +25,40 @@ export function meshCaBundleFile(env: NodeJS.ProcessEnv): string {
 export function resolveProviderTls(doc: Pick<ProviderDoc, "name" | "tls">, env: NodeJS.ProcessEnv): ServerTls | undefined {
   const tls = doc.tls;
   if (!tls) return undefined;
-  const name = tls.serverName ? { serverName: tls.serverName } : {};
-  if (tls.ca !== undefined) return { ca: tls.ca, ...name };
-  const file = meshCaBundleFile(env);
+  let ca = tls.ca;
+  if (ca === undefined) {
+    const file = meshCaBundleFile(env);
+    try {
+      ca = readFileSync(file, "utf8");
+    } catch (e) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `provider ${doc.name}: tls.mesh verifies the server against the mesh's certificate authority, whose bundle ${file} this service cannot read (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); run it with MESH_STATE_DIR naming the state directory meshctl up or bootstrap made, or give the bundle itself as tls.ca`,
+        { cause: e },
+      );
+    }
+  }
+  let trusts: string;
   try {
-    return { ca: readFileSync(file, "utf8"), ...name };
+    trusts = certificatesOf(ca).map(fingerprintOf).join(",");
   } catch (e) {
     throw new MeshError(
       ErrorCodes.ProviderMisconfigured,
-      `provider ${doc.name}: tls.mesh verifies the server against the mesh's certificate authority, whose bundle ${file} this service cannot read (${(e as NodeJS.ErrnoException).code ?? errorMessage(e)}); run it with MESH_STATE_DIR naming the state directory meshctl up or bootstrap made, or give the bundle itself as tls.ca`,
+      `provider ${doc.name}: ${tls.ca === undefined ? "the mesh's bundle" : "tls.ca"} holds a certificate that cannot be read (${errorMessage(e)}); give the PEM of the authorities that sign the server's certificate`,
       { cause: e },
     );
   }
+  if (!trusts)
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${doc.name}: ${tls.ca === undefined ? "the mesh's bundle" : "tls.ca"} holds no certificate; give the PEM of the authorities that sign the server's certificate`,
+    );
+  return { ca, trusts, ...(tls.serverName ? { serverName: tls.serverName } : {}) };
+}
+
+/** What a grant's resource records of `tls`: the authorities its holders' bindings trust (`meshctl ca rotate` reads it, as of `nats.user`). */
+export function trustsResource(tls: ServerTls | undefined): Record<string, string> {
+  return tls?.trusts ? { trusts: tls.trusts } : {};
 }
 
 /**

@@ -45,7 +45,7 @@ import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { aclRules, parseAclUser, passwordHash, redisNames, type AclRecord, type AclUser, type RedisNames } from "./redis-acl.js";
 import { slotOf } from "./alternating.js";
-import { bindingCa, caBindings, unverifiedLogin, unverifiedServer, verifyingOptions } from "./provider-tls.js";
+import { bindingCa, caBindings, unverifiedLogin, unverifiedServer, verifyingOptions, trustsResource } from "./provider-tls.js";
 
 /** How long a {@link ProviderAdapter.login} may take to connect, and then each of AUTH and PING. */
 const LOGIN_TIMEOUT_MS = 3_000;
@@ -115,7 +115,7 @@ class RedisAdapter implements ProviderAdapter {
     const hostInUri = host.includes(":") ? `[${host}]` : host;
     const enc = encodeURIComponent;
     return {
-      resource: { user: names.user, keyPrefix: names.keyPrefix },
+      resource: { user: names.user, keyPrefix: names.keyPrefix, ...trustsResource(this.endpoint.tls) },
       bindings: {
         type: "redis",
         provider: this.provider.name,
