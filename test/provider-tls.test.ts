@@ -14,6 +14,7 @@ import pg from "pg";
 import mysql from "mysql2/promise";
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
+import amqplib from "amqplib";
 import { DeleteReply, ErrorCodes, Kinds, subjects, type Kind, type ModuleDoc, type ProviderDoc, type ProviderTls } from "@mesh/shared";
 import { CredentialStore, createAdapter, providerConfig, type Authority } from "@mesh/providers";
 import { bindingPath } from "@mesh/agent";
@@ -21,6 +22,7 @@ import type { Rotator } from "@mesh/rotator";
 import { startPostgres } from "./harness/postgres.js";
 import { startOwnRedis } from "./harness/redis.js";
 import { startOwnMariadb } from "./harness/mariadb.js";
+import { startOwnRabbitmq } from "./harness/rabbitmq.js";
 import { LOOPBACK_NAMES, serverCertificate, testAuthority, type ServerCertificate } from "./harness/server-certificate.js";
 import { rotateCommitted, startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
@@ -37,6 +39,8 @@ interface OwnServer {
   endpoint: string;
   adminUser: string;
   adminPassword: string;
+  /** The provider's options it needs (RabbitMQ's management URL). */
+  options?: Record<string, string>;
   presentCertificate(cert: ServerCertificate): Promise<void>;
   stop(): Promise<void>;
 }
@@ -140,7 +144,49 @@ const KINDS: KindUnderTest[] = [
       }
     },
   },
+  {
+    kind: Kinds.RabbitmqVhost,
+    async start(tls) {
+      const r = await startOwnRabbitmq(tls ? { tls } : {});
+      return {
+        endpoint: `${tls ? "amqps" : "amqp"}://127.0.0.1:${r.amqpPort}`,
+        adminUser: r.user,
+        adminPassword: r.password,
+        options: { managementUrl: r.managementUrl },
+        presentCertificate: (c) => r.presentCertificate(c),
+        stop: () => r.stop(),
+      };
+    },
+    async refusesPlain(server) {
+      const { port } = new URL(server.endpoint);
+      await expect(
+        amqplib.connect({ protocol: "amqp", hostname: "127.0.0.1", port: Number(port), username: "guest", password: "guest" }, { timeout: 3_000 }),
+      ).rejects.toThrow();
+      await expect(
+        fetch(`${server.options!.managementUrl!.replace(/^https:/, "http:")}/api/overview`, { signal: AbortSignal.timeout(3_000) }),
+      ).rejects.toThrow();
+    },
+    async holderSession(dir) {
+      expect(read(dir, "uri")).toMatch(/^amqps:\/\//);
+      const conn = await amqplib.connect(read(dir, "uri"), { ca: [read(dir, "ca.crt")] });
+      try {
+        const channel = await conn.createChannel();
+        await channel.assertQueue("tls-probe", { autoDelete: true });
+        await channel.close();
+        return read(dir, "username");
+      } finally {
+        await conn.close();
+      }
+    },
+  },
 ];
+
+/** What a server speaking plain text is, named as one that speaks TLS: the schemes that say TLS. */
+const claimingTls = (s: OwnServer): OwnServer => ({
+  ...s,
+  endpoint: s.endpoint.replace(/^redis:/, "rediss:").replace(/^amqp:/, "amqps:"),
+  ...(s.options ? { options: Object.fromEntries(Object.entries(s.options).map(([k, v]) => [k, v.replace(/^http:/, "https:")])) } : {}),
+});
 
 function provider(kind: Kind, server: OwnServer, tls: ProviderTls, name = "tls-main"): ProviderDoc {
   return {
@@ -150,6 +196,7 @@ function provider(kind: Kind, server: OwnServer, tls: ProviderTls, name = "tls-m
     node: "node-a",
     endpoint: server.endpoint,
     admin: { username: server.adminUser, passwordEnv: ADMIN_ENV },
+    ...(server.options ? { options: server.options } : {}),
     tls,
     installed: true,
   };
@@ -267,6 +314,7 @@ describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
           host: hostname,
           port,
           database: "postgres",
+          vhost: "/",
           username: server.adminUser,
           password: server.adminPassword,
           sslmode: "verify-full",
@@ -282,7 +330,7 @@ describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
 
   it("a provider that says tls, at a server that does not speak it, is refused before any password is sent", async () => {
     const plain = await k.start();
-    const adapter = adapterWith({ ...plain, endpoint: plain.endpoint.replace(/^redis:/, "rediss:") }, { ca: ca.bundlePem });
+    const adapter = adapterWith(claimingTls(plain), { ca: ca.bundlePem });
     try {
       await expect(adapter.observe({ grant: { module: "cleartext", requirement: "db", generation: 1 } })).rejects.toMatchObject({
         code: ErrorCodes.ProviderUnreachable,

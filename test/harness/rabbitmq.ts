@@ -7,12 +7,18 @@
  * The node is `mesh-test-<hex>@localhost` and registers with the machine's epmd, as every
  * Erlang node on the host does. `stop()` ends only the node it started: the PID the server
  * wrote to its own pid file, never a process found by name.
+ *
+ * With `tls`, AMQP and the management API listen over TLS alone (no plain listener), presenting
+ * that certificate and asking none of their clients; the harness's own calls do not verify it.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { promisify } from "node:util";
+import { Agent, fetch as fetchWith } from "undici";
+import { writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { freePort } from "./ports.js";
 
 /** Debian's server script (the one in /usr/sbin switches to the `rabbitmq` user and its cookie), else PATH. */
@@ -24,7 +30,7 @@ export const RABBITMQ_START_TIMEOUT_MS = 60_000;
 
 export interface OwnRabbitmq {
   amqpPort: number;
-  /** `http://127.0.0.1:<port>`, as a Provider's `options.managementUrl`. */
+  /** `http://127.0.0.1:<port>` (`https://` with `tls`), as a Provider's `options.managementUrl`. */
   managementUrl: string;
   /** An administrator; RabbitMQ's default `guest`, which it lets in from loopback only. */
   user: string;
@@ -32,17 +38,33 @@ export interface OwnRabbitmq {
   dir: string;
   /** Stops the node (SIGTERM, SIGKILL after 15 s) and removes its directory. Idempotent. */
   stop(): Promise<void>;
+  /** With `tls`: presents `cert` to every new connection from now on (the files replaced, then the node's PEM cache cleared). */
+  presentCertificate(cert: ServerCertificate): Promise<void>;
 }
 
 /** Starts a node and resolves once its management API answers as `guest`. */
-export async function startOwnRabbitmq(): Promise<OwnRabbitmq> {
+export async function startOwnRabbitmq(opts: { tls?: ServerCertificate } = {}): Promise<OwnRabbitmq> {
   const dir = mkdtempSync(join(tmpdir(), "mesh-rabbitmq-"));
   const [amqpPort, managementPort, distPort] = [await freePort(), await freePort(), await freePort()];
   writeFileSync(join(dir, "enabled_plugins"), "[rabbitmq_management].\n");
-  writeFileSync(
-    join(dir, "rabbitmq.conf"),
-    [`listeners.tcp.default = 127.0.0.1:${amqpPort}`, `management.tcp.ip = 127.0.0.1`, `management.tcp.port = ${managementPort}`, ""].join("\n"),
-  );
+  const certFile = join(dir, "server.crt");
+  const keyFile = join(dir, "server.key");
+  if (opts.tls) writeServerCertificate(opts.tls, { certFile, keyFile });
+  const listeners = opts.tls
+    ? [
+        "listeners.tcp = none",
+        `listeners.ssl.default = 127.0.0.1:${amqpPort}`,
+        `ssl_options.certfile = ${certFile}`,
+        `ssl_options.keyfile = ${keyFile}`,
+        "ssl_options.verify = verify_none",
+        "ssl_options.fail_if_no_peer_cert = false",
+        "management.ssl.ip = 127.0.0.1",
+        `management.ssl.port = ${managementPort}`,
+        `management.ssl.certfile = ${certFile}`,
+        `management.ssl.keyfile = ${keyFile}`,
+      ]
+    : [`listeners.tcp.default = 127.0.0.1:${amqpPort}`, `management.tcp.ip = 127.0.0.1`, `management.tcp.port = ${managementPort}`];
+  writeFileSync(join(dir, "rabbitmq.conf"), [...listeners, ""].join("\n"));
   const pidFile = join(dir, "rabbitmq.pid");
   const env = {
     ...process.env,
@@ -100,13 +122,14 @@ export async function startOwnRabbitmq(): Promise<OwnRabbitmq> {
     rmSync(dir, { recursive: true, force: true });
   };
 
-  const managementUrl = `http://127.0.0.1:${managementPort}`;
+  const managementUrl = `${opts.tls ? "https" : "http"}://127.0.0.1:${managementPort}`;
+  const unverified = opts.tls ? new Agent({ connect: { rejectUnauthorized: false } }) : undefined;
   const deadline = Date.now() + RABBITMQ_START_TIMEOUT_MS;
   for (;;) {
-    const ok = await fetch(`${managementUrl}/api/overview`, {
-      headers: { authorization: `Basic ${Buffer.from("guest:guest").toString("base64")}` },
-      signal: AbortSignal.timeout(2_000),
-    }).then(
+    const init = { headers: { authorization: `Basic ${Buffer.from("guest:guest").toString("base64")}` }, signal: AbortSignal.timeout(2_000) };
+    const ok = await (
+      unverified ? fetchWith(`${managementUrl}/api/overview`, { ...init, dispatcher: unverified }) : fetch(`${managementUrl}/api/overview`, init)
+    ).then(
       (r) => r.ok,
       () => false,
     );
@@ -119,5 +142,19 @@ export async function startOwnRabbitmq(): Promise<OwnRabbitmq> {
     }
     await new Promise((r) => setTimeout(r, 200));
   }
-  return { amqpPort, managementUrl, user: "guest", password: "guest", dir, stop };
+  await unverified?.close();
+  const presentCertificate = async (cert: ServerCertificate) => {
+    if (!opts.tls) throw new Error("this RabbitMQ was started without tls: it presents no certificate");
+    writeServerCertificate(cert, { certFile, keyFile });
+    // Erlang's ssl caches the PEM files it read; new handshakes read them again once the cache is cleared.
+    await promisify(execFile)(
+      RABBITMQ_SERVER_BIN.includes("/") ? join(dirname(RABBITMQ_SERVER_BIN), "rabbitmqctl") : "rabbitmqctl",
+      ["-n", env.RABBITMQ_NODENAME, "eval", "ssl:clear_pem_cache()."],
+      {
+        env,
+        cwd: dir,
+      },
+    );
+  };
+  return { amqpPort, managementUrl, user: "guest", password: "guest", dir, stop, presentCertificate };
 }

@@ -62,6 +62,14 @@ describe("tlsFailure", () => {
     expect(tlsFailure(coded("CERT_HAS_EXPIRED"))).toMatch(/^its certificate has expired/);
     expect(tlsFailure(coded("SELF_SIGNED_CERT_IN_CHAIN"))).toMatch(/^its certificate is not signed by an authority of the provider's tls bundle/);
     expect(tlsFailure(new Error("The server does not support SSL connections"))).toMatch(/^it does not speak TLS/);
+    expect(
+      tlsFailure(
+        coded(
+          "ERR_SSL_WRONG_VERSION_NUMBER",
+          "80DC4B919F7F0000:error:0A00010B:SSL routines:ssl3_get_record:wrong version number:../deps/openssl/openssl/ssl/record/ssl3_record.c:350:\n",
+        ),
+      ),
+    ).toBe("it does not speak TLS (wrong version number): turn TLS on at the server, or leave tls out of the provider (nothing falls back to plain text)");
     // mysql2 passes OpenSSL's message on under a code of its own.
     expect(tlsFailure(coded("HANDSHAKE_SSL_ERROR", "self-signed certificate"))).toMatch(/^its certificate is not signed by an authority/);
     expect(tlsFailure(coded("HANDSHAKE_SSL_ERROR", "Hostname/IP does not match certificate's altnames: IP: 127.0.0.1"))).toMatch(

@@ -105,6 +105,11 @@ function verificationCode(code: string, message: string): string {
   return VERIFICATION_MESSAGES.find(([pattern]) => pattern.test(message))?.[1] ?? code;
 }
 
+/** OpenSSL's reason out of its error line (`…:SSL routines:ssl3_get_record:wrong version number:…` → `wrong version number`), on one line. */
+function readable(message: string): string {
+  return /SSL routines:[^:]*:([^:]+)/.exec(message)?.[1] ?? message.replace(/\s+/g, " ").trim();
+}
+
 /**
  * Why a TLS connection to a provider's server failed, as a clause (`its certificate is not for
  * 127.0.0.1 (…): …`) that says what to do; undefined when `e` is not a failure of TLS. A server
@@ -113,7 +118,7 @@ function verificationCode(code: string, message: string): string {
  */
 export function tlsFailure(e: unknown, overTls = false): string | undefined {
   const err = e as { code?: unknown; reason?: unknown; message?: unknown } | undefined;
-  const why = errorMessage(e);
+  const why = readable(errorMessage(e));
   const code = verificationCode(typeof err?.code === "string" ? err.code : "", why);
   if (overTls && code === "ETIMEDOUT") {
     return `it answered no TLS handshake in time (${why}): it is unreachable, or does not speak TLS at that port (nothing falls back to plain text)`;

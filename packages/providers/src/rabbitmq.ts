@@ -33,10 +33,17 @@
  * `rabbitmqctl` instead: that needs the node's Erlang cookie on the broker's own host, which is
  * full control of the node (any code run inside it), where the management API gives the admin
  * user's rights, over the network, to a broker anywhere.
+ *
+ * A provider with `tls:` (an `amqps://` endpoint and an `https://` management URL) is reached
+ * over TLS alone, AMQP and the management API both verifying the server against its bundle
+ * (provider-tls.ts; the management calls through undici, the library behind Node's fetch, whose
+ * agent takes a bundle); its bindings carry the bundle as `ca.crt`, and a login is made the way
+ * its binding says.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { connect as tcpConnect } from "node:net";
 import amqplib from "amqplib";
+import { Agent, fetch as fetchWith } from "undici";
 import { ErrorCodes, Kinds, MeshError, errorMessage, isMeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -50,6 +57,7 @@ import type {
   ObserveResult,
   ProviderAdapter,
   ProviderConfig,
+  ServerTls,
   RetireRequest,
   SetAdminPasswordRequest,
 } from "./adapter.js";
@@ -59,6 +67,7 @@ import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { slotName } from "./alternating.js";
+import { bindingCa, caBindings, trustsResource, unverifiedLogin, unverifiedServer, verifyingOptions } from "./provider-tls.js";
 
 /** How long a {@link ProviderAdapter.login} may leave the socket idle while connecting. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -192,6 +201,8 @@ interface Endpoint {
   protocol: "amqp" | "amqps";
   host: string;
   port: number;
+  /** What every connection verifies the server with; none without the provider's `tls:`. */
+  tls?: ServerTls;
 }
 
 /** The management API's error body: `{"error": "...", "reason": "..."}`. */
@@ -215,12 +226,15 @@ class RabbitmqAdapter implements ProviderAdapter {
    * thrown here; its logins then cannot tell a missing vhost from a refused one.
    */
   private readonly managementProblem: MeshError | undefined;
+  /** With `tls:`, the agent every management call goes through, verifying the server against the bundle. */
+  private readonly verifying: Agent | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
     this.endpoint = endpointOf(provider);
     this.api = "";
     try {
       this.api = `${parseManagementUrl(provider)}/api`;
+      if (this.endpoint.tls) this.verifying = new Agent({ connect: verifyingOptions(this.endpoint.tls, new URL(this.api).hostname) });
       const admin = provider.admin;
       const password = admin?.password ?? (admin?.username === "guest" ? GUEST_DEFAULT_PASSWORD : undefined);
       this.adminUser = admin?.username ?? "";
@@ -304,7 +318,7 @@ class RabbitmqAdapter implements ProviderAdapter {
     const hostInUri = host.includes(":") ? `[${host}]` : host;
     const enc = encodeURIComponent;
     return {
-      resource: { vhost: names.vhost, user },
+      resource: { vhost: names.vhost, user, ...trustsResource(this.endpoint.tls) },
       bindings: {
         type: "rabbitmq",
         provider: this.provider.name,
@@ -314,6 +328,7 @@ class RabbitmqAdapter implements ProviderAdapter {
         username: user,
         password,
         uri: `${protocol}://${enc(user)}:${enc(password)}@${hostInUri}:${port}/${enc(names.vhost)}`,
+        ...caBindings(this.endpoint.tls),
       },
     };
   }
@@ -354,11 +369,12 @@ class RabbitmqAdapter implements ProviderAdapter {
     const lacking = ["host", "port", "vhost", "username", "password"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const where = `${b.host}:${b.port}`;
+    const tls = bindingCa(b);
     let conn: amqplib.ChannelModel | undefined;
     try {
       conn = await amqplib.connect(
         {
-          protocol: b.uri?.startsWith("amqps:") ? "amqps" : "amqp",
+          protocol: b.uri?.startsWith("amqps:") || tls ? "amqps" : "amqp",
           hostname: b.host!,
           port: Number(b.port),
           username: b.username!,
@@ -366,12 +382,12 @@ class RabbitmqAdapter implements ProviderAdapter {
           vhost: b.vhost!,
           heartbeat: 0,
         },
-        { timeout: LOGIN_TIMEOUT_MS },
+        { timeout: LOGIN_TIMEOUT_MS, ...(tls ? verifyingOptions(tls, b.host!) : {}) },
       );
       conn.on("error", () => {}); // a late socket error must not crash the process
       return { ok: true };
     } catch (e) {
-      return this.classifyLogin(e, where, b.username!, b.vhost!);
+      return unverifiedLogin(`RabbitMQ at ${where}`, e, Boolean(tls)) ?? this.classifyLogin(e, where, b.username!, b.vhost!);
     } finally {
       await conn?.close().catch(() => {});
     }
@@ -425,7 +441,8 @@ class RabbitmqAdapter implements ProviderAdapter {
   }
 
   async close(): Promise<void> {
-    // Nothing held: every management call is a request of its own.
+    // Nothing else held: every management call is a request of its own.
+    await this.verifying?.close();
   }
 
   /**
@@ -511,13 +528,19 @@ class RabbitmqAdapter implements ProviderAdapter {
     if (this.managementProblem && (authorization === undefined || this.api === "")) throw this.managementProblem;
     let res: Response;
     try {
-      res = await fetch(`${this.api}${path}`, {
+      const init = {
         method,
         headers: { authorization: authorization ?? this.authorization, ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
         ...(body === undefined ? {} : { body: JSON.stringify(body) }),
         signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
-      });
+      };
+      // undici's Response is the one Node's fetch returns, under types of its own.
+      res = this.verifying
+        ? ((await fetchWith(`${this.api}${path}`, { ...init, dispatcher: this.verifying })) as unknown as Response)
+        : await fetch(`${this.api}${path}`, init);
     } catch (e) {
+      const tls = unverifiedServer(this.at(), what, (e as { cause?: unknown }).cause ?? e, Boolean(this.endpoint.tls));
+      if (tls) throw tls;
       const why = fetchFailureCause(e, ADMIN_TIMEOUT_MS);
       if (why === "ECONNREFUSED" && (await acceptsConnections(this.endpoint.host, this.endpoint.port))) throw this.managementOff(what, e);
       throw this.unreachable(what, why, e);
@@ -618,7 +641,13 @@ function endpointOf(provider: ProviderConfig): Endpoint {
     defaultPort: (scheme) => (scheme === "amqps" ? 5671 : DEFAULT_PORT),
     refusePath: "names a vhost; each grant gets a vhost of its own",
   });
-  return { protocol: e.scheme === "amqps" ? "amqps" : "amqp", host: e.host, port: e.port };
+  if (provider.tls && e.scheme !== "amqps") {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: tls is given, but the endpoint is amqp://; name the server amqps://host:port`,
+    );
+  }
+  return { protocol: e.scheme === "amqps" ? "amqps" : "amqp", host: e.host, port: e.port, ...(provider.tls ? { tls: provider.tls } : {}) };
 }
 
 /** The provider's `options.managementUrl`, validated, without a trailing slash. */
@@ -642,6 +671,11 @@ function parseManagementUrl(provider: ProviderConfig): string {
     throw bad(`options.managementUrl ${JSON.stringify(raw)} is not a URL`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw bad(`options.managementUrl ${JSON.stringify(raw)} is not an http:// or https:// URL`);
+  if (provider.tls && url.protocol !== "https:") {
+    throw bad(
+      `tls is given, but options.managementUrl ${JSON.stringify(raw)} is http://, which would send the admin's password in the clear; give the management plugin's https:// URL`,
+    );
+  }
   if (url.username || url.password)
     throw bad("options.managementUrl holds a user; the admin goes in admin.username and admin.passwordEnv or admin.passwordFile");
   if (url.search || url.hash) throw bad(`options.managementUrl ${JSON.stringify(raw)} has a query or fragment`);

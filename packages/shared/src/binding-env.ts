@@ -31,7 +31,7 @@ export const BINDING_KEYS: Readonly<Record<Kind, readonly string[]>> = {
   [Kinds.PostgresDatabase]: [...SERVER, "database", ...LOGIN, "uri", "sslmode", "sslrootcert", "sslservername"],
   [Kinds.MariadbDatabase]: [...SERVER, "database", ...LOGIN, "uri", ...SERVER_CA],
   [Kinds.RedisUser]: [...SERVER, ...LOGIN, "key-prefix", "uri", ...SERVER_CA],
-  [Kinds.RabbitmqVhost]: [...SERVER, "vhost", ...LOGIN, "uri"],
+  [Kinds.RabbitmqVhost]: [...SERVER, "vhost", ...LOGIN, "uri", ...SERVER_CA],
   [Kinds.OciRegistry]: [...SERVER, "registry", "url", "namespace", ...LOGIN, ...BOOTSTRAP_REGISTRY],
   [Kinds.NpmRegistry]: [...SERVER, "registry", "scope", ...LOGIN, "auth", "npmrc", ...BOOTSTRAP_REGISTRY],
   [Kinds.NatsUser]: [...SERVER, ...NATS_LOGIN],

@@ -48,8 +48,8 @@ describe("a provider's tls", () => {
 
   it("refuses tls on a kind the mesh would reach without it, rather than serve it in plain text", () => {
     expect(tlsProblems(["postgres.database", "mariadb.database", "redis.user"], { ca: PEM })).toEqual([]);
-    expect(tlsProblems(["postgres.database", "rabbitmq.vhost"], { ca: PEM })).toEqual([
-      "tls: the mesh reaches servers of rabbitmq.vhost without TLS so far, and would not verify them: serve that kind from a provider without tls (kinds that verify it: postgres.database, mariadb.database, redis.user)",
+    expect(tlsProblems(["postgres.database", "npm.registry"], { ca: PEM })).toEqual([
+      "tls: the mesh reaches servers of npm.registry without TLS so far, and would not verify them: serve that kind from a provider without tls (kinds that verify it: postgres.database, mariadb.database, redis.user, rabbitmq.vhost)",
     ]);
   });
 });
