@@ -19,8 +19,9 @@ export function meshCaBundleFile(env: NodeJS.ProcessEnv): string {
 
 /**
  * The provider's `tls:` resolved here: its `ca`, or for `mesh: true` the mesh's bundle read now
- * (so a bundle that gained an authority in a rotation of the CA is used at once). Throws
- * `ProviderMisconfigured` when that bundle cannot be read on this node.
+ * (so a bundle that gained an authority in a rotation of the CA is used at once), with the
+ * fingerprints of its authorities. Throws `ProviderMisconfigured` when that bundle cannot be
+ * read on this node, or holds no certificate that can be.
  */
 export function resolveProviderTls(doc: Pick<ProviderDoc, "name" | "tls">, env: NodeJS.ProcessEnv): ServerTls | undefined {
   const tls = doc.tls;
@@ -38,21 +39,23 @@ export function resolveProviderTls(doc: Pick<ProviderDoc, "name" | "tls">, env: 
       );
     }
   }
+  const source = tls.ca === undefined ? "the mesh's bundle" : "tls.ca";
   let trusts: string;
   try {
     trusts = certificatesOf(ca).map(fingerprintOf).join(",");
   } catch (e) {
     throw new MeshError(
       ErrorCodes.ProviderMisconfigured,
-      `provider ${doc.name}: ${tls.ca === undefined ? "the mesh's bundle" : "tls.ca"} holds a certificate that cannot be read (${errorMessage(e)}); give the PEM of the authorities that sign the server's certificate`,
+      `provider ${doc.name}: ${source} holds a certificate that cannot be read (${errorMessage(e)}); give the PEM of the authorities that sign the server's certificate`,
       { cause: e },
     );
   }
-  if (!trusts)
+  if (!trusts) {
     throw new MeshError(
       ErrorCodes.ProviderMisconfigured,
-      `provider ${doc.name}: ${tls.ca === undefined ? "the mesh's bundle" : "tls.ca"} holds no certificate; give the PEM of the authorities that sign the server's certificate`,
+      `provider ${doc.name}: ${source} holds no certificate; give the PEM of the authorities that sign the server's certificate`,
     );
+  }
   return { ca, trusts, ...(tls.serverName ? { serverName: tls.serverName } : {}) };
 }
 

@@ -46,6 +46,13 @@ describe("a provider's tls", () => {
     expect(tlsProblems(["postgres.database"], { mesh: true, serverName: "db shop" })[0]).toMatch(/^tls.serverName: must be a DNS name or an IP address/);
   });
 
+  it("sends a NATS provider to its tls:// endpoint and caFile, which verify its servers already", () => {
+    const r = validateDocuments([{ kind: "Provider", name: "n", serves: ["nats.user"], node: "node-a", endpoint: "tls://127.0.0.1:4222", tls: { ca: PEM } }]);
+    expect(r.ok ? [] : r.problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      "tls: a NATS server is verified through its endpoint: name its servers tls://host:port and give options.caFile, the bundle that signs their certificates; leave tls out",
+    ]);
+  });
+
   it("refuses tls on a kind the mesh would reach without it, rather than serve it in plain text", () => {
     expect(tlsProblems(["postgres.database", "mariadb.database", "redis.user"], { ca: PEM })).toEqual([]);
     expect(tlsProblems(["postgres.database", "npm.registry"], { ca: PEM })).toEqual([

@@ -9,7 +9,7 @@ import { z } from "zod";
 import { RotatePolicy } from "./rotation.js";
 import { BINDING_KEY_PATTERN, IDENTITY_BINDING, NAME_RULE, NAME_PATTERN, isReservedRequirementName } from "../names.js";
 import { parseGrantId } from "../subjects.js";
-import { KIND_LIST, Kinds, TLS_PROVIDER_KINDS } from "../kinds.js";
+import { KIND_LIST, Kinds, TLS_PROVIDER_KINDS, servedByNats } from "../kinds.js";
 import { RepairPolicy, VerifyPolicy } from "./verification.js";
 import { Limits } from "../limits.js";
 import { BINDING_KEYS, ENV_NAME_PATTERN } from "../binding-env.js";
@@ -176,6 +176,14 @@ export const ProviderDoc = z.strictObject({
     .default(true)
     .describe("Whether it can be used now. false: the requirements it would serve show ProviderNotInstalled until the document is applied again with true."),
 }).superRefine((p, ctx) => {
+  if (p.tls && p.serves.some((k) => servedByNats(k, p.endpoint))) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["tls"],
+      message: `a NATS server is verified through its endpoint: name its servers tls://host:port and give options.caFile, the bundle that signs their certificates; leave tls out`,
+    });
+    return;
+  }
   const plain = p.tls ? p.serves.filter((k) => !TLS_PROVIDER_KINDS.includes(k)) : [];
   if (plain.length > 0) {
     ctx.addIssue({
