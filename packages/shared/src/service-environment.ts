@@ -33,7 +33,8 @@ const MASTER_KEY: Record<string, string> = {
 
 /** Where a provider's admin password may come from (docs/reference/manifest.md, Admin password sources). */
 const ADMIN_PASSWORD_SOURCES: Record<string, string> = {
-  MESH_STATE_DIR: "the mesh's state directory (default .mesh): no provider's passwordFile may lie in it",
+  MESH_STATE_DIR:
+    "the mesh's state directory (default .mesh): no provider's passwordFile may lie in it, and a provider's tls: { mesh: true } takes the authority's bundle from its mesh-ca/ca.crt",
   MESH_OPERATOR_DIR: "the NATS operator's directory: a passwordFile may name only its admin.creds there, for a provider of NATS kinds",
   MESH_BINDINGS_ROOT: "the agents' bindings root: a passwordFile may lie there only in a grant its provider needs",
   MESH_ADMIN_PASSWORD_FILES: "the directories or files a provider's passwordFile must be, or lie under, separated by ':' (no narrowing when unset)",
