@@ -281,6 +281,17 @@ async function rotateThenSetBack(w: World & { server: AdminServer }): Promise<{ 
   const [generation1, generation2] = [await secretValue(w.mesh, 1), await secretValue(w.mesh, 2)];
   await waitFor("generation 2 in the binding file", () => readFileSync(secretFile(w.root), "utf8") === generation2 || undefined);
   expect(await w.server.accepts(generation2)).toBe(true);
+  // The commit's changes to the grant have the verifier check it once: done before the admin is
+  // set back, so that a check in flight (or its confirming second look) does not meet the old
+  // password and repair it before the test's own step does.
+  await waitFor(
+    "the verifier's check of generation 2",
+    async () => {
+      const v = getCondition((await w.mesh.grant("db", "admin-password"))?.conditions ?? [], "Verified");
+      return (v?.status === "True" && v.message.startsWith("generation 2 ")) || undefined;
+    },
+    15_000,
+  );
   await w.server.setBack(generation2, generation1);
   expect(await w.server.accepts(generation1)).toBe(true);
   expect(await w.server.accepts(generation2)).toBe(false);
