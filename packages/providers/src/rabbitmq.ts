@@ -234,7 +234,9 @@ class RabbitmqAdapter implements ProviderAdapter {
     this.api = "";
     try {
       this.api = `${parseManagementUrl(provider)}/api`;
-      if (this.endpoint.tls) this.verifying = new Agent({ connect: verifyingOptions(this.endpoint.tls, new URL(this.api).hostname) });
+      // The name checked is the management URL's host, without an IPv6 address's brackets.
+      const managementHost = new URL(this.api).hostname.replace(/^\[(.*)\]$/, "$1");
+      if (this.endpoint.tls) this.verifying = new Agent({ connect: verifyingOptions(this.endpoint.tls, managementHost) });
       const admin = provider.admin;
       const password = admin?.password ?? (admin?.username === "guest" ? GUEST_DEFAULT_PASSWORD : undefined);
       this.adminUser = admin?.username ?? "";
