@@ -163,6 +163,26 @@ export function fingerprintOf(cert: X509Certificate): string {
   return cert.fingerprint256.replaceAll(":", "").slice(0, 16).toLowerCase();
 }
 
+/** How many bundles' fingerprints {@link trustsOf} remembers. */
+const REMEMBERED_BUNDLES = 64;
+const fingerprintsOfBundle = new Map<string, string>();
+
+/**
+ * The fingerprints of a bundle's certificates, comma-separated: what a grant's resource records
+ * as the authorities its holders trust (`trusts`, read by `meshctl ca rotate`). Remembered per
+ * bundle, since a provider's bundle is resolved at every check of its grants. Throws as
+ * {@link certificatesOf} does for a certificate it cannot read.
+ */
+export function trustsOf(pem: string): string {
+  let trusts = fingerprintsOfBundle.get(pem);
+  if (trusts === undefined) {
+    trusts = certificatesOf(pem).map(fingerprintOf).join(",");
+    if (fingerprintsOfBundle.size >= REMEMBERED_BUNDLES) fingerprintsOfBundle.delete(fingerprintsOfBundle.keys().next().value!);
+    fingerprintsOfBundle.set(pem, trusts);
+  }
+  return trusts;
+}
+
 /**
  * The authority from its bundle's PEM and its sealed key file's text: the certificate in the
  * bundle whose key it is issues. Throws an Error saying what is wrong.

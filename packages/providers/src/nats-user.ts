@@ -68,7 +68,7 @@ import type {
   RetireRequest,
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { certificatesOf, fingerprintOf } from "./mesh-ca.js";
+import { trustsOf } from "./mesh-ca.js";
 import { bindingServers, NATS_CA_FILE_OPTION, parseNatsEndpoints, type NatsEndpoints } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
 import {
@@ -344,7 +344,7 @@ class NatsUserAdapter implements ProviderAdapter {
     const where = { type: "nats", provider: this.provider.name, host: this.host, port: String(this.port), uri: url, ...bundle };
     const identity: Record<string, string> = r ? { username: userClaims(r.jwt).name, nkey: r.user, creds: credsOf(r.jwt, seed) } : {};
     // Which authorities its holders trust, as a certificate's grant records it: an authority's rotation waits on it.
-    const trusts: Record<string, string> = bundle["ca.crt"] ? { trusts: certificatesOf(bundle["ca.crt"]).map(fingerprintOf).join(",") } : {};
+    const trusts: Record<string, string> = bundle["ca.crt"] ? { trusts: trustsOf(bundle["ca.crt"]) } : {};
     const resource = { ...(r ? describe(r, p) : { identity: "none: the server has no authentication" }), ...trusts };
     const expires = r ? { expiresAt: new Date(r.expiresAt * 1000).toISOString() } : {};
     if (this.kind === Kinds.NatsUser) {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { DEFAULT_STATE_DIR, ErrorCodes, MeshError, StateFiles, errorMessage, type ProviderDoc } from "@mesh/shared";
 import type { BindingValues, LoginResult, ServerTls } from "./adapter.js";
-import { certificatesOf, fingerprintOf } from "./mesh-ca.js";
+import { trustsOf } from "./mesh-ca.js";
 
 /** The mesh's own authority's bundle on this node: `mesh-ca/ca.crt` in the state directory (`MESH_STATE_DIR`, default `.mesh`). */
 export function meshCaBundleFile(env: NodeJS.ProcessEnv): string {
@@ -42,7 +42,7 @@ export function resolveProviderTls(doc: Pick<ProviderDoc, "name" | "tls">, env: 
   const source = tls.ca === undefined ? "the mesh's bundle" : "tls.ca";
   let trusts: string;
   try {
-    trusts = certificatesOf(ca).map(fingerprintOf).join(",");
+    trusts = trustsOf(ca);
   } catch (e) {
     throw new MeshError(
       ErrorCodes.ProviderMisconfigured,

@@ -23,7 +23,7 @@ import { X509Certificate, createHash } from "node:crypto";
 import { ErrorCodes, Kinds, MeshError, errorMessage } from "@mesh/shared";
 import type { AdapterFactory, CreateRequest, CreateResult, LoginResult, ObserveResult, ProviderAdapter, ProviderConfig } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
-import { certificatesOf, checkCertificate, fingerprintOf, issueCertificate, newPrivateKeyPem, openAuthority, type Authority } from "./mesh-ca.js";
+import { checkCertificate, fingerprintOf, trustsOf, issueCertificate, newPrivateKeyPem, openAuthority, type Authority } from "./mesh-ca.js";
 import { caCeiling, certificateRequest } from "./tls-request.js";
 
 /** The binding keys, in servicebinding.io's TLS layout. */
@@ -70,7 +70,7 @@ class MeshCaAdapter implements ProviderAdapter {
         usage: spec.usage,
         // Which authority signed it and which the holders trust: what a rotation of the authority waits for.
         authority: fingerprintOf(new X509Certificate(ca.certificate.toString("pem"))),
-        trusts: certificatesOf(ca.bundlePem).map(fingerprintOf).join(","),
+        trusts: trustsOf(ca.bundlePem),
       },
       expiresAt,
       bindings: { type: "tls", provider: name, [TLS_BINDING.certificate]: pem, [TLS_BINDING.key]: key, [TLS_BINDING.bundle]: ca.bundlePem },
