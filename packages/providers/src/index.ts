@@ -31,7 +31,7 @@ export type {
 } from "./adapter.js";
 export { recordedResource } from "./adapter.js";
 export { adapterKinds, createAdapter, hasAdapter } from "./registry.js";
-export { meshCaBundleFile, resolveProviderTls, tlsFailure, verifyingOptions } from "./provider-tls.js";
+export { meshCaBundleFile, resolveProviderTls, tlsFailure, verifyingFetch, verifyingOptions } from "./provider-tls.js";
 export { createSecretAdapter, SECRET_BYTES } from "./secret.js";
 export { createMeshCaAdapter, TLS_BINDING } from "./tls-certificate.js";
 export {

@@ -8,8 +8,9 @@ import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
+import { Agent, fetch as undiciFetch } from "undici";
 import { DEFAULT_STATE_DIR, ErrorCodes, MeshError, StateFiles, errorMessage, type ProviderDoc } from "@mesh/shared";
-import type { BindingValues, LoginResult, ServerTls } from "./adapter.js";
+import type { BindingValues, LoginResult, ProviderConfig, ServerTls } from "./adapter.js";
 import { trustsOf } from "./mesh-ca.js";
 
 /** The mesh's own authority's bundle on this node: `mesh-ca/ca.crt` in the state directory (`MESH_STATE_DIR`, default `.mesh`). */
@@ -59,6 +60,29 @@ export function resolveProviderTls(doc: Pick<ProviderDoc, "name" | "tls">, env: 
   return { ca, trusts, ...(tls.serverName ? { serverName: tls.serverName } : {}) };
 }
 
+/**
+ * For a provider with `tls:` reached over HTTP (a registry): throws `ProviderMisconfigured` unless
+ * each of `urls` (what it is → the URL) is `https://`, and when it says `tls.serverName`, which
+ * the holders' `client` cannot honour (it checks the host the URL names).
+ */
+export function checkHttpsTls(provider: Pick<ProviderConfig, "name" | "tls">, client: string, urls: Record<string, string>): void {
+  if (!provider.tls) return;
+  for (const [what, url] of Object.entries(urls)) {
+    if (!/^https:/i.test(url)) {
+      throw new MeshError(
+        ErrorCodes.ProviderMisconfigured,
+        `provider ${provider.name} says tls, but its ${what} ${url} is not https://; name the server's HTTPS URL (passwords go there, never in plain text), or leave tls out`,
+      );
+    }
+  }
+  if (provider.tls.serverName) {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `provider ${provider.name}: ${client} checks the server's certificate for the host its URL names, so tls.serverName cannot be honoured; name the server in the URL as its certificate does, and leave tls.serverName out`,
+    );
+  }
+}
+
 /** What a grant's resource records of `tls`: the authorities its holders' bindings trust (`meshctl ca rotate` reads it, as of `nats.user`). */
 export function trustsResource(tls: ServerTls | undefined): Record<string, string> {
   return tls?.trusts ? { trusts: tls.trusts } : {};
@@ -78,6 +102,32 @@ export function verifyingOptions(tls: ServerTls, host: string) {
     ...(isIP(name) === 0 ? { servername: name } : {}),
     checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(name, cert),
   };
+}
+
+/** Agents of {@link verifyingFetch} by name and bundle: a connection pool each, kept for the next call (a verifier logs in every interval). */
+const agents = new Map<string, Agent>();
+/** Bundles and names in use at once are few (a CA rotation makes two); past this, the oldest agent is dropped, its idle connections closing on their own. */
+const MAX_AGENTS = 32;
+
+/**
+ * `fetch` of `url`, verifying an `https://` server against `tls` ({@link verifyingOptions}: the
+ * bundle alone, the name `tls.serverName` or else the URL's host), through undici, the library
+ * Node's own fetch is built on (which cannot be given a bundle); without `tls`, Node's fetch and
+ * its trust store. A failed handshake rejects as fetch does, the TLS error as its `cause`.
+ */
+export async function verifyingFetch(url: string | URL, init: RequestInit, tls: ServerTls | undefined): Promise<Response> {
+  if (!tls) return fetch(url, init);
+  // The host as the certificate names it: an IPv6 address without its brackets.
+  const name = tls.serverName ?? new URL(url).hostname.replace(/^\[(.*)\]$/, "$1");
+  const key = `${name}\0${tls.ca}`;
+  let agent = agents.get(key);
+  if (!agent) {
+    agent = new Agent({ connect: verifyingOptions(tls, name) });
+    agents.set(key, agent);
+    if (agents.size > MAX_AGENTS) agents.delete(agents.keys().next().value!);
+  }
+  // undici's Response is the one Node's fetch returns, under types of its own.
+  return (await undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as Response;
 }
 
 /** OpenSSL's codes for a chain that does not lead to an authority of the bundle. */
@@ -119,7 +169,9 @@ function readable(message: string): string {
  * that waits for a command in plain text does not answer a handshake at all: a connection
  * `overTls` that timed out says so.
  */
-export function tlsFailure(e: unknown, overTls = false): string | undefined {
+export function tlsFailure(failure: unknown, overTls = false): string | undefined {
+  // fetch rejects with "fetch failed", the connection's error as its cause.
+  const e = failure instanceof TypeError && failure.cause ? failure.cause : failure;
   const err = e as { code?: unknown; reason?: unknown; message?: unknown } | undefined;
   const why = readable(errorMessage(e));
   const code = verificationCode(typeof err?.code === "string" ? err.code : "", why);

@@ -43,7 +43,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { connect as tcpConnect } from "node:net";
 import amqplib from "amqplib";
-import { Agent, fetch as fetchWith } from "undici";
 import { ErrorCodes, Kinds, MeshError, errorMessage, isMeshError } from "@mesh/shared";
 import type {
   AdapterFactory,
@@ -67,7 +66,7 @@ import { generatePassword, passwordOf } from "./password.js";
 import { parseEndpoint } from "./endpoint.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { slotName } from "./alternating.js";
-import { bindingCa, caBindings, trustsResource, unverifiedLogin, unverifiedServer, verifyingOptions } from "./provider-tls.js";
+import { bindingCa, caBindings, trustsResource, unverifiedLogin, unverifiedServer, verifyingFetch, verifyingOptions } from "./provider-tls.js";
 
 /** How long a {@link ProviderAdapter.login} may leave the socket idle while connecting. */
 export const LOGIN_TIMEOUT_MS = 3_000;
@@ -226,17 +225,12 @@ class RabbitmqAdapter implements ProviderAdapter {
    * thrown here; its logins then cannot tell a missing vhost from a refused one.
    */
   private readonly managementProblem: MeshError | undefined;
-  /** With `tls:`, the agent every management call goes through, verifying the server against the bundle. */
-  private readonly verifying: Agent | undefined;
 
   constructor(private readonly provider: ProviderConfig) {
     this.endpoint = endpointOf(provider);
     this.api = "";
     try {
       this.api = `${parseManagementUrl(provider)}/api`;
-      // The name checked is the management URL's host, without an IPv6 address's brackets.
-      const managementHost = new URL(this.api).hostname.replace(/^\[(.*)\]$/, "$1");
-      if (this.endpoint.tls) this.verifying = new Agent({ connect: verifyingOptions(this.endpoint.tls, managementHost) });
       const admin = provider.admin;
       const password = admin?.password ?? (admin?.username === "guest" ? GUEST_DEFAULT_PASSWORD : undefined);
       this.adminUser = admin?.username ?? "";
@@ -443,8 +437,7 @@ class RabbitmqAdapter implements ProviderAdapter {
   }
 
   async close(): Promise<void> {
-    // Nothing else held: every management call is a request of its own.
-    await this.verifying?.close();
+    // Nothing held: every management call is a request of its own (through a pool of provider-tls.ts, shared).
   }
 
   /**
@@ -536,12 +529,9 @@ class RabbitmqAdapter implements ProviderAdapter {
         ...(body === undefined ? {} : { body: JSON.stringify(body) }),
         signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
       };
-      // undici's Response is the one Node's fetch returns, under types of its own.
-      res = this.verifying
-        ? ((await fetchWith(`${this.api}${path}`, { ...init, dispatcher: this.verifying })) as unknown as Response)
-        : await fetch(`${this.api}${path}`, init);
+      res = await verifyingFetch(`${this.api}${path}`, init, this.endpoint.tls);
     } catch (e) {
-      const tls = unverifiedServer(this.at(), what, (e as { cause?: unknown }).cause ?? e, Boolean(this.endpoint.tls));
+      const tls = unverifiedServer(this.at(), what, e, Boolean(this.endpoint.tls));
       if (tls) throw tls;
       const why = fetchFailureCause(e, ADMIN_TIMEOUT_MS);
       if (why === "ECONNREFUSED" && (await acceptsConnections(this.endpoint.host, this.endpoint.port))) throw this.managementOff(what, e);
