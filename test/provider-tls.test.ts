@@ -1,13 +1,15 @@
 /**
  * Providers that say `tls:`, each against a server of the test's own that accepts clients over
  * TLS alone (a PostgreSQL with only `hostssl` lines, a MariaDB with `require_secure_transport`,
- * a Redis with only its TLS port), its
- * certificate issued by a fresh authority: provisioning, verification, rotation, retirement and
+ * a Redis with only its TLS port, a RabbitMQ with TLS listeners alone, a registry and its token
+ * issuer serving HTTPS alone, a Verdaccio serving HTTPS alone), its certificate issued by a fresh
+ * authority: provisioning, verification, rotation, retirement and
  * take-back all go over verified TLS, a holder connects with the values of its binding alone,
  * and a server whose certificate does not verify (another name, another authority) or that does
  * not speak TLS is `ProviderUnreachable`, naming why.
  */
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
@@ -16,7 +18,7 @@ import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 import amqplib from "amqplib";
 import { DeleteReply, ErrorCodes, Kinds, subjects, type Kind, type ModuleDoc, type ProviderDoc, type ProviderTls } from "@mesh/shared";
-import { CredentialStore, createAdapter, providerConfig, type Authority } from "@mesh/providers";
+import { CredentialStore, createAdapter, providerConfig, type Artifact, type Authority } from "@mesh/providers";
 import { bindingPath } from "@mesh/agent";
 import type { Rotator } from "@mesh/rotator";
 import { startPostgres } from "./harness/postgres.js";
@@ -27,6 +29,10 @@ import { LOOPBACK_NAMES, serverCertificate, testAuthority, type ServerCertificat
 import { rotateCommitted, startMeshRotator, startTestMesh, type TestMesh } from "./mesh.js";
 import { waitFor } from "./harness/wait.js";
 import { waitVerified } from "./verify-helpers.js";
+import { startOwnOciRegistry } from "./harness/oci-registry.js";
+import { startOwnVerdaccio } from "./harness/verdaccio.js";
+import { OciHolder } from "./harness/oci-client.js";
+import { npm } from "./harness/npm-cli.js";
 
 const INTERVAL = 1_000;
 /** Two intervals, the confirming pause of a new failure and a margin for a busy machine. */
@@ -37,9 +43,10 @@ const ADMIN_ENV = "TLS_TEST_ADMIN_PASSWORD";
 /** A server of the test's own, as each kind's harness starts one. */
 interface OwnServer {
   endpoint: string;
-  adminUser: string;
+  /** Who the provider administers it as; none for a server administered otherwise (Verdaccio's users directory). */
+  adminUser?: string;
   adminPassword: string;
-  /** The provider's options it needs (RabbitMQ's management URL). */
+  /** The provider's options it needs (RabbitMQ's management URL, the registries' issuer or users directory). */
   options?: Record<string, string>;
   presentCertificate(cert: ServerCertificate): Promise<void>;
   stop(): Promise<void>;
@@ -54,9 +61,15 @@ interface KindUnderTest {
   refusesPlain(server: OwnServer): Promise<void>;
   /** Connects as a holder from the binding directory alone; says who it is logged in as. */
   holderSession(dir: string): Promise<string>;
+  /** For a registry: an artifact the grant does not hold, which a handover's copy looks up before it writes. */
+  absent?: Artifact;
 }
 
 const read = (dir: string, key: string) => readFileSync(join(dir, key), "utf8");
+/** Versions published by the npm holder so far. */
+let published = 0;
+/** The same URL over plain HTTP: what a client without TLS asks. */
+const plainHttp = (url: string) => url.replace(/^https:/, "http:");
 
 const KINDS: KindUnderTest[] = [
   {
@@ -179,12 +192,80 @@ const KINDS: KindUnderTest[] = [
       }
     },
   },
+  {
+    kind: Kinds.OciRegistry,
+    async start(tls) {
+      const r = await startOwnOciRegistry(tls ? { tls } : {});
+      return {
+        endpoint: r.registryUrl,
+        adminUser: r.admin.username,
+        adminPassword: r.admin.password,
+        options: { issuerUrl: r.issuerUrl },
+        presentCertificate: (c) => r.presentCertificate(c),
+        stop: () => r.stop(),
+      };
+    },
+    async refusesPlain(server) {
+      // The registry (Go) answers plain HTTP with 400 and nothing else; the issuer (Node) closes the connection.
+      const res = await fetch(`${plainHttp(server.endpoint)}/v2/`, { signal: AbortSignal.timeout(3_000) });
+      expect(res.status).toBe(400);
+      expect(await res.text()).toMatch(/HTTP request to an HTTPS server/);
+      await expect(fetch(`${plainHttp(server.options!.issuerUrl!)}/token`, { signal: AbortSignal.timeout(3_000) })).rejects.toThrow();
+    },
+    async holderSession(dir) {
+      expect(read(dir, "url")).toMatch(/^https:\/\//);
+      // As docker does with certs.d/<registry>/ca.crt: the binding's bundle alone, for the registry and its realm.
+      const holder = new OciHolder({ url: read(dir, "url"), username: read(dir, "username"), password: read(dir, "password"), "ca.crt": read(dir, "ca.crt") });
+      await holder.pushBlob(`${read(dir, "namespace")}/probe`, randomBytes(64));
+      return read(dir, "username");
+    },
+    absent: { type: "blob", repository: "never-pushed", digest: `sha256:${"0".repeat(64)}` },
+  },
+  {
+    kind: Kinds.NpmRegistry,
+    async start(tls) {
+      const v = await startOwnVerdaccio(tls ? { tls } : {});
+      return {
+        endpoint: v.endpoint,
+        adminPassword: "",
+        options: { usersDir: v.usersDir },
+        presentCertificate: (c) => v.presentCertificate(c),
+        stop: () => v.stop(),
+      };
+    },
+    async refusesPlain(server) {
+      await expect(fetch(`${plainHttp(server.endpoint)}/-/ping`, { signal: AbortSignal.timeout(3_000) })).rejects.toThrow();
+    },
+    async holderSession(dir) {
+      expect(read(dir, "registry")).toMatch(/^https:\/\//);
+      const src = mkdtempSync(join(tmpdir(), "mesh-npm-holder-"));
+      try {
+        // npm itself publishes, configured by the binding's npmrc; a version of its own each time.
+        writeFileSync(join(src, "package.json"), JSON.stringify({ name: `${read(dir, "scope")}/probe`, version: `1.0.${published++}`, license: "UNLICENSED" }));
+        const publish = (env: Record<string, string> = {}) =>
+          npm(join(dir, "npmrc"), src, ["publish", "--registry", read(dir, "registry"), "--fetch-retries=0"], env);
+        // Without the bundle npm refuses the registry's certificate; with ca.crt beside the system's authorities it publishes.
+        const untrusting = await publish();
+        expect(untrusting.code, untrusting.out).not.toBe(0);
+        expect(untrusting.out).toMatch(/SELF_SIGNED_CERT_IN_CHAIN|unable to (get local issuer|verify)/i);
+        const trusting = await publish({ NODE_EXTRA_CA_CERTS: join(dir, "ca.crt") });
+        expect(trusting.code, trusting.out).toBe(0);
+        return read(dir, "username");
+      } finally {
+        rmSync(src, { recursive: true, force: true });
+      }
+    },
+    absent: { type: "package", name: "never-published", version: "1.0.0", shasum: "0".repeat(40) },
+  },
 ];
 
 /** What a server speaking plain text is, named as one that speaks TLS: the schemes that say TLS. */
 const claimingTls = (s: OwnServer): OwnServer => ({
   ...s,
-  endpoint: s.endpoint.replace(/^redis:/, "rediss:").replace(/^amqp:/, "amqps:"),
+  endpoint: s.endpoint
+    .replace(/^redis:/, "rediss:")
+    .replace(/^amqp:/, "amqps:")
+    .replace(/^http:/, "https:"),
   ...(s.options ? { options: Object.fromEntries(Object.entries(s.options).map(([k, v]) => [k, v.replace(/^http:/, "https:")])) } : {}),
 });
 
@@ -195,7 +276,7 @@ function provider(kind: Kind, server: OwnServer, tls: ProviderTls, name = "tls-m
     serves: [kind],
     node: "node-a",
     endpoint: server.endpoint,
-    admin: { username: server.adminUser, passwordEnv: ADMIN_ENV },
+    ...(server.adminUser ? { admin: { username: server.adminUser, passwordEnv: ADMIN_ENV } } : {}),
     ...(server.options ? { options: server.options } : {}),
     tls,
     installed: true,
@@ -257,7 +338,19 @@ describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
     // Generation 1 retired over the admin's TLS connection: it logs in no more, as a login over TLS shows.
     const adapter = adapterWith(server, { ca: ca.bundlePem });
     try {
-      const g1 = (await new CredentialStore(mesh.store.kv.credentials, mesh.masterKey).read("shop", "db", 1))!.bindings!;
+      const store = new CredentialStore(mesh.store.kv.credentials, mesh.masterKey);
+      if (k.absent) {
+        // A handover copies into the grant as a holder writes, through the generation's binding: over TLS, verified by its ca.crt.
+        const grant = { module: "shop", requirement: "db", generation: 2 };
+        const g2 = (await store.read("shop", "db", 2))!.bindings!;
+        expect(await (await adapter.artifactSink!({ grant, bindings: g2 })).has(k.absent)).toBe(false);
+        const foreign = await adapter.artifactSink!({ grant, bindings: { ...g2, "ca.crt": (await testAuthority()).bundlePem } });
+        await expect(foreign.has(k.absent)).rejects.toMatchObject({
+          code: ErrorCodes.ProviderUnreachable,
+          message: expect.stringMatching(/cannot be reached over verified TLS: its certificate is not signed by an authority/),
+        });
+      }
+      const g1 = (await store.read("shop", "db", 1))!.bindings!;
       await waitFor("generation 1 to be retired", async () => (await adapter.login({ bindings: g1 })).ok === false, 15_000);
       expect(await adapter.login({ bindings: g1 })).toMatchObject({ ok: false, reason: "rejected" });
 
@@ -315,8 +408,10 @@ describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
           port,
           database: "postgres",
           vhost: "/",
-          username: server.adminUser,
-          password: server.adminPassword,
+          url: server.endpoint,
+          registry: `${server.endpoint}/`,
+          username: server.adminUser ?? "nobody",
+          password: server.adminPassword || "nothing",
           sslmode: "verify-full",
           sslrootcert: other.bundlePem,
           "ca.crt": other.bundlePem,

@@ -7,8 +7,11 @@ import { promisify } from "node:util";
 
 const run = promisify(execFile);
 
-/** Runs `npm args` in `cwd` with `npmrc` as its user config; resolves with its exit code and output (never rejects). */
-export async function npm(npmrc: string, cwd: string, args: string[]): Promise<{ code: number; out: string }> {
+/**
+ * Runs `npm args` in `cwd` with `npmrc` as its user config, and `extraEnv` (`NODE_EXTRA_CA_CERTS`:
+ * a binding's `ca.crt`); resolves with its exit code and output (never rejects).
+ */
+export async function npm(npmrc: string, cwd: string, args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number; out: string }> {
   const home = mkdtempSync(join(tmpdir(), "mesh-npm-home-"));
   const env = {
     PATH: process.env.PATH,
@@ -19,6 +22,7 @@ export async function npm(npmrc: string, cwd: string, args: string[]): Promise<{
     NPM_CONFIG_UPDATE_NOTIFIER: "false",
     NPM_CONFIG_AUDIT: "false",
     NPM_CONFIG_FUND: "false",
+    ...extraEnv,
   };
   try {
     const { stdout, stderr } = await run("npm", args, { cwd, env, timeout: 60_000 });

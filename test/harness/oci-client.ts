@@ -3,10 +3,11 @@
  * docker CLI): each request that the registry refuses with a Bearer challenge gets a token from
  * the challenge's realm for the challenge's scope, with the binding's username and password, and
  * is sent again with it, as docker and containerd do. Tokens are kept per scope for as long as
- * the issuer says (`expires_in`), unless `cacheTokens` is off.
+ * the issuer says (`expires_in`), unless `cacheTokens` is off. A binding with `ca.crt` is trusted
+ * alone for the registry and its realm, as docker trusts `certs.d/<registry>/ca.crt`.
  */
 import { createHash } from "node:crypto";
-import type { BindingValues } from "@mesh/providers";
+import { verifyingFetch, type BindingValues } from "@mesh/providers";
 import { waitFor } from "./wait.js";
 
 export const OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json";
@@ -37,7 +38,7 @@ export class OciHolder {
     const url = new URL(realm);
     url.searchParams.set("service", service);
     if (scope) url.searchParams.set("scope", scope);
-    const res = await fetch(url, {
+    const res = await this.fetch(url, {
       headers: { authorization: `Basic ${Buffer.from(`${this.bindings.username}:${this.bindings.password}`).toString("base64")}` },
     });
     const body = (await res.json().catch(() => ({}))) as { token?: string; expires_in?: number };
@@ -49,7 +50,7 @@ export class OciHolder {
   async request(method: string, path: string, init: { body?: Buffer; headers?: Record<string, string>; token?: string } = {}): Promise<Response> {
     const url = path.startsWith("http") ? path : `${this.bindings.url}${path}`;
     const send = (token?: string) =>
-      fetch(url, {
+      this.fetch(url, {
         method,
         headers: { ...init.headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
         ...(init.body ? { body: init.body } : {}),
@@ -66,6 +67,12 @@ export class OciHolder {
     if (this.opts.cacheTokens !== false) this.tokens.set(cachedKey, { token, until: Date.now() + expiresIn * 1000 - 1_000 });
     res = await send(token);
     return res;
+  }
+
+  /** fetch, verifying an HTTPS server against the binding's `ca.crt` alone when it has one. */
+  private fetch(url: string | URL, init: RequestInit): Promise<Response> {
+    const ca = this.bindings["ca.crt"];
+    return verifyingFetch(url, init, ca ? { ca } : undefined);
   }
 
   private cached(key: string): string | undefined {

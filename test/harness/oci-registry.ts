@@ -4,23 +4,31 @@
  * ports with temporary directories: the registry's storage, its config file written here, and
  * the issuer's state (signing key, certificate, users, admin password). The machine's own
  * registry service, if any, is never used. `stop()` ends only the registry process it started.
+ *
+ * With `tls`, both serve HTTPS alone, presenting that certificate: the registry from its
+ * `http.tls` files (it reads them at start, so a new certificate is a restart), the issuer from a
+ * directory laid out as a `tls.certificate` binding (it reads a new one within 2 s).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { X509Certificate } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { connect as tlsConnect } from "node:tls";
 import { join } from "node:path";
 import { createLogger, type Logger } from "@mesh/shared/service";
 import { startTokenIssuer, type TokenIssuer } from "../../services/oci-token-issuer/src/index.js";
 import { freePort, waitForPort } from "./ports.js";
+import { writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
+import { waitFor } from "./wait.js";
 
 export const OCI_REGISTRY_BIN = process.env.OCI_REGISTRY_BIN || "/usr/bin/docker-registry";
 export const OCI_SERVICE = "mesh-test-registry";
 export const OCI_ISSUER = "mesh-test-issuer";
 
 export interface OwnOciRegistry {
-  /** `http://127.0.0.1:<port>`: the provider's endpoint. */
+  /** `http://127.0.0.1:<port>` (`https://` with `tls`): the provider's endpoint. */
   registryUrl: string;
-  /** `http://127.0.0.1:<port>`: the provider's options.issuerUrl. */
+  /** `http://127.0.0.1:<port>` (`https://` with `tls`): the provider's options.issuerUrl. */
   issuerUrl: string;
   admin: { username: string; password: string };
   issuer: TokenIssuer;
@@ -31,12 +39,20 @@ export interface OwnOciRegistry {
   stopServer(): Promise<void>;
   /** Starts the registry process again after {@link stopServer}, with what it stored. */
   startServer(): Promise<void>;
+  /** With `tls`: both present `cert` from now on (the registry restarted with it, the issuer reading it); resolves once both do. */
+  presentCertificate(cert: ServerCertificate): Promise<void>;
   stop(): Promise<void>;
 }
 
 /** Starts the issuer (tokens living `lifetimeSeconds`), then the registry trusting it; resolves once both listen. */
-export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?: Logger } = {}): Promise<OwnOciRegistry> {
+export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?: Logger; tls?: ServerCertificate } = {}): Promise<OwnOciRegistry> {
   const dir = mkdtempSync(join(tmpdir(), "mesh-oci-"));
+  const tlsDir = join(dir, "tls");
+  const files = { certFile: join(tlsDir, "tls.crt"), keyFile: join(tlsDir, "tls.key") };
+  if (opts.tls) {
+    mkdirSync(tlsDir, { mode: 0o700 });
+    writeServerCertificate(opts.tls, files);
+  }
   const admin = { username: "mesh-admin", password: `admin-${Math.random().toString(36).slice(2)}-${Date.now()}` };
   const issuer = await startTokenIssuer({
     stateDir: join(dir, "issuer"),
@@ -45,6 +61,7 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?
     issuer: OCI_ISSUER,
     log: opts.log ?? createLogger("oci-token-issuer", { level: "warn" }),
     ...(opts.lifetimeSeconds ? { lifetimeSeconds: opts.lifetimeSeconds } : {}),
+    ...(opts.tls ? { tlsDir } : {}),
   });
   const port = await freePort();
   const config = join(dir, "config.yml");
@@ -54,7 +71,7 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?
       "version: 0.1",
       "log: { level: warn, accesslog: { disabled: true } }",
       `storage: { filesystem: { rootdirectory: ${JSON.stringify(join(dir, "storage"))} } }`,
-      `http: { addr: "127.0.0.1:${port}" }`,
+      `http: { addr: "127.0.0.1:${port}"${opts.tls ? `, tls: { certificate: ${JSON.stringify(files.certFile)}, key: ${JSON.stringify(files.keyFile)} }` : ""} }`,
       "auth:",
       "  token:",
       `    realm: "${issuer.url}/token"`,
@@ -103,7 +120,16 @@ export async function startOwnOciRegistry(opts: { lifetimeSeconds?: number; log?
     await stop();
     throw new Error(`the test's registry did not start: ${(e as Error).message}\n${output}`, { cause: e });
   }
-  return { registryUrl: `http://127.0.0.1:${port}`, issuerUrl: issuer.url, admin, issuer, dir, output: () => output, stopServer, startServer, stop };
+  const registryUrl = `${opts.tls ? "https" : "http"}://127.0.0.1:${port}`;
+  const presentCertificate = async (cert: ServerCertificate) => {
+    if (!opts.tls) throw new Error("this registry was started without tls: it presents no certificate");
+    writeServerCertificate(cert, files);
+    await stopServer();
+    await startServer();
+    const serial = new X509Certificate(cert.certPem).serialNumber;
+    await waitFor("the token issuer to present the new certificate", async () => (await presentedSerial(issuer.url)) === serial, 10_000);
+  };
+  return { registryUrl, issuerUrl: issuer.url, admin, issuer, dir, output: () => output, stopServer, startServer, presentCertificate, stop };
 }
 
 /**
@@ -123,4 +149,16 @@ export function ociRegistryProvider(registry: OwnOciRegistry, name: string, dir:
     options: { issuerUrl: registry.issuerUrl },
     installed: true,
   };
+}
+
+/** The serial of the certificate the HTTPS server at `url` presents, verifying nothing (uppercase hex, as X509Certificate says it). */
+function presentedSerial(url: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = tlsConnect({ host: hostname, port: Number(port), rejectUnauthorized: false }, () => {
+      resolve(socket.getPeerX509Certificate()?.serialNumber ?? "");
+      socket.end();
+    });
+    socket.once("error", reject);
+  });
 }

@@ -12,17 +12,23 @@
  * packages has an install script). Concurrent installs each go to a directory of their own
  * and are renamed into place, so two test files starting at once never see half an install.
  *
+ * With `tls`, it serves HTTPS alone, presenting that certificate (read at start: a new one is a
+ * restart on the same port and storage).
+ *
  * stop() ends only the server it started (by its PID) and removes the directory.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { once } from "node:events";
+import { get as httpGet } from "node:http";
+import { get as httpsGet } from "node:https";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { freePort } from "./ports.js";
+import { writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
 
 const run = promisify(execFile);
 const repo = fileURLToPath(new URL("../..", import.meta.url));
@@ -74,7 +80,7 @@ export async function ensureVerdaccio(): Promise<string> {
 
 export interface OwnVerdaccio {
   port: number;
-  /** `http://127.0.0.1:<port>`, as a Provider document's `endpoint`. */
+  /** `http://127.0.0.1:<port>` (`https://` with `tls`), as a Provider document's `endpoint`. */
   endpoint: string;
   /** The directory the mesh's plugin reads users from, as the provider's `options.usersDir`. */
   usersDir: string;
@@ -82,12 +88,14 @@ export interface OwnVerdaccio {
   storageDir: string;
   /** What Verdaccio wrote to stdout and stderr (its last 20 000 characters), for a failing test's message. */
   output(): string;
+  /** With `tls`: presents `cert` from now on (restarted with it); resolves once it answers again. */
+  presentCertificate(cert: ServerCertificate): Promise<void>;
   /** Stops the server (SIGTERM, SIGKILL after 10 s) and removes its directory. Idempotent. */
   stop(): Promise<void>;
 }
 
 /** Starts a Verdaccio (installing it first if needed) and resolves once it answers /-/ping. */
-export async function startOwnVerdaccio(): Promise<OwnVerdaccio> {
+export async function startOwnVerdaccio(opts: { tls?: ServerCertificate } = {}): Promise<OwnVerdaccio> {
   const bin = await ensureVerdaccio();
   const dir = mkdtempSync(join(tmpdir(), "mesh-verdaccio-"));
   const port = await freePort();
@@ -95,45 +103,72 @@ export async function startOwnVerdaccio(): Promise<OwnVerdaccio> {
   const storageDir = join(dir, "storage");
   mkdirSync(usersDir, { mode: 0o750 });
   mkdirSync(storageDir);
+  const https = opts.tls ? { certFile: join(dir, "tls.crt"), keyFile: join(dir, "tls.key") } : undefined;
+  if (opts.tls) writeServerCertificate(opts.tls, https!);
   const configFile = join(dir, "config.yaml");
-  writeFileSync(configFile, verdaccioConfig({ storageDir, usersDir, port }));
+  writeFileSync(configFile, verdaccioConfig({ storageDir, usersDir, port, ...(https ? { https } : {}) }));
+  const endpoint = `${https ? "https" : "http"}://127.0.0.1:${port}`;
   let out = "";
-  const proc: ChildProcess = spawn(process.execPath, [bin, "--config", configFile], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, NODE_ENV: "production" },
-  });
-  const keep = (d: Buffer) => (out = (out + d.toString()).slice(-20_000));
-  proc.stdout!.on("data", keep);
-  proc.stderr!.on("data", keep);
+  let proc: ChildProcess | undefined;
+
+  /** Stops the process alone (SIGTERM, SIGKILL after 10 s). */
+  const halt = async () => {
+    const p = proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = once(p, "exit");
+    p.kill("SIGTERM");
+    const timer = setTimeout(() => p.kill("SIGKILL"), 10_000);
+    await exited;
+    clearTimeout(timer);
+  };
   const stop = async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      const exited = once(proc, "exit");
-      proc.kill("SIGTERM");
-      const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
-      await exited;
-      clearTimeout(timer);
-    }
+    await halt();
     rmSync(dir, { recursive: true, force: true });
   };
-  const endpoint = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + START_TIMEOUT_MS;
-  for (;;) {
-    if (proc.exitCode !== null) {
-      await stop();
-      throw new Error(`Verdaccio exited (${proc.exitCode}) before answering: ${out}`);
+  /** Spawns Verdaccio on the port, storage and certificate files above; resolves once it answers /-/ping (whatever certificate it presents). */
+  const launch = async () => {
+    const p = spawn(process.execPath, [bin, "--config", configFile], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, NODE_ENV: "production" },
+    });
+    proc = p;
+    const keep = (d: Buffer) => (out = (out + d.toString()).slice(-20_000));
+    p.stdout!.on("data", keep);
+    p.stderr!.on("data", keep);
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      if (p.exitCode !== null) throw new Error(`Verdaccio exited (${p.exitCode}) before answering: ${out}`);
+      const ok = await answersPing(endpoint);
+      if (ok) return;
+      if (Date.now() > deadline) throw new Error(`Verdaccio did not answer ${endpoint}/-/ping within ${START_TIMEOUT_MS} ms: ${out}`);
+      await new Promise((r) => setTimeout(r, 100));
     }
-    const ok = await fetch(`${endpoint}/-/ping`, { signal: AbortSignal.timeout(1_000) }).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) break;
-    if (Date.now() > deadline) {
-      await stop();
-      throw new Error(`Verdaccio did not answer ${endpoint}/-/ping within ${START_TIMEOUT_MS} ms: ${out}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
+  };
+  const presentCertificate = async (cert: ServerCertificate) => {
+    if (!https) throw new Error("this Verdaccio was started without tls: it presents no certificate");
+    writeServerCertificate(cert, https);
+    await halt();
+    await launch();
+  };
+  try {
+    await launch();
+  } catch (e) {
+    await stop();
+    throw e;
   }
-  return { port, endpoint, usersDir, storageDir, output: () => out, stop };
+  return { port, endpoint, usersDir, storageDir, output: () => out, presentCertificate, stop };
+}
+
+/** Whether the registry at `endpoint` answers `/-/ping` with 200 within a second; over HTTPS, whatever its certificate (the harness waits for it to listen; the tests verify). */
+function answersPing(endpoint: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = (endpoint.startsWith("https:") ? httpsGet : httpGet)(`${endpoint}/-/ping`, { timeout: 1_000, rejectUnauthorized: false }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", () => resolve(false));
+  });
 }
 
 /**
@@ -141,11 +176,12 @@ export async function startOwnVerdaccio(): Promise<OwnVerdaccio> {
  * access (it answers each request itself, so the `packages:` rule below, which would let any
  * logged-in user in, is never reached), no uplink, no web UI.
  */
-export function verdaccioConfig(o: { storageDir: string; usersDir: string; port: number }): string {
+export function verdaccioConfig(o: { storageDir: string; usersDir: string; port: number; https?: { certFile: string; keyFile: string } }): string {
   return [
     `storage: ${JSON.stringify(o.storageDir)}`,
     `plugins: ${JSON.stringify(VERDACCIO_PLUGINS_DIR)}`,
-    `listen: 127.0.0.1:${o.port}`,
+    `listen: ${o.https ? "https://" : ""}127.0.0.1:${o.port}`,
+    ...(o.https ? ["https:", `  key: ${JSON.stringify(o.https.keyFile)}`, `  cert: ${JSON.stringify(o.https.certFile)}`] : []),
     "auth:",
     "  mesh-scopes:",
     `    usersDir: ${JSON.stringify(o.usersDir)}`,

@@ -26,6 +26,12 @@
  * Verdaccio asks the plugin on every request: nothing outlives a retire. Packages stay in the
  * registry's storage when a grant goes: the mesh removes users, never packages.
  *
+ * With `tls:` the endpoint is `https://`, and the registry is verified against the provider's
+ * bundle (provider-tls.ts) by the admin verbs' ping, the logins and the handovers' publishes; the
+ * bindings carry the bundle as `ca.crt`. The `npmrc` does not name it: npm's `ca` and `cafile`
+ * replace the system's authorities for every registry npm reaches, the public one included, so
+ * a holder adds the bundle to them instead (`NODE_EXTRA_CA_CERTS=<binding>/ca.crt`).
+ *
  * Every admin verb first checks `options.usersDir` (terminal `ProviderMisconfigured`), then asks
  * the registry's `/-/ping`, so a registry that is down is `ProviderUnreachable` (retryable)
  * rather than users written for a server that is not there.
@@ -54,6 +60,7 @@ import { fetchFailureCause } from "./fetch-failure.js";
 import { grantBaseName } from "./grant-base-name.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { generatePassword, passwordOf } from "./password.js";
+import { bindingCa, caBindings, checkHttpsTls, trustsResource, unverifiedLogin, unverifiedServer, verifyingFetch } from "./provider-tls.js";
 import { npmRegistrySink } from "./registry-artifacts.js";
 import { slotName } from "./alternating.js";
 
@@ -132,6 +139,7 @@ class NpmRegistryAdapter implements ProviderAdapter {
     });
     const url = new URL(provider.endpoint);
     this.registry = `${url.origin}${url.pathname.replace(/\/*$/, "/")}`;
+    checkHttpsTls(provider, "npm", { endpoint: provider.endpoint });
     try {
       this.usersDir = parseUsersDir(provider);
     } catch (e) {
@@ -173,7 +181,7 @@ class NpmRegistryAdapter implements ProviderAdapter {
     await this.writeUser(g.what, { user: g.user, scope: g.names.scope, mark: g.mark, generation: req.grant.generation, hash: npmPasswordHash(password) });
     const auth = Buffer.from(`${g.user}:${password}`).toString("base64");
     return {
-      resource: { scope: g.names.scope, user: g.user },
+      resource: { scope: g.names.scope, user: g.user, ...trustsResource(this.provider.tls) },
       bindings: {
         type: "npm",
         provider: this.provider.name,
@@ -185,6 +193,7 @@ class NpmRegistryAdapter implements ProviderAdapter {
         password,
         auth,
         npmrc: npmrcOf(g.names.scope, this.registry, auth),
+        ...caBindings(this.provider.tls),
       },
     };
   }
@@ -213,14 +222,25 @@ class NpmRegistryAdapter implements ProviderAdapter {
     const b = req.bindings;
     const lacking = ["registry", "username", "password"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
+    const tls = bindingCa(b);
     let res: Response;
     try {
-      res = await fetch(new URL("-/whoami", b.registry), {
-        headers: { authorization: `Basic ${Buffer.from(`${b.username}:${b.password}`).toString("base64")}`, accept: "application/json" },
-        signal: AbortSignal.timeout(REGISTRY_TIMEOUT_MS),
-      });
+      res = await verifyingFetch(
+        new URL("-/whoami", b.registry),
+        {
+          headers: { authorization: `Basic ${Buffer.from(`${b.username}:${b.password}`).toString("base64")}`, accept: "application/json" },
+          signal: AbortSignal.timeout(REGISTRY_TIMEOUT_MS),
+        },
+        tls,
+      );
     } catch (e) {
-      return { ok: false, reason: "unreachable", message: `cannot reach the npm registry at ${b.registry}: ${fetchFailureCause(e, REGISTRY_TIMEOUT_MS)}` };
+      return (
+        unverifiedLogin(`the npm registry at ${b.registry}`, e, Boolean(tls)) ?? {
+          ok: false,
+          reason: "unreachable",
+          message: `cannot reach the npm registry at ${b.registry}: ${fetchFailureCause(e, REGISTRY_TIMEOUT_MS)}`,
+        }
+      );
     }
     const body = (await res.json().catch(() => undefined)) as { username?: unknown } | undefined;
     if (res.ok && body?.username === b.username) return { ok: true };
@@ -311,11 +331,13 @@ class NpmRegistryAdapter implements ProviderAdapter {
     if (this.usersDirProblem) throw this.usersDirProblem;
     let why: string;
     try {
-      const res = await fetch(new URL("-/ping", this.registry), { signal: AbortSignal.timeout(REGISTRY_TIMEOUT_MS) });
+      const res = await verifyingFetch(new URL("-/ping", this.registry), { signal: AbortSignal.timeout(REGISTRY_TIMEOUT_MS) }, this.provider.tls);
       await res.body?.cancel();
       if (res.ok) return;
       why = `HTTP ${res.status} on /-/ping`;
     } catch (e) {
+      const tls = unverifiedServer(`npm registry provider ${this.provider.name} at ${this.registry}`, what, e, Boolean(this.provider.tls));
+      if (tls) throw tls;
       why = fetchFailureCause(e, REGISTRY_TIMEOUT_MS);
     }
     throw new MeshError(

@@ -17,7 +17,10 @@
  * credential (as `redis.user`, whose keys under `<module>:` stay), not a data kind.
  *
  * Provider document: `endpoint` the registry (`http://host:port`, what holders push to);
- * `options.issuerUrl` the issuer (`http://host:port`); `admin` the issuer's admin.
+ * `options.issuerUrl` the issuer (`http://host:port`); `admin` the issuer's admin. With `tls:`
+ * both are `https://` and verified against its bundle (provider-tls.ts), the admin's calls, the
+ * logins and the handovers' copies alike; bindings carry the bundle as `ca.crt`, the name docker
+ * reads it by (`/etc/docker/certs.d/<registry>/ca.crt`).
  */
 import { ErrorCodes, Kinds, MeshError } from "@mesh/shared";
 import type {
@@ -41,6 +44,7 @@ import { hostPort, parseEndpoint } from "./endpoint.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
 import { hashPassword, ociNames, type OciNames } from "./oci-token-scope.js";
+import { bindingCa, caBindings, checkHttpsTls, trustsResource, unverifiedLogin, unverifiedServer, verifyingFetch } from "./provider-tls.js";
 import { ociRegistrySink } from "./registry-artifacts.js";
 
 /** How long each request of a login may take. */
@@ -73,6 +77,7 @@ class OciRegistryAdapter implements ProviderAdapter {
     });
     this.registry = { url: `${e.scheme}://${hostPort(e.host, e.port)}`, host: e.host, port: e.port };
     this.issuerUrl = parseIssuerUrl(provider);
+    checkHttpsTls(provider, "docker", { endpoint: provider.endpoint, "options.issuerUrl": this.issuerUrl });
   }
 
   generate() {
@@ -99,7 +104,7 @@ class OciRegistryAdapter implements ProviderAdapter {
     await this.admin(`create ${names.mark}`, "PUT", `${userPath(names)}/generations/${generation}`, { hash });
     const { url, host, port } = this.registry;
     return {
-      resource: { user: names.user, namespace: names.namespace },
+      resource: { user: names.user, namespace: names.namespace, ...trustsResource(this.provider.tls) },
       bindings: {
         type: "oci",
         provider: this.provider.name,
@@ -111,6 +116,7 @@ class OciRegistryAdapter implements ProviderAdapter {
         namespace: names.namespace,
         username: names.user,
         password,
+        ...caBindings(this.provider.tls),
       },
     };
   }
@@ -142,14 +148,16 @@ class OciRegistryAdapter implements ProviderAdapter {
     const lacking = ["url", "username", "password"].filter((k) => !b[k]);
     if (lacking.length > 0) return { ok: false, reason: "rejected", message: `the binding lacks ${lacking.join(", ")}` };
     const v2 = `${b.url!.replace(/\/+$/, "")}/v2/`;
-    const unreachable = (what: string, e: unknown): LoginResult => ({
-      ok: false,
-      reason: "unreachable",
-      message: `cannot log in to the registry at ${b.url}: ${what} failed (${fetchFailureCause(e, LOGIN_TIMEOUT_MS)})`,
-    });
+    const tls = bindingCa(b);
+    const unreachable = (what: string, e: unknown): LoginResult =>
+      unverifiedLogin(`the registry at ${b.url} (${what})`, e, Boolean(tls)) ?? {
+        ok: false,
+        reason: "unreachable",
+        message: `cannot log in to the registry at ${b.url}: ${what} failed (${fetchFailureCause(e, LOGIN_TIMEOUT_MS)})`,
+      };
     let challenge: Response;
     try {
-      challenge = await fetch(v2, { signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) });
+      challenge = await verifyingFetch(v2, { signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) }, tls);
       await challenge.body?.cancel();
     } catch (e) {
       return unreachable(`GET ${v2}`, e);
@@ -175,7 +183,11 @@ class OciRegistryAdapter implements ProviderAdapter {
     tokenUrl.searchParams.set("account", b.username!);
     let token: string;
     try {
-      const res = await fetch(tokenUrl, { headers: { authorization: basic(b.username!, b.password!) }, signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) });
+      const res = await verifyingFetch(
+        tokenUrl,
+        { headers: { authorization: basic(b.username!, b.password!) }, signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) },
+        tls,
+      );
       const body = (await res.json().catch(() => ({}))) as { token?: string; errors?: { message?: string }[] };
       if (res.status === 401) return { ok: false, reason: "rejected", message: `the token issuer at ${tokenUrl.origin} rejected ${b.username}` };
       // Failed logins of this user or address hit the issuer's limit (anyone may cause that): says nothing of this credential.
@@ -196,7 +208,7 @@ class OciRegistryAdapter implements ProviderAdapter {
       return unreachable(`the token request to ${tokenUrl.origin}`, e);
     }
     try {
-      const res = await fetch(v2, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) });
+      const res = await verifyingFetch(v2, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(LOGIN_TIMEOUT_MS) }, tls);
       await res.body?.cancel();
       if (res.ok) return { ok: true };
       return {
@@ -234,13 +246,19 @@ class OciRegistryAdapter implements ProviderAdapter {
     }
     let res: Response;
     try {
-      res = await fetch(`${this.issuerUrl}${path}`, {
-        method,
-        headers: { authorization: basic(admin.username, admin.password), ...(body === undefined ? {} : { "content-type": "application/json" }) },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-        signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
-      });
+      res = await verifyingFetch(
+        `${this.issuerUrl}${path}`,
+        {
+          method,
+          headers: { authorization: basic(admin.username, admin.password), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+          signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS),
+        },
+        this.provider.tls,
+      );
     } catch (e) {
+      const tls = unverifiedServer(this.at(), what, e, Boolean(this.provider.tls));
+      if (tls) throw tls;
       throw new MeshError(
         ErrorCodes.ProviderUnreachable,
         `${this.at()} is unreachable (${fetchFailureCause(e, ADMIN_TIMEOUT_MS)}), so could not ${what}; check that mesh-oci-token-issuer runs and listens at options.issuerUrl`,

@@ -5,6 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorCodes } from "@mesh/shared";
 import { meshCaBundleFile, resolveProviderTls, tlsFailure } from "./provider-tls.js";
 import { certificatesOf, fingerprintOf, newAuthority } from "./mesh-ca.js";
+import { createAdapter } from "./registry.js";
+import type { ServerTls } from "./adapter.js";
 
 let PEM: string;
 let FP: string;
@@ -75,9 +77,53 @@ describe("tlsFailure", () => {
     expect(tlsFailure(coded("HANDSHAKE_SSL_ERROR", "Hostname/IP does not match certificate's altnames: IP: 127.0.0.1"))).toMatch(
       /^its certificate is not for the name checked \(Hostname/,
     );
+    // fetch rejects with "fetch failed", the handshake's error as its cause.
+    expect(tlsFailure(new TypeError("fetch failed", { cause: coded("CERT_HAS_EXPIRED") }))).toMatch(/^its certificate has expired/);
+    expect(tlsFailure(new TypeError("fetch failed", { cause: coded("ECONNREFUSED") }))).toBeUndefined();
     expect(tlsFailure(coded("ECONNREFUSED"))).toBeUndefined();
     expect(tlsFailure(coded("ETIMEDOUT"))).toBeUndefined();
     expect(tlsFailure(coded("ETIMEDOUT"), true)).toMatch(/^it answered no TLS handshake in time/);
     expect(tlsFailure(coded("28P01", "password authentication failed"))).toBeUndefined();
+  });
+});
+
+describe("a registry provider's tls", () => {
+  /** What making the adapter of `kind` for `endpoint` with `tls` throws, or "made". */
+  const made = (kind: string, endpoint: string, tls: ServerTls, options: Record<string, string> = {}) => {
+    try {
+      createAdapter(kind, { name: "reg", node: "node-a", endpoint, tls, options });
+      return "made";
+    } catch (e) {
+      expect(e).toMatchObject({ code: ErrorCodes.ProviderMisconfigured });
+      return (e as Error).message;
+    }
+  };
+  const tls = () => ({ ca: PEM });
+  const npmOptions = { usersDir: "/var/lib/mesh/verdaccio-users" };
+
+  it("is made over https://, its issuer's URL too", () => {
+    expect(made("oci.registry", "https://127.0.0.1:5000", tls(), { issuerUrl: "https://127.0.0.1:5001" })).toBe("made");
+    expect(made("npm.registry", "https://127.0.0.1:4873/", tls(), npmOptions)).toBe("made");
+  });
+
+  it("refuses a URL in plain text, where passwords would go in the clear", () => {
+    expect(made("oci.registry", "http://127.0.0.1:5000", tls(), { issuerUrl: "https://127.0.0.1:5001" })).toMatch(
+      /says tls, but its endpoint http:\/\/127.0.0.1:5000 is not https:\/\//,
+    );
+    expect(made("oci.registry", "https://127.0.0.1:5000", tls(), { issuerUrl: "http://127.0.0.1:5001" })).toMatch(
+      /says tls, but its options.issuerUrl http:\/\/127.0.0.1:5001 is not https:\/\//,
+    );
+    expect(made("npm.registry", "http://127.0.0.1:4873", tls(), npmOptions)).toMatch(/says tls, but its endpoint http:\/\/127.0.0.1:4873 is not https:\/\//);
+  });
+
+  it("refuses tls.serverName, which docker and npm cannot honour", () => {
+    const named = { ca: PEM, serverName: "registry.shop.mesh" };
+    expect(made("oci.registry", "https://127.0.0.1:5000", named, { issuerUrl: "https://127.0.0.1:5001" })).toMatch(/docker checks .*leave tls.serverName out/);
+    expect(made("npm.registry", "https://127.0.0.1:4873", named, npmOptions)).toMatch(/npm checks .*leave tls.serverName out/);
+  });
+
+  it("refuses tls on a registry served from NATS, and on a kind with no server to verify", () => {
+    expect(made("oci.registry", "nats://127.0.0.1:4222", tls())).toMatch(/serves oci.registry from NATS, .*tls:\/\/host:port, give options.caFile/);
+    expect(made("secret", "mesh://secrets", tls())).toMatch(/the mesh reaches no server of secret that it could verify/);
   });
 });

@@ -7,12 +7,13 @@
  * `npm.registry` (HTTP Basic). What a handover copies into (artifacts.ts).
  */
 import { ErrorCodes, MeshError, backoffMs, sleep } from "@mesh/shared";
-import type { Artifact, ArtifactContent, ArtifactSink, BindingValues, OpenBlob } from "./adapter.js";
+import type { Artifact, ArtifactContent, ArtifactSink, BindingValues, OpenBlob, ServerTls } from "./adapter.js";
 import { artifactId } from "./artifacts.js";
 import { BLOB_CHUNK_BYTES, MAX_BLOB_CHUNK_BYTES, chunkSize, chunksOf, heldAfterChunk, resumeAt, uploadedBytes } from "./blob-chunks.js";
 import { fetchFailureCause } from "./fetch-failure.js";
 import { basicAuthorization as basic, parseBearerChallenge } from "./http-auth.js";
 import { latestAfter } from "./npm-dist-tags.js";
+import { bindingCa, tlsFailure, verifyingFetch } from "./provider-tls.js";
 
 /** How long one request to a registry may take (a chunk of a blob's upload included). */
 const REQUEST_TIMEOUT_MS = 30_000;
@@ -27,14 +28,22 @@ function need(bindings: BindingValues, what: string, keys: string[]): void {
   if (lacking.length) throw new MeshError(ErrorCodes.ProviderRejected, `cannot write to ${what}: the generation's binding lacks ${lacking.join(", ")}`);
 }
 
-/** One request; network failures become `ProviderUnreachable` (retryable) naming `what`. */
-async function send(what: string, url: string | URL, init: RequestInit): Promise<Response> {
+/**
+ * One request, verifying an `https://` server against `tls` (the binding's `ca.crt`) when given;
+ * network failures become `ProviderUnreachable` (retryable) naming `what`, and a server that does
+ * not verify says why.
+ */
+async function send(what: string, url: string | URL, init: RequestInit, tls: ServerTls | undefined): Promise<Response> {
   try {
-    return await fetch(url, { ...init, redirect: "manual", signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+    return await verifyingFetch(url, { ...init, redirect: "manual", signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) }, tls);
   } catch (e) {
+    const origin = new URL(url).origin;
+    const unverified = tls ? tlsFailure(e, true) : undefined;
     throw new MeshError(
       ErrorCodes.ProviderUnreachable,
-      `${what}: the registry at ${new URL(url).origin} did not answer (${fetchFailureCause(e, REQUEST_TIMEOUT_MS)}); the copy resumes where it stopped once it does`,
+      unverified
+        ? `${what}: the registry at ${origin} cannot be reached over verified TLS: ${unverified}`
+        : `${what}: the registry at ${origin} did not answer (${fetchFailureCause(e, REQUEST_TIMEOUT_MS)}); the copy resumes where it stopped once it does`,
       { retryable: true, cause: e },
     );
   }
@@ -58,6 +67,7 @@ type RegistryRequest = (what: string, method: string, path: string, init?: { bod
 export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string, opts: { chunkBytes?: number } = {}): ArtifactSink {
   need(bindings, "the OCI registry", ["url", "namespace", "username", "password"]);
   const base = bindings.url!.replace(/\/+$/, "");
+  const tls = bindingCa(bindings);
   const tokens = new Map<string, string>();
   const chunkBytes = Math.min(opts.chunkBytes ?? BLOB_CHUNK_BYTES, MAX_BLOB_CHUNK_BYTES);
 
@@ -65,11 +75,16 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string, o
   const request: RegistryRequest = async (what, method, path, init = {}) => {
     const url = path.startsWith("http") ? path : `${base}${path}`;
     const go = (token?: string) =>
-      send(what, url, {
-        method,
-        headers: { ...init.headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
-        ...(init.body ? { body: init.body } : {}),
-      });
+      send(
+        what,
+        url,
+        {
+          method,
+          headers: { ...init.headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
+          ...(init.body ? { body: init.body } : {}),
+        },
+        tls,
+      );
     // Tokens are per repository (a pull-only one meets a 401 on a push, and is replaced).
     const scopeKey = /\/v2\/(.+?)\/(?:blobs|manifests)\//.exec(url)?.[1] ?? url;
     let res = await go(tokens.get(scopeKey));
@@ -92,7 +107,7 @@ export function ociRegistrySink(bindings: BindingValues, issuerOrigin: string, o
     const tokenUrl = new URL(challenge.realm);
     tokenUrl.searchParams.set("service", challenge.service);
     if (challenge.scope) tokenUrl.searchParams.set("scope", challenge.scope);
-    const t = await send(what, tokenUrl, { headers: { authorization: basic(bindings.username!, bindings.password!) } });
+    const t = await send(what, tokenUrl, { headers: { authorization: basic(bindings.username!, bindings.password!) } }, tls);
     const body = (await t.json().catch(() => ({}))) as { token?: string };
     if (!t.ok || !body.token)
       throw new MeshError(
@@ -283,6 +298,7 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
   need(bindings, "the npm registry", ["registry", "scope", "username", "password"]);
   const registry = bindings.registry!.endsWith("/") ? bindings.registry! : `${bindings.registry}/`;
   const auth = basic(bindings.username!, bindings.password!);
+  const tls = bindingCa(bindings);
   const full = (name: string) => `${bindings.scope}/${name}`;
   const packumentUrl = (name: string) => new URL(encodeURIComponent(full(name)).replace(/^%40/, "@"), registry);
   /** Each package's `latest` dist-tag at the registry, as last read or written (undefined: it has none). */
@@ -290,7 +306,7 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
 
   /** The package's packument at the registry, undefined when it has none; its `latest` is remembered. */
   const packument = async (what: string, name: string): Promise<Packument | undefined> => {
-    const res = await send(what, packumentUrl(name), { headers: { authorization: auth, accept: "application/json" } });
+    const res = await send(what, packumentUrl(name), { headers: { authorization: auth, accept: "application/json" } }, tls);
     if (res.status === 404) {
       await res.body?.cancel();
       latestOf.set(name, undefined);
@@ -344,11 +360,16 @@ export function npmRegistrySink(bindings: BindingValues): ArtifactSink {
           [file]: { content_type: "application/octet-stream", data: Buffer.from(content.data).toString("base64"), length: content.data.byteLength },
         },
       };
-      const res = await send(what, packumentUrl(a.name), {
-        method: "PUT",
-        headers: { authorization: auth, "content-type": "application/json" },
-        body: JSON.stringify(body),
-      });
+      const res = await send(
+        what,
+        packumentUrl(a.name),
+        {
+          method: "PUT",
+          headers: { authorization: auth, "content-type": "application/json" },
+          body: JSON.stringify(body),
+        },
+        tls,
+      );
       if (!res.ok) throw await refused(what, res);
       await res.body?.cancel();
       latestOf.set(a.name, latest);

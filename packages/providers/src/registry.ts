@@ -61,10 +61,12 @@ export function createAdapter(kind: string, provider: ProviderConfig): ProviderA
     );
   }
   // Never served in plain text when the provider says its server speaks TLS (the schema refuses such a document too).
-  if (provider.tls && !TLS_PROVIDER_KINDS.includes(kind as Kind)) {
+  if (provider.tls && (onNats || !TLS_PROVIDER_KINDS.includes(kind as Kind))) {
     throw new MeshError(
       ErrorCodes.ProviderMisconfigured,
-      `provider ${provider.name} says tls, but this mesh reaches servers of ${kind} without TLS so far; serve that kind from a provider without tls (kinds that verify it: ${TLS_PROVIDER_KINDS.join(", ")})`,
+      onNats
+        ? `provider ${provider.name} says tls, but it serves ${kind} from NATS, whose servers are verified through the endpoint: name them tls://host:port, give options.caFile, and leave tls out`
+        : `provider ${provider.name} says tls, but the mesh reaches no server of ${kind} that it could verify; leave tls out of that provider (kinds that verify it: ${TLS_PROVIDER_KINDS.join(", ")})`,
     );
   }
   return factory(provider);

@@ -32,8 +32,9 @@ export const BINDING_KEYS: Readonly<Record<Kind, readonly string[]>> = {
   [Kinds.MariadbDatabase]: [...SERVER, "database", ...LOGIN, "uri", ...SERVER_CA],
   [Kinds.RedisUser]: [...SERVER, ...LOGIN, "key-prefix", "uri", ...SERVER_CA],
   [Kinds.RabbitmqVhost]: [...SERVER, "vhost", ...LOGIN, "uri", ...SERVER_CA],
-  [Kinds.OciRegistry]: [...SERVER, "registry", "url", "namespace", ...LOGIN, ...BOOTSTRAP_REGISTRY],
-  [Kinds.NpmRegistry]: [...SERVER, "registry", "scope", ...LOGIN, "auth", "npmrc", ...BOOTSTRAP_REGISTRY],
+  // The registries check the host their URL names (docker, npm): the bundle alone.
+  [Kinds.OciRegistry]: [...SERVER, "registry", "url", "namespace", ...LOGIN, ...BOOTSTRAP_REGISTRY, "ca.crt"],
+  [Kinds.NpmRegistry]: [...SERVER, "registry", "scope", ...LOGIN, "auth", "npmrc", ...BOOTSTRAP_REGISTRY, "ca.crt"],
   [Kinds.NatsUser]: [...SERVER, ...NATS_LOGIN],
   // buckets and streams: the control plane's source of record, several buckets in one grant.
   [Kinds.KvBucket]: [...SERVER, "bucket", "uri", "buckets", "streams"],

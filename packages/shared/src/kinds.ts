@@ -59,7 +59,14 @@ export function servedByNats(kind: Kind, endpoint: string): boolean {
  * connection verifying the server's certificate); a provider of any other kind that says it is
  * refused, never served in plain text.
  */
-export const TLS_PROVIDER_KINDS: readonly Kind[] = [Kinds.PostgresDatabase, Kinds.MariadbDatabase, Kinds.RedisUser, Kinds.RabbitmqVhost];
+export const TLS_PROVIDER_KINDS: readonly Kind[] = [
+  Kinds.PostgresDatabase,
+  Kinds.MariadbDatabase,
+  Kinds.RedisUser,
+  Kinds.RabbitmqVhost,
+  Kinds.OciRegistry,
+  Kinds.NpmRegistry,
+];
 
 /**
  * The kinds whose resource holds data (a database, a vhost, a bucket, an object store): when no

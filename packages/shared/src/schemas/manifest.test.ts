@@ -55,9 +55,17 @@ describe("a provider's tls", () => {
 
   it("refuses tls on a kind the mesh would reach without it, rather than serve it in plain text", () => {
     expect(tlsProblems(["postgres.database", "mariadb.database", "redis.user"], { ca: PEM })).toEqual([]);
-    expect(tlsProblems(["postgres.database", "npm.registry"], { ca: PEM })).toEqual([
-      "tls: the mesh reaches servers of npm.registry without TLS so far, and would not verify them: serve that kind from a provider without tls (kinds that verify it: postgres.database, mariadb.database, redis.user, rabbitmq.vhost)",
+    expect(tlsProblems(["postgres.database", "secret"], { ca: PEM })).toEqual([
+      "tls: the mesh reaches no server of secret that it could verify: serve that kind from a provider without tls (kinds that verify it: postgres.database, mariadb.database, redis.user, rabbitmq.vhost, oci.registry, npm.registry)",
     ]);
+  });
+
+  it("verifies the registries over HTTPS, but a registry served from NATS through its endpoint", () => {
+    const registry = (endpoint: string) =>
+      validateDocuments([{ kind: "Provider", name: "r", serves: ["oci.registry", "npm.registry"], node: "node-a", endpoint, tls: { mesh: true } }]);
+    expect(registry("https://registry.shop.mesh:5000").ok).toBe(true);
+    const onNats = registry("nats://127.0.0.1:4222");
+    expect(onNats.ok ? [] : onNats.problems.map((p) => p.message)).toEqual([expect.stringContaining("name its servers tls://host:port")]);
   });
 });
 

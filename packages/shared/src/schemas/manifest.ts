@@ -189,7 +189,7 @@ export const ProviderDoc = z.strictObject({
     ctx.addIssue({
       code: "custom",
       path: ["tls"],
-      message: `the mesh reaches servers of ${plain.join(", ")} without TLS so far, and would not verify them: serve ${plain.length > 1 ? "those kinds" : "that kind"} from a provider without tls (kinds that verify it: ${TLS_PROVIDER_KINDS.join(", ")})`,
+      message: `the mesh reaches no server of ${plain.join(", ")} that it could verify: serve ${plain.length > 1 ? "those kinds" : "that kind"} from a provider without tls (kinds that verify it: ${TLS_PROVIDER_KINDS.join(", ")})`,
     });
   }
 });
