@@ -2,16 +2,21 @@
  * A test's own nats-server whose operator is the mesh (decentralized JWT authentication, full
  * resolver), made by the same code as `meshctl bootstrap` (@mesh/providers'
  * nats-operator-files.ts), on a free port with a temporary directory. Never the shared server.
+ *
+ * With `tls`, it requires TLS of every client, presenting that certificate; `url` is then
+ * `tls://…`, and `presentCertificate` replaces it with a reload (SIGHUP), as an operator renews one.
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { randomBytes } from "node:crypto";
+import { X509Certificate, randomBytes } from "node:crypto";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { parseMasterKey, type MasterKey, type ProviderDoc } from "@mesh/shared";
 import { operatorFiles, prepareOperatorServer, type OperatorFiles, type OperatorPublic, type ProviderConfig } from "@mesh/providers";
 import { startNatsServer, type NatsServer } from "./nats-server.js";
 import { freePort } from "./ports.js";
+import { presentedSerial, writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
+import { waitFor } from "./wait.js";
 
 export interface OperatorNats {
   server: NatsServer;
@@ -27,18 +32,22 @@ export interface OperatorNats {
   providerDoc(name: string, serves: ProviderDoc["serves"], over?: Partial<ProviderDoc>): ProviderDoc;
   /** Connects with a `.creds` text (the admin's by default), without reconnecting. */
   connect(creds?: string, opts?: { reconnect?: boolean }): Promise<NatsConnection>;
+  /** With `tls`: presents `cert` to new connections from now on (the files replaced, then a reload); resolves once it does. */
+  presentCertificate(cert: ServerCertificate): Promise<void>;
   stop(): Promise<void>;
 }
 
-export async function startOperatorNats(opts: { masterKey?: MasterKey } = {}): Promise<OperatorNats> {
+export async function startOperatorNats(opts: { masterKey?: MasterKey; tls?: ServerCertificate } = {}): Promise<OperatorNats> {
   const dir = mkdtempSync(join(tmpdir(), "mesh-nats-op-"));
   const files = operatorFiles(dir);
   const masterKey = opts.masterKey ?? parseMasterKey(randomBytes(32).toString("hex"));
   const port = await freePort();
-  const operator = await prepareOperatorServer(files, masterKey, { host: "127.0.0.1", port });
+  const certFiles = { certFile: join(dir, "tls.crt"), keyFile: join(dir, "tls.key") };
+  if (opts.tls) writeServerCertificate(opts.tls, certFiles);
+  const operator = await prepareOperatorServer(files, masterKey, { host: "127.0.0.1", port, ...(opts.tls ? { tls: certFiles } : {}) });
   const server = await startNatsServer({ port, configFile: files.configFile, storeDir: files.storeDir });
   const adminCreds = readFileSync(files.adminCredsFile, "utf8");
-  const url = server.url;
+  const url = opts.tls ? server.url.replace(/^nats:/, "tls:") : server.url;
   return {
     server,
     files,
@@ -67,7 +76,20 @@ export async function startOperatorNats(opts: { masterKey?: MasterKey } = {}): P
       ...over,
     }),
     connect: (creds = adminCreds, o = {}) =>
-      connect({ servers: url, reconnect: o.reconnect ?? false, timeout: 3_000, authenticator: credsAuthenticator(new TextEncoder().encode(creds)) }),
+      connect({
+        servers: url,
+        reconnect: o.reconnect ?? false,
+        timeout: 3_000,
+        authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+        ...(opts.tls ? { tls: { rejectUnauthorized: false } } : {}),
+      }),
+    async presentCertificate(cert) {
+      if (!opts.tls) throw new Error("this server was started without tls: it presents no certificate");
+      writeServerCertificate(cert, certFiles);
+      process.kill(server.pid, "SIGHUP");
+      const serial = new X509Certificate(cert.certPem).serialNumber;
+      await waitFor("the server to present the new certificate", async () => (await presentedSerial(url)) === serial, 10_000);
+    },
     async stop() {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });

@@ -13,12 +13,11 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { X509Certificate } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { connect as tlsConnect } from "node:tls";
 import { join } from "node:path";
 import { createLogger, type Logger } from "@mesh/shared/service";
 import { startTokenIssuer, type TokenIssuer } from "../../services/oci-token-issuer/src/index.js";
 import { freePort, waitForPort } from "./ports.js";
-import { writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
+import { presentedSerial, writeServerCertificate, type ServerCertificate } from "./server-certificate.js";
 import { waitFor } from "./wait.js";
 
 export const OCI_REGISTRY_BIN = process.env.OCI_REGISTRY_BIN || "/usr/bin/docker-registry";
@@ -149,16 +148,4 @@ export function ociRegistryProvider(registry: OwnOciRegistry, name: string, dir:
     options: { issuerUrl: registry.issuerUrl },
     installed: true,
   };
-}
-
-/** The serial of the certificate the HTTPS server at `url` presents, verifying nothing (uppercase hex, as X509Certificate says it). */
-function presentedSerial(url: string): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = tlsConnect({ host: hostname, port: Number(port), rejectUnauthorized: false }, () => {
-      resolve(socket.getPeerX509Certificate()?.serialNumber ?? "");
-      socket.end();
-    });
-    socket.once("error", reject);
-  });
 }

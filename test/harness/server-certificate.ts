@@ -4,6 +4,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { chownSync, renameSync, writeFileSync } from "node:fs";
+import { connect as tcpConnect, type Socket } from "node:net";
+import { connect as tlsConnect } from "node:tls";
 import { parseMasterKey } from "@mesh/shared";
 import { issueCertificate, newAuthority, newPrivateKeyPem, openAuthority, sealCaKey, type Authority } from "@mesh/providers";
 
@@ -49,4 +51,37 @@ export function writeServerCertificate(cert: ServerCertificate, files: { certFil
     if (owner) chownSync(`${file}.new`, owner.uid, owner.gid);
     renameSync(`${file}.new`, file);
   }
+}
+
+/**
+ * The serial of the certificate the server at `url` presents, verifying nothing (uppercase hex,
+ * as X509Certificate says it): at once for `https://`; for NATS (`tls://`, `nats://`), after the
+ * INFO line it sends in plain text before the handshake.
+ */
+export async function presentedSerial(url: string): Promise<string> {
+  const { protocol, hostname, port } = new URL(url);
+  let socket: Socket | undefined;
+  if (protocol !== "https:") {
+    const plain = tcpConnect({ host: hostname, port: Number(port) });
+    await new Promise<void>((resolve, reject) => {
+      let seen = "";
+      plain.on("data", (d: Buffer) => {
+        seen += d.toString();
+        if (seen.includes("\r\n")) {
+          plain.removeAllListeners("data");
+          plain.pause();
+          resolve();
+        }
+      });
+      plain.once("error", reject);
+    });
+    socket = plain;
+  }
+  return new Promise((resolve, reject) => {
+    const tls = tlsConnect({ host: hostname, port: Number(port), rejectUnauthorized: false, ...(socket ? { socket } : {}) }, () => {
+      resolve(tls.getPeerX509Certificate()?.serialNumber ?? "");
+      tls.destroy();
+    });
+    tls.once("error", reject);
+  });
 }

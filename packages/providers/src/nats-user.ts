@@ -69,6 +69,7 @@ import type {
 } from "./adapter.js";
 import { checkGrantRef } from "./grant-ref.js";
 import { trustsOf } from "./mesh-ca.js";
+import { unverifiedLogin, unverifiedServer } from "./provider-tls.js";
 import { bindingServers, NATS_CA_FILE_OPTION, parseNatsEndpoints, type NatsEndpoints } from "./endpoint.js";
 import { natsAuth } from "./nats-auth.js";
 import {
@@ -296,9 +297,14 @@ class NatsUserAdapter implements ProviderAdapter {
       return { ok: true };
     } catch (e) {
       const why = errorMessage(e);
-      return isRejection(e)
-        ? { ok: false, reason: "rejected", message: `NATS at ${where} rejected identity ${user}: ${why}` }
-        : { ok: false, reason: "unreachable", message: `cannot log in to NATS at ${where}: ${why}` };
+      if (isRejection(e)) return { ok: false, reason: "rejected", message: `NATS at ${where} rejected identity ${user}: ${why}` };
+      return (
+        (this.loginTls(b) ? unverifiedLogin(`NATS at ${where}`, e, true) : undefined) ?? {
+          ok: false,
+          reason: "unreachable",
+          message: `cannot log in to NATS at ${where}: ${why}`,
+        }
+      );
     }
   }
 
@@ -399,13 +405,20 @@ class NatsUserAdapter implements ProviderAdapter {
       await nc.close();
       return { ok: true };
     } catch (e) {
-      return isRejection(e)
-        ? {
-            ok: false,
-            reason: "rejected",
-            message: `NATS at ${server.join(",")} asks for credentials, but the identity binding carries none (${errorMessage(e)}); the provider needs options.signingKeysFile`,
-          }
-        : { ok: false, reason: "unreachable", message: `cannot reach NATS at ${server.join(",")}: ${errorMessage(e)}` };
+      if (isRejection(e)) {
+        return {
+          ok: false,
+          reason: "rejected",
+          message: `NATS at ${server.join(",")} asks for credentials, but the identity binding carries none (${errorMessage(e)}); the provider needs options.signingKeysFile`,
+        };
+      }
+      return (
+        (tls ? unverifiedLogin(`NATS at ${server.join(",")}`, e, true) : undefined) ?? {
+          ok: false,
+          reason: "unreachable",
+          message: `cannot reach NATS at ${server.join(",")}: ${errorMessage(e)}`,
+        }
+      );
     }
   }
 
@@ -711,6 +724,8 @@ class NatsUserAdapter implements ProviderAdapter {
   }
 
   private connectError(what: string, who: string, e: unknown): MeshError {
+    const unverified = this.tls ? unverifiedServer(this.at(), what, e, true) : undefined;
+    if (unverified) return unverified;
     if (isRejection(e)) {
       return new MeshError(
         ErrorCodes.ProviderMisconfigured,

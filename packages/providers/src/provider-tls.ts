@@ -179,14 +179,15 @@ export function tlsFailure(failure: unknown, overTls = false): string | undefine
     return `it answered no TLS handshake in time (${why}): it is unreachable, or does not speak TLS at that port (nothing falls back to plain text)`;
   }
   if (code === "ERR_TLS_CERT_ALTNAME_INVALID") {
-    return `its certificate is not for the name checked (${typeof err?.reason === "string" ? err.reason : why}): give the server a certificate for the host the endpoint names, or set tls.serverName to a name its certificate holds`;
+    return `its certificate is not for the name checked (${typeof err?.reason === "string" ? err.reason : why}): give the server a certificate for the host the endpoint names, or (where the kind takes it) set tls.serverName to a name its certificate holds`;
   }
   if (code === "CERT_HAS_EXPIRED") return `its certificate has expired (${code}): renew the server's certificate`;
   if (code === "CERT_NOT_YET_VALID") return `its certificate is not valid yet (${code}): check the clocks of the server and of this node`;
   if (UNKNOWN_AUTHORITY.has(code)) {
     return `its certificate is not signed by an authority of the provider's tls bundle (${code}): give tls.ca the authority that signs it, or give the server a certificate of that authority`;
   }
-  if (/does not support SSL|does not support secure connection|wrong version number|packet length too long/i.test(why)) {
+  // PostgreSQL, MariaDB, OpenSSL meeting plain text, and nats.js meeting a server without TLS.
+  if (/does not support SSL|does not support secure connection|does not support 'tls'|wrong version number|packet length too long/i.test(why)) {
     return `it does not speak TLS (${why}): turn TLS on at the server, or leave tls out of the provider (nothing falls back to plain text)`;
   }
   if (code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_") || code === "EPROTO") return `the TLS handshake failed (${why})`;
