@@ -132,13 +132,14 @@ export async function startTestMesh(opts: TestMeshOptions = {}): Promise<TestMes
  * A rotator beside `mesh`, logging into its lines, sweeping every 500 ms; with `env`, the
  * providers' admin passwords it needs. The test stops it.
  */
-export function startMeshRotator(mesh: TestMesh, env?: NodeJS.ProcessEnv): Promise<Rotator> {
+export function startMeshRotator(mesh: TestMesh, env?: NodeJS.ProcessEnv, opts: { scheduleCheckMs?: number } = {}): Promise<Rotator> {
   return startRotator({
     store: mesh.store,
     masterKey: mesh.masterKey,
     log: createLogger("rotator", { destination: mesh.logs, level: "debug" }),
     ...(env ? { env } : {}),
     sweepMs: 500,
+    ...opts,
   });
 }
 

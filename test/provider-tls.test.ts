@@ -8,7 +8,7 @@
  * and a server whose certificate does not verify (another name, another authority) or that does
  * not speak TLS is `ProviderUnreachable`, naming why.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -66,6 +66,8 @@ interface KindUnderTest {
 }
 
 const read = (dir: string, key: string) => readFileSync(join(dir, key), "utf8");
+/** The bundle a binding carries: `ca.crt`, or libpq's `sslrootcert` for PostgreSQL. */
+const bundleIn = (dir: string) => (existsSync(join(dir, "ca.crt")) ? read(dir, "ca.crt") : read(dir, "sslrootcert"));
 /** Versions published by the npm holder so far. */
 let published = 0;
 /** The same URL over plain HTTP: what a client without TLS asks. */
@@ -310,7 +312,7 @@ describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
     server = await k.start(good);
     env = { ...process.env, [ADMIN_ENV]: server.adminPassword };
     mesh = await startTestMesh({ env, verifier: { intervalMs: INTERVAL }, probeIntervalMs: INTERVAL });
-    rotator = await startMeshRotator(mesh, env);
+    rotator = await startMeshRotator(mesh, env, { scheduleCheckMs: INTERVAL });
   });
   afterAll(async () => {
     await rotator?.stop();
@@ -366,6 +368,27 @@ describe.each(KINDS)("a $kind provider over verified TLS", (k) => {
     } finally {
       await adapter.close();
     }
+  });
+
+  it("a provider whose bundle changes has its grants rotated, so their holders get the bundle it names now", async () => {
+    await mesh.apply([module_("rebundled", k.kind)]);
+    await mesh.waitForState("rebundled", "Ready", 30_000);
+    const dir = bindingPath(join(mesh.bindingsRoot, "node-a"), "rebundled", "api", "db");
+    expect(bundleIn(dir)).toBe(ca.bundlePem);
+    // The operator adds the next authority to the bundle, as before moving the server to it.
+    const next = await testAuthority();
+    const bundle = `${ca.bundlePem}${next.bundlePem}`;
+    expect((await mesh.apply([provider(k.kind, server, { ca: bundle })])).ok).toBe(true);
+    try {
+      await waitFor("the grant to be rotated to the new bundle", async () => (await mesh.grant("rebundled", "db"))?.generation === 2, 30_000);
+      await waitFor("the holder's binding to carry the new bundle", async () => bundleIn(dir) === bundle, 30_000);
+      await waitVerified(mesh, "rebundled", "db", (c) => c.status === "True" && c.message.includes("generation 2"), "verified at generation 2", WITHIN);
+      expect(await k.holderSession(dir)).toBe(read(dir, "username"));
+    } finally {
+      expect((await mesh.apply([provider(k.kind, server, { ca: ca.bundlePem })])).ok).toBe(true);
+    }
+    // And back: the bundle of one authority again, rotated to once more.
+    await waitFor("the holder's binding to carry the bundle of one authority again", async () => bundleIn(dir) === ca.bundlePem, 30_000);
   });
 
   it("a server presenting a certificate for another name is ProviderUnreachable, saying so, and Verified again once it presents its own", async () => {

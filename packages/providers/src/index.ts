@@ -57,6 +57,7 @@ export {
   readAuthority,
   sealCaKey,
   subjectAltNames,
+  trustsOf,
   type Authority,
   type CaFiles,
   type CertificateCheck,

@@ -1,6 +1,7 @@
-import { describe, expect, it } from "vitest";
-import { ModuleDoc, parseDuration } from "@mesh/shared";
-import { isDue, isExpiring } from "./schedule.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { Grant, ModuleDoc, ProviderDoc, parseDuration } from "@mesh/shared";
+import { newAuthority, trustsOf } from "@mesh/providers";
+import { isDue, isExpiring, outdatedTls } from "./schedule.js";
 
 const NOW = new Date("2025-06-01T12:00:00.000Z");
 const daysAgo = (d: number) => new Date(NOW.getTime() - d * 86_400_000);
@@ -44,5 +45,47 @@ describe("isExpiring for a credential that expires by itself (a NATS user JWT)",
     expect(isExpiring(daysAgo(10), daysAgo(1), NOW)).toBe(true);
     expect(isExpiring(undefined, NOW, NOW)).toBe(true);
     expect(isExpiring(new Date(expires.getTime() + 1), expires, NOW)).toBe(false);
+  });
+});
+
+describe("outdatedTls: a grant whose bindings say to reach its provider otherwise than it says now", () => {
+  let PEM_A: string;
+  let PEM_B: string;
+  beforeAll(async () => {
+    PEM_A = (await newAuthority()).certificatePem;
+    PEM_B = (await newAuthority()).certificatePem;
+  });
+  const provider = (tls?: ProviderDoc["tls"], endpoint = "postgres://127.0.0.1:5432", serves: ProviderDoc["serves"] = ["postgres.database"]) =>
+    ProviderDoc.parse({ kind: "Provider", name: "pg-main", serves, node: "node-a", endpoint, ...(tls ? { tls } : {}) });
+  const grant = (resource: Record<string, string>, kind = "postgres.database") =>
+    Grant.parse({
+      id: "shop/db",
+      module: "shop",
+      requirement: "db",
+      kind,
+      parts: ["api"],
+      targets: [],
+      provider: "pg-main",
+      generation: 1,
+      resource,
+      conditions: [],
+    });
+
+  it("is the provider gaining tls, dropping it, or naming another bundle", () => {
+    expect(outdatedTls(grant({ role: "shop_db" }), provider({ ca: PEM_A }))).toBe("provider pg-main says tls, and the bindings were made without it");
+    expect(outdatedTls(grant({ trusts: trustsOf(PEM_A) }), provider())).toMatch(/no longer says tls/);
+    expect(outdatedTls(grant({ trusts: trustsOf(PEM_A) }), provider({ ca: PEM_B }))).toMatch(/tls.ca is not the bundle the bindings carry/);
+    expect(outdatedTls(grant({ trusts: trustsOf(PEM_A) }), provider({ ca: `${PEM_A}${PEM_B}` }))).toMatch(/tls.ca is not the bundle/);
+  });
+
+  it("is nothing when they agree, for the mesh's own bundle (meshctl ca rotate keeps it), or for a kind tls does not concern", () => {
+    expect(outdatedTls(grant({}), provider())).toBeUndefined();
+    expect(outdatedTls(grant({ trusts: trustsOf(PEM_A) }), provider({ ca: PEM_A }))).toBeUndefined();
+    expect(outdatedTls(grant({ trusts: "another" }), provider({ mesh: true }))).toBeUndefined();
+    // A NATS provider's bundle is its options.caFile: its grants record trusts without tls.
+    expect(outdatedTls(grant({ trusts: trustsOf(PEM_A) }, "nats.user"), provider(undefined, "tls://127.0.0.1:4222", ["nats.user"]))).toBeUndefined();
+    // Another provider's grant, or one being handed over, is not this provider's to judge.
+    expect(outdatedTls(grant({ provider: "pg-old" }), provider({ ca: PEM_A }))).toBeUndefined();
+    expect(outdatedTls(grant({}), undefined)).toBeUndefined();
   });
 });
