@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorCodes } from "@mesh/shared";
-import { meshCaBundleFile, resolveProviderTls, tlsFailure } from "./provider-tls.js";
+import { meshCaBundleFile, resolveProviderTls, tlsFailure, verifyingFetch } from "./provider-tls.js";
 import { certificatesOf, fingerprintOf, newAuthority } from "./mesh-ca.js";
 import { createAdapter } from "./registry.js";
 import type { ServerTls } from "./adapter.js";
@@ -125,5 +125,14 @@ describe("a registry provider's tls", () => {
   it("refuses tls on a registry served from NATS, and on a kind with no server to verify", () => {
     expect(made("oci.registry", "nats://127.0.0.1:4222", tls())).toMatch(/serves oci.registry from NATS, .*tls:\/\/host:port, give options.caFile/);
     expect(made("secret", "mesh://secrets", tls())).toMatch(/the mesh reaches no server of secret that it could verify/);
+  });
+});
+
+describe("verifyingFetch", () => {
+  it("never asks a server to verify in plain text", async () => {
+    await expect(verifyingFetch("http://127.0.0.1:9/", {}, { ca: PEM })).rejects.toMatchObject({
+      code: ErrorCodes.ProviderMisconfigured,
+      message: expect.stringContaining("http://127.0.0.1:9/ is not https://"),
+    });
   });
 });

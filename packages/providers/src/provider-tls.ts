@@ -113,10 +113,17 @@ const MAX_AGENTS = 32;
  * `fetch` of `url`, verifying an `https://` server against `tls` ({@link verifyingOptions}: the
  * bundle alone, the name `tls.serverName` or else the URL's host), through undici, the library
  * Node's own fetch is built on (which cannot be given a bundle); without `tls`, Node's fetch and
- * its trust store. A failed handshake rejects as fetch does, the TLS error as its `cause`.
+ * its trust store. A failed handshake rejects as fetch does, the TLS error as its `cause`; an
+ * `http://` URL with `tls` is refused (`ProviderMisconfigured`), never asked in plain text.
  */
 export async function verifyingFetch(url: string | URL, init: RequestInit, tls: ServerTls | undefined): Promise<Response> {
   if (!tls) return fetch(url, init);
+  if (new URL(url).protocol !== "https:") {
+    throw new MeshError(
+      ErrorCodes.ProviderMisconfigured,
+      `${String(url)} is not https://, and a server to verify is never asked in plain text; name its HTTPS URL`,
+    );
+  }
   // The host as the certificate names it: an IPv6 address without its brackets.
   const name = tls.serverName ?? new URL(url).hostname.replace(/^\[(.*)\]$/, "$1");
   const key = `${name}\0${tls.ca}`;
