@@ -67,6 +67,7 @@ export {
   type Consumption,
   DEFAULT_ACK_WAIT_MS,
   type Disposition,
+  listConsumers,
   type MessageStream,
   orderedMessages,
   REDELIVERY_BACKOFF,

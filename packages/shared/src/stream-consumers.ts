@@ -4,7 +4,7 @@
  * ordered, ephemeral consumer for a reader that keeps no state on the server (the SDK).
  * {@link consumeKeys} is the level-triggered form for reconcilers, built on the same consumer.
  */
-import { AckPolicy, JetStreamApiError, jetstream, type JsMsg } from "@nats-io/jetstream";
+import { AckPolicy, JetStreamApiError, jetstream, type ApiError, type ConsumerInfo, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "./logger.js";
 import { backoffMs, type Backoff } from "./backoff.js";
@@ -152,6 +152,30 @@ export async function consumeMessages(opts: {
     },
     closed,
   };
+}
+
+/** More pages than a stream's consumers could fill (256 infos each): a server that never answers an empty page is not followed for ever. */
+const MAX_CONSUMER_PAGES = 10_000;
+
+/**
+ * Every consumer of `stream`, as `$JS.API.CONSUMER.LIST` pages them, asked by offset until a page
+ * comes back empty. Not the client's lister: nats-server 2.9.10 in a cluster answers each page
+ * with its own size as the list's `total`, so the lister stops after the first 256 consumers
+ * (an agent that held more grants on a cluster never consumed the rest, and their rotations
+ * stalled). Throws `JetStreamApiError` for the server's error (the stream not found, say).
+ */
+export async function* listConsumers(nc: NatsConnection, stream: string, timeoutMs = 5_000): AsyncGenerator<ConsumerInfo> {
+  for (let offset = 0, pages = 0; pages < MAX_CONSUMER_PAGES; pages++) {
+    const reply = (await nc.request(`$JS.API.CONSUMER.LIST.${stream}`, JSON.stringify({ offset }), { timeout: timeoutMs })).json<{
+      consumers?: ConsumerInfo[];
+      error?: ApiError;
+    }>();
+    if (reply.error) throw new JetStreamApiError(reply.error);
+    const page = reply.consumers ?? [];
+    if (page.length === 0) return;
+    yield* page;
+    offset += page.length;
+  }
 }
 
 /** Messages of an ordered consumer; `close()` ends it. */

@@ -8,7 +8,7 @@
  */
 import { JetStreamApiError } from "@nats-io/jetstream";
 import { HOLDER_ACK_WAIT_MS, agentHolderStream, errorMessage, isValidName } from "@mesh/shared";
-import { consumeMessages, type Consumption, type Disposition, type JsMsg, type Store } from "@mesh/shared/runtime";
+import { consumeMessages, listConsumers, type Consumption, type Disposition, type JsMsg, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 
 /** How often the agent looks for consumers made for it (a delivery also makes it look, soon). */
@@ -58,7 +58,7 @@ export function consumeRotations(opts: { store: Store; node: string; log: Logger
   const look = async () => {
     if (stopped) return;
     try {
-      for await (const c of store.jsm.consumers.list(stream)) {
+      for await (const c of listConsumers(store.nc, stream)) {
         const name = c.name;
         const part = partOfConsumer(name);
         if (part && !running.has(name) && !stopped) start(name, part);

@@ -24,7 +24,7 @@ import {
   subjects,
   type HolderEndpoint,
 } from "@mesh/shared";
-import { retryJetStreamGap, type Store } from "@mesh/shared/runtime";
+import { listConsumers, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import type { ReceiptWitnesses } from "./receipt-witnesses.js";
 
@@ -130,7 +130,7 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
     let asked = 0;
     for (const stream of streamNames) {
       try {
-        for await (const ci of store.jsm.consumers.list(stream)) {
+        for await (const ci of listConsumers(store.nc, stream)) {
           const id = `${stream}/${ci.name}`;
           const lagging = (ci.cluster?.replicas ?? []).filter((r) => !r.current && !r.offline);
           const young = Date.now() - Date.parse(ci.created) < REPLICA_MIN_AGE_MS;
