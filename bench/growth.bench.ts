@@ -16,9 +16,11 @@
  * The baseline of each column is its own first row (100): the table prints each time beside
  * the factor it grew by, against the factor N grew by; and the floor of the two meshctl columns,
  * a process of meshctl that does nothing (`meshctl --version`), is printed beside them. `BENCH_GROWTH_SIZES=100,1000` narrows
- * the sizes. Prints figures; asserts nothing.
+ * the sizes. The store's size on disk is printed beside the memory. `BENCH_CLUSTER=1` runs each
+ * size on a three-server cluster instead (every bucket and stream R3, as the services make them
+ * on a cluster), the servers' memory and stores summed. Prints figures; asserts nothing.
  */
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -26,10 +28,13 @@ import { join } from "node:path";
 import { Grant, getCondition } from "@mesh/shared";
 import { connectNats, openStore } from "@mesh/shared/runtime";
 import { startNatsServer } from "../test/harness/nats-server.js";
+import { startPlainCluster } from "../test/harness/nats-cluster.js";
+import { rssOf } from "./bench-child.js";
 import { forkServices, type ForkedServices } from "./services-fork.js";
 
 const SIZES = (process.env.BENCH_GROWTH_SIZES ?? "100,1000,10000").split(",").filter(Boolean).map(Number);
 const ROTATIONS = 3;
+const onCluster = process.env.BENCH_CLUSTER === "1";
 const root = join(import.meta.dirname, "..");
 const s = (n: number) => `${(n / 1000).toFixed(1)} s`;
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)}`;
@@ -56,10 +61,13 @@ interface Row {
   rotateMs: number;
   rss: Record<string, number>;
   nats: number;
+  /** The servers' stores on disk, in bytes. */
+  store: number;
 }
 
 async function measure(n: number): Promise<Row> {
-  const nats = await startNatsServer();
+  const nats = onCluster ? await startPlainCluster() : await startNatsServer();
+  const servers = "members" in nats ? nats.members : [nats];
   const nc = await connectNats(nats.url);
   const store = await openStore(nc);
   const masterKeyHex = randomBytes(32).toString("hex");
@@ -117,8 +125,9 @@ async function measure(n: number): Promise<Row> {
     }
     rotations.sort((a, b) => a - b);
     const rss = Object.fromEntries(Object.entries(forked).map(([k, f]) => [k, f.rss()]));
-    const natsRss = Number(/VmRSS:\s+(\d+) kB/.exec((await import("node:fs")).readFileSync(`/proc/${nats.pid}/status`, "utf8"))?.[1] ?? 0) * 1024;
-    return { n, applyMs, applyExit: applied.code, verifyMs, rotateMs: rotations[Math.floor(rotations.length / 2)]!, rss, nats: natsRss };
+    const natsRss = servers.reduce((t, m) => t + (rssOf(m.pid) ?? 0), 0);
+    const store = servers.reduce((t, m) => t + Number(execFileSync("du", ["-sk", m.storeDir], { encoding: "utf8" }).split("\t")[0]) * 1024, 0);
+    return { n, applyMs, applyExit: applied.code, verifyMs, rotateMs: rotations[Math.floor(rotations.length / 2)]!, rss, nats: natsRss, store };
   } finally {
     watch.stop();
     for (const f of Object.values(forked).reverse()) await f.stop();
@@ -137,7 +146,7 @@ for (const n of SIZES) {
   console.log(
     `  [${n} grants measured in ${s(Date.now() - t)}: apply ${s(r.applyMs)}, verify ${s(r.verifyMs)}, rotate ${s(r.rotateMs)}; RSS MiB ${Object.entries(r.rss)
       .map(([k, v]) => `${k} ${mib(v)}`)
-      .join(", ")}, nats-server ${mib(r.nats)}]`,
+      .join(", ")}, nats-server ${mib(r.nats)}; store ${mib(r.store)} MiB]`,
   );
 }
 const floors: number[] = [];
@@ -149,15 +158,15 @@ for (let i = 0; i < 3; i++) {
 const base = rows[0]!;
 const grew = (v: number, b: number) => `${s(v).padStart(8)} (×${(v / b).toFixed(1)})`;
 console.log(
-  `\ngrowth, one nats-server, ${SIZES.join(" / ")} secret grants each with one holder (node-a's agent); the machine is shared, so read the factors loosely:`,
+  `\ngrowth, ${onCluster ? "three nats-servers (R3)" : "one nats-server"}, ${SIZES.join(" / ")} secret grants each with one holder (node-a's agent); the machine is shared, so read the factors loosely:`,
 );
 console.log(
-  `  ${"grants".padStart(7)} ${"×N".padStart(6)} | ${"apply → all delivered".padEnd(22)} | ${"verify, full pass".padEnd(22)} | ${"rotate one (p50)".padEnd(22)} | RSS MiB: resolver provisioner agent verifier rotator nats-server`,
+  `  ${"grants".padStart(7)} ${"×N".padStart(6)} | ${"apply → all delivered".padEnd(22)} | ${"verify, full pass".padEnd(22)} | ${"rotate one (p50)".padEnd(22)} | RSS MiB: resolver provisioner agent verifier rotator nats-server | store MiB`,
 );
 console.log(`  (meshctl's own start, \`meshctl --version\`: p50 ${s(floors.sort((a, b) => a - b)[1]!)}, in both meshctl columns)`);
 for (const r of rows) {
   const rss = ["resolver", "provisioner", "agent", "verifier", "rotator"].map((k) => mib(r.rss[k] ?? 0).padStart(k.length)).join(" ");
   console.log(
-    `  ${String(r.n).padStart(7)} ${`×${(r.n / base.n).toFixed(0)}`.padStart(6)} | ${grew(r.applyMs, base.applyMs).padEnd(22)} | ${grew(r.verifyMs, base.verifyMs).padEnd(22)} | ${grew(r.rotateMs, base.rotateMs).padEnd(22)} | ${rss} ${mib(r.nats).padStart(11)}${r.applyExit === 0 ? "" : ` (apply exit ${r.applyExit})`}`,
+    `  ${String(r.n).padStart(7)} ${`×${(r.n / base.n).toFixed(0)}`.padStart(6)} | ${grew(r.applyMs, base.applyMs).padEnd(22)} | ${grew(r.verifyMs, base.verifyMs).padEnd(22)} | ${grew(r.rotateMs, base.rotateMs).padEnd(22)} | ${rss} ${mib(r.nats).padStart(11)} | ${mib(r.store).padStart(9)}${r.applyExit === 0 ? "" : ` (apply exit ${r.applyExit})`}`,
   );
 }
