@@ -27,7 +27,11 @@ import { markerHook } from "./harness/marker-hook.js";
 import { harnessProvider, PG_ADMIN_ENV } from "./fixtures.js";
 import { ExitCodes, bufferOutput, runCaRotate } from "../packages/cli/src/index.js";
 
-/** The hook the server's part names: it waits for the marker the test leaves once the server presents generation `$MESH_GENERATION`. */
+/**
+ * The hook both parts name: it waits for the marker the test leaves once the part uses generation
+ * `$MESH_GENERATION` (the server presents that certificate; every holder has queried with that
+ * credential), so the agent confirms, and the generation before is retired, only then.
+ */
 const AWAIT_RELOAD = "await-reload";
 
 const database: ModuleDoc = {
@@ -40,7 +44,7 @@ const database: ModuleDoc = {
 const shop: ModuleDoc = {
   kind: "Module",
   name: "shop",
-  parts: [{ name: "api", node: "node-a", installed: true }],
+  parts: [{ name: "api", node: "node-a", installed: true, onRotate: AWAIT_RELOAD }],
   requires: [{ name: "db", kind: Kinds.PostgresDatabase }],
 };
 
@@ -138,18 +142,32 @@ describe("a PostgreSQL run as a module, with its certificate from the mesh", () 
     }
   };
 
-  /** Two holders opening a verified connection and querying every 50 ms, each query a new handshake, until stopped. */
+  /**
+   * Two holders opening a verified connection and querying every 50 ms, each query a new
+   * handshake, until stopped. Once both have queried with a generation, the part says it uses it
+   * (its hook lets the agent confirm): a connection opened with the generation before may be in
+   * flight until then.
+   */
   function holdersQuerying() {
     const failures: string[] = [];
     let queries = 0;
     let stop = false;
-    const holders = [0, 1].map(async () => {
+    const usedBy = [0, 0];
+    let marked = 0;
+    const holders = [0, 1].map(async (i) => {
       while (!stop) {
+        // Read before the binding's values: a generation written in between is only said later.
+        const generation = bindingGeneration(root(), "shop", "api", "db") ?? 0;
         const c = connect();
         try {
           await c.connect();
           await c.query("select 1");
           queries++;
+          usedBy[i] = generation;
+          if (Math.min(...usedBy) > marked) {
+            marked = Math.min(...usedBy);
+            hook.mark("shop", "api", marked);
+          }
         } catch (e) {
           failures.push(String(e));
         } finally {
