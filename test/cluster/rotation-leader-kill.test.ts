@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { CLUSTER_RESOLVER_SYNC } from "@mesh/providers";
-import { CONTROL_PLANE_SERVICES, agentHolderStream, agentPart, holderEndpoint, identityRequirement, type Rotation } from "@mesh/shared";
+import { CONTROL_PLANE_SERVICES, HOLDER_ACK_WAIT_MS, agentHolderStream, agentPart, holderEndpoint, identityRequirement, type Rotation } from "@mesh/shared";
 import {
   NODES,
   TWICE,
@@ -135,9 +135,13 @@ describe("the mesh on a three-server cluster", () => {
         // Then the mesh's: from a consumer that answers to every module Ready. The agent was stopped through the faults, so
         // what it had asked of a server that died is given up only at its timeout (a JetStream request's, 10 s); its pull is
         // renewed every 5 s (CONSUME_EXPIRES_MS), one lost with its server is noticed after two missed heartbeats (5 s), and a
-        // consumption that ended is started again at the agent's next look (LOOK_EVERY_MS, 5 s); the rest (the hook, the
-        // ack, the commit, the module's state) takes about a second. 25 s if every one of those falls at its worst; 15 s seen.
-        expect(ready - consumerBack, "the mesh's own recovery, once the cluster had elected again").toBeLessThan(30_000);
+        // consumption that ended is started again at the agent's next look (LOOK_EVERY_MS, 5 s): 25 s if every one of those
+        // falls at its worst. Longer still when the broadcast had been delivered to the stopped agent through a server that
+        // was then killed: lost on the way, it is still pending on the consumer, and a consumer's new leader delivers what
+        // is pending again only an ack wait after it took over (HOLDER_ACK_WAIT_MS; nats-server's applyState arms that timer
+        // in full). The rest (the hook, the ack, the commit, the module's state) takes about a second. 9–15 s seen; 30.1 s
+        // once, the lost delivery.
+        expect(ready - consumerBack, "the mesh's own recovery, once the cluster had elected again").toBeLessThan(HOLDER_ACK_WAIT_MS + 5_000);
       } finally {
         if (stopped) process.kill(agentB, "SIGCONT");
       }
