@@ -20,10 +20,11 @@ import {
   keys,
   kvStream,
   parseMasterKey,
+  recordJson,
   storeWrite,
   storedSize,
 } from "@mesh/shared";
-import { mutateJson, openStore, type OpenStoreOptions, type Store } from "@mesh/shared/runtime";
+import { entryJson, mutateJson, openStore, type OpenStoreOptions, type Store } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { CredentialStore } from "@mesh/providers";
 import { startNatsServer } from "./harness/nats-server.js";
@@ -64,7 +65,7 @@ const bytesOf = async (jsm: JetStreamManager, bucket: string) => (await jsm.stre
 /** The `max_bytes` of the tests at the limit: the mesh fills it to 80%, 6,553 bytes. */
 const LIMIT = 8 * 1024;
 /** The pad of grant r2 that makes its write `over` bytes past what the mesh lets into a bucket holding `held` bytes. */
-const padTo = (held: number, over: number) => fillLimit(LIMIT) + over - held - storedSize(Buckets.grants, "shop.r2", JSON.stringify(grant("r2")).length);
+const padTo = (held: number, over: number) => fillLimit(LIMIT) + over - held - storedSize(Buckets.grants, "shop.r2", recordJson(grant("r2")).length);
 
 /** What `p` rejects with. */
 const rejection = (p: Promise<unknown>) =>
@@ -114,7 +115,7 @@ describe("the store's buckets", () => {
     );
     expect((e as { retryable: boolean }).retryable).toBe(false);
     expect(await bytesOf(jsm, Buckets.grants)).toMatchObject({ bytes: held.bytes, messages: 1 });
-    expect((await store.kv.grants.get("shop.r1"))?.json()).toEqual(grant("r1"));
+    expect(entryJson((await store.kv.grants.get("shop.r1"))!)).toEqual(grant("r1"));
   });
 
   it("turn the server's own refusal of a full bucket (JetStream 10077, maximum bytes exceeded) into StoreFull too", async () => {
@@ -221,7 +222,7 @@ describe("a store made before its buckets had limits", () => {
       });
     }
     expect(await Promise.all(Object.values(Buckets).map((b) => bytesOf(jsm, b)))).toEqual(before);
-    expect((await store.kv.grants.get("shop.r19"))?.json()).toEqual(grant("r19"));
+    expect(entryJson((await store.kv.grants.get("shop.r19"))!)).toEqual(grant("r19"));
     expect((await store.kv.holders.get("shop.key.node-a.api.i1"))?.string()).toBe("{}");
     const updated = first.capture.lines.filter((l) => /limits brought up to date/.test(l));
     expect(updated).toHaveLength(Object.keys(Buckets).length);

@@ -23,7 +23,7 @@ import {
   operatorPermissions,
   operatorRequirement,
 } from "@mesh/shared";
-import { readJson, type Store } from "@mesh/shared/runtime";
+import { entryJson, readJson, type Store } from "@mesh/shared/runtime";
 import { NATS_IDENTITY_RECORDS_BUCKET, createNatsUserAdapter, providerConfig } from "@mesh/providers";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -82,7 +82,7 @@ export async function listOperators(store: Store): Promise<OperatorEntry[]> {
     if (!name) continue;
     const e = await kv.get(k);
     if (!e || e.operation !== "PUT") continue;
-    const r = e.json<{ generation: number; user: string; expiresAt: number; revokedAt?: number }>();
+    const r = entryJson(e) as { generation: number; user: string; expiresAt: number; revokedAt?: number };
     if (r.revokedAt !== undefined) continue;
     found.push({ name, user: r.user, generation: r.generation, expiresAt: new Date(r.expiresAt * 1000).toISOString() });
   }

@@ -18,7 +18,7 @@ import {
   type AppliedDocument,
   type ManifestDoc,
 } from "@mesh/shared";
-import { openBucket, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { entryJson, openBucket, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { formatFileProblems, loadManifestFiles, locateDocument, type FileProblem, type FileReader, type ManifestFile } from "./manifest-files.js";
@@ -160,7 +160,7 @@ async function storedReport(nc: NatsConnection, files: readonly ManifestFile[], 
     const rest = await Promise.all(
       documents.slice(known).map(async (d) => {
         const e = await (d.kind === "Module" ? manifests : providers).get(d.name);
-        const same = e?.operation === "PUT" && e.length > 0 && e.string() === JSON.stringify(d);
+        const same = e?.operation === "PUT" && e.length > 0 && JSON.stringify(entryJson(e)) === JSON.stringify(d);
         return `${d.kind.toLowerCase()}/${d.name} ${same ? "stored" : "not stored"}`;
       }),
     );

@@ -2,8 +2,8 @@
  * The all-in-one's live status: the modules and grants kept current from KV watches, shown
  * as a redrawn screen on a terminal, or as one line per change otherwise.
  */
-import { Grant, ModuleStatus } from "@mesh/shared";
-import { retryJetStreamGap, retryJetStreamIdempotent, type KV, type Store } from "@mesh/shared/runtime";
+import { Grant, ModuleStatus, RecordTooNewError } from "@mesh/shared";
+import { entryJson, retryJetStreamGap, retryJetStreamIdempotent, type KV, type Store } from "@mesh/shared/runtime";
 import type { Output } from "./output.js";
 import { formatStatus } from "./status-format.js";
 import { printable, truncate } from "./style.js";
@@ -59,6 +59,8 @@ async function follow<T>(
   kv: KV,
   schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } },
   onChange: (key: string, value: T | undefined) => void,
+  /** A record written in a newer format than this meshctl reads: left out of the picture, and said. */
+  refused: (e: RecordTooNewError) => void,
 ): Promise<{ stop(): void }> {
   const iter = await retryJetStreamGap(() => kv.watch({ key: ">" }));
   void (async () => {
@@ -69,8 +71,9 @@ async function follow<T>(
       }
       let raw: unknown;
       try {
-        raw = e.json();
-      } catch {
+        raw = entryJson(e);
+      } catch (err) {
+        if (err instanceof RecordTooNewError) refused(err);
         continue;
       }
       const r = schema.safeParse(raw);
@@ -110,18 +113,41 @@ export async function startLiveStatus(store: Store, out: Output, header: () => s
     const t = clock(new Date());
     for (const l of lines) out.out(`${t} ${l}`);
   };
-  const modules = await follow(store.kv.modules, ModuleStatus, (key, value) => {
-    print(moduleChangeLines(snap.modules.get(key), value));
-    if (value) snap.modules.set(key, value);
-    else snap.modules.delete(key);
-    changed();
-  });
-  const grants = await follow(store.kv.grants, Grant, (key, value) => {
-    print(grantChangeLines(snap.grants.get(key), value));
-    if (value) snap.grants.set(key, value);
-    else snap.grants.delete(key);
-    changed();
-  });
+  const event = (line: string) => {
+    const l = `${clock(new Date())} ${line}`;
+    if (out.isTTY) {
+      events.push(l);
+      changed();
+    } else out.out(l);
+  };
+  const saidRefused = new Set<string>();
+  const refused = (e: RecordTooNewError) => {
+    if (saidRefused.has(e.record)) return;
+    saidRefused.add(e.record);
+    event(e.message);
+  };
+  const modules = await follow(
+    store.kv.modules,
+    ModuleStatus,
+    (key, value) => {
+      print(moduleChangeLines(snap.modules.get(key), value));
+      if (value) snap.modules.set(key, value);
+      else snap.modules.delete(key);
+      changed();
+    },
+    refused,
+  );
+  const grants = await follow(
+    store.kv.grants,
+    Grant,
+    (key, value) => {
+      print(grantChangeLines(snap.grants.get(key), value));
+      if (value) snap.grants.set(key, value);
+      else snap.grants.delete(key);
+      changed();
+    },
+    refused,
+  );
   const ticker = out.isTTY ? setInterval(changed, 5_000) : undefined;
   if (out.isTTY) redraw();
   return {
@@ -131,13 +157,7 @@ export async function startLiveStatus(store: Store, out: Output, header: () => s
       if (timer) clearTimeout(timer);
       if (ticker) clearInterval(ticker);
     },
-    event(line) {
-      const l = `${clock(new Date())} ${line}`;
-      if (out.isTTY) {
-        events.push(l);
-        changed();
-      } else out.out(l);
-    },
+    event,
   };
 }
 

@@ -5,7 +5,7 @@
  * apply is never taken for the outcome of that apply.
  */
 import { ModuleStates, ModuleStatus, type ModuleState } from "@mesh/shared";
-import { retryJetStreamGap, type Store } from "@mesh/shared/runtime";
+import { entryJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { watchUntil } from "./live-status.js";
@@ -170,7 +170,7 @@ export async function waitForModules(
         if (e.operation !== "PUT" || e.length === 0) {
           await refresh(e.key, {});
         } else {
-          const parsed = ModuleStatus.safeParse(e.json());
+          const parsed = ModuleStatus.safeParse(entryJson(e));
           if (!parsed.success) continue;
           await refresh(e.key, { status: parsed.data, recordRevision: e.revision });
         }

@@ -8,7 +8,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { ErrorCodes, Grant, RotateReply, Rotation, RotationStates, isRotationRunning, keys, parseGrantId, subjects, validAfterRevocation } from "@mesh/shared";
-import { readJson, type Store, errorFromReply } from "@mesh/shared/runtime";
+import { entryJson, readJson, type Store, errorFromReply } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
 import { notUnderstood, refusal, requestService } from "./service-request.js";
@@ -110,7 +110,7 @@ export async function followRotation(
   try {
     for await (const e of following.watch) {
       if (e.operation !== "PUT") continue;
-      const parsed = Rotation.safeParse(e.json());
+      const parsed = Rotation.safeParse(entryJson(e));
       if (!parsed.success) continue;
       let cur = parsed.data;
       // A newer rotation replaced the record: ours committed before it (only a committed one is replaced).

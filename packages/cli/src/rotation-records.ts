@@ -4,7 +4,7 @@
  * earlier rotation of the grant may still be found.
  */
 import { Rotation, keys, parseGrantId, parseRotationId } from "@mesh/shared";
-import { readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
+import { entryJson, readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 
 /** A rotation found by id (an object, so fields can be added). */
 export interface FoundRotation {
@@ -38,7 +38,7 @@ export async function rotationsOf(store: Store, module: string, requirement: str
   const history = await retryJetStreamGap(() => store.kv.rotations.history({ key: keys.grant(module, requirement) }));
   for await (const e of history) {
     if (e.operation !== "PUT") continue;
-    const r = Rotation.safeParse(e.json());
+    const r = Rotation.safeParse(entryJson(e));
     // History is oldest first: a later revision of a rotation replaces the earlier, in its place.
     if (r.success) byId.set(r.data.id, r.data);
   }

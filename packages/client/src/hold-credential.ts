@@ -48,6 +48,7 @@ import {
   type CredentialValues,
   mappedEnv,
   type EnvMapping,
+  recordJson,
 } from "@mesh/shared";
 import {
   type contextFrom,
@@ -57,6 +58,7 @@ import {
   holderSpanAttributes,
   startConsumerSpan,
   type NatsConnection,
+  watchedJson,
 } from "@mesh/shared/runtime";
 
 export interface HoldCredentialOptions {
@@ -215,7 +217,7 @@ class Holder implements CredentialHolder {
       seenAt: new Date().toISOString(),
       xkey: this.key.getPublicKey(),
     };
-    const data = JSON.stringify(r);
+    const data = recordJson(r);
     return storeWrite(this.kv.holders, this.regKey, () => this.kv.holders.put(this.regKey, data), { bytes: data.length, checkRoom: false });
   }
 
@@ -231,7 +233,8 @@ class Holder implements CredentialHolder {
   private async current(): Promise<void> {
     for (let attempt = 1; !this.done && this.taken === 0; attempt++) {
       const e = await this.kv.grants.get(keys.grant(this.opts.module, this.opts.requirement)).catch(() => null);
-      const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(e.json()) : undefined;
+      // A grant of a newer format than this SDK reads (a newer control plane's) is waited out like a missing one.
+      const g = e && e.operation === "PUT" && e.length ? Grant.safeParse(watchedJson(e, () => undefined)) : undefined;
       if (g?.success) this.env = g.data.env;
       if (g?.success && g.data.generation > 0 && (await this.take(g.data.generation, undefined, new Date()))) return;
       await sleep(backoffMs(attempt, { firstMs: 100, maxMs: 2_000 }));

@@ -18,8 +18,9 @@ import {
   parseMasterKey,
   type Encrypted,
   type MasterKey,
+  recordJson,
 } from "@mesh/shared";
-import { casModify, casWrite, getAtFloor, isCasConflict, type KV } from "@mesh/shared/runtime";
+import { casModify, casWrite, entryJson, getAtFloor, isCasConflict, type KV } from "@mesh/shared/runtime";
 import type { BindingValues, SecretMaterial } from "./adapter.js";
 
 const EncryptedSchema = z.object({
@@ -114,7 +115,7 @@ export class CredentialStore {
     // Never older than this process's own writes of it: on a cluster a follower may answer a get before it applied them (read-floors.ts).
     const e = await getAtFloor(this.kv, k);
     if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
-    const record = CredentialRecord.parse(e.json());
+    const record = CredentialRecord.parse(entryJson(e));
     const values = await this.open(k, record.encrypted as Encrypted);
     return { ...values, record, revision: e.revision };
   }
@@ -142,7 +143,7 @@ export class CredentialStore {
       encrypted: await this.seal(k, { secret }),
     };
     try {
-      await casWrite(this.kv, k, JSON.stringify(record), undefined);
+      await casWrite(this.kv, k, recordJson(record), undefined);
       return secret;
     } catch (e) {
       if (!isCasConflict(e)) throw e;
@@ -186,13 +187,13 @@ export class CredentialStore {
   private async checkUnused(k: string): Promise<void> {
     const e = await this.kv.get(k);
     if (!e || e.operation !== "PUT" || e.length === 0) return;
-    const { secret } = await this.open(k, CredentialRecord.parse(e.json()).encrypted as Encrypted);
+    const { secret } = await this.open(k, CredentialRecord.parse(entryJson(e)).encrypted as Encrypted);
     if (typeof secret.value !== "string") return;
     const id = parseMasterKey(secret.value).id;
     let users = 0;
     for await (const other of await this.kv.keys()) {
       const o = await this.kv.get(other);
-      if (o && o.operation === "PUT" && o.length > 0 && CredentialRecord.parse(o.json()).encrypted.keyId === id) users++;
+      if (o && o.operation === "PUT" && o.length > 0 && CredentialRecord.parse(entryJson(o)).encrypted.keyId === id) users++;
     }
     if (users > 0) {
       throw new MeshError(
@@ -253,7 +254,7 @@ export class CredentialStore {
   private async reencryptOne(k: string, target: MasterKey): Promise<boolean> {
     const read = async () => {
       const e = await getAtFloor(this.kv, k);
-      return e && e.operation === "PUT" && e.length > 0 ? { record: CredentialRecord.parse(e.json()), revision: e.revision } : undefined;
+      return e && e.operation === "PUT" && e.length > 0 ? { record: CredentialRecord.parse(entryJson(e)), revision: e.revision } : undefined;
     };
     const out = await casModify(this.kv, k, read, async (cur): Promise<CredentialRecord | undefined> => {
       if (!cur || cur.record.encrypted.keyId === target.id) return undefined;

@@ -35,7 +35,7 @@ import {
   type Encrypted,
   type MasterKey,
 } from "@mesh/shared";
-import type { KV, Store } from "@mesh/shared/runtime";
+import { entryJson, type KV, type Store } from "@mesh/shared/runtime";
 import { CredentialRecord, type CredentialKeys } from "./credential-store.js";
 
 /** The key ring of a service: `kek` (its master key file) and the data keys in `store`. */
@@ -132,7 +132,7 @@ export class MasterKeyRing implements CredentialKeys {
   private async committedGeneration(): Promise<number> {
     const e = await this.grants.get(keys.grant(CONTROL_PLANE_MODULE, ControlPlaneRequirements.masterKey));
     if (!e || e.operation !== "PUT" || e.length === 0) return 0;
-    const g = (e.json() as { generation?: unknown }).generation;
+    const g = (entryJson(e) as { generation?: unknown }).generation;
     return typeof g === "number" && Number.isInteger(g) && g > 0 ? g : 0;
   }
 
@@ -140,7 +140,7 @@ export class MasterKeyRing implements CredentialKeys {
     const k = keys.credential(CONTROL_PLANE_MODULE, ControlPlaneRequirements.masterKey, generation);
     const e = await this.credentials.get(k);
     if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
-    const record = CredentialRecord.parse(e.json());
+    const record = CredentialRecord.parse(entryJson(e));
     if (record.encrypted.keyId !== this.kek.id) {
       throw new MeshError(
         ErrorCodes.MasterKey,

@@ -50,9 +50,10 @@ import {
   natsCeiling,
   natsPermissions,
   type NatsPermissions,
+  recordJson,
   storeWrite,
 } from "@mesh/shared";
-import { casModify, ensureBucketLimits, isCasConflict, retryJetStreamGap, storeReplicas } from "@mesh/shared/runtime";
+import { casModify, ensureBucketLimits, entryJson, isCasConflict, retryJetStreamGap, storeReplicas } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import type {
   AdapterFactory,
@@ -443,7 +444,7 @@ class NatsUserAdapter implements ProviderAdapter {
     const { kv } = await this.adminConn(what);
     const entry: RevokedEntry = { key, user: r.user, revokedAt: r.revokedAt!, expiresAt: r.expiresAt };
     const index = `${REVOKED}.${r.user}`;
-    const data = JSON.stringify(entry);
+    const data = recordJson(entry);
     await this.kvCall(what, () => storeWrite(kv, index, () => kv.put(index, data), { bytes: data.length }));
   }
 
@@ -457,7 +458,7 @@ class NatsUserAdapter implements ProviderAdapter {
       for (let i = 0; i < names.length; i += READ_BATCH) {
         const batch = await Promise.all(names.slice(i, i + READ_BATCH).map((k) => kv.get(k)));
         batch.forEach((e, j) => {
-          if (e?.operation === "PUT") out.push({ key: names[i + j]!, entry: e.json<RevokedEntry>() });
+          if (e?.operation === "PUT") out.push({ key: names[i + j]!, entry: entryJson(e) as RevokedEntry });
         });
       }
       return out;
@@ -497,7 +498,7 @@ class NatsUserAdapter implements ProviderAdapter {
         for (const r of expired) {
           await this.kvCall(what, async () => {
             const rec = await kv.get(r.entry.key);
-            if (rec?.operation === "PUT" && rec.json<IdentityRecord>().user === r.entry.user) await this.erase(r.entry.key);
+            if (rec?.operation === "PUT" && (entryJson(rec) as IdentityRecord).user === r.entry.user) await this.erase(r.entry.key);
             await this.erase(r.key);
           });
         }
@@ -650,7 +651,7 @@ class NatsUserAdapter implements ProviderAdapter {
     const { kv } = await this.adminConn(what);
     const e = await this.kvCall(what, () => kv.get(key));
     if (!e || e.operation !== "PUT") return undefined;
-    return { record: e.json<IdentityRecord>(), revision: e.revision };
+    return { record: entryJson(e) as IdentityRecord, revision: e.revision };
   }
 
   private async readRecord(what: string, key: string): Promise<IdentityRecord | undefined> {

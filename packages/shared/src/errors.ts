@@ -38,6 +38,8 @@ export const ErrorCodes = {
   StreamsLost: "StreamsLost",
   /** One of the mesh's store buckets is full (its `max_bytes`): the write was refused, nothing was lost. */
   StoreFull: "StoreFull",
+  /** A stored record was written in a newer format than this program reads (record-version.ts): left alone, and named. */
+  RecordTooNew: "RecordTooNew",
   Internal: "Internal",
 } as const;
 export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes];

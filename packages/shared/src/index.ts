@@ -52,6 +52,7 @@ export {
 } from "./subjects.js";
 export { confineToInbox, INBOX_ROOT_PATTERNS, InboxRoots, isInboxSubject } from "./inboxes.js";
 export { type ErrorCode, ErrorCodes, errorMessage, isMeshError, MeshError } from "./errors.js";
+export { readableRecord, RECORD_VERSION, RECORD_VERSION_FIELD, recordJson, RecordTooNewError, recordVersionOf } from "./record-version.js";
 export { DURATION_PATTERN, durationAtMost, formatAge, parseDuration, parseTimerDuration } from "./duration.js";
 export {
   AUDIT_LIMITS,

@@ -3,13 +3,14 @@
  * and every read-modify-write through one compare-and-set that holds on a cluster.
  */
 import { JetStreamApiError, type JetStreamClient } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
+import type { KV, KvEntry } from "@nats-io/kv";
 import type { z } from "zod";
 import { ErrorCodes, MeshError } from "./errors.js";
 import { storeWrite } from "./bucket-limits.js";
 import { metRevision, noteRevision, revisionFloor } from "./read-floors.js";
 import { backoffMs, sleep } from "./backoff.js";
 import { retryJetStreamGap } from "./jetstream-retry.js";
+import { RecordTooNewError, readableRecord, recordJson } from "./record-version.js";
 
 /** True when a KV write failed because the revision moved (compare-and-set conflict). */
 export function isCasConflict(e: unknown): boolean {
@@ -74,9 +75,31 @@ export class RecordSchemaError extends MeshError {
 export async function readJson<T>(kv: KV, key: string, schema: z.ZodType<T>): Promise<Record_<T> | undefined> {
   const e = await getAtFloor(kv, key);
   if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
-  const parsed = schema.safeParse(e.json());
+  const parsed = schema.safeParse(entryJson(e));
   if (!parsed.success) throw new RecordSchemaError(key, parsed.error.issues[0]?.message);
   return { value: parsed.data, revision: e.revision };
+}
+
+/**
+ * The parsed JSON of a record's entry, once its format is one this program reads
+ * (record-version.ts): throws `RecordTooNewError`, naming `<bucket>/<key>`, for a newer one.
+ * Every read of a record's JSON goes through here.
+ */
+export function entryJson(e: KvEntry): unknown {
+  return readableRecord(e.json(), `${e.bucket}/${e.key}`);
+}
+
+/**
+ * {@link entryJson} for a watch that goes on past a record it cannot take: undefined for one
+ * that is not JSON, and for one of a newer format, which `refused` hears of (to say so).
+ */
+export function watchedJson(e: KvEntry, refused: (err: RecordTooNewError) => void): unknown {
+  try {
+    return entryJson(e);
+  } catch (err) {
+    if (err instanceof RecordTooNewError) refused(err);
+    return undefined;
+  }
 }
 
 /** {@link readJson}, with a record that does not match `schema` read as none: for a reader that shows what it can (the state says why). */
@@ -135,7 +158,7 @@ export async function casModify<R extends { revision: number }, W>(
   for (let attempt = 0; ; attempt++) {
     const value = await next(cur);
     if (value !== undefined) {
-      const data = JSON.stringify(value);
+      const data = recordJson(value);
       try {
         const write = () => casWrite(kv, key, data, cur?.revision);
         return { wrote: true, value, revision: await (opts.around ? opts.around(write) : write()) };

@@ -18,6 +18,7 @@
 import { createHash } from "node:crypto";
 import type { KV, KvWatchEntry } from "@nats-io/kv";
 import { errorMessage } from "./errors.js";
+import { recordJson } from "./record-version.js";
 import type { Logger } from "./logger.js";
 
 /** How often an instance renews its heartbeat. */
@@ -127,7 +128,7 @@ export async function joinMembership(opts: {
     }
   };
 
-  const put = () => kv.put(self, JSON.stringify(beat));
+  const put = () => kv.put(self, recordJson(beat));
   let seenSelf: () => void = () => {};
   const selfSeen = new Promise<void>((r) => (seenSelf = r));
   const watch = await kv.watch({ key: `${service}.>` });

@@ -49,6 +49,7 @@ export {
   type CasModifyOptions,
   casUpdate,
   casWrite,
+  entryJson,
   getAtFloor,
   isCasConflict,
   listJson,
@@ -58,6 +59,7 @@ export {
   readJsonIfValid,
   RecordSchemaError,
   type Record_,
+  watchedJson,
 } from "./kv-records.js";
 export { noteRevision } from "./read-floors.js";
 export {

@@ -28,6 +28,7 @@ import {
   SubjectTemplates,
   type NodeRecord,
   type CredentialValues,
+  recordJson,
 } from "@mesh/shared";
 import {
   consumeMessages,
@@ -100,9 +101,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     startedAt,
     seenAt: new Date().toISOString(),
   });
-  await store.kv.nodes.put(node, JSON.stringify(nodeRecord()));
+  await store.kv.nodes.put(node, recordJson(nodeRecord()));
   const heartbeat = setInterval(() => {
-    store.kv.nodes.put(node, JSON.stringify(nodeRecord())).catch((e: unknown) => log.warn({ err: e }, "could not refresh the node record"));
+    store.kv.nodes.put(node, recordJson(nodeRecord())).catch((e: unknown) => log.warn({ err: e }, "could not refresh the node record"));
   }, opts.heartbeatMs ?? 10_000);
   heartbeat.unref();
 

@@ -30,6 +30,7 @@ import {
   type ProbeReport,
   bindingNameOf,
   requirementOfBinding,
+  recordJson,
 } from "@mesh/shared";
 import { listJson, readJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
@@ -270,7 +271,7 @@ export function startProber(opts: ProberOptions): Prober {
       const key = keys.reachability(node, p.name);
       const prev = await readJson(store.kv.reachability, key, ReachabilityRecord).catch(() => undefined);
       if (!reachabilityChanged(prev?.value, next)) continue;
-      await store.kv.reachability.put(key, JSON.stringify({ ...next, since: new Date().toISOString() } satisfies ReachabilityRecord));
+      await store.kv.reachability.put(key, recordJson({ ...next, since: new Date().toISOString() } satisfies ReachabilityRecord));
       if (r.ok) log.info({ provider: p.name, address: next.address }, `provider ${p.name} is reachable from node ${node}`);
       else log.warn({ provider: p.name, address: next.address, why: r.message }, next.message);
     }

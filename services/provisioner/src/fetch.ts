@@ -20,7 +20,7 @@ import {
   type KeyPair,
   type MasterKey,
 } from "@mesh/shared";
-import { readJson, listJson, type Store } from "@mesh/shared/runtime";
+import { entryJson, readJson, listJson, type Store } from "@mesh/shared/runtime";
 import type { CredentialStore } from "@mesh/providers";
 
 /**
@@ -179,7 +179,7 @@ async function isStaged(store: Store, credentials: CredentialStore, module: stri
   // Only the two fields needed: the record lists every holder, and is large at fan-out.
   const e = await store.kv.rotations.get(keys.grant(module, requirement));
   if (!e || e.operation !== "PUT" || e.length === 0) return false;
-  const r = e.json() as { state?: unknown; to?: unknown } | null;
+  const r = entryJson(e) as { state?: unknown; to?: unknown } | null;
   const yes = typeof r?.state === "string" && r.state !== RotationStates.Committed && r.to === generation;
   if (yes) remember(staged, k, Date.now());
   return yes;

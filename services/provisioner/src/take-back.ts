@@ -24,7 +24,7 @@ import {
   type Condition,
   type Delivery,
 } from "@mesh/shared";
-import { mutateJson, readJson, traceHeaders } from "@mesh/shared/runtime";
+import { entryJson, mutateJson, readJson, traceHeaders } from "@mesh/shared/runtime";
 import { withAdminSecret, type ProviderAdapter } from "@mesh/providers";
 import { PROVISIONER_INSTANCE, type ProvisionDeps, type TakeBackStep } from "./provision-deps.js";
 
@@ -178,7 +178,7 @@ async function finish(deps: ProvisionDeps, key: string, g: Grant): Promise<void>
   const cur = await store.kv.grants.get(key);
   if (!cur || cur.operation !== "PUT") return;
   // Deleted only as it was read: a grant declared again meanwhile is left to the next reconcile.
-  const still = Grant.safeParse(cur.json());
+  const still = Grant.safeParse(entryJson(cur));
   if (!still.success || !removalDone(still.data)) return;
   await store.kv.grants.delete(key, { previousSeq: cur.revision });
   log.info({ grant: g.id }, "taken back; the grant is removed");

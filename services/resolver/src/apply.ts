@@ -22,8 +22,9 @@ import {
   type ManifestDoc,
   type Problem,
   type RequirementDoc,
+  recordJson,
 } from "@mesh/shared";
-import { listJson, readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
+import { entryJson, listJson, readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import { ceilingProblems } from "./ceiling-check.js";
 
 /**
@@ -122,11 +123,11 @@ async function storeDocument(store: Store, doc: ManifestDoc): Promise<AppliedDoc
   const kv = doc.kind === "Module" ? store.kv.manifests : store.kv.providers;
   const schema = doc.kind === "Module" ? ModuleDoc : ProviderDoc;
   const before = await kv.get(doc.name);
-  const data = JSON.stringify(doc);
+  const data = recordJson(doc);
   const put = () => storeWrite(kv, doc.name, () => kv.put(doc.name, data), { bytes: Buffer.byteLength(data) });
   if (before && before.operation === "PUT" && before.length > 0) {
-    const prev = schema.safeParse(before.json());
-    if (prev.success && JSON.stringify(prev.data) === data) return { kind: doc.kind, name: doc.name, action: "unchanged" };
+    const prev = schema.safeParse(entryJson(before));
+    if (prev.success && recordJson(prev.data) === data) return { kind: doc.kind, name: doc.name, action: "unchanged" };
     await put();
     return { kind: doc.kind, name: doc.name, action: "updated" };
   }

@@ -16,6 +16,7 @@ import {
   validateDocuments,
   withRemoval,
   type DerivedState,
+  readableRecord,
 } from "@mesh/shared";
 import { type ProviderCatalog, getAtFloor, listJson, mutateJson, readJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
@@ -124,6 +125,7 @@ async function readStoredManifest(
   } catch {
     raw = undefined;
   }
+  raw = readableRecord(raw, `${e.bucket}/${e.key}`);
   const r = validateDocuments([raw]);
   if (r.ok && r.documents[0]?.kind === "Module") return { value: r.documents[0], revision: e.revision };
   const requires = (raw as { requires?: unknown } | undefined)?.requires;

@@ -24,7 +24,7 @@ import {
   subjects,
   type HolderEndpoint,
 } from "@mesh/shared";
-import { listConsumers, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
+import { listConsumers, retryJetStreamGap, watchedJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import type { ReceiptWitnesses } from "./receipt-witnesses.js";
 
@@ -188,7 +188,10 @@ export function holderConsumers(opts: { store: Store; log: Logger; replicas: num
       if (!k) continue;
       const grant = grantId(k.module, k.requirement);
       const holder = holderKey(k.node, k.part);
-      const r = ev.operation === "PUT" && ev.length ? DeliveryReceipt.safeParse(safeJson(() => ev.json())) : undefined;
+      const r =
+        ev.operation === "PUT" && ev.length
+          ? DeliveryReceipt.safeParse(watchedJson(ev, (err) => log.warn({ err }, "a delivery receipt is left out")))
+          : undefined;
       const e = holderEndpoint(grant, holder);
       // What the part applied, as its agent says: the ack tracker's second witness.
       if (e) opts.witnesses.noteReceipt(e, r?.success ? r.data : undefined);
@@ -261,12 +264,4 @@ export async function ensureAll(
   };
   await Promise.all(Array.from({ length: Math.min(CREATE_CONCURRENCY, endpoints.length) }, worker));
   return failed;
-}
-
-function safeJson(f: () => unknown): unknown {
-  try {
-    return f();
-  } catch {
-    return undefined;
-  }
 }

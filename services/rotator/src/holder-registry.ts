@@ -9,7 +9,7 @@
  * read key by key as before.
  */
 import { Buckets, HolderRegistration, keys, kvStream } from "@mesh/shared";
-import { listJson, type Store } from "@mesh/shared/runtime";
+import { listJson, watchedJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 
 /** A live view of the holders' registrations. */
@@ -38,6 +38,7 @@ export async function watchHolderRegistry(opts: {
   let ended = false;
   const waiters = new Set<{ revision: number; resolve: () => void }>();
   const grantOf = (key: string) => key.split(".", 2).join(".");
+  const refused = (err: Error) => log.warn({ err }, "a holder registration is left out");
 
   // The latest value of every key, then every change.
   const watch = await store.kv.holders.watch();
@@ -50,7 +51,7 @@ export async function watchHolderRegistry(opts: {
         if (regs?.size === 0) byGrant.delete(grant);
         opts.onChange?.(e.key, undefined);
       } else {
-        const r = HolderRegistration.safeParse(safeJson(() => e.json()));
+        const r = HolderRegistration.safeParse(watchedJson(e, refused));
         if (r.success) {
           if (regs) regs.set(e.key, r.data);
           else byGrant.set(grant, new Map([[e.key, r.data]]));
@@ -102,12 +103,4 @@ export async function watchHolderRegistry(opts: {
       await done;
     },
   };
-}
-
-function safeJson(f: () => unknown): unknown {
-  try {
-    return f();
-  } catch {
-    return undefined;
-  }
 }

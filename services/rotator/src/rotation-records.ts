@@ -7,8 +7,8 @@
  * the source of record: every read asks KV for the current revision, and every write is a
  * compare-and-set on a revision. Values handed out are shared: never mutate them.
  */
-import { ErrorCodes, MeshError, Rotation } from "@mesh/shared";
-import { casModify, casWrite, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
+import { ErrorCodes, MeshError, Rotation, recordJson } from "@mesh/shared";
+import { casModify, casWrite, entryJson, retryJetStreamGap, type Store } from "@mesh/shared/runtime";
 
 /** A rotation record at a revision. */
 export interface RotationRecord {
@@ -39,7 +39,7 @@ export class RotationRecords {
     }
     const hit = this.decoded.get(key);
     if (hit?.revision === e.revision) return this.keep(key, hit);
-    const parsed = Rotation.safeParse(e.json());
+    const parsed = Rotation.safeParse(entryJson(e));
     if (!parsed.success) throw new MeshError(ErrorCodes.Internal, `record ${key} does not match its schema: ${parsed.error.issues[0]?.message}`);
     return this.keep(key, { value: parsed.data, revision: e.revision });
   }
@@ -95,7 +95,7 @@ export class RotationRecords {
 
   /** Writes `next` over `revision` (creates it when undefined); fails with a CAS conflict when the record moved on. */
   async write(key: string, revision: number | undefined, next: Rotation): Promise<RotationRecord> {
-    return this.wrote(key, next, await casWrite(this.store.kv.rotations, key, JSON.stringify(next), revision));
+    return this.wrote(key, next, await casWrite(this.store.kv.rotations, key, recordJson(next), revision));
   }
 
   /** Keeps `value`, which this instance wrote at `revision`. */

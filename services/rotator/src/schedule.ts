@@ -24,7 +24,7 @@ import {
   servedByNats,
   type RotateRequest,
 } from "@mesh/shared";
-import { listJson, readJson, type Store } from "@mesh/shared/runtime";
+import { entryJson, listJson, readJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 
 /**
@@ -79,7 +79,7 @@ async function currentSince(store: Store, g: Grant): Promise<Date | undefined> {
   if (r?.committedAt && r.to === g.generation) return new Date(r.committedAt);
   const e = await store.kv.credentials.get(keys.credential(g.module, g.requirement, g.generation));
   if (!e || e.operation !== "PUT" || e.length === 0) return undefined;
-  const rec = CredentialRecord.safeParse(e.json());
+  const rec = CredentialRecord.safeParse(entryJson(e));
   return rec.success ? new Date(rec.data.createdAt) : undefined;
 }
 

@@ -35,7 +35,7 @@ import {
   subjects,
   type VerifyReply,
 } from "@mesh/shared";
-import { AuditLog, joinMembership, serveJson, type Membership } from "@mesh/shared/runtime";
+import { AuditLog, joinMembership, serveJson, watchedJson, type Membership } from "@mesh/shared/runtime";
 import { AdapterPool, CredentialStore, keysOf } from "@mesh/providers";
 import type { CheckDeps } from "./check.js";
 import { CheckScheduler } from "./check-scheduler.js";
@@ -55,15 +55,6 @@ export interface Verifier {
   stats(): VerifierStats;
   /** Stops scheduling and serving, waits for the runs in work. Idempotent. */
   stop(): Promise<void>;
-}
-
-/** A watched grant's record, or undefined when it is not JSON. */
-function jsonOf(e: { json<T>(): T }): unknown {
-  try {
-    return e.json<unknown>();
-  } catch {
-    return undefined;
-  }
 }
 
 /** Starts a verifier; see the file's doc comment. */
@@ -184,7 +175,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
   const watching = (async () => {
     for await (const e of watch) {
       if (stopped) break;
-      gauges.note(e.key, e.operation === "PUT" ? jsonOf(e) : undefined);
+      gauges.note(e.key, e.operation === "PUT" ? watchedJson(e, (err) => log.warn({ err }, "a grant is left out of the gauges")) : undefined);
       // The grants as they are now all noted: the gauges read at once, not with some of them missing.
       if (!caughtUp && e.delta === 0) {
         caughtUp = true;

@@ -4,8 +4,9 @@
  * watch started before the listing, so no change falls between them. Listeners hear of every
  * change. The credentials bucket is not among them, and the store handed on has no way to it.
  */
-import { Grant } from "@mesh/shared";
-import { listJson, retryJetStreamGap, type KV, type Store } from "@mesh/shared/runtime";
+import type { KvEntry } from "@nats-io/kv";
+import { Grant, RecordTooNewError } from "@mesh/shared";
+import { entryJson, listJson, retryJetStreamGap, type KV, type Store } from "@mesh/shared/runtime";
 import { CONSOLE_BUCKETS, applyChange, emptySnapshot, type ConsoleBucket, type ConsoleSnapshot } from "./snapshot.js";
 
 /**
@@ -55,10 +56,12 @@ export async function grantHistory(store: Store, key: string): Promise<Array<{ g
   return out;
 }
 
-function safeJson(e: { json(): unknown }): unknown {
+/** The entry's record, or undefined for one that is not JSON; a record of a newer format is refused (thrown), not left out. */
+function safeJson(e: KvEntry): unknown {
   try {
-    return e.json();
-  } catch {
+    return entryJson(e);
+  } catch (err) {
+    if (err instanceof RecordTooNewError) throw err;
     return undefined;
   }
 }
