@@ -44,6 +44,7 @@ import { CompletedNames, Shells, completionScript, parseShell, plainNames, type 
 import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { caFilesOf, runCaRotate } from "./ca-command.js";
+import { existingMasterKey, readBackupKey, runBackup, runRestore } from "./backup-command.js";
 import { UP_NATS_TLS_LIFETIME } from "./nats-server-tls.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
@@ -162,6 +163,7 @@ export const ENVIRONMENT: Record<string, string> = {
   MESH_NATS_USER: "with MESH_NATS_PASSWORD or MESH_NATS_PASSWORD_FILE: a user and password instead",
   MESH_NATS_CA_FILE: "a PEM bundle to verify a TLS server against (the mesh's .mesh/mesh-ca/ca.crt); with it, TLS is required",
   MESH_MASTER_KEY: "the master key, hex (else MESH_MASTER_KEY_FILE, else .mesh/master.key)",
+  MESH_MASTER_KEY_FILE: "backup and restore: the master key's file (else .mesh/master.key)",
   NATS_SERVER_BIN: "the nats-server to run (else the first on PATH, then /usr/sbin, /usr/local/sbin, /usr/local/bin, /usr/bin)",
   MESH_LOG_LEVEL: "passed on to the services: their log level (default info)",
   OTEL_EXPORTER_OTLP_ENDPOINT: "passed on to the services: where they send spans (docs/observability.md)",
@@ -179,6 +181,8 @@ const ENVIRONMENT_OF: Record<string, string[]> = {
   "control-plane": MASTER_KEY,
   "nats-config": MASTER_KEY,
   ca: [...CONNECTING, ...MASTER_KEY],
+  backup: [...CONNECTING, ...MASTER_KEY, "MESH_MASTER_KEY_FILE"],
+  restore: [...CONNECTING, "MESH_MASTER_KEY_FILE"],
   example: [],
   completion: [],
 };
@@ -459,6 +463,45 @@ ca.command("rotate")
           p.out,
         ),
       );
+    }),
+  );
+
+program
+  .command("backup")
+  .description(
+    "write every stream of the mesh (through JetStream's snapshots) and its master key to FILE, encrypted under the key in --key-file; the mesh keeps running",
+  )
+  .argument("<file>", "the backup file to write (mode 0600)")
+  .requiredOption(
+    "--key-file <file>",
+    "the key the backup is encrypted under: 64 hex characters (make one with: openssl rand -hex 32); keep it apart from the file",
+  )
+  .option("--json", 'print {"file","bytes","keyId","createdAt","meshVersion","recordVersion","streams":[{"name","messages","bytes"}]} as JSON')
+  .addOption(outputOption())
+  .action((file: string, o: { keyFile: string; json?: boolean; output?: string }) =>
+    run(async (connect) => {
+      const key = readBackupKey(o.keyFile);
+      const masterKey = existingMasterKey(process.env, resolve(".mesh/master.key"));
+      const nc = await connect();
+      return printing(o, (p) => runBackup(nc, { file: resolve(file), key, masterKey, meshVersion: version, json: p.json }, p.out));
+    }),
+  );
+
+program
+  .command("restore")
+  .description(
+    "put a backup's streams back onto a server without the mesh, and its master key in MESH_MASTER_KEY_FILE (else .mesh/master.key); then start the services there",
+  )
+  .argument("<file>", "the backup file meshctl backup wrote")
+  .requiredOption("--key-file <file>", "the key the backup was encrypted under")
+  .option("--json", 'print {"file","createdAt","streams":[…],"masterKeyFile","masterKeyId"} as JSON')
+  .addOption(outputOption())
+  .action((file: string, o: { keyFile: string; json?: boolean; output?: string }) =>
+    run(async (connect) => {
+      const key = readBackupKey(o.keyFile);
+      const masterKeyFile = process.env.MESH_MASTER_KEY_FILE || resolve(".mesh/master.key");
+      const nc = await connect();
+      return printing(o, (p) => runRestore(nc, { file: resolve(file), key, masterKeyFile, json: p.json }, p.out));
     }),
   );
 

@@ -110,3 +110,4 @@ export {
 } from "./metrics.js";
 export { type Heartbeat, HEARTBEAT_MS, JOIN_TIMEOUT_MS, joinMembership, liveMembers, memberKey, type Membership, ownerOf, STALE_MS } from "./membership.js";
 export { servedCertificate, type ServedCertificate } from "./nats-server-certificate.js";
+export { restoreStream, snapshotStream, type StreamSnapshot } from "./stream-snapshot.js";

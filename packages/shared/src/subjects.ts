@@ -176,6 +176,10 @@ export const subjects = {
   holderAckMetricsAll: "$JS.EVENT.METRIC.CONSUMER.ACK.*.*",
   /** JetStream's request that consumer `consumer` of `stream` elect a new leader (the client has no call for it): the rotator's repair of a holder consumer's replica stuck behind. */
   consumerLeaderStepdown: (stream: string, consumer: string) => `$JS.API.CONSUMER.LEADER.STEPDOWN.${stream}.${consumer}`,
+  /** JetStream's request for a snapshot of `stream` (`meshctl backup`; the client has no call for it). */
+  streamSnapshot: (stream: string) => `$JS.API.STREAM.SNAPSHOT.${stream}`,
+  /** JetStream's request to restore a snapshot as stream `stream` (`meshctl restore`). */
+  streamRestore: (stream: string) => `$JS.API.STREAM.RESTORE.${stream}`,
   /** Every broadcast to any holder (what the rotator publishes). */
   rotationBroadcastsAll: "mesh.rotation.*.>",
   /**

@@ -1,0 +1,209 @@
+/**
+ * `meshctl backup FILE` and `meshctl restore FILE`: every stream of the mesh (its buckets, the
+ * holders' streams, the audit trail) through JetStream's own snapshots, which keep sequences,
+ * revisions and consumers' floors, with the master key, in one file encrypted under a key the
+ * operator gives (backup-file.ts). The mesh keeps running while it is taken.
+ *
+ * Consistent means: every generation a grant or a rotation in the backup names is in the
+ * backup's credentials. JetStream has no moment across streams, so the snapshots are taken in a
+ * fixed order ({@link backupOrder}): first every stream whose records the services derive
+ * again or only add to (manifests, modules, receipts, the holders' streams, the audit trail…),
+ * then, together and last, the grants, the rotations and the credentials. A generation is
+ * written before any record names it (the credential first, then the rotation or grant), so
+ * credentials taken after the grants and rotations hold every generation those name, except one
+ * retired (purged) in between: the credentials stream is read for purges over those moments,
+ * and when there was one, those three are taken again. A restore onto an empty server puts
+ * every stream back as it was snapshotted; the services, started on it, verify every grant and
+ * carry on with what was running.
+ */
+import { existsSync, readFileSync, writeFileSync, renameSync, mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { Buckets, RECORD_VERSION, parseMasterKey, type MasterKey } from "@mesh/shared";
+import { restoreStream, snapshotStream, type NatsConnection, type StreamSnapshot } from "@mesh/shared/runtime";
+import { openBackup, sealBackup, type BackupHeader } from "./backup-file.js";
+import { CliError } from "./cli-error.js";
+import { ExitCodes, type ExitCode } from "./exit-codes.js";
+import { liveLine, type LiveLine } from "./live-status.js";
+import type { Output } from "./output.js";
+
+const kvStreamOf = (bucket: string) => `KV_${bucket}`;
+const CREDENTIALS = kvStreamOf(Buckets.credentials);
+
+/** The streams of the mesh among `names`: its buckets (`KV_mesh-…`), object stores (`OBJ_mesh_…`) and streams (`MESH_…`). */
+export function isMeshStream(name: string): boolean {
+  return name.startsWith("KV_mesh-") || name.startsWith("OBJ_mesh_") || name.startsWith("MESH_");
+}
+
+/** The streams whose records name generations, and the credentials they name, in the order their snapshots are taken: last of all, together. */
+const REFERRING = [kvStreamOf(Buckets.grants), kvStreamOf(Buckets.rotations)];
+
+/** The order the snapshots of `names` (the mesh's streams) are taken in: see the file's comment. Pure. */
+export function backupOrder(names: readonly string[]): string[] {
+  const last = [...REFERRING, CREDENTIALS];
+  return [...names.filter((n) => !last.includes(n)).sort(), ...last.filter((n) => names.includes(n))];
+}
+
+/** The key a backup is encrypted under, from `file` (64 hex characters, as `openssl rand -hex 32` writes). */
+export function readBackupKey(file: string): MasterKey {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (e) {
+    throw new CliError(
+      `cannot read the backup key ${file}: ${(e as Error).message}; make one with: (umask 077 && openssl rand -hex 32 > ${file})`,
+      ExitCodes.Usage,
+    );
+  }
+  try {
+    return parseMasterKey(text);
+  } catch {
+    throw new CliError(`${file} is not a backup key: it must hold 32 bytes as 64 hex characters (make one with: openssl rand -hex 32)`, ExitCodes.Usage);
+  }
+}
+
+/**
+ * The master key the mesh's credentials are encrypted under, as the services find it
+ * (`MESH_MASTER_KEY`, else the file `MESH_MASTER_KEY_FILE`, else `fallbackFile`); never made
+ * here, unlike a service's start: a backup without it could not be restored.
+ */
+export function existingMasterKey(env: NodeJS.ProcessEnv, fallbackFile: string): MasterKey {
+  if (env.MESH_MASTER_KEY) return parseMasterKey(env.MESH_MASTER_KEY);
+  const file = env.MESH_MASTER_KEY_FILE || fallbackFile;
+  if (!existsSync(file))
+    throw new CliError(
+      `a backup carries the master key, and there is none at ${file}: run meshctl in the mesh's directory (where meshctl up keeps .mesh/), or name the key with MESH_MASTER_KEY_FILE`,
+    );
+  return parseMasterKey(readFileSync(file, "utf8"));
+}
+
+/** How many times the last snapshots are taken again when a generation was retired while they were taken. */
+const ATTEMPTS = 10;
+
+async function meshStreams(jsm: JetStreamManager): Promise<string[]> {
+  const names: string[] = [];
+  for await (const n of jsm.streams.names()) if (isMeshStream(n)) names.push(n);
+  return names;
+}
+
+/** Whether a credential was purged or deleted in the credentials stream after sequence `after`, up to `upTo`. */
+async function retiredBetween(nc: NatsConnection, after: number, upTo: number): Promise<boolean> {
+  if (upTo <= after) return false;
+  const c = await jetstream(nc).consumers.get(CREDENTIALS, { deliver_policy: "by_start_sequence", opt_start_seq: after + 1, headers_only: true });
+  const messages = await c.consume();
+  try {
+    for await (const m of messages) {
+      const op = m.headers?.get("KV-Operation");
+      if (op === "PURGE" || op === "DEL") return true;
+      // Past the snapshot's last message, or nothing more in the stream (what the snapshot ended on was purged since: a purge after it, seen before).
+      if (m.seq >= upTo || m.info.pending === 0) return false;
+    }
+    return false;
+  } finally {
+    await messages.close();
+  }
+}
+
+/** Progress as meshctl shows it, but none beside `--json`: standard output is the document alone. */
+const progressLine = (out: Output, json: boolean | undefined): LiveLine => (json ? { show: () => undefined, done: () => undefined } : liveLine(out));
+
+const size = (bytes: number) => (bytes < 1024 * 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024 / 1024).toFixed(1)} MiB`);
+
+/** Writes the backup of the mesh at `nc` to `o.file`, encrypted under `o.key`, with the master key `o.masterKey`. */
+export async function runBackup(
+  nc: NatsConnection,
+  o: { file: string; key: MasterKey; masterKey: MasterKey; meshVersion: string; json?: boolean },
+  out: Output,
+): Promise<ExitCode> {
+  const jsm = await jetstreamManager(nc);
+  const names = backupOrder(await meshStreams(jsm));
+  if (!names.includes(kvStreamOf(Buckets.grants)) || !names.includes(CREDENTIALS))
+    throw new CliError("this server holds no mesh (no KV_mesh-grants stream): point --server at the mesh's NATS server, as its identity's admin");
+  const line = progressLine(out, o.json);
+  const snapshots: StreamSnapshot[] = [];
+  const take = async (name: string) =>
+    snapshots.push(await snapshotStream(nc, name, (bytes) => line.show(`backing up ${snapshots.length + 1}/${names.length} ${name}: ${size(bytes)}`)));
+  const last = names.filter((n) => REFERRING.includes(n) || n === CREDENTIALS);
+  for (const name of names.filter((n) => !last.includes(n))) await take(name);
+  for (let attempt = 1, kept = snapshots.length; ; attempt++) {
+    const credentialsBefore = (await jsm.streams.info(CREDENTIALS)).state.last_seq;
+    for (const name of last) await take(name);
+    if (!(await retiredBetween(nc, credentialsBefore, snapshots.at(-1)!.state.last_seq))) break;
+    if (attempt >= ATTEMPTS)
+      throw new CliError(
+        `a generation was retired each of the ${ATTEMPTS} times the grants and credentials were taken, so no backup holds every generation its grants name; run meshctl backup again when fewer rotations run`,
+      );
+    snapshots.length = kept;
+  }
+  line.done();
+  const header: Omit<BackupHeader, "keyId" | "format"> = {
+    createdAt: new Date().toISOString(),
+    meshVersion: o.meshVersion,
+    recordVersion: RECORD_VERSION,
+    streams: snapshots.map((s) => ({ name: s.config.name, messages: s.state.messages, bytes: s.data.length })),
+  };
+  const sealed = sealBackup(o.key, header, { streams: snapshots, masterKey: o.masterKey.key.toString("hex") });
+  mkdirSync(dirname(o.file), { recursive: true });
+  const tmp = `${o.file}.${process.pid}.tmp`;
+  writeFileSync(tmp, sealed, { mode: 0o600 });
+  renameSync(tmp, o.file);
+  if (o.json) out.out(JSON.stringify({ file: o.file, bytes: sealed.length, keyId: o.key.id, ...header }));
+  else
+    out.out(
+      `wrote ${o.file} (${size(sealed.length)}): ${snapshots.length} streams and the master key, encrypted under key ${o.key.id}. ` +
+        "Keep the key apart from the file: whoever holds both holds every credential of the mesh.",
+    );
+  return ExitCodes.Ok;
+}
+
+/** Restores backup `o.file` onto the server at `nc`, which must hold none of its streams; writes its master key to `o.masterKeyFile`. */
+export async function runRestore(
+  nc: NatsConnection,
+  o: { file: string; key: MasterKey; masterKeyFile: string; json?: boolean },
+  out: Output,
+): Promise<ExitCode> {
+  let buf: Buffer;
+  try {
+    buf = readFileSync(o.file);
+  } catch (e) {
+    throw new CliError(`cannot read the backup ${o.file}: ${(e as Error).message}`, ExitCodes.Usage);
+  }
+  const { header, contents } = openBackup(o.file, buf, o.key);
+  if (header.recordVersion > RECORD_VERSION)
+    throw new CliError(
+      `${o.file} holds records of format ${header.recordVersion}, written by meshctl ${header.meshVersion}; this meshctl reads formats up to ${RECORD_VERSION}: restore it with that release or a newer one`,
+    );
+  const masterKey = parseMasterKey(contents.masterKey);
+  if (existsSync(o.masterKeyFile)) {
+    const present = parseMasterKey(readFileSync(o.masterKeyFile, "utf8"));
+    if (present.id !== masterKey.id)
+      throw new CliError(
+        `${o.masterKeyFile} holds master key ${present.id}, and the backup's credentials are encrypted under ${masterKey.id}: ` +
+          "move that file away (the restore writes the backup's there), or name another with MESH_MASTER_KEY_FILE",
+      );
+  }
+  const jsm = await jetstreamManager(nc);
+  const there = await meshStreams(jsm);
+  const clash = contents.streams.map((s) => s.config.name).filter((n) => there.includes(n));
+  if (clash.length)
+    throw new CliError(
+      `the server already holds ${clash.length} of the backup's streams (${clash.slice(0, 5).join(", ")}${clash.length > 5 ? ", …" : ""}): ` +
+        "restore onto a server without the mesh (a new one, or one whose store was emptied), before any service of the mesh starts on it",
+    );
+  if (!existsSync(o.masterKeyFile)) {
+    mkdirSync(dirname(o.masterKeyFile), { recursive: true, mode: 0o700 });
+    writeFileSync(o.masterKeyFile, contents.masterKey + "\n", { mode: 0o600, flag: "wx" });
+  }
+  const line = progressLine(out, o.json);
+  for (const [i, s] of contents.streams.entries())
+    await restoreStream(nc, s, (bytes) => line.show(`restoring ${i + 1}/${contents.streams.length} ${s.config.name}: ${size(bytes)}`));
+  line.done();
+  if (o.json)
+    out.out(JSON.stringify({ file: o.file, createdAt: header.createdAt, streams: header.streams, masterKeyFile: o.masterKeyFile, masterKeyId: masterKey.id }));
+  else
+    out.out(
+      `restored ${contents.streams.length} streams of the backup of ${header.createdAt} (meshctl ${header.meshVersion}, backup format ${header.format}); ` +
+        `the master key is in ${o.masterKeyFile}. Start the mesh's services on this server: they verify every grant, and name and repair any that changed since.`,
+    );
+  return ExitCodes.Ok;
+}
