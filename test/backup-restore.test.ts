@@ -7,7 +7,7 @@
  * and nothing is left running.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,7 +15,7 @@ import { Redis } from "ioredis";
 import { Kinds, RotationStates, Rotation, keys, parseMasterKey, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
 import { connectNats, readJson } from "@mesh/shared/runtime";
 import type { Rotator } from "@mesh/rotator";
-import { ExitCodes, bufferOutput, readBackupHeader, readBackupKey, runBackup, runRestore } from "../packages/cli/src/index.js";
+import { ExitCodes, bufferOutput, readBackupHeader, readBackupKey, runBackup, runRestore, sealBackup } from "../packages/cli/src/index.js";
 import { startTestMesh, startMeshRotator, rotateCommitted, type TestMesh } from "./mesh.js";
 import { startNatsServer } from "./harness/nats-server.js";
 import { startOwnRedis, type OwnRedis } from "./harness/redis.js";
@@ -177,5 +177,27 @@ describe("a backup of the mesh", () => {
       60_000,
     );
     await waitFor("the agent to deliver the cache binding again", async () => (await logsIn(cacheBinding(restored))) || undefined, 30_000);
+  });
+
+  it("of a cluster is refused by a server alone before anything is restored, saying so", async () => {
+    const one = await startNatsServer();
+    stops.push(() => one.stop());
+    const key = parseMasterKey(randomBytes(32).toString("hex"));
+    const file = join(dir, "cluster.backup");
+    const snap = { config: { name: "KV_mesh-grants", num_replicas: 3 } as never, state: { messages: 0 } as never, data: new Uint8Array() };
+    writeFileSync(
+      file,
+      sealBackup(key, { createdAt: "", meshVersion: "test", recordVersion: 1, streams: [] }, { streams: [snap], masterKey: "ab".repeat(32) }),
+    );
+    const masterKeyFile = join(dir, "cluster", "master.key");
+    const nc = await connectNats(one.url, {});
+    try {
+      await expect(runRestore(nc, { file, key, masterKeyFile }, bufferOutput())).rejects.toThrow(
+        /were kept on a cluster \(KV_mesh-grants at 3 replicas\), and this server is not in a cluster of three: restore it onto a cluster/,
+      );
+    } finally {
+      await nc.close();
+    }
+    expect(existsSync(masterKeyFile)).toBe(false);
   });
 });

@@ -20,7 +20,7 @@ import { existsSync, readFileSync, writeFileSync, renameSync, mkdirSync } from "
 import { dirname } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Buckets, RECORD_VERSION, parseMasterKey, type MasterKey } from "@mesh/shared";
-import { restoreStream, snapshotStream, type NatsConnection, type StreamSnapshot } from "@mesh/shared/runtime";
+import { restoreStream, snapshotStream, storeReplicas, type NatsConnection, type StreamSnapshot } from "@mesh/shared/runtime";
 import { openBackup, sealBackup, type BackupHeader } from "./backup-file.js";
 import { CliError } from "./cli-error.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
@@ -182,6 +182,14 @@ export async function runRestore(
           "move that file away (the restore writes the backup's there), or name another with MESH_MASTER_KEY_FILE",
       );
   }
+  // A server alone cannot hold a cluster's replicas; the server's own refusal would come after the streams before it were restored.
+  const replicas = storeReplicas(nc.info, {});
+  const wider = contents.streams.filter((s) => (s.config.num_replicas ?? 1) > replicas);
+  if (wider.length)
+    throw new CliError(
+      `the backup's streams were kept on a cluster (${wider[0]!.config.name} at ${wider[0]!.config.num_replicas} replicas), and this server ` +
+        `${replicas === 1 ? "is not in a cluster of three" : `stores ${replicas} replicas`}: restore it onto a cluster of at least that many servers`,
+    );
   const jsm = await jetstreamManager(nc);
   const there = await meshStreams(jsm);
   const clash = contents.streams.map((s) => s.config.name).filter((n) => there.includes(n));
