@@ -6,7 +6,7 @@
  */
 import type { KvEntry } from "@nats-io/kv";
 import { Grant, RecordTooNewError } from "@mesh/shared";
-import { entryJson, listJson, retryJetStreamGap, type KV, type Store } from "@mesh/shared/runtime";
+import { entryJson, listJson, retryJetStreamGap, watchedJson, type KV, type Store } from "@mesh/shared/runtime";
 import { CONSOLE_BUCKETS, applyChange, emptySnapshot, type ConsoleBucket, type ConsoleSnapshot } from "./snapshot.js";
 
 /**
@@ -101,8 +101,9 @@ export async function startConsoleState(full: Store): Promise<ConsoleState> {
               apply(e.key, () => applyChange(snapshot, bucket, e.key, undefined, e.revision));
               continue;
             }
-            const r = schema.safeParse(safeJson(e));
-            // A record that does not parse is one a newer mesh wrote; the console shows what it can read.
+            // A record that does not parse, or of a newer format, is one a newer mesh wrote: the console shows what it can read
+            // (its listing, on a reload, names it).
+            const r = schema.safeParse(watchedJson(e, () => undefined));
             if (r.success) apply(e.key, () => applyChange(snapshot, bucket, e.key, r.data as never, e.revision));
           }
         })().catch(() => undefined),
