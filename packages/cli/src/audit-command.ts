@@ -4,7 +4,7 @@
  * request, before it was worked on, and its outcome) are joined by their id.
  */
 import { DeliverPolicy, jetstream, type JsMsg } from "@nats-io/jetstream";
-import { AuditRecord, Streams, isConsoleAuditSubject, parseDuration, requesterName, requesterOf } from "@mesh/shared";
+import { AuditRecord, Streams, isConsoleAuditSubject, parseDuration, readableRecord, requesterName, requesterOf } from "@mesh/shared";
 import type { NatsConnection } from "@mesh/shared/runtime";
 import { CliError } from "./cli-error.js";
 import { ExitCodes } from "./exit-codes.js";
@@ -133,12 +133,15 @@ async function readTrail(nc: NatsConnection, start: Date | undefined): Promise<A
   return out;
 }
 
+/** The record of `m`, or undefined when it is not JSON; one of a newer format than this meshctl reads is refused, naming it. */
 function safeJson(m: JsMsg): unknown {
+  let raw: unknown;
   try {
-    return m.json();
+    raw = m.json();
   } catch {
     return undefined;
   }
+  return readableRecord(raw, `${Streams.audit}/${m.seq}`);
 }
 
 /** `meshctl audit`: see the file's comment. */

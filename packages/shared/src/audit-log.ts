@@ -6,6 +6,7 @@ import { hostname } from "node:os";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import { ErrorCodes, MeshError, errorMessage } from "./errors.js";
+import { recordJson } from "./record-version.js";
 import { subjects } from "./subjects.js";
 import type { AuditRecord, AuditTarget } from "./audit.js";
 
@@ -56,7 +57,7 @@ export class AuditLog {
     if (!record.target) delete record.target;
     try {
       // The message id makes a retried publish of the same record one record.
-      await this.js.publish(this.subject, JSON.stringify(record), { msgID: `${record.id}:${record.phase}` });
+      await this.js.publish(this.subject, recordJson(record), { msgID: `${record.id}:${record.phase}` });
     } catch (e) {
       throw new MeshError(
         ErrorCodes.Unavailable,
