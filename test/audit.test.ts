@@ -142,11 +142,19 @@ describe("named operators and the audit trail", () => {
     expect(sessions.map((l) => [l.who, l.outcome])).toEqual([["operator:alice", "ok"]]);
   });
 
-  it("lets no identity send in another's name, nor write the store, as alice", async () => {
+  it("lets no identity send in another's name, nor write the store or take a snapshot of it, as alice", async () => {
     const nc = await connectWith(aliceDir);
     const errors = serverErrors(nc);
     try {
-      const attempts = ["mesh.api.rotate", "mesh.api.rotate.op.bob", "mesh.api.delete", "$KV.mesh-grants.app.key", "$JS.API.STREAM.PURGE.MESH_AUDIT"];
+      // A snapshot of the credentials (meshctl backup) is the admin's alone.
+      const attempts = [
+        "mesh.api.rotate",
+        "mesh.api.rotate.op.bob",
+        "mesh.api.delete",
+        "$KV.mesh-grants.app.key",
+        "$JS.API.STREAM.PURGE.MESH_AUDIT",
+        "$JS.API.STREAM.SNAPSHOT.KV_mesh-credentials",
+      ];
       for (const a of attempts) nc.publish(a, "{}");
       await nc.flush();
       await waitFor("the server to refuse each", () => (attempts.every((a) => errors.some((e) => e.includes(a))) ? true : undefined), 5_000).catch(() => {
