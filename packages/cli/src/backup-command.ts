@@ -86,11 +86,19 @@ async function meshStreams(jsm: JetStreamManager): Promise<string[]> {
   return names;
 }
 
-/** Whether a credential was purged or deleted in the credentials stream after sequence `after`, up to `upTo`. */
+/** How long the credentials stream is read for a retired generation before the answer is taken as "maybe" (and the snapshots taken again). */
+const READ_RETIRED_MS = 10_000;
+
+/**
+ * Whether a credential was purged or deleted in the credentials stream after sequence `after`,
+ * up to `upTo` (read headers only). True too when that could not be read in time: the
+ * snapshots are then taken again rather than trusted.
+ */
 async function retiredBetween(nc: NatsConnection, after: number, upTo: number): Promise<boolean> {
   if (upTo <= after) return false;
   const c = await jetstream(nc).consumers.get(CREDENTIALS, { deliver_policy: "by_start_sequence", opt_start_seq: after + 1, headers_only: true });
   const messages = await c.consume();
+  const late = setTimeout(() => void messages.close(), READ_RETIRED_MS);
   try {
     for await (const m of messages) {
       const op = m.headers?.get("KV-Operation");
@@ -98,8 +106,9 @@ async function retiredBetween(nc: NatsConnection, after: number, upTo: number): 
       // Past the snapshot's last message, or nothing more in the stream (what the snapshot ended on was purged since: a purge after it, seen before).
       if (m.seq >= upTo || m.info.pending === 0) return false;
     }
-    return false;
+    return true;
   } finally {
+    clearTimeout(late);
     await messages.close();
   }
 }
