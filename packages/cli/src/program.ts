@@ -163,7 +163,7 @@ export const ENVIRONMENT: Record<string, string> = {
   MESH_NATS_USER: "with MESH_NATS_PASSWORD or MESH_NATS_PASSWORD_FILE: a user and password instead",
   MESH_NATS_CA_FILE: "a PEM bundle to verify a TLS server against (the mesh's .mesh/mesh-ca/ca.crt); with it, TLS is required",
   MESH_MASTER_KEY: "the master key, hex (else MESH_MASTER_KEY_FILE, else .mesh/master.key)",
-  MESH_MASTER_KEY_FILE: "backup and restore: the master key's file (else .mesh/master.key)",
+  MESH_MASTER_KEY_FILE: "the master key's file (else .mesh/master.key); restore writes the backup's master key there",
   NATS_SERVER_BIN: "the nats-server to run (else the first on PATH, then /usr/sbin, /usr/local/sbin, /usr/local/bin, /usr/bin)",
   MESH_LOG_LEVEL: "passed on to the services: their log level (default info)",
   OTEL_EXPORTER_OTLP_ENDPOINT: "passed on to the services: where they send spans (docs/observability.md)",
