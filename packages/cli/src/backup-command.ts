@@ -18,7 +18,7 @@
  */
 import { existsSync, readFileSync, writeFileSync, renameSync, mkdirSync } from "node:fs";
 import { dirname } from "node:path";
-import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Buckets, RECORD_VERSION, parseMasterKey, type MasterKey } from "@mesh/shared";
 import { restoreStream, snapshotStream, storeReplicas, type NatsConnection, type StreamSnapshot } from "@mesh/shared/runtime";
 import { openBackup, sealBackup, type BackupHeader } from "./backup-file.js";
@@ -86,31 +86,19 @@ async function meshStreams(jsm: JetStreamManager): Promise<string[]> {
   return names;
 }
 
-/** How long the credentials stream is read for a retired generation before the answer is taken as "maybe" (and the snapshots taken again). */
-const READ_RETIRED_MS = 10_000;
-
 /**
  * Whether a credential was purged or deleted in the credentials stream after sequence `after`,
- * up to `upTo` (read headers only). True too when that could not be read in time: the
- * snapshots are then taken again rather than trusted.
+ * up to `upTo`: each message between is read by its sequence (a direct get, headers and a small
+ * value; one removed since is skipped), a handful while the three last snapshots were taken.
  */
-async function retiredBetween(nc: NatsConnection, after: number, upTo: number): Promise<boolean> {
-  if (upTo <= after) return false;
-  const c = await jetstream(nc).consumers.get(CREDENTIALS, { deliver_policy: "by_start_sequence", opt_start_seq: after + 1, headers_only: true });
-  const messages = await c.consume();
-  const late = setTimeout(() => void messages.close(), READ_RETIRED_MS);
-  try {
-    for await (const m of messages) {
-      const op = m.headers?.get("KV-Operation");
-      if (op === "PURGE" || op === "DEL") return true;
-      // Past the snapshot's last message, or nothing more in the stream (what the snapshot ended on was purged since: a purge after it, seen before).
-      if (m.seq >= upTo || m.info.pending === 0) return false;
-    }
-    return true;
-  } finally {
-    clearTimeout(late);
-    await messages.close();
+async function retiredBetween(jsm: JetStreamManager, after: number, upTo: number): Promise<boolean> {
+  for (let seq = after + 1; seq <= upTo; seq++) {
+    // Null for one removed since (by a purge of its key, itself a message of the range).
+    const m = await jsm.direct.getMessage(CREDENTIALS, { seq });
+    const op = m?.header?.get("KV-Operation");
+    if (op === "PURGE" || op === "DEL") return true;
   }
+  return false;
 }
 
 /** Progress as meshctl shows it, but none beside `--json`: standard output is the document alone. */
@@ -137,7 +125,7 @@ export async function runBackup(
   for (let attempt = 1, kept = snapshots.length; ; attempt++) {
     const credentialsBefore = (await jsm.streams.info(CREDENTIALS)).state.last_seq;
     for (const name of last) await take(name);
-    if (!(await retiredBetween(nc, credentialsBefore, snapshots.at(-1)!.state.last_seq))) break;
+    if (!(await retiredBetween(jsm, credentialsBefore, snapshots.at(-1)!.state.last_seq))) break;
     if (attempt >= ATTEMPTS)
       throw new CliError(
         `a generation was retired each of the ${ATTEMPTS} times the grants and credentials were taken, so no backup holds every generation its grants name; run meshctl backup again when fewer rotations run`,
