@@ -5,7 +5,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { ConnectionOptions } from "@nats-io/transport-node";
-import { ErrorCodes, isMeshError, StateFiles } from "@mesh/shared";
+import { ErrorCodes, errorMessage, isMeshError, sleep, StateFiles } from "@mesh/shared";
 import { caFiles } from "@mesh/providers";
 import {
   DEFAULT_NATS_URL,
@@ -181,6 +181,14 @@ export const CLI_CONNECT_TIMEOUT_MS = 10_000;
  */
 export const CLI_CONNECT_DEADLINE_MS = 30_000;
 
+/**
+ * How long an identity the server refuses is offered again before meshctl says so. nats-server
+ * 2.9.10 in operator mode refused the admin's own identity for a moment while it reloaded its
+ * configuration (a rotation of the server's certificate, seen under CI); a wrong identity is
+ * said this much later.
+ */
+export const CLI_IDENTITY_RELOAD_MS = 2_000;
+
 /** Connects to `url`; a failure is a {@link CliError} that explains how to get a server. */
 export async function connectForCli(
   url: string,
@@ -188,6 +196,7 @@ export async function connectForCli(
 ): Promise<NatsConnection> {
   const timeoutMs = o.timeoutMs ?? CLI_CONNECT_TIMEOUT_MS;
   const deadline = Date.now() + (o.deadlineMs ?? CLI_CONNECT_DEADLINE_MS);
+  let refusedSince: number | undefined;
   for (let attempt = 1; ; attempt++) {
     try {
       const identity = cliIdentity(process.env, process.cwd(), o.identity);
@@ -199,6 +208,14 @@ export async function connectForCli(
       if (isCliError(e)) throw e;
       // The server answered and refused the identity: "start a nats-server" would mislead.
       if (isMeshError(e, ErrorCodes.ProviderMisconfigured)) {
+        // Offered again for a moment first when the server refused it (not a file that cannot be read): a server
+        // reloading its configuration may refuse it in between.
+        const refused = /authorization violation|authentication/i.test(errorMessage(e.cause));
+        refusedSince ??= Date.now();
+        if (refused && Date.now() - refusedSince < CLI_IDENTITY_RELOAD_MS) {
+          await sleep(250);
+          continue;
+        }
         throw new CliError(
           `${e.message}.\nRun meshctl from the directory of the meshctl up or bootstrap that runs this mesh (its .mesh/ holds the operator's credentials), or name them: --creds .mesh/nats-operator/admin.creds (or NATS_CREDS=, or MESH_NATS_CREDENTIALS=)`,
           undefined,
