@@ -34,7 +34,7 @@ describe("a stream's snapshot", () => {
     await jsm.consumers.add("KV_snap-test", { durable_name: "reader", ack_policy: AckPolicy.Explicit, filter_subject: "$KV.snap-test.>" });
     const c = await jetstream(a).consumers.get("KV_snap-test", "reader");
     // Ten acknowledged, and one delivered but not acknowledged.
-    for (let i = 0; i < 10; i++) (await c.next({ expires: 2_000 }))!.ack();
+    for (let i = 0; i < 10; i++) await (await c.next({ expires: 2_000 }))!.ackAck();
     expect(await c.next({ expires: 2_000 })).not.toBeNull();
     const before = await c.info();
 
