@@ -10,9 +10,10 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AckPolicy } from "@nats-io/jetstream";
 import { Buckets, Grant, keys, parseMasterKey } from "@mesh/shared";
-import { connectNats, mutateJson, openStore, readJson, type NatsConnection } from "@mesh/shared/runtime";
+import { connectNats, listConsumers, mutateJson, openStore, readJson, type NatsConnection } from "@mesh/shared/runtime";
 import { ExitCodes, bufferOutput, runBackup, runRestore } from "../../packages/cli/src/index.js";
 import { startPlainCluster, type PlainCluster } from "../harness/nats-cluster.js";
+import { waitFor } from "../harness/wait.js";
 
 let from: PlainCluster;
 let to: PlainCluster;
@@ -76,8 +77,16 @@ describe("a backup of the mesh on a cluster", () => {
     expect(si.cluster?.replicas?.length).toBe(2);
     const after = (await readJson(restored.kv.grants, keys.grant("shop", "db"), Grant))!;
     expect(after).toEqual(before);
-    const restoredDurables = [];
-    for await (const c of restored.jsm.consumers.list(`KV_${Buckets.grants}`)) restoredDurables.push(c.name);
+    // On a cluster a restored stream's consumers are placed after it: listed a moment later.
+    const restoredDurables = await waitFor(
+      "the restored stream's durables",
+      async () => {
+        const names: string[] = [];
+        for await (const c of listConsumers(b, `KV_${Buckets.grants}`)) names.push(c.name);
+        return names.length >= durables.length ? names : undefined;
+      },
+      30_000,
+    );
     expect(restoredDurables.sort()).toEqual(durables.sort());
     expect((await restored.jsm.consumers.info(`KV_${Buckets.grants}`, "reader")).ack_floor.stream_seq).toBe(floor);
   });
