@@ -88,6 +88,18 @@ describe("retrying", () => {
   });
 });
 
+describe("retrying's last word", () => {
+  it("is the failure of the last attempt that had a second or more, not of one squeezed into the deadline's end", async () => {
+    const policy = retryPolicy({ withinMs: 1_500 }, bufferOutput());
+    const e = (await retrying("rotate", policy, async () => {
+      // In the deadline's last second a request has too little time to hear even "no responders".
+      if (policy.deadline - Date.now() < 1_000) throw new CliError("the rotator did not answer within 0 s", ExitCodes.ServiceUnavailable, { retryable: true });
+      throw new CliError("no rotator answers", ExitCodes.ServiceUnavailable, { retryable: true });
+    }).catch((err: unknown) => err)) as CliError;
+    expect(e.message).toMatch(/^no rotator answers\n\(tried \d+ times/);
+  });
+});
+
 describe("pause", () => {
   // meshctl up waits for the resolver in 250 ms pauses on one signal; each pause that left its
   // listener behind made Node warn of a leak (MaxListenersExceededWarning) in up's output.

@@ -22,6 +22,8 @@ export const FIRST_PAUSE_MS = 250;
 export const MAX_PAUSE_MS = 2_000;
 /** No attempt starts with less than this left before the deadline: it could not get an answer. */
 const LAST_ATTEMPT_MS = 100;
+/** An attempt with at least this long before the deadline had its full chance: its failure is the one said. */
+const FULL_ATTEMPT_MS = 1_000;
 
 export interface RetryPolicy {
   /** Epoch ms past which no attempt starts. */
@@ -98,10 +100,16 @@ export async function retrying<T>(what: string, policy: RetryPolicy, fn: (attemp
   const start = Date.now();
   // A read changes nothing, so one that timed out (a cluster electing a new leader of the bucket's stream) is simply made again.
   const isRetryable = opts.read ? (e: unknown) => isRetryableError(e) || isJetStreamTimeout(e) : isRetryableError;
+  // The failure of the last attempt that had a second or more to get its answer: one squeezed into the deadline's last
+  // moments may only have run out of time (a "no responders" that took longer than it had, on a loaded machine).
+  let lastFull: unknown;
   for (let attempt = 1; ; attempt++) {
+    const full = policy.deadline - Date.now() >= FULL_ATTEMPT_MS;
     try {
       return await fn(attempt);
-    } catch (e) {
+    } catch (caught) {
+      const e = !full && lastFull !== undefined && isRetryable(caught) ? lastFull : caught;
+      if (full) lastFull = caught;
       // The last pause ends just before the deadline, so the last attempt is made in time.
       const left = policy.deadline - Date.now() - LAST_ATTEMPT_MS;
       const pauseMs = Math.min(backoffMs(attempt, { firstMs: FIRST_PAUSE_MS, maxMs: MAX_PAUSE_MS }, policy.random), left);
