@@ -15,7 +15,7 @@ import { Redis } from "ioredis";
 import { Kinds, RotationStates, Rotation, keys, parseMasterKey, type ModuleDoc, type ProviderDoc } from "@mesh/shared";
 import { connectNats, readJson } from "@mesh/shared/runtime";
 import type { Rotator } from "@mesh/rotator";
-import { ExitCodes, bufferOutput, readBackupHeader, readBackupKey, runBackup, runRestore, sealBackup } from "../packages/cli/src/index.js";
+import { ExitCodes, bufferOutput, readBackupHeader, readBackupKey, runBackup, runRestore, sealBackup, stateDirsOf } from "../packages/cli/src/index.js";
 import { startTestMesh, startMeshRotator, rotateCommitted, type TestMesh } from "./mesh.js";
 import { startNatsServer } from "./harness/nats-server.js";
 import { startOwnRedis, type OwnRedis } from "./harness/redis.js";
@@ -122,7 +122,13 @@ describe("a backup of the mesh", () => {
       const out = bufferOutput();
       try {
         await new Promise((r) => setTimeout(r, 300));
-        expect(await runBackup(first.nc, { file, key: readBackupKey(keyFile), masterKey: first.masterKey, meshVersion: "test" }, out)).toBe(ExitCodes.Ok);
+        expect(
+          await runBackup(
+            first.nc,
+            { file, key: readBackupKey(keyFile), masterKey: first.masterKey, dirs: stateDirsOf(join(dir, "first")), meshVersion: "test" },
+            out,
+          ),
+        ).toBe(ExitCodes.Ok);
       } finally {
         rotating = false;
         await rotations;
@@ -154,11 +160,13 @@ describe("a backup of the mesh", () => {
       const masterKeyFile = join(dir, "restored", "master.key");
       const restoredOut = bufferOutput();
       try {
-        expect(await runRestore(nc, { file, key: readBackupKey(keyFile), masterKeyFile }, restoredOut)).toBe(ExitCodes.Ok);
-        // Onto a server that holds the mesh now: refused, naming what is there.
-        await expect(runRestore(nc, { file, key: readBackupKey(keyFile), masterKeyFile }, bufferOutput())).rejects.toThrow(
-          /already holds \d+ of the backup's streams/,
+        expect(await runRestore(nc, { file, key: readBackupKey(keyFile), masterKeyFile, dirs: stateDirsOf(join(dir, "restored")) }, restoredOut)).toBe(
+          ExitCodes.Ok,
         );
+        // Onto a server that holds the mesh now: refused, naming what is there.
+        await expect(
+          runRestore(nc, { file, key: readBackupKey(keyFile), masterKeyFile, dirs: stateDirsOf(join(dir, "restored")) }, bufferOutput()),
+        ).rejects.toThrow(/already holds \d+ of the backup's streams/);
       } finally {
         await nc.close();
       }
@@ -206,12 +214,12 @@ describe("a backup of the mesh", () => {
     const snap = { config: { name: "KV_mesh-grants", num_replicas: 3 } as never, state: { messages: 0 } as never, data: new Uint8Array() };
     writeFileSync(
       file,
-      sealBackup(key, { createdAt: "", meshVersion: "test", recordVersion: 1, streams: [] }, { streams: [snap], masterKey: "ab".repeat(32) }),
+      sealBackup(key, { createdAt: "", meshVersion: "test", recordVersion: 1, streams: [] }, { streams: [snap], files: [], masterKey: "ab".repeat(32) }),
     );
     const masterKeyFile = join(dir, "cluster", "master.key");
     const nc = await connectNats(one.url, {});
     try {
-      await expect(runRestore(nc, { file, key, masterKeyFile }, bufferOutput())).rejects.toThrow(
+      await expect(runRestore(nc, { file, key, masterKeyFile, dirs: stateDirsOf(join(dir, "cluster")) }, bufferOutput())).rejects.toThrow(
         /were kept on a cluster \(KV_mesh-grants at 3 replicas\), and this server is not in a cluster of three: restore it onto a cluster/,
       );
     } finally {

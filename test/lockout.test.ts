@@ -9,42 +9,16 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { CONTROL_PLANE_SERVICES, ModuleStatus, Rotation, agentPart, identityRequirement, subjects } from "@mesh/shared";
 import { connectNats, natsIdentity, openStore, readJson, type Store } from "@mesh/shared/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
+import { logsIn, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
 
 /** The name of the user JWT of generation `generation` of part `part`'s identity (see nats-user.ts). */
 const userOf = (part: string, generation: number) => `mesh_${identityRequirement(part)}_${generation}`;
 const serviceOf = (part: string) => (part.startsWith("agent-") ? "mesh-agent" : `mesh-${part}`);
 const agent = agentPart("node-a");
-
-/**
- * Whether NATS accepts the identity of `creds` now: false only when it says so (an
- * authorization violation); a connection that failed otherwise (a busy machine, a socket
- * closed mid-refusal) is tried again.
- */
-async function logsIn(mesh: Pick<BootstrappedMesh, "url" | "tls">, creds: string): Promise<boolean> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const nc = await connect({
-        servers: mesh.url,
-        authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
-        reconnect: false,
-        timeout: 5_000,
-        ...mesh.tls(),
-      });
-      await nc.flush();
-      await nc.close();
-      return true;
-    } catch (e) {
-      if (/authorization violation|authentication revoked/i.test(String(e))) return false;
-      if (attempt >= 5) throw e;
-    }
-  }
-}
 
 describe("rotating the control plane's own broker identities", () => {
   let mesh: BootstrappedMesh;

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AckPolicy } from "@nats-io/jetstream";
 import { Buckets, Grant, keys, parseMasterKey } from "@mesh/shared";
 import { connectNats, listConsumers, mutateJson, openStore, readJson, type NatsConnection } from "@mesh/shared/runtime";
-import { ExitCodes, bufferOutput, runBackup, runRestore } from "../../packages/cli/src/index.js";
+import { ExitCodes, bufferOutput, runBackup, runRestore, stateDirsOf } from "../../packages/cli/src/index.js";
 import { startPlainCluster, type PlainCluster } from "../harness/nats-cluster.js";
 import { waitFor } from "../harness/wait.js";
 
@@ -66,9 +66,9 @@ describe("a backup of the mesh on a cluster", () => {
     const key = parseMasterKey(randomBytes(32).toString("hex"));
     const masterKey = parseMasterKey(randomBytes(32).toString("hex"));
     const file = join(dir, "cluster.backup");
-    expect(await runBackup(a, { file, key, masterKey, meshVersion: "test" }, bufferOutput())).toBe(ExitCodes.Ok);
+    expect(await runBackup(a, { file, key, masterKey, dirs: stateDirsOf(join(dir, "backed-up")), meshVersion: "test" }, bufferOutput())).toBe(ExitCodes.Ok);
     const masterKeyFile = join(dir, "master.key");
-    expect(await runRestore(b, { file, key, masterKeyFile }, bufferOutput())).toBe(ExitCodes.Ok);
+    expect(await runRestore(b, { file, key, masterKeyFile, dirs: stateDirsOf(join(dir, "restored")) }, bufferOutput())).toBe(ExitCodes.Ok);
     expect(readFileSync(masterKeyFile, "utf8").trim()).toBe(masterKey.key.toString("hex"));
 
     const restored = await openStore(b);

@@ -5,6 +5,7 @@
  * and find a service's process to stop or kill it.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -70,6 +71,31 @@ export async function applySecretModule(
 /** What a test's client adds to connect to the server `meshctl up` or `bootstrap` started in `cwd`: TLS verified against the mesh's authority (none for a server it did not start). */
 export function ownServerTls(cwd: string): { tls?: { caFile: string } } {
   return existsSync(join(cwd, ".mesh/nats-operator/tls/current")) ? { tls: { caFile: join(cwd, ".mesh/mesh-ca/ca.crt") } } : {};
+}
+
+/**
+ * Whether NATS accepts the identity of `creds` now: false only when it says so (an
+ * authorization violation); a connection that failed otherwise (a busy machine, a socket
+ * closed mid-refusal) is tried again.
+ */
+export async function logsIn(mesh: Pick<BootstrappedMesh, "url" | "tls">, creds: string): Promise<boolean> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const nc = await connect({
+        servers: mesh.url,
+        authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+        reconnect: false,
+        timeout: 5_000,
+        ...mesh.tls(),
+      });
+      await nc.flush();
+      await nc.close();
+      return true;
+    } catch (e) {
+      if (/authorization violation|authentication revoked/i.test(String(e))) return false;
+      if (attempt >= 5) throw e;
+    }
+  }
 }
 
 /** How long a test lets one meshctl run unless it says: past the longest wait a test gives meshctl (rotate --wait --timeout 240s, and 15 s). */

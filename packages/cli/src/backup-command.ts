@@ -21,7 +21,8 @@ import { dirname } from "node:path";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Buckets, RECORD_VERSION, parseMasterKey, type MasterKey } from "@mesh/shared";
 import { restoreStream, snapshotStream, storeReplicas, type NatsConnection, type StreamSnapshot } from "@mesh/shared/runtime";
-import { openBackup, sealBackup, type BackupHeader } from "./backup-file.js";
+import { openBackup, sealBackup, type BackupContents, type BackupHeader } from "./backup-file.js";
+import { collectStateFiles, putBackStateFiles, type StateDirs } from "./backup-state-files.js";
 import { CliError } from "./cli-error.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
 import { liveLine, type LiveLine } from "./live-status.js";
@@ -106,10 +107,13 @@ const progressLine = (out: Output, json: boolean | undefined): LiveLine => (json
 
 const size = (bytes: number) => (bytes < 1024 * 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024 / 1024).toFixed(1)} MiB`);
 
-/** Writes the backup of the mesh at `nc` to `o.file`, encrypted under `o.key`, with the master key `o.masterKey`. */
+/**
+ * Writes the backup of the mesh at `nc` to `o.file`, encrypted under `o.key`, with the master
+ * key `o.masterKey` and the operator's and authority's files in `o.dirs`.
+ */
 export async function runBackup(
   nc: NatsConnection,
-  o: { file: string; key: MasterKey; masterKey: MasterKey; meshVersion: string; json?: boolean },
+  o: { file: string; key: MasterKey; masterKey: MasterKey; dirs: StateDirs; meshVersion: string; json?: boolean },
   out: Output,
 ): Promise<ExitCode> {
   const jsm = await jetstreamManager(nc);
@@ -133,13 +137,15 @@ export async function runBackup(
     snapshots.length = kept;
   }
   line.done();
+  const files = collectStateFiles(o.dirs);
   const header: Omit<BackupHeader, "keyId" | "format"> = {
     createdAt: new Date().toISOString(),
     meshVersion: o.meshVersion,
     recordVersion: RECORD_VERSION,
     streams: snapshots.map((s) => ({ name: s.config.name, messages: s.state.messages, bytes: s.data.length })),
+    files: files.map((f) => f.path),
   };
-  const sealed = sealBackup(o.key, header, { streams: snapshots, masterKey: o.masterKey.key.toString("hex") });
+  const sealed = sealBackup(o.key, header, { streams: snapshots, files, masterKey: o.masterKey.key.toString("hex") });
   mkdirSync(dirname(o.file), { recursive: true });
   const tmp = `${o.file}.${process.pid}.tmp`;
   writeFileSync(tmp, sealed, { mode: 0o600 });
@@ -147,68 +153,133 @@ export async function runBackup(
   if (o.json) out.out(JSON.stringify({ file: o.file, bytes: sealed.length, keyId: o.key.id, ...header }));
   else
     out.out(
-      `wrote ${o.file} (${size(sealed.length)}): ${snapshots.length} streams and the master key, encrypted under key ${o.key.id}. ` +
+      `wrote ${o.file} (${size(sealed.length)}): ${snapshots.length} streams, ` +
+        `${files.length ? `the operator's and the certificate authority's keys (${files.length} files) ` : ""}and the master key, encrypted under key ${o.key.id}. ` +
         "Keep the key apart from the file: whoever holds both holds every credential of the mesh.",
     );
   return ExitCodes.Ok;
 }
 
-/** Restores backup `o.file` onto the server at `nc`, which must hold none of its streams; writes its master key to `o.masterKeyFile`. */
-export async function runRestore(
-  nc: NatsConnection,
-  o: { file: string; key: MasterKey; masterKeyFile: string; json?: boolean },
-  out: Output,
-): Promise<ExitCode> {
+/** A backup opened with its key: refused when its records are newer than this meshctl reads. */
+export interface OpenedBackup {
+  file: string;
+  header: BackupHeader;
+  contents: BackupContents;
+  masterKey: MasterKey;
+}
+
+/** Reads and opens backup `file` with `key`; a CliError when it cannot be read, does not open, or is newer than this meshctl reads. */
+export function openBackupFile(file: string, key: MasterKey): OpenedBackup {
   let buf: Buffer;
   try {
-    buf = readFileSync(o.file);
+    buf = readFileSync(file);
   } catch (e) {
-    throw new CliError(`cannot read the backup ${o.file}: ${(e as Error).message}`, ExitCodes.Usage);
+    throw new CliError(`cannot read the backup ${file}: ${(e as Error).message}`, ExitCodes.Usage);
   }
-  const { header, contents } = openBackup(o.file, buf, o.key);
+  const { header, contents } = openBackup(file, buf, key);
   if (header.recordVersion > RECORD_VERSION)
     throw new CliError(
-      `${o.file} holds records of format ${header.recordVersion}, written by meshctl ${header.meshVersion}; this meshctl reads formats up to ${RECORD_VERSION}: restore it with that release or a newer one`,
+      `${file} holds records of format ${header.recordVersion}, written by meshctl ${header.meshVersion}; this meshctl reads formats up to ${RECORD_VERSION}: restore it with that release or a newer one`,
     );
-  const masterKey = parseMasterKey(contents.masterKey);
-  if (existsSync(o.masterKeyFile)) {
-    const present = parseMasterKey(readFileSync(o.masterKeyFile, "utf8"));
-    if (present.id !== masterKey.id)
-      throw new CliError(
-        `${o.masterKeyFile} holds master key ${present.id}, and the backup's credentials are encrypted under ${masterKey.id}: ` +
-          "move that file away (the restore writes the backup's there), or name another with MESH_MASTER_KEY_FILE",
-      );
+  return { file, header, contents, masterKey: parseMasterKey(contents.masterKey) };
+}
+
+/**
+ * Puts the backup's master key in `o.masterKeyFile` and its operator's and authority's files
+ * in `o.dirs` (backup-state-files.ts), where absent; refuses, having written nothing,
+ * when another master key, operator or authority is in place (`MESH_MASTER_KEY` in `env`
+ * included). Returns the files written.
+ */
+export function putBackKeys(backup: OpenedBackup, o: { masterKeyFile: string; dirs: StateDirs }, env: NodeJS.ProcessEnv = process.env): string[] {
+  const { masterKey } = backup;
+  const present = env.MESH_MASTER_KEY
+    ? { key: parseMasterKey(env.MESH_MASTER_KEY), where: "MESH_MASTER_KEY" }
+    : existsSync(o.masterKeyFile)
+      ? { key: parseMasterKey(readFileSync(o.masterKeyFile, "utf8")), where: o.masterKeyFile }
+      : undefined;
+  if (present && present.key.id !== masterKey.id)
+    throw new CliError(
+      `${present.where} holds master key ${present.key.id}, and the backup's credentials are encrypted under ${masterKey.id}: ` +
+        (present.where === "MESH_MASTER_KEY"
+          ? "unset MESH_MASTER_KEY (the restore writes the backup's key to a file)"
+          : "move that file away (the restore writes the backup's there), or name another with MESH_MASTER_KEY_FILE"),
+    );
+  // Checked whole before the master key is written: a refusal leaves nothing behind.
+  const written = putBackStateFiles(o.dirs, backup.contents.files);
+  if (!present) {
+    mkdirSync(dirname(o.masterKeyFile), { recursive: true, mode: 0o700 });
+    writeFileSync(o.masterKeyFile, backup.contents.masterKey + "\n", { mode: 0o600, flag: "wx" });
+    written.unshift(o.masterKeyFile);
   }
-  // A server alone cannot hold a cluster's replicas; the server's own refusal would come after the streams before it were restored.
+  return written;
+}
+
+/**
+ * Refuses, before anything is written, a server the backup's streams cannot go onto: one that
+ * holds any of them already, or a server alone for a cluster's streams (its own refusal would
+ * come only after the streams before were restored).
+ */
+export async function checkRestoreTarget(nc: NatsConnection, backup: OpenedBackup): Promise<void> {
+  const { streams } = backup.contents;
   const replicas = storeReplicas(nc.info, {});
-  const wider = contents.streams.filter((s) => (s.config.num_replicas ?? 1) > replicas);
+  const wider = streams.filter((s) => (s.config.num_replicas ?? 1) > replicas);
   if (wider.length)
     throw new CliError(
       `the backup's streams were kept on a cluster (${wider[0]!.config.name} at ${wider[0]!.config.num_replicas} replicas), and this server ` +
         `${replicas === 1 ? "is not in a cluster of three" : `stores ${replicas} replicas`}: restore it onto a cluster of at least that many servers`,
     );
-  const jsm = await jetstreamManager(nc);
-  const there = await meshStreams(jsm);
-  const clash = contents.streams.map((s) => s.config.name).filter((n) => there.includes(n));
+  const there = await meshStreams(await jetstreamManager(nc));
+  const clash = streams.map((s) => s.config.name).filter((n) => there.includes(n));
   if (clash.length)
     throw new CliError(
       `the server already holds ${clash.length} of the backup's streams (${clash.slice(0, 5).join(", ")}${clash.length > 5 ? ", …" : ""}): ` +
         "restore onto a server without the mesh (a new one, or one whose store was emptied), before any service of the mesh starts on it",
     );
-  if (!existsSync(o.masterKeyFile)) {
-    mkdirSync(dirname(o.masterKeyFile), { recursive: true, mode: 0o700 });
-    writeFileSync(o.masterKeyFile, contents.masterKey + "\n", { mode: 0o600, flag: "wx" });
-  }
-  const line = progressLine(out, o.json);
-  for (const [i, s] of contents.streams.entries())
-    await restoreStream(nc, s, (bytes) => line.show(`restoring ${i + 1}/${contents.streams.length} ${s.config.name}: ${size(bytes)}`));
+}
+
+/** Restores every stream of `backup` onto the server at `nc` (checked with {@link checkRestoreTarget}), showing progress on `line`. */
+export async function restoreStreams(nc: NatsConnection, backup: OpenedBackup, line: LiveLine): Promise<void> {
+  const { streams } = backup.contents;
+  for (const [i, s] of streams.entries())
+    await restoreStream(nc, s, (bytes) => line.show(`restoring ${i + 1}/${streams.length} ${s.config.name}: ${size(bytes)}`));
   line.done();
+}
+
+/**
+ * Restores backup `o.file` onto the server at `nc`, which must hold none of its streams; writes
+ * its master key to `o.masterKeyFile` and its operator's and authority's files under
+ * `o.dirs`. Without `nc`, the files alone: what a server run apart from
+ * meshctl is configured with (`meshctl nats-config`) before the streams are restored onto it.
+ */
+export async function runRestore(
+  nc: NatsConnection | undefined,
+  o: { file: string; key: MasterKey; masterKeyFile: string; dirs: StateDirs; json?: boolean },
+  out: Output,
+): Promise<ExitCode> {
+  const backup = openBackupFile(o.file, o.key);
+  const { header, contents } = backup;
+  if (nc) await checkRestoreTarget(nc, backup);
+  const written = putBackKeys(backup, o);
+  if (nc) await restoreStreams(nc, backup, progressLine(out, o.json));
   if (o.json)
-    out.out(JSON.stringify({ file: o.file, createdAt: header.createdAt, streams: header.streams, masterKeyFile: o.masterKeyFile, masterKeyId: masterKey.id }));
-  else
     out.out(
-      `restored ${contents.streams.length} streams of the backup of ${header.createdAt} (meshctl ${header.meshVersion}, backup format ${header.format}); ` +
-        `the master key is in ${o.masterKeyFile}. Start the mesh's services on this server: they verify every grant, and name and repair any that changed since.`,
+      JSON.stringify({
+        file: o.file,
+        createdAt: header.createdAt,
+        streams: nc ? header.streams : [],
+        files: written,
+        masterKeyFile: o.masterKeyFile,
+        masterKeyId: backup.masterKey.id,
+      }),
     );
+  else {
+    const files = written.length ? `wrote ${written.join(", ")}` : "every file of it was in place already";
+    out.out(
+      nc
+        ? `restored ${contents.streams.length} streams of the backup of ${header.createdAt} (meshctl ${header.meshVersion}, backup format ${header.format}); ${files}. ` +
+            "Start the mesh's services on this server: they verify every grant, and name and repair any that changed since."
+        : `put back the keys of the backup of ${header.createdAt}: ${files}. Configure and start the server with them (meshctl nats-config), then run meshctl restore ${o.file} --key-file … against it to put its streams back.`,
+    );
+  }
   return ExitCodes.Ok;
 }

@@ -8,6 +8,7 @@ const key = () => parseMasterKey(randomBytes(32).toString("hex"));
 const header = { createdAt: "2026-12-07T00:00:00.000Z", meshVersion: "1.2.3", recordVersion: 1, streams: [{ name: "KV_mesh-grants", messages: 2, bytes: 3 }] };
 const contents = {
   masterKey: "ab".repeat(32),
+  files: [{ path: "nats-operator/admin.creds", data: Buffer.from("-----BEGIN NATS USER JWT-----") }],
   streams: [{ config: { name: "KV_mesh-grants" } as never, state: { messages: 2 } as never, data: Uint8Array.from([1, 2, 3]) }],
 };
 
@@ -19,7 +20,9 @@ describe("a backup file", () => {
     const opened = openBackup("b", file, k);
     expect(opened.contents.masterKey).toBe(contents.masterKey);
     expect([...opened.contents.streams[0]!.data]).toEqual([1, 2, 3]);
+    expect(opened.contents.files).toEqual(contents.files);
     expect(file.includes(Buffer.from(contents.masterKey))).toBe(false);
+    expect(file.includes(Buffer.from("NATS USER JWT"))).toBe(false);
   });
 
   it("refuses another key, a changed header, a file cut short, a newer format and what is no backup, saying which", () => {

@@ -6,13 +6,14 @@
  *     <12-byte IV><16-byte GCM tag><AES-256-GCM ciphertext>
  *
  * The two first lines say what the file is without its key (when, which release, which
- * streams, how large: nothing secret); the rest is every stream's snapshot and the master key,
- * encrypted under the backup's key, with those lines as associated data, so that a header
+ * streams and files, how large: nothing secret); the rest is every stream's snapshot, the
+ * operator's and the authority's files (backup-state-files.ts) and the master key, encrypted under the backup's key, with those lines as associated data, so that a header
  * changed or a file cut short does not open.
  */
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { GCM_IV_BYTES, GCM_TAG_BYTES, type MasterKey } from "@mesh/shared";
 import type { StreamSnapshot } from "@mesh/shared/runtime";
+import type { StateFile } from "./backup-state-files.js";
 import { CliError } from "./cli-error.js";
 
 const MAGIC = "MESH-BACKUP";
@@ -31,6 +32,8 @@ export interface BackupHeader {
   keyId: string;
   /** Each stream, in the order its snapshot was taken. */
   streams: Array<{ name: string; messages: number; bytes: number }>;
+  /** The files of the state directory it holds (backup-state-files.ts), by their paths under it; absent in a backup of a mesh without them. */
+  files?: string[];
 }
 
 /** What a backup holds under its key. */
@@ -38,6 +41,8 @@ export interface BackupContents {
   streams: StreamSnapshot[];
   /** The master key the credentials are encrypted under, hex. */
   masterKey: string;
+  /** The operator's and the authority's files (backup-state-files.ts). */
+  files: StateFile[];
 }
 
 /** The file for `contents`, encrypted under `key`. */
@@ -46,6 +51,7 @@ export function sealBackup(key: MasterKey, header: Omit<BackupHeader, "keyId" | 
   const plain = Buffer.from(
     JSON.stringify({
       masterKey: contents.masterKey,
+      files: contents.files.map((f) => ({ path: f.path, data: f.data.toString("base64") })),
       streams: contents.streams.map((s) => ({ config: s.config, state: s.state, data: Buffer.from(s.data).toString("base64") })),
     }),
   );
@@ -92,9 +98,17 @@ export function openBackup(file: string, buf: Buffer, key: MasterKey): { header:
   } catch {
     throw new CliError(`${file} does not open under its key: it was changed or cut short since it was written; use another copy`);
   }
-  const raw = JSON.parse(plain.toString("utf8")) as { masterKey: string; streams: Array<Omit<StreamSnapshot, "data"> & { data: string }> };
+  const raw = JSON.parse(plain.toString("utf8")) as {
+    masterKey: string;
+    files?: Array<{ path: string; data: string }>;
+    streams: Array<Omit<StreamSnapshot, "data"> & { data: string }>;
+  };
   return {
     header,
-    contents: { masterKey: raw.masterKey, streams: raw.streams.map((s) => ({ config: s.config, state: s.state, data: Buffer.from(s.data, "base64") })) },
+    contents: {
+      masterKey: raw.masterKey,
+      files: (raw.files ?? []).map((f) => ({ path: f.path, data: Buffer.from(f.data, "base64") })),
+      streams: raw.streams.map((s) => ({ config: s.config, state: s.state, data: Buffer.from(s.data, "base64") })),
+    },
   };
 }

@@ -82,6 +82,7 @@ export { runVerify, formatVerify, VERIFY_TIMEOUT_MS, type VerifyOptions } from "
 export { runRotate, followRotation, alreadyRotatingError, ROTATE_REQUEST_TIMEOUT_MS, WAIT_GRACE_MS, type RotateOptions } from "./rotate-command.js";
 export { caFilesOf, runCaRotate, type CaRotateOptions } from "./ca-command.js";
 export { backupOrder, existingMasterKey, isMeshStream, readBackupKey, runBackup, runRestore } from "./backup-command.js";
+export { collectStateFiles, putBackStateFiles, stateDirsOf, type StateDirs, type StateFile } from "./backup-state-files.js";
 export { BACKUP_FORMAT, openBackup, readBackupHeader, sealBackup, type BackupContents, type BackupHeader } from "./backup-file.js";
 export { runTrace, type TraceOptions } from "./trace-command.js";
 export { retrying, retryPolicy, isRetryable, remainingMs, DEFAULT_DEADLINE_MS, type RetryPolicy } from "./retry.js";

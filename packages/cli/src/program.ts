@@ -15,6 +15,7 @@ import {
   parseDuration,
   parseTimerDuration,
   type AllowedHooks,
+  type MasterKey,
 } from "@mesh/shared";
 import { isJetStreamTimeout, jetStreamTimeoutMessage, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { caFiles, operatorFiles } from "@mesh/providers";
@@ -45,6 +46,8 @@ import { checkGrantArg, runRotate } from "./rotate-command.js";
 import { checkKindArg, runRotateKind } from "./rotate-kind-command.js";
 import { caFilesOf, runCaRotate } from "./ca-command.js";
 import { existingMasterKey, readBackupKey, runBackup, runRestore } from "./backup-command.js";
+import { upPaths } from "./paths.js";
+import { stateDirsOf, type StateDirs } from "./backup-state-files.js";
 import { UP_NATS_TLS_LIFETIME } from "./nats-server-tls.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
@@ -466,42 +469,71 @@ ca.command("rotate")
     }),
   );
 
+interface StateDirOptions {
+  operatorDir: string;
+  resolverDir?: string;
+  caDir: string;
+}
+const OPERATOR_DIR_HELP = "the operator's directory: its keys (sealed), JWTs, the admin's .creds (/etc/mesh/nats-operator where deploy/README.md set it up)";
+const RESOLVER_DIR_HELP =
+  "the account resolver's directory, where the server keeps the account as last pushed, with its revocations (default: resolver/ in --operator-dir)";
+const CA_DIR_HELP = "the mesh's certificate authority's directory (its bundle and sealed key)";
+
+/** The directories backup and restore read and write the operator's and authority's files in. */
+function stateDirsOption(o: StateDirOptions): StateDirs {
+  return stateDirsOf(upPaths().state, {
+    operator: resolve(o.operatorDir),
+    ca: resolve(o.caDir),
+    ...(o.resolverDir ? { resolver: resolve(o.resolverDir) } : {}),
+  });
+}
+
 program
   .command("backup")
   .description(
-    "write every stream of the mesh (through JetStream's snapshots) and its master key to FILE, encrypted under the key in --key-file; the mesh keeps running",
+    "write every stream of the mesh (through JetStream's snapshots), its master key and its operator's and certificate authority's keys to FILE, encrypted under the key in --key-file; the mesh keeps running",
   )
   .argument("<file>", "the backup file to write (mode 0600)")
   .requiredOption(
     "--key-file <file>",
     "the key the backup is encrypted under: 64 hex characters (make one with: openssl rand -hex 32); keep it apart from the file",
   )
-  .option("--json", 'print {"file","bytes","keyId","createdAt","meshVersion","recordVersion","streams":[{"name","messages","bytes"}]} as JSON')
+  .option("--operator-dir <dir>", OPERATOR_DIR_HELP, ".mesh/nats-operator")
+  .option("--resolver-dir <dir>", RESOLVER_DIR_HELP)
+  .option("--ca-dir <dir>", CA_DIR_HELP, ".mesh/mesh-ca")
+  .option("--json", 'print {"file","bytes","keyId","createdAt","meshVersion","recordVersion","streams":[{"name","messages","bytes"}],"files":[…]} as JSON')
   .addOption(outputOption())
-  .action((file: string, o: { keyFile: string; json?: boolean; output?: string }) =>
+  .action((file: string, o: StateDirOptions & { keyFile: string; json?: boolean; output?: string }) =>
     run(async (connect) => {
       const key = readBackupKey(o.keyFile);
-      const masterKey = existingMasterKey(process.env, resolve(".mesh/master.key"));
+      const masterKey = existingMasterKey(process.env, upPaths().masterKey);
       const nc = await connect();
-      return printing(o, (p) => runBackup(nc, { file: resolve(file), key, masterKey, meshVersion: version, json: p.json }, p.out));
+      return printing(o, (p) => runBackup(nc, { file: resolve(file), key, masterKey, dirs: stateDirsOption(o), meshVersion: version, json: p.json }, p.out));
     }),
   );
 
 program
   .command("restore")
   .description(
-    "put a backup's streams back onto a server without the mesh, and its master key in MESH_MASTER_KEY_FILE (else .mesh/master.key); then start the services there",
+    "put a backup's streams back onto a server without the mesh, its master key in MESH_MASTER_KEY_FILE (else .mesh/master.key) and its operator's and certificate authority's keys under .mesh/; then start the services there (meshctl up --restore does all of it for the server it starts)",
   )
   .argument("<file>", "the backup file meshctl backup wrote")
   .requiredOption("--key-file <file>", "the key the backup was encrypted under")
-  .option("--json", 'print {"file","createdAt","streams":[…],"masterKeyFile","masterKeyId"} as JSON')
+  .option("--operator-dir <dir>", OPERATOR_DIR_HELP, ".mesh/nats-operator")
+  .option("--resolver-dir <dir>", RESOLVER_DIR_HELP)
+  .option("--ca-dir <dir>", CA_DIR_HELP, ".mesh/mesh-ca")
+  .option(
+    "--keys-only",
+    "write the master key and the operator's and authority's keys only, without a server: to configure a server of your own with (meshctl nats-config) before its streams are restored",
+  )
+  .option("--json", 'print {"file","createdAt","streams":[…],"files":[…],"masterKeyFile","masterKeyId"} as JSON')
   .addOption(outputOption())
-  .action((file: string, o: { keyFile: string; json?: boolean; output?: string }) =>
+  .action((file: string, o: StateDirOptions & { keyFile: string; keysOnly?: boolean; json?: boolean; output?: string }) =>
     run(async (connect) => {
       const key = readBackupKey(o.keyFile);
-      const masterKeyFile = process.env.MESH_MASTER_KEY_FILE || resolve(".mesh/master.key");
-      const nc = await connect();
-      return printing(o, (p) => runRestore(nc, { file: resolve(file), key, masterKeyFile, json: p.json }, p.out));
+      const masterKeyFile = upPaths({ masterKeyFile: process.env.MESH_MASTER_KEY_FILE || undefined }).masterKey;
+      const nc = o.keysOnly ? undefined : await connect();
+      return printing(o, (p) => runRestore(nc, { file: resolve(file), key, masterKeyFile, dirs: stateDirsOption(o), json: p.json }, p.out));
     }),
   );
 
@@ -682,6 +714,23 @@ interface LocalMeshOptions {
   natsTlsLifetime?: string;
   metricsListen?: string;
   auditRetention?: string;
+  restore?: string;
+  keyFile?: string;
+}
+
+const RESTORE_HELP =
+  "bring the mesh back from a backup meshctl backup wrote: its keys go into .mesh/ and its streams onto the server (which must hold none of them) before any service starts; with --key-file";
+const RESTORE_KEY_HELP = "the key the --restore backup was encrypted under";
+
+/** `--restore FILE --key-file KEY` of up and bootstrap, both or neither (exit 2 otherwise); the key read. */
+function restoreOption(o: Pick<LocalMeshOptions, "restore" | "keyFile">): { file: string; key: MasterKey } | undefined {
+  if (o.restore === undefined && o.keyFile === undefined) return undefined;
+  if (o.restore === undefined || o.keyFile === undefined)
+    throw new CliError(
+      `${o.restore === undefined ? "--key-file" : "--restore"} needs ${o.restore === undefined ? "--restore FILE" : "--key-file KEY"}: the backup and the key it is encrypted under go together`,
+      ExitCodes.Usage,
+    );
+  return { file: resolve(o.restore), key: readBackupKey(o.keyFile) };
 }
 
 /** `--allow-hook` of up and bootstrap, checked before anything starts (exit 2 when wrong). */
@@ -751,6 +800,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
     const metricsListen = metricsSpec === undefined ? undefined : parseMetricsListen(metricsSpec);
     const auditRetentionMs = auditRetentionOption(o.auditRetention);
     const natsTlsLifetimeMs = natsTlsLifetimeOption(o.natsTlsLifetime);
+    const restore = restoreOption(o);
     const stop = new AbortController();
     let signals = 0;
     const onSignal = () => {
@@ -781,6 +831,7 @@ function runLocalMesh(o: LocalMeshOptions, bootstrap?: { servicesNode?: string }
         ...(metricsListen ? { metricsListen } : {}),
         ...(auditRetentionMs ? { auditRetentionMs } : {}),
         ...(natsTlsLifetimeMs ? { natsTlsLifetimeMs } : {}),
+        ...(restore ? { restore } : {}),
       },
       out,
       stop.signal,
@@ -800,6 +851,8 @@ program
   .option("--nats-tls-lifetime <duration>", NATS_TLS_LIFETIME_HELP)
   .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
   .option("--audit-retention <duration>", AUDIT_RETENTION_HELP)
+  .option("--restore <file>", RESTORE_HELP)
+  .option("--key-file <file>", RESTORE_KEY_HELP)
   .action((o: LocalMeshOptions) => runLocalMesh(o));
 
 program
@@ -818,6 +871,8 @@ program
   .option("--nats-tls-lifetime <duration>", NATS_TLS_LIFETIME_HELP)
   .option("--metrics-listen <host:port>", METRICS_LISTEN_HELP)
   .option("--audit-retention <duration>", AUDIT_RETENTION_HELP)
+  .option("--restore <file>", RESTORE_HELP)
+  .option("--key-file <file>", RESTORE_KEY_HELP)
   .action((o: LocalMeshOptions & { servicesNode?: string }) => runLocalMesh(o, o.servicesNode ? { servicesNode: o.servicesNode } : {}));
 
 program

@@ -38,6 +38,7 @@ import {
   subjects,
   formatHookList,
   type AllowedHooks,
+  type MasterKey,
 } from "@mesh/shared";
 import { connectNats, type NatsConnection, storeReplicas } from "@mesh/shared/runtime";
 import { unauthenticatedWarning } from "@mesh/shared/service";
@@ -47,7 +48,9 @@ import { hostForUrl, parseDuration, parseHostPort, type ListenAddress } from "@m
 import { CliError } from "./cli-error.js";
 import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli, ownAdminCreds } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
-import { startLiveStatus, type LiveStatus } from "./live-status.js";
+import { liveLine, startLiveStatus, type LiveStatus } from "./live-status.js";
+import { checkRestoreTarget, openBackupFile, putBackKeys, restoreStreams } from "./backup-command.js";
+import { stateDirsOf } from "./backup-state-files.js";
 import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
 import { isNoResponders, isRequestTimeout, rootMessage } from "./nats-errors.js";
@@ -95,6 +98,12 @@ export interface UpOptions {
   metricsListen?: ListenAddress;
   /** How long the audit trail keeps a record (`--audit-retention`): set on the stream when it differs. */
   auditRetentionMs?: number;
+  /**
+   * `--restore FILE --key-file KEY`: the mesh is brought back from a backup (backup-command.ts):
+   * its keys are put in the state directory before anything is made there, and its streams onto
+   * the server (which must hold none of them) before any service starts.
+   */
+  restore?: { file: string; key: MasterKey };
   /** How long to wait for the resolver to answer (default 60 s). */
   resolverWaitMs?: number;
   /** Grace period of each child on shutdown before SIGKILL (default 5 s). */
@@ -343,6 +352,15 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
   const main = opts.serviceMain ?? serviceMain;
   const probeUrl = opts.natsUrl;
   serviceSpecs({ main, paths, natsUrl: probeUrl, nodes });
+  // A backup's keys go in first: the master key, operator and authority below would otherwise be made anew.
+  const backup = opts.restore && openBackupFile(opts.restore.file, opts.restore.key);
+  if (backup) {
+    const written = putBackKeys(backup, { masterKeyFile: paths.masterKey, dirs: stateDirsOf(paths.state) });
+    out.out(
+      `restoring the backup of ${backup.header.createdAt} (meshctl ${backup.header.meshVersion}): ` +
+        (written.length ? `wrote ${written.map(show).join(", ")}` : "its master key and keys were in place already"),
+    );
+  }
   closeStateDir(paths, out, show);
   // The mesh's certificate authority, made once under the master key the services hold: it
   // signs the certificate of the server up starts, and serves as provider mesh-ca.
@@ -471,6 +489,13 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
       }
     }
     if (!nc) throw new CliError(`no connection to NATS at ${url}`); // unreachable: each path above connects or throws
+    if (backup) {
+      await checkRestoreTarget(nc, backup);
+      await restoreStreams(nc, backup, liveLine(out));
+      out.out(
+        `restored ${backup.contents.streams.length} streams onto ${url}; the services verify every grant as they start, and repair what changed since the backup`,
+      );
+    }
     if (!auth && (nats !== undefined || (ownAdminCreds(process.env, paths.state) !== undefined && nc.info?.auth_required === true))) auth = own;
     // On a server that requires TLS every client verifies it as meshctl did: against the mesh's
     // own bundle for the server up started, else the bundle meshctl was given (none: the

@@ -108,6 +108,7 @@ export {
   operatorFiles,
   prepareOperatorServer,
   readOperator,
+  writePrivate,
   type OperatorFiles,
   type OperatorPublic,
 } from "./nats-operator-files.js";

@@ -54,7 +54,7 @@ export function operatorFiles(dir: string): OperatorFiles {
 const IDENTITY_AAD = "mesh nats identity keys";
 
 /** Writes `text` to `file` (0600) through a temporary file, so no reader sees half of it. */
-export function writePrivate(file: string, text: string): void {
+export function writePrivate(file: string, text: string | Buffer): void {
   const tmp = `${file}.${process.pid}.tmp`;
   writeFileSync(tmp, text, { mode: 0o600 });
   chmodSync(tmp, 0o600);
