@@ -6,7 +6,8 @@
  * name, and no service's identity, nor the admin's, may delete or purge a record. Removing alice
  * revokes her identity at once.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -163,6 +164,15 @@ describe("named operators and the audit trail", () => {
     } finally {
       await nc.close();
     }
+    // meshctl backup as alice: refused by the server, and said so with what to run it as.
+    const keyFile = join(mesh.cwd, "alice-backup.key");
+    writeFileSync(keyFile, randomBytes(32).toString("hex") + "\n", { mode: 0o600 });
+    const backup = await mesh.meshctl(["backup", join(mesh.cwd, "alice.backup"), "--key-file", keyFile], asAlice());
+    expect(backup.code).toBe(1);
+    expect(backup.stderr).toMatch(
+      /the server refused this process's identity publishing to "\$JS\.API\.STREAM\.SNAPSHOT\.KV_mesh-[a-z-]+", which meshctl backup needs: run it as an identity allowed to \(the operator's admin/,
+    );
+    expect(existsSync(join(mesh.cwd, "alice.backup"))).toBe(false);
   });
 
   it("lets no service's identity, nor the admin's, delete or purge the trail's records", async () => {

@@ -25,3 +25,21 @@ export function rootMessage(e: unknown): string {
   const last = list[list.length - 1];
   return last ? last.message : String(e);
 }
+
+/** The server's refusal of a subject to this identity (`-ERR 'Permissions Violation for Publish to "…"'`): what and where, or undefined for another failure. */
+export function permissionRefusal(e: unknown): { operation: string; subject: string } | undefined {
+  for (const c of causes(e)) {
+    if (!(c instanceof Error) || c.name !== "PermissionViolationError") continue;
+    const { operation, subject } = c as Error & { operation?: string; subject?: string };
+    if (operation && subject) return { operation, subject };
+  }
+  return undefined;
+}
+
+/** What meshctl says when the server refused `command` a subject: which, and as whom to run it instead. */
+export function permissionRefusalMessage(command: string, refusal: { operation: string; subject: string }): string {
+  return (
+    `the server refused this process's identity ${refusal.operation === "publish" ? "publishing to" : "subscribing to"} ${JSON.stringify(refusal.subject)}, which ${command} needs: ` +
+    "run it as an identity allowed to (the operator's admin: in the mesh's directory meshctl finds it in .mesh/nats-operator/admin.creds, or name it with --creds)"
+  );
+}

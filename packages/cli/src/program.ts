@@ -48,6 +48,7 @@ import { caFilesOf, runCaRotate } from "./ca-command.js";
 import { existingMasterKey, readBackupKey, runBackup, runRestore } from "./backup-command.js";
 import { upPaths } from "./paths.js";
 import { stateDirsOf, type StateDirs } from "./backup-state-files.js";
+import { permissionRefusal, permissionRefusalMessage } from "./nats-errors.js";
 import { UP_NATS_TLS_LIFETIME } from "./nats-server-tls.js";
 import { runStatus } from "./status-command.js";
 import { checkRotationArg, runTrace } from "./trace-command.js";
@@ -82,6 +83,9 @@ async function run(fn: (connect: () => Promise<NatsConnection>, url: string) => 
     } else if (isJetStreamTimeout(e)) {
       // What a cluster electing a leader looks like to a command that ran out of tries: said as such, with what to do.
       out.err(`meshctl: ${printable(jetStreamTimeoutMessage(`meshctl ${program.args[0] ?? ""}`.trim(), url))}`);
+      code = ExitCodes.Failure;
+    } else if (permissionRefusal(e)) {
+      out.err(`meshctl: ${printable(permissionRefusalMessage(`meshctl ${program.args[0] ?? ""}`.trim(), permissionRefusal(e)!))}`);
       code = ExitCodes.Failure;
     } else {
       out.err(`meshctl: unexpected error: ${printable(errorMessage(e))}`);
