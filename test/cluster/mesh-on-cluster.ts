@@ -30,7 +30,8 @@ export interface MeshOnCluster {
   stop(): Promise<void>;
 }
 
-export async function startMeshOnCluster(): Promise<MeshOnCluster> {
+/** With `meshctl`, the meshctl that bootstraps the mesh and runs its services (default this tree's). */
+export async function startMeshOnCluster(opts: { meshctl?: string } = {}): Promise<MeshOnCluster> {
   const cluster = await startOperatorCluster();
   let mesh: BootstrappedMesh | undefined;
   let second: SecondInstances | undefined;
@@ -40,6 +41,7 @@ export async function startMeshOnCluster(): Promise<MeshOnCluster> {
       nodes: [...NODES],
       on: { cwd: cluster.cwd, url: cluster.url, monitorUrls: cluster.members.map((m) => m.monitorUrl) },
       env: { MESH_REPLICAS: "" },
+      ...(opts.meshctl ? { meshctl: opts.meshctl } : {}),
     });
     second = await startSecondInstances(mesh, TWICE);
     const booted = mesh;
@@ -78,8 +80,8 @@ export async function startMeshOnCluster(): Promise<MeshOnCluster> {
 }
 
 /** {@link startMeshOnCluster}, with module `app` ({@link busModule}) applied and Ready: where the faults start from. */
-export async function startMeshWithApp(): Promise<MeshOnCluster> {
-  const t = await startMeshOnCluster();
+export async function startMeshWithApp(opts: { meshctl?: string } = {}): Promise<MeshOnCluster> {
+  const t = await startMeshOnCluster(opts);
   try {
     await applyDocs(t.nc, [busModule("app")]);
     await allReady(t.store, ["app"], 120_000);

@@ -150,6 +150,8 @@ export async function startBootstrappedMesh(
     env?: Record<string, string>;
     /** More options of bootstrap (`--nats-tls-lifetime 15s`). */
     args?: string[];
+    /** The meshctl that runs bootstrap, and so the services' programs (default this tree's; harness/previous-release.ts has the previous release's). */
+    meshctl?: string;
   } = {},
 ): Promise<BootstrappedMesh> {
   const cwd = opts.restart?.cwd ?? opts.on?.cwd ?? mkdtempSync(join(tmpdir(), "mesh-boot-"));
@@ -157,11 +159,15 @@ export async function startBootstrappedMesh(
   let out = "";
   // The server bootstrap starts opens its monitoring port only when asked: the tests read /connz and /varz there.
   const monitor = opts.on ? [] : ["--nats-monitor", "127.0.0.1:0"];
-  const proc = spawn(process.execPath, [meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : []), ...monitor, ...(opts.args ?? [])], {
-    cwd,
-    env: { ...process.env, NATS_URL: url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_USER: "", MESH_NATS_CREDENTIALS: "", ...opts.env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const proc = spawn(
+    process.execPath,
+    [opts.meshctl ?? meshctlBin, "bootstrap", ...(opts.nodes ? ["--nodes", opts.nodes.join(",")] : []), ...monitor, ...(opts.args ?? [])],
+    {
+      cwd,
+      env: { ...process.env, NATS_URL: url, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_USER: "", MESH_NATS_CREDENTIALS: "", ...opts.env },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
   proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
   const adminCredsFile = join(cwd, ".mesh/nats-operator/admin.creds");
