@@ -9,6 +9,7 @@
  * the resource from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES with service.version; and the
  * agent's log lines inside its span carry its trace_id and span_id.
  */
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kinds, Rotation, RotationStates, keys, subjects, type ModuleDoc } from "@mesh/shared";
@@ -20,6 +21,8 @@ import { KIND, startReceiver, type OtlpReceiver } from "./harness/otlp-receiver.
 import { startProcess, stopProcess, type SourceProcess } from "./harness/source-process.js";
 
 const repo = join(import.meta.dirname, "..");
+/** The version the services are built as: their resource's `service.version`. */
+const servicesVersion = (JSON.parse(readFileSync(join(repo, "services/agent/package.json"), "utf8")) as { version: string }).version;
 
 const traced: ModuleDoc = {
   kind: "Module",
@@ -128,7 +131,7 @@ describe("a rotation as one trace across processes", () => {
 
     // The services' resource: the environment's attributes and their version.
     for (const s of trace.filter((x) => x.resource["service.name"]!.startsWith("mesh-"))) {
-      expect(s.resource).toMatchObject({ "deployment.environment.name": "test", "service.namespace": "mesh", "service.version": "0.1.0" });
+      expect(s.resource).toMatchObject({ "deployment.environment.name": "test", "service.namespace": "mesh", "service.version": servicesVersion });
     }
     expect(rotate.span.kind).toBe(KIND.internal);
     expect(rotate.schemaUrl).toBe(SEMCONV_SCHEMA_URL);
