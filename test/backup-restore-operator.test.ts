@@ -76,6 +76,16 @@ describe("a mesh whose operator is the mesh, restored on a new machine from its 
         ]),
       );
       expect(said.files.some((f) => f.startsWith("nats-operator/resolver/"))).toBe(true);
+      // From another directory, as the admin: the files are not there, and meshctl says what that backup lacks.
+      const elsewhere = newDir("mesh-backup-elsewhere-");
+      const partial = await runMeshctl(elsewhere, ["backup", join(elsewhere, "streams-only.backup"), "--key-file", keyFile], {
+        ...process.env,
+        ...first.adminEnv,
+        MESH_NATS_CA_FILE: join(first.cwd, ".mesh/mesh-ca/ca.crt"),
+        MESH_MASTER_KEY_FILE: join(first.cwd, ".mesh/master.key"),
+      });
+      expect(partial.code, partial.stderr).toBe(0);
+      expect(partial.stderr).toMatch(/the server requires an identity, and .*nats-operator holds no operator's files: .* cannot bring its identities back/);
 
       // The machine is gone: the mesh stopped, its directory (store, keys, bindings) removed.
       await first.stop();
