@@ -14,6 +14,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { applySecretModule, logsIn, runMeshctl, startBootstrappedMesh, type BootstrappedMesh } from "./harness/bootstrapped-mesh.js";
 import { waitFor } from "./harness/wait.js";
+import { startNatsServer } from "./harness/nats-server.js";
+import { freePort } from "./harness/ports.js";
 
 const dirs: string[] = [];
 const meshes: BootstrappedMesh[] = [];
@@ -135,6 +137,34 @@ describe("a mesh whose operator is the mesh, restored on a new machine from its 
       const refused = await runMeshctl(other, ["restore", file, "--key-file", keyFile, "--keys-only"], process.env);
       expect(refused.code).toBe(1);
       expect(refused.stderr).toMatch(/signing-keys\.json differs from the backup's: this machine holds another mesh's operator/);
+
+      // A server run apart from meshctl: the keys put back alone, its configuration made from them
+      // (meshctl nats-config), then the streams restored onto it as its admin.
+      const apart = newDir("mesh-restored-apart-");
+      const noKeyEnv = { ...process.env, MESH_MASTER_KEY: "", MESH_MASTER_KEY_FILE: "", MESH_NATS_CREDENTIALS: "" };
+      const keysOnly = await runMeshctl(apart, ["restore", file, "--key-file", keyFile, "--keys-only"], noKeyEnv);
+      expect(keysOnly.code, keysOnly.stderr).toBe(0);
+      expect(keysOnly.stdout).toMatch(/put back the keys of the backup of .*: wrote .*\.mesh\/master\.key/);
+      const port = await freePort();
+      const config = await runMeshctl(apart, ["nats-config", "--listen", `127.0.0.1:${port}`, "--store-dir", join(apart, "store")], noKeyEnv);
+      expect(config.code, config.stderr).toBe(0);
+      writeFileSync(join(apart, "server.conf"), config.stdout);
+      const server = await startNatsServer({ port, configFile: join(apart, "server.conf"), storeDir: join(apart, "store") });
+      try {
+        const ownAdmin = { ...noKeyEnv, NATS_URL: server.url, MESH_NATS_CREDENTIALS: join(apart, ".mesh/nats-operator/admin.creds") };
+        const streams = await runMeshctl(apart, ["restore", file, "--key-file", keyFile, "--json"], ownAdmin);
+        expect(streams.code, streams.stderr).toBe(0);
+        expect((JSON.parse(streams.stdout) as { streams: unknown[]; files: unknown[] }).files).toEqual([]);
+        // The operator and the account as the backup had them: the kept identity in, the revoked one out.
+        const at = { url: server.url, tls: () => ({}) };
+        expect(await logsIn(at, identity)).toBe(true);
+        expect(await logsIn(at, revokedCreds)).toBe(false);
+        const status = await runMeshctl(apart, ["get", "grants", "-o", "json"], ownAdmin);
+        expect(status.code, status.stderr).toBe(0);
+        expect(status.stdout).toContain("identity-api");
+      } finally {
+        await server.stop();
+      }
     },
   );
 });
