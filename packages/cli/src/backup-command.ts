@@ -292,3 +292,29 @@ export async function runRestore(
   }
   return ExitCodes.Ok;
 }
+
+/** `host:port` of the first server a NATS URL list names (`tls://h:p,…`, `h:p`), or undefined for one that does not parse. */
+function firstServer(url: string): string | undefined {
+  const first = url.split(",")[0]!.trim();
+  try {
+    const u = new URL(/^[a-z]+:\/\//i.test(first) ? first : `nats://${first}`);
+    return `${u.hostname}:${u.port || "4222"}`;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What `meshctl up --restore` says when the restored mesh reached its NATS server at `before`
+ * (its bus provider's endpoint in the backup) and runs at `now`: the identities already
+ * delivered name the old address until they are issued again. Undefined when it is the same
+ * server, or there was none. Pure.
+ */
+export function movedServerWarning(before: string | undefined, now: string): string | undefined {
+  if (!before || firstServer(before) === firstServer(now)) return undefined;
+  return (
+    `the backup's mesh reached its NATS server at ${before}, and this one is at ${now}: every identity already delivered names ${before} ` +
+    `until it is issued again, so a holder that follows its binding cannot reach this server. Stop this mesh and start it again at that address ` +
+    `(NATS_URL=${before} meshctl up, or bootstrap, in this directory: the restored store is kept)`
+  );
+}

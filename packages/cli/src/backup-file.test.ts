@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { parseMasterKey } from "@mesh/shared";
-import { backupOrder, isMeshStream } from "./backup-command.js";
+import { backupOrder, isMeshStream, movedServerWarning } from "./backup-command.js";
 import { BACKUP_FORMAT, openBackup, readBackupHeader, sealBackup } from "./backup-file.js";
 
 const key = () => parseMasterKey(randomBytes(32).toString("hex"));
@@ -51,5 +51,17 @@ describe("the streams a backup takes", () => {
       "KV_mesh-rotations",
       "KV_mesh-credentials",
     ]);
+  });
+});
+
+describe("a restore at another address", () => {
+  it("is said, with what the delivered identities name and what to do; the same server in another spelling is not", () => {
+    expect(movedServerWarning(undefined, "nats://127.0.0.1:4222")).toBeUndefined();
+    expect(movedServerWarning("tls://127.0.0.1:4222", "nats://127.0.0.1:4222")).toBeUndefined();
+    expect(movedServerWarning("127.0.0.1:4222", "tls://127.0.0.1")).toBeUndefined();
+    expect(movedServerWarning("tls://127.0.0.1:4222,tls://127.0.0.1:4223", "tls://127.0.0.1:4222")).toBeUndefined();
+    expect(movedServerWarning("tls://10.0.0.5:4222", "tls://127.0.0.1:4333")).toMatch(
+      /reached its NATS server at tls:\/\/10\.0\.0\.5:4222, and this one is at tls:\/\/127\.0\.0\.1:4333: every identity already delivered names .*Stop this mesh and start it again at that address \(NATS_URL=tls:\/\/10\.0\.0\.5:4222 meshctl up/,
+    );
   });
 });

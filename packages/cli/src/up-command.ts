@@ -33,6 +33,7 @@ import {
   isValidName,
   loadMasterKey,
   MESH_CA_PROVIDER,
+  ProviderDoc,
   StateFiles,
   meshCaProvider,
   subjects,
@@ -40,7 +41,7 @@ import {
   type AllowedHooks,
   type MasterKey,
 } from "@mesh/shared";
-import { connectNats, type NatsConnection, storeReplicas } from "@mesh/shared/runtime";
+import { connectNats, readJson, type NatsConnection, storeReplicas } from "@mesh/shared/runtime";
 import { unauthenticatedWarning } from "@mesh/shared/service";
 import { reportApply, sendApply } from "./apply-command.js";
 import { pause, retryPolicy } from "./retry.js";
@@ -49,7 +50,7 @@ import { CliError } from "./cli-error.js";
 import { NATS_URL_FILE, cliIdentity, natsUnreachableMessage, openStoreForCli, ownAdminCreds } from "./connect.js";
 import { ExitCodes } from "./exit-codes.js";
 import { liveLine, startLiveStatus, type LiveStatus } from "./live-status.js";
-import { checkRestoreTarget, openBackupFile, putBackKeys, restoreStreams } from "./backup-command.js";
+import { checkRestoreTarget, movedServerWarning, openBackupFile, putBackKeys, restoreStreams } from "./backup-command.js";
 import { stateDirsOf } from "./backup-state-files.js";
 import { findNatsServer, freeTcpPort, isTcpPortFree, loopbackAddress, startLocalNats, type StartedNats } from "./local-nats.js";
 import { formatFileProblems, loadManifestFiles, nodesOfParts, type FileReader, type ManifestFile } from "./manifest-files.js";
@@ -504,6 +505,11 @@ export async function runUp(opts: UpOptions, out: Output, stop: AbortSignal): Pr
     const caFile = !nc.info?.tls_required ? undefined : nats ? ca.certFile : given;
     const busUrl = nc.info?.tls_required ? tlsUrl(url) : url;
     const store = await openStoreForCli(nc, url, retryPolicy({ option: null }, out), opts.auditRetentionMs);
+    if (backup) {
+      const restoredBus = (await readJson(store.kv.providers, BOOTSTRAP_PROVIDER, ProviderDoc).catch(() => undefined))?.value.endpoint;
+      const moved = movedServerWarning(restoredBus, busUrl);
+      if (moved) out.err(moved);
+    }
 
     const plain = serviceSpecs({
       main,
