@@ -25,6 +25,7 @@ import { restoreStream, snapshotStream, storeReplicas, type NatsConnection, type
 import { openBackup, sealBackup, type BackupContents, type BackupHeader } from "./backup-file.js";
 import { collectStateFiles, putBackStateFiles, type StateDirs } from "./backup-state-files.js";
 import { CliError } from "./cli-error.js";
+import { firstNatsServer } from "./connect.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
 import { liveLine, type LiveLine } from "./live-status.js";
 import type { Output } from "./output.js";
@@ -293,17 +294,6 @@ export async function runRestore(
   return ExitCodes.Ok;
 }
 
-/** `host:port` of the first server a NATS URL list names (`tls://h:p,…`, `h:p`), or undefined for one that does not parse. */
-function firstServer(url: string): string | undefined {
-  const first = url.split(",")[0]!.trim();
-  try {
-    const u = new URL(/^[a-z]+:\/\//i.test(first) ? first : `nats://${first}`);
-    return `${u.hostname}:${u.port || "4222"}`;
-  } catch {
-    return undefined;
-  }
-}
-
 /**
  * What `meshctl up --restore` says when the restored mesh reached its NATS server at `before`
  * (its bus provider's endpoint in the backup) and runs at `now`: the identities already
@@ -311,7 +301,8 @@ function firstServer(url: string): string | undefined {
  * server, or there was none. Pure.
  */
 export function movedServerWarning(before: string | undefined, now: string): string | undefined {
-  if (!before || firstServer(before) === firstServer(now)) return undefined;
+  const [was, is] = [before && firstNatsServer(before), firstNatsServer(now)];
+  if (!before || (was && is && was.host === is.host && was.port === is.port)) return undefined;
   return (
     `the backup's mesh reached its NATS server at ${before}, and this one is at ${now}: every identity already delivered names ${before} ` +
     `until it is issued again, so a holder that follows its binding cannot reach this server. Stop this mesh and start it again at that address ` +

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { JetStreamApiError } from "@nats-io/jetstream";
-import { jetStreamUnavailableError } from "./connect.js";
+import { firstNatsServer, jetStreamUnavailableError } from "./connect.js";
 
 describe("jetStreamUnavailableError", () => {
   const url = "nats://a:4222";
@@ -27,5 +27,14 @@ describe("jetStreamUnavailableError", () => {
     const after = jetStreamUnavailableError(noAccount, url, one, 10_000)!;
     expect(after.retryable).toBe(false);
     expect(after.message).toContain("runs JetStream, but not for the account meshctl connected to");
+  });
+});
+
+describe("firstNatsServer", () => {
+  it("is the first server of a URL list, with the default port when none is given; none for what does not parse", () => {
+    expect(firstNatsServer("tls://[::1]:4333, tls://b:1")).toEqual({ host: "::1", port: 4333 });
+    expect(firstNatsServer("nats-1.example:4223")).toEqual({ host: "nats-1.example", port: 4223 });
+    expect(firstNatsServer("127.0.0.1")).toEqual({ host: "127.0.0.1", port: 4222 });
+    expect(firstNatsServer("nats://a b")).toBeUndefined();
   });
 });

@@ -32,6 +32,17 @@ import type { ChosenIdentity } from "./nats-context.js";
 /** Where `meshctl up` records the address of the NATS server it runs, under the state directory. */
 export const NATS_URL_FILE = "nats-url";
 
+/** The first server of a NATS URL list (`tls://h:p,…`, `h:p`; port 4222 when none is given), or undefined for one that does not parse. */
+export function firstNatsServer(url: string): { host: string; port: number } | undefined {
+  const first = url.split(",")[0]!.trim();
+  try {
+    const u = new URL(/^[a-z]+:\/\//i.test(first) ? first : `nats://${first}`);
+    return { host: u.hostname.replace(/^\[|\]$/g, ""), port: Number(u.port || 4222) };
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * The NATS URL meshctl uses: `--server`, else `NATS_URL`, else the URL of the NATS context named
  * (`contextUrl`), else the address `meshctl up` recorded in `.mesh/nats-url` of the working

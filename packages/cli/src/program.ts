@@ -27,7 +27,7 @@ import { deleteRequestOf, deleteRequestOfFiles, runDelete } from "./delete-comma
 import { checkConsoleOptions, runConsole, type ConsoleOptions } from "./console/command.js";
 import { DEFAULT_CONSOLE_LISTEN } from "./console/access.js";
 import { CliError, isCliError } from "./cli-error.js";
-import { connectForCli, isNamedServer, jetStreamUnavailableError, natsUrlFrom, openStoreForCli } from "./connect.js";
+import { connectForCli, firstNatsServer, isNamedServer, jetStreamUnavailableError, natsUrlFrom, openStoreForCli } from "./connect.js";
 import { readNatsContext } from "./nats-context.js";
 import { EXAMPLES, examplesHelp, runExample } from "./example-command.js";
 import { runExplain } from "./explain-command.js";
@@ -758,12 +758,8 @@ const NATS_TLS_LIFETIME_HELP = `how long each certificate of the NATS server thi
 
 /** The first server of a NATS URL list, as `meshctl ca rotate` looks at what it presents; none for one it cannot parse. */
 function serverOf(url: string): { server?: { host: string; port: number } } {
-  try {
-    const u = new URL(/^[a-z]+:\/\//i.test(url) ? url.split(",")[0]!.trim() : `nats://${url.split(",")[0]!.trim()}`);
-    return { server: { host: u.hostname.replace(/^\[|\]$/g, ""), port: Number(u.port || 4222) } };
-  } catch {
-    return {};
-  }
+  const server = firstNatsServer(url);
+  return server ? { server } : {};
 }
 
 /** `--nats-tls-lifetime` in milliseconds; a CliError for a duration that is not one, or out of bounds. */
