@@ -17,13 +17,12 @@
  * carry on with what was running.
  */
 import { existsSync, readFileSync, writeFileSync, renameSync, mkdirSync } from "node:fs";
-import { basename, dirname } from "node:path";
-import { operatorFiles } from "@mesh/providers";
+import { dirname } from "node:path";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
-import { Buckets, RECORD_VERSION, StateFiles, parseMasterKey, type MasterKey } from "@mesh/shared";
+import { Buckets, RECORD_VERSION, parseMasterKey, type MasterKey } from "@mesh/shared";
 import { restoreStream, snapshotStream, storeReplicas, type NatsConnection, type StreamSnapshot } from "@mesh/shared/runtime";
 import { openBackup, sealBackup, type BackupContents, type BackupHeader } from "./backup-file.js";
-import { collectStateFiles, putBackStateFiles, type StateDirs } from "./backup-state-files.js";
+import { collectStateFiles, holdsOperator, putBackStateFiles, type StateDirs } from "./backup-state-files.js";
 import { CliError } from "./cli-error.js";
 import { firstNatsServer } from "./connect.js";
 import { ExitCodes, type ExitCode } from "./exit-codes.js";
@@ -31,8 +30,6 @@ import { liveLine, type LiveLine } from "./live-status.js";
 import type { Output } from "./output.js";
 
 const kvStreamOf = (bucket: string) => `KV_${bucket}`;
-/** The operator's JWTs in a backup: present when the mesh is its server's operator. */
-const OPERATOR_FILE = `${StateFiles.operatorDir}/${basename(operatorFiles("").operatorFile)}`;
 const CREDENTIALS = kvStreamOf(Buckets.credentials);
 
 /** The streams of the mesh among `names`: its buckets (`KV_mesh-…`), object stores (`OBJ_mesh_…`) and streams (`MESH_…`). */
@@ -143,7 +140,7 @@ export async function runBackup(
   line.done();
   const files = collectStateFiles(o.dirs);
   // A server that requires an identity may be one whose operator is the mesh: without its files, the backup could not bring its identities back.
-  if (nc.info?.auth_required && !files.some((f) => f.path === OPERATOR_FILE))
+  if (nc.info?.auth_required && !holdsOperator(files))
     out.err(
       `meshctl backup: the server requires an identity, and ${o.dirs.operator} holds no operator's files: if the mesh is that server's operator, ` +
         "this backup cannot bring its identities back. Run it in the mesh's directory (where .mesh/nats-operator is), or name --operator-dir and --resolver-dir",

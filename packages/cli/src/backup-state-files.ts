@@ -57,6 +57,13 @@ function carried(dirs: StateDirs): { files: Map<string, string>; resolver: strin
 
 /** The prefix of a resolver's JWT in a backup. */
 const RESOLVER_PATH = `${StateFiles.operatorDir}/${basename(operatorFiles("").resolverDir)}/`;
+/** The operator's JWTs in a backup: there when the mesh is its server's operator. */
+const OPERATOR_PATH = `${StateFiles.operatorDir}/${basename(operatorFiles("").operatorFile)}`;
+
+/** Whether `files` hold an operator's (a mesh that is its server's operator). */
+export function holdsOperator(files: readonly StateFile[]): boolean {
+  return files.some((f) => f.path === OPERATOR_PATH);
+}
 
 /** The files a backup carries that are present in `dirs` (none for a mesh without an operator or authority of its own). */
 export function collectStateFiles(dirs: StateDirs): StateFile[] {
@@ -67,9 +74,8 @@ export function collectStateFiles(dirs: StateDirs): StateFile[] {
   return found.map(([path, at]) => ({ path, data: readFileSync(at) }));
 }
 
-/** Where `file` goes in `dirs`, refused when it is not one of the files a backup carries (a changed backup cannot write elsewhere). */
-function placeOf(dirs: StateDirs, file: StateFile): { at: string; kept: boolean } {
-  const { files, resolver } = carried(dirs);
+/** Where `file` goes among the places {@link carried} names, refused when it is not one of the files a backup carries (a changed backup cannot write elsewhere). */
+function placeOf({ files, resolver }: ReturnType<typeof carried>, file: StateFile): { at: string; kept: boolean } {
   const at = files.get(file.path);
   if (at) return { at, kept: false };
   const name = file.path.startsWith(RESOLVER_PATH) ? file.path.slice(RESOLVER_PATH.length) : "";
@@ -83,7 +89,8 @@ function placeOf(dirs: StateDirs, file: StateFile): { at: string; kept: boolean 
  * backup's (another operator or authority), naming it and what to do.
  */
 export function putBackStateFiles(dirs: StateDirs, files: readonly StateFile[]): string[] {
-  const placed = files.map((f) => ({ ...f, ...placeOf(dirs, f) }));
+  const into = carried(dirs);
+  const placed = files.map((f) => ({ ...f, ...placeOf(into, f) }));
   const differing = placed.filter((f) => !f.kept && existsSync(f.at) && !readFileSync(f.at).equals(f.data));
   if (differing.length)
     throw new CliError(
