@@ -3,7 +3,9 @@
  * `startProfile()` starts it and returns the function that stops it and returns the profile
  * as `.cpuprofile` JSON (open it in Chrome's DevTools or VS Code).
  */
+import { mkdirSync, writeFileSync } from "node:fs";
 import { Session } from "node:inspector/promises";
+import { join } from "node:path";
 
 export async function startProfile(): Promise<() => Promise<string>> {
   const session = new Session();
@@ -15,6 +17,14 @@ export async function startProfile(): Promise<() => Promise<string>> {
     session.disconnect();
     return JSON.stringify(profile);
   };
+}
+
+/** Writes profile `text` as `<BENCH_PROFILE_DIR>/<name>.cpuprofile`, making the directory when it is not there yet. */
+export function writeProfile(name: string, text: string): void {
+  const dir = process.env.BENCH_PROFILE_DIR;
+  if (!dir) throw new Error("BENCH_PROFILE_DIR is not set: there is nowhere to write a profile");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, `${name}.cpuprofile`), text);
 }
 
 let running: (() => Promise<string>) | undefined;

@@ -7,8 +7,7 @@
  * beside the floors.
  */
 import { randomUUID } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import {
   Grant,
   HOLDER_STREAM_PREFIX,
@@ -22,7 +21,7 @@ import {
 } from "@mesh/shared";
 import { readJson, type JetStreamClient, type JetStreamManager, type KV, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { BenchChild, cpuOf, rssOf } from "./bench-child.js";
-import { startProfile } from "./profile.js";
+import { startProfile, writeProfile } from "./profile.js";
 
 /** Sizes from `BENCH_SIZES` (comma-separated; empty skips them all), else `defaults`. */
 export function benchSizes(defaults: string): number[] {
@@ -448,13 +447,12 @@ async function peaksDuring<T>(holderRss: () => number, f: () => Promise<T>): Pro
  * `<dir>/holders-<label>-<i>.cpuprofile`. Without it, does nothing.
  */
 async function startProfiles(label: string, procs: readonly BenchChild[]): Promise<() => Promise<void>> {
-  const dir = process.env.BENCH_PROFILE_DIR;
-  if (!dir) return async () => undefined;
+  if (!process.env.BENCH_PROFILE_DIR) return async () => undefined;
   const stop = await startProfile();
   await Promise.all(procs.map((p) => p.call("profile")));
   return async () => {
-    writeFileSync(join(dir, `rotator-${label}.cpuprofile`), await stop());
-    await Promise.all(procs.map(async (p, i) => writeFileSync(join(dir, `holders-${label}-${i}.cpuprofile`), await p.call<string>("profile"))));
+    writeProfile(`rotator-${label}`, await stop());
+    await Promise.all(procs.map(async (p, i) => writeProfile(`holders-${label}-${i}`, await p.call<string>("profile"))));
   };
 }
 

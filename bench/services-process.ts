@@ -9,9 +9,7 @@
  * `BENCH_PROFILE_DIR` set, a CPU profile of the process from start to stop is written there
  * (`services-<pid>.cpuprofile`).
  */
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { startProfile } from "./profile.js";
+import { startProfile, writeProfile } from "./profile.js";
 import { parseMasterKey } from "@mesh/shared";
 import { connectNats, openStore } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
@@ -59,7 +57,7 @@ process.on("message", (m: Start | { op: "stop" }) => {
       for (const s of services) await s.stop();
       services = [];
       await close?.();
-      if (stopProfile) writeFileSync(join(process.env.BENCH_PROFILE_DIR!, `services-${process.pid}.cpuprofile`), await stopProfile());
+      if (stopProfile) writeProfile(`services-${process.pid}`, await stopProfile());
       process.send!({ stopped: true }, () => process.exit(0));
     }
   })().catch((e: unknown) => {

@@ -28,8 +28,7 @@
  * have connected long before a re-check). Nothing here asserts a time.
  */
 import { randomBytes } from "node:crypto";
-import { statfsSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { statfsSync } from "node:fs";
 import { Writable } from "node:stream";
 import pg from "pg";
 import {
@@ -54,7 +53,7 @@ import { AdapterPool, CredentialStore, postgresNames } from "@mesh/providers";
 import { DEFAULT_VERIFY_INTERVAL_MS, FRESH_SHARE, startVerifier } from "@mesh/verifier";
 import { startNatsServer } from "../test/harness/nats-server.js";
 import { startPostgres } from "../test/harness/postgres.js";
-import { startProfile } from "./profile.js";
+import { startProfile, writeProfile } from "./profile.js";
 
 const GRANTS = Number(process.env.BENCH_GRANTS ?? 1_000);
 /** 5 % of the grants (50 of 1,000): each costs a failed check, a repair and a check again, on top of the schedule. */
@@ -243,7 +242,7 @@ try {
   // The pass is over when every grant's Verified condition has been written once.
   while (verifier.stats().transitions < GRANTS) await sleep(50);
   const passMs = performance.now() - tp;
-  if (stopProfile) writeFileSync(join(process.env.BENCH_PROFILE_DIR!, "verifier-pass.cpuprofile"), await stopProfile());
+  if (stopProfile) writeProfile("verifier-pass", await stopProfile());
   const passChecks = verifier.stats().checks;
   const passRate = (passChecks / passMs) * 1000;
   const rss1 = process.memoryUsage().rss;
