@@ -7,7 +7,7 @@
  *   connects (with `identityDir`, as the part whose identity binding that is, with its inbox
  *   prefix: `connectWithIdentity`), holds, subscribes the floor responders; with `bare`, also
  *   pulls from and acknowledges every message of consumer `<consumerPrefix><first + i>` of the
- *   bare JetStream floor's stream on connection i, pulling as the SDK pulls from its own (no mesh code:
+ *   bare JetStream floor's stream on connection i, pulling as the SDK pulls from its own (one-pull.ts; no mesh code:
  *   rotation-rounds.ts's BareFloor); with `pgEndpoint`
  *   each holder logs in with the new values before it confirms (at most {@link LOGINS_AT_ONCE}
  *   logins at once in this process); answers, with `identityDir`, `{ refused }`: whether the
@@ -18,8 +18,9 @@
  * - `stop`: stops the holders, closes the connections, and the process exits.
  */
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { jetstream, type ConsumerMessages } from "@nats-io/jetstream";
+import { jetstream } from "@nats-io/jetstream";
 import { Kinds } from "@mesh/shared";
+import { OnePull } from "@mesh/shared/runtime";
 import { createAdapter, type ProviderAdapter } from "@mesh/providers";
 import { connectWithIdentity, holdCredential, type CredentialHolder } from "@mesh/client";
 import { toggleProfile } from "./profile.js";
@@ -52,9 +53,8 @@ let conns: NatsConnection[] = [];
 /** Closes each connection: a drain for one made with an identity. */
 let closers: Array<() => Promise<void>> = [];
 let holders: CredentialHolder[] = [];
-/** The bare floor's pulls in flight, closed at stop. */
-const bareBatches = new Set<ConsumerMessages>();
-let stopping = false;
+/** The bare floor's pullers, closed at stop. */
+const barePullers: OnePull[] = [];
 let generations: number[] = [];
 let adapter: ProviderAdapter | undefined;
 
@@ -120,21 +120,17 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
   );
   if (s.bare) {
     const { stream, consumerPrefix } = s.bare;
-    // The SDK's own pull (hold-credential.ts): the consumer looked up once, then one message per pull, each acknowledged.
-    const consumers = await Promise.all(conns.map((c, i) => jetstream(c).consumers.get(stream, `${consumerPrefix}${s.first + i}`)));
-    for (const consumer of consumers)
+    // The SDK's own pull (hold-credential.ts, one-pull.ts): the consumer looked up once, then one
+    // message per pull on one inbox, each acknowledged, the next pull leaving with the ack.
+    await Promise.all(conns.map((c, i) => jetstream(c).consumers.get(stream, `${consumerPrefix}${s.first + i}`)));
+    conns.forEach((c, i) => {
+      const puller = new OnePull(c, stream, `${consumerPrefix}${s.first + i}`, (m) => m.ack());
+      barePullers.push(puller);
       void (async () => {
-        while (!stopping) {
-          try {
-            const batch = await consumer.fetch({ max_messages: 1, expires: 30_000 });
-            bareBatches.add(batch);
-            for await (const m of batch) m.ack();
-            bareBatches.delete(batch);
-          } catch {
-            // A leader that moved, or the connection closing: pulled again (or ended).
-          }
-        }
+        // A pull lost or a leader that moved: pulled again (closed at stop).
+        while ((await puller.run(() => 30_000)) !== "closed") await new Promise((r) => setTimeout(r, 50));
       })();
+    });
   }
   // The floor's message names the subject to answer on (rotation-rounds.ts's Floor).
   for (const c of conns) c.subscribe(s.floorSubject, { callback: (_e, m) => c.publish(m.string(), "ok") });
@@ -159,8 +155,7 @@ async function handle(op: string, body: Record<string, unknown>): Promise<unknow
       return toggleProfile();
     case "stop":
       await Promise.all(holders.map((h) => h.stop()));
-      stopping = true;
-      for (const b of bareBatches) b.stop();
+      for (const p of barePullers.splice(0)) p.close();
       await Promise.all(closers.map((close) => close()));
       await adapter?.close();
       holders = [];

@@ -15,7 +15,7 @@
  * consumer keeps it), and a lost ack is delivered again, not lost.
  */
 import { randomBytes } from "node:crypto";
-import { JetStreamApiError, jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
+import { JetStreamApiError, jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { Span } from "@opentelemetry/api";
 import {
@@ -58,6 +58,8 @@ import {
   holderSpanAttributes,
   startConsumerSpan,
   type NatsConnection,
+  OnePull,
+  type PulledMessage,
   watchedJson,
 } from "@mesh/shared/runtime";
 
@@ -165,7 +167,7 @@ class Holder implements CredentialHolder {
   private taken = 0;
   private heartbeat: NodeJS.Timeout | undefined;
   private withdrawSub: ReturnType<NatsConnection["subscribe"]> | undefined;
-  private messages: ConsumerMessages | undefined;
+  private puller: OnePull | undefined;
   private consuming: Promise<void> | undefined;
   private readonly registeredAt = new Date().toISOString();
   private readonly regKey: string;
@@ -244,46 +246,43 @@ class Holder implements CredentialHolder {
   /**
    * Consumes the instance's own consumer until it stops: looked for until the control plane has
    * made it, and looked for again should it vanish (its server lost; made again by the rotator,
-   * it delivers the last rotation again).
+   * it delivers the last rotation again) or a pull go unanswered.
    *
-   * One message per pull, each pull a request of its own (`fetch`), not the client's `consume`:
-   * a pull lives only on the consumer's leader, and when the leader moves (a server lost, a
-   * step-down) its successor answers the pulls it knows of with 409 "Leadership Change", which
-   * ends a fetch at once but only stalls a `consume` until two heartbeats are missed (30 s with
-   * its defaults: on a cluster whose consumer leaders moved, rotations waited 30 s for some of
-   * their holders). A `consume` renewing its pull every 5 s instead left holders without a pull
-   * at times on a loaded server, each until that pull expired. What a pull per message costs,
-   * and what the short pulls on a new consumer bought (a pull sent before its leader is settled
-   * is lost), is in docs/design.md, "Rotation fan-out". At rest: one pull every
+   * One message per pull, on one inbox for the instance's life (one-pull.ts), not the client's
+   * `consume`: a pull lives only on the consumer's leader, and when the leader moves (a server
+   * lost, a step-down) its successor answers the pulls it knows of with 409 "Leadership Change",
+   * which ends a pull at once but only stalls a `consume` until two heartbeats are missed (30 s
+   * with its defaults: on a cluster whose consumer leaders moved, rotations waited 30 s for some
+   * of their holders). The next pull leaves with the ack of the message before it. What the pulls
+   * cost, and what the short pulls on a new consumer bought (a pull sent before its leader is
+   * settled is lost), is in docs/design.md, "Rotation fan-out". At rest: one pull every
    * {@link PULL_EXPIRES_MS}; while the consumer is new to it, one every
    * {@link SETTLING_PULL_EXPIRES_MS}.
    */
   private async consume(): Promise<void> {
+    const puller = (this.puller = new OnePull(this.nc, this.endpoint.stream, this.endpoint.consumer, (m) => this.enqueue(() => this.rotation(m))));
     for (let attempt = 0; !this.done;) {
       try {
-        const consumer = await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
+        await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
         const settledAt = Date.now() + SETTLING_MS;
         attempt = 0;
-        // Ended by an error when the consumer is deleted (lost with its server, say): looked for again, as made again by the rotator.
-        while (!this.done) {
-          this.messages = await consumer.fetch({ max_messages: 1, expires: Date.now() < settledAt ? SETTLING_PULL_EXPIRES_MS : PULL_EXPIRES_MS });
-          if (this.done) break;
-          for await (const m of this.messages) this.enqueue(() => this.rotation(m));
-        }
+        // Ends when a pull went unanswered (a leader lost, the connection back), the consumer is deleted (lost with its server, say), or at stop: looked for again.
+        const end = await puller.run(() => (Date.now() < settledAt ? SETTLING_PULL_EXPIRES_MS : PULL_EXPIRES_MS));
+        if (end === "closed") break;
       } catch (e) {
         if (this.done) break;
-        // A leader that moved, or a pull lost (its heartbeats missed): pulled again at once. Not made yet (or gone): looked for again, soon at first.
+        // Not made yet (or gone): looked for again, soon at first.
         const message = errorMessage(e);
-        if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout|leadership change|heartbeats missed/i.test(message))
-          attempt = Math.max(attempt, 4);
+        if (!(e instanceof JetStreamApiError) && !/not found|no responders|timeout/i.test(message)) attempt = Math.max(attempt, 4);
       }
       if (this.done) break;
       await sleep(backoffMs(++attempt, { firstMs: 50, maxMs: 2_000 }));
     }
+    puller.close();
   }
 
   /** One rotation's message: k+1 taken and yielded; acknowledged when the application confirms, or at once if this instance has it already. */
-  private async rotation(m: JsMsg): Promise<void> {
+  private async rotation(m: PulledMessage): Promise<void> {
     if (this.done) return;
     const b = RotationBroadcast.safeParse(safeJson(() => m.json()));
     if (!b.success || b.data.grant !== this.grant || m.subject !== this.endpoint.subject) {
@@ -291,18 +290,18 @@ class Holder implements CredentialHolder {
       return;
     }
     if (b.data.to <= this.taken) {
-      await m.ackAck().catch(() => undefined);
+      m.ack();
       return;
     }
     const { node, part } = this.opts;
     const values = b.data.values && this.partKey ? decryptForPart(this.partKey, b.data, node, part, b.data.values) : undefined;
     const taken = await this.take(b.data.to, b.data.rotation, new Date(), m, values);
     // Not fetched (the provisioner did not answer): the message comes back for another try.
-    if (!taken) m.nak(retryDelayMs(m.info.deliveryCount));
+    if (!taken) m.nak(retryDelayMs(m.deliveryCount));
   }
 
   /** Takes generation `generation`: fetched sealed to this instance, then yielded; `m` is acknowledged by its `confirm()`. False when it could not be fetched. */
-  private async take(generation: number, rotation: string | undefined, receivedAt: Date, m?: JsMsg, inBroadcast?: CredentialValues): Promise<boolean> {
+  private async take(generation: number, rotation: string | undefined, receivedAt: Date, m?: PulledMessage, inBroadcast?: CredentialValues): Promise<boolean> {
     if (this.done || generation <= this.taken) return true;
     // A CONSUMER span, the child of the rotator's broadcast (its context in the message's headers).
     const { node, part } = this.opts;
@@ -399,7 +398,7 @@ class Holder implements CredentialHolder {
     this.done = true;
     clearInterval(this.heartbeat);
     this.withdrawSub?.unsubscribe();
-    await this.messages?.close().catch(() => undefined);
+    this.puller?.close();
     await this.consuming?.catch(() => undefined);
     this.waiter?.({ value: undefined, done: true });
     this.waiter = undefined;

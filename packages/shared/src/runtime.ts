@@ -76,6 +76,7 @@ export {
   retryDelayMs,
   type StartAt,
 } from "./stream-consumers.js";
+export { deliveryCountOf, OnePull, type PulledMessage, type PullEnd, pullStatusAction } from "./one-pull.js";
 export { ProviderCatalog } from "./provider-catalog.js";
 export {
   contextFrom,
