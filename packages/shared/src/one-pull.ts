@@ -18,9 +18,9 @@ import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscrip
 /** A message delivered to the puller: what a holder reads of it and how it answers. */
 export interface PulledMessage {
   subject: string;
-  headers: MsgHdrs | undefined;
+  readonly headers: MsgHdrs | undefined;
   /** How often the server has delivered it (1 the first time), from its ack subject. */
-  deliveryCount: number;
+  readonly deliveryCount: number;
   json<T = unknown>(): T;
   /** Acknowledges it; the next pull leaves in the same write. */
   ack(): void;
@@ -153,8 +153,9 @@ export class OnePull {
 
   private received(m: Msg): void {
     if (this.closed) return;
-    const h = m.headers;
-    if (h && h.code > 0 && m.data.length === 0) {
+    // A status has no body; a delivery's headers are decoded only when read (a thousand holders pay for each).
+    const h = m.data.length === 0 ? m.headers : undefined;
+    if (h && h.code > 0) {
       const action = pullStatusAction(h.code, h.description);
       if (action === "ignore") return;
       this.answered();
@@ -200,8 +201,12 @@ export class OnePull {
     };
     return {
       subject: m.subject,
-      headers: m.headers,
-      deliveryCount: deliveryCountOf(reply),
+      get headers() {
+        return m.headers;
+      },
+      get deliveryCount() {
+        return deliveryCountOf(reply);
+      },
       json: <T>() => m.json<T>(),
       ack: () => answer(ACK),
       nak: (delayMs?: number) => answer(delayMs && delayMs > 0 ? `-NAK ${JSON.stringify({ delay: delayMs * 1_000_000 })}` : "-NAK"),
