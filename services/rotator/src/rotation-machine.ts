@@ -246,8 +246,9 @@ export function withRotatingCondition(conditions: Condition[], r: Rotation, now:
     return conditions.some((c) => c.type === "Rotating") ? conditions.filter((c) => c.type !== "Rotating") : conditions;
   }
   const total = Object.keys(r.holders).length;
-  const missing = missingHolders(r);
   if (r.state === RotationStates.Stalled) {
+    // Sorted names of every missing holder: only a stall's message names them.
+    const missing = missingHolders(r);
     return setCondition(
       conditions,
       {
