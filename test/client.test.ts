@@ -214,6 +214,28 @@ describe("holdCredential", () => {
       await holder.stop();
     }
   });
+
+  it("starts on a server that does not answer for longer than a JetStream request waits", async () => {
+    await rotate("held-paused", 1);
+    // A server that stops answering for a while (a cluster electing leaders, or one busy with
+    // thousands of instances starting at once): its first requests time out (5 s), the later ones are answered.
+    const held = new Promise((resolve, reject) => {
+      holdCredential(nc, { module: "shop", part: "api", node: "node-a", requirement: "held-paused" }).then(resolve, reject);
+    });
+    process.kill(nats.pid, "SIGSTOP");
+    try {
+      await new Promise((r) => setTimeout(r, 6_000));
+    } finally {
+      process.kill(nats.pid, "SIGCONT");
+    }
+    const holder = (await held) as Awaited<ReturnType<typeof holdCredential>>;
+    try {
+      const first = await holder[Symbol.asyncIterator]().next();
+      expect(first.value).toMatchObject({ grant: "shop/held-paused", generation: 1 });
+    } finally {
+      await holder.stop();
+    }
+  }, 30_000);
 });
 
 describe("declare", () => {

@@ -60,6 +60,7 @@ import {
   type NatsConnection,
   OnePull,
   type PulledMessage,
+  retryJetStreamIdempotent,
   watchedJson,
 } from "@mesh/shared/runtime";
 
@@ -138,7 +139,8 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
   const js = jetstream(nc);
   const kvm = new Kvm(js);
   // Direct gets name the key in their subject, so a part's identity may read its own module's records and no other's.
-  const [holders, grants] = await Promise.all([kvm.open(Buckets.holders), kvm.open(Buckets.grants, { allow_direct: true })]);
+  // A cluster electing leaders, or busy with thousands of instances starting at once, answers late or not at all for a few seconds: waited out.
+  const [holders, grants] = await retryJetStreamIdempotent(() => Promise.all([kvm.open(Buckets.holders), kvm.open(Buckets.grants, { allow_direct: true })]));
   const h = new Holder(nc, js, { holders, grants }, { ...opts, instance });
   await h.start();
   return h;
@@ -200,7 +202,8 @@ class Holder implements CredentialHolder {
         void this.stop();
       },
     });
-    await this.register();
+    // The same registration written again is the same record.
+    await retryJetStreamIdempotent(() => this.register());
     this.heartbeat = setInterval(() => void this.register().catch(() => undefined), this.opts.heartbeatMs ?? HOLDER_HEARTBEAT_MS);
     this.heartbeat.unref();
     this.enqueue(() => this.current());
