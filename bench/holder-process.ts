@@ -127,7 +127,7 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
       const puller = new OnePull(c, stream, `${consumerPrefix}${s.first + i}`, (m) => m.ack());
       barePullers.push(puller);
       void (async () => {
-        // A pull lost or a leader that moved: pulled again (closed at stop).
+        // A pull unanswered or the consumer gone: run again (ended at stop).
         while ((await puller.run(() => 30_000)) !== "closed") await new Promise((r) => setTimeout(r, 50));
       })();
     });
