@@ -4,7 +4,7 @@
  * next pull held until the ack, a deleted consumer and a pull nobody answers ending the run.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { holderConsumerConfig, holderStreamConfig, type HolderEndpoint } from "@mesh/shared";
 import { connectNats, OnePull, type NatsConnection, type PulledMessage } from "@mesh/shared/runtime";
 import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
@@ -13,12 +13,14 @@ import { waitFor } from "./harness/wait.js";
 let nats: NatsServer;
 let nc: NatsConnection;
 let jsm: JetStreamManager;
+let js: JetStreamClient;
 const endpoint: HolderEndpoint = { stream: "MESH_HOLD_T_pull", consumer: "h1", subject: "pull.t.key", streamSubjects: "pull.t.>", sdk: true };
 
 beforeAll(async () => {
   nats = await startNatsServer();
   nc = await connectNats(nats.url);
   jsm = await jetstreamManager(nc);
+  js = jetstream(nc);
 });
 
 afterAll(async () => {
@@ -40,7 +42,6 @@ describe("OnePull", () => {
     const got: PulledMessage[] = [];
     const puller = new OnePull(nc, endpoint.stream, endpoint.consumer, (m) => got.push(m));
     const ended = puller.run(() => 30_000);
-    const js = (await import("@nats-io/jetstream")).jetstream(nc);
     const first = await js.publish(endpoint.subject, JSON.stringify({ n: 1 }));
     await waitFor("the first message", () => got.length === 1, 5_000);
     expect(got[0]!.json()).toEqual({ n: 1 });
@@ -61,7 +62,6 @@ describe("OnePull", () => {
     const got: PulledMessage[] = [];
     const puller = new OnePull(nc, endpoint.stream, endpoint.consumer, (m) => (m.deliveryCount === 1 ? m.nak(100) : got.push(m)));
     void puller.run(() => 30_000);
-    const js = (await import("@nats-io/jetstream")).jetstream(nc);
     await js.publish(endpoint.subject, "x");
     await waitFor("the first message", () => got.length === 1, 5_000);
     expect(got[0]!.deliveryCount).toBe(2);
@@ -73,7 +73,6 @@ describe("OnePull", () => {
     const got: PulledMessage[] = [];
     const puller = new OnePull(nc, endpoint.stream, endpoint.consumer, (m) => got.push(m));
     void puller.run(() => 30_000);
-    const js = (await import("@nats-io/jetstream")).jetstream(nc);
     await js.publish(endpoint.subject, JSON.stringify({ n: 1 }));
     await waitFor("the first message", () => got.length === 1, 5_000);
     // Not answered: a newer message replaces it in the stream (one per subject kept), and is delivered.
