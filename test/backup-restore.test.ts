@@ -196,7 +196,8 @@ describe("a backup of the mesh", () => {
       expect(await logsIn(held)).toBe(true);
       step("the cache repaired, its binding logs in");
       await restored.waitForState("bk-app", "Ready", 30_000);
-      // A rotation the backup caught running is carried to its end; the holder's binding is delivered again from the restored store.
+      // A rotation the backup caught running is carried to its end, whether or not the holder stream's snapshot (taken before
+      // the rotations') holds its broadcast: published again when it does not. The holder's binding is delivered again from the restored store.
       await waitFor(
         "the secret's rotation to be Committed",
         async () => (await readJson(restored.store.kv.rotations, keys.grant("bk-app", "key"), Rotation))?.value.state === RotationStates.Committed,

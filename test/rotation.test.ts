@@ -13,6 +13,7 @@ import { SpanKind } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import {
+  agentHolderStream,
   getCondition,
   keys,
   Kinds,
@@ -259,14 +260,19 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     expect(consumers.map((c) => c.attributes["mesh.holder"]).sort()).toEqual(["node-a/api", "node-b/worker"]);
   });
 
-  it("stalls naming an offline holder, keeps k, refuses a forged confirmation, and commits when the holder is back", async () => {
-    expect((await mesh.apply([harnessProvider(db), moduleDoc("shop2")])).ok).toBe(true);
-    await mesh.waitForState("shop2", "Ready");
+  /** Module `name` applied and Ready, both its holders on generation 1, then node-b's agent stopped. */
+  async function readyWithNodeBStopped(name: string) {
+    expect((await mesh.apply([harnessProvider(db), moduleDoc(name)])).ok).toBe(true);
+    await mesh.waitForState(name, "Ready");
     await waitFor("both holders on generation 1", async () => {
-      const g = await mesh.grant("shop2", "db");
+      const g = await mesh.grant(name, "db");
       return g?.holders["node-a/api"]?.generation === 1 && g.holders["node-b/worker"]?.generation === 1;
     });
     await agents["node-b"]!.stop();
+  }
+
+  it("stalls naming an offline holder, keeps k, refuses a forged confirmation, and commits when the holder is back", async () => {
+    await readyWithNodeBStopped("shop2");
 
     const reply = await requestRotate(mesh, "shop2/db", 1_500);
     expect(reply.ok).toBe(true);
@@ -299,6 +305,45 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     expect(readBinding(roots["node-b"]!, "shop2", "worker").username).toMatch(/_b$/);
     expect(await loginWith(mesh, "shop2", 2)).toEqual({ ok: true });
     expect(await loginWith(mesh, "shop2", 1)).toMatchObject({ ok: false, reason: "rejected" });
+  });
+
+  it("publishes the broadcast again into a holder stream that lost it, and commits once that holder confirms it", async () => {
+    await readyWithNodeBStopped("shop4");
+    expect((await requestRotate(mesh, "shop4/db")).ok).toBe(true);
+    const waiting = await waitFor(
+      "node-a/api confirmed, node-b/worker not",
+      async () => {
+        const r = await rotation(mesh, "shop4");
+        return r?.state === RotationStates.AwaitingHolders && r.confirmed === 1 ? r : undefined;
+      },
+      20_000,
+    );
+    // Gone from node-b's stream before its agent took it, as from a stream restored from a backup taken before the broadcast.
+    const lost = waiting.broadcasts.find((b) => b.stream === agentHolderStream("node-b"))!;
+    expect(await mesh.store.jsm.streams.deleteMessage(lost.stream, lost.seq)).toBe(true);
+    const again = await waitFor(
+      "the broadcast published again into node-b's stream",
+      async () => {
+        const r = await rotation(mesh, "shop4");
+        return r?.republished ? r : undefined;
+      },
+      20_000,
+    );
+    const republished = again.broadcasts.find((b) => b.stream === lost.stream)!;
+    expect(republished.seq).toBeGreaterThan(lost.seq);
+    // node-a's broadcast is left alone.
+    expect(again.broadcasts.find((b) => b.stream === agentHolderStream("node-a"))).toEqual(
+      waiting.broadcasts.find((b) => b.stream === agentHolderStream("node-a")),
+    );
+    expect(mesh.logs.text).toContain(`rotation ${again.id}: 1 holder streams did not hold its broadcast`);
+    expect(again.state).toBe(RotationStates.AwaitingHolders);
+
+    agents["node-b"] = await startNodeAgent(mesh, "node-b", hooks);
+    await waitFor("rotation committed", async () => (await rotation(mesh, "shop4"))?.state === RotationStates.Committed, 20_000);
+    const done = (await rotation(mesh, "shop4"))!;
+    expect(done.holders["node-b/worker"]).toMatchObject({ s: lost.stream, q: republished.seq });
+    expect(done.confirmed).toBe(2);
+    expect((await mesh.grant("shop4", "db"))?.holders["node-b/worker"]?.generation).toBe(2);
   });
 });
 

@@ -14,7 +14,8 @@
  * retired (purged) in between: the credentials stream is read for purges over those moments,
  * and when there was one, those three are taken again. A restore onto an empty server puts
  * every stream back as it was snapshotted; the services, started on it, verify every grant and
- * carry on with what was running.
+ * carry on with what was running (a running rotation whose broadcast a holder stream's snapshot,
+ * taken before the rotations', does not hold is published there again by the rotator).
  */
 import { existsSync, readFileSync, writeFileSync, renameSync, mkdirSync } from "node:fs";
 import { dirname } from "node:path";

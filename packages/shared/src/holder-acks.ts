@@ -25,6 +25,12 @@ export interface HolderConsumerState {
   acked: boolean;
   /** The server said the consumer does not exist (vanished with its server, removed for inactivity, or never made). */
   vanished?: true;
+  /**
+   * The consumer has nothing left to deliver and never reached the broadcast's sequence: its
+   * stream does not seem to hold the broadcast (restored from a backup taken before it, or made
+   * again empty), so there is nothing for the holder to confirm until it is published again.
+   */
+  unheld?: true;
 }
 
 /**
@@ -63,6 +69,8 @@ export async function readHolderAcks(
         const mismatch = consumerMismatch(info, e);
         const ackFloor = info.ack_floor?.stream_seq ?? 0;
         const lastActive = (info.ack_floor as unknown as { last_active?: string } | undefined)?.last_active;
+        const acked = !mismatch && seq > 0 && ackFloor >= seq;
+        const unheld = !acked && seq > 0 && info.num_pending === 0 && info.num_ack_pending === 0 && (info.delivered?.stream_seq ?? 0) < seq;
         out[n] = {
           holder,
           stream: e.stream,
@@ -71,7 +79,8 @@ export async function readHolderAcks(
           ackFloor,
           ...(lastActive ? { lastActive } : {}),
           ...(mismatch ? { mismatch } : {}),
-          acked: !mismatch && seq > 0 && ackFloor >= seq,
+          acked,
+          ...(unheld ? { unheld: true as const } : {}),
         };
       } catch (err) {
         const vanished = err instanceof JetStreamApiError && /not found/i.test(err.message);

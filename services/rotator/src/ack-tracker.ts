@@ -8,7 +8,9 @@
  * - by looking, from each missing holder's consumer (`ack_floor`), when a rotator starts on a
  *   rotation it did not broadcast (a restart, another instance) and on every sweep: a metric is
  *   a plain message, and may be lost. A consumer that has vanished (its server lost, an
- *   inactive SDK consumer removed) is made again, and delivers the broadcast again.
+ *   inactive SDK consumer removed) is made again, and delivers the broadcast again; a stream
+ *   that does not hold the broadcast (restored from an earlier backup, made again empty) is
+ *   named to the rotator, which publishes it there again.
  * Every rotator instance hears every metric (no queue group), so whichever instance advances a
  * rotation knows its confirmations without a record rewritten per ack.
  *
@@ -19,6 +21,7 @@
  * alone: its identity is the part's own. This is the one place a confirmation reads a record.
  */
 import { DeliveryReceipt, HOLDER_STREAM_PREFIX, broadcastTargets, keys, readHolderAcks, type HolderEndpoint, type Rotation, subjects } from "@mesh/shared";
+import { JetStreamApiError } from "@nats-io/jetstream";
 import { readJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
@@ -35,9 +38,19 @@ export interface HolderAck {
   found?: true;
 }
 
+/** A rotation's broadcast its holder stream does not hold. */
+export interface UnheldBroadcast {
+  stream: string;
+  subject: string;
+  /** The sequence the rotation record names for it there. */
+  seq: number;
+}
+
 interface Tracked {
   key: string;
   rotation: string;
+  /** The record's count of broadcasts published again: expectations are made anew when it moves. */
+  republished: number;
   /** The generation the rotation moves to: what an agent's receipt must say it applied. */
   to: number;
   /** Each holder's endpoint and the sequence its ack must reach, made once per rotation. */
@@ -54,8 +67,12 @@ export interface AckTracker {
   track(key: string, r: Rotation): void;
   /** The acks of rotation `r` seen so far, by holder. */
   acks(r: Rotation): ReadonlyMap<string, HolderAck>;
-  /** Looks at the consumers of `r`'s holders that have not confirmed; makes again the ones that vanished. */
-  lookup(r: Rotation): Promise<void>;
+  /**
+   * Looks at the consumers of `r`'s holders that have not confirmed; makes again the ones that
+   * vanished. Returns the broadcasts of `r` a holder stream does not hold (restored from a
+   * backup taken before it, or made again empty): to be published there again.
+   */
+  lookup(r: Rotation): Promise<UnheldBroadcast[]>;
   /** Forgets rotation `r` (committed). */
   forget(r: Rotation): void;
   stop(): Promise<void>;
@@ -144,9 +161,21 @@ export function startAckTracker(opts: {
 
   const track = (key: string, r: Rotation) => {
     const cur = byRotation.get(key);
-    if (cur?.rotation === r.id) return;
+    const republished = r.republished ?? 0;
+    if (cur?.rotation === r.id && cur.republished === republished) return;
     if (cur) forgetTracked(cur);
-    const t: Tracked = { key, rotation: r.id, to: r.to, endpoints: endpointsOf(r), expect: new Map(), acks: new Map(), unwitnessed: new Map() };
+    // Part of the broadcast published again: the acks counted stand, the sequences to reach are the record's new ones.
+    const same = cur?.rotation === r.id ? cur : undefined;
+    const t: Tracked = {
+      key,
+      rotation: r.id,
+      republished,
+      to: r.to,
+      endpoints: endpointsOf(r),
+      expect: new Map(),
+      acks: same?.acks ?? new Map(),
+      unwitnessed: same?.unwitnessed ?? new Map(),
+    };
     let early = 0;
     for (const { holder, endpoint, seq } of t.endpoints) {
       const id = `${endpoint.stream}/${endpoint.consumer}`;
@@ -181,17 +210,36 @@ export function startAckTracker(opts: {
     if (receipt) witnesses.noteReceipt(endpoint, receipt.value);
   };
 
-  const lookup = async (r: Rotation) => {
+  /**
+   * Whether `stream` lacks `r`'s broadcast at `seq` on `subject`, asked of the stream itself: a
+   * consumer's view (unheld) may lag its stream's on a cluster, and after a restore the sequence
+   * may hold another subject's message.
+   */
+  const lacks = async (stream: string, subject: string, seq: number): Promise<boolean> => {
+    try {
+      const m = await store.jsm.streams.getMessage(stream, { seq });
+      return m === null || m.subject !== subject;
+    } catch (e) {
+      if (e instanceof JetStreamApiError && /no message found/i.test(e.message)) return true;
+      log.debug({ stream, seq, err: e }, "could not read a broadcast from its stream; looked at again at the next sweep");
+      return false;
+    }
+  };
+
+  const lookup = async (r: Rotation): Promise<UnheldBroadcast[]> => {
     const t = byRotation.get(`${r.module}.${r.requirement}`);
-    if (!t || t.rotation !== r.id) return;
+    if (!t || t.rotation !== r.id) return [];
     const missing = t.endpoints.filter((x) => !t.acks.has(x.holder) && r.holders[x.holder]?.e === undefined);
-    if (missing.length === 0) return;
+    if (missing.length === 0) return [];
     const endpoints = new Map(missing.map((x) => [x.holder, x.endpoint]));
     const vanished: Array<{ holder: string; endpoint: HolderEndpoint }> = [];
+    // By `<stream> <subject>`: every SDK instance of a part shares its part's broadcast.
+    const unheld = new Map<string, UnheldBroadcast>();
     let found = 0;
     for (const x of await readHolderAcks(store.jsm, r, { only: [...endpoints.keys()] })) {
       const endpoint = endpoints.get(x.holder);
       if (!endpoint || x.seq === 0) continue;
+      if (x.unheld && !x.mismatch) unheld.set(`${x.stream} ${endpoint.subject}`, { stream: x.stream, subject: endpoint.subject, seq: x.seq });
       if (x.mismatch) {
         log.warn(
           { rotation: r.id, holder: x.holder, consumer: x.consumer },
@@ -214,6 +262,9 @@ export function startAckTracker(opts: {
       await ensureAll(opts.consumers, vanished, true);
     }
     if (found) opts.onProgress(`${r.module}.${r.requirement}`, t.expect.size - t.acks.size);
+    const lost: UnheldBroadcast[] = [];
+    for (const b of unheld.values()) if (await lacks(b.stream, b.subject, b.seq)) lost.push(b);
+    return lost;
   };
 
   return {

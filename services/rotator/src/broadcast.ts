@@ -21,7 +21,10 @@ import { contextOfTraceparent } from "./trace-context.js";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
 import type { RotatorContext } from "./rotator-context.js";
 
-export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r: Rotation) => Promise<Rotation["broadcasts"]> {
+export function broadcaster(
+  ctx: RotatorContext,
+  consumers: HolderConsumers,
+): (r: Rotation, again?: { only: ReadonlySet<string>; round: number }) => Promise<Rotation["broadcasts"]> {
   const { store, log, credentials } = ctx;
   /**
    * Publishes the broadcast of `r`: one message into each holder stream that has holders of the
@@ -29,11 +32,14 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
    * after making sure every holder's consumer is there. Returns where each went, with its
    * stream sequence: a holder has confirmed once its consumer acknowledged that sequence.
    * Idempotent: a broadcast sent again after a crash is de-duplicated by its message id.
+   * `again`: published again into `only` (`<stream> <subject>`), the holder streams that do not
+   * hold it, as round `round`: a message id of its own, which the server's memory of the first
+   * (a message deleted from the stream) does not swallow, and two instances' same round does.
    */
-  const broadcast = async (r: Rotation): Promise<Rotation["broadcasts"]> => {
+  const broadcast = async (r: Rotation, again?: { only: ReadonlySet<string>; round: number }): Promise<Rotation["broadcasts"]> => {
     const endpoints = Object.keys(r.holders).flatMap((holder) => {
       const endpoint = holderEndpoint(r.grant, holder);
-      return endpoint ? [{ holder, endpoint }] : [];
+      return endpoint && (!again || again.only.has(`${endpoint.stream} ${endpoint.subject}`)) ? [{ holder, endpoint }] : [];
     });
     const failed = await ensureAll(consumers, endpoints);
     // Those holders' consumers are made again on every sweep until they take; until then they have not confirmed.
@@ -83,10 +89,12 @@ export function broadcaster(ctx: RotatorContext, consumers: HolderConsumers): (r
           attributes,
           contextOfTraceparent(r.traceparent),
           (headers) =>
-            store.js.publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}`, headers }).catch(async (err: unknown) => {
-              // No stream took it: one the server lost (a restart brings it back) is said as such.
-              throw (isJetStreamGap(err) ? await (lost ??= lostStream(store.nc, store.jsm, e.stream)) : undefined) ?? err;
-            }),
+            store.js
+              .publish(e.subject, data, { msgID: `${r.id}@${r.requestedAt}:${e.subject}${again ? `#${again.round}` : ""}`, headers })
+              .catch(async (err: unknown) => {
+                // No stream took it: one the server lost (a restart brings it back) is said as such.
+                throw (isJetStreamGap(err) ? await (lost ??= lostStream(store.nc, store.jsm, e.stream)) : undefined) ?? err;
+              }),
         );
         return { stream: e.stream, subject: e.subject, seq: ack.seq };
       }),

@@ -17,6 +17,7 @@ import {
   newRotation,
   nextStep,
   withAcks,
+  withRepublished,
   withRotatingCondition,
 } from "./rotation-machine.js";
 
@@ -200,6 +201,22 @@ describe("withAcks", () => {
     expect(found.holders["node-b/worker"]).toMatchObject({ c: 90, f: true });
     expect(withAcks(found, new Map([ack("node-b/worker", 500)])).holders["node-b/worker"]!.c).toBe(90);
     expect(withAcks(r, new Map())).toBe(r);
+  });
+});
+
+describe("withRepublished", () => {
+  it("replaces the broadcasts published again, keeps the others, adds a stream not reached before, and counts each round", () => {
+    const a = { stream: "MESH_HOLD_N_node-a", subject: "mesh.rotation.node.node-a.shop.key.api", seq: 7 };
+    const b = { stream: "MESH_HOLD_N_node-b", subject: "mesh.rotation.node.node-b.shop.key.worker", seq: 9 };
+    const r = { ...rotation(), broadcasts: [a, b] };
+    const once = withRepublished(r, [{ ...b, seq: 4 }]);
+    expect(once.broadcasts).toEqual([a, { ...b, seq: 4 }]);
+    expect(once.republished).toBe(1);
+    expect(r.broadcasts).toEqual([a, b]);
+    const c = { stream: "MESH_HOLD_P_x", subject: "mesh.rotation.part.x", seq: 1 };
+    const twice = withRepublished(once, [{ ...b, seq: 4 }, c]);
+    expect(twice.broadcasts).toEqual([a, { ...b, seq: 4 }, c]);
+    expect(twice.republished).toBe(2);
   });
 });
 

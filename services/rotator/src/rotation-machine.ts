@@ -172,6 +172,22 @@ export function withAcks(r: Rotation, acks: ReadonlyMap<string, { at: number; st
   return { ...r, holders };
 }
 
+/**
+ * Running rotation `r` with part of its broadcast published again (`again`: where, and the
+ * sequences those streams gave it): their entries in `broadcasts` replaced, the others kept, a
+ * stream not in them added, and `republished` counted up (each round's message id is its own).
+ * Pure.
+ */
+export function withRepublished(r: Rotation, again: Rotation["broadcasts"]): Rotation {
+  const fresh = new Map(again.map((b) => [`${b.stream} ${b.subject}`, b]));
+  const broadcasts = r.broadcasts.map((b) => {
+    const n = fresh.get(`${b.stream} ${b.subject}`);
+    fresh.delete(`${b.stream} ${b.subject}`);
+    return n ?? b;
+  });
+  return { ...r, broadcasts: [...broadcasts, ...fresh.values()], republished: (r.republished ?? 0) + 1 };
+}
+
 /** How many holders of `r` have confirmed. */
 export function confirmedCount(r: Rotation): number {
   let n = 0;

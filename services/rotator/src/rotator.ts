@@ -36,7 +36,17 @@ import {
 } from "@mesh/shared";
 import { AuditLog, consumeKeys, isCasConflict, recordRotation, storeReplicas, serveJson, tracer } from "@mesh/shared/runtime";
 import type { RotatorOptions, RotatorTestHooks } from "./rotator-options.js";
-import { ackLookupDue, confirmedCount, enter, evictHolders, nameHolders, nextStep, withAcks, withRotatingCondition } from "./rotation-machine.js";
+import {
+  ackLookupDue,
+  confirmedCount,
+  enter,
+  evictHolders,
+  nameHolders,
+  nextStep,
+  withAcks,
+  withRepublished,
+  withRotatingCondition,
+} from "./rotation-machine.js";
 import { contextOfTraceparent } from "./trace-context.js";
 import { startSchedule } from "./schedule.js";
 import { startHandovers } from "./handover.js";
@@ -46,7 +56,7 @@ import { staging } from "./staging.js";
 import { broadcaster } from "./broadcast.js";
 import { committer } from "./commit.js";
 import { holderConsumers, onRegistration } from "./holder-consumers.js";
-import { startAckTracker } from "./ack-tracker.js";
+import { startAckTracker, type UnheldBroadcast } from "./ack-tracker.js";
 import { ReceiptWitnesses } from "./receipt-witnesses.js";
 import { carrier } from "./carry-over.js";
 
@@ -246,6 +256,21 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
 
   const queue = new KeyedQueue(advance, 16);
 
+  /**
+   * Publishes `r`'s broadcast again into the holder streams that do not hold it (`unheld`): a
+   * stream restored from a backup taken before the broadcast, or made again empty, has nothing
+   * for its holders to confirm, and the rotation would wait for them until it stalls. The
+   * record then names the new sequences there; the acks counted so far stand.
+   */
+  const republish = async (key: string, r: Rotation, unheld: readonly UnheldBroadcast[]) => {
+    const again = await broadcast(r, { only: new Set(unheld.map((b) => `${b.stream} ${b.subject}`)), round: (r.republished ?? 0) + 1 });
+    await records.update(key, (x) => (x && x.id === r.id && isRotationRunning(x) ? withRepublished(x, again) : undefined));
+    log.warn(
+      { rotation: r.id, streams: unheld.map((b) => b.stream) },
+      `rotation ${r.id}: ${unheld.length} holder streams did not hold its broadcast (restored from a backup taken before it, or made again empty); published there again`,
+    );
+  };
+
   const sweep = async () => {
     try {
       // Through the decoded records: a running rotation's record is large and mostly unchanged between sweeps.
@@ -255,8 +280,16 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
         // Acks whose metric was lost, or came before this instance ran; consumers that vanished are made again.
         if (r.state !== RotationStates.Staged) {
           acks.track(key, r);
-          if (ackLookupDue(r, new Date()))
-            await acks.lookup(r).catch((e: unknown) => log.debug({ rotation: r.id, err: e }, "could not look at the holders' consumers"));
+          if (ackLookupDue(r, new Date())) {
+            const unheld = await acks.lookup(r).catch((e: unknown) => {
+              log.debug({ rotation: r.id, err: e }, "could not look at the holders' consumers");
+              return [];
+            });
+            if (unheld.length)
+              await republish(key, r, unheld).catch((e: unknown) =>
+                log.warn({ rotation: r.id, err: e }, "could not publish a broadcast again; tried again at the next sweep"),
+              );
+          }
         }
         void queue.enqueue(key).catch(() => undefined);
       }

@@ -101,6 +101,12 @@ export const Rotation = z.object({
    * consumer acknowledged that sequence (or a later one).
    */
   broadcasts: z.array(z.object({ stream: z.string(), subject: z.string(), seq: z.number().int().positive() })).default([]),
+  /**
+   * How many times part of the broadcast was published again, into holder streams that did not
+   * hold it (restored from a backup taken before it, or made again empty); `broadcasts` names
+   * the new sequences there.
+   */
+  republished: z.number().int().positive().optional(),
   /** How many holders had confirmed when the record was last written (at most once a second while it runs). */
   confirmed: z.number().int().nonnegative().optional(),
   /** Non-secret names of what k+1 is on the provider (role…), recorded on the grant at commit. */
