@@ -26,7 +26,7 @@ import {
   type ModuleDoc,
   type RotationState,
 } from "@mesh/shared";
-import { readJson, registerTracing } from "@mesh/shared/runtime";
+import { readJson, registerTracing, restoreStream, snapshotStream } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { createAdapter, CredentialStore } from "@mesh/providers";
 import { startAgent, bindingGeneration, bindingPath, type Agent } from "@mesh/agent";
@@ -271,6 +271,19 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     await agents["node-b"]!.stop();
   }
 
+  /** A rotation of `name`'s grant requested, once node-a/api has confirmed it and node-b/worker (stopped) has not. */
+  async function rotateAwaitingNodeB(name: string): Promise<Rotation> {
+    expect((await requestRotate(mesh, `${name}/db`)).ok).toBe(true);
+    return waitFor(
+      "node-a/api confirmed, node-b/worker not",
+      async () => {
+        const r = await rotation(mesh, name);
+        return r?.state === RotationStates.AwaitingHolders && r.confirmed === 1 ? r : undefined;
+      },
+      20_000,
+    );
+  }
+
   it("stalls naming an offline holder, keeps k, refuses a forged confirmation, and commits when the holder is back", async () => {
     await readyWithNodeBStopped("shop2");
 
@@ -309,15 +322,7 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
 
   it("publishes the broadcast again into a holder stream that lost it, and commits once that holder confirms it", async () => {
     await readyWithNodeBStopped("shop4");
-    expect((await requestRotate(mesh, "shop4/db")).ok).toBe(true);
-    const waiting = await waitFor(
-      "node-a/api confirmed, node-b/worker not",
-      async () => {
-        const r = await rotation(mesh, "shop4");
-        return r?.state === RotationStates.AwaitingHolders && r.confirmed === 1 ? r : undefined;
-      },
-      20_000,
-    );
+    const waiting = await rotateAwaitingNodeB("shop4");
     // Gone from node-b's stream before its agent took it, as from a stream restored from a backup taken before the broadcast.
     const lost = waiting.broadcasts.find((b) => b.stream === agentHolderStream("node-b"))!;
     expect(await mesh.store.jsm.streams.deleteMessage(lost.stream, lost.seq)).toBe(true);
@@ -344,6 +349,31 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     expect(done.holders["node-b/worker"]).toMatchObject({ s: lost.stream, q: republished.seq });
     expect(done.confirmed).toBe(2);
     expect((await mesh.grant("shop4", "db"))?.holders["node-b/worker"]?.generation).toBe(2);
+  });
+
+  it("publishes the broadcast again when the holder stream is restored from before it and its sequence holds another subject's message", async () => {
+    await readyWithNodeBStopped("shop5");
+    const stream = agentHolderStream("node-b");
+    const before = await snapshotStream(mesh.nc, stream);
+    const waiting = await rotateAwaitingNodeB("shop5");
+    const lost = waiting.broadcasts.find((b) => b.stream === stream)!;
+    expect(before.state.last_seq).toBeLessThan(lost.seq);
+    // The stream as the snapshot had it, then messages of a subject no holder takes up to and past the broadcast's sequence.
+    await mesh.store.jsm.streams.delete(stream);
+    await restoreStream(mesh.nc, before);
+    // One subject each: a holder stream keeps one message per subject.
+    const other = (seq: number) => `mesh.rotation.node.node-b.nobody.none.p${seq}`;
+    for (let last = before.state.last_seq; last <= lost.seq;) last = (await mesh.store.js.publish(other(last + 1), "not a rotation")).seq;
+    expect((await mesh.store.jsm.streams.getMessage(stream, { seq: lost.seq }))?.subject).toBe(other(lost.seq));
+    // The agent back at once: its consumer passes over those messages, so only its ack floor says it has not confirmed.
+    agents["node-b"] = await startNodeAgent(mesh, "node-b", hooks);
+    await waitFor("rotation committed", async () => (await rotation(mesh, "shop5"))?.state === RotationStates.Committed, 30_000);
+    const done = (await rotation(mesh, "shop5"))!;
+    const republished = done.broadcasts.find((b) => b.stream === stream)!;
+    expect(done.republished).toBeGreaterThanOrEqual(1);
+    expect(republished.seq).toBeGreaterThan(lost.seq);
+    expect(done.holders["node-b/worker"]).toMatchObject({ s: stream, q: republished.seq });
+    expect((await mesh.grant("shop5", "db"))?.holders["node-b/worker"]?.generation).toBe(2);
   });
 });
 

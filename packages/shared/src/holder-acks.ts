@@ -26,9 +26,10 @@ export interface HolderConsumerState {
   /** The server said the consumer does not exist (vanished with its server, removed for inactivity, or never made). */
   vanished?: true;
   /**
-   * The consumer has nothing left to deliver and never reached the broadcast's sequence: its
-   * stream does not seem to hold the broadcast (restored from a backup taken before it, or made
-   * again empty), so there is nothing for the holder to confirm until it is published again.
+   * The consumer has not acknowledged the broadcast and has nothing left to deliver nor awaiting
+   * an ack: its stream does not seem to hold the broadcast (restored from a backup taken before
+   * it, or made again empty), so there is nothing for the holder to confirm until it is
+   * published again.
    */
   unheld?: true;
 }
@@ -70,7 +71,8 @@ export async function readHolderAcks(
         const ackFloor = info.ack_floor?.stream_seq ?? 0;
         const lastActive = (info.ack_floor as unknown as { last_active?: string } | undefined)?.last_active;
         const acked = !mismatch && seq > 0 && ackFloor >= seq;
-        const unheld = !acked && seq > 0 && info.num_pending === 0 && info.num_ack_pending === 0 && (info.delivered?.stream_seq ?? 0) < seq;
+        // Not the delivered sequence: a filtered consumer's moves past other subjects' messages, which after a restore may hold the broadcast's.
+        const unheld = !acked && !mismatch && seq > 0 && info.num_pending === 0 && info.num_ack_pending === 0;
         out[n] = {
           holder,
           stream: e.stream,

@@ -239,7 +239,7 @@ export function startAckTracker(opts: {
     for (const x of await readHolderAcks(store.jsm, r, { only: [...endpoints.keys()] })) {
       const endpoint = endpoints.get(x.holder);
       if (!endpoint || x.seq === 0) continue;
-      if (x.unheld && !x.mismatch) unheld.set(`${x.stream} ${endpoint.subject}`, { stream: x.stream, subject: endpoint.subject, seq: x.seq });
+      if (x.unheld) unheld.set(`${x.stream} ${endpoint.subject}`, { stream: x.stream, subject: endpoint.subject, seq: x.seq });
       if (x.mismatch) {
         log.warn(
           { rotation: r.id, holder: x.holder, consumer: x.consumer },
