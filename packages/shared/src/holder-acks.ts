@@ -5,7 +5,7 @@
  * rotator counts the same acks live from the server's ack metrics.
  */
 import { JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
-import { consumerMismatch, holderEndpoint, type HolderEndpoint } from "./holder-streams.js";
+import { broadcastKey, consumerMismatch, holderEndpoint, type HolderEndpoint } from "./holder-streams.js";
 import type { Rotation } from "./schemas/rotation.js";
 
 /** One holder's consumer as JetStream has it. */
@@ -40,10 +40,10 @@ export interface HolderConsumerState {
  * that stream (0: none was published there yet). Pure.
  */
 export function broadcastTargets(r: Rotation, only?: readonly string[]): Array<{ holder: string; endpoint: HolderEndpoint | undefined; seq: number }> {
-  const seqs = new Map(r.broadcasts.map((b) => [`${b.stream} ${b.subject}`, b.seq]));
+  const seqs = new Map(r.broadcasts.map((b) => [broadcastKey(b.stream, b.subject), b.seq]));
   return (only ?? Object.keys(r.holders)).map((holder) => {
     const endpoint = holderEndpoint(r.grant, holder);
-    return { holder, endpoint, seq: endpoint ? (seqs.get(`${endpoint.stream} ${endpoint.subject}`) ?? 0) : 0 };
+    return { holder, endpoint, seq: endpoint ? (seqs.get(broadcastKey(endpoint.stream, endpoint.subject)) ?? 0) : 0 };
   });
 }
 

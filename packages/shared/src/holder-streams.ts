@@ -48,6 +48,15 @@ export interface HolderEndpoint {
   sdk: boolean;
 }
 
+/**
+ * What names one broadcast of a rotation: the stream it is published into and its subject there
+ * (a stream keeps one message per subject). The rotation record's broadcasts, the broadcaster's
+ * targets and the ack tracker all key them by this.
+ */
+export function broadcastKey(stream: string, subject: string): string {
+  return `${stream} ${subject}`;
+}
+
 /** The stream of the agent of `node`. */
 export function agentHolderStream(node: string): string {
   return `${HOLDER_STREAM_PREFIX}N_${checkedName(node)}`;

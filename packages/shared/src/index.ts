@@ -308,6 +308,7 @@ export {
 export { matches, overlap, uncovered, within } from "./subject-containment.js";
 export {
   agentHolderStream,
+  broadcastKey,
   consumerMismatch,
   HOLDER_ACK_WAIT_MS,
   HOLDER_STREAM_PREFIX,

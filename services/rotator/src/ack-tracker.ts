@@ -20,7 +20,17 @@
  * consumer; the receipt is the agent's that it did so after applying. An SDK holder's ack stands
  * alone: its identity is the part's own. This is the one place a confirmation reads a record.
  */
-import { DeliveryReceipt, HOLDER_STREAM_PREFIX, broadcastTargets, keys, readHolderAcks, type HolderEndpoint, type Rotation, subjects } from "@mesh/shared";
+import {
+  DeliveryReceipt,
+  HOLDER_STREAM_PREFIX,
+  broadcastKey,
+  broadcastTargets,
+  keys,
+  readHolderAcks,
+  type HolderEndpoint,
+  type Rotation,
+  subjects,
+} from "@mesh/shared";
 import { readJson, type Store } from "@mesh/shared/runtime";
 import type { Logger } from "@mesh/shared/service";
 import { ensureAll, type HolderConsumers } from "./holder-consumers.js";
@@ -226,7 +236,7 @@ export function startAckTracker(opts: {
     for (const x of await readHolderAcks(store.jsm, r, { only: [...endpoints.keys()] })) {
       const endpoint = endpoints.get(x.holder);
       if (!endpoint || x.seq === 0) continue;
-      if (x.unheld) unheld.set(`${x.stream} ${endpoint.subject}`, { stream: x.stream, subject: endpoint.subject, seq: x.seq });
+      if (x.unheld) unheld.set(broadcastKey(x.stream, endpoint.subject), { stream: x.stream, subject: endpoint.subject, seq: x.seq });
       if (x.mismatch) {
         log.warn(
           { rotation: r.id, holder: x.holder, consumer: x.consumer },

@@ -4,6 +4,7 @@
  * SDK instances of a part, k+1's values in it under the part's rotation key.
  */
 import {
+  broadcastKey,
   Grant,
   encryptForPart,
   holderEndpoint,
@@ -39,7 +40,7 @@ export function broadcaster(
   const broadcast = async (r: Rotation, again?: { only: ReadonlySet<string>; round: number }): Promise<Rotation["broadcasts"]> => {
     const endpoints = Object.keys(r.holders).flatMap((holder) => {
       const endpoint = holderEndpoint(r.grant, holder);
-      return endpoint && (!again || again.only.has(`${endpoint.stream} ${endpoint.subject}`)) ? [{ holder, endpoint }] : [];
+      return endpoint && (!again || again.only.has(broadcastKey(endpoint.stream, endpoint.subject))) ? [{ holder, endpoint }] : [];
     });
     const failed = await ensureAll(consumers, endpoints);
     // Those holders' consumers are made again on every sweep until they take; until then they have not confirmed.
@@ -64,7 +65,7 @@ export function broadcaster(
     // thousands of holder streams must not each ask it.
     let lost: Promise<MeshError | undefined> | undefined;
     const targets = new Map<string, { e: HolderEndpoint; holder: string }>();
-    for (const { endpoint, holder } of endpoints) targets.set(`${endpoint.stream} ${endpoint.subject}`, { e: endpoint, holder });
+    for (const { endpoint, holder } of endpoints) targets.set(broadcastKey(endpoint.stream, endpoint.subject), { e: endpoint, holder });
     // For the SDK instances of a part: k+1 in the message, under the part's key, so none of them need fetch it.
     const forParts = [...targets.values()].some((t) => t.e.sdk) ? await valuesForParts(r) : undefined;
     return Promise.all(

@@ -4,6 +4,7 @@
  * No NATS, no clock of its own (every function takes `now`), so every case is unit-tested.
  */
 import {
+  broadcastKey,
   isHolderPending,
   HOLDER_STALE_MS,
   RotationStates,
@@ -179,10 +180,10 @@ export function withAcks(r: Rotation, acks: ReadonlyMap<string, { at: number; st
  * Pure.
  */
 export function withRepublished(r: Rotation, again: Rotation["broadcasts"]): Rotation {
-  const fresh = new Map(again.map((b) => [`${b.stream} ${b.subject}`, b]));
+  const fresh = new Map(again.map((b) => [broadcastKey(b.stream, b.subject), b]));
   const broadcasts = r.broadcasts.map((b) => {
-    const n = fresh.get(`${b.stream} ${b.subject}`);
-    fresh.delete(`${b.stream} ${b.subject}`);
+    const n = fresh.get(broadcastKey(b.stream, b.subject));
+    fresh.delete(broadcastKey(b.stream, b.subject));
     return n ?? b;
   });
   return { ...r, broadcasts: [...broadcasts, ...fresh.values()], republished: (r.republished ?? 0) + 1 };

@@ -12,6 +12,7 @@
 import type { Span } from "@opentelemetry/api";
 import {
   AuditedRequests,
+  broadcastKey,
   operatorRequestSubjects,
   requesterName,
   Durables,
@@ -263,7 +264,7 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
    * record then names the new sequences there; the acks counted so far stand.
    */
   const republish = async (key: string, r: Rotation, unheld: readonly UnheldBroadcast[]) => {
-    const again = await broadcast(r, { only: new Set(unheld.map((b) => `${b.stream} ${b.subject}`)), round: (r.republished ?? 0) + 1 });
+    const again = await broadcast(r, { only: new Set(unheld.map((b) => broadcastKey(b.stream, b.subject))), round: (r.republished ?? 0) + 1 });
     await records.update(key, (x) => (x && x.id === r.id && isRotationRunning(x) ? withRepublished(x, again) : undefined));
     log.warn(
       { rotation: r.id, streams: unheld.map((b) => b.stream) },
