@@ -5,8 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
-import { Grant, QueueGroups, holderConsumerConfig, holderEndpoint, holderStreamConfig, keys, subjects, type Delivery } from "@mesh/shared";
+import { Grant, QueueGroups, keys, subjects, type Delivery } from "@mesh/shared";
 import { connectNats, mutateJson, openStore, serveJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { declare, holdCredential, isManifestRejectedError, isMeshError, watchCredentials, type CredentialUpdate } from "@mesh/client";
@@ -215,29 +214,6 @@ describe("holdCredential", () => {
       await holder.stop();
     }
   });
-
-  it("pulls with a short expiry only until its consumer's leader answers one, then waits the full expiry", async () => {
-    const holder = await holdCredential(nc, { module: "shop", part: "api", node: "node-a", requirement: "pulls" });
-    try {
-      // Made as the control plane makes it once it sees the registration.
-      const endpoint = holderEndpoint("shop/pulls", holder.holder)!;
-      const pulls: number[] = [];
-      const sub = nc.subscribe(`$JS.API.CONSUMER.MSG.NEXT.${endpoint.stream}.${endpoint.consumer}`, {
-        callback: (_e, m) => void pulls.push((m.json() as { expires: number }).expires / 1_000_000),
-      });
-      await nc.flush();
-      const jsm = await jetstreamManager(nc);
-      await jsm.streams.add(holderStreamConfig(endpoint, 1));
-      await jsm.consumers.add(endpoint.stream, holderConsumerConfig(endpoint, 1));
-      // The first pull expires unanswered after 2 s; its expiry is the leader's answer.
-      await waitFor("a second pull", () => pulls.length >= 2, 10_000);
-      await new Promise((r) => setTimeout(r, 3_000));
-      sub.unsubscribe();
-      expect(pulls).toEqual([2_000, 30_000]);
-    } finally {
-      await holder.stop();
-    }
-  }, 30_000);
 
   it("starts on a server that does not answer for longer than a JetStream request waits", async () => {
     await rotate("held-paused", 1);

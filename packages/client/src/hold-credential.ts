@@ -149,19 +149,14 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
 /** How long each pull of a holder waits on the server for a rotation before it is made again (the client's default). */
 const PULL_EXPIRES_MS = 30_000;
 /**
- * How long each pull waits instead until the consumer's leader has answered one (a message, or a
- * pull's expiry) since this instance found the consumer, found it again after a pull failed (the
- * consumer made again), or saw its leader move or the connection come back. A pull sent to a
- * consumer whose leader is not settled yet (one just made on a cluster) can be lost, and a lost
- * pull is given up on only after its expiry and a second; one the leader answered says it is
- * settled, and the next pulls wait the full {@link PULL_EXPIRES_MS}.
+ * How long each pull waits instead while the consumer is new to this instance: for
+ * {@link SETTLING_MS} after it found the consumer, or found it again after a pull failed (the
+ * consumer made again, or its leader moved). A pull sent to a consumer whose leader is not
+ * settled yet (one just made on a cluster) can be lost, and a lost pull is given up on only when
+ * its heartbeats are missed, half its expiry twice over.
  */
 const SETTLING_PULL_EXPIRES_MS = 2_000;
-
-/** The expiry of a holder's next pull: short until the consumer's leader has answered one (`heard`). Pure. */
-export function holderPullExpiresMs(heard: boolean): number {
-  return heard ? PULL_EXPIRES_MS : SETTLING_PULL_EXPIRES_MS;
-}
+const SETTLING_MS = 30_000;
 
 class Holder implements CredentialHolder {
   readonly holder: string;
@@ -264,17 +259,18 @@ class Holder implements CredentialHolder {
    * of their holders). The next pull leaves with the ack of the message before it. What the pulls
    * cost, and what the short pulls on a new consumer bought (a pull sent before its leader is
    * settled is lost), is in docs/design.md, "Rotation fan-out". At rest: one pull every
-   * {@link PULL_EXPIRES_MS}; until the consumer's leader has answered one, one every
-   * {@link SETTLING_PULL_EXPIRES_MS} ({@link holderPullExpiresMs}).
+   * {@link PULL_EXPIRES_MS}; while the consumer is new to it, one every
+   * {@link SETTLING_PULL_EXPIRES_MS}.
    */
   private async consume(): Promise<void> {
     const puller = (this.puller = new OnePull(this.nc, this.endpoint.stream, this.endpoint.consumer, (m) => this.enqueue(() => this.rotation(m))));
     for (let attempt = 0; !this.done;) {
       try {
         await this.js.consumers.get(this.endpoint.stream, this.endpoint.consumer);
+        const settledAt = Date.now() + SETTLING_MS;
         attempt = 0;
         // Ends when a pull went unanswered (a leader lost, the connection back), the consumer is deleted (lost with its server, say), or at stop: looked for again.
-        const end = await puller.run(holderPullExpiresMs);
+        const end = await puller.run(() => (Date.now() < settledAt ? SETTLING_PULL_EXPIRES_MS : PULL_EXPIRES_MS));
         if (end === "closed") break;
       } catch (e) {
         if (this.done) break;

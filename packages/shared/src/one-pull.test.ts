@@ -2,11 +2,9 @@ import { describe, expect, it } from "vitest";
 import { deliveryCountOf, pullStatusAction } from "./one-pull.js";
 
 describe("pullStatusAction", () => {
-  it("pulls again when a pull expired without a message, which says the consumer's leader heard it", () => {
-    expect(pullStatusAction(408, "Request Timeout")).toBe("expired");
-    expect(pullStatusAction(404, "No Messages")).toBe("expired");
-  });
-  it("pulls again when the consumer's leader moved, which the new leader has not heard yet", () => {
+  it("pulls again when a pull ended without a message or its leader moved", () => {
+    expect(pullStatusAction(408, "Request Timeout")).toBe("pull");
+    expect(pullStatusAction(404, "No Messages")).toBe("pull");
     expect(pullStatusAction(409, "Leadership Change")).toBe("pull");
   });
   it("ends the run when the consumer is deleted or nothing answers the subject", () => {

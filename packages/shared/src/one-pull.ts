@@ -35,14 +35,10 @@ export interface PulledMessage {
 /** Why a run of pulls ended: no answer to a pull in time, the consumer deleted, JetStream not there, or the puller closed. */
 export type PullEnd = "lost" | "deleted" | "unavailable" | "closed";
 
-/**
- * What a status the server sends to a pull's inbox asks of the puller. Pure. "expired" and
- * "pull" both pull again; an expiry also says the consumer's leader heard the pull, a leadership
- * change that a new leader, which has heard none yet, took over.
- */
-export function pullStatusAction(code: number, description: string): "ignore" | "expired" | "pull" | "pause" | "deleted" | "unavailable" {
+/** What a status the server sends to a pull's inbox asks of the puller. Pure. */
+export function pullStatusAction(code: number, description: string): "ignore" | "pull" | "pause" | "deleted" | "unavailable" {
   if (code === 100) return "ignore"; // idle heartbeat or flow control: not asked for, never an answer
-  if (code === 404 || code === 408) return "expired"; // no message within the pull's expiry
+  if (code === 404 || code === 408) return "pull"; // no message within the pull's expiry
   if (code === 409 && /consumer (is )?deleted/i.test(description)) return "deleted";
   if (code === 409 && /leadership/i.test(description)) return "pull"; // a new leader forgot the pulls the old one had
   if (code === 503) return "unavailable"; // no responders: no JetStream (or no such stream) behind the subject
@@ -82,13 +78,7 @@ export class OnePull {
   private held: { timer: NodeJS.Timeout } | undefined;
   private lostTimer: NodeJS.Timeout | undefined;
   private pauseTimer: NodeJS.Timeout | undefined;
-  private running: { expiresMs: (heard: boolean) => number; end: (why: PullEnd) => void } | undefined;
-  /**
-   * Whether the consumer's leader has answered a pull of this run (a message, or the pull's
-   * expiry): a pull sent before a new consumer's leader has settled can be lost, one sent after
-   * it answered is not. Forgotten when the leader changes and after a reconnect.
-   */
-  private heard = false;
+  private running: { expiresMs: () => number; end: (why: PullEnd) => void } | undefined;
   private closed = false;
   private statusWatch: { stop?: () => void } | undefined;
 
@@ -108,11 +98,10 @@ export class OnePull {
 
   /**
    * Pulls until a pull goes unanswered past its expiry, the consumer is deleted, JetStream does
-   * not answer, or {@link close}; resolves with which. `expiresMs` is asked for each pull's
-   * expiry, told whether the consumer's leader has answered a pull of this run yet. Messages that
-   * arrive between runs are handed over all the same.
+   * not answer, or {@link close}; resolves with which. `expiresMs` is asked for each pull's expiry.
+   * Messages that arrive between runs are handed over all the same.
    */
-  run(expiresMs: (heard: boolean) => number): Promise<PullEnd> {
+  run(expiresMs: () => number): Promise<PullEnd> {
     if (this.closed) return Promise.resolve("closed");
     this.running?.end("lost");
     return new Promise<PullEnd>((resolve) => {
@@ -126,7 +115,6 @@ export class OnePull {
         },
       };
       this.outstanding = 0;
-      this.heard = false;
       if (!this.held) this.pull();
     });
   }
@@ -144,7 +132,7 @@ export class OnePull {
   private pull(): void {
     const r = this.running;
     if (!r || this.closed || this.held || this.outstanding > 0) return;
-    const expires = r.expiresMs(this.heard);
+    const expires = r.expiresMs();
     this.outstanding++;
     try {
       this.nc.publish(this.nextSubject, JSON.stringify({ batch: 1, expires: expires * 1_000_000 }), { reply: this.inbox });
@@ -171,8 +159,6 @@ export class OnePull {
       const action = pullStatusAction(h.code, h.description);
       if (action === "ignore") return;
       this.answered();
-      if (action === "expired") this.heard = true;
-      else if (action === "pull") this.heard = false;
       if (action === "deleted" || action === "unavailable") this.running?.end(action);
       else if (action === "pause") {
         clearTimeout(this.pauseTimer);
@@ -183,7 +169,6 @@ export class OnePull {
     }
     if (!m.reply?.startsWith("$JS.ACK.")) return;
     this.answered();
-    this.heard = true;
     this.hold();
     this.onMessage(this.pulled(m));
   }
@@ -237,9 +222,7 @@ export class OnePull {
     try {
       for await (const s of status) {
         if (this.closed) break;
-        if (s.type === "reconnect" && this.running) {
-          this.heard = false;
-          if (this.held) continue;
+        if (s.type === "reconnect" && this.running && !this.held) {
           this.outstanding = 0;
           this.pull();
         }
