@@ -128,7 +128,8 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
       barePullers.push(puller);
       void (async () => {
         // A pull unanswered or the consumer gone: run again (ended at stop).
-        while ((await puller.run(() => 30_000)) !== "closed") await new Promise((r) => setTimeout(r, 50));
+        // 2 s for the pull after each message, as the SDK's (hold-credential.ts); its consumer is not new to it.
+        while ((await puller.run((afterMessage) => (afterMessage ? 2_000 : 30_000))) !== "closed") await new Promise((r) => setTimeout(r, 50));
       })();
     });
   }

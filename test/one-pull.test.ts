@@ -1,7 +1,8 @@
 /**
  * Pulling a holder's consumer one message at a time on one inbox (packages/shared/src/one-pull.ts)
- * against a real nats-server: delivery and ack, a refusal delivered again with its count, the
- * next pull held until the ack, a deleted consumer and a pull nobody answers ending the run.
+ * against a real nats-server: delivery and ack, the first pull after a message told apart, a
+ * refusal delivered again with its count, the next pull held until the ack, a deleted consumer
+ * and a pull nobody answers ending the run.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
@@ -55,6 +56,25 @@ describe("OnePull", () => {
     await waitFor("the second ack in the ack floor", async () => (await ackFloor()) === second.seq, 5_000);
     puller.close();
     expect(await ended).toBe("closed");
+  });
+
+  it("tells the expiry which pull is the first after a message", async () => {
+    await freshConsumer();
+    const got: PulledMessage[] = [];
+    const asked: boolean[] = [];
+    const puller = new OnePull(nc, endpoint.stream, endpoint.consumer, (m) => got.push(m));
+    void puller.run((afterMessage) => {
+      asked.push(afterMessage);
+      return 1_000;
+    });
+    await waitFor("the first pull", () => asked.length === 1, 5_000);
+    await js.publish(endpoint.subject, "x");
+    await waitFor("the message", () => got.length === 1, 5_000);
+    got[0]!.ack();
+    // The pull that leaves with the ack, then the one after its expiry.
+    await waitFor("two more pulls", () => asked.length >= 3, 5_000);
+    puller.close();
+    expect(asked.slice(0, 3)).toEqual([false, true, false]);
   });
 
   it("delivers a refused message again, with its delivery count", async () => {

@@ -286,4 +286,36 @@ describe("rotations held by SDK instances", () => {
       async () => (await store.jsm.consumers.info(e.stream, e.consumer).catch(() => undefined)) === undefined,
     );
   }, 60_000);
+
+  it("a holder past its first 30 s on its consumer finds it lost mid-rotation as soon: the pull after a rotation is short", async () => {
+    await applySecretModule("aged");
+    const e = holderEndpoint("aged/key", "n1/app/a1")!;
+    // The holder's pulls as the server gets them: their expiry, in ms.
+    const pulls: number[] = [];
+    const watch = nc.subscribe(`$JS.API.CONSUMER.MSG.NEXT.${e.stream}.${e.consumer}`, {
+      callback: (_err, m) => {
+        pulls.push(Number((m.json() as { expires?: number }).expires ?? 0) / 1_000_000);
+      },
+    });
+    const mayConfirm = gate();
+    const h = await hold("aged", "a1");
+    const got = follow(h, mayConfirm);
+    await waitUntil("generation 1", () => got.some((u) => u.generation === 1));
+    // Past its first 30 s on the consumer, a holder pulls for 30 s at a time.
+    await waitUntil("a 30 s pull", () => pulls.includes(30_000), 45_000);
+    await rotator.rotate({ grant: "aged/key" });
+    await waitUntil("generation 2 given", () => got.some((u) => u.generation === 2));
+    const atMessage = pulls.length;
+    // Lost before the holder acknowledged, and before its next pull: unconfirmed, that pull leaves a second after the message.
+    await store.jsm.consumers.delete(e.stream, e.consumer);
+    await waitUntil("the pull after the message", () => pulls.length > atMessage, 5_000);
+    expect(pulls[atMessage]).toBe(2_000);
+    mayConfirm.open();
+    // Nothing answers a pull for a consumer that is not there: given up on after 3 s (a 30 s pull, after 31 s), the
+    // consumer looked for until the rotator's sweep made it again, and the broadcast acknowledged on it.
+    await waitUntil("the commit", () => committed("aged"), 20_000);
+    await expectAcksInConsumers({ store }, await rotationOf("aged"));
+    watch.unsubscribe();
+    await h.stop();
+  }, 90_000);
 });

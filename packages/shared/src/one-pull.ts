@@ -8,10 +8,11 @@
  * (30 s). Here every pull answers on the same inbox, so no delivery is lost to an old pull, and
  * the next pull leaves with the ack of the message before it, in the same write.
  *
- * One pull is out at a time, for one message, with an expiry the caller chooses per pull. After
- * a message, the next pull waits until the message is acked, refused or terminated (the server
- * delivers nothing else meanwhile: one ack pending at most), or at most {@link HOLD_MS}, so a
- * message that supersedes one the application has not confirmed still arrives.
+ * One pull is out at a time, for one message, with an expiry the caller chooses per pull (told
+ * whether it is the first pull after a message). After a message, the next pull waits until the
+ * message is acked, refused or terminated (the server delivers nothing else meanwhile: one ack
+ * pending at most), or at most {@link HOLD_MS}, so a message that supersedes one the application
+ * has not confirmed still arrives.
  */
 import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 
@@ -78,7 +79,9 @@ export class OnePull {
   private held: { timer: NodeJS.Timeout } | undefined;
   private lostTimer: NodeJS.Timeout | undefined;
   private pauseTimer: NodeJS.Timeout | undefined;
-  private running: { expiresMs: () => number; end: (why: PullEnd) => void } | undefined;
+  private running: { expiresMs: (afterMessage: boolean) => number; end: (why: PullEnd) => void } | undefined;
+  /** A message was delivered since the last pull left: the next pull is the first after it. */
+  private afterMessage = false;
   private closed = false;
   private statusWatch: { stop?: () => void } | undefined;
 
@@ -98,10 +101,11 @@ export class OnePull {
 
   /**
    * Pulls until a pull goes unanswered past its expiry, the consumer is deleted, JetStream does
-   * not answer, or {@link close}; resolves with which. `expiresMs` is asked for each pull's expiry.
-   * Messages that arrive between runs are handed over all the same.
+   * not answer, or {@link close}; resolves with which. `expiresMs` is asked for each pull's expiry,
+   * with whether that pull is the first since a message was delivered. Messages that arrive
+   * between runs are handed over all the same.
    */
-  run(expiresMs: () => number): Promise<PullEnd> {
+  run(expiresMs: (afterMessage: boolean) => number): Promise<PullEnd> {
     if (this.closed) return Promise.resolve("closed");
     this.running?.end("lost");
     return new Promise<PullEnd>((resolve) => {
@@ -132,7 +136,7 @@ export class OnePull {
   private pull(): void {
     const r = this.running;
     if (!r || this.closed || this.held || this.outstanding > 0) return;
-    const expires = r.expiresMs();
+    const expires = r.expiresMs(this.afterMessage);
     this.outstanding++;
     try {
       this.nc.publish(this.nextSubject, JSON.stringify({ batch: 1, expires: expires * 1_000_000 }), { reply: this.inbox });
@@ -141,6 +145,7 @@ export class OnePull {
       r.end(this.nc.isClosed() ? "closed" : "lost");
       return;
     }
+    this.afterMessage = false;
     clearTimeout(this.lostTimer);
     this.lostTimer = setTimeout(() => this.running?.end("lost"), expires + PULL_GRACE_MS);
     this.lostTimer.unref?.();
@@ -169,6 +174,7 @@ export class OnePull {
     }
     if (!m.reply?.startsWith("$JS.ACK.")) return;
     this.answered();
+    this.afterMessage = true;
     this.hold();
     this.onMessage(this.pulled(m));
   }
