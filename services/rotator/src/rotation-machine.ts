@@ -182,8 +182,9 @@ export function withAcks(r: Rotation, acks: ReadonlyMap<string, { at: number; st
 export function withRepublished(r: Rotation, again: Rotation["broadcasts"]): Rotation {
   const fresh = new Map(again.map((b) => [broadcastKey(b.stream, b.subject), b]));
   const broadcasts = r.broadcasts.map((b) => {
-    const n = fresh.get(broadcastKey(b.stream, b.subject));
-    fresh.delete(broadcastKey(b.stream, b.subject));
+    const key = broadcastKey(b.stream, b.subject);
+    const n = fresh.get(key);
+    fresh.delete(key);
     return n ?? b;
   });
   return { ...r, broadcasts: [...broadcasts, ...fresh.values()], republished: (r.republished ?? 0) + 1 };
