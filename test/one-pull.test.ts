@@ -63,9 +63,10 @@ describe("OnePull", () => {
     const got: PulledMessage[] = [];
     const asked: boolean[] = [];
     const puller = new OnePull(nc, endpoint.stream, endpoint.consumer, (m) => got.push(m));
+    // Long before the message (none expires meanwhile), short after it (the test waits for its expiry).
     void puller.run((afterMessage) => {
       asked.push(afterMessage);
-      return 1_000;
+      return afterMessage ? 500 : 10_000;
     });
     await waitFor("the first pull", () => asked.length === 1, 5_000);
     await js.publish(endpoint.subject, "x");
