@@ -20,7 +20,7 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import { Kinds } from "@mesh/shared";
-import { OnePull } from "@mesh/shared/runtime";
+import { holderPullExpiresMs, OnePull } from "@mesh/shared/runtime";
 import { createAdapter, type ProviderAdapter } from "@mesh/providers";
 import { connectWithIdentity, holdCredential, type CredentialHolder } from "@mesh/client";
 import { toggleProfile } from "./profile.js";
@@ -128,8 +128,8 @@ async function start(s: Start): Promise<{ refused?: boolean }> {
       barePullers.push(puller);
       void (async () => {
         // A pull unanswered or the consumer gone: run again (ended at stop).
-        // 2 s for the pull after each message, as the SDK's (hold-credential.ts); its consumer is not new to it.
-        while ((await puller.run((afterMessage) => (afterMessage ? 2_000 : 30_000))) !== "closed") await new Promise((r) => setTimeout(r, 50));
+        // Each pull as long as the SDK's (its consumer is not new to it: settled from the start).
+        while ((await puller.run((afterMessage) => holderPullExpiresMs(Date.now(), 0, afterMessage))) !== "closed") await new Promise((r) => setTimeout(r, 50));
       })();
     });
   }

@@ -59,6 +59,8 @@ import {
   startConsumerSpan,
   type NatsConnection,
   OnePull,
+  holderPullExpiresMs,
+  SETTLING_MS,
   type PulledMessage,
   retryJetStreamIdempotent,
   watchedJson,
@@ -144,27 +146,6 @@ export async function holdCredential(nc: NatsConnection, opts: HoldCredentialOpt
   const h = new Holder(nc, js, { holders, grants }, { ...opts, instance });
   await h.start();
   return h;
-}
-
-/** How long each pull of a holder waits on the server for a rotation before it is made again (the client's default). */
-const PULL_EXPIRES_MS = 30_000;
-/**
- * How long each pull waits instead while the consumer is new to this instance (for
- * {@link SETTLING_MS} after it found the consumer, or found it again after a pull failed: the
- * consumer made again, or its leader moved), and for the first pull after each message. A pull
- * sent to a consumer whose leader is not settled yet (one just made on a cluster) can be lost,
- * and so is one sent to a consumer that is no longer there (2.9 answers a pull for a missing
- * consumer with nothing): a pull is given up on only a second past its expiry (one-pull.ts). The
- * pull after a message is the one that meets a consumer lost while its holder held a rotation
- * unconfirmed (deleted, or lost with its server): short, its holder looks for it again within
- * 3 s at any age, not after 31 s.
- */
-const SHORT_PULL_EXPIRES_MS = 2_000;
-const SETTLING_MS = 30_000;
-
-/** The expiry of a holder's next pull: short while its consumer is new to it and for the first pull after a message. Pure. */
-function holderPullExpiresMs(now: number, settledAt: number, afterMessage: boolean): number {
-  return afterMessage || now < settledAt ? SHORT_PULL_EXPIRES_MS : PULL_EXPIRES_MS;
 }
 
 class Holder implements CredentialHolder {
@@ -267,9 +248,8 @@ class Holder implements CredentialHolder {
    * with its defaults: on a cluster whose consumer leaders moved, rotations waited 30 s for some
    * of their holders). The next pull leaves with the ack of the message before it. What the pulls
    * cost, and what the short pulls on a new consumer bought (a pull sent before its leader is
-   * settled is lost), is in docs/design.md, "Rotation fan-out". At rest: one pull every
-   * {@link PULL_EXPIRES_MS}; while the consumer is new to it, one every
-   * {@link SHORT_PULL_EXPIRES_MS}, and one such after each rotation.
+   * settled is lost), is in docs/design.md, "Rotation fan-out". How long each pull waits:
+   * {@link holderPullExpiresMs} (one-pull.ts).
    */
   private async consume(): Promise<void> {
     const puller = (this.puller = new OnePull(this.nc, this.endpoint.stream, this.endpoint.consumer, (m) => this.enqueue(() => this.rotation(m))));

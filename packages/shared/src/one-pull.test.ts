@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { deliveryCountOf, pullStatusAction } from "./one-pull.js";
+import { deliveryCountOf, holderPullExpiresMs, pullStatusAction } from "./one-pull.js";
 
 describe("pullStatusAction", () => {
   it("pulls again when a pull ended without a message or its leader moved", () => {
@@ -26,5 +26,13 @@ describe("deliveryCountOf", () => {
   it("says 1 for a subject that is neither", () => {
     expect(deliveryCountOf("_INBOX.abc")).toBe(1);
     expect(deliveryCountOf("$JS.ACK.S.C.x.1.1.1.0")).toBe(1);
+  });
+});
+
+describe("holderPullExpiresMs", () => {
+  it("is short while the consumer is new to the holder and for the first pull after a message, and 30 s otherwise", () => {
+    expect(holderPullExpiresMs(1_000, 2_000, false)).toBe(2_000);
+    expect(holderPullExpiresMs(3_000, 2_000, true)).toBe(2_000);
+    expect(holderPullExpiresMs(3_000, 2_000, false)).toBe(30_000);
   });
 });

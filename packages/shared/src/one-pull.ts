@@ -65,6 +65,27 @@ export const HOLD_MS = 1_000;
 /** How long after a status that is not an answer (a 409 but a leadership change or a deletion) the next pull waits. */
 const PAUSE_MS = 250;
 
+/** How long each pull of a holder (hold-credential.ts in @mesh/client) waits on the server for a rotation before it is made again (the client's default). */
+const PULL_EXPIRES_MS = 30_000;
+/**
+ * How long each pull waits instead while the consumer is new to the holder (for
+ * {@link SETTLING_MS} after it found the consumer, or found it again after a pull failed: the
+ * consumer made again, or its leader moved), and for the first pull after each message. A pull
+ * sent to a consumer whose leader is not settled yet (one just made on a cluster) can be lost,
+ * and so is one sent to a consumer that is no longer there (2.9 answers a pull for a missing
+ * consumer with nothing): a pull is given up on only {@link PULL_GRACE_MS} past its expiry. The
+ * pull after a message is the one that meets a consumer lost while its holder held a rotation
+ * unconfirmed (deleted, or lost with its server): short, its holder looks for it again within
+ * 3 s at any age, not after 31 s.
+ */
+const SHORT_PULL_EXPIRES_MS = 2_000;
+export const SETTLING_MS = 30_000;
+
+/** The expiry of a holder's next pull: short while its consumer is new to it and for the first pull after a message. Pure. */
+export function holderPullExpiresMs(now: number, settledAt: number, afterMessage: boolean): number {
+  return afterMessage || now < settledAt ? SHORT_PULL_EXPIRES_MS : PULL_EXPIRES_MS;
+}
+
 const ACK = new TextEncoder().encode("+ACK");
 const WPI = new TextEncoder().encode("+WPI");
 const TERM = new TextEncoder().encode("+TERM");

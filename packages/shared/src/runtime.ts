@@ -76,7 +76,7 @@ export {
   retryDelayMs,
   type StartAt,
 } from "./stream-consumers.js";
-export { deliveryCountOf, OnePull, type PulledMessage, type PullEnd, pullStatusAction } from "./one-pull.js";
+export { deliveryCountOf, holderPullExpiresMs, OnePull, type PulledMessage, type PullEnd, pullStatusAction, SETTLING_MS } from "./one-pull.js";
 export { ProviderCatalog } from "./provider-catalog.js";
 export {
   contextFrom,
