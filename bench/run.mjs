@@ -50,6 +50,9 @@ async function endGroup(pgid, graceMs = 10_000) {
   return true;
 }
 
+/** The signal (Ctrl-C's SIGINT, a SIGTERM) that stopped the run, passed on to the benchmark running. */
+let interrupted;
+
 /** Runs `cmd` as the leader of a process group of its own; resolves with how it ended once what it left running is stopped. */
 async function runInGroup(cmd) {
   const child = spawn(cmd[0], cmd.slice(1), {
@@ -58,8 +61,9 @@ async function runInGroup(cmd) {
     env: { ...process.env, MESH_LOG_LEVEL: process.env.MESH_LOG_LEVEL ?? "warn" },
     detached: true,
   });
-  // Not in the terminal's foreground group any more: its Ctrl-C is passed on.
+  // Not in the terminal's foreground group any more: its Ctrl-C is passed on, and ends the run.
   const forward = (signal) => {
+    interrupted = signal;
     try {
       process.kill(-child.pid, signal);
     } catch {
@@ -88,6 +92,10 @@ for (const f of files) {
   const r = await runInGroup(["sh", "-c", 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"', "sh", ...cmd]);
   const took = ((Date.now() - t0) / 1000).toFixed(1);
   if (r.left) console.log(`=== ${f} left processes running (servers it started, holder processes): stopped ===`);
+  if (interrupted) {
+    console.error(`\n=== stopped by ${interrupted} during ${f}; the benchmarks after it did not run ===`);
+    process.exit(130);
+  }
   if (r.status !== 0) {
     failed.push(f);
     console.log(`=== ${f} failed (${r.error?.message ?? `exit ${r.status ?? r.signal}`}) after ${took} s ===`);
