@@ -15,6 +15,7 @@
  */
 import { spawn } from "node:child_process";
 import { readdirSync } from "node:fs";
+import { constants } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -94,7 +95,8 @@ for (const f of files) {
   if (r.left) console.log(`=== ${f} left processes running (servers it started, holder processes): stopped ===`);
   if (interrupted) {
     console.error(`\n=== stopped by ${interrupted} during ${f}; the benchmarks after it did not run ===`);
-    process.exit(130);
+    // As a shell reports a command a signal ended: 128 and the signal's number (130 for Ctrl-C, 143 for SIGTERM).
+    process.exit(128 + constants.signals[interrupted]);
   }
   if (r.status !== 0) {
     failed.push(f);
