@@ -85,16 +85,19 @@ describe("the store on a three-server cluster", () => {
 
   it("loses no write of a credential record by two credential stores at once", async () => {
     // Each store records the bindings of one generation twenty times over, each time other
-    // values: every write reads the record, seals it again and writes it by compare-and-set.
+    // values: every write seals the record again and writes it by compare-and-set. Store a's
+    // start from the record as it stored it (no read), stale after the first write lands: each
+    // such write must fail its compare-and-set and read the record again, never write over it.
     const [a, b] = stores.map((st) => new CredentialStore(st.kv.credentials, cluster.masterKey));
     const grant = { module: "race", requirement: "db", id: "race/db" };
-    await a!.ensure(grant, 1, "pg", () => ({ value: "secret-1" }));
+    const over = await a!.ensureStored(grant, 1, "pg", () => ({ value: "secret-1" }));
+    expect(over.bindings).toBeUndefined();
     // Store b reads from its own server, whose replica may not have applied a's write yet (a
     // direct get; read-floors.ts): a process writes a record only after it has heard of it, so b
     // first sees what a wrote, and then the two race.
     await waitFor("store b to read generation 1", async () => (await b!.read("race", "db", 1)) ?? undefined, 10_000);
     const writes = [a!, b!].flatMap((cs, w) =>
-      Array.from({ length: 20 }, (_, i) => cs.setBindings("race", "db", 1, { password: "secret-1", note: `w${w}-${i}` })),
+      Array.from({ length: 20 }, (_, i) => cs.setBindings("race", "db", 1, { password: "secret-1", note: `w${w}-${i}` }, w === 0 ? over : undefined)),
     );
     await Promise.all(writes);
     const stored = await a!.read("race", "db", 1);

@@ -49,6 +49,9 @@ export interface StoredCredential {
   bindings?: BindingValues;
 }
 
+/** A credential record as stored, opened, at the revision it was read or written at. */
+export type StoredAt = StoredCredential & { record: CredentialRecord; revision: number };
+
 /**
  * The keys a store encrypts and decrypts with: `kek`, the local key-encryption key (the master
  * key's own records are under it); `sealing()`, the key new records are written under;
@@ -106,11 +109,7 @@ export class CredentialStore {
   }
 
   /** Reads and decrypts a generation; undefined when it was never written. */
-  async read(
-    module: string,
-    requirement: string,
-    generation: number,
-  ): Promise<(StoredCredential & { record: CredentialRecord; revision: number }) | undefined> {
+  async read(module: string, requirement: string, generation: number): Promise<StoredAt | undefined> {
     const k = keys.credential(module, requirement, generation);
     // Never older than this process's own writes of it: on a cluster a follower may answer a get before it applied them (read-floors.ts).
     const e = await getAtFloor(this.kv, k);
@@ -131,8 +130,22 @@ export class CredentialStore {
     provider: string,
     generate: () => SecretMaterial,
   ): Promise<SecretMaterial> {
+    return (await this.ensureStored(grant, generation, provider, generate)).secret;
+  }
+
+  /**
+   * {@link ensure}, with the record as it is stored after it: {@link setBindings} writes over
+   * that revision without reading the record again (on a cluster, a read fewer on the way to
+   * a grant or a rotation).
+   */
+  async ensureStored(
+    grant: { module: string; requirement: string; id: string },
+    generation: number,
+    provider: string,
+    generate: () => SecretMaterial,
+  ): Promise<StoredAt> {
     const existing = await this.read(grant.module, grant.requirement, generation);
-    if (existing) return existing.secret;
+    if (existing) return existing;
     const secret = generate();
     const k = keys.credential(grant.module, grant.requirement, generation);
     const record: CredentialRecord = {
@@ -143,13 +156,12 @@ export class CredentialStore {
       encrypted: await this.seal(k, { secret }),
     };
     try {
-      await casWrite(this.kv, k, recordJson(record), undefined);
-      return secret;
+      return { secret, record, revision: await casWrite(this.kv, k, recordJson(record), undefined) };
     } catch (e) {
       if (!isCasConflict(e)) throw e;
       const won = await this.read(grant.module, grant.requirement, generation);
       if (!won) throw new MeshError(ErrorCodes.Internal, `credential ${k} vanished during a concurrent write`, { retryable: true });
-      return won.secret;
+      return won;
     }
   }
 
@@ -204,8 +216,12 @@ export class CredentialStore {
     }
   }
 
-  /** Records the binding values the provider produced for a generation. */
-  async setBindings(module: string, requirement: string, generation: number, bindings: BindingValues): Promise<void> {
+  /**
+   * Records the binding values the provider produced for a generation. `over`: the record as
+   * {@link ensureStored} left it, written over without a read; should it have moved on since,
+   * the compare-and-set fails and the record is read again.
+   */
+  async setBindings(module: string, requirement: string, generation: number, bindings: BindingValues, over?: StoredAt): Promise<void> {
     const k = keys.credential(module, requirement, generation);
     await casModify(
       this.kv,
@@ -216,6 +232,7 @@ export class CredentialStore {
         if (cur.bindings && JSON.stringify(cur.bindings) === JSON.stringify(bindings)) return undefined;
         return { ...cur.record, appliedAt: new Date().toISOString(), encrypted: await this.seal(k, { secret: cur.secret, bindings }) };
       },
+      over ? { start: over, startMayBeStale: true } : {},
     );
   }
 

@@ -117,7 +117,16 @@ export { natsAuth } from "./nats-auth.js";
 export { createKvBucketAdapter, createObjectStoreAdapter } from "./jetstream-stores.js";
 export { MARIADB_IDENTIFIER, mariadbNames } from "./mariadb-identifiers.js";
 export { checkGrantRef } from "./grant-ref.js";
-export { CredentialStore, CredentialRecord, isMasterKeyRecord, keysOf, singleKey, type CredentialKeys, type StoredCredential } from "./credential-store.js";
+export {
+  CredentialStore,
+  CredentialRecord,
+  isMasterKeyRecord,
+  keysOf,
+  singleKey,
+  type CredentialKeys,
+  type StoredAt,
+  type StoredCredential,
+} from "./credential-store.js";
 export { MasterKeyRing, RING_REFRESH_MS, storeKeyRing } from "./master-key-ring.js";
 export { AdapterPool, providerConfig } from "./adapter-pool.js";
 export { probeAdminSecret, repairAdminSecret, setAdminSecret, withAdminSecret, type AdminSecretDeps, type AdminSecretProbe } from "./admin-secret-engine.js";

@@ -99,12 +99,15 @@ async function provision(deps: ProvisionDeps, grant: Grant, generation: number):
     throw new MeshError("NotFound", `provider ${grant.provider} is not registered any more`, { retryable: true });
   }
   const create = async (adapter: ProviderAdapter) => {
-    const secret = await credentials.ensure(grant, generation, grant.provider!, () => adapter.generate());
-    return adapter.create({ grant: { module: grant.module, requirement: grant.requirement, generation }, secret, options: grant.options, parts: grant.parts });
+    const stored = await credentials.ensureStored(grant, generation, grant.provider!, () => adapter.generate());
+    const target = { module: grant.module, requirement: grant.requirement, generation };
+    return { result: await adapter.create({ grant: target, secret: stored.secret, options: grant.options, parts: grant.parts }), stored };
   };
   // A provider whose admin password is a mesh secret may hold another generation of it than the current one.
-  const result = doc ? await withAdminSecret(deps, grant.kind, doc, PROVISIONER_INSTANCE, create) : await create(adapters.get(grant.kind, undefined));
-  await credentials.setBindings(grant.module, grant.requirement, generation, result.bindings);
+  const { result, stored } = doc
+    ? await withAdminSecret(deps, grant.kind, doc, PROVISIONER_INSTANCE, create)
+    : await create(adapters.get(grant.kind, undefined));
+  await credentials.setBindings(grant.module, grant.requirement, generation, result.bindings, stored);
   const resource = recordedResource(result, grant.provider!);
   const what = Object.entries(result.resource)
     .map(([k, v]) => `${k} ${v}`)

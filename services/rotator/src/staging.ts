@@ -93,13 +93,14 @@ export function staging(
     const to = superseded ? superseded.to + 1 : g.generation + 1;
     // A grant that moved provider: k+1 is made on the new one, k's resource released at commit.
     const fromProvider = handoverFrom(g);
-    const staged = await withAdapterOf(g.kind, g.provider, async (adapter) => {
+    const { staged, stored } = await withAdapterOf(g.kind, g.provider, async (adapter) => {
       // Write-ahead: k+1's secret is stored (encrypted) before the provider is touched, so a crash rolls forward with it.
-      const secret = await credentials.ensure(g, to, g.provider!, () => adapter.generate());
+      const stored = await credentials.ensureStored(g, to, g.provider!, () => adapter.generate());
       // Stage k+1 beside k: both log in from here until the commit.
-      return adapter.create({ grant: { module: g.module, requirement: g.requirement, generation: to }, secret, options: g.options, parts: g.parts });
+      const grant = { module: g.module, requirement: g.requirement, generation: to };
+      return { staged: await adapter.create({ grant, secret: stored.secret, options: g.options, parts: g.parts }), stored };
     });
-    await credentials.setBindings(g.module, g.requirement, to, staged.bindings);
+    await credentials.setBindings(g.module, g.requirement, to, staged.bindings, stored);
     // A secret that is a provider's admin password: k+1 is set at its server before any holder is told.
     if (g.kind === Kinds.Secret) await setAtAdminServers(g, to, staged.bindings);
     // One rotation per grant: read the record again now that k+1 is staged (another instance
