@@ -33,12 +33,12 @@ export interface RotatorContext {
   /**
    * Moves rotation `r` (as read) to `state` (with `patch`) over the record as it is now, when it
    * is still `r` in `r`'s state and `allowed` says so; the new record, or undefined when the
-   * record had moved on (look again).
+   * record had moved on (look again). Several states are entered in turn, in one write.
    */
   transition(
     key: string,
     r: Rotation,
-    state: RotationState,
+    state: RotationState | readonly RotationState[],
     now: Date,
     allowed?: (x: Rotation) => boolean,
     patch?: Partial<Rotation>,
@@ -79,20 +79,24 @@ export function rotatorContext(opts: RotatorOptions, testHooks: RotatorTestHooks
   /**
    * Moves rotation `r` (as read) to `state` over the record as it is now (with the
    * confirmations recorded since), when it is still `r` in `r`'s state and `allowed` says so;
-   * the new record, or undefined when the record had moved on (look again).
+   * the new record, or undefined when the record had moved on (look again). Several states are
+   * entered in turn, each by a move {@link enter} allows, and written once.
    */
   const transition = async (
     key: string,
     r: Rotation,
-    state: RotationState,
+    state: RotationState | readonly RotationState[],
     now: Date,
     allowed: (x: Rotation) => boolean = () => true,
     patch: Partial<Rotation> = {},
   ): Promise<Rotation | undefined> => {
     await holdIfPaused();
+    const states: readonly RotationState[] = typeof state === "string" ? [state] : state;
     // A state entered is past what blocked the last one.
     const out = await records.update(key, (x) =>
-      x && x.id === r.id && x.state === r.state && allowed(x) ? enter({ ...x, blocked: undefined, ...patch }, state, now) : undefined,
+      x && x.id === r.id && x.state === r.state && allowed(x)
+        ? states.reduce<Rotation>((y, s) => enter(y, s, now), { ...x, blocked: undefined, ...patch })
+        : undefined,
     );
     if (!out.wrote) return undefined;
     persisted(out.record!.value);

@@ -32,6 +32,9 @@ export interface RotatorOptions {
  * TEST HOOKS, never for production, and so not among {@link RotatorOptions}: after persisting a
  * rotation in state `pauseAfter` the rotator stops doing any work (it hangs, as if frozen), so a
  * test can SIGKILL it in exactly that state. Set in a process by `MESH_ROTATOR_TEST_PAUSE_AFTER`.
+ * With `Broadcast` the broadcast step writes that state alone, where it otherwise goes on to
+ * `AwaitingHolders` in the same write (a record is left in `Broadcast` when the grant's
+ * `Rotating` condition could not be written beside the broadcast, or by an older rotator).
  */
 export interface RotatorTestHooks {
   pauseAfter?: RotationState;

@@ -187,9 +187,20 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
             const carried = await carry(r);
             // The grant's Rotating condition is written beside the broadcast, off the path to the
             // commit; should that fail, the next step writes it.
-            const [broadcasts] = await Promise.all([broadcast(r), markRotating(key, r, now).catch(() => undefined)]);
+            const [broadcasts, rotating] = await Promise.all([
+              broadcast(r),
+              markRotating(key, r, now).then(
+                () => true,
+                () => false,
+              ),
+            ]);
+            // With the condition written, the record goes on to AwaitingHolders in the same write:
+            // one write fewer before the holders' acks count, three on a cluster's replicas. A
+            // rotator the test hook freezes in Broadcast writes that state alone, as it does
+            // when the condition could not be written.
+            const states = rotating && testHooks.pauseAfter !== RotationStates.Broadcast ? BROADCAST_AND_AWAITING : RotationStates.Broadcast;
             // The copy's outcome replaces its progress.
-            const next = await transition(key, r, RotationStates.Broadcast, now, () => true, {
+            const next = await transition(key, r, states, now, () => true, {
               broadcasts,
               ...(carried ? { carried, carrying: undefined } : {}),
             });
@@ -393,6 +404,9 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
     },
   };
 }
+
+/** The broadcast step's states, entered in one write once the grant says the rotation awaits its holders. */
+const BROADCAST_AND_AWAITING = [RotationStates.Broadcast, RotationStates.AwaitingHolders] as const;
 
 /** At most how often a running rotation's count of confirmations is written into its record. */
 const COUNT_WRITE_MS = 1_000;
