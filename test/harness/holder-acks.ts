@@ -1,10 +1,10 @@
 /**
  * What JetStream itself says of a committed rotation's confirmations: for every holder the
- * record names as confirmed, its consumer (the one holder-streams.ts names for it, on the stream
- * and under the name the record says) has acknowledged the broadcast's sequence the record names.
+ * record names as confirmed, its consumer (the one holder-streams.ts names for it, which the
+ * record then need not name) has acknowledged the broadcast's sequence the record names.
  */
 import { expect } from "vitest";
-import { holderEndpoint, type Rotation } from "@mesh/shared";
+import { holderAckedOn, holderEndpoint, type Rotation } from "@mesh/shared";
 import type { Store } from "@mesh/shared/runtime";
 
 export async function expectAcksInConsumers(mesh: { store: Store }, r: Rotation): Promise<void> {
@@ -12,7 +12,9 @@ export async function expectAcksInConsumers(mesh: { store: Store }, r: Rotation)
   expect(holders.length).toBeGreaterThan(0);
   for (const [holder, p] of holders) {
     const e = holderEndpoint(r.grant, holder)!;
-    expect({ holder, stream: p.s, consumer: p.k }).toEqual({ holder, stream: e.stream, consumer: e.consumer });
+    // Each acknowledged on its own consumer: the record names no other (and so names none).
+    expect({ holder, s: p.s, k: p.k }).toEqual({ holder, s: undefined, k: undefined });
+    expect({ holder, ...holderAckedOn(r.grant, holder, p) }).toEqual({ holder, stream: e.stream, consumer: e.consumer });
     const sent = r.broadcasts.find((b) => b.stream === e.stream && b.subject === e.subject);
     expect(sent, `the broadcast to ${holder}'s stream is in the record`).toBeDefined();
     expect(p.q).toBeGreaterThanOrEqual(sent!.seq);

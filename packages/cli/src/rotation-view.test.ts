@@ -139,6 +139,23 @@ describe("traceRotation and formatTrace (meshctl trace)", () => {
     for (const line of text.split("\n")) expect(line.length).toBeLessThanOrEqual(80);
   });
 
+  it("names the holder's own stream and consumer for an ack the record keeps without them", () => {
+    const t = traceRotation(rotation({ holders: { "node-a/api": { c: 151, q: 9 }, "node-b/worker/i-1": { c: 300, q: 4, f: true } } }));
+    expect(t.holders[0]).toMatchObject({
+      holder: "node-a/api",
+      stream: "MESH_HOLD_N_node-a",
+      consumer: "shop_db_api",
+      ackedSeq: 9,
+      confirmed: { clock: "server" },
+    });
+    expect(t.holders[1]).toMatchObject({
+      stream: "MESH_HOLD_P_shop_node-b_worker",
+      consumer: "db_i-1",
+      foundInAckFloor: true,
+      confirmed: { clock: "rotator" },
+    });
+  });
+
   it("reads an older record with refused confirmations, and shows nothing of them", () => {
     const old = Rotation.parse({
       ...rotation(),

@@ -4,7 +4,7 @@
  * function reads only the {@link Rotation} it is given (times in it are offsets from
  * `requestedAt`, in milliseconds).
  */
-import { RotationStates, formatBytes, type Rotation } from "@mesh/shared";
+import { RotationStates, formatBytes, holderAckedOn, type Rotation } from "@mesh/shared";
 import { makeStyle, wrapText } from "./style.js";
 
 /**
@@ -20,10 +20,11 @@ export interface SummaryHolder {
   ackedSeq?: number;
 }
 
-/** Where a holder's confirmation was recorded, for the JSON forms. */
-function ackOf(p: Rotation["holders"][string] | undefined): { stream?: string; consumer?: string; ackedSeq?: number } {
+/** Where holder `holder` of `r` acknowledged, for the JSON forms. */
+function ackOf(r: Rotation, holder: string, p: Rotation["holders"][string] | undefined): { stream?: string; consumer?: string; ackedSeq?: number } {
   if (!p || p.c === undefined) return {};
-  return { ...(p.s ? { stream: p.s } : {}), ...(p.k ? { consumer: p.k } : {}), ...(p.q !== undefined ? { ackedSeq: p.q } : {}) };
+  const on = holderAckedOn(r.grant, holder, p);
+  return { ...(on ? { stream: on.stream, consumer: on.consumer } : {}), ...(p.q !== undefined ? { ackedSeq: p.q } : {}) };
 }
 
 /**
@@ -87,7 +88,7 @@ function rotationIdentity(r: Rotation) {
 export function summarizeRotation(r: Rotation): RotationSummary {
   const holders = Object.keys(r.holders)
     .sort()
-    .map((holder) => ({ holder, confirmedAt: atOffset(r, r.holders[holder]?.c) ?? null, ...ackOf(r.holders[holder]) }));
+    .map((holder) => ({ holder, confirmedAt: atOffset(r, r.holders[holder]?.c) ?? null, ...ackOf(r, holder, r.holders[holder]) }));
   const progress = rotationProgress(r);
   return {
     ...rotationIdentity(r),
@@ -224,8 +225,8 @@ export function traceRotation(r: Rotation): RotationTrace {
       received: event(r, p.r, "holder"),
       applied: event(r, p.a, "holder"),
       // Acks carry the server's time; an ack found in an ack floor, when the rotator found it; old records, the rotator's.
-      confirmed: event(r, p.c, p.s && !p.f ? "server" : "rotator"),
-      ...ackOf(p),
+      confirmed: event(r, p.c, p.q !== undefined && !p.f ? "server" : "rotator"),
+      ...ackOf(r, holder, p),
       ...(p.f ? { foundInAckFloor: true as const } : {}),
       ...(p.e !== undefined ? { evicted: event(r, p.e, "rotator") } : {}),
     }));

@@ -111,6 +111,19 @@ function endpointOf(grant: string, holder: string): HolderEndpoint | undefined {
   };
 }
 
+/**
+ * The stream and consumer a holder of rotation record `grant` acknowledged on: as the record
+ * names them (`s`, `k`: older records always, newer ones only where they are not the holder's
+ * own endpoint), else its endpoint's. Undefined for a holder that has not acknowledged (no `q`).
+ */
+export function holderAckedOn(grant: string, holder: string, p: { s?: string; k?: string; q?: number }): { stream: string; consumer: string } | undefined {
+  if (p.q === undefined) return undefined;
+  const e = p.s === undefined || p.k === undefined ? holderEndpoint(grant, holder) : undefined;
+  const stream = p.s ?? e?.stream;
+  const consumer = p.k ?? e?.consumer;
+  return stream !== undefined && consumer !== undefined ? { stream, consumer } : undefined;
+}
+
 /** The configuration of a holder stream: the last broadcast of each grant kept, nothing older (a rotation supersedes the one before). */
 export function holderStreamConfig(endpoint: HolderEndpoint, replicas: number): Partial<StreamConfig> & { name: string } {
   return {

@@ -312,6 +312,7 @@ export {
   consumerMismatch,
   HOLDER_ACK_WAIT_MS,
   HOLDER_STREAM_PREFIX,
+  holderAckedOn,
   holderConsumerConfig,
   holderEndpoint,
   type HolderEndpoint,

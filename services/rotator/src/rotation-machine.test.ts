@@ -1,5 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { RotationStates, getCondition, type Grant, type HolderRegistration, type Rotation, type RotationState } from "@mesh/shared";
+import {
+  RotationStates,
+  getCondition,
+  holderAckedOn,
+  holderEndpoint,
+  type Grant,
+  type HolderRegistration,
+  type Rotation,
+  type RotationState,
+} from "@mesh/shared";
 import { grantFixture } from "../../../test/fixtures.js";
 import {
   IllegalTransition,
@@ -201,6 +210,24 @@ describe("withAcks", () => {
     expect(found.holders["node-b/worker"]).toMatchObject({ c: 90, f: true });
     expect(withAcks(found, new Map([ack("node-b/worker", 500)])).holders["node-b/worker"]!.c).toBe(90);
     expect(withAcks(r, new Map())).toBe(r);
+  });
+
+  it("names no stream or consumer for an ack on the holder's own endpoint, which holderAckedOn derives", () => {
+    const r = { ...rotation(["node-a/api", "node-b/worker/i-1"]), requestedAt: T0.toISOString() };
+    const own = (h: string, seq: number) => {
+      const e = holderEndpoint(r.grant, h)!;
+      return [h, { at: T0.getTime() + 20, stream: e.stream, consumer: e.consumer, seq }] as const;
+    };
+    const out = withAcks(r, new Map([own("node-a/api", 3), own("node-b/worker/i-1", 5)]));
+    expect(out.holders["node-a/api"]).toEqual({ c: 20, q: 3 });
+    expect(out.holders["node-b/worker/i-1"]).toEqual({ c: 20, q: 5 });
+    expect(holderAckedOn(r.grant, "node-a/api", out.holders["node-a/api"]!)).toEqual({ stream: "MESH_HOLD_N_node-a", consumer: "shop_key_api" });
+    expect(holderAckedOn(r.grant, "node-b/worker/i-1", out.holders["node-b/worker/i-1"]!)).toEqual({
+      stream: "MESH_HOLD_P_shop_node-b_worker",
+      consumer: "key_i-1",
+    });
+    // Not acknowledged: nowhere.
+    expect(holderAckedOn(r.grant, "node-a/api", {})).toBeUndefined();
   });
 });
 

@@ -5,6 +5,7 @@
  */
 import {
   broadcastKey,
+  holderEndpoint,
   isHolderPending,
   HOLDER_STALE_MS,
   RotationStates,
@@ -154,10 +155,11 @@ export function evictHolders(
 
 /**
  * The rotation `r` with the confirmations JetStream has for it (`acks`, by holder): each holder
- * that acknowledged gets `c` (the server's time of its ack, since `requestedAt`), the stream and
- * consumer it acknowledged on (`s`, `k`) and the sequence (`q`), and `f` when the ack was found
- * in the consumer's ack floor rather than seen. Holders the operator evicted keep `e`. The same
- * object when there is nothing to add. Pure.
+ * that acknowledged gets `c` (the server's time of its ack, since `requestedAt`) and the
+ * sequence (`q`), the stream and consumer it acknowledged on (`s`, `k`) only where they are not
+ * the holder's own endpoint (at thousands of holders they were most of the committed record),
+ * and `f` when the ack was found in the consumer's ack floor rather than seen. Holders the
+ * operator evicted keep `e`. The same object when there is nothing to add. Pure.
  */
 export function withAcks(r: Rotation, acks: ReadonlyMap<string, { at: number; stream: string; consumer: string; seq: number; found?: true }>): Rotation {
   if (acks.size === 0) return r;
@@ -166,7 +168,9 @@ export function withAcks(r: Rotation, acks: ReadonlyMap<string, { at: number; st
   for (const [h, a] of acks) {
     const p = holders[h];
     if (!p || p.c !== undefined) continue;
-    const next: Rotation["holders"][string] = { ...p, c: Math.max(0, a.at - start), s: a.stream, k: a.consumer, q: a.seq };
+    const next: Rotation["holders"][string] = { ...p, c: Math.max(0, a.at - start), q: a.seq };
+    const own = holderEndpoint(r.grant, h);
+    if (own?.stream !== a.stream || own.consumer !== a.consumer) Object.assign(next, { s: a.stream, k: a.consumer });
     if (a.found) next.f = true;
     holders[h] = next;
   }

@@ -50,7 +50,11 @@ export const HolderProgress = z.object({
   c: z.number().optional(),
   /** Evicted by the operator (`meshctl rotate --evict`): the rotation went on without it. */
   e: z.number().optional(),
-  /** The stream and consumer it acknowledged on, and the stream sequence it acknowledged (the broadcast). */
+  /**
+   * The stream and consumer it acknowledged on, only where they are not the ones holder-streams.ts
+   * names for the holder (`holderAckedOn` reads either; records written before this always name
+   * them), and the stream sequence it acknowledged (the broadcast).
+   */
   s: z.string().optional(),
   k: z.string().optional(),
   q: z.number().int().optional(),
