@@ -244,6 +244,9 @@ describe("rotation of a postgres.database grant held on two nodes", () => {
     expect(getCondition(g!.conditions, "Rotating")).toBeUndefined();
     // Every holder confirmed by acknowledging the broadcast on its own consumer, and JetStream's own consumer state says so.
     expect(Object.values(done!.holders).every((h) => h.c !== undefined && h.q !== undefined)).toBe(true);
+    // The grant said Rotating beside the broadcast, so the record entered Broadcast and AwaitingHolders in one write.
+    const entered = (s: RotationState) => done!.history.find((h) => h.state === s)?.at;
+    expect(entered(RotationStates.AwaitingHolders)).toBe(entered(RotationStates.Broadcast));
     await expectAcksInConsumers(mesh, done!);
     expect(await loginWith(mesh, "shop", 2)).toEqual({ ok: true });
     expect(await loginWith(mesh, "shop", 1)).toMatchObject({ ok: false, reason: "rejected" });

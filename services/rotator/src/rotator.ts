@@ -120,9 +120,12 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
       await holdIfPaused();
     },
   });
-  /** Sets the grant's Rotating condition for `r` awaiting its holders (before the record says so). */
+  /**
+   * Sets the grant's Rotating condition for `r` awaiting its holders, before the record says so:
+   * from the broadcast step, beside the publishes, while the record is still `Staged`.
+   */
   const markRotating = async (key: string, r: Rotation, now: Date) => {
-    const next = enter(r, RotationStates.AwaitingHolders, now);
+    const next: Rotation = { ...r, state: RotationStates.AwaitingHolders };
     await setGrant(key, (g) => {
       const conditions = withRotatingCondition(g.conditions, next, now);
       return conditions === g.conditions ? undefined : { ...g, conditions };
@@ -191,7 +194,13 @@ export async function startRotator(opts: RotatorOptions, testHooks: RotatorTestH
               broadcast(r),
               markRotating(key, r, now).then(
                 () => true,
-                () => false,
+                (e: unknown) => {
+                  log.warn(
+                    { rotation: r.id, err: e },
+                    `rotation ${r.id}: could not set the grant's Rotating condition beside the broadcast; the next step sets it`,
+                  );
+                  return false;
+                },
               ),
             ]);
             // With the condition written, the record goes on to AwaitingHolders in the same write:
