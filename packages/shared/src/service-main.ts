@@ -42,14 +42,27 @@ export async function runService(
   try {
     const nc = await connectNats(undefined, { name: `mesh-${name}` });
     // What the server refuses (a permission this identity lacks) reaches no caller when it was a
-    // plain publish: logged, so a service that lacks a permission says so.
+    // plain publish: logged, so a service that lacks a permission says so. A lost connection is
+    // logged once, and its return, so a service that stood still says why and for how long.
     void (async () => {
+      let lostAt: number | undefined;
+      // A reconnect this service asked for (a new generation of its identity) is no loss.
+      let asked = false;
       for await (const s of nc.status()) {
         if (s.type === "error")
           log.warn(
             { err: (s as { error?: unknown }).error },
             "the NATS server refused something this service sent: its identity may lack a permission it needs",
           );
+        else if (s.type === "forceReconnect") asked = true;
+        else if (s.type === "disconnect" && lostAt === undefined) {
+          lostAt = Date.now();
+          if (!asked) log.warn({ nats: s.server }, `${name} lost its connection to NATS at ${s.server}; reconnecting (its work waits)`);
+          asked = false;
+        } else if (s.type === "reconnect") {
+          log.info({ nats: s.server, downMs: lostAt === undefined ? undefined : Date.now() - lostAt }, `${name} is connected to NATS again, at ${s.server}`);
+          lostAt = undefined;
+        }
       }
     })().catch(() => undefined);
     const store = await openStore(nc, { log });
