@@ -6,28 +6,26 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ModuleDoc, subjects } from "@mesh/shared";
-import { connectNats, openStore, readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
+import { readJson, type NatsConnection, type Store } from "@mesh/shared/runtime";
 import { createLogger } from "@mesh/shared/service";
 import { startResolver, type Resolver } from "@mesh/resolver";
 import { sendApply } from "../packages/cli/src/apply-command.js";
 import { CliError } from "../packages/cli/src/cli-error.js";
-import { startNatsServer, type NatsServer } from "./harness/nats-server.js";
+import { startStoreServer, type StoreServer } from "./harness/store-server.js";
 
 const mod = (name: string): ModuleDoc => ({ kind: "Module", name, parts: [{ name: "api", node: "node-a", installed: true }], requires: [] });
 const filesOf = (names: string[]) => [0, 1, 2].map((f) => ({ source: `${f}.yaml`, documents: names.slice(f * 200, (f + 1) * 200).map(mod) }));
 
 describe("meshctl apply of more documents than one request holds", () => {
-  let nats: NatsServer;
+  let server: StoreServer;
   let nc: NatsConnection;
   let store: Store;
   beforeAll(async () => {
-    nats = await startNatsServer();
-    nc = await connectNats(nats.url);
-    store = await openStore(nc);
+    server = await startStoreServer();
+    ({ nc, store } = server);
   });
   afterAll(async () => {
-    await nc?.close();
-    await nats?.stop();
+    await server?.stop();
   });
 
   it("stores all 600 through a real resolver, in order", async () => {

@@ -26,6 +26,18 @@ function samples(text: string, name: string, labels: Record<string, string> = {}
 }
 const sum = (texts: string[], name: string, labels: Record<string, string> = {}) => texts.flatMap((t) => samples(t, name, labels)).reduce((a, b) => a + b, 0);
 
+/** What a service's log says of its membership, its connection and its failures: the last `n` such lines, shortened. */
+function logNotes(logFile: string, n = 8): string {
+  if (!existsSync(logFile)) return "(no log)";
+  const lines = readFileSync(logFile, "utf8")
+    .split("\n")
+    .filter((l) => /"level":(40|50|60)|instances: \d|connect/.test(l));
+  return lines
+    .slice(-n)
+    .map((l) => l.slice(0, 240))
+    .join(" | ");
+}
+
 /** The last metrics address a service's log names (a service restarted onto its identity names a new one). */
 function metricsUrlIn(logFile: string): string | undefined {
   let url: string | undefined;
@@ -77,12 +89,18 @@ describe("the mesh's metrics, scraped from every service with two verifiers and 
     const secrets = MODULES + 1;
     let seen = "no scrape yet";
     const texts = await waitFor(
-      () => `every grant and module counted by the verifiers' scrapes (last seen: ${seen})`,
+      () =>
+        `every grant and module counted by the verifiers' scrapes (last seen: ${seen}); their logs: ${["verifier.log", "verifier-2.log"].map((f) => `${f}: ${logNotes(join(logs, f))}`).join("; ")}`,
       async () => {
         const t = await Promise.all(verifiers.map(scrape));
         const provisioned = sum(t, "mesh_grants", { mesh_kind: "secret", mesh_condition: "Provisioned", mesh_status: "True" });
         const ready = sum(t, "mesh_modules", { mesh_state: "Ready" });
-        seen = `${provisioned} of ${secrets} secrets provisioned, ${ready} modules Ready, reported by ${t.filter((x) => samples(x, "mesh_grants").length > 0).length} verifiers; ${t.flatMap((x) => x.split("\n").filter((l) => /^mesh_(grants|modules)\{/.test(l))).join("; ")}`;
+        // Each verifier's own counts, so that one that reports an old reading shows which.
+        const each = t.map(
+          (x, i) =>
+            `verifier ${i + 1}: ${sum([x], "mesh_grants", { mesh_kind: "secret", mesh_condition: "Provisioned", mesh_status: "True" })} provisioned, ${sum([x], "mesh_modules", { mesh_state: "Ready" })} Ready`,
+        );
+        seen = `${provisioned} of ${secrets} secrets provisioned, ${ready} modules Ready, reported by ${t.filter((x) => samples(x, "mesh_grants").length > 0).length} verifiers (${each.join(", ")})`;
         return provisioned === secrets && ready >= MODULES ? t : undefined;
       },
       120_000,

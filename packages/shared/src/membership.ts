@@ -83,6 +83,12 @@ export interface Membership {
   owns(key: string): boolean;
   /** Leaves: stops the heartbeat and deletes it, so the others take over at once. Idempotent. */
   leave(): Promise<void>;
+  /**
+   * Rejects when the watch of the others' heartbeats ends before {@link leave}: from then on
+   * this instance would see itself alone and take every key, so its service fails and is
+   * started again rather than going on so. Never resolves.
+   */
+  readonly closed: Promise<never>;
 }
 
 /**
@@ -131,6 +137,10 @@ export async function joinMembership(opts: {
   const put = () => kv.put(self, recordJson(beat));
   let seenSelf: () => void = () => {};
   const selfSeen = new Promise<void>((r) => (seenSelf = r));
+  let ended: (e: Error) => void = () => {};
+  const closed = new Promise<never>((_, reject) => (ended = reject));
+  // Whoever holds the membership may not wait on it; its rejection is never unhandled.
+  closed.catch(() => undefined);
   const watch = await kv.watch({ key: `${service}.>` });
   void (async () => {
     for await (const e of watch as AsyncIterable<KvWatchEntry>) {
@@ -144,7 +154,13 @@ export async function joinMembership(opts: {
       }
       recompute();
     }
-  })();
+  })()
+    .catch((e: unknown) => e)
+    .then((e) => {
+      if (left) return;
+      const why = e === undefined ? "" : ` (${errorMessage(e)})`;
+      ended(new Error(`the watch of the ${service} instances' heartbeats ended${why}: this instance would take every key as if it were alone`));
+    });
   try {
     await put();
     let timer: NodeJS.Timeout | undefined;
@@ -158,6 +174,7 @@ export async function joinMembership(opts: {
       }),
     ]).finally(() => clearTimeout(timer));
   } catch (e) {
+    left = true;
     watch.stop();
     throw e;
   }
@@ -174,6 +191,7 @@ export async function joinMembership(opts: {
     self,
     members: () => current,
     owns: (key) => ownerOf(key, current) === self,
+    closed,
     async leave() {
       if (left) return;
       left = true;

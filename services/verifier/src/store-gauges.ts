@@ -70,7 +70,10 @@ export function startStoreGauges(opts: { store: Store; log: Logger; owns: (key: 
   };
   const timer = setInterval(() => void refresh(), STORE_GAUGES_REFRESH_MS);
   timer.unref();
-  observeStore(() => (owns(STORE_GAUGES_KEY) ? last : undefined));
+  // A stopping verifier reports none: its reading no longer follows the store.
+  let stopped = false;
+  const current = () => (!stopped && owns(STORE_GAUGES_KEY) ? last : undefined);
+  observeStore(current);
   return {
     note(key, record) {
       const s = record === undefined ? undefined : summarizeGrant(record);
@@ -79,9 +82,14 @@ export function startStoreGauges(opts: { store: Store; log: Logger; owns: (key: 
     },
     refresh,
     membershipChanged() {
-      if (!owned && owns(STORE_GAUGES_KEY)) void refresh();
+      // Lost: noted now, so that gaining them back reads the store again before a scrape trusts the last reading.
+      if (!owns(STORE_GAUGES_KEY)) owned = false;
+      else if (!owned) void refresh();
     },
-    read: () => (owns(STORE_GAUGES_KEY) ? last : undefined),
-    stop: () => clearInterval(timer),
+    read: current,
+    stop: () => {
+      stopped = true;
+      clearInterval(timer);
+    },
   };
 }

@@ -55,6 +55,12 @@ export interface Verifier {
   stats(): VerifierStats;
   /** Stops scheduling and serving, waits for the runs in work. Idempotent. */
   stop(): Promise<void>;
+  /**
+   * Rejects when the verifier can no longer do its part while it runs: its watch of the grants
+   * or of the verifiers' membership ended before {@link stop}. Its service then exits to be
+   * started again. Never resolves.
+   */
+  readonly closed: Promise<never>;
 }
 
 /** Starts a verifier; see the file's doc comment. */
@@ -200,6 +206,19 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
       }
     }
   })();
+  // A watch that ends while the verifier runs would leave it checking grants it no longer hears of.
+  const watchEnded = watching.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  const closed = Promise.race([
+    watchEnded.then((e) => {
+      if (stopped) return new Promise<never>(() => {});
+      throw new Error(`the watch of the grants in KV ${Buckets.grants} ended${e === undefined ? "" : ` (${errorMessage(e)})`}`);
+    }),
+    membership?.closed ?? new Promise<never>(() => {}),
+  ]);
+  closed.catch(() => undefined);
 
   const probeSub = store.nc.subscribe(subjects.probeReportsAll, { queue: QueueGroups.verifier });
   const probing = (async () => {
@@ -271,6 +290,7 @@ export async function startVerifier(opts: VerifierOptions): Promise<Verifier> {
     instance,
     verify,
     stats: statsNow,
+    closed,
     stop() {
       stopping ??= (async () => {
         stopped = true;
