@@ -84,15 +84,25 @@ describe("the mesh's metrics, scraped from every service with two verifiers and 
 
   it("counts the store's grants, modules, agents and credentials once, whichever verifier reports them", { timeout: 240_000 }, async () => {
     const logs = join(mesh.cwd, ".mesh/logs");
-    const verifiers = ["verifier.log", "verifier-2.log"].map((f) => metricsUrlIn(join(logs, f))!);
+    const verifierLogs = ["verifier.log", "verifier-2.log"].map((f) => join(logs, f));
+    // Read again at each scrape: a verifier its supervisor started again serves at a new address, which its log names.
+    const verifiers = () => verifierLogs.map((f) => metricsUrlIn(f)!);
     // The control plane's master key is a secret of the built-in provider too.
     const secrets = MODULES + 1;
     let seen = "no scrape yet";
     const texts = await waitFor(
       () =>
-        `every grant and module counted by the verifiers' scrapes (last seen: ${seen}); their logs: ${["verifier.log", "verifier-2.log"].map((f) => `${f}: ${logNotes(join(logs, f))}`).join("; ")}`,
+        `every grant and module counted by the verifiers' scrapes (last seen: ${seen}); their logs: ${verifierLogs.map((f, i) => `verifier ${i + 1}: ${logNotes(f)}`).join("; ")}`,
       async () => {
-        const t = await Promise.all(verifiers.map(scrape));
+        const urls = verifiers();
+        const t = await Promise.all(
+          urls.map((u, i) =>
+            scrape(u).catch((e: unknown) => {
+              seen = `verifier ${i + 1} did not answer at ${u}: ${(e as Error).message}`;
+              throw e;
+            }),
+          ),
+        );
         const provisioned = sum(t, "mesh_grants", { mesh_kind: "secret", mesh_condition: "Provisioned", mesh_status: "True" });
         const ready = sum(t, "mesh_modules", { mesh_state: "Ready" });
         // Each verifier's own counts, so that one that reports an old reading shows which.
@@ -122,7 +132,7 @@ describe("the mesh's metrics, scraped from every service with two verifiers and 
     // Every grant was checked at its provider by one of them.
     await waitFor(
       "the verifiers' checks counted",
-      async () => sum(await Promise.all(verifiers.map(scrape)), "mesh_verifications_total", { mesh_kind: "secret", mesh_result: "verified" }) >= MODULES,
+      async () => sum(await Promise.all(verifiers().map(scrape)), "mesh_verifications_total", { mesh_kind: "secret", mesh_result: "verified" }) >= MODULES,
       60_000,
     );
   });
